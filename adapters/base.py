@@ -1,0 +1,38 @@
+"""The adapter interface: a platform account that produces Inbound events and sends replies.
+
+Platform objects (aiogram, discord.py) never leave ``adapters/``: the runtime sees only the
+plain types of ``bot.events``.
+"""
+
+from __future__ import annotations
+
+import abc
+from contextlib import AbstractAsyncContextManager
+
+from bot.events import ConversationKey, Reply
+from bot.ports import InboundHandler
+
+
+class BaseAdapter(abc.ABC):
+    """One platform account (a bot entry)."""
+
+    #: Re-sending the same outbox id cannot post twice on this platform.
+    idempotent_send: bool = False
+
+    def __init__(self, *, bot_key: str) -> None:
+        self.bot_key = bot_key
+
+    @abc.abstractmethod
+    async def run(self, handler: InboundHandler) -> None:
+        """Receive messages and pass each to ``handler`` until stopped or input ends."""
+
+    @abc.abstractmethod
+    async def send(self, reply: Reply) -> None:
+        """Deliver a reply (split as the platform requires)."""
+
+    @abc.abstractmethod
+    def typing(self, conversation: ConversationKey) -> AbstractAsyncContextManager[None]:
+        """A typing indicator kept alive for the body of the ``async with``."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release platform connections."""

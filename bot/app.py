@@ -1,0 +1,257 @@
+"""Composition root: the only place that reads Settings and wires the runtime together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import TextIO
+
+from adapters.base import BaseAdapter
+from adapters.console import ConsoleAdapter
+from bot.clock import Clock, SystemClock
+from bot.commands import Commands
+from bot.config import PersonaSettings, Secrets, Settings
+from bot.errors import ConfigError
+from bot.events import QueuePolicy, SessionPolicy
+from bot.llm.base import BaseLLM
+from bot.llm.offline import OfflineLLM
+from bot.pipeline import BotProfile, Pipeline
+from bot.queue import Ingestor, Scheduler
+from bot.router import Router
+from bot.store.base import BaseStore
+from bot.store.sqlite import SQLiteStore, sqlite_path
+from memory.assemble import Budget, PersonaPin
+
+log = logging.getLogger("personabot.app")
+
+
+def build_llm(settings: Settings, secrets: Secrets, *, offline_fallback: bool) -> BaseLLM:
+    """The configured model; without an API key, the offline model only if allowed."""
+    if settings.llm.provider == "offline":
+        return OfflineLLM()
+    key = secrets.anthropic_api_key
+    if key is None:
+        if offline_fallback:
+            return OfflineLLM()
+        raise ConfigError(
+            [
+                "ANTHROPIC_API_KEY: not set in the environment (needed by llm.provider = "
+                "'anthropic'; set llm.provider = 'offline' to run without Claude)"
+            ]
+        )
+    from bot.llm.anthropic import AnthropicLLM
+
+    return AnthropicLLM(
+        api_key=key,
+        base_url=settings.llm.base_url,
+        timeout_seconds=settings.llm.timeout_seconds,
+        max_retries=settings.llm.max_retries,
+    )
+
+
+def build_store(settings: Settings) -> BaseStore:
+    """The configured store backend."""
+    url = settings.storage.url
+    if url.startswith("sqlite:"):
+        return SQLiteStore(path=sqlite_path(url), busy_timeout_ms=settings.storage.busy_timeout_ms)
+    scheme = url.split(":", 1)[0]
+    raise ConfigError([f"storage.url: unsupported scheme {scheme!r} (use sqlite:///path)"])
+
+
+def session_policy(settings: Settings) -> SessionPolicy:
+    """Session lifecycle rules from [sessions]."""
+    s = settings.sessions
+    return SessionPolicy(
+        idle_seconds=s.idle_timeout_minutes * 60 if s.idle_timeout_minutes else None,
+        daily_reset_hour=s.daily_reset_hour,
+        utc_offset_hours=s.timezone_offset_hours,
+    )
+
+
+def profile_for(
+    settings: Settings, persona: PersonaSettings, key: str, outlet: BaseAdapter
+) -> BotProfile:
+    """Everything a turn of this bot needs."""
+    queue = settings.queue_for(persona)
+    memory = settings.memory_for(persona)
+    return BotProfile(
+        key=key,
+        pin=PersonaPin(
+            name=persona.name,
+            system=persona.system,
+            first_message=tuple(persona.first_message),
+            model=persona.model,
+            max_tokens=persona.max_tokens,
+            temperature=persona.temperature,
+        ),
+        queue=QueuePolicy(debounce=queue.debounce_seconds, max_wait=queue.max_wait_seconds),
+        budget=Budget(
+            window_messages=memory.window_messages, prompt_tokens=memory.prompt_budget_tokens
+        ),
+        outlet=outlet,
+        lease_seconds=queue.lease_seconds,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """The wired runtime of one process."""
+
+    store: BaseStore
+    llm: BaseLLM
+    clock: Clock
+    pipeline: Pipeline
+    scheduler: Scheduler
+    router: Router
+    adapters: Mapping[str, BaseAdapter]
+
+
+@contextlib.asynccontextmanager
+async def runtime(
+    settings: Settings,
+    *,
+    llm: BaseLLM,
+    adapters: Mapping[str, tuple[PersonaSettings, BaseAdapter]],
+    clock: Clock | None = None,
+    store: BaseStore | None = None,
+) -> AsyncIterator[Runtime]:
+    """Open the store, wire queue, pipeline and router, run the scheduler; stop on exit."""
+    clock = clock or SystemClock()
+    store = store or build_store(settings)
+    profiles = {
+        key: profile_for(settings, persona, key, adapter)
+        for key, (persona, adapter) in adapters.items()
+    }
+    greetings = {key: "\n".join(p.first_message) for key, (p, _) in adapters.items()}
+    async with store:
+        pipeline = Pipeline(store=store, llm=llm, clock=clock, profiles=profiles)
+        queue = settings.queue
+        scheduler = Scheduler(
+            store=store,
+            clock=clock,
+            run_turn=pipeline.run_turn,
+            bots=list(profiles),
+            scan_interval=queue.scan_interval_seconds,
+            max_concurrent=queue.max_concurrent_turns,
+        )
+        ingestor = Ingestor(
+            store=store,
+            clock=clock,
+            policy_for=lambda bot: profiles[bot].queue,
+            sessions=session_policy(settings),
+            wake=scheduler.wake,
+        )
+        commands = Commands(store=store, clock=clock, greeting=lambda bot: greetings[bot])
+        router = Router(
+            ingestor=ingestor,
+            commands=commands,
+            outlets={k: a for k, (_, a) in adapters.items()},
+        )
+        await pipeline.recover_outbox(older_than=clock.now())
+        task = asyncio.create_task(scheduler.run(), name="scheduler")
+        try:
+            yield Runtime(
+                store=store,
+                llm=llm,
+                clock=clock,
+                pipeline=pipeline,
+                scheduler=scheduler,
+                router=router,
+                adapters={k: a for k, (_, a) in adapters.items()},
+            )
+        finally:
+            scheduler.stop()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(task), timeout=queue.lease_seconds)
+            if not task.done():
+                task.cancel()
+            await llm.aclose()
+
+
+async def wait_until_answered(rt: Runtime, bot: str, within: float) -> bool:
+    """Flush the console conversation's timer and wait until nothing of it is pending."""
+    adapter = rt.adapters[bot]
+    assert isinstance(adapter, ConsoleAdapter)
+    key = adapter.conversation
+    if await rt.store.timer(key) is not None:
+        # Input has ended: nothing more will join the burst, so answer it now.
+        await rt.store.rearm_timer(key, rt.clock.now())
+        rt.scheduler.wake()
+    deadline = asyncio.get_running_loop().time() + within
+    while asyncio.get_running_loop().time() < deadline:
+        if await rt.store.timer(key) is None and rt.scheduler.active == 0:
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def run_chat(
+    settings: Settings,
+    secrets: Secrets,
+    *,
+    persona_id: str | None,
+    stdin: TextIO,
+    stdout: TextIO,
+    interactive: bool,
+    llm: BaseLLM | None = None,
+    clock: Clock | None = None,
+    notice: Callable[[str], None] | None = None,
+) -> int:
+    """``personabot chat``: the console adapter on the full pipeline. Returns the exit code."""
+    say = notice or (lambda line: print(line, file=stdout, flush=True))
+    persona = settings.persona(persona_id)
+    if llm is None:
+        llm = build_llm(settings, secrets, offline_fallback=True)
+        if isinstance(llm, OfflineLLM) and settings.llm.provider == "anthropic":
+            say("No ANTHROPIC_API_KEY set: using the offline model (it echoes what it receives).")
+    user = _local_user()
+    bot_key = f"console-{persona.id}"
+    adapter = ConsoleAdapter(
+        bot_key=bot_key,
+        persona_name=persona.name,
+        user_id=user,
+        display_name=user,
+        stdin=stdin,
+        stdout=stdout,
+        interactive=interactive,
+    )
+    where = settings.storage.url.removeprefix("sqlite:///")
+    say(f"personabot chat with {persona.name} ({persona.id}); store: {where}; /help, /quit")
+    async with runtime(
+        settings, llm=llm, adapters={bot_key: (persona, adapter)}, clock=clock
+    ) as rt:
+        session = await rt.store.open_session(
+            adapter.conversation, rt.clock.now(), session_policy(settings)
+        )
+        if not await rt.store.messages(session.key):
+            for line in persona.first_message:
+                adapter.write(f"{persona.name}: {line}")
+        await adapter.run(rt.router)
+        limit = settings.queue_for(persona).max_wait_seconds + settings.llm.timeout_seconds
+        if not await wait_until_answered(rt, bot_key, limit):
+            say("Some messages are still unanswered; they are kept and answered next time.")
+    return 0
+
+
+def _local_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "local"
+
+
+async def run_bots(settings: Settings, secrets: Secrets) -> int:
+    """``personabot run``: host every configured bot until SIGINT/SIGTERM."""
+    llm = build_llm(settings, secrets, offline_fallback=False)
+    await llm.aclose()
+    if not settings.bots:
+        raise ConfigError(["bots: no [[bots]] entries; add one (see config.example.toml)"])
+    problems = [
+        f"bots[{i}].platform: {b.platform!r} is not available in this version yet"
+        for i, b in enumerate(settings.bots)
+    ]
+    raise ConfigError(problems)

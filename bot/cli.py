@@ -1,0 +1,96 @@
+"""The ``personabot`` command line: chat, run, config check."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bot.config import Secrets, Settings, load_settings
+from bot.errors import ConfigError, PersonabotError
+from bot.logs import setup_logging
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="personabot", description="LLM persona chat bots on Telegram and Discord."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument(
+            "--config",
+            type=Path,
+            default=None,
+            help="TOML file (default ./personabot.toml, else the bundled example values)",
+        )
+        return p
+
+    chat = with_config(sub.add_parser("chat", help="chat with a persona in the terminal"))
+    chat.add_argument("--persona", default=None, help="persona id (default: the first)")
+    with_config(sub.add_parser("run", help="run the configured Telegram/Discord bots"))
+    config = sub.add_parser("config", help="configuration tools")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    with_config(config_sub.add_parser("check", help="validate and summarise the configuration"))
+    return parser
+
+
+def summary(settings: Settings) -> str:
+    """A one-screen summary of a valid configuration."""
+    q, m = settings.queue, settings.memory
+    lines = [
+        "configuration OK",
+        f"  storage: {settings.storage.url}",
+        f"  model provider: {settings.llm.provider}"
+        + (f" (base_url {settings.llm.base_url})" if settings.llm.base_url else ""),
+        f"  queue: debounce {q.debounce_seconds}s, max wait {q.max_wait_seconds}s, "
+        f"lease {q.lease_seconds}s, {q.max_concurrent_turns} concurrent turns",
+        f"  memory: window {m.window_messages} messages, budget {m.prompt_budget_tokens} tokens",
+        f"  personas ({len(settings.personas)}):",
+    ]
+    lines += [f"    {p.id}: {p.name}, model {p.model}" for p in settings.personas]
+    lines.append(f"  bots ({len(settings.bots)}):")
+    lines += [f"    {b.key}: {b.platform}, persona {b.persona}" for b in settings.bots]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    secrets = Secrets()
+    try:
+        settings = load_settings(args.config)
+        setup_logging(settings.logging.level, secrets.values())
+        if args.command == "config":
+            print(summary(settings))
+            return 0
+        if args.command == "chat":
+            from bot.app import run_chat
+
+            return asyncio.run(
+                run_chat(
+                    settings,
+                    secrets,
+                    persona_id=args.persona,
+                    stdin=sys.stdin,
+                    stdout=sys.stdout,
+                    interactive=sys.stdin.isatty(),
+                )
+            )
+        from bot.app import run_bots
+
+        return asyncio.run(run_bots(settings, secrets))
+    except ConfigError as exc:
+        print(f"personabot: config error: {exc}", file=sys.stderr)
+        return 2
+    except PersonabotError as exc:
+        print(f"personabot: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

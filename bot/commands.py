@@ -1,0 +1,94 @@
+"""Chat commands: handled at once, never debounced and never sent to the model."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from bot.clock import Clock
+from bot.events import Inbound
+from bot.store.base import BaseStore
+
+log = logging.getLogger("personabot.commands")
+
+_COMMAND = re.compile(
+    r"^/(?P<name>[A-Za-z][A-Za-z0-9_]{0,31})(?:@(?P<bot>\w+))?(?:\s+(?P<args>.*))?$", re.S
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A parsed chat command."""
+
+    name: str
+    args: str
+    addressed_to: str | None = None
+
+
+def parse_command(text: str) -> Command | None:
+    """``/name[@bot] args`` -> Command; anything else -> None."""
+    match = _COMMAND.match(text.strip())
+    if match is None:
+        return None
+    return Command(match["name"].lower(), (match["args"] or "").strip(), match["bot"])
+
+
+Handler = Callable[[Inbound, Command], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """A registered command: name, one-line description, handler."""
+
+    name: str
+    description: str
+    handler: Handler
+
+
+class Commands:
+    """The chat commands of a bot; more are registered by later features."""
+
+    def __init__(self, *, store: BaseStore, clock: Clock, greeting: Callable[[str], str]) -> None:
+        self._store = store
+        self._clock = clock
+        self._greeting = greeting
+        self._specs: dict[str, CommandSpec] = {}
+        self.register("new", "start a new conversation (forget this chat's context)", self._new)
+        self.register("reset", "same as /new", self._new)
+        self.register("help", "list the commands", self._help)
+
+    def register(self, name: str, description: str, handler: Handler) -> None:
+        """Add a command (replaces one of the same name)."""
+        self._specs[name] = CommandSpec(name, description, handler)
+
+    @property
+    def specs(self) -> tuple[CommandSpec, ...]:
+        """Registered commands in registration order."""
+        return tuple(self._specs.values())
+
+    def knows(self, name: str) -> bool:
+        """Whether a command of this name is registered."""
+        return name in self._specs
+
+    async def handle(self, inbound: Inbound, command: Command) -> str:
+        """Run a command and return the text to answer with."""
+        spec = self._specs.get(command.name)
+        if spec is None:
+            return f"Unknown command /{command.name}. Send /help for the list."
+        log.info("command /%s in %s", command.name, inbound.conversation)
+        return await spec.handler(inbound, command)
+
+    async def _new(self, inbound: Inbound, command: Command) -> str:
+        session = await self._store.new_session(
+            inbound.conversation, self._clock.now(), reason=command.name
+        )
+        return (
+            f"New session started (#{session.key.session_id}); earlier messages of this chat "
+            f"are no longer part of the conversation.\n{self._greeting(inbound.conversation.bot)}"
+        )
+
+    async def _help(self, inbound: Inbound, command: Command) -> str:
+        lines = [f"/{spec.name} - {spec.description}" for spec in self.specs]
+        return "Commands:\n" + "\n".join(lines)

@@ -1,0 +1,302 @@
+"""Settings: one TOML file plus environment overrides, validated before anything connects.
+
+Secrets (``ANTHROPIC_API_KEY``, bot tokens) are never read from the TOML: the file names the
+environment variable (``token_env``) and :class:`Secrets` reads it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from bot.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path("personabot.toml")
+ENV_PREFIX = "PERSONABOT_"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StorageSettings(_Section):
+    """Where conversations are stored."""
+
+    url: str = "sqlite:///personabot.sqlite3"
+    busy_timeout_ms: int = Field(default=5000, ge=0)
+
+
+class LLMSettings(_Section):
+    """How the model is reached."""
+
+    provider: Literal["anthropic", "offline"] = "anthropic"
+    base_url: str | None = None
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=2, ge=0, le=10)
+
+
+class QueueSettings(_Section):
+    """Coalescing of rapid-fire messages into one turn (SPEC section 4)."""
+
+    debounce_seconds: float = Field(default=1.5, ge=0)
+    max_wait_seconds: float = Field(default=8.0, gt=0)
+    lease_seconds: float = Field(default=30.0, gt=0)
+    max_concurrent_turns: int = Field(default=16, ge=1)
+    scan_interval_seconds: float = Field(default=1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _debounce_within_cap(self) -> QueueSettings:
+        if self.debounce_seconds > self.max_wait_seconds:
+            raise ValueError(
+                f"debounce_seconds ({self.debounce_seconds}) must not exceed "
+                f"max_wait_seconds ({self.max_wait_seconds})"
+            )
+        return self
+
+
+class SessionSettings(_Section):
+    """When a conversation's session ends by itself."""
+
+    idle_timeout_minutes: float = Field(default=0, ge=0)
+    daily_reset_hour: int | None = Field(default=None, ge=0, le=23)
+    timezone_offset_hours: float = Field(default=0, ge=-14, le=14)
+
+
+class MemorySettings(_Section):
+    """What the model sees of the conversation (SPEC section 5)."""
+
+    window_messages: int = Field(default=24, ge=1)
+    prompt_budget_tokens: int = Field(default=6000, ge=256)
+
+
+class LoggingSettings(_Section):
+    """Log output."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class PersonaSettings(_Section):
+    """A persona: who the bot is."""
+
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(min_length=1)
+    system: str = Field(min_length=1)
+    first_message: list[str] = Field(min_length=1)
+    model: str = "claude-sonnet-4-5"
+    max_tokens: int = Field(default=1024, ge=1, le=64000)
+    temperature: float | None = Field(default=None, ge=0, le=1)
+    memory: MemorySettings | None = None
+    queue: QueueSettings | None = None
+
+
+class BotSettings(_Section):
+    """A bot entry: one platform account speaking as one persona."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    id: str | None = None
+    platform: Literal["telegram", "discord"]
+    persona: str
+    token_env: str | None = None
+
+    @property
+    def key(self) -> str:
+        """Stable name of this bot in conversation keys."""
+        return self.id or f"{self.platform}-{self.persona}"
+
+
+_DEFAULT_PERSONA = PersonaSettings(
+    id="companion",
+    name="Mira",
+    system=(
+        "You are Mira, a warm, curious companion. You speak plainly, ask one question at a "
+        "time, and remember what the person told you."
+    ),
+    first_message=["Hi, I'm Mira. What's on your mind today?"],
+)
+
+
+class Settings(BaseSettings):
+    """All of personabot's configuration."""
+
+    model_config = SettingsConfigDict(
+        extra="forbid",
+        frozen=True,
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        nested_model_default_partial_update=True,
+    )
+
+    storage: StorageSettings = StorageSettings()
+    llm: LLMSettings = LLMSettings()
+    queue: QueueSettings = QueueSettings()
+    sessions: SessionSettings = SessionSettings()
+    memory: MemorySettings = MemorySettings()
+    logging: LoggingSettings = LoggingSettings()
+    personas: list[PersonaSettings] = Field(default_factory=lambda: [_DEFAULT_PERSONA])
+    bots: list[BotSettings] = Field(default_factory=list)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment overrides the TOML file (passed as init values).
+        return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _references(self) -> Settings:
+        ids = [p.id for p in self.personas]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"personas: duplicate id {', '.join(map(repr, dupes))}")
+        for index, entry in enumerate(self.bots):
+            if entry.persona not in ids:
+                raise ValueError(
+                    f"bots[{index}].persona: no persona with id {entry.persona!r} "
+                    f"(known: {', '.join(ids)})"
+                )
+        keys = [b.key for b in self.bots]
+        if len(set(keys)) != len(keys):
+            raise ValueError("bots: two entries share an id; give each an explicit id")
+        return self
+
+    def persona(self, persona_id: str | None = None) -> PersonaSettings:
+        """The persona with this id, or the first one."""
+        if persona_id is None:
+            return self.personas[0]
+        for persona in self.personas:
+            if persona.id == persona_id:
+                return persona
+        known = ", ".join(p.id for p in self.personas)
+        raise ConfigError([f"--persona: no persona with id {persona_id!r} (known: {known})"])
+
+    def queue_for(self, persona: PersonaSettings) -> QueueSettings:
+        """Queue settings with the persona's override applied."""
+        return persona.queue or self.queue
+
+    def memory_for(self, persona: PersonaSettings) -> MemorySettings:
+        """Memory settings with the persona's override applied."""
+        return persona.memory or self.memory
+
+
+class Secrets:
+    """Reads secrets from the environment only; never stores them in settings or logs."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ = os.environ if environ is None else environ
+
+    @property
+    def anthropic_api_key(self) -> str | None:
+        """The Anthropic API key, or None when unset or blank."""
+        return self.get("ANTHROPIC_API_KEY")
+
+    def get(self, name: str) -> str | None:
+        """A secret by environment variable name, or None when unset or blank."""
+        value = self._environ.get(name, "").strip()
+        return value or None
+
+    def values(self) -> list[str]:
+        """Every secret currently set (for log redaction)."""
+        names = ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "PGPASSWORD"]
+        names += [n for n in self._environ if n.endswith(("_TOKEN", "_SECRET", "_API_KEY"))]
+        return [v for v in (self.get(n) for n in names) if v and len(v) >= 6]
+
+
+def bundled_example_path() -> Path:
+    """The example configuration shipped with personabot (its values are the defaults)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "config.example.toml", here.parent / "config.example.toml"):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(["config.example.toml is missing from this installation"])
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Load and validate settings (TOML, then ``PERSONABOT_*`` environment overrides).
+
+    ``path`` None means ``./personabot.toml`` when it exists, else the bundled example.
+    Raises ConfigError naming each bad key.
+    """
+    if path is None:
+        path = DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.is_file() else bundled_example_path()
+    data = _read_toml(path)
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(_problems(exc), source=str(path)) from None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError([f"file not found: {path}"]) from None
+    except OSError as exc:
+        raise ConfigError([f"cannot read {path}: {exc.strerror}"]) from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(["not a TOML file (not UTF-8 text)"], source=str(path)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"not valid TOML: {exc}"], source=str(path)) from None
+
+
+def _loc(parts: Sequence[int | str]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            problems.append(f"{_loc(loc)}: unknown key{_suggest(loc)}")
+        elif kind == "missing":
+            problems.append(f"{_loc(loc)}: field required")
+        elif kind == "value_error":
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            problems.append(msg if ":" in msg.split(" ")[0] else f"{_loc(loc)}: {msg}")
+        else:
+            problems.append(f"{_loc(loc)}: {err['msg']} (got {err.get('input')!r})")
+    return problems or [str(exc)]
+
+
+def _suggest(loc: Sequence[int | str]) -> str:
+    name = loc[-1] if loc else ""
+    model: type[BaseModel] = Settings
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        inner = _model_of(field.annotation) if field else None
+        if inner is None:
+            return ""
+        model = inner
+    close = difflib.get_close_matches(str(name), list(model.model_fields), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None

@@ -1,0 +1,66 @@
+"""The personabot error tree. Every error the framework raises derives from PersonabotError.
+
+::
+
+    PersonabotError
+    ├── ConfigError            bad configuration (names the key path and the problem)
+    ├── StoreError             the store failed or its schema is too new
+    ├── ModelError             the language model failed
+    │   ├── ModelUnavailable   transient: overloaded, 5xx, timeout, connection (retry later)
+    │   │   └── RateLimited    429, with ``retry_after`` seconds when the provider said so
+    │   └── ModelRejected      permanent: bad request, authentication, permission
+    └── AdapterError           a platform adapter failed to deliver
+
+Third-party exceptions are translated once, at the boundary that calls the library, with
+``raise ... from exc``. Messages never contain secrets.
+"""
+
+from __future__ import annotations
+
+
+class PersonabotError(Exception):
+    """Root of every error personabot raises."""
+
+
+class ConfigError(PersonabotError):
+    """The configuration is invalid; ``problems`` lists ``key.path: problem`` lines."""
+
+    def __init__(self, problems: list[str], *, source: str | None = None) -> None:
+        self.problems = tuple(problems)
+        self.source = source
+        prefix = f"{source}: " if source else ""
+        super().__init__(prefix + "; ".join(self.problems))
+
+
+class StoreError(PersonabotError):
+    """The store failed (I/O, schema, constraint that should never break)."""
+
+
+class ModelError(PersonabotError):
+    """The language model call failed."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class ModelUnavailable(ModelError):
+    """A transient model failure after the SDK's own retries: try again later."""
+
+
+class RateLimited(ModelUnavailable):
+    """The provider rate-limited us; ``retry_after`` is in seconds when known."""
+
+    def __init__(
+        self, message: str, *, status: int | None = 429, retry_after: float | None = None
+    ) -> None:
+        self.retry_after = retry_after
+        super().__init__(message, status=status)
+
+
+class ModelRejected(ModelError):
+    """A permanent model failure (bad request, authentication): retrying will not help."""
+
+
+class AdapterError(PersonabotError):
+    """A platform adapter could not deliver a reply."""

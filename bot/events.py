@@ -1,0 +1,211 @@
+"""Plain frozen types that cross layer boundaries: keys, inbound events, turns, replies.
+
+This module imports nothing from the rest of personabot, so every layer may depend on it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+
+class NotSet(enum.Enum):
+    """Marker for a read that found nothing, distinct from an empty value."""
+
+    NOT_SET = "not set"
+
+    def __repr__(self) -> str:
+        return "NOT_SET"
+
+
+NOT_SET: Final = NotSet.NOT_SET
+
+Role = Literal["user", "assistant"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationKey:
+    """Where a conversation happens: a platform chat, optionally a thread inside it.
+
+    ``bot`` names the bot entry that talks there, so that two bots (two personas) in the same
+    Telegram group, or one person's private chats with two bots (Telegram gives both the same
+    chat id), stay two conversations. A display name is never part of a key.
+    """
+
+    platform: str
+    chat_id: str
+    thread_id: str | None = None
+    bot: str = "default"
+
+    def __str__(self) -> str:
+        thread = f"/{self.thread_id}" if self.thread_id is not None else ""
+        return f"{self.bot}:{self.platform}:{self.chat_id}{thread}"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    """One numbered session of a conversation; ``session_id`` is unique within it only."""
+
+    conversation: ConversationKey
+    session_id: int
+
+    def __str__(self) -> str:
+        return f"{self.conversation}#S{self.session_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class UserKey:
+    """A person on a platform: the key of user-scoped (long-term) memory."""
+
+    platform: str
+    user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """A normalized message from any platform adapter."""
+
+    conversation: ConversationKey
+    author_id: str
+    display_name: str
+    text: str
+    platform_message_id: str | None = None
+    is_private: bool = True
+    # False for group messages stored only as context (no mention): they never arm a timer.
+    triggers_reply: bool = True
+    reply_to_bot: bool = False
+    mentions_bot: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A session as stored: its key, whether it is open, and its timestamps."""
+
+    key: SessionKey
+    status: Literal["open", "closed"]
+    opened_at: float
+    last_activity_at: float
+    closed_at: float | None = None
+    close_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One message of a session, user or assistant, with its turn number in the session."""
+
+    id: int
+    session: SessionKey
+    turn: int
+    role: Role
+    author_id: str
+    display_name: str
+    text: str
+    created_at: float
+    version: int = 0
+    platform_message_id: str | None = None
+    answered: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What ingest did with one inbound message."""
+
+    stored: bool  # False for a duplicate delivery
+    message_id: int | None
+    session: SessionKey
+    version: int
+    due_at: float | None  # when the conversation's timer is due; None if no turn is armed
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A held lease: the fencing token grows on every acquisition."""
+
+    name: str
+    holder: str
+    token: int
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class DueTimer:
+    """A conversation whose debounce timer is due."""
+
+    conversation: ConversationKey
+    due_at: float
+    first_pending_at: float
+    armed_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """Pending user messages of one session merged into one model turn."""
+
+    session: SessionKey
+    version: int  # v0: the conversation version the turn was built at
+    messages: tuple[StoredMessage, ...]
+    first_pending_at: float
+
+    @property
+    def authors(self) -> tuple[str, ...]:
+        """Distinct author ids in order of first appearance."""
+        return tuple(dict.fromkeys(m.author_id for m in self.messages))
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    """A reply recorded by the final check, waiting to be (or already) sent."""
+
+    id: int
+    conversation: ConversationKey
+    session: SessionKey
+    text: str
+    reply_message_id: int
+    created_at: float
+    attempts: int = 0
+    reply_to_platform_message_id: str | None = None
+
+
+FinishOutcome = Literal["recorded", "discarded", "fenced"]
+
+
+@dataclass(frozen=True, slots=True)
+class FinishResult:
+    """Outcome of the final check: recorded (send it), discarded (re-armed) or fenced (drop)."""
+
+    outcome: FinishOutcome
+    outbox: OutboxItem | None = None
+    current_version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A reply for an adapter to deliver."""
+
+    conversation: ConversationKey
+    text: str
+    outbox_id: int | None = None
+    reply_to_platform_message_id: str | None = None
+    extra: tuple[tuple[str, str], ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """Debounce and hard cap, in seconds, for arming a conversation's timer."""
+
+    debounce: float = 1.5
+    max_wait: float = 8.0
+
+    def due_at(self, now: float, first_pending_at: float) -> float:
+        """``min(now + debounce, first_pending_at + max_wait)`` (SPEC section 4, rule 1)."""
+        return min(now + self.debounce, first_pending_at + self.max_wait)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPolicy:
+    """When a session ends by itself: idle timeout and daily reset (None = never)."""
+
+    idle_seconds: float | None = None
+    daily_reset_hour: int | None = None
+    utc_offset_hours: float = 0.0

@@ -1,0 +1,33 @@
+"""What the runtime needs from a platform adapter, as Protocols (adapters implement them)."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+from bot.events import ConversationKey, Inbound, Reply
+
+
+class Outlet(Protocol):
+    """Delivers replies to one platform account and shows typing."""
+
+    @property
+    def idempotent_send(self) -> bool:
+        """True when re-sending the same outbox id cannot post twice (e.g. Discord nonce)."""
+        ...
+
+    async def send(self, reply: Reply) -> None:
+        """Deliver a reply; raise AdapterError when it cannot be delivered."""
+        ...
+
+    def typing(self, conversation: ConversationKey) -> AbstractAsyncContextManager[None]:
+        """Keep a typing indicator alive for the body of the ``async with``."""
+        ...
+
+
+class InboundHandler(Protocol):
+    """Receives every normalized inbound message of an adapter."""
+
+    async def __call__(self, inbound: Inbound) -> None:
+        """Handle one message (a command at once; anything else is ingested)."""
+        ...

@@ -1,0 +1,163 @@
+"""The coalescing queue: ingest (store + version + timer) and the scheduler that runs turns.
+
+Ingest returns at once and never calls the model. The scheduler finds due timers through
+in-process wake-ups (low latency) and a periodic scan of the store (timers armed by other
+processes or before a restart), and runs at most ``max_concurrent`` turns at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from bot.clock import Clock
+from bot.events import ConversationKey, Inbound, IngestResult, QueuePolicy, SessionPolicy
+from bot.store.base import BaseStore
+
+log = logging.getLogger("personabot.queue")
+
+RunTurn = Callable[[ConversationKey], Awaitable[str]]
+
+
+class Ingestor:
+    """Stores inbound messages and arms timers; wakes the local scheduler."""
+
+    def __init__(
+        self,
+        *,
+        store: BaseStore,
+        clock: Clock,
+        policy_for: Callable[[str], QueuePolicy],
+        sessions: SessionPolicy | None = None,
+        wake: Callable[[float], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._policy_for = policy_for
+        self._sessions = sessions
+        self._wake = wake
+
+    async def ingest(self, inbound: Inbound) -> IngestResult:
+        """One short transaction; a duplicate delivery is a no-op."""
+        policy = self._policy_for(inbound.conversation.bot)
+        result = await self._store.ingest(inbound, self._clock.now(), policy, self._sessions)
+        if not result.stored:
+            log.debug("duplicate delivery %s ignored", inbound.platform_message_id)
+        elif result.due_at is not None and self._wake is not None:
+            self._wake(result.due_at)
+        return result
+
+
+class Scheduler:
+    """Runs due turns of the hosted bots, never two at once for one conversation here."""
+
+    def __init__(
+        self,
+        *,
+        store: BaseStore,
+        clock: Clock,
+        run_turn: RunTurn,
+        bots: Sequence[str],
+        scan_interval: float = 1.0,
+        max_concurrent: int = 16,
+        busy_backoff: float | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._run_turn = run_turn
+        self._bots = tuple(bots)
+        self._scan_interval = scan_interval
+        self._busy_backoff = scan_interval if busy_backoff is None else busy_backoff
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._wakeup = asyncio.Event()
+        self._running: dict[ConversationKey, asyncio.Task[None]] = {}
+        self._skip_until: dict[ConversationKey, float] = {}
+        self._stopping = False
+        self.turns_started = 0
+
+    def wake(self, due_at: float | None = None) -> None:
+        """Tell the scheduler a timer was armed (in this process)."""
+        self._wakeup.set()
+
+    @property
+    def active(self) -> int:
+        """Turns running now."""
+        return len(self._running)
+
+    def stop(self) -> None:
+        """Stop taking new work (running turns go on)."""
+        self._stopping = True
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        """Loop until stopped: start due turns, then sleep until the next due time or wake-up."""
+        while not self._stopping:
+            started = await self.tick()
+            await self._sleep_until_next(started)
+        await self.drain()
+
+    async def drain(self, grace: float | None = None) -> None:
+        """Wait for running turns; cancel those still running after ``grace`` seconds.
+
+        A cancelled turn releases its lease (the pipeline's ``finally``) and its messages stay
+        pending with their timer armed, so the next start picks them up.
+        """
+        tasks = list(self._running.values())
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=grace)
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def tick(self) -> int:
+        """Start every due turn that is not running or backing off; return how many."""
+        now = self._clock.now()
+        started = 0
+        for timer in await self._store.due_timers(now, limit=200, bots=self._bots):
+            key = timer.conversation
+            if key in self._running or self._skip_until.get(key, 0.0) > now:
+                continue
+            self._skip_until.pop(key, None)
+            self._running[key] = asyncio.create_task(self._turn(key), name=f"turn {key}")
+            started += 1
+        return started
+
+    async def _turn(self, key: ConversationKey) -> None:
+        try:
+            async with self._slots:
+                self.turns_started += 1
+                outcome = await self._run_turn(key)
+            if outcome == "busy":
+                self._skip_until[key] = self._clock.now() + self._busy_backoff
+        except Exception:
+            log.exception("turn of %s failed", key)
+            self._skip_until[key] = self._clock.now() + self._busy_backoff
+        finally:
+            self._running.pop(key, None)
+            self._wakeup.set()
+
+    async def _sleep_until_next(self, started: int) -> None:
+        now = self._clock.now()
+        next_due = await self._store.next_due_at(bots=self._bots)
+        delay = self._scan_interval
+        if next_due is not None:
+            delay = min(delay, max(0.0, next_due - now))
+        if delay <= 0 and not started:
+            # Everything due is running here (its end wakes us) or backing off after a lost
+            # CAS: wait for the earliest back-off instead of spinning.
+            backoffs = [t - now for t in self._skip_until.values() if t > now]
+            delay = min([self._scan_interval, *backoffs])
+        self._wakeup.clear()
+        waker = asyncio.create_task(self._wakeup.wait())
+        sleeper = asyncio.create_task(self._clock.sleep(delay))
+        try:
+            await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waker, sleeper):
+                task.cancel()
+            await asyncio.gather(waker, sleeper, return_exceptions=True)

@@ -1,0 +1,44 @@
+"""Routes each inbound message: commands are answered at once, everything else is ingested."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from bot.commands import Commands, parse_command
+from bot.events import Inbound, Reply
+from bot.ports import Outlet
+from bot.queue import Ingestor
+
+log = logging.getLogger("personabot.router")
+
+
+class Router:
+    """The InboundHandler every adapter of this process calls."""
+
+    def __init__(
+        self,
+        *,
+        ingestor: Ingestor,
+        commands: Commands,
+        outlets: Mapping[str, Outlet],
+        usernames: Mapping[str, str] | None = None,
+    ) -> None:
+        self._ingestor = ingestor
+        self._commands = commands
+        self._outlets = dict(outlets)
+        self._usernames = dict(usernames or {})
+
+    async def __call__(self, inbound: Inbound) -> None:
+        """Handle one message in arrival order."""
+        command = parse_command(inbound.text)
+        if command is not None:
+            bot = inbound.conversation.bot
+            addressed = command.addressed_to
+            own = self._usernames.get(bot)
+            if addressed is not None and own is not None and addressed.lower() != own.lower():
+                return  # a command for another bot in the same group
+            answer = await self._commands.handle(inbound, command)
+            await self._outlets[bot].send(Reply(inbound.conversation, answer))
+            return
+        await self._ingestor.ingest(inbound)

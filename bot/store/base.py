@@ -1,0 +1,222 @@
+"""The store contract: every backend (SQLite, PostgreSQL) implements it and passes one suite.
+
+Every method that writes is one transaction. Methods that the coalescing queue relies on
+(``ingest``, ``acquire_lease``, ``finish_turn``) are atomic across processes, not just
+coroutines: SPEC section 4 must hold with several processes on one database.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Self
+
+from bot.events import (
+    ConversationKey,
+    DueTimer,
+    FinishResult,
+    Inbound,
+    IngestResult,
+    Lease,
+    NotSet,
+    OutboxItem,
+    QueuePolicy,
+    SessionInfo,
+    SessionKey,
+    SessionPolicy,
+    StoredMessage,
+    Turn,
+    UserKey,
+)
+
+
+class BaseStore(abc.ABC):
+    """Persistent state of personabot: conversations, sessions, messages, memory and queue."""
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and apply pending schema migrations."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close connections."""
+
+    @abc.abstractmethod
+    async def schema_version(self) -> int:
+        """The applied schema version."""
+
+    # -- sessions (SPEC section 3) ------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def open_session(
+        self, conversation: ConversationKey, now: float, policy: SessionPolicy | None = None
+    ) -> SessionInfo:
+        """The conversation's open session; opens the next one if none is open or it expired."""
+
+    @abc.abstractmethod
+    async def current_session(self, conversation: ConversationKey) -> SessionInfo | None:
+        """The open session, or None (no conversation, or its last session was closed)."""
+
+    @abc.abstractmethod
+    async def new_session(
+        self, conversation: ConversationKey, now: float, reason: str = "new"
+    ) -> SessionInfo:
+        """Close the open session (if any) and open the next one, atomically."""
+
+    @abc.abstractmethod
+    async def close_session(
+        self, conversation: ConversationKey, now: float, reason: str = "closed"
+    ) -> SessionInfo | None:
+        """Close the open session; return it, or None if none was open. Deletes nothing."""
+
+    @abc.abstractmethod
+    async def get_session(self, session: SessionKey) -> SessionInfo | None:
+        """A session by key, open or closed."""
+
+    @abc.abstractmethod
+    async def list_sessions(self, conversation: ConversationKey) -> list[SessionInfo]:
+        """All sessions of a conversation, oldest first."""
+
+    # -- session scope ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get_state(self, session: SessionKey, name: str) -> str | NotSet:
+        """A session-scoped value, or NOT_SET."""
+
+    @abc.abstractmethod
+    async def set_state(self, session: SessionKey, name: str, value: str, now: float) -> None:
+        """Set a session-scoped value; raises StoreError for an unknown session."""
+
+    @abc.abstractmethod
+    async def delete_state(self, session: SessionKey, name: str | None = None) -> int:
+        """Delete one value (or all of the session's, with None); return how many."""
+
+    # -- user scope ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get_user_memory(self, user: UserKey) -> str | NotSet:
+        """A user's long-term memory record (JSON text), or NOT_SET."""
+
+    @abc.abstractmethod
+    async def set_user_memory(self, user: UserKey, record: str, now: float) -> None:
+        """Replace a user's long-term memory record."""
+
+    @abc.abstractmethod
+    async def delete_user_memory(self, user: UserKey) -> bool:
+        """Erase a user's long-term memory; True if there was one."""
+
+    # -- messages and the queue (SPEC section 4) ----------------------------------------------
+
+    @abc.abstractmethod
+    async def ingest(
+        self,
+        inbound: Inbound,
+        now: float,
+        queue: QueuePolicy,
+        sessions: SessionPolicy | None = None,
+    ) -> IngestResult:
+        """Store a message, bump the version and arm the timer, in one short transaction.
+
+        A second delivery of the same platform message id in the conversation is a no-op.
+        """
+
+    @abc.abstractmethod
+    async def conversation_version(self, conversation: ConversationKey) -> int:
+        """The conversation's version counter (0 if it does not exist)."""
+
+    @abc.abstractmethod
+    async def history(
+        self, session: SessionKey, limit: int, before_turn: int | None = None
+    ) -> list[StoredMessage]:
+        """The last ``limit`` answered or context messages of a session, oldest first."""
+
+    @abc.abstractmethod
+    async def messages(self, session: SessionKey) -> list[StoredMessage]:
+        """Every stored message of a session in turn order."""
+
+    @abc.abstractmethod
+    async def pending_turn(self, conversation: ConversationKey) -> Turn | None:
+        """Pending user messages of the oldest session that has some, merged as one turn.
+
+        ``Turn.version`` is the conversation version read in the same transaction (v0).
+        """
+
+    @abc.abstractmethod
+    async def due_timers(
+        self, now: float, limit: int = 100, bots: Sequence[str] | None = None
+    ) -> list[DueTimer]:
+        """Timers due at ``now``, earliest first (only of these bots, when given)."""
+
+    @abc.abstractmethod
+    async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:
+        """The earliest armed timer's due time (of these bots, when given), or None."""
+
+    @abc.abstractmethod
+    async def timer(self, conversation: ConversationKey) -> DueTimer | None:
+        """The conversation's armed timer, or None."""
+
+    @abc.abstractmethod
+    async def rearm_timer(self, conversation: ConversationKey, due_at: float) -> None:
+        """Move the conversation's timer (e.g. retry after a model failure); arm if missing."""
+
+    @abc.abstractmethod
+    async def clear_timer(self, conversation: ConversationKey, armed_version: int) -> bool:
+        """Remove the timer only if no input newer than ``armed_version`` re-armed it."""
+
+    @abc.abstractmethod
+    async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
+        """Compare-and-swap: take the lease if free or expired; the token grows every time."""
+
+    @abc.abstractmethod
+    async def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease | None:
+        """Extend a lease we still hold (same token); None if it was taken over."""
+
+    @abc.abstractmethod
+    async def release_lease(self, lease: Lease) -> None:
+        """Free a lease we hold (keeps the token so the next holder's is larger)."""
+
+    @abc.abstractmethod
+    async def finish_turn(
+        self, turn: Turn, lease: Lease, reply: str, now: float, queue: QueuePolicy
+    ) -> FinishResult:
+        """The final check and, if it passes, recording of the reply, in one transaction.
+
+        Fenced: the lease token is no longer ours; nothing is written. Discarded: newer input
+        arrived in the turn's session and the hard cap has not passed; the timer stays armed.
+        Recorded: the reply is stored as the next turn, exactly the turn's messages are marked
+        answered, an outbox row is written, and the timer is removed unless newer input armed
+        it (a timer is kept or armed while any message of the conversation is pending).
+        """
+
+    @abc.abstractmethod
+    async def begin_send(self, item: OutboxItem, now: float) -> bool:
+        """Claim a send attempt: CAS on the attempt count, so one process sends each attempt."""
+
+    @abc.abstractmethod
+    async def unsent_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
+        """Pending rows never attempted, recorded at or before ``older_than``."""
+
+    @abc.abstractmethod
+    async def uncertain_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
+        """Rows attempted at or before ``older_than`` but never confirmed (died mid-send)."""
+
+    @abc.abstractmethod
+    async def mark_sent(self, outbox_id: int, now: float) -> None:
+        """Confirm delivery of an outbox row."""
+
+    @abc.abstractmethod
+    async def mark_failed(self, outbox_id: int, now: float, reason: str) -> None:
+        """Give up on an outbox row (logged and kept for the operator)."""

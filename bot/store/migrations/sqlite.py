@@ -1,0 +1,118 @@
+"""Versioned schema of the SQLite store. Append new versions; never edit an applied one."""
+
+from __future__ import annotations
+
+from typing import Final
+
+MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
+    (
+        1,
+        """
+        CREATE TABLE conversations (
+            id          INTEGER PRIMARY KEY,
+            bot         TEXT NOT NULL,
+            platform    TEXT NOT NULL,
+            chat_id     TEXT NOT NULL,
+            thread_id   TEXT NOT NULL DEFAULT '',  -- '' = no thread (NULLs are never equal)
+            version     INTEGER NOT NULL DEFAULT 0,
+            created_at  REAL NOT NULL,
+            UNIQUE (bot, platform, chat_id, thread_id)
+        );
+
+        CREATE TABLE sessions (
+            id               INTEGER PRIMARY KEY,
+            conversation_id  INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            session_no       INTEGER NOT NULL,
+            status           TEXT NOT NULL CHECK (status IN ('open', 'closed')),
+            opened_at        REAL NOT NULL,
+            last_activity_at REAL NOT NULL,
+            closed_at        REAL,
+            close_reason     TEXT,
+            next_turn        INTEGER NOT NULL DEFAULT 1,
+            UNIQUE (conversation_id, session_no)
+        );
+        -- At most one open session per conversation, enforced by the database.
+        CREATE UNIQUE INDEX sessions_one_open ON sessions(conversation_id) WHERE status = 'open';
+
+        CREATE TABLE messages (
+            id                  INTEGER PRIMARY KEY,
+            conversation_id     INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            session_id          INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            turn                INTEGER NOT NULL,
+            role                TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+            author_id           TEXT NOT NULL,
+            display_name        TEXT NOT NULL,
+            text                TEXT NOT NULL,
+            platform_message_id TEXT,
+            is_private          INTEGER NOT NULL DEFAULT 1,
+            version             INTEGER NOT NULL DEFAULT 0,
+            pending             INTEGER NOT NULL DEFAULT 0,
+            answered_by         INTEGER,
+            created_at          REAL NOT NULL,
+            UNIQUE (session_id, turn)
+        );
+        CREATE UNIQUE INDEX messages_platform_id
+            ON messages(conversation_id, platform_message_id)
+            WHERE platform_message_id IS NOT NULL;
+        CREATE INDEX messages_pending ON messages(conversation_id, session_id) WHERE pending = 1;
+
+        CREATE TABLE session_state (
+            session_id  INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            key         TEXT NOT NULL,
+            value       TEXT NOT NULL,
+            updated_at  REAL NOT NULL,
+            PRIMARY KEY (session_id, key)
+        );
+
+        CREATE TABLE user_memory (
+            platform    TEXT NOT NULL,
+            user_id     TEXT NOT NULL,
+            record      TEXT NOT NULL,
+            updated_at  REAL NOT NULL,
+            PRIMARY KEY (platform, user_id)
+        );
+
+        CREATE TABLE summaries (
+            session_id  INTEGER PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+            body        TEXT NOT NULL,
+            first_turn  INTEGER NOT NULL,
+            last_turn   INTEGER NOT NULL,
+            updated_at  REAL NOT NULL
+        );
+
+        -- Timers live apart from conversation data (SPEC 4, rule 2): nothing that writes
+        -- conversations, messages or memory touches this table.
+        CREATE TABLE timers (
+            conversation_id  INTEGER PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
+            due_at           REAL NOT NULL,
+            first_pending_at REAL NOT NULL,
+            armed_version    INTEGER NOT NULL
+        );
+        CREATE INDEX timers_due ON timers(due_at);
+
+        CREATE TABLE leases (
+            name        TEXT PRIMARY KEY,
+            holder      TEXT NOT NULL,
+            token       INTEGER NOT NULL,
+            expires_at  REAL NOT NULL
+        );
+
+        CREATE TABLE outbox (
+            id                  INTEGER PRIMARY KEY,
+            conversation_id     INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            session_id          INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            reply_message_id    INTEGER NOT NULL,
+            text                TEXT NOT NULL,
+            reply_to            TEXT,
+            status              TEXT NOT NULL DEFAULT 'pending'
+                                CHECK (status IN ('pending', 'sent', 'failed')),
+            attempts            INTEGER NOT NULL DEFAULT 0,
+            created_at          REAL NOT NULL,
+            attempted_at        REAL,
+            finished_at         REAL,
+            failure             TEXT
+        );
+        CREATE INDEX outbox_pending ON outbox(status, attempts) WHERE status = 'pending';
+        """,
+    ),
+)

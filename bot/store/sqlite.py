@@ -1,0 +1,931 @@
+"""SQLite store (aiosqlite): the embedded default. One file, WAL, foreign keys on.
+
+Every write runs in ``BEGIN IMMEDIATE``: the write lock is taken at the start of the
+transaction, so two processes on one file serialize their read-modify-write sequences
+(ingest, lease CAS, final check) instead of failing half-way on a lock upgrade.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from bot.errors import StoreError
+from bot.events import (
+    NOT_SET,
+    ConversationKey,
+    DueTimer,
+    FinishResult,
+    Inbound,
+    IngestResult,
+    Lease,
+    NotSet,
+    OutboxItem,
+    QueuePolicy,
+    SessionInfo,
+    SessionKey,
+    SessionPolicy,
+    StoredMessage,
+    Turn,
+    UserKey,
+)
+from bot.sessions import expiry_reason
+from bot.store.base import BaseStore
+from bot.store.migrations.sqlite import MIGRATIONS
+
+log = logging.getLogger("personabot.store")
+
+_MSG_COLS = (
+    "m.id, s.session_no, m.turn, m.role, m.author_id, m.display_name, m.text, m.created_at, "
+    "m.version, m.platform_message_id, m.pending, m.answered_by"
+)
+_OUTBOX_COLS = (
+    "o.id, c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, o.text, o.reply_message_id, "
+    "o.created_at, o.attempts, o.reply_to"
+)
+
+
+def sqlite_path(url: str) -> str:
+    """The file path in a ``sqlite:///relative`` or ``sqlite:////absolute`` URL."""
+    if not url.startswith("sqlite://"):
+        raise StoreError(f"not a SQLite URL: {url.split(':', 1)[0]}://...")
+    path = url.removeprefix("sqlite://")
+    if path in ("", "/"):
+        raise StoreError("SQLite URL has no file path")
+    path = path.removeprefix("/")
+    return path if path == ":memory:" else str(Path(path))
+
+
+def _thread(key: ConversationKey) -> str:
+    return "" if key.thread_id is None else key.thread_id
+
+
+def _conv_key(bot: str, platform: str, chat_id: str, thread: str) -> ConversationKey:
+    return ConversationKey(platform, chat_id, thread or None, bot)
+
+
+class SQLiteStore(BaseStore):
+    """The BaseStore contract on one SQLite file."""
+
+    def __init__(self, *, path: str | Path, busy_timeout_ms: int = 5000) -> None:
+        self._path = str(path)
+        self._busy_timeout_ms = busy_timeout_ms
+        self._db: aiosqlite.Connection | None = None
+        # One connection serves every coroutine of this process; the lock keeps their
+        # transactions from interleaving on it.
+        self._lock = asyncio.Lock()
+
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return self._path
+
+    async def open(self) -> None:
+        """Connect, set pragmas and migrate."""
+        if self._db is not None:
+            return
+        try:
+            if self._path != ":memory:":
+                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            db = await aiosqlite.connect(self._path, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open SQLite database {self._path}: {exc}") from exc
+        self._db = db
+        await db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        await db.execute("PRAGMA journal_mode = WAL")
+        await db.execute("PRAGMA synchronous = NORMAL")
+        await db.execute("PRAGMA foreign_keys = ON")
+        await self._migrate()
+
+    async def aclose(self) -> None:
+        """Close the connection."""
+        if self._db is not None:
+            db, self._db = self._db, None
+            await db.close()
+
+    @property
+    def _conn(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise StoreError("store is not open")
+        return self._db
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._lock:
+            db = self._conn
+            try:
+                await db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLite busy or failed: {exc}") from exc
+            try:
+                yield db
+            except BaseException:
+                await db.execute("ROLLBACK")
+                raise
+            else:
+                await db.execute("COMMIT")
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._lock:
+            yield self._conn
+
+    async def _migrate(self) -> None:
+        async with self._tx() as db:
+            await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            current = await self._scalar(db, "SELECT MAX(version) FROM schema_version") or 0
+            latest = MIGRATIONS[-1][0]
+            if current > latest:
+                raise StoreError(
+                    f"database schema version {current} is newer than this personabot "
+                    f"({latest}); upgrade personabot"
+                )
+            for version, script in MIGRATIONS:
+                if version > current:
+                    for statement in _statements(script):
+                        await db.execute(statement)
+                    await db.execute("INSERT INTO schema_version VALUES (?)", (version,))
+                    log.info("applied schema migration %d", version)
+
+    async def schema_version(self) -> int:
+        """The applied schema version."""
+        async with self._read() as db:
+            return int(await self._scalar(db, "SELECT MAX(version) FROM schema_version") or 0)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _scalar(db: aiosqlite.Connection, sql: str, args: Iterable[Any] = ()) -> Any:
+        async with db.execute(sql, tuple(args)) as cur:
+            row = await cur.fetchone()
+        return None if row is None else row[0]
+
+    @staticmethod
+    async def _row(db: aiosqlite.Connection, sql: str, args: Iterable[Any] = ()) -> Any:
+        async with db.execute(sql, tuple(args)) as cur:
+            return await cur.fetchone()
+
+    @staticmethod
+    async def _rows(db: aiosqlite.Connection, sql: str, args: Iterable[Any] = ()) -> list[Any]:
+        async with db.execute(sql, tuple(args)) as cur:
+            return list(await cur.fetchall())
+
+    async def _conv_id(
+        self, db: aiosqlite.Connection, key: ConversationKey, now: float | None = None
+    ) -> int | None:
+        """The conversation's row id; created when ``now`` is given."""
+        args = (key.bot, key.platform, key.chat_id, _thread(key))
+        where = "bot = ? AND platform = ? AND chat_id = ? AND thread_id = ?"
+        found = await self._scalar(db, f"SELECT id FROM conversations WHERE {where}", args)
+        if found is not None or now is None:
+            return None if found is None else int(found)
+        await db.execute(
+            "INSERT INTO conversations (bot, platform, chat_id, thread_id, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (*args, now),
+        )
+        return int(await self._scalar(db, f"SELECT id FROM conversations WHERE {where}", args))
+
+    async def _session_row(
+        self, db: aiosqlite.Connection, session: SessionKey
+    ) -> tuple[int, int] | None:
+        """(session row id, conversation row id) for a session key."""
+        conv_id = await self._conv_id(db, session.conversation)
+        if conv_id is None:
+            return None
+        sid = await self._scalar(
+            db,
+            "SELECT id FROM sessions WHERE conversation_id = ? AND session_no = ?",
+            (conv_id, session.session_id),
+        )
+        return None if sid is None else (int(sid), conv_id)
+
+    @staticmethod
+    def _session_info(key: ConversationKey, row: Any) -> SessionInfo:
+        return SessionInfo(
+            key=SessionKey(key, int(row[0])),
+            status=row[1],
+            opened_at=float(row[2]),
+            last_activity_at=float(row[3]),
+            closed_at=None if row[4] is None else float(row[4]),
+            close_reason=row[5],
+        )
+
+    _SESSION_COLS = "session_no, status, opened_at, last_activity_at, closed_at, close_reason"
+
+    async def _open_row(self, db: aiosqlite.Connection, conv_id: int) -> Any:
+        return await self._row(
+            db,
+            f"SELECT id, {self._SESSION_COLS} FROM sessions "
+            "WHERE conversation_id = ? AND status = 'open'",
+            (conv_id,),
+        )
+
+    async def _rotate(
+        self, db: aiosqlite.Connection, conv_id: int, now: float, reason: str | None
+    ) -> int:
+        """Close the open session (if ``reason``) and open the next one; return its row id."""
+        if reason is not None:
+            await db.execute(
+                "UPDATE sessions SET status = 'closed', closed_at = ?, close_reason = ? "
+                "WHERE conversation_id = ? AND status = 'open'",
+                (now, reason, conv_id),
+            )
+        last = await self._scalar(
+            db, "SELECT MAX(session_no) FROM sessions WHERE conversation_id = ?", (conv_id,)
+        )
+        cur = await db.execute(
+            "INSERT INTO sessions (conversation_id, session_no, status, opened_at, "
+            "last_activity_at) VALUES (?, ?, 'open', ?, ?)",
+            (conv_id, int(last or 0) + 1, now, now),
+        )
+        return int(cur.lastrowid or 0)
+
+    async def _ensure_open(
+        self,
+        db: aiosqlite.Connection,
+        conv_id: int,
+        now: float,
+        policy: SessionPolicy | None,
+    ) -> tuple[int, int]:
+        """(session row id, session number) of the open session, rotating an expired one."""
+        row = await self._open_row(db, conv_id)
+        if row is None:
+            sid = await self._rotate(db, conv_id, now, None)
+        else:
+            reason = (
+                None
+                if policy is None
+                else expiry_reason(
+                    policy, opened_at=float(row[3]), last_activity_at=float(row[4]), now=now
+                )
+            )
+            if reason is None:
+                return int(row[0]), int(row[1])
+            sid = await self._rotate(db, conv_id, now, reason)
+        number = await self._scalar(db, "SELECT session_no FROM sessions WHERE id = ?", (sid,))
+        return sid, int(number)
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    async def open_session(
+        self, conversation: ConversationKey, now: float, policy: SessionPolicy | None = None
+    ) -> SessionInfo:
+        """The open session, opening the next one when none is open or it expired."""
+        async with self._tx() as db:
+            conv_id = await self._conv_id(db, conversation, now)
+            assert conv_id is not None
+            sid, _ = await self._ensure_open(db, conv_id, now, policy)
+            row = await self._row(
+                db, f"SELECT {self._SESSION_COLS} FROM sessions WHERE id = ?", (sid,)
+            )
+        return self._session_info(conversation, row)
+
+    async def current_session(self, conversation: ConversationKey) -> SessionInfo | None:
+        """The open session or None."""
+        async with self._read() as db:
+            conv_id = await self._conv_id(db, conversation)
+            row = None if conv_id is None else await self._open_row(db, conv_id)
+        return None if row is None else self._session_info(conversation, row[1:])
+
+    async def new_session(
+        self, conversation: ConversationKey, now: float, reason: str = "new"
+    ) -> SessionInfo:
+        """Close the open session and open the next, atomically."""
+        async with self._tx() as db:
+            conv_id = await self._conv_id(db, conversation, now)
+            assert conv_id is not None
+            sid = await self._rotate(db, conv_id, now, reason)
+            row = await self._row(
+                db, f"SELECT {self._SESSION_COLS} FROM sessions WHERE id = ?", (sid,)
+            )
+        return self._session_info(conversation, row)
+
+    async def close_session(
+        self, conversation: ConversationKey, now: float, reason: str = "closed"
+    ) -> SessionInfo | None:
+        """Close the open session, if any."""
+        async with self._tx() as db:
+            conv_id = await self._conv_id(db, conversation)
+            row = None if conv_id is None else await self._open_row(db, conv_id)
+            if row is None:
+                return None
+            await db.execute(
+                "UPDATE sessions SET status = 'closed', closed_at = ?, close_reason = ? "
+                "WHERE id = ?",
+                (now, reason, row[0]),
+            )
+            row = await self._row(
+                db, f"SELECT {self._SESSION_COLS} FROM sessions WHERE id = ?", (row[0],)
+            )
+        return self._session_info(conversation, row)
+
+    async def get_session(self, session: SessionKey) -> SessionInfo | None:
+        """A session by key."""
+        async with self._read() as db:
+            found = await self._session_row(db, session)
+            row = (
+                None
+                if found is None
+                else await self._row(
+                    db, f"SELECT {self._SESSION_COLS} FROM sessions WHERE id = ?", (found[0],)
+                )
+            )
+        return None if row is None else self._session_info(session.conversation, row)
+
+    async def list_sessions(self, conversation: ConversationKey) -> list[SessionInfo]:
+        """All sessions, oldest first."""
+        async with self._read() as db:
+            conv_id = await self._conv_id(db, conversation)
+            rows = (
+                []
+                if conv_id is None
+                else await self._rows(
+                    db,
+                    f"SELECT {self._SESSION_COLS} FROM sessions WHERE conversation_id = ? "
+                    "ORDER BY session_no",
+                    (conv_id,),
+                )
+            )
+        return [self._session_info(conversation, r) for r in rows]
+
+    # -- session scope ------------------------------------------------------------------------
+
+    async def get_state(self, session: SessionKey, name: str) -> str | NotSet:
+        """A session-scoped value or NOT_SET."""
+        async with self._read() as db:
+            found = await self._session_row(db, session)
+            value = (
+                None
+                if found is None
+                else await self._scalar(
+                    db,
+                    "SELECT value FROM session_state WHERE session_id = ? AND key = ?",
+                    (found[0], name),
+                )
+            )
+        return NOT_SET if value is None else str(value)
+
+    async def set_state(self, session: SessionKey, name: str, value: str, now: float) -> None:
+        """Set a session-scoped value."""
+        async with self._tx() as db:
+            found = await self._session_row(db, session)
+            if found is None:
+                raise StoreError(f"unknown session {session}")
+            await db.execute(
+                "INSERT INTO session_state (session_id, key, value, updated_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (session_id, key) "
+                "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                (found[0], name, value, now),
+            )
+
+    async def delete_state(self, session: SessionKey, name: str | None = None) -> int:
+        """Delete one or all session-scoped values."""
+        async with self._tx() as db:
+            found = await self._session_row(db, session)
+            if found is None:
+                return 0
+            if name is None:
+                cur = await db.execute(
+                    "DELETE FROM session_state WHERE session_id = ?", (found[0],)
+                )
+            else:
+                cur = await db.execute(
+                    "DELETE FROM session_state WHERE session_id = ? AND key = ?",
+                    (found[0], name),
+                )
+            return int(cur.rowcount)
+
+    # -- user scope ---------------------------------------------------------------------------
+
+    async def get_user_memory(self, user: UserKey) -> str | NotSet:
+        """A user's memory record or NOT_SET."""
+        async with self._read() as db:
+            value = await self._scalar(
+                db,
+                "SELECT record FROM user_memory WHERE platform = ? AND user_id = ?",
+                (user.platform, user.user_id),
+            )
+        return NOT_SET if value is None else str(value)
+
+    async def set_user_memory(self, user: UserKey, record: str, now: float) -> None:
+        """Replace a user's memory record."""
+        async with self._tx() as db:
+            await db.execute(
+                "INSERT INTO user_memory (platform, user_id, record, updated_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (platform, user_id) "
+                "DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at",
+                (user.platform, user.user_id, record, now),
+            )
+
+    async def delete_user_memory(self, user: UserKey) -> bool:
+        """Erase a user's memory."""
+        async with self._tx() as db:
+            cur = await db.execute(
+                "DELETE FROM user_memory WHERE platform = ? AND user_id = ?",
+                (user.platform, user.user_id),
+            )
+            return cur.rowcount > 0
+
+    # -- messages and queue -------------------------------------------------------------------
+
+    async def ingest(
+        self,
+        inbound: Inbound,
+        now: float,
+        queue: QueuePolicy,
+        sessions: SessionPolicy | None = None,
+    ) -> IngestResult:
+        """Store, bump the version, arm the timer: one transaction."""
+        async with self._tx() as db:
+            conv_id = await self._conv_id(db, inbound.conversation, now)
+            assert conv_id is not None
+            if inbound.platform_message_id is not None:
+                dup = await self._row(
+                    db,
+                    "SELECT s.session_no FROM messages m JOIN sessions s ON s.id = m.session_id "
+                    "WHERE m.conversation_id = ? AND m.platform_message_id = ?",
+                    (conv_id, inbound.platform_message_id),
+                )
+                if dup is not None:
+                    version = await self._scalar(
+                        db, "SELECT version FROM conversations WHERE id = ?", (conv_id,)
+                    )
+                    timer = await self._scalar(
+                        db, "SELECT due_at FROM timers WHERE conversation_id = ?", (conv_id,)
+                    )
+                    return IngestResult(
+                        stored=False,
+                        message_id=None,
+                        session=SessionKey(inbound.conversation, int(dup[0])),
+                        version=int(version),
+                        due_at=None if timer is None else float(timer),
+                    )
+            sid, number = await self._ensure_open(db, conv_id, now, sessions)
+            version = int(
+                await self._scalar(
+                    db,
+                    "UPDATE conversations SET version = version + 1 WHERE id = ? RETURNING version",
+                    (conv_id,),
+                )
+            )
+            turn = int(
+                await self._scalar(
+                    db,
+                    "UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = ? "
+                    "WHERE id = ? RETURNING next_turn - 1",
+                    (now, sid),
+                )
+            )
+            cur = await db.execute(
+                "INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
+                "display_name, text, platform_message_id, is_private, version, pending, "
+                "created_at) VALUES (?, ?, ?, 'user', ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    conv_id,
+                    sid,
+                    turn,
+                    inbound.author_id,
+                    inbound.display_name,
+                    inbound.text,
+                    inbound.platform_message_id,
+                    int(inbound.is_private),
+                    version,
+                    int(inbound.triggers_reply),
+                    now,
+                ),
+            )
+            message_id = int(cur.lastrowid or 0)
+            due_at: float | None = None
+            if inbound.triggers_reply:
+                due_at = await self._arm(db, conv_id, now, queue, version)
+            else:
+                due = await self._scalar(
+                    db, "SELECT due_at FROM timers WHERE conversation_id = ?", (conv_id,)
+                )
+                due_at = None if due is None else float(due)
+        return IngestResult(
+            stored=True,
+            message_id=message_id,
+            session=SessionKey(inbound.conversation, number),
+            version=version,
+            due_at=due_at,
+        )
+
+    async def _arm(
+        self, db: aiosqlite.Connection, conv_id: int, now: float, queue: QueuePolicy, version: int
+    ) -> float:
+        first = await self._scalar(
+            db, "SELECT first_pending_at FROM timers WHERE conversation_id = ?", (conv_id,)
+        )
+        first_pending_at = now if first is None else float(first)
+        due_at = queue.due_at(now, first_pending_at)
+        await db.execute(
+            "INSERT INTO timers (conversation_id, due_at, first_pending_at, armed_version) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (conversation_id) DO UPDATE SET "
+            "due_at = excluded.due_at, armed_version = excluded.armed_version",
+            (conv_id, due_at, first_pending_at, version),
+        )
+        return due_at
+
+    async def conversation_version(self, conversation: ConversationKey) -> int:
+        """The version counter."""
+        async with self._read() as db:
+            conv_id = await self._conv_id(db, conversation)
+            if conv_id is None:
+                return 0
+            return int(
+                await self._scalar(db, "SELECT version FROM conversations WHERE id = ?", (conv_id,))
+            )
+
+    def _message(self, key: ConversationKey, row: Any) -> StoredMessage:
+        return StoredMessage(
+            id=int(row[0]),
+            session=SessionKey(key, int(row[1])),
+            turn=int(row[2]),
+            role=row[3],
+            author_id=row[4],
+            display_name=row[5],
+            text=row[6],
+            created_at=float(row[7]),
+            version=int(row[8]),
+            platform_message_id=row[9],
+            answered=row[3] == "user" and row[11] is not None,
+        )
+
+    async def history(
+        self, session: SessionKey, limit: int, before_turn: int | None = None
+    ) -> list[StoredMessage]:
+        """Last ``limit`` non-pending messages, oldest first."""
+        async with self._read() as db:
+            found = await self._session_row(db, session)
+            if found is None:
+                return []
+            rows = await self._rows(
+                db,
+                f"SELECT {_MSG_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                "WHERE m.session_id = ? AND m.pending = 0 AND m.turn < ? "
+                "ORDER BY m.turn DESC LIMIT ?",
+                (found[0], before_turn if before_turn is not None else 2**62, limit),
+            )
+        return [self._message(session.conversation, r) for r in reversed(rows)]
+
+    async def messages(self, session: SessionKey) -> list[StoredMessage]:
+        """Every message of a session."""
+        async with self._read() as db:
+            found = await self._session_row(db, session)
+            rows = (
+                []
+                if found is None
+                else await self._rows(
+                    db,
+                    f"SELECT {_MSG_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                    "WHERE m.session_id = ? ORDER BY m.turn",
+                    (found[0],),
+                )
+            )
+        return [self._message(session.conversation, r) for r in rows]
+
+    async def pending_turn(self, conversation: ConversationKey) -> Turn | None:
+        """Pending messages of the oldest session with some, plus v0, read together."""
+        async with self._read() as db:
+            conv_id = await self._conv_id(db, conversation)
+            if conv_id is None:
+                return None
+            # Read inside one transaction so v0 and the message set are consistent.
+            await db.execute("BEGIN")
+            try:
+                version = int(
+                    await self._scalar(
+                        db, "SELECT version FROM conversations WHERE id = ?", (conv_id,)
+                    )
+                )
+                first_session = await self._scalar(
+                    db,
+                    "SELECT MIN(session_id) FROM messages "
+                    "WHERE conversation_id = ? AND pending = 1",
+                    (conv_id,),
+                )
+                if first_session is None:
+                    return None
+                rows = await self._rows(
+                    db,
+                    f"SELECT {_MSG_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                    "WHERE m.session_id = ? AND m.pending = 1 AND m.version <= ? ORDER BY m.turn",
+                    (first_session, version),
+                )
+                first_pending = await self._scalar(
+                    db, "SELECT first_pending_at FROM timers WHERE conversation_id = ?", (conv_id,)
+                )
+            finally:
+                await db.execute("COMMIT")
+        messages = tuple(self._message(conversation, r) for r in rows)
+        started = messages[0].created_at if messages else 0.0
+        return Turn(
+            session=messages[0].session,
+            version=version,
+            messages=messages,
+            first_pending_at=started if first_pending is None else float(first_pending),
+        )
+
+    def _timer(self, row: Any) -> DueTimer:
+        return DueTimer(
+            conversation=_conv_key(row[0], row[1], row[2], row[3]),
+            due_at=float(row[4]),
+            first_pending_at=float(row[5]),
+            armed_version=int(row[6]),
+        )
+
+    _TIMER_SELECT = (
+        "SELECT c.bot, c.platform, c.chat_id, c.thread_id, t.due_at, t.first_pending_at, "
+        "t.armed_version FROM timers t JOIN conversations c ON c.id = t.conversation_id "
+    )
+
+    @staticmethod
+    def _bots_filter(bots: Sequence[str] | None) -> tuple[str, list[str]]:
+        if bots is None:
+            return "", []
+        return f" AND c.bot IN ({','.join('?' * len(bots))})", list(bots)
+
+    async def due_timers(
+        self, now: float, limit: int = 100, bots: Sequence[str] | None = None
+    ) -> list[DueTimer]:
+        """Due timers, earliest first."""
+        where, args = self._bots_filter(bots)
+        async with self._read() as db:
+            rows = await self._rows(
+                db,
+                self._TIMER_SELECT + f"WHERE t.due_at <= ?{where} ORDER BY t.due_at LIMIT ?",
+                (now, *args, limit),
+            )
+        return [self._timer(r) for r in rows]
+
+    async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:
+        """Earliest due time."""
+        where, args = self._bots_filter(bots)
+        async with self._read() as db:
+            value = await self._scalar(
+                db,
+                "SELECT MIN(t.due_at) FROM timers t JOIN conversations c "
+                f"ON c.id = t.conversation_id WHERE 1 = 1{where}",
+                args,
+            )
+        return None if value is None else float(value)
+
+    async def timer(self, conversation: ConversationKey) -> DueTimer | None:
+        """The conversation's timer."""
+        async with self._read() as db:
+            conv_id = await self._conv_id(db, conversation)
+            row = (
+                None
+                if conv_id is None
+                else await self._row(
+                    db, self._TIMER_SELECT + "WHERE t.conversation_id = ?", (conv_id,)
+                )
+            )
+        return None if row is None else self._timer(row)
+
+    async def rearm_timer(self, conversation: ConversationKey, due_at: float) -> None:
+        """Move (or arm) the conversation's timer."""
+        async with self._tx() as db:
+            conv_id = await self._conv_id(db, conversation)
+            if conv_id is None:
+                return
+            version = await self._scalar(
+                db, "SELECT version FROM conversations WHERE id = ?", (conv_id,)
+            )
+            await db.execute(
+                "INSERT INTO timers (conversation_id, due_at, first_pending_at, armed_version) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (conversation_id) DO UPDATE SET "
+                "due_at = excluded.due_at",
+                (conv_id, due_at, due_at, version),
+            )
+
+    async def clear_timer(self, conversation: ConversationKey, armed_version: int) -> bool:
+        """Remove the timer unless newer input re-armed it."""
+        async with self._tx() as db:
+            conv_id = await self._conv_id(db, conversation)
+            if conv_id is None:
+                return False
+            cur = await db.execute(
+                "DELETE FROM timers WHERE conversation_id = ? AND armed_version <= ?",
+                (conv_id, armed_version),
+            )
+            return cur.rowcount > 0
+
+    # -- leases -------------------------------------------------------------------------------
+
+    async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
+        """CAS: succeeds only if the lease is free or expired; the token always grows."""
+        async with self._tx() as db:
+            row = await self._row(
+                db,
+                "INSERT INTO leases (name, holder, token, expires_at) VALUES (?, ?, 1, ?) "
+                "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
+                "token = leases.token + 1, expires_at = excluded.expires_at "
+                "WHERE leases.expires_at <= ? RETURNING token, expires_at",
+                (name, holder, now + ttl, now),
+            )
+        if row is None:
+            return None
+        return Lease(name=name, holder=holder, token=int(row[0]), expires_at=float(row[1]))
+
+    async def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease | None:
+        """Extend a lease still held under the same token."""
+        async with self._tx() as db:
+            row = await self._row(
+                db,
+                "UPDATE leases SET expires_at = ? WHERE name = ? AND token = ? AND holder = ? "
+                "RETURNING expires_at",
+                (now + ttl, lease.name, lease.token, lease.holder),
+            )
+        if row is None:
+            return None
+        return Lease(lease.name, lease.holder, lease.token, float(row[0]))
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Free the lease if still ours."""
+        async with self._tx() as db:
+            await db.execute(
+                "UPDATE leases SET expires_at = 0 WHERE name = ? AND token = ? AND holder = ?",
+                (lease.name, lease.token, lease.holder),
+            )
+
+    # -- final check --------------------------------------------------------------------------
+
+    async def finish_turn(
+        self, turn: Turn, lease: Lease, reply: str, now: float, queue: QueuePolicy
+    ) -> FinishResult:
+        """Fencing check, version check, then record reply + outbox atomically."""
+        key = turn.session.conversation
+        async with self._tx() as db:
+            token = await self._scalar(db, "SELECT token FROM leases WHERE name = ?", (lease.name,))
+            conv_id = await self._conv_id(db, key)
+            found = await self._session_row(db, turn.session)
+            if token != lease.token or conv_id is None or found is None:
+                return FinishResult("fenced")
+            sid = found[0]
+            version = int(
+                await self._scalar(db, "SELECT version FROM conversations WHERE id = ?", (conv_id,))
+            )
+            newer = await self._scalar(
+                db,
+                "SELECT COUNT(*) FROM messages WHERE session_id = ? AND pending = 1 "
+                "AND version > ?",
+                (sid, turn.version),
+            )
+            cap_passed = now >= turn.first_pending_at + queue.max_wait
+            if newer and not cap_passed:
+                # Newer input joined this session while we generated: the timer it armed
+                # stays; the next attempt will cover everything.
+                return FinishResult("discarded", current_version=version)
+            reply_turn = int(
+                await self._scalar(
+                    db,
+                    "UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = ? "
+                    "WHERE id = ? RETURNING next_turn - 1",
+                    (now, sid),
+                )
+            )
+            cur = await db.execute(
+                "INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
+                "display_name, text, version, pending, created_at) "
+                "VALUES (?, ?, ?, 'assistant', 'assistant', '', ?, ?, 0, ?)",
+                (conv_id, sid, reply_turn, reply, turn.version, now),
+            )
+            reply_id = int(cur.lastrowid or 0)
+            ids = [m.id for m in turn.messages]
+            marks = ",".join("?" * len(ids))
+            await db.execute(
+                f"UPDATE messages SET pending = 0, answered_by = ? WHERE id IN ({marks})",
+                (reply_id, *ids),
+            )
+            reply_to = turn.messages[-1].platform_message_id if turn.messages else None
+            cur = await db.execute(
+                "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
+                "reply_to, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (conv_id, sid, reply_id, reply, reply_to, now),
+            )
+            outbox_id = int(cur.lastrowid or 0)
+            await self._settle_timer(db, conv_id, turn.version, now, queue)
+        item = OutboxItem(
+            id=outbox_id,
+            conversation=key,
+            session=turn.session,
+            text=reply,
+            reply_message_id=reply_id,
+            created_at=now,
+            reply_to_platform_message_id=reply_to,
+        )
+        return FinishResult("recorded", outbox=item, current_version=version)
+
+    async def _settle_timer(
+        self, db: aiosqlite.Connection, conv_id: int, v0: int, now: float, queue: QueuePolicy
+    ) -> None:
+        """After a recorded turn, the timer reflects what is still pending.
+
+        Nothing pending: drop the timer unless input newer than v0 armed it. Something
+        pending (newer input, or messages of a newer session): the timer restarts from those
+        messages' own times, so a new burst gets its own debounce and its own hard cap.
+        """
+        remaining = await self._row(
+            db,
+            "SELECT MIN(created_at), MAX(created_at), MAX(version) FROM messages "
+            "WHERE conversation_id = ? AND pending = 1",
+            (conv_id,),
+        )
+        if remaining is None or remaining[0] is None:
+            await db.execute(
+                "DELETE FROM timers WHERE conversation_id = ? AND armed_version <= ?",
+                (conv_id, v0),
+            )
+            return
+        first, last = float(remaining[0]), float(remaining[1])
+        await db.execute(
+            "INSERT INTO timers (conversation_id, due_at, first_pending_at, armed_version) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (conversation_id) DO UPDATE SET "
+            "due_at = excluded.due_at, first_pending_at = excluded.first_pending_at, "
+            "armed_version = MAX(timers.armed_version, excluded.armed_version)",
+            (conv_id, queue.due_at(last, first), first, int(remaining[2])),
+        )
+
+    # -- outbox -------------------------------------------------------------------------------
+
+    def _outbox(self, row: Any) -> OutboxItem:
+        key = _conv_key(row[1], row[2], row[3], row[4])
+        return OutboxItem(
+            id=int(row[0]),
+            conversation=key,
+            session=SessionKey(key, int(row[5])),
+            text=row[6],
+            reply_message_id=int(row[7]),
+            created_at=float(row[8]),
+            attempts=int(row[9]),
+            reply_to_platform_message_id=row[10],
+        )
+
+    _OUTBOX_SELECT = (
+        f"SELECT {_OUTBOX_COLS} FROM outbox o JOIN conversations c ON c.id = o.conversation_id "
+        "JOIN sessions s ON s.id = o.session_id "
+    )
+
+    async def begin_send(self, item: OutboxItem, now: float) -> bool:
+        """CAS on the attempt count."""
+        async with self._tx() as db:
+            cur = await db.execute(
+                "UPDATE outbox SET attempts = attempts + 1, attempted_at = ? "
+                "WHERE id = ? AND status = 'pending' AND attempts = ?",
+                (now, item.id, item.attempts),
+            )
+            return cur.rowcount == 1
+
+    async def unsent_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
+        """Never-attempted rows."""
+        async with self._read() as db:
+            rows = await self._rows(
+                db,
+                self._OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts = 0 "
+                "AND o.created_at <= ? ORDER BY o.id LIMIT ?",
+                (older_than, limit),
+            )
+        return [self._outbox(r) for r in rows]
+
+    async def uncertain_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
+        """Attempted but unconfirmed rows."""
+        async with self._read() as db:
+            rows = await self._rows(
+                db,
+                self._OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts > 0 "
+                "AND o.attempted_at <= ? ORDER BY o.id LIMIT ?",
+                (older_than, limit),
+            )
+        return [self._outbox(r) for r in rows]
+
+    async def mark_sent(self, outbox_id: int, now: float) -> None:
+        """Confirm delivery."""
+        async with self._tx() as db:
+            await db.execute(
+                "UPDATE outbox SET status = 'sent', finished_at = ? WHERE id = ?",
+                (now, outbox_id),
+            )
+
+    async def mark_failed(self, outbox_id: int, now: float, reason: str) -> None:
+        """Give up on a row."""
+        async with self._tx() as db:
+            await db.execute(
+                "UPDATE outbox SET status = 'failed', finished_at = ?, failure = ? WHERE id = ?",
+                (now, reason[:500], outbox_id),
+            )
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration script into statements (no semicolons inside our DDL strings)."""
+    body = "\n".join(line.split("--", 1)[0] for line in script.splitlines())
+    return [s.strip() for s in body.split(";") if s.strip()]
