@@ -89,7 +89,7 @@ class PersonaSettings(_Section):
     name: str = Field(min_length=1)
     system: str = Field(min_length=1)
     first_message: list[str] = Field(min_length=1)
-    model: str = "claude-sonnet-4-5"
+    model: str = "claude-sonnet-5-5"
     max_tokens: int = Field(default=1024, ge=1, le=64000)
     temperature: float | None = Field(default=None, ge=0, le=1)
     memory: MemorySettings | None = None

@@ -46,6 +46,11 @@ class BaseStore(abc.ABC):
     ) -> None:
         await self.aclose()
 
+    @property
+    @abc.abstractmethod
+    def in_flight(self) -> int:
+        """Store operations running or queued in this process right now."""
+
     @abc.abstractmethod
     async def open(self) -> None:
         """Connect and apply pending schema migrations."""

@@ -81,6 +81,7 @@ class SQLiteStore(BaseStore):
         # One connection serves every coroutine of this process; the lock keeps their
         # transactions from interleaving on it.
         self._lock = asyncio.Lock()
+        self._in_flight = 0
 
     @property
     def path(self) -> str:
@@ -116,8 +117,22 @@ class SQLiteStore(BaseStore):
             raise StoreError("store is not open")
         return self._db
 
+    @property
+    def in_flight(self) -> int:
+        """Operations running or waiting for the connection (for drains and tests)."""
+        return self._in_flight
+
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
+        self._in_flight += 1
+        try:
+            async with self._locked_tx() as db:
+                yield db
+        finally:
+            self._in_flight -= 1
+
+    @asynccontextmanager
+    async def _locked_tx(self) -> AsyncIterator[aiosqlite.Connection]:
         async with self._lock:
             db = self._conn
             try:
@@ -134,8 +149,12 @@ class SQLiteStore(BaseStore):
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
-        async with self._lock:
-            yield self._conn
+        self._in_flight += 1
+        try:
+            async with self._lock:
+                yield self._conn
+        finally:
+            self._in_flight -= 1
 
     async def _migrate(self) -> None:
         async with self._tx() as db:

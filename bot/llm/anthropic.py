@@ -1,0 +1,186 @@
+"""Claude through Anthropic's Messages API (the official ``anthropic`` SDK).
+
+SDK objects and exceptions stay inside this module: callers get a ModelResult, or one of
+ModelUnavailable / RateLimited / ModelRejected translated once, here, with ``raise ... from``.
+The SDK does its own retries (``max_retries``, honouring ``retry-after``); what reaches us is
+the final failure.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import time
+
+import anthropic
+from anthropic.types import (
+    AssistantMessageParam,
+    MessageParam,
+    TextBlockParam,
+    UserMessageParam,
+)
+from anthropic.types import TextBlock as SDKTextBlock
+
+from bot.errors import ConfigError, ModelError, ModelRejected, ModelUnavailable, RateLimited
+from bot.llm.base import BaseLLM, ChatMessage, ModelRequest, ModelResult, TextBlock, Usage
+
+__all__ = ["AnthropicLLM"]
+
+log = logging.getLogger("personabot.llm")
+
+_MAX_DETAIL = 500
+
+
+def _blocks(blocks: tuple[TextBlock, ...]) -> list[TextBlockParam]:
+    out: list[TextBlockParam] = []
+    for block in blocks:
+        param: TextBlockParam = {"type": "text", "text": block.text}
+        if block.cache:
+            param["cache_control"] = {"type": "ephemeral"}
+        out.append(param)
+    return out
+
+
+def _message(message: ChatMessage) -> MessageParam:
+    content = _blocks(message.blocks)
+    if message.role == "user":
+        return UserMessageParam(role="user", content=content)
+    return AssistantMessageParam(role="assistant", content=content)
+
+
+def _retry_after(exc: anthropic.APIStatusError) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date), else None."""
+    values = exc.response.headers
+    try:
+        return max(0.0, float(values["retry-after-ms"]) / 1000)
+    except (KeyError, ValueError):
+        pass
+    raw = values.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        parsed = email.utils.parsedate_tz(raw)
+        return None if parsed is None else max(0.0, email.utils.mktime_tz(parsed) - time.time())
+
+
+class AnthropicLLM(BaseLLM):
+    """Claude via ``anthropic.AsyncAnthropic``.
+
+    ``base_url=None`` lets the SDK choose (``ANTHROPIC_BASE_URL``, else the public API).
+    ``ModelRequest.temperature`` is not sent: SDK 2.x speaks API version 2026-10-21, which
+    rejects every sampling parameter; a non-None value is logged (once) and ignored.
+    """
+
+    name = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        timeout_seconds: float = 60.0,
+        max_retries: int = 2,
+    ) -> None:
+        if not api_key.strip():
+            raise ConfigError(["anthropic.api_key: empty API key (set ANTHROPIC_API_KEY)"])
+        self._api_key = api_key
+        self._timeout = timeout_seconds
+        self._warned_temperature = False
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, timeout=timeout_seconds, max_retries=max_retries
+        )
+
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        if request.temperature is not None and not self._warned_temperature:
+            # SDK 2.x sends anthropic-version 2026-10-21, which has no sampling parameters:
+            # the SDK dropped `temperature` and the API answers 400 to any value of it.
+            self._warned_temperature = True
+            log.warning(
+                "anthropic: ignoring temperature=%s (not supported by the API)", request.temperature
+            )
+        system = _blocks(request.system)
+        messages = [_message(m) for m in request.messages]
+        log.debug(
+            "anthropic request: model=%s layers=%s system_blocks=%d messages=%d",
+            request.model,
+            ",".join(request.layers) or "-",
+            len(system),
+            len(messages),
+        )
+        try:
+            response = await self._client.messages.create(
+                model=request.model,
+                max_tokens=request.max_tokens,
+                messages=messages,
+                system=system if system else anthropic.omit,
+            )
+        except anthropic.AnthropicError as exc:
+            error = self._translate(exc)
+            log.warning("anthropic call failed: %s", error)
+            raise error from exc
+
+        raw = response.usage
+        usage = Usage(
+            input_tokens=raw.input_tokens or 0,
+            output_tokens=raw.output_tokens or 0,
+            cache_creation_input_tokens=raw.cache_creation_input_tokens or 0,
+            cache_read_input_tokens=raw.cache_read_input_tokens or 0,
+        )
+        text = "".join(b.text for b in response.content if isinstance(b, SDKTextBlock))
+        log.debug(
+            "anthropic reply: model=%s stop=%s in=%d out=%d cache_write=%d cache_read=%d",
+            response.model,
+            response.stop_reason,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+        )
+        return ModelResult(
+            text=text, usage=usage, model=str(response.model), stop_reason=response.stop_reason
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def _translate(self, exc: anthropic.AnthropicError) -> ModelError:
+        """Map an SDK exception onto the personabot error tree."""
+        if isinstance(exc, anthropic.APITimeoutError):
+            return ModelUnavailable(f"Claude did not answer within {self._timeout:g} s (timeout)")
+        if isinstance(exc, anthropic.APIConnectionError):
+            cause = type(exc.__cause__).__name__ if exc.__cause__ else "connection error"
+            where = f"{exc.request.url.host}:{exc.request.url.port or ''}".rstrip(":")
+            return ModelUnavailable(f"Could not connect to Claude at {where} ({cause})")
+        if not isinstance(exc, anthropic.APIStatusError):
+            return ModelUnavailable(self._redact(f"Claude call failed: {type(exc).__name__}"))
+
+        status = exc.status_code
+        kind = "/".join(k for k in (exc.type, exc.error_code) if k) or "error"
+        detail = exc.api_message or (str(exc.body) if exc.body else type(exc).__name__)
+        detail = self._redact(detail[:_MAX_DETAIL])
+        head = f"({status} {kind}): {detail}"
+        if isinstance(exc, anthropic.RateLimitError) or status == 429:
+            retry_after = _retry_after(exc)
+            hint = f"; retry after {retry_after:g} s" if retry_after is not None else ""
+            msg = f"Claude rate-limited the request {head}{hint}"
+            return RateLimited(msg, status=status, retry_after=retry_after)
+        if status == 529:
+            return ModelUnavailable(f"Claude is overloaded {head}", status=status)
+        if status in (408, 504):  # 408 is a timeout too: transient, unlike other 4xx
+            return ModelUnavailable(f"Claude timed out {head}", status=status)
+        if status >= 500:
+            return ModelUnavailable(f"Claude had a server error {head}", status=status)
+        if status == 401:
+            return ModelRejected(
+                f"Claude authentication failed (401): check ANTHROPIC_API_KEY ({detail})",
+                status=status,
+            )
+        if status == 403:
+            return ModelRejected(f"Claude denied permission {head}", status=status)
+        return ModelRejected(f"Claude rejected the request {head}", status=status)
+
+    def _redact(self, text: str) -> str:
+        """Belt and braces: the provider's text must never echo our key back."""
+        return text.replace(self._api_key, "[redacted]")

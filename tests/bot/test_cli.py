@@ -1,0 +1,129 @@
+"""The personabot command line, run as a real process the way an operator runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.messages_api import FakeMessagesAPI
+
+SECRET = "sk-ant-test-Zm9vYmFyYmF6cXV4-very-secret"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PERSONABOT_"))}
+    env.update(extra)
+    return env
+
+
+async def _run(
+    args: list[str], cwd: Path, stdin: str = "", env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        *args,
+        cwd=cwd,
+        env=env or _env(),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout=50)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_piped_chat_answers_twice_in_two_sessions(tmp_path: Path) -> None:
+    """The acceptance line: hello, /new, again -> two replies; one conversation, two sessions."""
+    code, out, err = await _run(["chat"], tmp_path, "hello\n/new\nagain\n")
+    assert code == 0, err
+    assert "using the offline model" in out
+    replies = [line for line in out.splitlines() if line.startswith("Mira: [offline model]")]
+    assert replies == [
+        "Mira: [offline model] You said: hello",
+        "Mira: [offline model] You said: again",
+    ]
+    assert "Traceback" not in err
+    db = sqlite3.connect(tmp_path / "personabot.sqlite3")
+    assert db.execute("SELECT COUNT(*) FROM conversations").fetchone() == (1,)
+    sessions = db.execute("SELECT session_no, status FROM sessions ORDER BY session_no").fetchall()
+    assert sessions == [(1, "closed"), (2, "open")]
+    by_session = db.execute(
+        "SELECT s.session_no, m.role, m.text FROM messages m "
+        "JOIN sessions s ON s.id = m.session_id ORDER BY s.session_no, m.turn"
+    ).fetchall()
+    db.close()
+    assert [(n, role) for n, role, _ in by_session] == [
+        (1, "user"),
+        (1, "assistant"),
+        (2, "user"),
+        (2, "assistant"),
+    ]
+
+
+async def test_chat_remembers_the_session_across_restarts(tmp_path: Path) -> None:
+    """A second run continues the same session: the window carries the first run's messages."""
+    await _run(["chat"], tmp_path, "my name is Ada\n")
+    code, out, _ = await _run(["chat"], tmp_path, "what is my name?\n")
+    assert code == 0
+    assert "2 earlier messages in the window" in out
+
+
+async def test_config_check_summarises(tmp_path: Path) -> None:
+    code, out, _ = await _run(["config", "check"], tmp_path)
+    assert code == 0
+    assert "configuration OK" in out and "companion: Mira" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[storage]\nurll = 1\n", "storage.urll: unknown key (did you mean 'url'?)"),
+        ('[[bots]]\nplatform = "discord"\npersona = "nobody"\n', "bots[0].persona: no persona"),
+        ("{ not toml", "not valid TOML"),
+    ],
+)
+async def test_bad_config_is_one_line_without_traceback(
+    tmp_path: Path, text: str, needle: str
+) -> None:
+    (tmp_path / "bad.toml").write_text(text)
+    code, _out, err = await _run(["config", "check", "--config", "bad.toml"], tmp_path)
+    assert code == 2
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+async def test_run_without_api_key_fails_clearly(tmp_path: Path) -> None:
+    code, _, err = await _run(["run"], tmp_path)
+    assert code == 2
+    assert "ANTHROPIC_API_KEY: not set" in err
+
+
+async def test_secret_never_reaches_output_or_store(tmp_path: Path) -> None:
+    """Claude rejects the key; the error is logged loudly but the key appears nowhere."""
+    async with FakeMessagesAPI() as api:
+        api.fail_next(status=401, message=f"invalid x-api-key {SECRET}", times=5)
+        env = _env(
+            ANTHROPIC_API_KEY=SECRET,
+            PERSONABOT_LLM__BASE_URL=api.base_url,
+            PERSONABOT_LLM__MAX_RETRIES="0",
+            PERSONABOT_LOGGING__LEVEL="DEBUG",
+            PERSONABOT_QUEUE__DEBOUNCE_SECONDS="0.1",
+        )
+        code, out, err = await _run(["chat"], tmp_path, "hello\n", env=env)
+        assert api.call_count >= 1
+        assert api.requests[0].api_key == SECRET  # it was really used
+    assert code == 0
+    assert "authentication failed" in err.lower()
+    assert SECRET not in out and SECRET not in err
+    assert SECRET[:20] not in err
+    for path in tmp_path.iterdir():
+        assert SECRET.encode() not in path.read_bytes()

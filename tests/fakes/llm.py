@@ -1,0 +1,75 @@
+"""Test doubles for the model interface (real implementations of BaseLLM, no mocks)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+
+from bot.clock import Clock
+from bot.llm.base import BaseLLM, ModelRequest, ModelResult, Usage
+
+
+class GatedLLM(BaseLLM):
+    """Counts calls and blocks each one until the test opens its gate (or for a clock delay).
+
+    ``generation`` seconds on ``clock`` model a slow model without real sleeping; with
+    ``gated=True`` every call also waits for :meth:`release`.
+    """
+
+    name = "gated"
+
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        generation: float = 0.0,
+        gated: bool = False,
+        answer: Callable[[ModelRequest], str] | None = None,
+    ) -> None:
+        self._clock = clock
+        self._generation = generation
+        self._gated = gated
+        self._answer = answer or (lambda r: f"reply to: {r.messages[-1].text}")
+        self.requests: list[ModelRequest] = []
+        self.started = asyncio.Event()
+        self._gates: list[asyncio.Event] = []
+
+    @property
+    def calls(self) -> int:
+        """Model calls made so far."""
+        return len(self.requests)
+
+    def last_input(self, index: int = -1) -> str:
+        """The new-turn text of a call."""
+        return self.requests[index].messages[-1].text
+
+    def release(self, index: int | None = None) -> None:
+        """Let call ``index`` (default: every waiting call) finish."""
+        gates = self._gates if index is None else [self._gates[index]]
+        for gate in gates:
+            gate.set()
+
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        """Record the request, wait as configured, answer."""
+        self.requests.append(request)
+        gate = asyncio.Event()
+        self._gates.append(gate)
+        self.started.set()
+        if self._generation and self._clock is not None:
+            await self._clock.sleep(self._generation)
+        if self._gated:
+            await gate.wait()
+        return ModelResult(self._answer(request), Usage(10, 5), "gated")
+
+
+_CHOICE = re.compile(r"I pick the (\w+) mug")
+
+
+def mug_oracle(request: ModelRequest) -> str:
+    """Answers 'which mug?' from the prompt alone: the last choice stated in the messages."""
+    text = "\n".join(m.text for m in request.messages)
+    if "which mug" not in request.messages[-1].text:
+        return "noted"
+    choices = _CHOICE.findall(text)
+    return f"you picked the {choices[-1]} mug" if choices else "you have not picked a mug"

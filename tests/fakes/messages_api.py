@@ -1,0 +1,389 @@
+"""A small, scriptable fake of Anthropic's Messages API for tests.
+
+It is a real HTTP server (aiohttp, on ``127.0.0.1`` and a free port), so tests drive the real
+``anthropic`` SDK through it: retries, headers, error parsing and timeouts all happen for real.
+
+::
+
+    async with FakeMessagesAPI() as api:
+        llm = AnthropicLLM(api_key="sk-test", base_url=api.base_url)
+        api.fail_next(status=429, retry_after_ms=10)       # first call: rate limited
+        api.reply_text = "hello"                           # then: a normal reply
+        result = await llm.complete(request)
+        assert api.call_count == 2
+        body = api.requests[-1].body                       # the JSON the SDK sent
+        assert api.requests[-1].cache_breakpoints == [("system", 0)]
+
+Behaviour of ``POST /v1/messages``:
+
+* Every call is recorded in :attr:`FakeMessagesAPI.requests` (headers and JSON body), failures
+  included, in arrival order; :attr:`FakeMessagesAPI.call_count` counts them.
+* If the request carries no API key (neither ``x-api-key`` nor ``Authorization: Bearer ...``),
+  it is answered ``401 authentication_error`` (set ``require_api_key = False`` to disable).
+  Note that SDK 2.x sends the key as ``Authorization: Bearer``, not ``x-api-key``; read it
+  with :attr:`RecordedRequest.api_key`.
+* Like the real API at ``anthropic-version: 2026-10-21`` (what SDK 2.x sends), a body with
+  ``temperature``, ``top_p`` or ``top_k`` is answered ``400 invalid_request_error``
+  (set ``reject_sampling_params = False`` to disable).
+* Otherwise the next scripted outcome is popped from a FIFO queue (:meth:`fail_next`,
+  :meth:`reply_next`); with an empty queue the default reply is sent: one text block with
+  :attr:`reply_text` (or, when that is None, an echo of the last user message's text),
+  ``stop_reason`` :attr:`stop_reason`, and :attr:`usage`.
+* :attr:`latency` seconds (``asyncio.sleep``) are waited before every answer.
+
+Errors use Anthropic's error shape: ``{"type": "error", "error": {"type": ..., "message": ...}}``
+plus a ``request-id`` header. Any other path answers ``404 not_found_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+__all__ = [
+    "DEFAULT_ERROR_TYPES",
+    "CannedError",
+    "CannedReply",
+    "FakeMessagesAPI",
+    "RecordedRequest",
+]
+
+#: The ``error.type`` Anthropic uses for each status, used when ``fail_next`` gets none.
+DEFAULT_ERROR_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+_SAMPLING_PARAMS = frozenset({"temperature", "top_p", "top_k"})
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """One request the fake received. ``headers`` keys are lower-case."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+    @property
+    def api_key(self) -> str | None:
+        """The credential sent, from ``x-api-key`` or ``Authorization: Bearer``."""
+        if key := self.headers.get("x-api-key"):
+            return key
+        auth = self.headers.get("authorization", "")
+        if not auth.startswith("Bearer "):
+            return None
+        return auth.removeprefix("Bearer ").strip() or None
+
+    @property
+    def api_version(self) -> str:
+        """The ``anthropic-version`` header ("" when absent)."""
+        return self.headers.get("anthropic-version", "")
+
+    @property
+    def system_blocks(self) -> list[dict[str, Any]]:
+        """The ``system`` field as a list of content blocks (a plain string becomes one block)."""
+        return _as_blocks(self.body.get("system", []))
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The ``messages`` field, each ``content`` normalised to a list of blocks."""
+        messages = self.body.get("messages", [])
+        return [{**m, "content": _as_blocks(m.get("content", []))} for m in messages]
+
+    @property
+    def cache_breakpoints(self) -> list[tuple[Any, ...]]:
+        """Where ``cache_control`` is set, in prompt order.
+
+        ``("system", i)`` for the i-th system block, ``("messages", m, b)`` for block ``b`` of
+        message ``m``, and ``("request",)`` for a top-level ``cache_control``.
+        """
+        points: list[tuple[Any, ...]] = []
+        if "cache_control" in self.body:
+            points.append(("request",))
+        points.extend(
+            ("system", i) for i, b in enumerate(self.system_blocks) if "cache_control" in b
+        )
+        for m, message in enumerate(self.messages):
+            points.extend(
+                ("messages", m, b)
+                for b, block in enumerate(message["content"])
+                if "cache_control" in block
+            )
+        return points
+
+    @property
+    def last_user_text(self) -> str:
+        """The text of the last ``user`` message (text blocks joined by a blank line)."""
+        for message in reversed(self.messages):
+            if message.get("role") == "user":
+                return "\n\n".join(
+                    b.get("text", "") for b in message["content"] if b.get("type") == "text"
+                )
+        return ""
+
+
+@dataclass(frozen=True, slots=True)
+class CannedError:
+    """A scripted error answer (see :meth:`FakeMessagesAPI.fail_next`)."""
+
+    status: int
+    error_type: str
+    message: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CannedReply:
+    """A scripted successful answer (see :meth:`FakeMessagesAPI.reply_next`)."""
+
+    text: str | None = None
+    usage: dict[str, int | None] | None = None
+    stop_reason: str | None = None
+    model: str | None = None
+    content: list[dict[str, Any]] | None = None
+
+
+def _as_blocks(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [dict(b) for b in content]
+
+
+class FakeMessagesAPI:
+    """A local Messages API server; use as ``async with FakeMessagesAPI() as api``.
+
+    Attributes you may set at any time:
+
+    * ``reply_text``: text of default replies; None (default) echoes the last user message.
+    * ``usage``: the ``usage`` object of replies (missing keys count as 0; ``reply_next``
+      may override single keys).
+    * ``stop_reason``: of default replies, ``"end_turn"``.
+    * ``latency``: seconds to wait before answering any request, 0 by default.
+    * ``require_api_key``: answer 401 when no API key header is present, True by default.
+    * ``reject_sampling_params``: answer 400 to sampling parameters, True by default.
+    """
+
+    def __init__(
+        self,
+        *,
+        reply_text: str | None = None,
+        usage: Mapping[str, int | None] | None = None,
+        latency: float = 0.0,
+        shutdown_timeout: float = 0.5,
+    ) -> None:
+        self.reply_text = reply_text
+        self.usage: dict[str, int | None] = dict(
+            usage
+            or {
+                "input_tokens": 10,
+                "output_tokens": 5,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            }
+        )
+        self.stop_reason = "end_turn"
+        self.latency = latency
+        self.require_api_key = True
+        self.reject_sampling_params = True
+        self.requests: list[RecordedRequest] = []
+        self._script: deque[CannedError | CannedReply] = deque()
+        self._ids = itertools.count(1)
+        self._shutdown_timeout = shutdown_timeout
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+
+    # ----------------------------------------------------------------- scripting
+
+    def fail_next(
+        self,
+        *,
+        status: int,
+        error_type: str | None = None,
+        message: str | None = None,
+        retry_after: float | str | None = None,
+        retry_after_ms: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        times: int = 1,
+    ) -> None:
+        """Queue ``times`` error answers with ``status``.
+
+        ``error_type`` defaults from :data:`DEFAULT_ERROR_TYPES` (``api_error`` otherwise);
+        ``retry_after`` / ``retry_after_ms`` set the ``retry-after`` / ``retry-after-ms``
+        headers (the SDK waits that long before retrying, so keep them small); ``headers``
+        adds any other header, e.g. ``{"x-should-retry": "false"}``.
+        """
+        extra = dict(headers or {})
+        if retry_after is not None:
+            extra["retry-after"] = str(retry_after)
+        if retry_after_ms is not None:
+            extra["retry-after-ms"] = str(retry_after_ms)
+        kind = error_type or DEFAULT_ERROR_TYPES.get(status, "api_error")
+        canned = CannedError(status, kind, message or f"fake {kind} ({status})", extra)
+        self._script.extend([canned] * times)
+
+    def reply_next(
+        self,
+        text: str | None = None,
+        *,
+        usage: Mapping[str, int | None] | None = None,
+        stop_reason: str | None = None,
+        model: str | None = None,
+        content: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """Queue one successful answer; unset fields fall back to the defaults.
+
+        ``usage`` keys override the default usage one by one (a value may be None, as the API
+        sends for absent cache counts); ``content`` replaces the whole ``content`` array with raw
+        blocks (e.g. several text blocks, or a thinking block), and then ``text`` is ignored.
+        """
+        self._script.append(
+            CannedReply(text, dict(usage) if usage else None, stop_reason, model, content)
+        )
+
+    # ---------------------------------------------------------------- inspection
+
+    @property
+    def call_count(self) -> int:
+        """How many ``POST /v1/messages`` calls arrived (failed ones included)."""
+        return sum(1 for r in self.requests if r.method == "POST" and r.path == "/v1/messages")
+
+    @property
+    def last_request(self) -> RecordedRequest:
+        """The most recent request (raises IndexError when there was none)."""
+        return self.requests[-1]
+
+    @property
+    def pending(self) -> int:
+        """Scripted answers not consumed yet."""
+        return len(self._script)
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("FakeMessagesAPI is not running; use `async with`")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """Pass this as the SDK's ``base_url`` (it appends ``/v1/messages`` itself)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/messages", self._handle_messages)
+        app.router.add_route("*", "/{tail:.*}", self._handle_unknown)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=self._shutdown_timeout)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = int(self._runner.addresses[0][1])
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+            self._port = None
+
+    async def __aenter__(self) -> FakeMessagesAPI:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ handlers
+
+    async def _record(self, request: web.Request) -> RecordedRequest:
+        raw = await request.read()
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = {"_raw": raw.decode("utf-8", "replace")}
+        recorded = RecordedRequest(
+            method=request.method,
+            path=request.path,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            body=body if isinstance(body, dict) else {"_json": body},
+        )
+        self.requests.append(recorded)
+        return recorded
+
+    def _error(self, canned: CannedError) -> web.Response:
+        payload = {"type": "error", "error": {"type": canned.error_type, "message": canned.message}}
+        headers = {"request-id": f"req_fake_{next(self._ids)}", **canned.headers}
+        return web.json_response(payload, status=canned.status, headers=headers)
+
+    async def _handle_unknown(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return self._error(
+            CannedError(404, "not_found_error", f"{request.method} {request.path} not found")
+        )
+
+    async def _handle_messages(self, request: web.Request) -> web.Response:
+        recorded = await self._record(request)
+        if self.latency > 0:
+            await asyncio.sleep(self.latency)
+        if self.require_api_key and recorded.api_key is None:
+            return self._error(CannedError(401, "authentication_error", "invalid x-api-key"))
+        if "model" not in recorded.body or "messages" not in recorded.body:
+            return self._error(
+                CannedError(400, "invalid_request_error", "model and messages are required")
+            )
+        sampling = sorted(_SAMPLING_PARAMS & recorded.body.keys())
+        if sampling and self.reject_sampling_params and recorded.api_version >= "2026-10-21":
+            detail = f"{sampling[0]}: Extra inputs are not permitted"
+            return self._error(CannedError(400, "invalid_request_error", detail))
+        step = self._script.popleft() if self._script else CannedReply()
+        if isinstance(step, CannedError):
+            return self._error(step)
+        text = step.text if step.text is not None else self.reply_text
+        usage = {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            **self.usage,
+            **(step.usage or {}),
+        }
+        if step.content is not None:
+            content = step.content
+        else:
+            content = [{"type": "text", "text": recorded.last_user_text if text is None else text}]
+        n = next(self._ids)
+        payload = {
+            "id": f"msg_fake_{n}",
+            "type": "message",
+            "role": "assistant",
+            "model": step.model or recorded.body["model"],
+            "content": content,
+            "stop_reason": step.stop_reason or self.stop_reason,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        return web.json_response(payload, headers={"request-id": f"req_fake_{n}"})

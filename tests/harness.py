@@ -1,0 +1,136 @@
+"""A wired runtime (real store, queue, pipeline, router) driven by a manual clock."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from bot.clock import Clock, ManualClock
+from bot.commands import Commands
+from bot.events import ConversationKey, Inbound, QueuePolicy
+from bot.llm.base import BaseLLM
+from bot.pipeline import BotProfile, Pipeline
+from bot.queue import Ingestor, Scheduler
+from bot.router import Router
+from bot.store.base import BaseStore
+from memory.assemble import Budget, PersonaPin
+from tests.fakes.outlet import RecordingOutlet
+
+BOT = "default"
+# Stores of every harness alive now: with two "processes", one's step must wait for both.
+SHARED_STORES: list[BaseStore] = []
+PIN = PersonaPin(
+    name="Mira", system="You are Mira.", first_message=("Hi, I'm Mira.",), model="test-model"
+)
+
+
+@dataclass
+class Harness:
+    """One process's worth of runtime around a store."""
+
+    store: BaseStore
+    clock: ManualClock
+    llm: BaseLLM
+    outlet: RecordingOutlet
+    pipeline: Pipeline
+    scheduler: Scheduler
+    router: Router
+    ingestor: Ingestor
+    counter: list[int] = field(default_factory=lambda: [0])
+
+    async def say(
+        self,
+        conversation: ConversationKey,
+        text: str,
+        *,
+        author: str = "u1",
+        name: str = "Sasha",
+        message_id: str | None = None,
+    ) -> None:
+        """A user message arriving from an adapter."""
+        self.counter[0] += 1
+        await self.router(
+            Inbound(
+                conversation=conversation,
+                author_id=author,
+                display_name=name,
+                text=text,
+                platform_message_id=message_id or f"m{self.counter[0]}",
+            )
+        )
+        await settle(self.store)
+
+    async def advance(self, seconds: float, step: float = 0.1) -> None:
+        """Move the clock in small steps, letting the scheduler and turns run between them."""
+        remaining = seconds
+        while remaining > 1e-9:
+            delta = min(step, remaining)
+            await self.clock.advance(delta)
+            await settle(*SHARED_STORES, self.store)
+            remaining -= delta
+
+
+async def settle(*stores: BaseStore, quiet_polls: int = 4) -> None:
+    """Let every task run until it waits on the clock or a gate, not on store I/O.
+
+    Store calls run in a thread; the store counts them. Quiet means no call running or
+    queued over several consecutive polls (a waiter takes the lock on the next iteration).
+    """
+    quiet = 0
+    deadline = asyncio.get_running_loop().time() + 5.0
+    while quiet < quiet_polls and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.001)
+        quiet = quiet + 1 if all(s.in_flight == 0 for s in stores) else 0
+
+
+@contextlib.asynccontextmanager
+async def harness(
+    store: BaseStore,
+    clock: ManualClock,
+    llm: BaseLLM,
+    *,
+    debounce: float = 1.5,
+    max_wait: float = 8.0,
+    lease: float = 30.0,
+    outlet: RecordingOutlet | None = None,
+    holder: str | None = None,
+    pipeline_clock: Clock | None = None,
+) -> AsyncIterator[Harness]:
+    """Start a scheduler on ``store``; stop it (and wait for turns) on exit."""
+    outlet = outlet or RecordingOutlet(clock)
+    profile = BotProfile(
+        key=BOT,
+        pin=PIN,
+        queue=QueuePolicy(debounce=debounce, max_wait=max_wait),
+        budget=Budget(),
+        outlet=outlet,
+        lease_seconds=lease,
+    )
+    pipeline = Pipeline(
+        store=store,
+        llm=llm,
+        clock=pipeline_clock or clock,
+        profiles={BOT: profile},
+        holder=holder,
+    )
+    scheduler = Scheduler(
+        store=store, clock=clock, run_turn=pipeline.run_turn, bots=[BOT], scan_interval=0.5
+    )
+    ingestor = Ingestor(
+        store=store, clock=clock, policy_for=lambda _: profile.queue, wake=scheduler.wake
+    )
+    commands = Commands(store=store, clock=clock, greeting=lambda _: "\n".join(PIN.first_message))
+    router = Router(ingestor=ingestor, commands=commands, outlets={BOT: outlet})
+    task = asyncio.create_task(scheduler.run())
+    SHARED_STORES.append(store)
+    try:
+        yield Harness(store, clock, llm, outlet, pipeline, scheduler, router, ingestor)
+    finally:
+        SHARED_STORES.remove(store)
+        scheduler.stop()
+        await scheduler.drain(grace=1.0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

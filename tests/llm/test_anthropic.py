@@ -1,0 +1,348 @@
+"""AnthropicLLM driven through the real ``anthropic`` SDK against the local fake Messages API."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from bot.errors import ConfigError, ModelError, ModelRejected, ModelUnavailable, RateLimited
+from bot.llm.anthropic import AnthropicLLM
+from bot.llm.base import ChatMessage, ModelRequest, ModelResult, TextBlock, Usage
+from tests.fakes.messages_api import FakeMessagesAPI
+
+KEY = "sk-test-secret-4f9c2a7e1b3d5f60"
+MODEL = "claude-test-model"
+
+LLMFactory = Callable[..., AnthropicLLM]
+
+
+def _request(**overrides: Any) -> ModelRequest:
+    fields: dict[str, Any] = {
+        "model": MODEL,
+        "system": (TextBlock("You are Ada.", cache=True), TextBlock("Today is Monday.")),
+        "messages": (
+            ChatMessage("user", (TextBlock("earlier talk", cache=True), TextBlock("more"))),
+            ChatMessage.of("assistant", "Noted."),
+            ChatMessage.of("user", "How are you?"),
+        ),
+        "max_tokens": 321,
+    }
+    fields.update(overrides)
+    return ModelRequest(**fields)
+
+
+@pytest.fixture(autouse=True)
+def no_secret_in_logs(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Every test runs with DEBUG logging captured, and the key must appear in no record."""
+    caplog.set_level(logging.DEBUG)
+    yield
+    records = [*caplog.get_records("setup"), *caplog.get_records("call"), *caplog.records]
+    formatter = logging.Formatter("%(name)s %(levelname)s %(message)s")
+    leaked = [r.name for r in records if KEY in formatter.format(r)]  # message + traceback
+    assert not leaked, f"API key logged by {leaked}"
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[FakeMessagesAPI]:
+    async with FakeMessagesAPI() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def make_llm(api: FakeMessagesAPI) -> AsyncIterator[LLMFactory]:
+    made: list[AnthropicLLM] = []
+
+    def factory(**kwargs: Any) -> AnthropicLLM:
+        kwargs.setdefault("base_url", api.base_url)
+        kwargs.setdefault("timeout_seconds", 5.0)
+        llm = AnthropicLLM(api_key=KEY, **kwargs)
+        made.append(llm)
+        return llm
+
+    yield factory
+    for llm in made:
+        await llm.aclose()
+
+
+async def _fails(call: Awaitable[ModelResult], kind: type[ModelError]) -> ModelError:
+    """Await ``call``, expect ``kind``, and check the error leaks no secret."""
+    with pytest.raises(kind) as info:
+        await call
+    err = info.value
+    assert KEY not in str(err)
+    assert KEY not in repr(err)
+    assert err.__cause__ is not None, "SDK errors are translated with `raise ... from`"
+    return err
+
+
+# ------------------------------------------------------------------------------ success
+
+
+async def test_success_maps_result_and_sends_cache_breakpoints(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    api.reply_next(
+        "Fine, thanks.",
+        usage={
+            "input_tokens": 120,
+            "output_tokens": 7,
+            "cache_creation_input_tokens": 100,
+            "cache_read_input_tokens": 20,
+        },
+        model="claude-test-model-20990101",
+    )
+    result = await make_llm().complete(_request())
+
+    assert result == ModelResult(
+        text="Fine, thanks.",
+        usage=Usage(
+            input_tokens=120,
+            output_tokens=7,
+            cache_creation_input_tokens=100,
+            cache_read_input_tokens=20,
+        ),
+        model="claude-test-model-20990101",
+        stop_reason="end_turn",
+    )
+    assert api.call_count == 1
+    seen = api.last_request
+    assert seen.api_key == KEY
+    assert seen.body["model"] == MODEL
+    assert seen.body["max_tokens"] == 321
+    assert seen.body["system"] == [
+        {"type": "text", "text": "You are Ada.", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "Today is Monday."},
+    ]
+    assert seen.body["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "earlier talk", "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "more"},
+            ],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": "Noted."}]},
+        {"role": "user", "content": [{"type": "text", "text": "How are you?"}]},
+    ]
+    assert seen.cache_breakpoints == [("system", 0), ("messages", 0, 0)]
+    assert not {"temperature", "stream", "cache_control"} & seen.body.keys()
+
+
+async def test_default_reply_echoes_and_none_cache_counts_become_zero(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    api.reply_next(usage={"cache_creation_input_tokens": None, "cache_read_input_tokens": None})
+    result = await make_llm().complete(_request())
+    assert result.text == "How are you?"
+    assert result.usage == Usage(input_tokens=10, output_tokens=5)
+
+
+async def test_text_blocks_are_concatenated_and_other_blocks_skipped(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    api.reply_next(
+        content=[
+            {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+            {"type": "text", "text": "Hel"},
+            {"type": "text", "text": "lo"},
+        ],
+        stop_reason="max_tokens",
+    )
+    result = await make_llm().complete(_request())
+    assert result.text == "Hello"
+    assert result.stop_reason == "max_tokens"
+
+
+async def test_empty_system_is_omitted_and_temperature_is_not_sent(
+    api: FakeMessagesAPI, make_llm: LLMFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    llm = make_llm()
+    request = _request(system=(), temperature=0.7)
+    await llm.complete(request)
+    await llm.complete(request)
+
+    assert api.call_count == 2
+    for seen in api.requests:
+        assert "system" not in seen.body
+        assert "temperature" not in seen.body
+        assert seen.cache_breakpoints == [("messages", 0, 0)]
+    warnings = [r for r in caplog.records if "temperature" in r.getMessage()]
+    assert len(warnings) == 1, "the ignored temperature is reported once, not per call"
+    assert warnings[0].name == "personabot.llm"
+
+
+async def test_base_url_none_uses_anthropic_base_url_env(
+    api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", api.base_url)
+    llm = AnthropicLLM(api_key=KEY, timeout_seconds=5.0)
+    try:
+        result = await llm.complete(_request())
+    finally:
+        await llm.aclose()
+    assert result.text == "How are you?"
+    assert api.call_count == 1
+
+
+def test_empty_api_key_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="api_key"):
+        AnthropicLLM(api_key="  ")
+
+
+# ------------------------------------------------------------------------------ rate limits
+
+
+async def test_429_then_success_is_retried_by_the_sdk(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    api.fail_next(status=429, retry_after_ms=10)
+    result = await make_llm(max_retries=2).complete(_request())
+
+    assert result.text == "How are you?"
+    assert api.call_count == 2
+    assert [r.headers["x-stainless-retry-count"] for r in api.requests] == ["0", "1"]
+    assert api.requests[0].body == api.requests[1].body
+
+
+async def test_429_after_retries_raises_rate_limited(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    api.fail_next(status=429, retry_after_ms=10, times=2)
+    err = await _fails(make_llm(max_retries=1).complete(_request()), RateLimited)
+
+    assert isinstance(err, RateLimited)
+    assert err.status == 429
+    assert err.retry_after == pytest.approx(0.01)
+    assert api.call_count == 2
+    assert "429" in str(err)
+    assert "rate_limit_error" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after-ms": "1500"}, 1.5),
+        ({"retry-after": "3"}, 3.0),
+        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+        ({"retry-after": "Thu, 01 Jan 1970 00:00:00 GMT"}, 0.0),
+        ({}, None),
+    ],
+)
+async def test_rate_limited_retry_after_is_parsed(
+    api: FakeMessagesAPI,
+    make_llm: LLMFactory,
+    headers: dict[str, str],
+    expected: float | None,
+) -> None:
+    api.fail_next(status=429, headers=headers, message="slow down")
+    err = await _fails(make_llm(max_retries=0).complete(_request()), RateLimited)
+
+    assert isinstance(err, RateLimited)
+    assert err.retry_after == (None if expected is None else pytest.approx(expected))
+    assert "slow down" in str(err)
+    assert api.call_count == 1
+
+
+# ------------------------------------------------------------------------------ transient
+
+
+async def test_529_overloaded_without_retries_is_unavailable(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    api.fail_next(status=529, error_type="overloaded_error", message="Overloaded")
+    err = await _fails(make_llm(max_retries=0).complete(_request()), ModelUnavailable)
+
+    assert not isinstance(err, RateLimited)
+    assert err.status == 529
+    assert "overloaded" in str(err).lower()
+    assert api.call_count == 1
+
+
+async def test_529_overloaded_then_success_with_retries(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    api.fail_next(status=529, error_type="overloaded_error", retry_after_ms=10)
+    result = await make_llm(max_retries=2).complete(_request())
+    assert result.text == "How are you?"
+    assert api.call_count == 2
+
+
+@pytest.mark.parametrize("status", [500, 503, 504, 408])
+async def test_5xx_and_408_are_unavailable(
+    api: FakeMessagesAPI, make_llm: LLMFactory, status: int
+) -> None:
+    api.fail_next(status=status, message="Internal server error")
+    err = await _fails(make_llm(max_retries=0).complete(_request()), ModelUnavailable)
+
+    assert not isinstance(err, RateLimited)
+    assert err.status == status
+    assert str(status) in str(err)
+    assert "Internal server error" in str(err)
+
+
+async def test_connection_refused_is_unavailable(make_llm: LLMFactory) -> None:
+    with socket.socket() as sock:  # a port that was free a moment ago and has no listener now
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    llm = make_llm(base_url=f"http://127.0.0.1:{port}", max_retries=0)
+    err = await _fails(llm.complete(_request()), ModelUnavailable)
+
+    assert err.status is None
+    assert "connect" in str(err).lower()
+
+
+async def test_timeout_is_unavailable(api: FakeMessagesAPI, make_llm: LLMFactory) -> None:
+    api.latency = 0.3
+    llm = make_llm(timeout_seconds=0.05, max_retries=0)
+    err = await _fails(llm.complete(_request()), ModelUnavailable)
+
+    assert err.status is None
+    assert "timeout" in str(err).lower()
+
+
+# ------------------------------------------------------------------------------ permanent
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type"),
+    [
+        (400, "invalid_request_error"),
+        (403, "permission_error"),
+        (404, "not_found_error"),
+        (413, "request_too_large"),
+    ],
+)
+async def test_4xx_is_rejected_with_provider_message(
+    api: FakeMessagesAPI, make_llm: LLMFactory, status: int, error_type: str
+) -> None:
+    api.fail_next(status=status, error_type=error_type, message="messages.0: bad block")
+    err = await _fails(make_llm(max_retries=2).complete(_request()), ModelRejected)
+
+    assert err.status == status
+    assert f"({status} {error_type})" in str(err)
+    assert "messages.0: bad block" in str(err)
+    assert api.call_count == 1, "permanent errors are not retried"
+
+
+async def test_401_is_rejected_and_points_at_the_key(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    api.fail_next(status=401, message="invalid x-api-key")
+    err = await _fails(make_llm(max_retries=2).complete(_request()), ModelRejected)
+
+    assert err.status == 401
+    assert "authentication failed (401)" in str(err)
+    assert "ANTHROPIC_API_KEY" in str(err)
+    assert api.call_count == 1
+
+
+async def test_provider_text_echoing_the_key_is_redacted(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    api.fail_next(status=400, message=f"key {KEY} is not allowed here")
+    err = await _fails(make_llm(max_retries=0).complete(_request()), ModelRejected)
+    assert "[redacted]" in str(err)
