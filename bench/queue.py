@@ -356,6 +356,9 @@ async def stop_scheduler(scheduler: Scheduler, task: asyncio.Task[None], grace: 
             await task
 
 
+_KROW_COUNTS = ("bursts", "messages", "model_calls", "replies", "complete_replies", "bad_bursts")
+
+
 @dataclass(frozen=True, slots=True)
 class KRow:
     """Coalescing figures of one burst size."""
@@ -411,9 +414,6 @@ def coalescing_rows(h: Harness, sent: BurstLog, params: Params) -> list[KRow]:
             bad_bursts=int(calls != 1 or replies != 1 or not complete),
         )
     return [KRow(k=k, **{f: c[f] for f in _KROW_COUNTS}) for k, c in totals.items()]
-
-
-_KROW_COUNTS = ("bursts", "messages", "model_calls", "replies", "complete_replies", "bad_bursts")
 
 
 @dataclass(frozen=True, slots=True)

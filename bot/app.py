@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import getpass
 import logging
+import signal
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TextIO
@@ -137,6 +138,7 @@ async def runtime(
             bots=list(profiles),
             scan_interval=queue.scan_interval_seconds,
             max_concurrent=queue.max_concurrent_turns,
+            shutdown_grace=queue.shutdown_grace_seconds,
         )
         ingestor = Ingestor(
             store=store,
@@ -165,10 +167,7 @@ async def runtime(
             )
         finally:
             scheduler.stop()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(task), timeout=queue.lease_seconds)
-            if not task.done():
-                task.cancel()
+            await task  # stops taking work; running turns get the shutdown grace period
             await llm.aclose()
 
 
@@ -230,11 +229,39 @@ async def run_chat(
         if not await rt.store.messages(session.key):
             for line in persona.first_message:
                 adapter.write(f"{persona.name}: {line}")
-        await adapter.run(rt.router)
+        if await _read_until_end_or_signal(adapter, rt.router):
+            # Stopped by a signal: running turns get the grace period; pending input stays
+            # stored with its timer armed and is answered on the next start.
+            return 0
         limit = settings.queue_for(persona).max_wait_seconds + settings.llm.timeout_seconds
         if not await wait_until_answered(rt, bot_key, limit):
             say("Some messages are still unanswered; they are kept and answered next time.")
     return 0
+
+
+async def _read_until_end_or_signal(adapter: ConsoleAdapter, router: Router) -> bool:
+    """Run the console until EOF or /quit (False) or SIGINT/SIGTERM (True)."""
+    loop = asyncio.get_running_loop()
+    reading = asyncio.create_task(adapter.run(router), name="console")
+    signalled = False
+
+    def stop() -> None:
+        nonlocal signalled
+        signalled = True
+        reading.cancel()
+
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop)
+            installed.append(sig)
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+    return signalled
 
 
 def _local_user() -> str:

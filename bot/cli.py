@@ -62,7 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     secrets = Secrets()
     try:
         settings = load_settings(args.config)
-        setup_logging(settings.logging.level, secrets.values())
+        level = settings.logging.level
+        if args.command == "chat" and level == "INFO":
+            level = "WARNING"  # the terminal is the chat: keep routine INFO lines out of it
+        setup_logging(level, secrets.values())
         if args.command == "config":
             print(summary(settings))
             return 0

@@ -50,6 +50,7 @@ class QueueSettings(_Section):
     lease_seconds: float = Field(default=30.0, gt=0)
     max_concurrent_turns: int = Field(default=16, ge=1)
     scan_interval_seconds: float = Field(default=1.0, gt=0)
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
 
     @model_validator(mode="after")
     def _debounce_within_cap(self) -> QueueSettings:

@@ -117,7 +117,9 @@ class Pipeline:
             return await self._retry_later(conversation, exc)
         except ModelRejected as exc:
             log.error("model rejected the turn of %s: %s", conversation, exc)
-            await self._store.clear_timer(conversation, turn.version)
+            # Do not loop on a request that cannot succeed: park these messages (they stay
+            # stored and pending; the next message's turn covers them again).
+            await self._store.clear_timer(conversation, turn.version, only_if_idle=False)
             return "failed"
         self._failures.pop(conversation, None)
         finished = await self._store.finish_turn(

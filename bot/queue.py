@@ -63,6 +63,7 @@ class Scheduler:
         scan_interval: float = 1.0,
         max_concurrent: int = 16,
         busy_backoff: float | None = None,
+        shutdown_grace: float = 10.0,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -70,6 +71,7 @@ class Scheduler:
         self._bots = tuple(bots)
         self._scan_interval = scan_interval
         self._busy_backoff = scan_interval if busy_backoff is None else busy_backoff
+        self._grace = shutdown_grace
         self._slots = asyncio.Semaphore(max_concurrent)
         self._wakeup = asyncio.Event()
         self._running: dict[ConversationKey, asyncio.Task[None]] = {}
@@ -96,7 +98,7 @@ class Scheduler:
         while not self._stopping:
             started = await self.tick()
             await self._sleep_until_next(started)
-        await self.drain()
+        await self.drain(self._grace)
 
     async def drain(self, grace: float | None = None) -> None:
         """Wait for running turns; cancel those still running after ``grace`` seconds.

@@ -178,8 +178,15 @@ class BaseStore(abc.ABC):
         """Move the conversation's timer (e.g. retry after a model failure); arm if missing."""
 
     @abc.abstractmethod
-    async def clear_timer(self, conversation: ConversationKey, armed_version: int) -> bool:
-        """Remove the timer only if no input newer than ``armed_version`` re-armed it."""
+    async def clear_timer(
+        self, conversation: ConversationKey, armed_version: int, *, only_if_idle: bool = True
+    ) -> bool:
+        """Remove the timer unless input newer than ``armed_version`` re-armed it.
+
+        With ``only_if_idle`` (the default) the timer also stays while any message of the
+        conversation is pending, checked in the same transaction: a message ingested between
+        a worker's reads can never be left without a timer.
+        """
 
     @abc.abstractmethod
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:

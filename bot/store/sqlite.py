@@ -727,15 +727,20 @@ class SQLiteStore(BaseStore):
                 (conv_id, due_at, due_at, version),
             )
 
-    async def clear_timer(self, conversation: ConversationKey, armed_version: int) -> bool:
-        """Remove the timer unless newer input re-armed it."""
+    async def clear_timer(
+        self, conversation: ConversationKey, armed_version: int, *, only_if_idle: bool = True
+    ) -> bool:
+        """Remove the timer unless newer input re-armed it (or, by default, input is pending)."""
+        idle = " AND NOT EXISTS (SELECT 1 FROM messages WHERE conversation_id = ? AND pending)"
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation)
             if conv_id is None:
                 return False
+            args: tuple[int, ...] = (conv_id, armed_version)
             cur = await db.execute(
-                "DELETE FROM timers WHERE conversation_id = ? AND armed_version <= ?",
-                (conv_id, armed_version),
+                "DELETE FROM timers WHERE conversation_id = ? AND armed_version <= ?"
+                + (idle if only_if_idle else ""),
+                (*args, conv_id) if only_if_idle else args,
             )
             return cur.rowcount > 0
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import sqlite3
 import sys
 from pathlib import Path
@@ -127,3 +129,33 @@ async def test_secret_never_reaches_output_or_store(tmp_path: Path) -> None:
     assert SECRET[:20] not in err
     for path in tmp_path.iterdir():
         assert SECRET.encode() not in path.read_bytes()
+
+
+async def test_sigterm_exits_cleanly_and_keeps_unanswered_input(tmp_path: Path) -> None:
+    """SIGTERM before the debounce fires: exit 0, the message stays; the next start answers."""
+    env = _env(PERSONABOT_QUEUE__DEBOUNCE_SECONDS="5", PERSONABOT_QUEUE__MAX_WAIT_SECONDS="10")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=env,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdin is not None
+    proc.stdin.write(b"remember me\n")
+    await proc.stdin.drain()
+    db_path = tmp_path / "personabot.sqlite3"
+    for _ in range(500):
+        if db_path.exists():
+            with (
+                contextlib.closing(sqlite3.connect(db_path)) as db,
+                contextlib.suppress(sqlite3.OperationalError),
+            ):
+                if db.execute("SELECT COUNT(*) FROM messages").fetchone() == (1,):
+                    break
+        await asyncio.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+    assert proc.returncode == 0, err.decode()
+    assert b"You said" not in out
+    code, out2, _ = await _run(["chat"], tmp_path, "")
+    assert code == 0
+    assert "[offline model] You said: remember me" in out2

@@ -235,3 +235,18 @@ async def test_lease_cas_and_fencing_tokens(store: BaseStore, clock: ManualClock
     with contextlib.suppress(Exception):
         await store.release_lease(first)  # a stale release is a no-op
     assert await store.acquire_lease("x", "c", 10, now + 18) is None
+
+
+async def test_clearing_an_idle_timer_never_strands_a_pending_message(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """A worker that found nothing pending clears the timer; a message that landed in between
+    (its version included in what the worker read later) keeps its timer."""
+    policy = QueuePolicy(debounce=1.0, max_wait=8.0)
+    await store.ingest(Inbound(C1, "u1", "S", "are you there?", "p1"), clock.now(), policy)
+    version = await store.conversation_version(C1)
+    assert await store.clear_timer(C1, version) is False
+    assert await store.timer(C1) is not None
+    # Parking a turn on purpose (a rejected request) may remove it.
+    assert await store.clear_timer(C1, version, only_if_idle=False) is True
+    assert await store.timer(C1) is None
