@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import importlib
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -15,7 +16,7 @@ from adapters.base import BaseAdapter
 from adapters.console import ConsoleAdapter
 from bot.clock import Clock, SystemClock
 from bot.commands import Commands
-from bot.config import PersonaSettings, Secrets, Settings
+from bot.config import BotSettings, PersonaSettings, Secrets, Settings
 from bot.errors import ConfigError
 from bot.events import QueuePolicy, SessionPolicy
 from bot.llm.base import BaseLLM
@@ -271,14 +272,59 @@ def _local_user() -> str:
         return "local"
 
 
-async def run_bots(settings: Settings, secrets: Secrets) -> int:
-    """``personabot run``: host every configured bot until SIGINT/SIGTERM."""
-    llm = build_llm(settings, secrets, offline_fallback=False)
-    await llm.aclose()
+AdapterFactory = Callable[[BotSettings, PersonaSettings, Secrets], BaseAdapter]
+
+
+def adapter_factory(platform: str) -> AdapterFactory:
+    """The ``create_adapter`` function of ``adapters/<platform>.py``."""
+    try:
+        module = importlib.import_module(f"adapters.{platform}")
+    except ImportError as exc:
+        raise ConfigError([f"platform {platform!r} is not available: {exc}"]) from None
+    factory: AdapterFactory = module.create_adapter
+    return factory
+
+
+async def run_bots(
+    settings: Settings,
+    secrets: Secrets,
+    *,
+    llm: BaseLLM | None = None,
+    clock: Clock | None = None,
+) -> int:
+    """``personabot run``: host every configured bot until SIGINT/SIGTERM; return exit code."""
+    llm = llm or build_llm(settings, secrets, offline_fallback=False)
     if not settings.bots:
         raise ConfigError(["bots: no [[bots]] entries; add one (see config.example.toml)"])
-    problems = [
-        f"bots[{i}].platform: {b.platform!r} is not available in this version yet"
-        for i, b in enumerate(settings.bots)
-    ]
-    raise ConfigError(problems)
+    adapters: dict[str, tuple[PersonaSettings, BaseAdapter]] = {}
+    for entry in settings.bots:
+        persona = settings.persona(entry.persona)
+        adapters[entry.key] = (persona, adapter_factory(entry.platform)(entry, persona, secrets))
+    code = 0
+    async with runtime(settings, llm=llm, adapters=adapters, clock=clock) as rt:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        running = {
+            asyncio.create_task(a.run(rt.router), name=f"adapter {k}"): k
+            for k, (_, a) in adapters.items()
+        }
+        stopper = asyncio.create_task(stop.wait())
+        log.info("running %d bot(s): %s", len(running), ", ".join(running.values()))
+        done, _ = await asyncio.wait([*running, stopper], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not stopper and not task.cancelled() and task.exception() is not None:
+                log.error("bot %s stopped: %s", running[task], task.exception())  # type: ignore[index]
+                code = 1
+        # Stop taking new input first; the runtime then lets running turns finish (grace).
+        for task in [*running, stopper]:
+            task.cancel()
+        await asyncio.gather(*running, stopper, return_exceptions=True)
+        for _, adapter in adapters.values():
+            await adapter.aclose()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+    return code

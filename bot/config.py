@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -97,20 +98,63 @@ class PersonaSettings(_Section):
     queue: QueueSettings | None = None
 
 
-class BotSettings(_Section):
-    """A bot entry: one platform account speaking as one persona."""
+class _BotBase(_Section):
+    """Keys every bot entry has."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    id: str | None = None
-    platform: Literal["telegram", "discord"]
+    id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
     persona: str
     token_env: str | None = None
+    group_trigger: Literal["mention", "all"] = "mention"
 
     @property
     def key(self) -> str:
         """Stable name of this bot in conversation keys."""
-        return self.id or f"{self.platform}-{self.persona}"
+        platform: str = getattr(self, "platform", "bot")
+        return self.id or f"{platform}-{self.persona}"
+
+
+class TelegramBotSettings(_BotBase):
+    """A Telegram bot account (aiogram 3)."""
+
+    platform: Literal["telegram"]
+    mode: Literal["polling", "webhook"] = "polling"
+    api_server: str | None = None
+    webhook_url: str | None = None
+    listen_host: str = "127.0.0.1"
+    listen_port: int = Field(default=8080, ge=0, le=65535)
+    webhook_path: str = "/telegram/webhook"
+    secret_token_env: str | None = None
+    non_text: Literal["placeholder", "ignore"] = "placeholder"
+
+    @property
+    def token_variable(self) -> str:
+        """Environment variable holding the bot token."""
+        return self.token_env or "TELEGRAM_BOT_TOKEN"
+
+    @model_validator(mode="after")
+    def _webhook_needs_url(self) -> TelegramBotSettings:
+        if self.mode == "webhook" and not self.webhook_url:
+            raise ValueError("webhook_url: required when mode = 'webhook'")
+        return self
+
+
+class DiscordBotSettings(_BotBase):
+    """A Discord bot account (discord.py 2)."""
+
+    platform: Literal["discord"]
+    guilds: list[int] = Field(default_factory=list)
+    api_base: str | None = None
+    gateway_url: str | None = None
+    shard_id: int | None = Field(default=None, ge=0)
+    shard_count: int | None = Field(default=None, ge=1)
+
+    @property
+    def token_variable(self) -> str:
+        """Environment variable holding the bot token."""
+        return self.token_env or "DISCORD_BOT_TOKEN"
+
+
+BotSettings = Annotated[TelegramBotSettings | DiscordBotSettings, Field(discriminator="platform")]
 
 
 _DEFAULT_PERSONA = PersonaSettings(
@@ -261,31 +305,53 @@ def _loc(parts: Sequence[int | str]) -> str:
     return out or "(top level)"
 
 
+_PLATFORM_MODELS: dict[str, type[BaseModel]] = {
+    "telegram": TelegramBotSettings,
+    "discord": DiscordBotSettings,
+}
+
+
 def _problems(exc: ValidationError) -> list[str]:
     problems = []
     for err in exc.errors(include_url=False):
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
-        kind = err["type"]
+        # Drop pydantic's validator names and the tagged-union tag ("bots.0.telegram.mode").
+        raw = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+        loc = [
+            p
+            for i, p in enumerate(raw)
+            if not (i and isinstance(raw[i - 1], int) and p in _PLATFORM_MODELS)
+        ]
+        tag = next((p for p in raw if isinstance(p, str) and p in _PLATFORM_MODELS), None)
+        where, kind = _loc(loc), err["type"]
         if kind == "extra_forbidden":
-            problems.append(f"{_loc(loc)}: unknown key{_suggest(loc)}")
+            problems.append(f"{where}: unknown key{_suggest(loc, tag)}")
         elif kind == "missing":
-            problems.append(f"{_loc(loc)}: field required")
+            problems.append(f"{where}: field required")
+        elif kind == "union_tag_invalid":
+            known = " or ".join(map(repr, _PLATFORM_MODELS))
+            problems.append(f"{where}.platform: must be {known} (got {err['ctx']['tag']!r})")
         elif kind == "value_error":
             msg = str(err["msg"]).removeprefix("Value error, ")
-            problems.append(msg if ":" in msg.split(" ")[0] else f"{_loc(loc)}: {msg}")
+            if not loc:
+                problems.append(msg)
+            elif re.match(r"^[\w\[\].]+: ", msg):
+                problems.append(f"{where}.{msg}")
+            else:
+                problems.append(f"{where}: {msg}")
         else:
-            problems.append(f"{_loc(loc)}: {err['msg']} (got {err.get('input')!r})")
+            problems.append(f"{where}: {err['msg']} (got {err.get('input')!r})")
     return problems or [str(exc)]
 
 
-def _suggest(loc: Sequence[int | str]) -> str:
+def _suggest(loc: Sequence[int | str], tag: str | None) -> str:
     name = loc[-1] if loc else ""
     model: type[BaseModel] = Settings
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
         field = model.model_fields.get(part)
-        inner = _model_of(field.annotation) if field else None
+        inner = _PLATFORM_MODELS.get(tag or "") if part == "bots" else None
+        inner = inner or (_model_of(field.annotation) if field else None)
         if inner is None:
             return ""
         model = inner

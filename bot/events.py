@@ -168,6 +168,7 @@ class OutboxItem:
 
 
 FinishOutcome = Literal["recorded", "discarded", "fenced"]
+EditOutcome = Literal["updated", "too_late", "unknown"]
 
 
 @dataclass(frozen=True, slots=True)

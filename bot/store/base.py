@@ -15,6 +15,7 @@ from typing import Self
 from bot.events import (
     ConversationKey,
     DueTimer,
+    EditOutcome,
     FinishResult,
     Inbound,
     IngestResult,
@@ -137,6 +138,36 @@ class BaseStore(abc.ABC):
 
         A second delivery of the same platform message id in the conversation is a no-op.
         """
+
+    @abc.abstractmethod
+    async def edit_message(
+        self,
+        conversation: ConversationKey,
+        platform_message_id: str,
+        text: str,
+        now: float,
+        queue: QueuePolicy,
+    ) -> EditOutcome:
+        """Replace a user message's text if it has not been answered yet.
+
+        Editing a pending message bumps the version (a generation that read the old text is
+        discarded by the final check) and re-arms the timer like new input. An answered
+        message is left as it was (``too_late``).
+        """
+
+    @abc.abstractmethod
+    async def delete_message(self, conversation: ConversationKey, platform_message_id: str) -> bool:
+        """Remove a message the user deleted on the platform; True if it was stored."""
+
+    @abc.abstractmethod
+    async def set_conversation_status(
+        self, conversation: ConversationKey, active: bool, reason: str | None = None
+    ) -> None:
+        """Mark a conversation inactive (delivery refused) or active again."""
+
+    @abc.abstractmethod
+    async def conversation_active(self, conversation: ConversationKey) -> bool:
+        """False when the conversation was marked inactive (True if unknown)."""
 
     @abc.abstractmethod
     async def conversation_version(self, conversation: ConversationKey) -> int:

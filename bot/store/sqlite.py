@@ -22,6 +22,7 @@ from bot.events import (
     NOT_SET,
     ConversationKey,
     DueTimer,
+    EditOutcome,
     FinishResult,
     Inbound,
     IngestResult,
@@ -491,7 +492,8 @@ class SQLiteStore(BaseStore):
             version = int(
                 await self._scalar(
                     db,
-                    "UPDATE conversations SET version = version + 1 WHERE id = ? RETURNING version",
+                    "UPDATE conversations SET version = version + 1, status = 'active', "
+                    "status_reason = NULL WHERE id = ? RETURNING version",
                     (conv_id,),
                 )
             )
@@ -553,6 +555,82 @@ class SQLiteStore(BaseStore):
             (conv_id, due_at, first_pending_at, version),
         )
         return due_at
+
+    async def edit_message(
+        self,
+        conversation: ConversationKey,
+        platform_message_id: str,
+        text: str,
+        now: float,
+        queue: QueuePolicy,
+    ) -> EditOutcome:
+        """Update an unanswered user message; bump the version if it was pending."""
+        async with self._tx() as db:
+            conv_id = await self._conv_id(db, conversation)
+            row = (
+                None
+                if conv_id is None
+                else await self._row(
+                    db,
+                    "SELECT id, pending, answered_by FROM messages WHERE conversation_id = ? "
+                    "AND platform_message_id = ? AND role = 'user'",
+                    (conv_id, platform_message_id),
+                )
+            )
+            if row is None or conv_id is None:
+                return "unknown"
+            if row[2] is not None:
+                return "too_late"
+            if not row[1]:
+                await db.execute("UPDATE messages SET text = ? WHERE id = ?", (text, row[0]))
+                return "updated"
+            version = int(
+                await self._scalar(
+                    db,
+                    "UPDATE conversations SET version = version + 1 WHERE id = ? RETURNING version",
+                    (conv_id,),
+                )
+            )
+            await db.execute(
+                "UPDATE messages SET text = ?, version = ? WHERE id = ?", (text, version, row[0])
+            )
+            await self._arm(db, conv_id, now, queue, version)
+            return "updated"
+
+    async def delete_message(self, conversation: ConversationKey, platform_message_id: str) -> bool:
+        """Delete a stored message by its platform id."""
+        async with self._tx() as db:
+            conv_id = await self._conv_id(db, conversation)
+            if conv_id is None:
+                return False
+            cur = await db.execute(
+                "DELETE FROM messages WHERE conversation_id = ? AND platform_message_id = ?",
+                (conv_id, platform_message_id),
+            )
+            return cur.rowcount > 0
+
+    async def set_conversation_status(
+        self, conversation: ConversationKey, active: bool, reason: str | None = None
+    ) -> None:
+        """Mark a conversation (in)active."""
+        async with self._tx() as db:
+            conv_id = await self._conv_id(db, conversation)
+            if conv_id is not None:
+                await db.execute(
+                    "UPDATE conversations SET status = ?, status_reason = ? WHERE id = ?",
+                    ("active" if active else "inactive", reason, conv_id),
+                )
+
+    async def conversation_active(self, conversation: ConversationKey) -> bool:
+        """Whether the conversation is active."""
+        async with self._read() as db:
+            conv_id = await self._conv_id(db, conversation)
+            if conv_id is None:
+                return True
+            status = await self._scalar(
+                db, "SELECT status FROM conversations WHERE id = ?", (conv_id,)
+            )
+        return bool(status != "inactive")
 
     async def conversation_version(self, conversation: ConversationKey) -> int:
         """The version counter."""

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from bot.config import Secrets, Settings, load_settings
+from bot.config import (
+    DiscordBotSettings,
+    Secrets,
+    Settings,
+    TelegramBotSettings,
+    load_settings,
+)
 from bot.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +51,10 @@ def test_example_documents_every_key_with_a_comment() -> None:
     """Every settings key appears in the example (set or commented out) after a comment."""
     text = EXAMPLE.read_text(encoding="utf-8")
     lines = text.splitlines()
-    for key in sorted(_keys(Settings)):
+    keys = (
+        _keys(Settings) | _keys(TelegramBotSettings, "bots.") | _keys(DiscordBotSettings, "bots.")
+    )
+    for key in sorted(keys):
         leaf = key.rsplit(".", 1)[-1]
         pattern = re.compile(rf"^#?\s*(\[\[?(\w+\.)?{leaf}\]\]?|{leaf}\s*=)")
         hits = [i for i, line in enumerate(lines) if pattern.match(line.strip())]
@@ -78,6 +87,15 @@ def test_example_documents_every_key_with_a_comment() -> None:
             "debounce_seconds (9.0) must not exceed max_wait_seconds",
         ),
         ('[llm]\napi_key = "sk-live-123"\n', "llm.api_key: unknown key"),
+        (
+            '[[bots]]\nplatform = "telegram"\npersona = "companion"\nmdoe = "webhook"\n',
+            "bots[0].mdoe: unknown key (did you mean 'mode'?)",
+        ),
+        ('[[bots]]\nplatform = "slack"\npersona = "companion"\n', "bots[0].platform: must be"),
+        (
+            '[[bots]]\nplatform = "telegram"\npersona = "companion"\nmode = "webhook"\n',
+            "bots[0].webhook_url: required when mode = 'webhook'",
+        ),
     ],
 )
 def test_bad_config_names_key_and_problem(tmp_path: Path, text: str, expected: str) -> None:

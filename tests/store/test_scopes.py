@@ -111,3 +111,34 @@ async def test_user_memory_is_per_platform_user(store: BaseStore) -> None:
 async def test_schema_is_migrated_once(store: BaseStore, tmp_path) -> None:
     """Migrations run at open and are idempotent on reopen."""
     assert await store.schema_version() >= 1
+
+
+async def test_edits_and_deletions(store: BaseStore) -> None:
+    """An unanswered message can be edited (bumping the version); an answered one cannot."""
+    from bot.events import Inbound, QueuePolicy
+
+    policy = QueuePolicy()
+    await store.ingest(Inbound(C1, "u1", "Sasha", "helo", "p1"), T0, policy)
+    assert await store.edit_message(C1, "p1", "hello", T0 + 1, policy) == "updated"
+    assert await store.conversation_version(C1) == 2
+    turn = await store.pending_turn(C1)
+    assert turn is not None and [m.text for m in turn.messages] == ["hello"]
+    lease = await store.acquire_lease("t", "w", 30, T0 + 2)
+    assert lease is not None
+    assert (await store.finish_turn(turn, lease, "hi!", T0 + 2, policy)).outcome == "recorded"
+    assert await store.edit_message(C1, "p1", "changed my mind", T0 + 3, policy) == "too_late"
+    assert await store.edit_message(C1, "nope", "x", T0 + 3, policy) == "unknown"
+    assert await store.delete_message(C1, "p1") is True
+    session = await store.current_session(C1)
+    assert session is not None
+    assert [m.role for m in await store.messages(session.key)] == ["assistant"]
+
+
+async def test_inactive_conversation_reactivates_on_new_input(store: BaseStore) -> None:
+    from bot.events import Inbound, QueuePolicy
+
+    await store.open_session(C1, T0)
+    await store.set_conversation_status(C1, False, "blocked by the user")
+    assert await store.conversation_active(C1) is False
+    await store.ingest(Inbound(C1, "u1", "Sasha", "I'm back", "p9"), T0, QueuePolicy())
+    assert await store.conversation_active(C1) is True

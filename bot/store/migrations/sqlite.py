@@ -16,6 +16,10 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
             thread_id   TEXT NOT NULL DEFAULT '',  -- '' = no thread (NULLs are never equal)
             version     INTEGER NOT NULL DEFAULT 0,
             created_at  REAL NOT NULL,
+            -- 'inactive' when the platform refuses delivery (e.g. the user blocked the bot);
+            -- the next inbound message makes it active again.
+            status      TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'inactive')),
+            status_reason TEXT,
             UNIQUE (bot, platform, chat_id, thread_id)
         );
 
