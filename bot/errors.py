@@ -10,6 +10,7 @@
     │   │   └── RateLimited    429, with ``retry_after`` seconds when the provider said so
     │   └── ModelRejected      permanent: bad request, authentication, permission
     └── AdapterError           a platform adapter failed to deliver
+        └── DeliveryRefused    the platform will never deliver there (bot blocked, chat gone)
 
 Third-party exceptions are translated once, at the boundary that calls the library, with
 ``raise ... from exc``. Messages never contain secrets.
@@ -64,3 +65,7 @@ class ModelRejected(ModelError):
 
 class AdapterError(PersonabotError):
     """A platform adapter could not deliver a reply."""
+
+
+class DeliveryRefused(AdapterError):
+    """The platform refuses delivery for good (blocked by the user, kicked, chat deleted)."""

@@ -22,6 +22,7 @@ class NotSet(enum.Enum):
 NOT_SET: Final = NotSet.NOT_SET
 
 Role = Literal["user", "assistant"]
+InboundKind = Literal["message", "edit", "delete"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,8 @@ class Inbound:
     triggers_reply: bool = True
     reply_to_bot: bool = False
     mentions_bot: bool = False
+    # "edit": new text for ``platform_message_id``; "delete": the user deleted it.
+    kind: InboundKind = "message"
 
 
 @dataclass(frozen=True, slots=True)

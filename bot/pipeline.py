@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bot.clock import Clock
-from bot.errors import AdapterError, ModelRejected, ModelUnavailable, RateLimited
+from bot.errors import AdapterError, DeliveryRefused, ModelRejected, ModelUnavailable, RateLimited
 from bot.events import ConversationKey, Lease, OutboxItem, QueuePolicy, Reply
 from bot.llm.base import BaseLLM
 from bot.ports import Outlet
@@ -185,6 +185,13 @@ class Pipeline:
         )
         try:
             await outlet.send(reply)
+        except DeliveryRefused as exc:
+            log.warning(
+                "%s refuses delivery (%s); conversation marked inactive", item.conversation, exc
+            )
+            await self._store.mark_failed(item.id, self._clock.now(), str(exc))
+            await self._store.set_conversation_status(item.conversation, False, str(exc))
+            return False
         except AdapterError as exc:
             log.error("could not deliver reply %d to %s: %s", item.id, item.conversation, exc)
             await self._store.mark_failed(item.id, self._clock.now(), str(exc))

@@ -28,6 +28,11 @@ class Outlet(Protocol):
 class InboundHandler(Protocol):
     """Receives every normalized inbound message of an adapter."""
 
+    @property
+    def commands(self) -> tuple[tuple[str, str], ...]:
+        """(name, description) of every chat command, for platform command menus."""
+        ...
+
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message (a command at once; anything else is ingested)."""
         ...

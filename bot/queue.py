@@ -49,6 +49,29 @@ class Ingestor:
             self._wake(result.due_at)
         return result
 
+    async def edit(self, inbound: Inbound) -> bool:
+        """Apply an edit of an unanswered message; False if unknown or already answered."""
+        if inbound.platform_message_id is None:
+            return False
+        policy = self._policy_for(inbound.conversation.bot)
+        outcome = await self._store.edit_message(
+            inbound.conversation,
+            inbound.platform_message_id,
+            inbound.text,
+            self._clock.now(),
+            policy,
+        )
+        log.debug("edit of %s: %s", inbound.platform_message_id, outcome)
+        if outcome == "updated" and self._wake is not None:
+            self._wake(self._clock.now())
+        return outcome == "updated"
+
+    async def delete(self, inbound: Inbound) -> bool:
+        """Remove a message the user deleted on the platform."""
+        if inbound.platform_message_id is None:
+            return False
+        return await self._store.delete_message(inbound.conversation, inbound.platform_message_id)
+
 
 class Scheduler:
     """Runs due turns of the hosted bots, never two at once for one conversation here."""

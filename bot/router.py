@@ -29,9 +29,20 @@ class Router:
         self._outlets = dict(outlets)
         self._usernames = dict(usernames or {})
 
+    @property
+    def commands(self) -> tuple[tuple[str, str], ...]:
+        """(name, description) of every chat command."""
+        return tuple((spec.name, spec.description) for spec in self._commands.specs)
+
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""
-        command = parse_command(inbound.text)
+        if inbound.kind == "edit":
+            await self._ingestor.edit(inbound)
+            return
+        if inbound.kind == "delete":
+            await self._ingestor.delete(inbound)
+            return
+        command = parse_command(inbound.text) if inbound.triggers_reply else None
         if command is not None:
             bot = inbound.conversation.bot
             addressed = command.addressed_to
