@@ -27,6 +27,7 @@ from bot.router import Router
 from bot.store.base import BaseStore
 from bot.store.sqlite import SQLiteStore, sqlite_path
 from memory.assemble import Budget, PersonaPin
+from memory.service import Memory, MemoryPolicy
 
 log = logging.getLogger("personabot.app")
 
@@ -91,8 +92,16 @@ def profile_for(
             temperature=persona.temperature,
         ),
         queue=QueuePolicy(debounce=queue.debounce_seconds, max_wait=queue.max_wait_seconds),
-        budget=Budget(
-            window_messages=memory.window_messages, prompt_tokens=memory.prompt_budget_tokens
+        memory=MemoryPolicy(
+            budget=Budget(
+                window_messages=memory.window_messages,
+                prompt_tokens=memory.prompt_budget_tokens,
+                summary_tokens=memory.summary_budget_tokens,
+                memory_tokens=memory.user_memory_budget_tokens,
+            ),
+            summary_model=memory.summary_model or persona.model,
+            private_memory_in_groups=memory.private_memory_in_groups,
+            extract_after_idle_seconds=memory.extract_after_idle_minutes * 60,
         ),
         outlet=outlet,
         lease_seconds=queue.lease_seconds,
@@ -130,7 +139,10 @@ async def runtime(
     }
     greetings = {key: "\n".join(p.first_message) for key, (p, _) in adapters.items()}
     async with store:
-        pipeline = Pipeline(store=store, llm=llm, clock=clock, profiles=profiles)
+        memory = Memory(
+            store=store, llm=llm, clock=clock, policy_for=lambda bot: profiles[bot].memory
+        )
+        pipeline = Pipeline(store=store, llm=llm, clock=clock, memory=memory, profiles=profiles)
         queue = settings.queue
         scheduler = Scheduler(
             store=store,
@@ -148,7 +160,9 @@ async def runtime(
             sessions=session_policy(settings),
             wake=scheduler.wake,
         )
-        commands = Commands(store=store, clock=clock, greeting=lambda bot: greetings[bot])
+        commands = Commands(
+            store=store, clock=clock, greeting=lambda bot: greetings[bot], memory=memory
+        )
         router = Router(
             ingestor=ingestor,
             commands=commands,
@@ -156,6 +170,10 @@ async def runtime(
         )
         await pipeline.recover_outbox(older_than=clock.now())
         task = asyncio.create_task(scheduler.run(), name="scheduler")
+        sweeper = asyncio.create_task(
+            _sweep_memory(memory, clock, list(profiles), settings.memory.sweep_interval_seconds),
+            name="memory sweeper",
+        )
         try:
             yield Runtime(
                 store=store,
@@ -169,7 +187,20 @@ async def runtime(
         finally:
             scheduler.stop()
             await task  # stops taking work; running turns get the shutdown grace period
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
+            await memory.aclose()
             await llm.aclose()
+
+
+async def _sweep_memory(memory: Memory, clock: Clock, bots: list[str], interval: float) -> None:
+    """Learn user memory from quiet and closed sessions, forever (cancelled at shutdown)."""
+    while True:
+        try:
+            await memory.extract_due(bots)
+        except Exception:
+            log.exception("memory sweep failed")
+        await clock.sleep(interval)
 
 
 async def wait_until_answered(rt: Runtime, bot: str, within: float) -> bool:

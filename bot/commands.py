@@ -8,8 +8,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from bot.clock import Clock
-from bot.events import Inbound
+from bot.events import Inbound, UserKey
 from bot.store.base import BaseStore
+from memory.service import Memory
 
 log = logging.getLogger("personabot.commands")
 
@@ -50,13 +51,25 @@ class CommandSpec:
 class Commands:
     """The chat commands of a bot; more are registered by later features."""
 
-    def __init__(self, *, store: BaseStore, clock: Clock, greeting: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        *,
+        store: BaseStore,
+        clock: Clock,
+        greeting: Callable[[str], str],
+        memory: Memory | None = None,
+    ) -> None:
         self._store = store
         self._clock = clock
         self._greeting = greeting
+        self._memory = memory
         self._specs: dict[str, CommandSpec] = {}
         self.register("new", "start a new conversation (forget this chat's context)", self._new)
         self.register("reset", "same as /new", self._new)
+        if memory is not None:
+            self.register("memory", "show what I remember about you", self._show_memory)
+            self.register("forget", "erase what I remember about you", self._forget)
+            self.register("export", "send you everything stored about you", self._export)
         self.register("help", "list the commands", self._help)
 
     def register(self, name: str, description: str, handler: Handler) -> None:
@@ -88,6 +101,32 @@ class Commands:
             f"New session started (#{session.key.session_id}); earlier messages of this chat "
             f"are no longer part of the conversation.\n{self._greeting(inbound.conversation.bot)}"
         )
+
+    async def _show_memory(self, inbound: Inbound, command: Command) -> str:
+        # Only ever the asker's own record, whoever else is in the chat.
+        assert self._memory is not None
+        user = UserKey(inbound.conversation.platform, inbound.author_id)
+        record = await self._memory.user_memory(user)
+        if not record.items:
+            return "I don't keep any long-term memory about you."
+        return "What I remember about you:\n" + record.render(inbound.display_name)
+
+    async def _forget(self, inbound: Inbound, command: Command) -> str:
+        assert self._memory is not None
+        user = UserKey(inbound.conversation.platform, inbound.author_id)
+        await self._memory.forget(user)
+        session = await self._store.current_session(inbound.conversation)
+        if session is not None:
+            await self._store.delete_state(session.key)
+        return (
+            "Done: I erased what I remembered about you, and this chat's saved choices. "
+            "Send /new to also start the conversation over."
+        )
+
+    async def _export(self, inbound: Inbound, command: Command) -> str:
+        assert self._memory is not None
+        user = UserKey(inbound.conversation.platform, inbound.author_id)
+        return await self._memory.export(user, inbound.conversation)
 
     async def _help(self, inbound: Inbound, command: Command) -> str:
         lines = [f"/{spec.name} - {spec.description}" for spec in self.specs]

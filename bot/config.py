@@ -74,8 +74,14 @@ class SessionSettings(_Section):
 class MemorySettings(_Section):
     """What the model sees of the conversation (SPEC section 5)."""
 
-    window_messages: int = Field(default=24, ge=1)
+    window_messages: int = Field(default=24, ge=2)
     prompt_budget_tokens: int = Field(default=6000, ge=256)
+    summary_budget_tokens: int = Field(default=800, ge=50)
+    user_memory_budget_tokens: int = Field(default=600, ge=50)
+    summary_model: str | None = None
+    private_memory_in_groups: bool = False
+    extract_after_idle_minutes: float = Field(default=5.0, ge=0)
+    sweep_interval_seconds: float = Field(default=30.0, gt=0)
 
 
 class LoggingSettings(_Section):

@@ -108,6 +108,18 @@ class StoredMessage:
     version: int = 0
     platform_message_id: str | None = None
     answered: bool = False
+    is_private: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSummary:
+    """A session's rolling summary as stored (JSON body) and the turns it covers."""
+
+    session: SessionKey
+    body: str
+    first_turn: int
+    last_turn: int
+    updated_at: float
 
 
 @dataclass(frozen=True, slots=True)

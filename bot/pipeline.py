@@ -23,7 +23,8 @@ from bot.events import ConversationKey, Lease, OutboxItem, QueuePolicy, Reply
 from bot.llm.base import BaseLLM
 from bot.ports import Outlet
 from bot.store.base import BaseStore
-from memory.assemble import Budget, PersonaPin, assemble
+from memory.assemble import PersonaPin
+from memory.service import Memory, MemoryPolicy
 
 log = logging.getLogger("personabot.pipeline")
 
@@ -37,7 +38,7 @@ class BotProfile:
     key: str
     pin: PersonaPin
     queue: QueuePolicy
-    budget: Budget
+    memory: MemoryPolicy
     outlet: Outlet
     lease_seconds: float = 30.0
 
@@ -56,6 +57,7 @@ class Pipeline:
         store: BaseStore,
         llm: BaseLLM,
         clock: Clock,
+        memory: Memory,
         profiles: Mapping[str, BotProfile],
         holder: str | None = None,
         retry_backoff: Callable[[int], float] = lambda n: min(60.0, 2.0 * 2**n),
@@ -63,6 +65,7 @@ class Pipeline:
         self._store = store
         self._llm = llm
         self._clock = clock
+        self._memory = memory
         self._profiles = dict(profiles)
         self.holder = holder or f"worker-{uuid.uuid4().hex[:12]}"
         self._retry_backoff = retry_backoff
@@ -99,10 +102,7 @@ class Pipeline:
                 conversation, await self._store.conversation_version(conversation)
             )
             return "idle"
-        history = await self._store.history(
-            turn.session, profile.budget.window_messages, before_turn=None
-        )
-        assembled = assemble(profile.pin, history, turn, profile.budget)
+        assembled = await self._memory.build(turn, profile.pin)
         log.debug(
             "turn %s v0=%d messages=%d prompt~%d tokens",
             turn.session,
@@ -123,7 +123,7 @@ class Pipeline:
             return "failed"
         self._failures.pop(conversation, None)
         finished = await self._store.finish_turn(
-            turn, lease, result.text, self._clock.now(), profile.queue
+            turn, lease, result.text, self._clock.now(), profile.queue, result.usage
         )
         if finished.outcome == "fenced":
             log.warning("lease on %s was taken over; reply dropped", conversation)
@@ -137,6 +137,16 @@ class Pipeline:
             )
             return "discarded"
         assert finished.outbox is not None
+        log.info(
+            "turn %s: %d message(s), in=%d out=%d cache_write=%d cache_read=%d",
+            turn.session,
+            len(turn.messages),
+            result.usage.input_tokens,
+            result.usage.output_tokens,
+            result.usage.cache_creation_input_tokens,
+            result.usage.cache_read_input_tokens,
+        )
+        self._memory.schedule_compaction(turn.session)
         await self.deliver(finished.outbox, profile.outlet)
         return "sent"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -16,9 +17,13 @@ from bot.queue import Ingestor, Scheduler
 from bot.router import Router
 from bot.store.base import BaseStore
 from memory.assemble import Budget, PersonaPin
+from memory.service import Memory, MemoryPolicy
 from tests.fakes.outlet import RecordingOutlet
 
 BOT = "default"
+# Platform message ids unique across every harness of a test run (a reused id is a
+# duplicate delivery by design).
+_MESSAGE_IDS = itertools.count(1)
 # Stores of every harness alive now: with two "processes", one's step must wait for both.
 SHARED_STORES: list[BaseStore] = []
 PIN = PersonaPin(
@@ -38,6 +43,7 @@ class Harness:
     scheduler: Scheduler
     router: Router
     ingestor: Ingestor
+    memory: Memory
     counter: list[int] = field(default_factory=lambda: [0])
 
     async def say(
@@ -50,7 +56,7 @@ class Harness:
         message_id: str | None = None,
     ) -> None:
         """A user message arriving from an adapter."""
-        self.counter[0] += 1
+        self.counter[0] = next(_MESSAGE_IDS)
         await self.router(
             Inbound(
                 conversation=conversation,
@@ -97,6 +103,8 @@ async def harness(
     outlet: RecordingOutlet | None = None,
     holder: str | None = None,
     pipeline_clock: Clock | None = None,
+    memory_policy: MemoryPolicy | None = None,
+    memory_llm: BaseLLM | None = None,
 ) -> AsyncIterator[Harness]:
     """Start a scheduler on ``store``; stop it (and wait for turns) on exit."""
     outlet = outlet or RecordingOutlet(clock)
@@ -104,14 +112,21 @@ async def harness(
         key=BOT,
         pin=PIN,
         queue=QueuePolicy(debounce=debounce, max_wait=max_wait),
-        budget=Budget(),
+        memory=memory_policy or MemoryPolicy(budget=Budget(), summary_model="test-model"),
         outlet=outlet,
         lease_seconds=lease,
+    )
+    memory = Memory(
+        store=store,
+        llm=memory_llm or llm,
+        clock=pipeline_clock or clock,
+        policy_for=lambda _: profile.memory,
     )
     pipeline = Pipeline(
         store=store,
         llm=llm,
         clock=pipeline_clock or clock,
+        memory=memory,
         profiles={BOT: profile},
         holder=holder,
     )
@@ -121,16 +136,19 @@ async def harness(
     ingestor = Ingestor(
         store=store, clock=clock, policy_for=lambda _: profile.queue, wake=scheduler.wake
     )
-    commands = Commands(store=store, clock=clock, greeting=lambda _: "\n".join(PIN.first_message))
+    commands = Commands(
+        store=store, clock=clock, greeting=lambda _: "\n".join(PIN.first_message), memory=memory
+    )
     router = Router(ingestor=ingestor, commands=commands, outlets={BOT: outlet})
     task = asyncio.create_task(scheduler.run())
     SHARED_STORES.append(store)
     try:
-        yield Harness(store, clock, llm, outlet, pipeline, scheduler, router, ingestor)
+        yield Harness(store, clock, llm, outlet, pipeline, scheduler, router, ingestor, memory)
     finally:
         SHARED_STORES.remove(store)
         scheduler.stop()
         await scheduler.drain(grace=1.0)
+        await memory.aclose()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

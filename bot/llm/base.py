@@ -47,6 +47,8 @@ class ModelRequest:
     max_tokens: int = 1024
     temperature: float | None = None
     layers: tuple[str, ...] = field(default=())
+    # What the call is for: the offline model answers each kind in its own way.
+    purpose: Literal["reply", "summary", "extract"] = "reply"
 
 
 @dataclass(frozen=True, slots=True)

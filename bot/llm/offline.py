@@ -1,16 +1,34 @@
 """A model that needs no network: deterministic, clearly labelled, built from its input.
 
-It lets a person see the pipeline work (which turn was coalesced, which memory layers
-arrived) without an API key, and gives tests and benchmarks a model with a fixed latency.
+It lets a person see the pipeline work without an API key: replies quote the coalesced input
+and list the prompt layers that arrived; summaries are extractive (what the user said, cut
+short); memory extraction recognises a few plain statements ("my name is ...", "I work as
+...", "I'm afraid of ..."). Tests and benchmarks use it as a model with a fixed latency.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+from typing import Final
 
 from bot.llm.base import BaseLLM, ModelRequest, ModelResult, Usage
 
-LABEL = "[offline model]"
+LABEL: Final = "[offline model]"
+
+_PATTERNS: Final = (
+    ("semantic", "name", re.compile(r"\bmy name is ([\w' -]{1,40})", re.I)),
+    ("semantic", "occupation", re.compile(r"\bI(?: now)? work as (?:an? )?([\w' -]{1,60})", re.I)),
+    ("semantic", "location", re.compile(r"\bI live in ([\w' -]{1,60})", re.I)),
+    ("semantic", "interest", re.compile(r"\bI (?:love|like|enjoy) ([\w' -]{1,60})", re.I)),
+    ("emotional", "fear", re.compile(r"\bI(?:'m| am) (?:afraid|scared) of ([\w' -]{1,60})", re.I)),
+    (
+        "episodic",
+        "event",
+        re.compile(r"\b((?:next|this) \w+ I(?:'m| am| will| have)[^.!?]{1,80})", re.I),
+    ),
+)
 
 
 def _estimate(text: str) -> int:
@@ -18,7 +36,7 @@ def _estimate(text: str) -> int:
 
 
 class OfflineLLM(BaseLLM):
-    """Echoes the coalesced input and lists the prompt layers it received."""
+    """Echoes the coalesced input; summarises and extracts by simple, visible rules."""
 
     name = "offline"
 
@@ -32,14 +50,12 @@ class OfflineLLM(BaseLLM):
         if self._latency:
             await asyncio.sleep(self._latency)
         last = request.messages[-1].text if request.messages else ""
-        lines = [line for line in last.splitlines() if line.strip()]
-        quoted = " / ".join(lines) if lines else "(nothing)"
-        layers = ", ".join(request.layers) if request.layers else "none"
-        history = max(0, len(request.messages) - 1)
-        text = (
-            f"{LABEL} You said: {quoted}\n"
-            f"(prompt layers: {layers}; {history} earlier messages in the window)"
-        )
+        if request.purpose == "summary":
+            text = _summary(last)
+        elif request.purpose == "extract":
+            text = _extract(last)
+        else:
+            text = _reply(request, last)
         prompt = "".join(b.text for b in request.system) + "".join(m.text for m in request.messages)
         return ModelResult(
             text=text,
@@ -47,3 +63,36 @@ class OfflineLLM(BaseLLM):
             model="offline",
             stop_reason="end_turn",
         )
+
+
+def _reply(request: ModelRequest, last: str) -> str:
+    lines = [line for line in last.splitlines() if line.strip()]
+    quoted = " / ".join(lines) if lines else "(nothing)"
+    layers = ", ".join(request.layers) if request.layers else "none"
+    history = max(0, len(request.messages) - 1)
+    return (
+        f"{LABEL} You said: {quoted}\n"
+        f"(prompt layers: {layers}; {history} earlier messages in the window)"
+    )
+
+
+def _summary(task: str) -> str:
+    said = [
+        line.split(": ", 1)[1][:120]
+        for line in task.splitlines()
+        if line.startswith("[turn ") and "persona:" not in line and ": " in line
+    ]
+    return json.dumps({"topics": [], "user_said": said, "open_threads": [], "preferences": []})
+
+
+def _extract(task: str) -> str:
+    found: dict[str, list[dict[str, object]]] = {"semantic": [], "emotional": [], "episodic": []}
+    for line in task.splitlines():
+        match = re.match(r"\[message (\d+)\] (.*)", line)
+        if match is None:
+            continue
+        source, text = int(match[1]), match[2]
+        for section, field, pattern in _PATTERNS:
+            for value in pattern.findall(text):
+                found[section].append({"field": field, "value": value.strip(), "source": source})
+    return json.dumps(found)

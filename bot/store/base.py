@@ -27,9 +27,11 @@ from bot.events import (
     SessionKey,
     SessionPolicy,
     StoredMessage,
+    StoredSummary,
     Turn,
     UserKey,
 )
+from bot.llm.base import Usage
 
 
 class BaseStore(abc.ABC):
@@ -175,9 +177,55 @@ class BaseStore(abc.ABC):
 
     @abc.abstractmethod
     async def history(
-        self, session: SessionKey, limit: int, before_turn: int | None = None
+        self,
+        session: SessionKey,
+        limit: int,
+        *,
+        after_turn: int = 0,
+        oldest_first: bool = False,
     ) -> list[StoredMessage]:
-        """The last ``limit`` answered or context messages of a session, oldest first."""
+        """Answered or context messages of a session with ``turn > after_turn``.
+
+        The newest ``limit`` of them (or the oldest, with ``oldest_first``), in turn order.
+        Pending messages are not history: they are the next turn.
+        """
+
+    @abc.abstractmethod
+    async def count_history(self, session: SessionKey, *, after_turn: int = 0) -> int:
+        """How many history messages have ``turn > after_turn``."""
+
+    # -- summaries (session scope) ------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get_summary(self, session: SessionKey) -> StoredSummary | None:
+        """The session's rolling summary, or None."""
+
+    @abc.abstractmethod
+    async def save_summary(
+        self,
+        session: SessionKey,
+        body: str,
+        first_turn: int,
+        last_turn: int,
+        now: float,
+        *,
+        expected_last_turn: int | None,
+    ) -> bool:
+        """Replace the summary if it still covers up to ``expected_last_turn`` (None: no
+        summary yet); False when another worker got there first."""
+
+    # -- user-memory extraction bookkeeping -----------------------------------------------------
+
+    @abc.abstractmethod
+    async def sessions_to_extract(
+        self, quiet_before: float, limit: int = 20, bots: Sequence[str] | None = None
+    ) -> list[tuple[SessionKey, int]]:
+        """Sessions with user messages not yet learned from, that are closed or have been
+        quiet since ``quiet_before``: (session, last extracted turn)."""
+
+    @abc.abstractmethod
+    async def mark_extracted(self, session: SessionKey, turn: int) -> None:
+        """Record that user memory was learned from the session up to ``turn``."""
 
     @abc.abstractmethod
     async def messages(self, session: SessionKey) -> list[StoredMessage]:
@@ -233,7 +281,13 @@ class BaseStore(abc.ABC):
 
     @abc.abstractmethod
     async def finish_turn(
-        self, turn: Turn, lease: Lease, reply: str, now: float, queue: QueuePolicy
+        self,
+        turn: Turn,
+        lease: Lease,
+        reply: str,
+        now: float,
+        queue: QueuePolicy,
+        usage: Usage | None = None,
     ) -> FinishResult:
         """The final check and, if it passes, recording of the reply, in one transaction.
 

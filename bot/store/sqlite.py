@@ -34,9 +34,11 @@ from bot.events import (
     SessionKey,
     SessionPolicy,
     StoredMessage,
+    StoredSummary,
     Turn,
     UserKey,
 )
+from bot.llm.base import Usage
 from bot.sessions import expiry_reason
 from bot.store.base import BaseStore
 from bot.store.migrations.sqlite import MIGRATIONS
@@ -45,7 +47,7 @@ log = logging.getLogger("personabot.store")
 
 _MSG_COLS = (
     "m.id, s.session_no, m.turn, m.role, m.author_id, m.display_name, m.text, m.created_at, "
-    "m.version, m.platform_message_id, m.pending, m.answered_by"
+    "m.version, m.platform_message_id, m.pending, m.answered_by, m.is_private"
 )
 _OUTBOX_COLS = (
     "o.id, c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, o.text, o.reply_message_id, "
@@ -500,8 +502,8 @@ class SQLiteStore(BaseStore):
             turn = int(
                 await self._scalar(
                     db,
-                    "UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = ? "
-                    "WHERE id = ? RETURNING next_turn - 1",
+                    "UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = ?, "
+                    "last_user_turn = next_turn WHERE id = ? RETURNING next_turn - 1",
                     (now, sid),
                 )
             )
@@ -655,12 +657,19 @@ class SQLiteStore(BaseStore):
             version=int(row[8]),
             platform_message_id=row[9],
             answered=row[3] == "user" and row[11] is not None,
+            is_private=bool(row[12]),
         )
 
     async def history(
-        self, session: SessionKey, limit: int, before_turn: int | None = None
+        self,
+        session: SessionKey,
+        limit: int,
+        *,
+        after_turn: int = 0,
+        oldest_first: bool = False,
     ) -> list[StoredMessage]:
-        """Last ``limit`` non-pending messages, oldest first."""
+        """Non-pending messages after ``after_turn``: newest (or oldest) ``limit``."""
+        order = "ASC" if oldest_first else "DESC"
         async with self._read() as db:
             found = await self._session_row(db, session)
             if found is None:
@@ -668,11 +677,102 @@ class SQLiteStore(BaseStore):
             rows = await self._rows(
                 db,
                 f"SELECT {_MSG_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                "WHERE m.session_id = ? AND m.pending = 0 AND m.turn < ? "
-                "ORDER BY m.turn DESC LIMIT ?",
-                (found[0], before_turn if before_turn is not None else 2**62, limit),
+                f"WHERE m.session_id = ? AND m.pending = 0 AND m.turn > ? "
+                f"ORDER BY m.turn {order} LIMIT ?",
+                (found[0], after_turn, limit),
             )
-        return [self._message(session.conversation, r) for r in reversed(rows)]
+        if not oldest_first:
+            rows.reverse()
+        return [self._message(session.conversation, r) for r in rows]
+
+    async def count_history(self, session: SessionKey, *, after_turn: int = 0) -> int:
+        """Count of non-pending messages after ``after_turn``."""
+        async with self._read() as db:
+            found = await self._session_row(db, session)
+            if found is None:
+                return 0
+            return int(
+                await self._scalar(
+                    db,
+                    "SELECT COUNT(*) FROM messages WHERE session_id = ? AND pending = 0 "
+                    "AND turn > ?",
+                    (found[0], after_turn),
+                )
+            )
+
+    async def get_summary(self, session: SessionKey) -> StoredSummary | None:
+        """The session's summary."""
+        async with self._read() as db:
+            found = await self._session_row(db, session)
+            row = (
+                None
+                if found is None
+                else await self._row(
+                    db,
+                    "SELECT body, first_turn, last_turn, updated_at FROM summaries "
+                    "WHERE session_id = ?",
+                    (found[0],),
+                )
+            )
+        if row is None:
+            return None
+        return StoredSummary(session, row[0], int(row[1]), int(row[2]), float(row[3]))
+
+    async def save_summary(
+        self,
+        session: SessionKey,
+        body: str,
+        first_turn: int,
+        last_turn: int,
+        now: float,
+        *,
+        expected_last_turn: int | None,
+    ) -> bool:
+        """CAS on the covered range: two summarisers never overwrite each other's work."""
+        async with self._tx() as db:
+            found = await self._session_row(db, session)
+            if found is None:
+                raise StoreError(f"unknown session {session}")
+            current = await self._scalar(
+                db, "SELECT last_turn FROM summaries WHERE session_id = ?", (found[0],)
+            )
+            if (None if current is None else int(current)) != expected_last_turn:
+                return False
+            await db.execute(
+                "INSERT INTO summaries (session_id, body, first_turn, last_turn, updated_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
+                "body = excluded.body, first_turn = excluded.first_turn, "
+                "last_turn = excluded.last_turn, updated_at = excluded.updated_at",
+                (found[0], body, first_turn, last_turn, now),
+            )
+            return True
+
+    async def sessions_to_extract(
+        self, quiet_before: float, limit: int = 20, bots: Sequence[str] | None = None
+    ) -> list[tuple[SessionKey, int]]:
+        """Closed or quiet sessions with unlearned user messages."""
+        where, args = self._bots_filter(bots)
+        async with self._read() as db:
+            rows = await self._rows(
+                db,
+                "SELECT c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, "
+                "s.extracted_turn FROM sessions s JOIN conversations c "
+                "ON c.id = s.conversation_id WHERE s.extracted_turn < s.last_user_turn "
+                f"AND (s.status = 'closed' OR s.last_activity_at <= ?){where} "
+                "ORDER BY s.last_activity_at LIMIT ?",
+                (quiet_before, *args, limit),
+            )
+        return [(SessionKey(_conv_key(r[0], r[1], r[2], r[3]), int(r[4])), int(r[5])) for r in rows]
+
+    async def mark_extracted(self, session: SessionKey, turn: int) -> None:
+        """Advance the extraction mark (never backwards)."""
+        async with self._tx() as db:
+            found = await self._session_row(db, session)
+            if found is not None:
+                await db.execute(
+                    "UPDATE sessions SET extracted_turn = MAX(extracted_turn, ?) WHERE id = ?",
+                    (turn, found[0]),
+                )
 
     async def messages(self, session: SessionKey) -> list[StoredMessage]:
         """Every message of a session."""
@@ -863,7 +963,13 @@ class SQLiteStore(BaseStore):
     # -- final check --------------------------------------------------------------------------
 
     async def finish_turn(
-        self, turn: Turn, lease: Lease, reply: str, now: float, queue: QueuePolicy
+        self,
+        turn: Turn,
+        lease: Lease,
+        reply: str,
+        now: float,
+        queue: QueuePolicy,
+        usage: Usage | None = None,
     ) -> FinishResult:
         """Fencing check, version check, then record reply + outbox atomically."""
         key = turn.session.conversation
@@ -896,11 +1002,24 @@ class SQLiteStore(BaseStore):
                     (now, sid),
                 )
             )
+            u = usage or Usage()
             cur = await db.execute(
                 "INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
-                "display_name, text, version, pending, created_at) "
-                "VALUES (?, ?, ?, 'assistant', 'assistant', '', ?, ?, 0, ?)",
-                (conv_id, sid, reply_turn, reply, turn.version, now),
+                "display_name, text, version, pending, created_at, input_tokens, "
+                "output_tokens, cache_write_tokens, cache_read_tokens) "
+                "VALUES (?, ?, ?, 'assistant', 'assistant', '', ?, ?, 0, ?, ?, ?, ?, ?)",
+                (
+                    conv_id,
+                    sid,
+                    reply_turn,
+                    reply,
+                    turn.version,
+                    now,
+                    u.input_tokens,
+                    u.output_tokens,
+                    u.cache_creation_input_tokens,
+                    u.cache_read_input_tokens,
+                ),
             )
             reply_id = int(cur.lastrowid or 0)
             ids = [m.id for m in turn.messages]

@@ -33,8 +33,12 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
             closed_at        REAL,
             close_reason     TEXT,
             next_turn        INTEGER NOT NULL DEFAULT 1,
+            last_user_turn   INTEGER NOT NULL DEFAULT 0,
+            extracted_turn   INTEGER NOT NULL DEFAULT 0,  -- user memory learned up to here
             UNIQUE (conversation_id, session_no)
         );
+        CREATE INDEX sessions_to_extract ON sessions(last_activity_at)
+            WHERE extracted_turn < last_user_turn;
         -- At most one open session per conversation, enforced by the database.
         CREATE UNIQUE INDEX sessions_one_open ON sessions(conversation_id) WHERE status = 'open';
 
@@ -53,6 +57,11 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
             pending             INTEGER NOT NULL DEFAULT 0,
             answered_by         INTEGER,
             created_at          REAL NOT NULL,
+            -- usage of the model call that produced an assistant message
+            input_tokens        INTEGER,
+            output_tokens       INTEGER,
+            cache_write_tokens  INTEGER,
+            cache_read_tokens   INTEGER,
             UNIQUE (session_id, turn)
         );
         CREATE UNIQUE INDEX messages_platform_id

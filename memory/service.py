@@ -1,0 +1,336 @@
+"""Memory at run time: builds each turn's prompt from the store, and keeps the summary and the
+users' long-term memory up to date in the background (never on the reply path).
+
+Work is derived from data, not from in-process queues: compaction is due whenever more
+history than the window lies after the summary, and extraction whenever a quiet or closed
+session has user messages past its extraction mark. A crash therefore loses no memory work;
+the next turn or sweep finds it again. Leases keep two processes from doing the same job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+from bot.clock import Clock
+from bot.errors import ModelError
+from bot.events import NOT_SET, ConversationKey, SessionKey, StoredMessage, Turn, UserKey
+from bot.llm.base import BaseLLM
+from bot.store.base import BaseStore
+from memory.assemble import Assembled, Budget, Participant, PersonaPin, assemble
+from memory.records import (
+    RecordError,
+    Summary,
+    UserMemory,
+    merge_memory,
+    merge_summary,
+    trim_memory,
+)
+from memory.tasks import (
+    extraction_request,
+    parse_extraction,
+    parse_summary_update,
+    summary_request,
+)
+
+log = logging.getLogger("personabot.memory")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPolicy:
+    """Memory settings of one bot (its persona's overrides applied)."""
+
+    budget: Budget
+    summary_model: str
+    private_memory_in_groups: bool = False
+    extract_after_idle_seconds: float = 300.0
+
+
+def load_memory(raw: str | None) -> UserMemory:
+    """A stored record, or an empty one (an unreadable record is logged and not used)."""
+    if raw is None:
+        return UserMemory()
+    try:
+        return UserMemory.from_json(raw)
+    except RecordError as exc:
+        log.error("unreadable user memory record ignored: %s", exc)
+        return UserMemory()
+
+
+class Memory:
+    """Prompt building plus background summary and user-memory upkeep."""
+
+    def __init__(
+        self,
+        *,
+        store: BaseStore,
+        llm: BaseLLM,
+        clock: Clock,
+        policy_for: Callable[[str], MemoryPolicy],
+        holder: str | None = None,
+        lease_seconds: float = 60.0,
+        retry_after_failure: float = 60.0,
+    ) -> None:
+        self._store = store
+        self._llm = llm
+        self._clock = clock
+        self._policy_for = policy_for
+        self._holder = holder or f"memory-{uuid.uuid4().hex[:12]}"
+        self._lease_seconds = lease_seconds
+        self._retry_after_failure = retry_after_failure
+        self._tasks: dict[SessionKey, asyncio.Task[None]] = {}
+        self._failed_until: dict[str, float] = {}
+        self._failures: dict[str, int] = {}
+
+    # -- reading --------------------------------------------------------------------------------
+
+    async def user_memory(self, user: UserKey) -> UserMemory:
+        """A user's record (empty when none)."""
+        raw = await self._store.get_user_memory(user)
+        return load_memory(None if raw is NOT_SET else str(raw))
+
+    async def summary(self, session: SessionKey) -> Summary | None:
+        """The session's summary, or None (an unreadable one is logged and skipped)."""
+        stored = await self._store.get_summary(session)
+        if stored is None:
+            return None
+        try:
+            return Summary.from_json(stored.body, stored.first_turn, stored.last_turn)
+        except RecordError as exc:
+            log.error("unreadable summary of %s ignored: %s", session, exc)
+            return None
+
+    async def build(
+        self, turn: Turn, pin: PersonaPin, *, gap_notice: str | None = None
+    ) -> Assembled:
+        """Load every layer of this turn's prompt from the store and assemble it."""
+        policy = self._policy_for(turn.session.conversation.bot)
+        summary = await self.summary(turn.session)
+        after = 0 if summary is None else summary.last_turn
+        history = await self._store.history(
+            turn.session, policy.budget.window_messages * 2, after_turn=after
+        )
+        participants = await self._participants(turn, policy)
+        return assemble(
+            pin,
+            turn,
+            policy.budget,
+            history=history,
+            participants=participants,
+            summary=summary,
+            gap_notice=gap_notice,
+        )
+
+    async def _participants(self, turn: Turn, policy: MemoryPolicy) -> list[Participant]:
+        private = all(m.is_private for m in turn.messages)
+        platform = turn.session.conversation.platform
+        people: list[Participant] = []
+        for author in turn.authors:
+            name = next(m.display_name for m in turn.messages if m.author_id == author)
+            record = await self.user_memory(UserKey(platform, author))
+            visible = record.visible(
+                private_chat=private, allow_private_in_groups=policy.private_memory_in_groups
+            )
+            people.append(Participant(author, name, visible if visible.items else None))
+        return people
+
+    # -- the rolling summary --------------------------------------------------------------------
+
+    def schedule_compaction(self, session: SessionKey) -> None:
+        """Fold overflowing history into the summary in the background (one task a session)."""
+        running = self._tasks.get(session)
+        if running is not None and not running.done():
+            return
+        self._tasks[session] = asyncio.create_task(self._compact_logged(session))
+
+    async def _compact_logged(self, session: SessionKey) -> None:
+        try:
+            await self.compact(session)
+        except Exception:
+            log.exception("summary update of %s failed", session)
+        finally:
+            self._tasks.pop(session, None)
+
+    async def compact(self, session: SessionKey) -> int:
+        """Fold chunks of the oldest history into the summary while the window overflows.
+
+        Returns the number of chunks folded. Chunks are a quarter of the window, so the
+        prompt prefix stays identical for several turns between two compactions.
+        """
+        policy = self._policy_for(session.conversation.bot)
+        window = policy.budget.window_messages
+        folded = 0
+        key = f"summary:{session}"
+        if self._failed_until.get(key, 0.0) > self._clock.now():
+            return 0
+        async with self._lease(key) as held:
+            if not held:
+                return 0
+            while True:
+                current = await self.summary(session)
+                after = 0 if current is None else current.last_turn
+                if await self._store.count_history(session, after_turn=after) <= window:
+                    return folded
+                chunk = await self._store.history(
+                    session, max(2, window // 4), after_turn=after, oldest_first=True
+                )
+                if not await self._fold(session, current, chunk, policy):
+                    return folded
+                folded += 1
+
+    async def _fold(
+        self,
+        session: SessionKey,
+        current: Summary | None,
+        chunk: Sequence[StoredMessage],
+        policy: MemoryPolicy,
+    ) -> bool:
+        key = f"summary:{session}"
+        try:
+            result = await self._llm.complete(summary_request(current, chunk, policy.summary_model))
+            update = parse_summary_update(result.text)
+        except (ModelError, RecordError) as exc:
+            log.warning("summary of %s not updated (kept as it was): %s", session, exc)
+            self._failed_until[key] = self._clock.now() + self._retry_after_failure
+            return False
+        merged = merge_summary(
+            current, update, chunk[0].turn, chunk[-1].turn, policy.budget.summary_tokens
+        )
+        saved = await self._store.save_summary(
+            session,
+            merged.to_json(),
+            merged.first_turn,
+            merged.last_turn,
+            self._clock.now(),
+            expected_last_turn=None if current is None else current.last_turn,
+        )
+        log.info(
+            "summary of %s now covers turns %d-%d", session, merged.first_turn, merged.last_turn
+        )
+        return saved
+
+    # -- long-term user memory ------------------------------------------------------------------
+
+    async def extract_due(self, bots: Sequence[str] | None = None, limit: int = 20) -> int:
+        """Learn from quiet or closed sessions; return how many sessions were processed."""
+        done = 0
+        now = self._clock.now()
+        quiet = min(
+            (self._policy_for(b).extract_after_idle_seconds for b in bots or ()), default=300.0
+        )
+        for session, mark in await self._store.sessions_to_extract(now - quiet, limit, bots):
+            if await self.extract(session, mark):
+                done += 1
+        return done
+
+    async def extract(self, session: SessionKey, mark: int) -> bool:
+        """Learn user memory from the session's user messages after ``mark``."""
+        key = f"extract:{session}"
+        if self._failed_until.get(key, 0.0) > self._clock.now():
+            return False
+        async with self._lease(key) as held:
+            if not held:
+                return False
+            messages = [
+                m for m in await self._store.messages(session) if m.role == "user" and m.turn > mark
+            ]
+            if not messages:
+                return False
+            ok = True
+            for author in dict.fromkeys(m.author_id for m in messages):
+                mine = [m for m in messages if m.author_id == author]
+                ok = await self._learn(session.conversation, author, mine) and ok
+            if ok or self._give_up(key):
+                await self._store.mark_extracted(session, max(m.turn for m in messages))
+                return True
+            self._failed_until[key] = self._clock.now() + self._retry_after_failure
+            return False
+
+    def _give_up(self, key: str) -> bool:
+        """After three failed attempts the messages are skipped (logged), not retried forever."""
+        self._failures[key] = self._failures.get(key, 0) + 1
+        if self._failures[key] >= 3:
+            log.error("giving up learning from %s after 3 failed extractions", key)
+            self._failures.pop(key, None)
+            return True
+        return False
+
+    async def _learn(
+        self, conversation: ConversationKey, author: str, messages: list[StoredMessage]
+    ) -> bool:
+        policy = self._policy_for(conversation.bot)
+        user = UserKey(conversation.platform, author)
+        async with self._lease(f"memory:{user.platform}:{user.user_id}") as held:
+            if not held:
+                return False
+            record = await self.user_memory(user)
+            if record.forgotten_at is not None:
+                messages = [m for m in messages if m.created_at > record.forgotten_at]
+            if not messages:
+                return True
+            try:
+                result = await self._llm.complete(
+                    extraction_request(messages[-1].display_name, messages, policy.summary_model)
+                )
+                items = parse_extraction(result.text, messages, self._clock.now())
+            except (ModelError, RecordError) as exc:
+                log.warning("memory of user %s not updated (kept as it was): %s", author, exc)
+                return False
+            merged = trim_memory(merge_memory(record, items), policy.budget.memory_tokens)
+            await self._store.set_user_memory(user, merged.to_json(), self._clock.now())
+            log.info("learned %d item(s) about user %s", len(items), author)
+            return True
+
+    async def forget(self, user: UserKey) -> None:
+        """Erase a user's memory and never learn again from what they said before now."""
+        tombstone = UserMemory(items=(), forgotten_at=self._clock.now())
+        await self._store.set_user_memory(user, tombstone.to_json(), self._clock.now())
+
+    async def export(self, user: UserKey, conversation: ConversationKey) -> str:
+        """The user's stored data as JSON: memory and their messages in this conversation."""
+        record = await self.user_memory(user)
+        messages = []
+        for info in await self._store.list_sessions(conversation):
+            for m in await self._store.messages(info.key):
+                if m.role == "user" and m.author_id == user.user_id:
+                    messages.append(
+                        {"session": info.key.session_id, "turn": m.turn, "text": m.text}
+                    )
+        data = {
+            "user": {"platform": user.platform, "id": user.user_id},
+            "memory": json.loads(record.to_json()),
+            "messages_in_this_chat": messages,
+        }
+        return json.dumps(data, ensure_ascii=False, indent=1)
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _lease(self, name: str) -> AsyncIterator[bool]:
+        lease = await self._store.acquire_lease(
+            name, self._holder, self._lease_seconds, self._clock.now()
+        )
+        try:
+            yield lease is not None
+        finally:
+            if lease is not None:
+                await self._store.release_lease(lease)
+
+    async def wait_idle(self) -> None:
+        """Wait until no background summary update is running (tests, shutdown, benches)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Wait briefly for background summaries, then cancel what is left."""
+        tasks = list(self._tasks.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=5.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
