@@ -31,6 +31,17 @@ def _parser() -> argparse.ArgumentParser:
     chat = with_config(sub.add_parser("chat", help="chat with a persona in the terminal"))
     chat.add_argument("--persona", default=None, help="persona id (default: the first)")
     with_config(sub.add_parser("run", help="run the configured Telegram/Discord bots"))
+    prompt = with_config(sub.add_parser("prompt", help="print the prompt the model would get now"))
+    prompt.add_argument("--platform", required=True, help="telegram, discord or console")
+    prompt.add_argument("--chat", required=True, help="chat id (console: your user name)")
+    prompt.add_argument("--thread", default=None, help="thread / forum topic id")
+    prompt.add_argument("--bot", default=None, help="bot id when several share the platform")
+    memory = sub.add_parser("memory", help="show or erase a user's long-term memory")
+    memory_sub = memory.add_subparsers(dest="memory_command", required=True)
+    for action in ("show", "forget"):
+        p = with_config(memory_sub.add_parser(action, help=f"{action} a user's memory"))
+        p.add_argument("--platform", required=True)
+        p.add_argument("--user", required=True, help="the platform's user id")
     config = sub.add_parser("config", help="configuration tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)
     with_config(config_sub.add_parser("check", help="validate and summarise the configuration"))
@@ -80,6 +91,31 @@ def main(argv: Sequence[str] | None = None) -> int:
                     stdin=sys.stdin,
                     stdout=sys.stdout,
                     interactive=sys.stdin.isatty(),
+                )
+            )
+        if args.command == "prompt":
+            from bot.admin import show_prompt
+
+            return asyncio.run(
+                show_prompt(
+                    settings,
+                    sys.stdout,
+                    platform=args.platform,
+                    chat=args.chat,
+                    thread=args.thread,
+                    bot=args.bot,
+                )
+            )
+        if args.command == "memory":
+            from bot.admin import user_memory
+
+            return asyncio.run(
+                user_memory(
+                    settings,
+                    sys.stdout,
+                    action=args.memory_command,
+                    platform=args.platform,
+                    user=args.user,
                 )
             )
         from bot.app import run_bots

@@ -97,6 +97,9 @@ class Commands:
         session = await self._store.new_session(
             inbound.conversation, self._clock.now(), reason=command.name
         )
+        if self._memory is not None:
+            # The session just ended: learn from it now rather than at the next sweep.
+            self._memory.schedule_sweep([inbound.conversation.bot])
         return (
             f"New session started (#{session.key.session_id}); earlier messages of this chat "
             f"are no longer part of the conversation.\n{self._greeting(inbound.conversation.bot)}"

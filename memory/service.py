@@ -84,6 +84,7 @@ class Memory:
         self._lease_seconds = lease_seconds
         self._retry_after_failure = retry_after_failure
         self._tasks: dict[SessionKey, asyncio.Task[None]] = {}
+        self._sweep: asyncio.Task[None] | None = None
         self._failed_until: dict[str, float] = {}
         self._failures: dict[str, int] = {}
 
@@ -216,6 +217,19 @@ class Memory:
 
     # -- long-term user memory ------------------------------------------------------------------
 
+    def schedule_sweep(self, bots: Sequence[str] | None = None) -> None:
+        """Run one extraction sweep in the background now (e.g. when a session ends)."""
+        running = self._sweep
+        if running is not None and not running.done():
+            return
+        self._sweep = asyncio.create_task(self._sweep_logged(bots))
+
+    async def _sweep_logged(self, bots: Sequence[str] | None) -> None:
+        try:
+            await self.extract_due(bots)
+        except Exception:
+            log.exception("memory sweep failed")
+
     async def extract_due(self, bots: Sequence[str] | None = None, limit: int = 20) -> int:
         """Learn from quiet or closed sessions; return how many sessions were processed."""
         done = 0
@@ -321,14 +335,20 @@ class Memory:
             if lease is not None:
                 await self._store.release_lease(lease)
 
+    def _background(self) -> list[asyncio.Task[None]]:
+        tasks = list(self._tasks.values())
+        if self._sweep is not None and not self._sweep.done():
+            tasks.append(self._sweep)
+        return tasks
+
     async def wait_idle(self) -> None:
-        """Wait until no background summary update is running (tests, shutdown, benches)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+        """Wait until no background memory work is running (tests, shutdown, benches)."""
+        while tasks := self._background():
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def aclose(self) -> None:
-        """Wait briefly for background summaries, then cancel what is left."""
-        tasks = list(self._tasks.values())
+        """Wait briefly for background memory work, then cancel what is left."""
+        tasks = self._background()
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=5.0)
             for task in pending:

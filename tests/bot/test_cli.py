@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import os
 import signal
 import sqlite3
@@ -159,3 +160,25 @@ async def test_sigterm_exits_cleanly_and_keeps_unanswered_input(tmp_path: Path) 
     code, out2, _ = await _run(["chat"], tmp_path, "")
     assert code == 0
     assert "[offline model] You said: remember me" in out2
+
+
+async def test_prompt_and_memory_admin_commands(tmp_path: Path) -> None:
+    """An operator can preview the next prompt and see or erase what is remembered."""
+    user = getpass.getuser()
+    await _run(["chat"], tmp_path, "my name is Ada\nI work as a nurse\n/new\n")
+    await _run(["chat"], tmp_path, "")  # at start, the memory sweep learns from session 1
+    code, out, _ = await _run(["memory", "show", "--platform", "console", "--user", user], tmp_path)
+    assert code == 0
+    assert "name: Ada" in out and "occupation: nurse" in out
+    await _run(["chat"], tmp_path, "hello\n")
+    code, out, _ = await _run(["prompt", "--platform", "console", "--chat", user], tmp_path)
+    assert code == 0
+    assert "persona" in out and "[cache breakpoint]" in out
+    assert "name: Ada" in out  # the user memory layer
+    assert "hello" in out  # the window
+    code, out, _ = await _run(
+        ["memory", "forget", "--platform", "console", "--user", user], tmp_path
+    )
+    assert code == 0 and "erased 2 item(s)" in out
+    code, out, _ = await _run(["memory", "show", "--platform", "console", "--user", user], tmp_path)
+    assert "nothing is remembered" in out
