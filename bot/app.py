@@ -75,34 +75,44 @@ def session_policy(settings: Settings) -> SessionPolicy:
     )
 
 
+def pin_for(persona: PersonaSettings) -> PersonaPin:
+    """The persona's pinned layer."""
+    return PersonaPin(
+        name=persona.name,
+        system=persona.system,
+        first_message=tuple(persona.first_message),
+        model=persona.model,
+        max_tokens=persona.max_tokens,
+        temperature=persona.temperature,
+    )
+
+
+def memory_policy(settings: Settings, persona: PersonaSettings) -> MemoryPolicy:
+    """[memory] with the persona's override applied."""
+    memory = settings.memory_for(persona)
+    return MemoryPolicy(
+        budget=Budget(
+            window_messages=memory.window_messages,
+            prompt_tokens=memory.prompt_budget_tokens,
+            summary_tokens=memory.summary_budget_tokens,
+            memory_tokens=memory.user_memory_budget_tokens,
+        ),
+        summary_model=memory.summary_model or persona.model,
+        private_memory_in_groups=memory.private_memory_in_groups,
+        extract_after_idle_seconds=memory.extract_after_idle_minutes * 60,
+    )
+
+
 def profile_for(
     settings: Settings, persona: PersonaSettings, key: str, outlet: BaseAdapter
 ) -> BotProfile:
     """Everything a turn of this bot needs."""
     queue = settings.queue_for(persona)
-    memory = settings.memory_for(persona)
     return BotProfile(
         key=key,
-        pin=PersonaPin(
-            name=persona.name,
-            system=persona.system,
-            first_message=tuple(persona.first_message),
-            model=persona.model,
-            max_tokens=persona.max_tokens,
-            temperature=persona.temperature,
-        ),
+        pin=pin_for(persona),
         queue=QueuePolicy(debounce=queue.debounce_seconds, max_wait=queue.max_wait_seconds),
-        memory=MemoryPolicy(
-            budget=Budget(
-                window_messages=memory.window_messages,
-                prompt_tokens=memory.prompt_budget_tokens,
-                summary_tokens=memory.summary_budget_tokens,
-                memory_tokens=memory.user_memory_budget_tokens,
-            ),
-            summary_model=memory.summary_model or persona.model,
-            private_memory_in_groups=memory.private_memory_in_groups,
-            extract_after_idle_seconds=memory.extract_after_idle_minutes * 60,
-        ),
+        memory=memory_policy(settings, persona),
         outlet=outlet,
         lease_seconds=queue.lease_seconds,
     )
