@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import TextIO
 
-from bot.app import build_store, memory_policy, pin_for
+from bot.app import build_llm, build_retention, build_store, memory_policy, pin_for
 from bot.clock import SystemClock
-from bot.config import PersonaSettings, Settings
+from bot.config import PersonaSettings, Secrets, Settings
 from bot.errors import ConfigError
 from bot.events import ConversationKey, StoredMessage, Turn, UserKey
+from bot.llm.base import BaseLLM
 from bot.llm.offline import OfflineLLM
+from bot.retention import RetentionPolicy
+from bot.store.base import BaseStore
 from memory.service import Memory
 
 
@@ -109,4 +113,75 @@ async def user_memory(
         return 0
 
 
-__all__ = ["show_prompt", "user_memory"]
+async def retention_run(settings: Settings, out: TextIO, *, dry_run: bool) -> int:
+    """``retention run``: apply the policy now (or only report, with --dry-run)."""
+    clock = SystemClock()
+    async with build_store(settings) as store:
+        memory = _memory(settings, store, build_llm(settings, Secrets(), offline_fallback=True))
+        report = await build_retention(settings, store, memory, clock).run_once(dry_run=dry_run)
+    if report.skipped:
+        print(f"retention skipped: {report.skipped}", file=out)
+        return 0
+    verb = "would delete" if dry_run else "deleted"
+    for line in report.lines:
+        print(line, file=out)
+    print(
+        f"{verb} {report.deleted_messages} message(s); {report.expired_sessions} "
+        f"session(s) expired",
+        file=out,
+    )
+    return 0
+
+
+async def retention_audit(
+    settings: Settings, out: TextIO, *, days: float | None, mode: str | None, as_json: bool
+) -> int:
+    """``retention audit``: sessions that would lose turns no summary covers; exit 3 if any."""
+    configured = settings.retention
+    policy = RetentionPolicy(
+        mode="message" if (mode or configured.mode) == "message" else "session",
+        days=configured.days if days is None else days,
+        batch_size=configured.batch_size,
+    )
+    clock = SystemClock()
+    async with build_store(settings) as store:
+        memory = _memory(settings, store, OfflineLLM())
+        risks = await build_retention(settings, store, memory, clock).audit(policy)
+    if as_json:
+        rows = [
+            {
+                "conversation": str(r.session.conversation),
+                "session": r.session.session_id,
+                "first_turn": r.first_turn,
+                "last_turn": r.last_turn,
+                "age_days": round(r.age_days, 1),
+                "reason": r.reason,
+            }
+            for r in risks
+        ]
+        print(json.dumps({"mode": policy.mode, "days": policy.days, "at_risk": rows}), file=out)
+    else:
+        print(
+            f"retention audit (mode {policy.mode}, {policy.days:g} days): "
+            f"{len(risks)} session(s) at risk",
+            file=out,
+        )
+        for r in risks:
+            print(
+                f"  {r.session}: turns {r.first_turn}-{r.last_turn}, "
+                f"{r.age_days:.0f} days old: {r.reason}",
+                file=out,
+            )
+    return 3 if risks else 0
+
+
+def _memory(settings: Settings, store: BaseStore, llm: BaseLLM) -> Memory:
+    persona = settings.persona(None)
+    by_bot = {b.key: memory_policy(settings, settings.persona(b.persona)) for b in settings.bots}
+    default = memory_policy(settings, persona)
+    return Memory(
+        store=store, llm=llm, clock=SystemClock(), policy_for=lambda bot: by_bot.get(bot, default)
+    )
+
+
+__all__ = ["retention_audit", "retention_run", "show_prompt", "user_memory"]

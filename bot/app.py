@@ -21,8 +21,9 @@ from bot.errors import ConfigError
 from bot.events import QueuePolicy, SessionPolicy
 from bot.llm.base import BaseLLM
 from bot.llm.offline import OfflineLLM
-from bot.pipeline import BotProfile, Pipeline
+from bot.pipeline import BotProfile, GapPolicy, Pipeline
 from bot.queue import Ingestor, Scheduler
+from bot.retention import Retention, RetentionPolicy
 from bot.router import Router
 from bot.store.base import BaseStore
 from bot.store.sqlite import SQLiteStore, sqlite_path
@@ -139,6 +140,7 @@ async def runtime(
     adapters: Mapping[str, tuple[PersonaSettings, BaseAdapter]],
     clock: Clock | None = None,
     store: BaseStore | None = None,
+    with_retention: bool = False,
 ) -> AsyncIterator[Runtime]:
     """Open the store, wire queue, pipeline and router, run the scheduler; stop on exit."""
     clock = clock or SystemClock()
@@ -152,7 +154,17 @@ async def runtime(
         memory = Memory(
             store=store, llm=llm, clock=clock, policy_for=lambda bot: profiles[bot].memory
         )
-        pipeline = Pipeline(store=store, llm=llm, clock=clock, memory=memory, profiles=profiles)
+        retention = settings.retention
+        pipeline = Pipeline(
+            store=store,
+            llm=llm,
+            clock=clock,
+            memory=memory,
+            profiles=profiles,
+            gap_policy=GapPolicy(
+                retention.gap_policy, retention.tell_user_message, retention.refuse_message
+            ),
+        )
         queue = settings.queue
         scheduler = Scheduler(
             store=store,
@@ -171,19 +183,35 @@ async def runtime(
             wake=scheduler.wake,
         )
         commands = Commands(
-            store=store, clock=clock, greeting=lambda bot: greetings[bot], memory=memory
+            store=store,
+            clock=clock,
+            greeting=lambda bot: greetings[bot],
+            memory=memory,
+            forget_deletes_messages=retention.forget_deletes_messages,
         )
         router = Router(
             ingestor=ingestor,
             commands=commands,
             outlets={k: a for k, (_, a) in adapters.items()},
+            memory=memory,
         )
         await pipeline.recover_outbox(older_than=clock.now())
         task = asyncio.create_task(scheduler.run(), name="scheduler")
-        sweeper = asyncio.create_task(
-            _sweep_memory(memory, clock, list(profiles), settings.memory.sweep_interval_seconds),
-            name="memory sweeper",
-        )
+        background = [
+            asyncio.create_task(
+                _sweep_memory(
+                    memory, clock, list(profiles), settings.memory.sweep_interval_seconds
+                ),
+                name="memory sweeper",
+            )
+        ]
+        if with_retention:
+            worker = build_retention(settings, store, memory, clock)
+            background.append(
+                asyncio.create_task(
+                    _retain(worker, clock, retention.interval_minutes * 60), name="retention"
+                )
+            )
         try:
             yield Runtime(
                 store=store,
@@ -197,10 +225,34 @@ async def runtime(
         finally:
             scheduler.stop()
             await task  # stops taking work; running turns get the shutdown grace period
-            sweeper.cancel()
-            await asyncio.gather(sweeper, return_exceptions=True)
+            for job in background:
+                job.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             await memory.aclose()
             await llm.aclose()
+
+
+def build_retention(
+    settings: Settings, store: BaseStore, memory: Memory, clock: Clock
+) -> Retention:
+    """The retention worker of [retention]."""
+    r = settings.retention
+    return Retention(
+        store=store,
+        memory=memory,
+        clock=clock,
+        policy=RetentionPolicy(mode=r.mode, days=r.days, batch_size=r.batch_size),
+    )
+
+
+async def _retain(worker: Retention, clock: Clock, interval: float) -> None:
+    """Run retention on its schedule, forever (cancelled at shutdown)."""
+    while True:
+        try:
+            await worker.run_once()
+        except Exception:
+            log.exception("retention run failed")
+        await clock.sleep(interval)
 
 
 async def _sweep_memory(memory: Memory, clock: Clock, bots: list[str], interval: float) -> None:
@@ -342,7 +394,9 @@ async def run_bots(
         persona = settings.persona(entry.persona)
         adapters[entry.key] = (persona, adapter_factory(entry.platform)(entry, persona, secrets))
     code = 0
-    async with runtime(settings, llm=llm, adapters=adapters, clock=clock) as rt:
+    async with runtime(
+        settings, llm=llm, adapters=adapters, clock=clock, with_retention=True
+    ) as rt:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -42,6 +42,14 @@ def _parser() -> argparse.ArgumentParser:
         p = with_config(memory_sub.add_parser(action, help=f"{action} a user's memory"))
         p.add_argument("--platform", required=True)
         p.add_argument("--user", required=True, help="the platform's user id")
+    retention = sub.add_parser("retention", help="data retention: run it or audit a policy")
+    retention_sub = retention.add_subparsers(dest="retention_command", required=True)
+    run_now = with_config(retention_sub.add_parser("run", help="apply the policy now"))
+    run_now.add_argument("--dry-run", action="store_true", help="only report what would go")
+    audit = with_config(retention_sub.add_parser("audit", help="sessions that would lose turns"))
+    audit.add_argument("--days", type=float, default=None, help="proposed age limit")
+    audit.add_argument("--mode", choices=["session", "message"], default=None)
+    audit.add_argument("--json", action="store_true", help="machine-readable output")
     config = sub.add_parser("config", help="configuration tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)
     with_config(config_sub.add_parser("check", help="validate and summarise the configuration"))
@@ -116,6 +124,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     action=args.memory_command,
                     platform=args.platform,
                     user=args.user,
+                )
+            )
+        if args.command == "retention":
+            from bot.admin import retention_audit, retention_run
+
+            if args.retention_command == "run":
+                return asyncio.run(retention_run(settings, sys.stdout, dry_run=args.dry_run))
+            return asyncio.run(
+                retention_audit(
+                    settings, sys.stdout, days=args.days, mode=args.mode, as_json=args.json
                 )
             )
         from bot.app import run_bots

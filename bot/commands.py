@@ -58,11 +58,13 @@ class Commands:
         clock: Clock,
         greeting: Callable[[str], str],
         memory: Memory | None = None,
+        forget_deletes_messages: bool = False,
     ) -> None:
         self._store = store
         self._clock = clock
         self._greeting = greeting
         self._memory = memory
+        self._forget_deletes_messages = forget_deletes_messages
         self._specs: dict[str, CommandSpec] = {}
         self.register("new", "start a new conversation (forget this chat's context)", self._new)
         self.register("reset", "same as /new", self._new)
@@ -121,9 +123,13 @@ class Commands:
         session = await self._store.current_session(inbound.conversation)
         if session is not None:
             await self._store.delete_state(session.key)
+        extra = ""
+        if self._forget_deletes_messages:
+            count = await self._store.delete_user_messages(user, closed_sessions_only=True)
+            extra = f" I also deleted {count} of your messages from earlier sessions."
         return (
-            "Done: I erased what I remembered about you, and this chat's saved choices. "
-            "Send /new to also start the conversation over."
+            "Done: I erased what I remembered about you, and this chat's saved choices."
+            f"{extra} Send /new to also start the conversation over."
         )
 
     async def _export(self, inbound: Inbound, command: Command) -> str:

@@ -32,6 +32,17 @@ class StorageSettings(_Section):
 
     url: str = "sqlite:///personabot.sqlite3"
     busy_timeout_ms: int = Field(default=5000, ge=0)
+    min_pool_size: int = Field(default=1, ge=0)
+    max_pool_size: int = Field(default=10, ge=1)
+
+    @model_validator(mode="after")
+    def _pool_sizes(self) -> StorageSettings:
+        if self.min_pool_size > self.max_pool_size:
+            raise ValueError(
+                f"min_pool_size ({self.min_pool_size}) must not exceed "
+                f"max_pool_size ({self.max_pool_size})"
+            )
+        return self
 
 
 class LLMSettings(_Section):
@@ -82,6 +93,25 @@ class MemorySettings(_Section):
     private_memory_in_groups: bool = False
     extract_after_idle_minutes: float = Field(default=5.0, ge=0)
     sweep_interval_seconds: float = Field(default=30.0, gt=0)
+
+
+class RetentionSettings(_Section):
+    """How long messages are kept and what the model is told about missing ones (SPEC 6)."""
+
+    mode: Literal["session", "message"] = "session"
+    days: float = Field(default=30, ge=0)
+    gap_policy: Literal["note", "tell_user", "refuse"] = "note"
+    interval_minutes: float = Field(default=60, gt=0)
+    batch_size: int = Field(default=500, ge=1)
+    forget_deletes_messages: bool = False
+    tell_user_message: str = (
+        "Earlier messages of this conversation (turns {first}-{last}) were removed under the "
+        "data retention policy. If something from back then matters, please tell me again."
+    )
+    refuse_message: str = (
+        "Part of this conversation (turns {first}-{last}) is no longer available, so I can't "
+        "continue it reliably. A human will take over; you can also send /new to start over."
+    )
 
 
 class LoggingSettings(_Section):
@@ -190,6 +220,7 @@ class Settings(BaseSettings):
     queue: QueueSettings = QueueSettings()
     sessions: SessionSettings = SessionSettings()
     memory: MemorySettings = MemorySettings()
+    retention: RetentionSettings = RetentionSettings()
     logging: LoggingSettings = LoggingSettings()
     personas: list[PersonaSettings] = Field(default_factory=lambda: [_DEFAULT_PERSONA])
     bots: list[BotSettings] = Field(default_factory=list)

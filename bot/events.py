@@ -86,7 +86,7 @@ class SessionInfo:
     """A session as stored: its key, whether it is open, and its timestamps."""
 
     key: SessionKey
-    status: Literal["open", "closed"]
+    status: Literal["open", "closed", "expired"]
     opened_at: float
     last_activity_at: float
     closed_at: float | None = None
@@ -225,3 +225,26 @@ class SessionPolicy:
     idle_seconds: float | None = None
     daily_reset_hour: int | None = None
     utc_offset_hours: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class OldMessages:
+    """Messages of a session older than a retention cutoff (answered or context only)."""
+
+    session: SessionKey
+    first_turn: int
+    last_turn: int
+    count: int
+    oldest_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionEntry:
+    """One line of the retention audit trail: what was deleted, never the content."""
+
+    at: float
+    session: SessionKey
+    first_turn: int
+    last_turn: int
+    messages: int
+    reason: str

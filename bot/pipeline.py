@@ -13,22 +13,34 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from bot.clock import Clock
 from bot.errors import AdapterError, DeliveryRefused, ModelRejected, ModelUnavailable, RateLimited
-from bot.events import ConversationKey, Lease, OutboxItem, QueuePolicy, Reply
-from bot.llm.base import BaseLLM
+from bot.events import ConversationKey, Lease, OutboxItem, QueuePolicy, Reply, Turn
+from bot.llm.base import BaseLLM, Usage
 from bot.ports import Outlet
 from bot.store.base import BaseStore
 from memory.assemble import PersonaPin
+from memory.retention import Gap, describe, gap_notice
 from memory.service import Memory, MemoryPolicy
 
 log = logging.getLogger("personabot.pipeline")
 
 TurnOutcome = Literal["sent", "discarded", "fenced", "busy", "idle", "failed", "retry"]
+GAP_TOLD_KEY = "personabot:gap_told"
+
+
+@dataclass(frozen=True, slots=True)
+class GapPolicy:
+    """What to do when early turns of a session are missing (SPEC section 6, rule 3)."""
+
+    policy: Literal["note", "tell_user", "refuse"] = "note"
+    tell_user_message: str = "Earlier messages (turns {first}-{last}) were removed."
+    refuse_message: str = "Part of this conversation (turns {first}-{last}) is unavailable."
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +72,7 @@ class Pipeline:
         memory: Memory,
         profiles: Mapping[str, BotProfile],
         holder: str | None = None,
+        gap_policy: GapPolicy | None = None,
         retry_backoff: Callable[[int], float] = lambda n: min(60.0, 2.0 * 2**n),
     ) -> None:
         self._store = store
@@ -70,6 +83,8 @@ class Pipeline:
         self.holder = holder or f"worker-{uuid.uuid4().hex[:12]}"
         self._retry_backoff = retry_backoff
         self._failures: dict[ConversationKey, int] = {}
+        self._gap_policy = gap_policy or GapPolicy()
+        self.counters: Counter[str] = Counter()
 
     @property
     def bots(self) -> tuple[str, ...]:
@@ -102,7 +117,25 @@ class Pipeline:
                 conversation, await self._store.conversation_version(conversation)
             )
             return "idle"
-        assembled = await self._memory.build(turn, profile.pin)
+        notice = None
+        gaps = await self._memory.gaps(turn.session)
+        if gaps:
+            policy = self._gap_policy
+            self.counters[f"gap_{policy.policy}"] += 1
+            log.warning(
+                "%s: turns %s are missing (gap policy %s)",
+                turn.session,
+                describe(gaps),
+                policy.policy,
+            )
+            first, last = gaps[0].first, gaps[-1].last
+            if policy.policy == "refuse":
+                text = policy.refuse_message.format(first=first, last=last)
+                return await self._record_and_send(turn, lease, profile, text, Usage())
+            notice = gap_notice(gaps)
+            if policy.policy == "tell_user":
+                await self._tell_once(turn, gaps, profile)
+        assembled = await self._memory.build(turn, profile.pin, gap_notice=notice)
         log.debug(
             "turn %s v0=%d messages=%d prompt~%d tokens",
             turn.session,
@@ -122,8 +155,15 @@ class Pipeline:
             await self._store.clear_timer(conversation, turn.version, only_if_idle=False)
             return "failed"
         self._failures.pop(conversation, None)
+        return await self._record_and_send(turn, lease, profile, result.text, result.usage)
+
+    async def _record_and_send(
+        self, turn: Turn, lease: Lease, profile: BotProfile, text: str, usage: Usage
+    ) -> TurnOutcome:
+        """The final check, then delivery of a recorded reply."""
+        conversation = turn.session.conversation
         finished = await self._store.finish_turn(
-            turn, lease, result.text, self._clock.now(), profile.queue, result.usage
+            turn, lease, text, self._clock.now(), profile.queue, usage
         )
         if finished.outcome == "fenced":
             log.warning("lease on %s was taken over; reply dropped", conversation)
@@ -141,14 +181,23 @@ class Pipeline:
             "turn %s: %d message(s), in=%d out=%d cache_write=%d cache_read=%d",
             turn.session,
             len(turn.messages),
-            result.usage.input_tokens,
-            result.usage.output_tokens,
-            result.usage.cache_creation_input_tokens,
-            result.usage.cache_read_input_tokens,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
         )
         self._memory.schedule_compaction(turn.session)
         await self.deliver(finished.outbox, profile.outlet)
         return "sent"
+
+    async def _tell_once(self, turn: Turn, gaps: tuple[Gap, ...], profile: BotProfile) -> None:
+        """Tell the user about missing turns once per session (and again if the gap grows)."""
+        told = await self._store.get_state(turn.session, GAP_TOLD_KEY)
+        if told == describe(gaps):
+            return
+        text = self._gap_policy.tell_user_message.format(first=gaps[0].first, last=gaps[-1].last)
+        await profile.outlet.send(Reply(turn.session.conversation, text))
+        await self._store.set_state(turn.session, GAP_TOLD_KEY, describe(gaps), self._clock.now())
 
     async def _retry_later(
         self, conversation: ConversationKey, exc: ModelUnavailable

@@ -13,7 +13,14 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from bot.clock import Clock
-from bot.events import ConversationKey, Inbound, IngestResult, QueuePolicy, SessionPolicy
+from bot.events import (
+    ConversationKey,
+    Inbound,
+    IngestResult,
+    QueuePolicy,
+    SessionPolicy,
+    StoredMessage,
+)
 from bot.store.base import BaseStore
 
 log = logging.getLogger("personabot.queue")
@@ -66,10 +73,10 @@ class Ingestor:
             self._wake(self._clock.now())
         return outcome == "updated"
 
-    async def delete(self, inbound: Inbound) -> bool:
-        """Remove a message the user deleted on the platform."""
+    async def delete(self, inbound: Inbound) -> StoredMessage | None:
+        """Remove a message the user deleted on the platform; return what was removed."""
         if inbound.platform_message_id is None:
-            return False
+            return None
         return await self._store.delete_message(inbound.conversation, inbound.platform_message_id)
 
 

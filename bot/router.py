@@ -6,9 +6,10 @@ import logging
 from collections.abc import Mapping
 
 from bot.commands import Commands, parse_command
-from bot.events import Inbound, Reply
+from bot.events import Inbound, Reply, UserKey
 from bot.ports import Outlet
 from bot.queue import Ingestor
+from memory.service import Memory
 
 log = logging.getLogger("personabot.router")
 
@@ -23,11 +24,13 @@ class Router:
         commands: Commands,
         outlets: Mapping[str, Outlet],
         usernames: Mapping[str, str] | None = None,
+        memory: Memory | None = None,
     ) -> None:
         self._ingestor = ingestor
         self._commands = commands
         self._outlets = dict(outlets)
         self._usernames = dict(usernames or {})
+        self._memory = memory
 
     @property
     def commands(self) -> tuple[tuple[str, str], ...]:
@@ -40,7 +43,10 @@ class Router:
             await self._ingestor.edit(inbound)
             return
         if inbound.kind == "delete":
-            await self._ingestor.delete(inbound)
+            removed = await self._ingestor.delete(inbound)
+            if removed is not None and removed.role == "user" and self._memory is not None:
+                user = UserKey(inbound.conversation.platform, removed.author_id)
+                await self._memory.drop_sources(user, [removed.id])
             return
         command = parse_command(inbound.text) if inbound.triggers_reply else None
         if command is not None:

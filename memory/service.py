@@ -27,10 +27,12 @@ from memory.records import (
     RecordError,
     Summary,
     UserMemory,
+    forget_sources,
     merge_memory,
     merge_summary,
     trim_memory,
 )
+from memory.retention import Gap, missing_turns
 from memory.tasks import (
     extraction_request,
     parse_extraction,
@@ -127,6 +129,22 @@ class Memory:
             gap_notice=gap_notice,
         )
 
+    async def gaps(self, session: SessionKey) -> tuple[Gap, ...]:
+        """Turns of the session that are neither stored nor covered by its summary."""
+        bounds = await self._store.session_bounds(session)
+        return missing_turns(None if bounds is None else bounds[0], await self.summary(session))
+
+    async def drop_sources(self, user: UserKey, message_ids: Sequence[int]) -> None:
+        """A message was deleted: drop memory items whose only source it was."""
+        async with self._lease(f"memory:{user.platform}:{user.user_id}") as held:
+            if not held:
+                log.warning("memory of user %s busy; deleted message sources kept", user.user_id)
+                return
+            record = await self.user_memory(user)
+            kept = forget_sources(record, message_ids)
+            if kept != record:
+                await self._store.set_user_memory(user, kept.to_json(), self._clock.now())
+
     async def _participants(self, turn: Turn, policy: MemoryPolicy) -> list[Participant]:
         private = all(m.is_private for m in turn.messages)
         platform = turn.session.conversation.platform
@@ -157,30 +175,40 @@ class Memory:
         finally:
             self._tasks.pop(session, None)
 
-    async def compact(self, session: SessionKey) -> int:
-        """Fold chunks of the oldest history into the summary while the window overflows.
+    async def compact(self, session: SessionKey, *, through_turn: int | None = None) -> int:
+        """Fold the oldest history into the summary; return the number of chunks folded.
 
-        Returns the number of chunks folded. Chunks are a quarter of the window, so the
-        prompt prefix stays identical for several turns between two compactions.
+        Window overflow: once more than twice ``window_messages`` messages lie after the
+        summary, the oldest are folded in one chunk down to ``window_messages``. The prompt
+        prefix (summary + start of the window) then stays identical, and cached, for
+        ``window_messages`` turns between two compactions, and the summary model runs once
+        per ``window_messages`` messages instead of every few turns.
+
+        ``through_turn`` (retention in message mode): fold at least up to that turn.
         """
         policy = self._policy_for(session.conversation.bot)
         window = policy.budget.window_messages
-        folded = 0
         key = f"summary:{session}"
-        if self._failed_until.get(key, 0.0) > self._clock.now():
+        if through_turn is None and self._failed_until.get(key, 0.0) > self._clock.now():
             return 0
+        folded = 0
         async with self._lease(key) as held:
             if not held:
                 return 0
             while True:
                 current = await self.summary(session)
                 after = 0 if current is None else current.last_turn
-                if await self._store.count_history(session, after_turn=after) <= window:
+                count = await self._store.count_history(session, after_turn=after)
+                if through_turn is not None and after < through_turn:
+                    size = min(2 * window, count)
+                elif through_turn is None and count > 2 * window:
+                    size = count - window
+                else:
                     return folded
                 chunk = await self._store.history(
-                    session, max(2, window // 4), after_turn=after, oldest_first=True
+                    session, min(size, 4 * window), after_turn=after, oldest_first=True
                 )
-                if not await self._fold(session, current, chunk, policy):
+                if not chunk or not await self._fold(session, current, chunk, policy):
                     return folded
                 folded += 1
 

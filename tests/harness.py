@@ -12,7 +12,7 @@ from bot.clock import Clock, ManualClock
 from bot.commands import Commands
 from bot.events import ConversationKey, Inbound, QueuePolicy
 from bot.llm.base import BaseLLM
-from bot.pipeline import BotProfile, Pipeline
+from bot.pipeline import BotProfile, GapPolicy, Pipeline
 from bot.queue import Ingestor, Scheduler
 from bot.router import Router
 from bot.store.base import BaseStore
@@ -105,6 +105,7 @@ async def harness(
     pipeline_clock: Clock | None = None,
     memory_policy: MemoryPolicy | None = None,
     memory_llm: BaseLLM | None = None,
+    gap_policy: GapPolicy | None = None,
 ) -> AsyncIterator[Harness]:
     """Start a scheduler on ``store``; stop it (and wait for turns) on exit."""
     outlet = outlet or RecordingOutlet(clock)
@@ -129,6 +130,7 @@ async def harness(
         memory=memory,
         profiles={BOT: profile},
         holder=holder,
+        gap_policy=gap_policy,
     )
     scheduler = Scheduler(
         store=store, clock=clock, run_turn=pipeline.run_turn, bots=[BOT], scan_interval=0.5

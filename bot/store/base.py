@@ -21,8 +21,10 @@ from bot.events import (
     IngestResult,
     Lease,
     NotSet,
+    OldMessages,
     OutboxItem,
     QueuePolicy,
+    RetentionEntry,
     SessionInfo,
     SessionKey,
     SessionPolicy,
@@ -158,8 +160,10 @@ class BaseStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def delete_message(self, conversation: ConversationKey, platform_message_id: str) -> bool:
-        """Remove a message the user deleted on the platform; True if it was stored."""
+    async def delete_message(
+        self, conversation: ConversationKey, platform_message_id: str
+    ) -> StoredMessage | None:
+        """Remove a message the user deleted on the platform; the removed message or None."""
 
     @abc.abstractmethod
     async def set_conversation_status(
@@ -213,6 +217,51 @@ class BaseStore(abc.ABC):
     ) -> bool:
         """Replace the summary if it still covers up to ``expected_last_turn`` (None: no
         summary yet); False when another worker got there first."""
+
+    # -- retention (SPEC section 6) -------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def session_bounds(self, session: SessionKey) -> tuple[int, int] | None:
+        """(first, last) turn of the session's stored messages, or None when it has none."""
+
+    @abc.abstractmethod
+    async def sessions_page(
+        self, status: str, cursor: int = 0, limit: int = 500
+    ) -> tuple[list[SessionInfo], int]:
+        """Sessions with this status in a stable order, from ``cursor``; and the next cursor
+        (0 when there are no more)."""
+
+    @abc.abstractmethod
+    async def expired_sessions(self, closed_before: float, limit: int = 100) -> list[SessionKey]:
+        """Closed sessions that closed at or before ``closed_before`` (not yet expired)."""
+
+    @abc.abstractmethod
+    async def expire_session(self, session: SessionKey, now: float) -> int:
+        """Delete a closed session's messages, state and summary in ONE transaction (none or
+        all of them go), mark it expired and log the deletion; return the messages deleted."""
+
+    @abc.abstractmethod
+    async def old_messages(self, session: SessionKey, cutoff: float) -> OldMessages | None:
+        """The session's answered/context messages created at or before ``cutoff``."""
+
+    @abc.abstractmethod
+    async def sessions_with_old_messages(self, cutoff: float, limit: int = 100) -> list[SessionKey]:
+        """Sessions (open or closed) holding answered/context messages older than ``cutoff``."""
+
+    @abc.abstractmethod
+    async def delete_old_messages(
+        self, session: SessionKey, through_turn: int, cutoff: float, now: float, limit: int
+    ) -> int:
+        """Delete up to ``limit`` answered/context messages with ``turn <= through_turn`` and
+        created at or before ``cutoff``, oldest first, logging the range; return how many."""
+
+    @abc.abstractmethod
+    async def retention_log(self, limit: int = 100) -> list[RetentionEntry]:
+        """The newest entries of the retention audit trail."""
+
+    @abc.abstractmethod
+    async def delete_user_messages(self, user: UserKey, *, closed_sessions_only: bool) -> int:
+        """Delete a person's messages (for /forget); return how many."""
 
     # -- user-memory extraction bookkeeping -----------------------------------------------------
 

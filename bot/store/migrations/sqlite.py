@@ -27,7 +27,9 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
             id               INTEGER PRIMARY KEY,
             conversation_id  INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
             session_no       INTEGER NOT NULL,
-            status           TEXT NOT NULL CHECK (status IN ('open', 'closed')),
+            -- 'expired': closed and its messages deleted by retention (the row stays, so
+            -- session numbers are never reused)
+            status           TEXT NOT NULL CHECK (status IN ('open', 'closed', 'expired')),
             opened_at        REAL NOT NULL,
             last_activity_at REAL NOT NULL,
             closed_at        REAL,
@@ -68,6 +70,20 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
             ON messages(conversation_id, platform_message_id)
             WHERE platform_message_id IS NOT NULL;
         CREATE INDEX messages_pending ON messages(conversation_id, session_id) WHERE pending = 1;
+        CREATE INDEX messages_created ON messages(created_at);
+        CREATE INDEX messages_author ON messages(author_id);
+
+        -- What retention deleted: counts and turn ranges, never content.
+        CREATE TABLE retention_log (
+            id              INTEGER PRIMARY KEY,
+            at              REAL NOT NULL,
+            conversation_id INTEGER NOT NULL,
+            session_no      INTEGER NOT NULL,
+            first_turn      INTEGER NOT NULL,
+            last_turn       INTEGER NOT NULL,
+            messages        INTEGER NOT NULL,
+            reason          TEXT NOT NULL
+        );
 
         CREATE TABLE session_state (
             session_id  INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,

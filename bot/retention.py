@@ -1,0 +1,210 @@
+"""The retention worker and audit (SPEC section 6): delete only what the policy allows,
+never leave a session half-compacted, and find sessions that would lose messages.
+
+Session mode: a closed session expires as a unit, ``days`` after it closed; an open session's
+messages never age. Message mode: messages older than ``days`` are deleted, open sessions'
+ones only after the summary covers them (summary first, then deletion: a crash in between
+leaves rows that the summary already covers, and the next run deletes them). Closed sessions
+expire as units in both modes, so no session ever keeps just a tail of its messages.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bot.clock import Clock
+from bot.events import SessionKey
+from bot.store.base import BaseStore
+from memory.retention import Gap
+from memory.service import Memory
+
+log = logging.getLogger("personabot.retention")
+
+DAY = 86400.0
+LEASE = "retention"
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """The retention rules in force."""
+
+    mode: Literal["session", "message"] = "session"
+    days: float = 30.0
+    batch_size: int = 500
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionReport:
+    """What one run deleted (or would delete, in a dry run)."""
+
+    dry_run: bool
+    expired_sessions: int = 0
+    deleted_messages: int = 0
+    summarised_sessions: int = 0
+    skipped: str | None = None
+    lines: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class AtRisk:
+    """An open session whose prompt would miss turns that no summary covers."""
+
+    session: SessionKey
+    first_turn: int
+    last_turn: int
+    age_days: float
+    reason: str
+
+
+class Retention:
+    """Runs the policy against the store; one worker at a time across processes (lease)."""
+
+    def __init__(
+        self,
+        *,
+        store: BaseStore,
+        memory: Memory,
+        clock: Clock,
+        policy: RetentionPolicy,
+        holder: str = "retention",
+        lease_seconds: float = 600.0,
+    ) -> None:
+        self._store = store
+        self._memory = memory
+        self._clock = clock
+        self._policy = policy
+        self._holder = holder
+        self._lease_seconds = lease_seconds
+
+    async def run_once(self, *, dry_run: bool = False) -> RetentionReport:
+        """Apply the policy once; a dry run only reports."""
+        if self._policy.days <= 0:
+            return RetentionReport(dry_run, skipped="retention is disabled (days = 0)")
+        now = self._clock.now()
+        lease = await self._store.acquire_lease(LEASE, self._holder, self._lease_seconds, now)
+        if lease is None:
+            return RetentionReport(dry_run, skipped="another retention worker is running")
+        try:
+            cutoff = now - self._policy.days * DAY
+            expired, deleted, lines = await self._expire_closed(cutoff, dry_run)
+            summarised = 0
+            if self._policy.mode == "message":
+                more, summarised, more_lines = await self._age_open(cutoff, dry_run)
+                deleted += more
+                lines += more_lines
+        finally:
+            await self._store.release_lease(lease)
+        log.info(
+            "retention%s: %d session(s) expired, %d message(s) deleted",
+            " (dry run)" if dry_run else "",
+            expired,
+            deleted,
+        )
+        return RetentionReport(dry_run, expired, deleted, summarised, lines=tuple(lines))
+
+    async def _expire_closed(self, cutoff: float, dry_run: bool) -> tuple[int, int, list[str]]:
+        sessions = deleted = 0
+        lines: list[str] = []
+        seen: set[SessionKey] = set()
+        while batch := [
+            s for s in await self._store.expired_sessions(cutoff, 100) if s not in seen
+        ]:
+            for session in batch:
+                seen.add(session)
+                if dry_run:
+                    bounds = await self._store.session_bounds(session)
+                    count = 0 if bounds is None else bounds[1] - bounds[0] + 1
+                else:
+                    count = await self._store.expire_session(session, self._clock.now())
+                sessions += 1
+                deleted += count
+                lines.append(f"{session}: session expired ({count} message(s))")
+            if dry_run:
+                break
+        return sessions, deleted, lines
+
+    async def _age_open(self, cutoff: float, dry_run: bool) -> tuple[int, int, list[str]]:
+        deleted = summarised = 0
+        lines: list[str] = []
+        for session in await self._store.sessions_with_old_messages(cutoff, 10_000):
+            info = await self._store.get_session(session)
+            if info is None or info.status != "open":
+                continue  # closed sessions expire as a unit, never by a prefix
+            old = await self._store.old_messages(session, cutoff)
+            if old is None:
+                continue
+            if dry_run:
+                lines.append(
+                    f"{session}: turns {old.first_turn}-{old.last_turn} would be "
+                    f"summarised and deleted ({old.count} message(s))"
+                )
+                deleted += old.count
+                continue
+            # Summary first: the rows go only once the summary covers them.
+            if await self._memory.compact(session, through_turn=old.last_turn):
+                summarised += 1
+            summary = await self._memory.summary(session)
+            covered = 0 if summary is None else min(summary.last_turn, old.last_turn)
+            if covered < old.first_turn:
+                log.warning(
+                    "%s: old turns %d-%d kept: the summary does not cover them yet",
+                    session,
+                    old.first_turn,
+                    old.last_turn,
+                )
+                continue
+            count = 0
+            while n := await self._store.delete_old_messages(
+                session, covered, cutoff, self._clock.now(), self._policy.batch_size
+            ):
+                count += n
+            deleted += count
+            lines.append(
+                f"{session}: turns {old.first_turn}-{covered} summarised and deleted "
+                f"({count} message(s))"
+            )
+        return deleted, summarised, lines
+
+    async def audit(self, policy: RetentionPolicy | None = None) -> list[AtRisk]:
+        """Open sessions whose next prompt would miss turns that no summary covers, under
+        ``policy`` (default: the one in force). Deletes nothing."""
+        policy = policy or self._policy
+        now = self._clock.now()
+        cutoff = now - policy.days * DAY if policy.days > 0 else None
+        risks: list[AtRisk] = []
+        cursor = 0
+        while True:
+            page, cursor = await self._store.sessions_page("open", cursor, 500)
+            for info in page:
+                risks += await self._session_risks(info.key, policy, cutoff, now)
+            if not cursor:
+                return risks
+
+    async def _session_risks(
+        self, session: SessionKey, policy: RetentionPolicy, cutoff: float | None, now: float
+    ) -> list[AtRisk]:
+        risks = [
+            AtRisk(session, gap.first, gap.last, 0.0, "already missing")
+            for gap in await self._memory.gaps(session)
+        ]
+        if policy.mode != "message" or cutoff is None:
+            return risks
+        old = await self._store.old_messages(session, cutoff)
+        if old is None:
+            return risks
+        summary = await self._memory.summary(session)
+        covered = 0 if summary is None else summary.last_turn
+        uncovered = Gap(max(old.first_turn, covered + 1), old.last_turn)
+        if uncovered.first <= uncovered.last:
+            risks.append(
+                AtRisk(
+                    session,
+                    uncovered.first,
+                    uncovered.last,
+                    (now - old.oldest_at) / DAY,
+                    "older than the policy, no summary",
+                )
+            )
+        return risks

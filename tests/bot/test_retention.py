@@ -1,0 +1,257 @@
+"""SPEC section 6: retention never makes the model hallucinate (the 80-day SLA case)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.clock import ManualClock
+from bot.errors import ModelUnavailable, StoreError
+from bot.events import ConversationKey, Inbound, QueuePolicy, SessionKey
+from bot.llm.base import BaseLLM, ModelRequest, ModelResult
+from bot.llm.offline import OfflineLLM
+from bot.pipeline import GapPolicy
+from bot.retention import DAY, Retention, RetentionPolicy
+from bot.store.base import BaseStore
+from bot.store.sqlite import SQLiteStore
+from memory.assemble import Budget
+from memory.service import Memory, MemoryPolicy
+from tests.fakes.llm import GatedLLM
+from tests.harness import harness
+
+SUPPORT = ConversationKey("telegram", "support-1")
+HEALTHY = ConversationKey("telegram", "healthy-1")
+SLA = "we agreed on a 99.9% SLA"
+POLICY = QueuePolicy(debounce=1.0, max_wait=5.0)
+
+
+async def exchange(
+    store: BaseStore, clock: ManualClock, conv: ConversationKey, text: str, n: int
+) -> None:
+    """One answered user message (two turns)."""
+    await store.ingest(
+        Inbound(conv, "u1", "Client", text, f"{conv.chat_id}-{n}"), clock.now(), POLICY
+    )
+    turn = await store.pending_turn(conv)
+    lease = await store.acquire_lease(f"t:{conv}", "setup", 30, clock.now())
+    assert turn is not None and lease is not None
+    result = await store.finish_turn(turn, lease, f"noted ({n})", clock.now(), POLICY)
+    assert result.outcome == "recorded"
+    await store.release_lease(lease)
+
+
+async def support_session(store: BaseStore, clock: ManualClock) -> None:
+    """Opened 80 days ago, still active: 40 turns (turn 3 holds the SLA), spread evenly."""
+    for n in range(20):
+        text = SLA if n == 1 else f"question {n} about the rollout"
+        await exchange(store, clock, SUPPORT, text, n)
+        await clock.advance(4 * DAY)
+
+
+def memory_for(store: BaseStore, clock: ManualClock, llm: BaseLLM | None = None) -> Memory:
+    policy = MemoryPolicy(budget=Budget(window_messages=8), summary_model="m")
+    return Memory(store=store, llm=llm or OfflineLLM(), clock=clock, policy_for=lambda _: policy)
+
+
+def retention(
+    store: BaseStore, clock: ManualClock, memory: Memory, mode: str, days: float = 30
+) -> Retention:
+    return Retention(
+        store=store, memory=memory, clock=clock, policy=RetentionPolicy(mode=mode, days=days)
+    )  # type: ignore[arg-type]
+
+
+async def test_session_mode_keeps_the_open_session_and_the_sla(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    await support_session(store, clock)
+    memory = memory_for(store, clock)
+    report = await retention(store, clock, memory, "session").run_once()
+    assert report.deleted_messages == 0
+    session = SessionKey(SUPPORT, 1)
+    assert len(await store.messages(session)) == 40
+    llm = GatedLLM()
+    async with harness(store, clock, llm) as h:
+        await h.say(SUPPORT, "what SLA did we agree?")
+        await h.advance(2)
+    prompt = "\n".join(m.text for m in llm.requests[0].messages)
+    prompt += "\n".join(b.text for b in llm.requests[0].system)
+    assert SLA in prompt
+    assert "unavailable" not in prompt
+
+
+async def test_message_mode_summarises_before_deleting(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    await support_session(store, clock)
+    memory = memory_for(store, clock)
+    report = await retention(store, clock, memory, "message").run_once()
+    session = SessionKey(SUPPORT, 1)
+    remaining = await store.messages(session)
+    cutoff = clock.now() - 30 * DAY
+    assert all(m.created_at > cutoff for m in remaining)  # older turns are gone
+    assert report.deleted_messages == 40 - len(remaining) > 0
+    summary = await memory.summary(session)
+    assert summary is not None and summary.first_turn == 1
+    assert summary.last_turn >= remaining[0].turn - 1  # contiguous with what is left
+    assert SLA in summary.render()
+    log = await store.retention_log()
+    assert log[0].first_turn == 1 and log[0].reason == "message age"
+    llm = GatedLLM()
+    async with harness(store, clock, llm) as h:
+        await h.say(SUPPORT, "what SLA did we agree?")
+        await h.advance(2)
+    system = "\n".join(b.text for b in llm.requests[0].system)
+    assert f"Summary of turns 1-{summary.last_turn}" in system and SLA in system
+    assert "<gap_notice>" not in system
+
+
+def delete_behind_the_back(path: Path, last_turn: int) -> None:
+    """Another deleter (a cron job, a DBA) removes turns 1..last_turn directly."""
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM messages WHERE turn <= ?", (last_turn,))
+
+
+@pytest.mark.parametrize("policy", ["note", "tell_user", "refuse"])
+async def test_gap_policies(tmp_path: Path, clock: ManualClock, policy: str) -> None:
+    path = tmp_path / "gap.sqlite3"
+    async with SQLiteStore(path=path) as store:
+        await support_session(store, clock)
+        delete_behind_the_back(path, 28)
+        llm = GatedLLM()
+        gaps = GapPolicy(
+            policy,
+            "Turns {first}-{last} were removed; please restate.",  # type: ignore[arg-type]
+            "Turns {first}-{last} are gone; a human will take over.",
+        )
+        async with harness(store, clock, llm, gap_policy=gaps) as h:
+            await h.say(SUPPORT, "what SLA did we agree?")
+            await h.advance(2)
+            await h.say(SUPPORT, "hello?")
+            await h.advance(2)
+        texts = h.outlet.texts()
+        if policy == "refuse":
+            assert llm.calls == 0
+            assert texts[0] == "Turns 1-28 are gone; a human will take over."
+            return
+        notice = "\n".join(b.text for b in llm.requests[0].system)
+        assert "Turns 1-28 of this conversation are unavailable" in notice
+        assert "Do not state facts" in notice
+        told = [t for t in texts if "please restate" in t]
+        assert told == (
+            ["Turns 1-28 were removed; please restate."] if policy == "tell_user" else []
+        )  # once per session, not per turn
+        assert h.pipeline.counters[f"gap_{policy}"] == 2
+
+
+async def test_closed_session_expires_as_a_unit(store: BaseStore, clock: ManualClock) -> None:
+    for n in range(6):
+        await exchange(store, clock, SUPPORT, f"old {n}", n)
+        await clock.advance(10 * DAY)  # half of the session is older than 30 days...
+    await store.close_session(SUPPORT, clock.now(), "idle")
+    await exchange(store, clock, HEALTHY, "recent", 1)
+    memory = memory_for(store, clock)
+    for mode in ("message", "session"):
+        await retention(store, clock, memory, mode).run_once()
+        assert len(await store.messages(SessionKey(SUPPORT, 1))) in (0, 12)  # never a prefix
+    await clock.advance(31 * DAY)
+    report = await retention(store, clock, memory, "session").run_once()
+    assert report.expired_sessions >= 1
+    assert await store.messages(SessionKey(SUPPORT, 1)) == []
+    info = await store.get_session(SessionKey(SUPPORT, 1))
+    assert info is not None and info.status == "expired"
+
+
+class FailingSummaries(BaseLLM):
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        raise ModelUnavailable("overloaded", status=529)
+
+
+class CrashAfterSummary(SQLiteStore):
+    """Dies right after the summary was saved, before any deletion."""
+
+    crash = True
+
+    async def delete_old_messages(self, *args: object, **kwargs: object) -> int:
+        if self.crash:
+            self.crash = False
+            raise StoreError("power cut")
+        return await super().delete_old_messages(*args, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_interrupted_compaction_leaves_a_consistent_store(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    async with CrashAfterSummary(path=tmp_path / "crash.sqlite3") as store:
+        await support_session(store, clock)
+        session = SessionKey(SUPPORT, 1)
+        # 1. The summariser fails: nothing is deleted.
+        down = retention(store, clock, memory_for(store, clock, FailingSummaries()), "message")
+        assert (await down.run_once()).deleted_messages == 0
+        assert len(await store.messages(session)) == 40
+        # 2. The process dies between the summary and the deletion.
+        up = retention(store, clock, memory_for(store, clock), "message")
+        with pytest.raises(StoreError):
+            await up.run_once()
+        summary = await store.get_summary(session)
+        assert summary is not None and len(await store.messages(session)) == 40
+        # 3. The next run finishes the job: the rows the summary covers go.
+        report = await up.run_once()
+        assert report.deleted_messages > 0
+        remaining = await store.messages(session)
+        final = await store.get_summary(session)
+        assert final is not None and final.first_turn == 1
+        assert remaining[0].turn <= final.last_turn + 1  # no turn is neither stored nor summarised
+        assert all(m.created_at > clock.now() - 30 * DAY for m in remaining)
+
+
+async def test_audit_cli_lists_exactly_the_sessions_at_risk(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    path = tmp_path / "audit.sqlite3"
+    async with SQLiteStore(path=path) as store:
+        await support_session(store, clock)
+        await exchange(store, clock, HEALTHY, "a recent question", 1)
+    import time
+
+    offset = time.time() - clock.now()  # the CLI runs on the real clock: shift the data
+    with sqlite3.connect(path) as db:
+        for table, col in (
+            ("messages", "created_at"),
+            ("sessions", "opened_at"),
+            ("sessions", "last_activity_at"),
+        ):
+            db.execute(f"UPDATE {table} SET {col} = {col} + ?", (offset,))
+    config = tmp_path / "personabot.toml"
+    config.write_text(f'[storage]\nurl = "sqlite:///{path}"\n[retention]\nmode = "message"\n')
+
+    async def audit(*extra: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bot",
+            "retention",
+            "audit",
+            "--config",
+            str(config),
+            *extra,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        assert proc.returncode is not None
+        return proc.returncode, out.decode() + err.decode()
+
+    code, out = await audit("--days", "7")
+    assert code == 3, out
+    lines = [line for line in out.splitlines() if line.startswith("  ")]
+    assert len(lines) == 1 and "support-1#S1: turns 1-" in lines[0]
+    assert "healthy" not in out
+    code, out = await audit("--days", "365")
+    assert code == 0 and "0 session(s) at risk" in out
+    code, out = await audit("--days", "7", "--mode", "session")
+    assert code == 0
