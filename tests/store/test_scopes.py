@@ -128,7 +128,9 @@ async def test_edits_and_deletions(store: BaseStore) -> None:
     assert (await store.finish_turn(turn, lease, "hi!", T0 + 2, policy)).outcome == "recorded"
     assert await store.edit_message(C1, "p1", "changed my mind", T0 + 3, policy) == "too_late"
     assert await store.edit_message(C1, "nope", "x", T0 + 3, policy) == "unknown"
-    assert await store.delete_message(C1, "p1") is True
+    removed = await store.delete_message(C1, "p1")
+    assert removed is not None and removed.text == "hello" and removed.author_id == "u1"
+    assert await store.delete_message(C1, "p1") is None
     session = await store.current_session(C1)
     assert session is not None
     assert [m.role for m in await store.messages(session.key)] == ["assistant"]
