@@ -34,5 +34,10 @@ class BaseAdapter(abc.ABC):
     def typing(self, conversation: ConversationKey) -> AbstractAsyncContextManager[None]:
         """A typing indicator kept alive for the body of the ``async with``."""
 
+    @property
+    def connected(self) -> bool:
+        """Whether the platform connection is up (for /readyz); adapters override it."""
+        return True
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release platform connections."""

@@ -14,6 +14,7 @@ from bot.llm.base import BaseLLM
 from bot.llm.offline import OfflineLLM
 from bot.retention import RetentionPolicy
 from bot.store.base import BaseStore
+from bot.store.sqlite import SQLiteStore
 from memory.service import Memory
 
 
@@ -184,4 +185,19 @@ def _memory(settings: Settings, store: BaseStore, llm: BaseLLM) -> Memory:
     )
 
 
-__all__ = ["retention_audit", "retention_run", "show_prompt", "user_memory"]
+async def db_command(settings: Settings, out: TextIO, action: str, args: object) -> int:
+    """``db migrate`` and ``db backup PATH``."""
+    store = build_store(settings)
+    async with store:
+        if action == "migrate":
+            print(f"schema is at version {await store.schema_version()}", file=out)
+            return 0
+        if not isinstance(store, SQLiteStore):
+            raise ConfigError(["db backup: only for SQLite; back up PostgreSQL with pg_dump"])
+        target = getattr(args, "path")  # noqa: B009 - argparse namespace
+        await store.backup(target)
+    print(f"backed up {store.path} to {target}", file=out)
+    return 0
+
+
+__all__ = ["db_command", "retention_audit", "retention_run", "show_prompt", "user_memory"]

@@ -14,17 +14,22 @@ from typing import TextIO
 
 from adapters.base import BaseAdapter
 from adapters.console import ConsoleAdapter
+from bot.access import AccessPolicy
 from bot.clock import Clock, SystemClock
 from bot.commands import Commands
 from bot.config import BotSettings, PersonaSettings, Secrets, Settings
 from bot.errors import ConfigError
-from bot.events import QueuePolicy, SessionPolicy
-from bot.llm.base import BaseLLM
+from bot.events import ConversationKey, QueuePolicy, SessionPolicy
+from bot.health import HealthServer
+from bot.limits import LimitPolicy, Limits
+from bot.llm.base import BaseLLM, ModelResult
 from bot.llm.offline import OfflineLLM
+from bot.metrics import Metrics, Price
 from bot.pipeline import BotProfile, GapPolicy, Pipeline
 from bot.queue import Ingestor, Scheduler
 from bot.retention import Retention, RetentionPolicy
 from bot.router import Router
+from bot.stats import usage_report
 from bot.store.base import BaseStore
 from bot.store.sqlite import SQLiteStore, sqlite_path
 from memory.assemble import Budget, PersonaPin
@@ -97,6 +102,7 @@ def memory_policy(settings: Settings, persona: PersonaSettings) -> MemoryPolicy:
             prompt_tokens=memory.prompt_budget_tokens,
             summary_tokens=memory.summary_budget_tokens,
             memory_tokens=memory.user_memory_budget_tokens,
+            max_input_chars=settings.limits.max_input_chars,
         ),
         summary_model=memory.summary_model or persona.model,
         private_memory_in_groups=memory.private_memory_in_groups,
@@ -130,6 +136,8 @@ class Runtime:
     scheduler: Scheduler
     router: Router
     adapters: Mapping[str, BaseAdapter]
+    metrics: Metrics
+    health: HealthServer | None = None
 
 
 @contextlib.asynccontextmanager
@@ -150,11 +158,28 @@ async def runtime(
         for key, (persona, adapter) in adapters.items()
     }
     greetings = {key: "\n".join(p.first_message) for key, (p, _) in adapters.items()}
+    access = access_policies(settings, adapters)
+    prices = {m: Price(p.input, p.output) for m, p in settings.llm.prices.items()}
+    metrics = Metrics(personas={k: p.id for k, (p, _) in adapters.items()}, prices=prices)
+
+    def is_admin(bot: str, user: str) -> bool:
+        policy = access.get(bot)
+        return policy is not None and policy.is_admin(user)
+
+    def count_memory_call(conversation: ConversationKey, purpose: str, result: ModelResult) -> None:
+        metrics.model_calls.labels(*metrics.labels(conversation), purpose).inc()
+        metrics.usage(conversation, result.model, result.usage)
+
     async with store:
         memory = Memory(
-            store=store, llm=llm, clock=clock, policy_for=lambda bot: profiles[bot].memory
+            store=store,
+            llm=llm,
+            clock=clock,
+            policy_for=lambda bot: profiles[bot].memory,
+            on_model_call=count_memory_call,
         )
         retention = settings.retention
+        limits = settings.limits
         pipeline = Pipeline(
             store=store,
             llm=llm,
@@ -164,6 +189,20 @@ async def runtime(
             gap_policy=GapPolicy(
                 retention.gap_policy, retention.tell_user_message, retention.refuse_message
             ),
+            limits=Limits(
+                store=store,
+                clock=clock,
+                policy=LimitPolicy(
+                    limits.user_turns_per_hour,
+                    limits.user_turns_per_day,
+                    limits.bot_tokens_per_day,
+                    limits.limit_message,
+                ),
+                is_admin=is_admin,
+            ),
+            metrics=metrics,
+            trouble_notice=settings.llm.trouble_notice,
+            retry_max_seconds=settings.llm.retry_max_seconds,
         )
         queue = settings.queue
         scheduler = Scheduler(
@@ -174,6 +213,7 @@ async def runtime(
             scan_interval=queue.scan_interval_seconds,
             max_concurrent=queue.max_concurrent_turns,
             shutdown_grace=queue.shutdown_grace_seconds,
+            metrics=metrics,
         )
         ingestor = Ingestor(
             store=store,
@@ -188,14 +228,33 @@ async def runtime(
             greeting=lambda bot: greetings[bot],
             memory=memory,
             forget_deletes_messages=retention.forget_deletes_messages,
+            is_admin=is_admin,
+            usage_report=lambda bot: usage_report(store, clock, prices, bot),
         )
         router = Router(
             ingestor=ingestor,
             commands=commands,
             outlets={k: a for k, (_, a) in adapters.items()},
+            store=store,
+            clock=clock,
+            access=access,
             memory=memory,
+            metrics=metrics,
         )
         await pipeline.recover_outbox(older_than=clock.now())
+        exits = contextlib.AsyncExitStack()
+        listen = settings.observability.listen
+        health = None
+        if listen:
+            host, _, port = listen.rpartition(":")
+            health = await exits.enter_async_context(
+                HealthServer(
+                    host=host,
+                    port=int(port),
+                    metrics=metrics,
+                    readiness=lambda: readiness(store, [a for _, a in adapters.values()]),
+                )
+            )
         task = asyncio.create_task(scheduler.run(), name="scheduler")
         background = [
             asyncio.create_task(
@@ -206,7 +265,7 @@ async def runtime(
             )
         ]
         if with_retention:
-            worker = build_retention(settings, store, memory, clock)
+            worker = build_retention(settings, store, memory, clock, metrics)
             background.append(
                 asyncio.create_task(
                     _retain(worker, clock, retention.interval_minutes * 60), name="retention"
@@ -221,6 +280,8 @@ async def runtime(
                 scheduler=scheduler,
                 router=router,
                 adapters={k: a for k, (_, a) in adapters.items()},
+                metrics=metrics,
+                health=health,
             )
         finally:
             scheduler.stop()
@@ -229,11 +290,26 @@ async def runtime(
                 job.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await memory.aclose()
+            await exits.aclose()
             await llm.aclose()
 
 
+async def readiness(store: BaseStore, adapters: list[BaseAdapter]) -> str | None:
+    """None when the store answers and every platform is connected, else the reason."""
+    try:
+        await store.schema_version()
+    except Exception as exc:  # any failure means "not ready"; the reason is reported
+        return f"store unreachable: {type(exc).__name__}"
+    down = [a.bot_key for a in adapters if not a.connected]
+    return f"not connected: {', '.join(down)}" if down else None
+
+
 def build_retention(
-    settings: Settings, store: BaseStore, memory: Memory, clock: Clock
+    settings: Settings,
+    store: BaseStore,
+    memory: Memory,
+    clock: Clock,
+    metrics: Metrics | None = None,
 ) -> Retention:
     """The retention worker of [retention]."""
     r = settings.retention
@@ -242,7 +318,30 @@ def build_retention(
         memory=memory,
         clock=clock,
         policy=RetentionPolicy(mode=r.mode, days=r.days, batch_size=r.batch_size),
+        metrics=metrics,
     )
+
+
+def access_policies(
+    settings: Settings, adapters: Mapping[str, tuple[PersonaSettings, BaseAdapter]]
+) -> dict[str, AccessPolicy]:
+    """Each hosted bot's access rules: its own lists, else the [access] defaults."""
+    defaults = settings.access
+    entries = {b.key: b for b in settings.bots}
+    policies = {}
+    for key in adapters:
+        entry = entries.get(key)
+
+        def pick(own: list[str] | None, default: list[str]) -> frozenset[str]:
+            return frozenset(default if own is None else own)
+
+        policies[key] = AccessPolicy(
+            allow_users=pick(entry.allow_users if entry else None, defaults.allow_users),
+            allow_chats=pick(entry.allow_chats if entry else None, defaults.allow_chats),
+            admins=pick(entry.admins if entry else None, defaults.admins),
+            denied_reply=defaults.denied_reply,
+        )
+    return policies
 
 
 async def _retain(worker: Retention, clock: Clock, interval: float) -> None:

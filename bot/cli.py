@@ -17,6 +17,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="personabot", description="LLM persona chat bots on Telegram and Discord."
     )
+    parser.add_argument(
+        "--log-format", choices=["text", "json"], default=None, help="log line format"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -50,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--days", type=float, default=None, help="proposed age limit")
     audit.add_argument("--mode", choices=["session", "message"], default=None)
     audit.add_argument("--json", action="store_true", help="machine-readable output")
+    db = sub.add_parser("db", help="database operations")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    backup = with_config(db_sub.add_parser("backup", help="online backup of the SQLite store"))
+    backup.add_argument("path", type=Path, help="file to write")
+    with_config(db_sub.add_parser("migrate", help="apply pending schema migrations"))
     config = sub.add_parser("config", help="configuration tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)
     with_config(config_sub.add_parser("check", help="validate and summarise the configuration"))
@@ -84,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level = settings.logging.level
         if args.command == "chat" and level == "INFO":
             level = "WARNING"  # the terminal is the chat: keep routine INFO lines out of it
-        setup_logging(level, secrets.values())
+        setup_logging(level, secrets.values(), fmt=args.log_format or settings.logging.format)
         if args.command == "config":
             print(summary(settings))
             return 0
@@ -126,6 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     user=args.user,
                 )
             )
+        if args.command == "db":
+            from bot.admin import db_command
+
+            return asyncio.run(db_command(settings, sys.stdout, args.db_command, args))
         if args.command == "retention":
             from bot.admin import retention_audit, retention_run
 

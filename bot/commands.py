@@ -46,6 +46,7 @@ class CommandSpec:
     name: str
     description: str
     handler: Handler
+    admin: bool = False
 
 
 class Commands:
@@ -59,12 +60,16 @@ class Commands:
         greeting: Callable[[str], str],
         memory: Memory | None = None,
         forget_deletes_messages: bool = False,
+        is_admin: Callable[[str, str], bool] | None = None,
+        usage_report: Callable[[str], Awaitable[str]] | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._greeting = greeting
         self._memory = memory
         self._forget_deletes_messages = forget_deletes_messages
+        self._is_admin = is_admin or (lambda bot, user: False)
+        self._usage_report = usage_report
         self._specs: dict[str, CommandSpec] = {}
         self.register("new", "start a new conversation (forget this chat's context)", self._new)
         self.register("reset", "same as /new", self._new)
@@ -73,15 +78,19 @@ class Commands:
             self.register("forget", "erase what I remember about you", self._forget)
             self.register("export", "send you everything stored about you", self._export)
         self.register("help", "list the commands", self._help)
+        if usage_report is not None:
+            self.register("stats", "usage and cost today (admins only)", self._stats, admin=True)
 
-    def register(self, name: str, description: str, handler: Handler) -> None:
+    def register(
+        self, name: str, description: str, handler: Handler, *, admin: bool = False
+    ) -> None:
         """Add a command (replaces one of the same name)."""
-        self._specs[name] = CommandSpec(name, description, handler)
+        self._specs[name] = CommandSpec(name, description, handler, admin)
 
     @property
     def specs(self) -> tuple[CommandSpec, ...]:
-        """Registered commands in registration order."""
-        return tuple(self._specs.values())
+        """Registered commands everyone may use, in registration order."""
+        return tuple(spec for spec in self._specs.values() if not spec.admin)
 
     def knows(self, name: str) -> bool:
         """Whether a command of this name is registered."""
@@ -92,6 +101,9 @@ class Commands:
         spec = self._specs.get(command.name)
         if spec is None:
             return f"Unknown command /{command.name}. Send /help for the list."
+        if spec.admin and not self._is_admin(inbound.conversation.bot, inbound.author_id):
+            log.info("admin command /%s refused to user %s", command.name, inbound.author_id)
+            return f"/{command.name} is for the bot's admins."
         log.info("command /%s in %s", command.name, inbound.conversation)
         return await spec.handler(inbound, command)
 
@@ -137,6 +149,12 @@ class Commands:
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         return await self._memory.export(user, inbound.conversation)
 
+    async def _stats(self, inbound: Inbound, command: Command) -> str:
+        assert self._usage_report is not None
+        return await self._usage_report(inbound.conversation.bot)
+
     async def _help(self, inbound: Inbound, command: Command) -> str:
-        lines = [f"/{spec.name} - {spec.description}" for spec in self.specs]
+        admin = self._is_admin(inbound.conversation.bot, inbound.author_id)
+        specs = [s for s in self._specs.values() if admin or not s.admin]
+        lines = [f"/{spec.name} - {spec.description}" for spec in specs]
         return "Commands:\n" + "\n".join(lines)

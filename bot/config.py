@@ -14,12 +14,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from bot.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = Path("personabot.toml")
+# Platform ids may be written as TOML integers (Telegram) or strings; both mean the same id.
+PlatformId = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, int) else v)]
 ENV_PREFIX = "PERSONABOT_"
 
 
@@ -45,6 +54,20 @@ class StorageSettings(_Section):
         return self
 
 
+class PriceSettings(_Section):
+    """Dollars per million tokens of one model (cache write/read priced from input)."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+
+DEFAULT_PRICES: dict[str, PriceSettings] = {
+    "claude-opus-5-5": PriceSettings(input=5.0, output=25.0),
+    "claude-sonnet-5-5": PriceSettings(input=3.0, output=15.0),
+    "claude-haiku-5-5": PriceSettings(input=1.0, output=5.0),
+}
+
+
 class LLMSettings(_Section):
     """How the model is reached."""
 
@@ -52,6 +75,9 @@ class LLMSettings(_Section):
     base_url: str | None = None
     timeout_seconds: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=2, ge=0, le=10)
+    retry_max_seconds: float = Field(default=60.0, gt=0)
+    trouble_notice: str = "I'm having trouble thinking right now; I'll answer shortly."
+    prices: dict[str, PriceSettings] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
 
 
 class QueueSettings(_Section):
@@ -118,6 +144,43 @@ class LoggingSettings(_Section):
     """Log output."""
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["text", "json"] = "text"
+
+
+class AccessSettings(_Section):
+    """Who may use the bots (defaults for every bot entry)."""
+
+    allow_users: list[PlatformId] = Field(default_factory=list)
+    allow_chats: list[PlatformId] = Field(default_factory=list)
+    admins: list[PlatformId] = Field(default_factory=list)
+    denied_reply: str = ""
+
+
+class LimitSettings(_Section):
+    """Spending limits, enforced in the store so that they hold across processes."""
+
+    user_turns_per_hour: int = Field(default=0, ge=0)
+    user_turns_per_day: int = Field(default=0, ge=0)
+    bot_tokens_per_day: int = Field(default=0, ge=0)
+    max_input_chars: int = Field(default=8000, ge=100)
+    limit_message: str = (
+        "You've reached the message limit for now. You can continue after {until} (UTC); "
+        "your messages are kept."
+    )
+
+
+class ObservabilitySettings(_Section):
+    """Health checks and Prometheus metrics."""
+
+    listen: str = ""
+
+    @model_validator(mode="after")
+    def _host_port(self) -> ObservabilitySettings:
+        if self.listen:
+            host, _, port = self.listen.rpartition(":")
+            if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+                raise ValueError(f"listen: expected host:port, got {self.listen!r}")
+        return self
 
 
 class PersonaSettings(_Section):
@@ -141,6 +204,9 @@ class _BotBase(_Section):
     persona: str
     token_env: str | None = None
     group_trigger: Literal["mention", "all"] = "mention"
+    allow_users: list[PlatformId] | None = None
+    allow_chats: list[PlatformId] | None = None
+    admins: list[PlatformId] | None = None
 
     @property
     def key(self) -> str:
@@ -221,6 +287,9 @@ class Settings(BaseSettings):
     sessions: SessionSettings = SessionSettings()
     memory: MemorySettings = MemorySettings()
     retention: RetentionSettings = RetentionSettings()
+    access: AccessSettings = AccessSettings()
+    limits: LimitSettings = LimitSettings()
+    observability: ObservabilitySettings = ObservabilitySettings()
     logging: LoggingSettings = LoggingSettings()
     personas: list[PersonaSettings] = Field(default_factory=lambda: [_DEFAULT_PERSONA])
     bots: list[BotSettings] = Field(default_factory=list)

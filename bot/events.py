@@ -248,3 +248,29 @@ class RetentionEntry:
     last_turn: int
     messages: int
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A per-user turn reservation: ``id`` when granted, else when the user may continue."""
+
+    id: int | None
+    until: float | None = None
+
+    @property
+    def granted(self) -> bool:
+        """Whether the turn may call the model."""
+        return self.id is not None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageStats:
+    """Model usage over a period (for /stats and cost limits)."""
+
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    conversations: int = 0
+    by_model: tuple[tuple[str, int, int, int, int], ...] = ()

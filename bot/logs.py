@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Iterable
@@ -33,10 +34,31 @@ class RedactSecrets(logging.Filter):
         return True
 
 
-def setup_logging(level: str, secrets: Iterable[str], stream: TextIO | None = None) -> None:
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log collectors."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as JSON (time, level, logger, message, exception)."""
+        data = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_text or record.exc_info:
+            data["exception"] = record.exc_text or self.formatException(record.exc_info)  # type: ignore[arg-type]
+        return json.dumps(data, ensure_ascii=False)
+
+
+def setup_logging(
+    level: str, secrets: Iterable[str], stream: TextIO | None = None, fmt: str = "text"
+) -> None:
     """Log ``personabot.*`` (and library warnings) to stderr, redacting secrets."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(RedactSecrets(secrets))
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -14,14 +14,17 @@ import contextlib
 import logging
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from bot.clock import Clock
-from bot.errors import AdapterError, DeliveryRefused, ModelRejected, ModelUnavailable, RateLimited
-from bot.events import ConversationKey, Lease, OutboxItem, QueuePolicy, Reply, Turn
+from bot.delivery import Delivery
+from bot.errors import ModelRejected, ModelUnavailable, RateLimited
+from bot.events import NOT_SET, ConversationKey, Lease, QueuePolicy, Reply, Turn
+from bot.limits import Admission, Limits
 from bot.llm.base import BaseLLM, Usage
+from bot.metrics import Metrics
 from bot.ports import Outlet
 from bot.store.base import BaseStore
 from memory.assemble import PersonaPin
@@ -30,8 +33,9 @@ from memory.service import Memory, MemoryPolicy
 
 log = logging.getLogger("personabot.pipeline")
 
-TurnOutcome = Literal["sent", "discarded", "fenced", "busy", "idle", "failed", "retry"]
+TurnOutcome = Literal["sent", "discarded", "fenced", "busy", "idle", "failed", "retry", "limited"]
 GAP_TOLD_KEY = "personabot:gap_told"
+TROUBLE_KEY = "personabot:trouble_told"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +77,10 @@ class Pipeline:
         profiles: Mapping[str, BotProfile],
         holder: str | None = None,
         gap_policy: GapPolicy | None = None,
-        retry_backoff: Callable[[int], float] = lambda n: min(60.0, 2.0 * 2**n),
+        limits: Limits | None = None,
+        metrics: Metrics | None = None,
+        trouble_notice: str = "",
+        retry_max_seconds: float = 60.0,
     ) -> None:
         self._store = store
         self._llm = llm
@@ -81,10 +88,18 @@ class Pipeline:
         self._memory = memory
         self._profiles = dict(profiles)
         self.holder = holder or f"worker-{uuid.uuid4().hex[:12]}"
-        self._retry_backoff = retry_backoff
+        self._retry_max = retry_max_seconds
         self._failures: dict[ConversationKey, int] = {}
         self._gap_policy = gap_policy or GapPolicy()
+        self._limits = limits
+        self.metrics = metrics or Metrics()
+        self._trouble_notice = trouble_notice
         self.counters: Counter[str] = Counter()
+        self.delivery = Delivery(store=store, clock=clock, outlet_for=self._outlet_for)
+
+    def _outlet_for(self, bot: str) -> Outlet | None:
+        profile = self._profiles.get(bot)
+        return None if profile is None else profile.outlet
 
     @property
     def bots(self) -> tuple[str, ...]:
@@ -101,12 +116,21 @@ class Pipeline:
         lease = await self._store.acquire_lease(
             lease_name(conversation), self.holder, profile.lease_seconds, self._clock.now()
         )
+        labels = self.metrics.labels(conversation)
         if lease is None:
+            self.metrics.lease_conflicts.labels(*labels).inc()
             return "busy"  # another worker holds it: back off, do nothing
+        started = self._clock.now()
         try:
-            return await self._with_lease(conversation, profile, lease)
+            outcome = await self._with_lease(conversation, profile, lease)
         finally:
             await self._store.release_lease(lease)
+        self.metrics.turns.labels(*labels, outcome).inc()
+        if outcome == "sent":
+            self.metrics.turn_latency.labels(*labels).observe(self._clock.now() - started)
+        elif outcome == "discarded":
+            self.metrics.discarded.labels(*labels).inc()
+        return outcome
 
     async def _with_lease(
         self, conversation: ConversationKey, profile: BotProfile, lease: Lease
@@ -117,23 +141,54 @@ class Pipeline:
                 conversation, await self._store.conversation_version(conversation)
             )
             return "idle"
-        notice = None
         gaps = await self._memory.gaps(turn.session)
-        if gaps:
-            policy = self._gap_policy
-            self.counters[f"gap_{policy.policy}"] += 1
-            log.warning(
-                "%s: turns %s are missing (gap policy %s)",
-                turn.session,
-                describe(gaps),
-                policy.policy,
-            )
+        if gaps and self._gap_policy.policy == "refuse":
+            self._count_gap(turn, gaps)
             first, last = gaps[0].first, gaps[-1].last
-            if policy.policy == "refuse":
-                text = policy.refuse_message.format(first=first, last=last)
-                return await self._record_and_send(turn, lease, profile, text, Usage())
+            text = self._gap_policy.refuse_message.format(first=first, last=last)
+            return await self._record_and_send(turn, lease, profile, text, Usage(), None)
+        admission = Admission(True)
+        if self._limits is not None:
+            admission = await self._limits.admit(turn)
+            if not admission.granted:
+                return await self._limited(turn, lease, profile, admission)
+        outcome = await self._generate(turn, lease, profile, gaps)
+        if outcome != "sent" and self._limits is not None:
+            await self._limits.release(admission)
+        return outcome
+
+    async def _limited(
+        self, turn: Turn, lease: Lease, profile: BotProfile, admission: Admission
+    ) -> TurnOutcome:
+        """A limit was hit: keep the messages as context, tell the user once, no model call."""
+        conversation = turn.session.conversation
+        labels = self.metrics.labels(conversation)
+        self.metrics.limit_hits.labels(*labels, admission.limit or "unknown").inc()
+        if not await self._store.skip_turn(turn, lease, self._clock.now(), profile.queue):
+            return "fenced"
+        if admission.notice:
+            await profile.outlet.send(Reply(conversation, admission.notice))
+        return "limited"
+
+    def _count_gap(self, turn: Turn, gaps: tuple[Gap, ...]) -> None:
+        policy = self._gap_policy.policy
+        self.counters[f"gap_{policy}"] += 1
+        labels = self.metrics.labels(turn.session.conversation)
+        self.metrics.gap_notices.labels(*labels, policy).inc()
+        log.warning(
+            "%s: turns %s are missing (gap policy %s)", turn.session, describe(gaps), policy
+        )
+
+    async def _generate(
+        self, turn: Turn, lease: Lease, profile: BotProfile, gaps: tuple[Gap, ...]
+    ) -> TurnOutcome:
+        """Assemble, call the model once, and record and send its reply."""
+        conversation = turn.session.conversation
+        notice = None
+        if gaps:
+            self._count_gap(turn, gaps)
             notice = gap_notice(gaps)
-            if policy.policy == "tell_user":
+            if self._gap_policy.policy == "tell_user":
                 await self._tell_once(turn, gaps, profile)
         assembled = await self._memory.build(turn, profile.pin, gap_notice=notice)
         log.debug(
@@ -143,27 +198,38 @@ class Pipeline:
             len(turn.messages),
             assembled.total_tokens,
         )
+        labels = self.metrics.labels(conversation)
         try:
             async with profile.outlet.typing(conversation), self._renewing(lease, profile):
+                self.metrics.model_calls.labels(*labels, "reply").inc()
                 result = await self._llm.complete(assembled.request)
         except ModelUnavailable as exc:
-            return await self._retry_later(conversation, exc)
+            return await self._retry_later(turn, profile, exc)
         except ModelRejected as exc:
             log.error("model rejected the turn of %s: %s", conversation, exc)
             # Do not loop on a request that cannot succeed: park these messages (they stay
             # stored and pending; the next message's turn covers them again).
             await self._store.clear_timer(conversation, turn.version, only_if_idle=False)
             return "failed"
-        self._failures.pop(conversation, None)
-        return await self._record_and_send(turn, lease, profile, result.text, result.usage)
+        self.metrics.usage(conversation, result.model, result.usage)
+        await self._recovered(turn)
+        return await self._record_and_send(
+            turn, lease, profile, result.text, result.usage, result.model
+        )
 
     async def _record_and_send(
-        self, turn: Turn, lease: Lease, profile: BotProfile, text: str, usage: Usage
+        self,
+        turn: Turn,
+        lease: Lease,
+        profile: BotProfile,
+        text: str,
+        usage: Usage,
+        model: str | None,
     ) -> TurnOutcome:
         """The final check, then delivery of a recorded reply."""
         conversation = turn.session.conversation
         finished = await self._store.finish_turn(
-            turn, lease, text, self._clock.now(), profile.queue, usage
+            turn, lease, text, self._clock.now(), profile.queue, usage, model
         )
         if finished.outcome == "fenced":
             log.warning("lease on %s was taken over; reply dropped", conversation)
@@ -187,7 +253,7 @@ class Pipeline:
             usage.cache_read_input_tokens,
         )
         self._memory.schedule_compaction(turn.session)
-        await self.deliver(finished.outbox, profile.outlet)
+        await self.delivery.deliver(finished.outbox)
         return "sent"
 
     async def _tell_once(self, turn: Turn, gaps: tuple[Gap, ...], profile: BotProfile) -> None:
@@ -200,16 +266,35 @@ class Pipeline:
         await self._store.set_state(turn.session, GAP_TOLD_KEY, describe(gaps), self._clock.now())
 
     async def _retry_later(
-        self, conversation: ConversationKey, exc: ModelUnavailable
+        self, turn: Turn, profile: BotProfile, exc: ModelUnavailable
     ) -> TurnOutcome:
+        """Keep the messages pending and retry with bounded exponential backoff; tell the user
+        once per outage that the answer is coming."""
+        conversation = turn.session.conversation
         attempt = self._failures.get(conversation, 0)
         self._failures[conversation] = attempt + 1
-        delay = self._retry_backoff(attempt)
+        delay = min(self._retry_max, 2.0 * 2**attempt)
         if isinstance(exc, RateLimited) and exc.retry_after is not None:
             delay = max(delay, exc.retry_after)
         log.warning("model unavailable for %s (%s); retry in %.1fs", conversation, exc, delay)
         await self._store.rearm_timer(conversation, self._clock.now() + delay)
+        if self._trouble_notice:
+            # Session state, not process memory: another process that retries the same
+            # conversation during the same outage does not notify again.
+            told = await self._store.get_state(turn.session, TROUBLE_KEY)
+            if told is NOT_SET:
+                await self._store.set_state(turn.session, TROUBLE_KEY, "1", self._clock.now())
+                await profile.outlet.send(Reply(conversation, self._trouble_notice))
         return "retry"
+
+    async def _recovered(self, turn: Turn) -> None:
+        """The model answered: the outage (if any) is over."""
+        self._failures.pop(turn.session.conversation, None)
+        if (
+            self._trouble_notice
+            and await self._store.get_state(turn.session, TROUBLE_KEY) != NOT_SET
+        ):
+            await self._store.delete_state(turn.session, TROUBLE_KEY)
 
     @contextlib.asynccontextmanager
     async def _renewing(self, lease: Lease, profile: BotProfile) -> AsyncIterator[None]:
@@ -232,57 +317,6 @@ class Pipeline:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def deliver(self, item: OutboxItem, outlet: Outlet) -> bool:
-        """Send one outbox row: claim the attempt, send, confirm. False if not sent."""
-        if not await self._store.begin_send(item, self._clock.now()):
-            return False  # another worker claimed this attempt
-        reply = Reply(
-            conversation=item.conversation,
-            text=item.text,
-            outbox_id=item.id,
-            reply_to_platform_message_id=item.reply_to_platform_message_id,
-        )
-        try:
-            await outlet.send(reply)
-        except DeliveryRefused as exc:
-            log.warning(
-                "%s refuses delivery (%s); conversation marked inactive", item.conversation, exc
-            )
-            await self._store.mark_failed(item.id, self._clock.now(), str(exc))
-            await self._store.set_conversation_status(item.conversation, False, str(exc))
-            return False
-        except AdapterError as exc:
-            log.error("could not deliver reply %d to %s: %s", item.id, item.conversation, exc)
-            await self._store.mark_failed(item.id, self._clock.now(), str(exc))
-            return False
-        await self._store.mark_sent(item.id, self._clock.now())
-        return True
-
     async def recover_outbox(self, older_than: float) -> int:
-        """Deliver replies recorded but not sent before a crash; return how many were sent.
-
-        A row that was attempted but never confirmed is re-sent only through an outlet whose
-        send is idempotent; otherwise it is marked failed: a possible lost reply is logged
-        rather than risking a duplicate (the failure the queue exists to prevent).
-        """
-        sent = 0
-        for item in await self._store.unsent_outbox(older_than):
-            profile = self._profiles.get(item.conversation.bot)
-            if profile is not None and await self.deliver(item, profile.outlet):
-                sent += 1
-        for item in await self._store.uncertain_outbox(older_than):
-            profile = self._profiles.get(item.conversation.bot)
-            if profile is None:
-                continue
-            if profile.outlet.idempotent_send:
-                if await self.deliver(item, profile.outlet):
-                    sent += 1
-            else:
-                log.warning(
-                    "reply %d to %s may not have been delivered (crash mid-send); "
-                    "not re-sent to avoid a duplicate",
-                    item.id,
-                    item.conversation,
-                )
-                await self._store.mark_failed(item.id, self._clock.now(), "uncertain delivery")
-        return sent
+        """Deliver replies recorded but not sent before a crash (see bot.delivery)."""
+        return await self.delivery.recover(older_than)

@@ -21,6 +21,7 @@ from bot.events import (
     SessionPolicy,
     StoredMessage,
 )
+from bot.metrics import Metrics
 from bot.store.base import BaseStore
 
 log = logging.getLogger("personabot.queue")
@@ -94,6 +95,7 @@ class Scheduler:
         max_concurrent: int = 16,
         busy_backoff: float | None = None,
         shutdown_grace: float = 10.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -102,6 +104,7 @@ class Scheduler:
         self._scan_interval = scan_interval
         self._busy_backoff = scan_interval if busy_backoff is None else busy_backoff
         self._grace = shutdown_grace
+        self._metrics = metrics
         self._slots = asyncio.Semaphore(max_concurrent)
         self._wakeup = asyncio.Event()
         self._running: dict[ConversationKey, asyncio.Task[None]] = {}
@@ -155,14 +158,19 @@ class Scheduler:
             if key in self._running or self._skip_until.get(key, 0.0) > now:
                 continue
             self._skip_until.pop(key, None)
-            self._running[key] = asyncio.create_task(self._turn(key), name=f"turn {key}")
+            self._running[key] = asyncio.create_task(
+                self._turn(key, timer.due_at), name=f"turn {key}"
+            )
             started += 1
         return started
 
-    async def _turn(self, key: ConversationKey) -> None:
+    async def _turn(self, key: ConversationKey, due_at: float) -> None:
         try:
             async with self._slots:
                 self.turns_started += 1
+                if self._metrics is not None:
+                    lag = max(0.0, self._clock.now() - due_at)
+                    self._metrics.scheduler_lag.labels(*self._metrics.labels(key)).observe(lag)
                 outcome = await self._run_turn(key)
             if outcome == "busy":
                 self._skip_until[key] = self._clock.now() + self._busy_backoff

@@ -16,6 +16,7 @@ from typing import Literal
 
 from bot.clock import Clock
 from bot.events import SessionKey
+from bot.metrics import Metrics
 from bot.store.base import BaseStore
 from memory.retention import Gap
 from memory.service import Memory
@@ -70,6 +71,7 @@ class Retention:
         policy: RetentionPolicy,
         holder: str = "retention",
         lease_seconds: float = 600.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self._memory = memory
@@ -77,6 +79,7 @@ class Retention:
         self._policy = policy
         self._holder = holder
         self._lease_seconds = lease_seconds
+        self._metrics = metrics
 
     async def run_once(self, *, dry_run: bool = False) -> RetentionReport:
         """Apply the policy once; a dry run only reports."""

@@ -1,17 +1,23 @@
-"""Routes each inbound message: commands are answered at once, everything else is ingested."""
+"""Routes each inbound message: access check, then commands at once, everything else ingested."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
 
+from bot.access import AccessPolicy
+from bot.clock import Clock
 from bot.commands import Commands, parse_command
 from bot.events import Inbound, Reply, UserKey
+from bot.metrics import Metrics
 from bot.ports import Outlet
 from bot.queue import Ingestor
+from bot.store.base import BaseStore
 from memory.service import Memory
 
 log = logging.getLogger("personabot.router")
+
+DAY = 86400.0
 
 
 class Router:
@@ -23,14 +29,20 @@ class Router:
         ingestor: Ingestor,
         commands: Commands,
         outlets: Mapping[str, Outlet],
-        usernames: Mapping[str, str] | None = None,
+        store: BaseStore,
+        clock: Clock,
+        access: Mapping[str, AccessPolicy] | None = None,
         memory: Memory | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._ingestor = ingestor
         self._commands = commands
         self._outlets = dict(outlets)
-        self._usernames = dict(usernames or {})
+        self._store = store
+        self._clock = clock
+        self._access = dict(access or {})
         self._memory = memory
+        self._metrics = metrics or Metrics()
 
     @property
     def commands(self) -> tuple[tuple[str, str], ...]:
@@ -39,23 +51,44 @@ class Router:
 
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""
+        labels = self._metrics.labels(inbound.conversation)
+        policy = self._access.get(inbound.conversation.bot)
+        if policy is not None and not policy.allows(inbound):
+            # Stored nowhere; at most one answer per chat per day.
+            self._metrics.denied.labels(*labels).inc()
+            await self._deny(inbound, policy)
+            return
         if inbound.kind == "edit":
             await self._ingestor.edit(inbound)
-            return
-        if inbound.kind == "delete":
-            removed = await self._ingestor.delete(inbound)
-            if removed is not None and removed.role == "user" and self._memory is not None:
-                user = UserKey(inbound.conversation.platform, removed.author_id)
-                await self._memory.drop_sources(user, [removed.id])
-            return
-        command = parse_command(inbound.text) if inbound.triggers_reply else None
-        if command is not None:
-            bot = inbound.conversation.bot
-            addressed = command.addressed_to
-            own = self._usernames.get(bot)
-            if addressed is not None and own is not None and addressed.lower() != own.lower():
-                return  # a command for another bot in the same group
+        elif inbound.kind == "delete":
+            await self._delete(inbound)
+        elif not inbound.text.strip():
+            return  # empty or whitespace-only: nothing to answer
+        elif (
+            command := parse_command(inbound.text) if inbound.triggers_reply else None
+        ) is not None:
             answer = await self._commands.handle(inbound, command)
-            await self._outlets[bot].send(Reply(inbound.conversation, answer))
+            await self._outlets[inbound.conversation.bot].send(Reply(inbound.conversation, answer))
+        else:
+            result = await self._ingestor.ingest(inbound)
+            counter = self._metrics.inbound if result.stored else self._metrics.duplicates
+            counter.labels(*labels).inc()
+
+    async def _delete(self, inbound: Inbound) -> None:
+        removed = await self._ingestor.delete(inbound)
+        if removed is not None and removed.role == "user" and self._memory is not None:
+            user = UserKey(inbound.conversation.platform, removed.author_id)
+            await self._memory.drop_sources(user, [removed.id])
+
+    async def _deny(self, inbound: Inbound, policy: AccessPolicy) -> None:
+        if not policy.denied_reply or inbound.kind != "message":
             return
-        await self._ingestor.ingest(inbound)
+        # A lease that lives a day remembers, across processes, that this chat was told.
+        now = self._clock.now()
+        lease = await self._store.acquire_lease(
+            f"denied:{inbound.conversation}", "access", DAY, now
+        )
+        if lease is not None:
+            await self._outlets[inbound.conversation.bot].send(
+                Reply(inbound.conversation, policy.denied_reply)
+            )

@@ -55,6 +55,7 @@ class Budget:
     prompt_tokens: int = 6000
     summary_tokens: int = 800
     memory_tokens: int = 600
+    max_input_chars: int = 8000
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +80,21 @@ class Assembled:
         return sum(n for _, n in self.breakdown)
 
 
-def render_turn(messages: Sequence[StoredMessage]) -> str:
+def cut(text: str, limit: int) -> str:
+    """A message longer than ``limit`` characters, cut with a visible marker."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]} [... cut: {len(text) - limit} more characters not shown]"
+
+
+def render_turn(messages: Sequence[StoredMessage], limit: int = 8000) -> str:
     """Merge messages in order; with several authors each part keeps its author."""
     authors = {m.author_id for m in messages}
     if len(authors) <= 1:
-        return "\n".join(m.text for m in messages)
-    return "\n".join(f"{m.display_name} (user {m.author_id}): {m.text}" for m in messages)
+        return "\n".join(cut(m.text, limit) for m in messages)
+    return "\n".join(
+        f"{m.display_name} (user {m.author_id}): {cut(m.text, limit)}" for m in messages
+    )
 
 
 def memory_block(participants: Sequence[Participant], budget_tokens: int) -> str | None:
@@ -155,7 +165,7 @@ def assemble(
 ) -> Assembled:
     """Build the model request for one turn, layer by layer, under the token budget."""
     pin_text = pin.text()
-    turn_text = render_turn(turn.messages)
+    turn_text = render_turn(turn.messages, budget.max_input_chars)
     memory_text = memory_block(participants, budget.memory_tokens)
     summary_text = summary_block(summary, budget.summary_tokens)
     fixed = estimate_tokens(pin_text) + estimate_tokens(turn_text)
@@ -211,7 +221,7 @@ def assemble(
         ("summary", _cost(summary_text)),
         ("gap", _cost(gap_notice)),
         ("window", sum(estimate_tokens(m.text) for m in window)),
-        ("turn", estimate_tokens(render_turn(turn.messages))),
+        ("turn", estimate_tokens(render_turn(turn.messages, budget.max_input_chars))),
     )
     return Assembled(request=request, breakdown=breakdown)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from bot.clock import Clock
 from bot.errors import ModelError
 from bot.events import NOT_SET, ConversationKey, SessionKey, StoredMessage, Turn, UserKey
-from bot.llm.base import BaseLLM
+from bot.llm.base import BaseLLM, ModelResult
 from bot.store.base import BaseStore
 from memory.assemble import Assembled, Budget, Participant, PersonaPin, assemble
 from memory.records import (
@@ -77,6 +77,7 @@ class Memory:
         holder: str | None = None,
         lease_seconds: float = 60.0,
         retry_after_failure: float = 60.0,
+        on_model_call: Callable[[ConversationKey, str, ModelResult], None] | None = None,
     ) -> None:
         self._store = store
         self._llm = llm
@@ -85,6 +86,7 @@ class Memory:
         self._holder = holder or f"memory-{uuid.uuid4().hex[:12]}"
         self._lease_seconds = lease_seconds
         self._retry_after_failure = retry_after_failure
+        self._on_model_call = on_model_call
         self._tasks: dict[SessionKey, asyncio.Task[None]] = {}
         self._sweep: asyncio.Task[None] | None = None
         self._failed_until: dict[str, float] = {}
@@ -319,6 +321,7 @@ class Memory:
                 result = await self._llm.complete(
                     extraction_request(messages[-1].display_name, messages, policy.summary_model)
                 )
+                self._called(conversation, "extract", result)
                 items = parse_extraction(result.text, messages, self._clock.now())
             except (ModelError, RecordError) as exc:
                 log.warning("memory of user %s not updated (kept as it was): %s", author, exc)
@@ -351,6 +354,10 @@ class Memory:
         return json.dumps(data, ensure_ascii=False, indent=1)
 
     # -- plumbing -------------------------------------------------------------------------------
+
+    def _called(self, conversation: ConversationKey, purpose: str, result: ModelResult) -> None:
+        if self._on_model_call is not None:
+            self._on_model_call(conversation, purpose, result)
 
     @contextlib.asynccontextmanager
     async def _lease(self, name: str) -> AsyncIterator[bool]:

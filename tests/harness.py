@@ -8,13 +8,17 @@ import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from bot.access import AccessPolicy
 from bot.clock import Clock, ManualClock
 from bot.commands import Commands
 from bot.events import ConversationKey, Inbound, QueuePolicy
+from bot.limits import LimitPolicy, Limits
 from bot.llm.base import BaseLLM
+from bot.metrics import Price
 from bot.pipeline import BotProfile, GapPolicy, Pipeline
 from bot.queue import Ingestor, Scheduler
 from bot.router import Router
+from bot.stats import usage_report
 from bot.store.base import BaseStore
 from memory.assemble import Budget, PersonaPin
 from memory.service import Memory, MemoryPolicy
@@ -106,6 +110,9 @@ async def harness(
     memory_policy: MemoryPolicy | None = None,
     memory_llm: BaseLLM | None = None,
     gap_policy: GapPolicy | None = None,
+    access: AccessPolicy | None = None,
+    limits: LimitPolicy | None = None,
+    trouble_notice: str = "",
 ) -> AsyncIterator[Harness]:
     """Start a scheduler on ``store``; stop it (and wait for turns) on exit."""
     outlet = outlet or RecordingOutlet(clock)
@@ -131,6 +138,15 @@ async def harness(
         profiles={BOT: profile},
         holder=holder,
         gap_policy=gap_policy,
+        limits=None
+        if limits is None
+        else Limits(
+            store=store,
+            clock=pipeline_clock or clock,
+            policy=limits,
+            is_admin=lambda _, user: access is not None and access.is_admin(user),
+        ),
+        trouble_notice=trouble_notice,
     )
     scheduler = Scheduler(
         store=store, clock=clock, run_turn=pipeline.run_turn, bots=[BOT], scan_interval=0.5
@@ -139,9 +155,23 @@ async def harness(
         store=store, clock=clock, policy_for=lambda _: profile.queue, wake=scheduler.wake
     )
     commands = Commands(
-        store=store, clock=clock, greeting=lambda _: "\n".join(PIN.first_message), memory=memory
+        store=store,
+        clock=clock,
+        greeting=lambda _: "\n".join(PIN.first_message),
+        memory=memory,
+        is_admin=lambda _, user: access is not None and access.is_admin(user),
+        usage_report=lambda bot: usage_report(store, clock, {"gated": Price(3.0, 15.0)}, bot),
     )
-    router = Router(ingestor=ingestor, commands=commands, outlets={BOT: outlet})
+    router = Router(
+        ingestor=ingestor,
+        commands=commands,
+        outlets={BOT: outlet},
+        store=store,
+        clock=clock,
+        memory=memory,
+        access=None if access is None else {BOT: access},
+        metrics=pipeline.metrics,
+    )
     task = asyncio.create_task(scheduler.run())
     SHARED_STORES.append(store)
     try:

@@ -24,6 +24,7 @@ from bot.events import (
     OldMessages,
     OutboxItem,
     QueuePolicy,
+    Reservation,
     RetentionEntry,
     SessionInfo,
     SessionKey,
@@ -31,6 +32,7 @@ from bot.events import (
     StoredMessage,
     StoredSummary,
     Turn,
+    UsageStats,
     UserKey,
 )
 from bot.llm.base import Usage
@@ -218,6 +220,34 @@ class BaseStore(abc.ABC):
         """Replace the summary if it still covers up to ``expected_last_turn`` (None: no
         summary yet); False when another worker got there first."""
 
+    # -- limits and usage -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def reserve_turn(
+        self,
+        user: UserKey,
+        bot: str,
+        now: float,
+        *,
+        per_hour: int = 0,
+        per_day: int = 0,
+    ) -> Reservation:
+        """Atomically count the user's turns in the last hour and day and, when both are under
+        their limits (0 = none), record one more; else say when the user may continue."""
+
+    @abc.abstractmethod
+    async def release_turn(self, reservation_id: int) -> None:
+        """Give back a reservation whose turn did not reach the user (discarded, failed)."""
+
+    @abc.abstractmethod
+    async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
+        """Model usage recorded with replies since ``since`` (of one bot, when given)."""
+
+    @abc.abstractmethod
+    async def skip_turn(self, turn: Turn, lease: Lease, now: float, queue: QueuePolicy) -> bool:
+        """Mark the turn's messages handled without a reply (a limit was hit): they stay as
+        context; fenced (False) when the lease is no longer ours."""
+
     # -- retention (SPEC section 6) -------------------------------------------------------------
 
     @abc.abstractmethod
@@ -337,6 +367,7 @@ class BaseStore(abc.ABC):
         now: float,
         queue: QueuePolicy,
         usage: Usage | None = None,
+        model: str | None = None,
     ) -> FinishResult:
         """The final check and, if it passes, recording of the reply, in one transaction.
 

@@ -8,7 +8,9 @@ transaction, so two processes on one file serialize their read-modify-write sequ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -31,6 +33,7 @@ from bot.events import (
     OldMessages,
     OutboxItem,
     QueuePolicy,
+    Reservation,
     RetentionEntry,
     SessionInfo,
     SessionKey,
@@ -38,6 +41,7 @@ from bot.events import (
     StoredMessage,
     StoredSummary,
     Turn,
+    UsageStats,
     UserKey,
 )
 from bot.llm.base import Usage
@@ -177,6 +181,19 @@ class SQLiteStore(BaseStore):
                         await db.execute(statement)
                     await db.execute("INSERT INTO schema_version VALUES (?)", (version,))
                     log.info("applied schema migration %d", version)
+
+    async def backup(self, target: str | Path) -> None:
+        """Copy the live database to ``target`` with SQLite's online backup API (consistent
+        while the bot keeps writing); the target is replaced if it exists."""
+        path = os.fspath(target)
+        if await asyncio.to_thread(_same_file, path, self._path):
+            raise StoreError("backup target is the database itself")
+        tmp = path + ".partial"
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        async with self._lock, aiosqlite.connect(tmp) as dest:
+            await self._conn.backup(dest)
+        os.replace(tmp, path)  # never leave a half-written file under the final name
 
     async def schema_version(self) -> int:
         """The applied schema version."""
@@ -756,6 +773,90 @@ class SQLiteStore(BaseStore):
             )
             return True
 
+    # -- limits and usage -----------------------------------------------------------------------
+
+    async def reserve_turn(
+        self,
+        user: UserKey,
+        bot: str,
+        now: float,
+        *,
+        per_hour: int = 0,
+        per_day: int = 0,
+    ) -> Reservation:
+        """Count and record in one write transaction: two processes cannot both pass."""
+        async with self._tx() as db:
+            for limit, window in ((per_hour, 3600.0), (per_day, 86400.0)):
+                if not limit:
+                    continue
+                rows = await self._rows(
+                    db,
+                    "SELECT at FROM turn_usage WHERE platform = ? AND user_id = ? AND at > ? "
+                    "ORDER BY at DESC LIMIT ?",
+                    (user.platform, user.user_id, now - window, limit),
+                )
+                if len(rows) >= limit:
+                    # The oldest of the last `limit` turns leaves the window first.
+                    return Reservation(None, until=float(rows[-1][0]) + window)
+            cur = await db.execute(
+                "INSERT INTO turn_usage (bot, platform, user_id, at) VALUES (?, ?, ?, ?)",
+                (bot, user.platform, user.user_id, now),
+            )
+            return Reservation(int(cur.lastrowid or 0))
+
+    async def release_turn(self, reservation_id: int) -> None:
+        """Drop a reservation."""
+        async with self._tx() as db:
+            await db.execute("DELETE FROM turn_usage WHERE id = ?", (reservation_id,))
+
+    async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
+        """Sum the usage stored with replies."""
+        where = " AND m.role = 'assistant' AND m.created_at >= ?" + (
+            " AND c.bot = ?" if bot is not None else ""
+        )
+        args: tuple[object, ...] = (since, bot) if bot is not None else (since,)
+        async with self._read() as db:
+            total = await self._row(
+                db,
+                "SELECT COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
+                "COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
+                "COUNT(DISTINCT m.conversation_id) FROM messages m JOIN conversations c "
+                f"ON c.id = m.conversation_id WHERE 1 = 1{where}",
+                args,
+            )
+            models = await self._rows(
+                db,
+                "SELECT COALESCE(model, ''), COALESCE(SUM(input_tokens), 0), "
+                "COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cache_write_tokens), 0), "
+                "COALESCE(SUM(cache_read_tokens), 0) FROM messages m JOIN conversations c "
+                f"ON c.id = m.conversation_id WHERE 1 = 1{where} GROUP BY model",
+                args,
+            )
+        turns, inp, out, write, read, conversations = (int(v) for v in total)
+        return UsageStats(
+            turns,
+            inp,
+            out,
+            write,
+            read,
+            conversations,
+            by_model=tuple((str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in models),
+        )
+
+    async def skip_turn(self, turn: Turn, lease: Lease, now: float, queue: QueuePolicy) -> bool:
+        """Handle the turn without a reply, under the same fencing as finish_turn."""
+        async with self._tx() as db:
+            token = await self._scalar(db, "SELECT token FROM leases WHERE name = ?", (lease.name,))
+            conv_id = await self._conv_id(db, turn.session.conversation)
+            if token != lease.token or conv_id is None:
+                return False
+            ids = [m.id for m in turn.messages]
+            await db.execute(
+                f"UPDATE messages SET pending = 0 WHERE id IN ({','.join('?' * len(ids))})", ids
+            )
+            await self._settle_timer(db, conv_id, turn.version, now, queue)
+            return True
+
     # -- retention ----------------------------------------------------------------------------
 
     async def session_bounds(self, session: SessionKey) -> tuple[int, int] | None:
@@ -1158,6 +1259,7 @@ class SQLiteStore(BaseStore):
         now: float,
         queue: QueuePolicy,
         usage: Usage | None = None,
+        model: str | None = None,
     ) -> FinishResult:
         """Fencing check, version check, then record reply + outbox atomically."""
         key = turn.session.conversation
@@ -1193,9 +1295,9 @@ class SQLiteStore(BaseStore):
             u = usage or Usage()
             cur = await db.execute(
                 "INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
-                "display_name, text, version, pending, created_at, input_tokens, "
+                "display_name, text, version, pending, created_at, model, input_tokens, "
                 "output_tokens, cache_write_tokens, cache_read_tokens) "
-                "VALUES (?, ?, ?, 'assistant', 'assistant', '', ?, ?, 0, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, 'assistant', 'assistant', '', ?, ?, 0, ?, ?, ?, ?, ?, ?)",
                 (
                     conv_id,
                     sid,
@@ -1203,6 +1305,7 @@ class SQLiteStore(BaseStore):
                     reply,
                     turn.version,
                     now,
+                    model,
                     u.input_tokens,
                     u.output_tokens,
                     u.cache_creation_input_tokens,
@@ -1332,6 +1435,10 @@ class SQLiteStore(BaseStore):
                 "UPDATE outbox SET status = 'failed', finished_at = ?, failure = ? WHERE id = ?",
                 (now, reason[:500], outbox_id),
             )
+
+
+def _same_file(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _qualified(alias: str, columns: str) -> str:

@@ -56,7 +56,7 @@ def test_example_documents_every_key_with_a_comment() -> None:
     )
     for key in sorted(keys):
         leaf = key.rsplit(".", 1)[-1]
-        pattern = re.compile(rf"^#?\s*(\[\[?(\w+\.)?{leaf}\]\]?|{leaf}\s*=)")
+        pattern = re.compile(rf"^#?\s*(\[\[?(\w+\.)?{leaf}(\]|\.)|{leaf}\s*=)")
         hits = [i for i, line in enumerate(lines) if pattern.match(line.strip())]
         assert hits, f"{key} is not documented in config.example.toml"
         i = hits[0]

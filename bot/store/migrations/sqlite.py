@@ -60,6 +60,7 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
             answered_by         INTEGER,
             created_at          REAL NOT NULL,
             -- usage of the model call that produced an assistant message
+            model               TEXT,
             input_tokens        INTEGER,
             output_tokens       INTEGER,
             cache_write_tokens  INTEGER,
@@ -72,6 +73,16 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
         CREATE INDEX messages_pending ON messages(conversation_id, session_id) WHERE pending = 1;
         CREATE INDEX messages_created ON messages(created_at);
         CREATE INDEX messages_author ON messages(author_id);
+
+        -- One row per person per model turn: per-user limits count these (across processes).
+        CREATE TABLE turn_usage (
+            id          INTEGER PRIMARY KEY,
+            bot         TEXT NOT NULL,
+            platform    TEXT NOT NULL,
+            user_id     TEXT NOT NULL,
+            at          REAL NOT NULL
+        );
+        CREATE INDEX turn_usage_user ON turn_usage(platform, user_id, at);
 
         -- What retention deleted: counts and turn ranges, never content.
         CREATE TABLE retention_log (

@@ -1,0 +1,70 @@
+"""Health checks and metrics over HTTP: /healthz, /readyz and /metrics (Prometheus)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Self
+
+from aiohttp import web
+
+from bot.metrics import Metrics
+
+log = logging.getLogger("personabot.health")
+
+Readiness = Callable[[], Awaitable[str | None]]  # None when ready, else the reason
+
+
+class HealthServer:
+    """A small aiohttp server owned by the runtime; started and stopped with it."""
+
+    def __init__(self, *, host: str, port: int, metrics: Metrics, readiness: Readiness) -> None:
+        self._host = host
+        self._port = port
+        self._metrics = metrics
+        self._readiness = readiness
+        self._runner: web.AppRunner | None = None
+        self.port = port
+
+    async def __aenter__(self) -> Self:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics_page)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        addresses = self._runner.addresses  # the bound port when 0 was asked for
+        if addresses:
+            self.port = int(addresses[0][1])
+        log.info("health and metrics on http://%s:%d", self._host, self.port)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        try:
+            async with asyncio.timeout(5):
+                reason = await self._readiness()
+        except TimeoutError:
+            reason = "readiness check timed out"
+        if reason is None:
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text=f"not ready: {reason}\n")
+
+    async def _metrics_page(self, request: web.Request) -> web.Response:
+        body = self._metrics.exposition()
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})

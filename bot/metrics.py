@@ -1,0 +1,118 @@
+"""Prometheus metrics of one process, labelled by platform and persona (never by user).
+
+Each runtime owns its own CollectorRegistry (no process-global state), so tests and several
+runtimes in one process never share counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from bot.events import ConversationKey
+from bot.llm.base import Usage
+
+LABELS: Final = ("platform", "persona")
+_LATENCY_BUCKETS: Final = (0.5, 1, 2, 4, 8, 15, 30, 60, 120)
+_LAG_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """Dollars per million tokens; cache writes cost 1.25x and reads 0.1x of input."""
+
+    input: float
+    output: float
+
+    def cost(self, usage: Usage) -> float:
+        """Estimated dollars of one call."""
+        return (
+            usage.input_tokens * self.input
+            + usage.output_tokens * self.output
+            + usage.cache_creation_input_tokens * self.input * 1.25
+            + usage.cache_read_input_tokens * self.input * 0.1
+        ) / 1_000_000
+
+
+class Metrics:
+    """The counters and histograms personabot exports."""
+
+    def __init__(
+        self,
+        *,
+        personas: Mapping[str, str] | None = None,
+        prices: Mapping[str, Price] | None = None,
+    ) -> None:
+        self.registry = CollectorRegistry()
+        self._personas = dict(personas or {})
+        self._prices = dict(prices or {})
+        r = self.registry
+
+        def counter(name: str, doc: str, *extra: str) -> Counter:
+            return Counter(name, doc, (*LABELS, *extra), registry=r)
+
+        self.inbound = counter("personabot_inbound_messages", "Inbound messages stored")
+        self.duplicates = counter("personabot_duplicates_dropped", "Repeated deliveries ignored")
+        self.denied = counter("personabot_access_denied", "Messages from people not allowed")
+        self.turns = counter("personabot_turns", "Turns by outcome", "outcome")
+        self.model_calls = counter("personabot_model_calls", "Model calls", "purpose")
+        self.discarded = counter(
+            "personabot_replies_discarded", "Replies thrown away by the final check"
+        )
+        self.lease_conflicts = counter(
+            "personabot_lease_conflicts", "Turns skipped because another worker held the lease"
+        )
+        self.tokens = counter("personabot_tokens", "Model tokens", "kind")
+        self.cost = counter("personabot_cost_dollars", "Estimated model cost in dollars")
+        self.gap_notices = counter(
+            "personabot_gap_notices", "Sessions with missing turns", "policy"
+        )
+        self.limit_hits = counter("personabot_limit_hits", "Turns stopped by a limit", "limit")
+        self.retention_deleted = Counter(
+            "personabot_retention_deleted_messages",
+            "Messages deleted by retention",
+            registry=r,
+        )
+        self.turn_latency = Histogram(
+            "personabot_turn_latency_seconds",
+            "From the lease to the recorded reply",
+            LABELS,
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.scheduler_lag = Histogram(
+            "personabot_scheduler_lag_seconds",
+            "From a timer's due time to the start of its turn",
+            LABELS,
+            buckets=_LAG_BUCKETS,
+            registry=r,
+        )
+
+    def labels(self, conversation: ConversationKey) -> tuple[str, str]:
+        """(platform, persona) of a conversation."""
+        return conversation.platform, self._personas.get(conversation.bot, conversation.bot)
+
+    def usage(self, conversation: ConversationKey, model: str, usage: Usage) -> None:
+        """Count tokens and estimated cost of one model call."""
+        labels = self.labels(conversation)
+        for kind, value in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cache_write", usage.cache_creation_input_tokens),
+            ("cache_read", usage.cache_read_input_tokens),
+        ):
+            self.tokens.labels(*labels, kind).inc(value)
+        price = self._prices.get(model)
+        if price is not None:
+            self.cost.labels(*labels).inc(price.cost(usage))
+
+    def price(self, model: str) -> Price | None:
+        """The configured price of a model."""
+        return self._prices.get(model)
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of every metric."""
+        return generate_latest(self.registry)
