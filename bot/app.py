@@ -516,9 +516,11 @@ async def run_bots(
         for task in [*running, stopper]:
             task.cancel()
         await asyncio.gather(*running, stopper, return_exceptions=True)
-        for _, adapter in adapters.values():
-            await adapter.aclose()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
+    # Adapters close only after the runtime stopped: replies finishing during the shutdown
+    # grace period must still reach the platform.
+    for _, adapter in adapters.values():
+        await adapter.aclose()
     return code

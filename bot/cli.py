@@ -92,7 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         level = settings.logging.level
         if args.command == "chat" and level == "INFO":
             level = "WARNING"  # the terminal is the chat: keep routine INFO lines out of it
-        setup_logging(level, secrets.values(), fmt=args.log_format or settings.logging.format)
+        setup_logging(
+            level,
+            secrets.values(settings.secret_names()),
+            fmt=args.log_format or settings.logging.format,
+        )
         if args.command == "config":
             print(summary(settings))
             return 0

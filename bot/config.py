@@ -10,7 +10,7 @@ import difflib
 import os
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -333,6 +333,16 @@ class Settings(BaseSettings):
         known = ", ".join(p.id for p in self.personas)
         raise ConfigError([f"--persona: no persona with id {persona_id!r} (known: {known})"])
 
+    def secret_names(self) -> list[str]:
+        """Environment variables the configuration reads secrets from."""
+        names: list[str] = []
+        for entry in self.bots:
+            names.append(entry.token_variable)
+            secret = getattr(entry, "secret_token_env", None)
+            if secret:
+                names.append(secret)
+        return names
+
     def queue_for(self, persona: PersonaSettings) -> QueueSettings:
         """Queue settings with the persona's override applied."""
         return persona.queue or self.queue
@@ -358,9 +368,10 @@ class Secrets:
         value = self._environ.get(name, "").strip()
         return value or None
 
-    def values(self) -> list[str]:
-        """Every secret currently set (for log redaction)."""
-        names = ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "PGPASSWORD"]
+    def values(self, extra_names: Iterable[str] = ()) -> list[str]:
+        """Every secret currently set (for log redaction), including the variables that the
+        configuration names (``token_env``, ``secret_token_env``)."""
+        names = ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "PGPASSWORD", *extra_names]
         names += [n for n in self._environ if n.endswith(("_TOKEN", "_SECRET", "_API_KEY"))]
         return [v for v in (self.get(n) for n in names) if v and len(v) >= 6]
 

@@ -1,0 +1,790 @@
+"""A small fake of Discord: REST API and gateway on one aiohttp server on ``127.0.0.1``.
+
+The real discord.py client talks to it (point ``api_base`` and ``gateway_url`` at
+:attr:`FakeDiscord.api_base` and :attr:`FakeDiscord.gateway_url`), so login, the gateway
+handshake, heartbeats, resumes, rate-limit handling and error parsing all happen for real.
+
+::
+
+    async with FakeDiscord(token="t0k3n") as fake:
+        ada = fake.add_user("Ada")
+        guild = fake.add_guild("Cafe")                 # with a #general text channel
+        ...start the bot with fake.api_base / fake.gateway_url...
+        await fake.wait_identified()
+        await fake.post(guild.general, ada, "hi", mention_bot=True)
+        posted = await fake.wait_for_bot_messages(guild.general, 1)
+        assert FakeDiscord.pings(fake.posts[-1].body) == set()
+
+REST (under ``/api/v10``, ``Authorization: Bot <token>`` required, else 401):
+
+* ``GET /users/@me``, ``GET /oauth2/applications/@me``, ``GET /gateway/bot``,
+  ``GET /channels/{id}`` (404 code 10003 for unknown channels);
+* ``POST /channels/{id}/messages``: recorded in :attr:`FakeDiscord.posts` (failures too),
+  answered with the scripted failure queued for that channel (:meth:`fail_next_send`), else the
+  created message. A nonce with ``enforce_nonce`` that this channel already saw returns the
+  earlier message and creates nothing, like Discord. Created messages are echoed on the gateway
+  as ``MESSAGE_CREATE`` (the bot hears itself, as on Discord);
+* ``POST /channels/{id}/typing``: recorded in :attr:`FakeDiscord.typing`, 204.
+
+Gateway (``/gateway``): HELLO (op 10) on connect; heartbeats (op 1) acknowledged (op 11);
+IDENTIFY (op 2) checked (token: close 4004; message-content intent while
+``allow_message_content`` is False: close 4014) and answered with READY plus one GUILD_CREATE
+per guild of the shard; RESUME (op 6) answered with the events queued by :meth:`reconnect`
+then RESUMED. :meth:`dispatch` pushes any event with the next sequence number.
+
+Known traps of discord.py this fake respects: JSON responses carry exactly
+``Content-Type: application/json`` (no charset); member objects have a ``flags`` key; a 429
+has a ``Via`` header and ``retry_after`` in its JSON body (otherwise discord.py takes it for a
+Cloudflare ban and raises at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import itertools
+import json
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+__all__ = ["FakeDiscord", "FakeGuild", "FakeUser", "RecordedPost", "ScriptedFailure"]
+
+JSON = dict[str, Any]
+MESSAGE_CONTENT_INTENT = 1 << 15
+_EPOCH_MS = 1420070400000
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat()
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """A JSON answer whose content type is exactly ``application/json`` (discord.py checks)."""
+    return web.Response(
+        body=json.dumps(data).encode(),
+        status=status,
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+
+
+def _error(status: int, message: str, code: int = 0) -> web.Response:
+    return _json({"message": message, "code": code}, status)
+
+
+@dataclass(frozen=True, slots=True)
+class FakeUser:
+    """A Discord user of the fake world."""
+
+    id: int
+    name: str
+    bot: bool = False
+
+    def payload(self) -> JSON:
+        """The user object."""
+        data: JSON = {
+            "id": str(self.id),
+            "username": self.name.lower(),
+            "global_name": self.name,
+            "discriminator": "0",
+            "avatar": None,
+            "public_flags": 0,
+        }
+        if self.bot:
+            data["bot"] = True
+        return data
+
+
+@dataclass
+class FakeGuild:
+    """A guild: its @everyone role, the bot's own role, text channels and threads."""
+
+    id: int
+    name: str
+    bot_role: int
+    general: int
+    channels: dict[int, JSON] = field(default_factory=dict)
+    threads: dict[int, JSON] = field(default_factory=dict)
+    roles: list[JSON] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedPost:
+    """One ``POST /channels/{id}/messages`` as received, with the status it was answered."""
+
+    channel_id: int
+    body: JSON
+    status: int
+    at: float
+
+    @property
+    def content(self) -> str:
+        """The message text sent."""
+        return str(self.body.get("content") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedFailure:
+    """An error answer queued for the next send to a channel."""
+
+    status: int
+    code: int = 0
+    message: str = "scripted failure"
+    retry_after: float | None = None
+
+
+class FakeDiscord:
+    """A fake Discord REST API and gateway; use as ``async with FakeDiscord(token=...)``."""
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        bot_name: str = "Mira",
+        allow_message_content: bool = True,
+        heartbeat_interval_ms: int = 41250,
+    ) -> None:
+        self.token = token
+        self.allow_message_content = allow_message_content
+        self._heartbeat_ms = heartbeat_interval_ms
+        self._ids = itertools.count(1)
+        self.bot = FakeUser(self._snowflake(), bot_name, bot=True)
+        self.application_id = self._snowflake()
+        self.users: dict[int, FakeUser] = {}
+        self.guilds: dict[int, FakeGuild] = {}
+        self.dm_channels: dict[int, FakeUser] = {}
+        self.messages: dict[int, list[JSON]] = {}
+        self.posts: list[RecordedPost] = []
+        self.typing: list[tuple[int, float]] = []
+        self.identifies: list[JSON] = []
+        self.resumes: list[JSON] = []
+        self.unknown_routes: list[str] = []
+        self._failures: dict[int, deque[ScriptedFailure]] = {}
+        self._nonces: dict[tuple[int, str], JSON] = {}
+        self._sockets: set[web.WebSocketResponse] = set()
+        self._current: web.WebSocketResponse | None = None
+        self._session_id: str | None = None
+        self._seq = 0
+        self._send_lock = asyncio.Lock()
+        self._replay: list[tuple[str, JSON]] = []
+        self._connected = asyncio.Event()
+        self._answered = 0
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+
+    # ------------------------------------------------------------------ world
+
+    def _snowflake(self) -> int:
+        """A realistic snowflake (discord.py only resolves mentions of 15-20 digit ids)."""
+        return ((1_700_000_000_000 - _EPOCH_MS) << 22) + next(self._ids)
+
+    def add_user(self, name: str, *, bot: bool = False) -> FakeUser:
+        """A user who can write to the bot."""
+        user = FakeUser(self._snowflake(), name, bot=bot)
+        self.users[user.id] = user
+        return user
+
+    def add_guild(self, name: str) -> FakeGuild:
+        """A guild with a ``#general`` channel, the bot as a member with its own role."""
+        guild_id = self._snowflake()
+        bot_role = self._snowflake()
+        guild = FakeGuild(guild_id, name, bot_role, general=0)
+        guild.roles = [_role(guild_id, "@everyone", 0), _role(bot_role, self.bot.name, 1)]
+        guild.roles[1]["managed"] = True
+        guild.roles[1]["tags"] = {"bot_id": str(self.bot.id)}
+        self.guilds[guild_id] = guild
+        guild.general = self.add_channel(guild, "general")
+        return guild
+
+    def add_role(self, guild: FakeGuild, name: str) -> int:
+        """Another role of the guild (the bot does not have it)."""
+        role_id = self._snowflake()
+        guild.roles.append(_role(role_id, name, len(guild.roles)))
+        return role_id
+
+    def add_channel(self, guild: FakeGuild, name: str) -> int:
+        """A guild text channel."""
+        channel_id = self._snowflake()
+        guild.channels[channel_id] = {
+            "id": str(channel_id),
+            "type": 0,
+            "guild_id": str(guild.id),
+            "name": name,
+            "position": len(guild.channels),
+            "permission_overwrites": [],
+            "nsfw": False,
+            "parent_id": None,
+            "topic": None,
+            "last_message_id": None,
+            "rate_limit_per_user": 0,
+        }
+        return channel_id
+
+    def add_thread(self, guild: FakeGuild, parent: int, name: str) -> int:
+        """A public thread in a text channel."""
+        thread_id = self._snowflake()
+        guild.threads[thread_id] = {
+            "id": str(thread_id),
+            "type": 11,
+            "guild_id": str(guild.id),
+            "parent_id": str(parent),
+            "owner_id": str(self.bot.id),
+            "name": name,
+            "last_message_id": None,
+            "rate_limit_per_user": 0,
+            "message_count": 0,
+            "member_count": 1,
+            "flags": 0,
+            "thread_metadata": {
+                "archived": False,
+                "auto_archive_duration": 1440,
+                "archive_timestamp": _now(),
+                "locked": False,
+            },
+        }
+        return thread_id
+
+    def dm(self, user: FakeUser) -> int:
+        """The DM channel between ``user`` and the bot (created on first use)."""
+        for channel_id, other in self.dm_channels.items():
+            if other == user:
+                return channel_id
+        channel_id = self._snowflake()
+        self.dm_channels[channel_id] = user
+        return channel_id
+
+    def _guild_of(self, channel_id: int) -> FakeGuild | None:
+        for guild in self.guilds.values():
+            if channel_id in guild.channels or channel_id in guild.threads:
+                return guild
+        return None
+
+    def _channel_payload(self, channel_id: int) -> JSON | None:
+        guild = self._guild_of(channel_id)
+        if guild is not None:
+            return guild.channels.get(channel_id) or guild.threads[channel_id]
+        user = self.dm_channels.get(channel_id)
+        if user is None:
+            return None
+        return {
+            "id": str(channel_id),
+            "type": 1,
+            "recipients": [user.payload()],
+            "last_message_id": None,
+        }
+
+    def _guild_create(self, guild: FakeGuild) -> JSON:
+        return {
+            "id": str(guild.id),
+            "name": guild.name,
+            "unavailable": False,
+            "owner_id": str(next(iter(self.users), self.bot.id)),
+            "icon": None,
+            "splash": None,
+            "features": [],
+            "roles": guild.roles,
+            "emojis": [],
+            "stickers": [],
+            "channels": list(guild.channels.values()),
+            "threads": list(guild.threads.values()),
+            "members": [self._member(self.bot, guild, roles=[guild.bot_role])],
+            "member_count": 1 + len(self.users),
+            "large": False,
+            "voice_states": [],
+            "presences": [],
+            "stage_instances": [],
+            "guild_scheduled_events": [],
+            "soundboard_sounds": [],
+            "joined_at": _now(),
+            "premium_tier": 0,
+            "preferred_locale": "en-US",
+            "system_channel_flags": 0,
+            "verification_level": 0,
+            "default_message_notifications": 0,
+            "explicit_content_filter": 0,
+            "mfa_level": 0,
+            "nsfw_level": 0,
+        }
+
+    def _member(self, user: FakeUser, guild: FakeGuild, roles: list[int] | None = None) -> JSON:
+        # discord.py reads member["flags"] unconditionally: a member without it crashes parsing.
+        return {
+            "user": user.payload(),
+            "roles": [str(r) for r in roles or []],
+            "joined_at": _now(),
+            "deaf": False,
+            "mute": False,
+            "flags": 0,
+            "nick": None,
+        }
+
+    # ------------------------------------------------------------------ scripting
+
+    def fail_next_send(
+        self,
+        channel_id: int,
+        status: int,
+        *,
+        code: int = 0,
+        message: str = "scripted failure",
+        retry_after: float | None = None,
+        times: int = 1,
+    ) -> None:
+        """Answer the next ``times`` sends to ``channel_id`` with an error."""
+        failure = ScriptedFailure(status, code, message, retry_after)
+        self._failures.setdefault(channel_id, deque()).extend([failure] * times)
+
+    async def dispatch(self, event: str, data: JSON) -> int:
+        """Send a DISPATCH event on the live connection; returns its sequence number."""
+        async with self._send_lock:
+            if self._current is None or self._current.closed:
+                raise RuntimeError("no gateway connection")
+            self._seq += 1
+            await self._current.send_json({"op": 0, "t": event, "s": self._seq, "d": data})
+            return self._seq
+
+    async def post(
+        self,
+        channel_id: int,
+        author: FakeUser,
+        content: str,
+        *,
+        mention_bot: bool = False,
+        mention_roles: tuple[int, ...] = (),
+        reply_to: JSON | None = None,
+        attachments: tuple[tuple[str, str], ...] = (),
+    ) -> JSON:
+        """A user writes in a channel, thread or DM: MESSAGE_CREATE; returns the message."""
+        if mention_bot:
+            content = f"<@{self.bot.id}> {content}"
+        for role in mention_roles:
+            content = f"<@&{role}> {content}"
+        message = self._message(channel_id, author, content, reply_to=reply_to)
+        if mention_bot:
+            message["mentions"].append(self._mention(self.bot, channel_id))
+        message["mention_roles"] = [str(r) for r in mention_roles]
+        message["attachments"] = [
+            {
+                "id": str(self._snowflake()),
+                "filename": name,
+                "content_type": kind,
+                "size": 1024,
+                "url": f"https://cdn.example/{name}",
+                "proxy_url": f"https://media.example/{name}",
+            }
+            for name, kind in attachments
+        ]
+        self.messages.setdefault(channel_id, []).append(message)
+        await self.dispatch("MESSAGE_CREATE", message)
+        return message
+
+    async def edit(self, message: JSON, content: str) -> JSON:
+        """The author edits a message: MESSAGE_UPDATE with the whole new message."""
+        message.update(content=content, edited_timestamp=_now())
+        await self.dispatch("MESSAGE_UPDATE", message)
+        return message
+
+    async def unfurl(self, message: JSON) -> JSON:
+        """Discord adds a link preview: MESSAGE_UPDATE with an embed, ``edited_timestamp`` as is."""
+        embed = {"type": "link", "url": "https://example.org", "title": "Example"}
+        message["embeds"] = [*message["embeds"], embed]
+        await self.dispatch("MESSAGE_UPDATE", message)
+        return message
+
+    async def delete(self, message: JSON) -> None:
+        """A message is deleted: MESSAGE_DELETE (ids only, as Discord sends)."""
+        data = {"id": message["id"], "channel_id": message["channel_id"]}
+        if "guild_id" in message:
+            data["guild_id"] = message["guild_id"]
+        await self.dispatch("MESSAGE_DELETE", data)
+
+    async def reconnect(self, *, replay: list[tuple[str, JSON]]) -> None:
+        """Ask the client to reconnect (op 7); on its RESUME, deliver ``replay`` again."""
+        self._replay = list(replay)
+        self._connected.clear()
+        async with self._send_lock:
+            assert self._current is not None
+            await self._current.send_json({"op": 7, "d": None, "s": None, "t": None})
+
+    def _message(
+        self, channel_id: int, author: FakeUser, content: str, *, reply_to: JSON | None = None
+    ) -> JSON:
+        guild = self._guild_of(channel_id)
+        message: JSON = {
+            "id": str(self._snowflake()),
+            "channel_id": str(channel_id),
+            "author": author.payload(),
+            "content": content,
+            "timestamp": _now(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": "@everyone" in content or "@here" in content,
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
+            "flags": 0,
+            "components": [],
+        }
+        if guild is not None:
+            message["guild_id"] = str(guild.id)
+            roles = [guild.bot_role] if author == self.bot else None
+            member = self._member(author, guild, roles=roles)
+            member.pop("user")
+            message["member"] = member
+        if reply_to is not None:
+            message["type"] = 19
+            message["message_reference"] = {
+                "type": 0,
+                "message_id": reply_to["id"],
+                "channel_id": reply_to["channel_id"],
+                **({"guild_id": str(guild.id)} if guild else {}),
+            }
+            message["referenced_message"] = reply_to
+        return message
+
+    def _mention(self, user: FakeUser, channel_id: int) -> JSON:
+        data = user.payload()
+        guild = self._guild_of(channel_id)
+        if guild is not None:
+            member = self._member(user, guild)
+            member.pop("user")
+            data["member"] = member
+        return data
+
+    # ------------------------------------------------------------------ reading
+
+    def bot_messages(self, channel_id: int) -> list[JSON]:
+        """Messages the bot created in a channel, in order."""
+        return [
+            m for m in self.messages.get(channel_id, []) if m["author"]["id"] == str(self.bot.id)
+        ]
+
+    async def wait_for(self, predicate: Any, within: float = 15.0) -> None:
+        """Wait until ``predicate()`` holds (re-checked on every request or event)."""
+        async with asyncio.timeout(within), self._changed:
+            await self._changed.wait_for(predicate)
+
+    async def wait_for_bot_messages(
+        self, channel_id: int, count: int, within: float = 15.0
+    ) -> list[JSON]:
+        """Wait until the bot created at least ``count`` messages in a channel."""
+        await self.wait_for(lambda: len(self.bot_messages(channel_id)) >= count, within)
+        return self.bot_messages(channel_id)
+
+    @property
+    def sessions(self) -> int:
+        """Gateway sessions started so far (IDENTIFY and RESUME answered)."""
+        return self._answered
+
+    async def wait_identified(self, within: float = 15.0, *, after: int | None = None) -> None:
+        """Wait until a client is connected (identified or resumed, guilds sent).
+
+        ``after``: wait for a session started after that many (see :attr:`sessions`), so
+        that a client that just disconnected is not taken for the next one.
+        """
+        async with asyncio.timeout(within):
+            await self._connected.wait()
+            if after is not None:
+                async with self._changed:
+                    await self._changed.wait_for(lambda: self.sessions > after)
+
+    @staticmethod
+    def pings(body: JSON) -> set[str]:
+        """Who a message body would notify on Discord, given its content and allowed_mentions.
+
+        Discord's rules: without ``allowed_mentions`` every mention in the content pings
+        (users, roles, @everyone/@here) and a reply pings the replied-to author; with it, only
+        the types listed in ``parse``, the ids in ``users``/``roles``, and the replied user
+        when ``replied_user`` is true.
+        """
+        content = str(body.get("content") or "")
+        allowed = body.get("allowed_mentions")
+        if allowed is None:
+            parse, users, roles = {"users", "roles", "everyone"}, set(), set()
+            replied = True
+        else:
+            parse = set(allowed.get("parse", []))
+            users = {str(u) for u in allowed.get("users", [])}
+            roles = {str(r) for r in allowed.get("roles", [])}
+            replied = bool(allowed.get("replied_user", False))
+        pinged = set()
+        if "everyone" in parse and re.search(r"@(everyone|here)\b", content):
+            pinged.add("@everyone")
+        for user in re.findall(r"<@!?(\d+)>", content):
+            if "users" in parse or user in users:
+                pinged.add(f"user:{user}")
+        for role in re.findall(r"<@&(\d+)>", content):
+            if "roles" in parse or role in roles:
+                pinged.add(f"role:{role}")
+        if body.get("message_reference") and replied:
+            pinged.add("replied-user")
+        return pinged
+
+    # ------------------------------------------------------------------ server
+
+    @property
+    def port(self) -> int:
+        """The TCP port the server listens on."""
+        if self._port is None:
+            raise RuntimeError("FakeDiscord is not started")
+        return self._port
+
+    @property
+    def api_base(self) -> str:
+        """The REST base URL (``api_base`` of a bot entry)."""
+        return f"http://127.0.0.1:{self.port}/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        """The gateway URL (``gateway_url`` of a bot entry)."""
+        return f"ws://127.0.0.1:{self.port}/gateway"
+
+    async def start(self) -> None:
+        """Listen on a free port of 127.0.0.1."""
+        app = web.Application()
+        api = "/api/v10"
+        app.router.add_get("/gateway", self._gateway)
+        app.router.add_get(f"{api}/users/@me", self._me)
+        app.router.add_get(f"{api}/oauth2/applications/@me", self._application)
+        app.router.add_get(f"{api}/gateway/bot", self._gateway_bot)
+        app.router.add_get(api + "/channels/{channel_id:\\d+}", self._get_channel)
+        app.router.add_post(api + "/channels/{channel_id:\\d+}/messages", self._create_message)
+        app.router.add_post(api + "/channels/{channel_id:\\d+}/typing", self._typing)
+        app.router.add_route("*", "/{tail:.*}", self._unknown)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = int(self._runner.addresses[0][1])
+
+    async def close(self) -> None:
+        """Close every gateway connection and stop the server."""
+        for ws in list(self._sockets):
+            await ws.close(code=1001)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeDiscord:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # ------------------------------------------------------------------ REST handlers
+
+    def _authorized(self, request: web.Request) -> bool:
+        return request.headers.get("Authorization") == f"Bot {self.token}"
+
+    async def _me(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, "401: Unauthorized")
+        return _json({**self.bot.payload(), "verified": True, "mfa_enabled": False, "flags": 0})
+
+    async def _application(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, "401: Unauthorized")
+        owner = FakeUser(self.application_id + 1, "Owner")
+        return _json(
+            {
+                "id": str(self.application_id),
+                "name": self.bot.name,
+                "icon": None,
+                "description": "",
+                "rpc_origins": [],
+                "bot_public": True,
+                "bot_require_code_grant": False,
+                "owner": owner.payload(),
+                "team": None,
+                "verify_key": "0" * 64,
+                "flags": 0,
+                "summary": "",
+            }
+        )
+
+    async def _gateway_bot(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, "401: Unauthorized")
+        limit = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
+        return _json({"url": self.gateway_url, "shards": 1, "session_start_limit": limit})
+
+    async def _get_channel(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, "401: Unauthorized")
+        payload = self._channel_payload(int(request.match_info["channel_id"]))
+        if payload is None:
+            return _error(404, "Unknown Channel", 10003)
+        return _json(payload)
+
+    async def _typing(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, "401: Unauthorized")
+        loop = asyncio.get_running_loop()
+        self.typing.append((int(request.match_info["channel_id"]), loop.time()))
+        await self._notify()
+        return web.Response(status=204)
+
+    async def _create_message(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, "401: Unauthorized")
+        channel_id = int(request.match_info["channel_id"])
+        body = await request.json()
+        response = await self._answer_create(channel_id, body)
+        at = asyncio.get_running_loop().time()
+        self.posts.append(RecordedPost(channel_id, body, response.status, at))
+        await self._notify()
+        return response
+
+    async def _answer_create(self, channel_id: int, body: JSON) -> web.Response:
+        failures = self._failures.get(channel_id)
+        if failures:
+            return self._failure(failures.popleft())
+        if self._channel_payload(channel_id) is None:
+            return _error(404, "Unknown Channel", 10003)
+        content = str(body.get("content") or "")
+        if not content or len(content) > 2000:
+            return _error(400, "Invalid Form Body", 50035)
+        nonce = body.get("nonce")
+        if nonce is not None and body.get("enforce_nonce"):
+            earlier = self._nonces.get((channel_id, str(nonce)))
+            if earlier is not None:
+                return _json(earlier)  # Discord: same nonce, same author -> the same message
+        message = self._message(channel_id, self.bot, content)
+        if nonce is not None:
+            message["nonce"] = str(nonce)
+            self._nonces[(channel_id, str(nonce))] = message
+        if body.get("message_reference"):
+            message["type"] = 19
+            message["message_reference"] = body["message_reference"]
+        self.messages.setdefault(channel_id, []).append(message)
+        if self._current is not None and not self._current.closed:
+            await self.dispatch("MESSAGE_CREATE", message)  # the bot hears itself
+        return _json(message)
+
+    def _failure(self, failure: ScriptedFailure) -> web.Response:
+        if failure.status == 429:
+            retry_after = failure.retry_after if failure.retry_after is not None else 0.1
+            body = {"message": "You are being rate limited.", "retry_after": retry_after}
+            body["global"] = False
+            headers = {
+                "Via": "1.1 google",
+                "Retry-After": str(max(1, round(retry_after))),
+                "X-RateLimit-Scope": "user",
+            }
+            return _json(body, 429, headers)
+        return _error(failure.status, failure.message, failure.code)
+
+    async def _unknown(self, request: web.Request) -> web.Response:
+        self.unknown_routes.append(f"{request.method} {request.path}")
+        return _error(404, "404: Not Found")
+
+    # ------------------------------------------------------------------ gateway
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        self._sockets.add(ws)
+        try:
+            await ws.send_json({"op": 10, "d": {"heartbeat_interval": self._heartbeat_ms}})
+            async for frame in ws:
+                if frame.type != WSMsgType.TEXT:
+                    continue
+                await self._on_frame(ws, json.loads(frame.data))
+        finally:
+            self._sockets.discard(ws)
+            if self._current is ws:
+                self._current = None
+                self._connected.clear()
+        return ws
+
+    async def _on_frame(self, ws: web.WebSocketResponse, payload: JSON) -> None:
+        op = payload.get("op")
+        if op == 1:
+            await ws.send_json({"op": 11, "d": None})
+        elif op == 2:
+            await self._identify(ws, payload["d"])
+        elif op == 6:
+            await self._resume(ws, payload["d"])
+
+    async def _identify(self, ws: web.WebSocketResponse, data: JSON) -> None:
+        if data.get("token") != self.token:
+            await ws.close(code=4004, message=b"Authentication failed.")
+            return
+        intents = int(data.get("intents", 0))
+        self.identifies.append({k: v for k, v in data.items() if k != "token"})
+        if intents & MESSAGE_CONTENT_INTENT and not self.allow_message_content:
+            await ws.close(code=4014, message=b"Disallowed intent(s).")
+            return
+        shard = data.get("shard") or [0, 1]
+        guilds = [g for g in self.guilds.values() if (g.id >> 22) % shard[1] == shard[0]]
+        self._session_id = f"session-{next(self._ids)}"
+        async with self._send_lock:
+            self._current = ws
+        ready = {
+            "v": 10,
+            "user": self.bot.payload(),
+            "guilds": [{"id": str(g.id), "unavailable": True} for g in guilds],
+            "session_id": self._session_id,
+            "resume_gateway_url": self.gateway_url,
+            "application": {"id": str(self.application_id), "flags": 0},
+            "private_channels": [],
+            "relationships": [],
+        }
+        if data.get("shard"):
+            ready["shard"] = shard
+        await self.dispatch("READY", ready)
+        for guild in guilds:
+            await self.dispatch("GUILD_CREATE", self._guild_create(guild))
+        self._connected.set()
+        self._answered += 1
+        await self._notify()
+
+    async def _resume(self, ws: web.WebSocketResponse, data: JSON) -> None:
+        if data.get("token") != self.token or data.get("session_id") != self._session_id:
+            await ws.send_json({"op": 9, "d": False})
+            return
+        self.resumes.append({k: v for k, v in data.items() if k != "token"})
+        async with self._send_lock:
+            self._current = ws
+        replay, self._replay = self._replay, []
+        for event, payload in replay:
+            await self.dispatch(event, payload)
+        await self.dispatch("RESUMED", {})
+        self._connected.set()
+        self._answered += 1
+        await self._notify()
+
+
+def _role(role_id: int, name: str, position: int) -> JSON:
+    return {
+        "id": str(role_id),
+        "name": name,
+        "color": 0,
+        "colors": {"primary_color": 0, "secondary_color": None, "tertiary_color": None},
+        "hoist": False,
+        "icon": None,
+        "unicode_emoji": None,
+        "position": position,
+        "permissions": "0",
+        "managed": False,
+        "mentionable": True,
+        "flags": 0,
+    }
