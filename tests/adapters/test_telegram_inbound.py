@@ -1,0 +1,171 @@
+"""Telegram messages (real aiogram objects, built from Bot API JSON) as Inbound events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiogram.types import Message
+
+from adapters.telegram import BotIdentity, InboundRules, to_inbound
+from bot.events import ConversationKey, Inbound
+from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
+
+ME = BotIdentity(777, "mira_bot")
+RULES = InboundRules("mira", ME, commands=frozenset({"new", "reset", "help"}))
+SASHA = TgUser(1001, "Sasha", "Petrova")
+GROUP = TgChat.supergroup(-1001234567890, "Friends")
+FORUM = TgChat.supergroup(-1009876543210, "Forum", forum=True)
+BOT_USER = TgUser(ME.id, "Mira", username=ME.username, is_bot=True)
+
+STICKER = {
+    "file_id": "s1",
+    "file_unique_id": "u1",
+    "type": "regular",
+    "width": 512,
+    "height": 512,
+    "is_animated": False,
+    "is_video": False,
+    "emoji": "😀",
+}
+PHOTO = [{"file_id": "p1", "file_unique_id": "pu1", "width": 90, "height": 90}]
+VOICE = {"file_id": "v1", "file_unique_id": "vu1", "duration": 3}
+
+
+def _message(
+    chat: TgChat, text: str | None = None, *, user: TgUser | None = SASHA, **kwargs: Any
+) -> Message:
+    update = FakeTelegramAPI().message_update(chat, user, text, **kwargs)
+    return Message.model_validate(update.get("message") or update["edited_message"])
+
+
+def _inbound(message: Message, rules: InboundRules = RULES, **kwargs: Any) -> Inbound:
+    inbound = to_inbound(message, rules, **kwargs)
+    assert inbound is not None
+    return inbound
+
+
+def test_private_message_keys_on_ids_and_keeps_the_name_for_the_prompt() -> None:
+    inbound = _inbound(_message(TgChat.private(SASHA), "hello", message_id=5))
+    assert inbound.conversation == ConversationKey("telegram", "1001", None, "mira")
+    assert inbound.author_id == "1001"
+    assert inbound.display_name == "Sasha Petrova"
+    assert inbound.platform_message_id == "5"
+    assert inbound.is_private and inbound.triggers_reply
+    assert inbound.kind == "message"
+
+
+def test_group_messages_trigger_only_on_mention_or_reply_to_the_bot() -> None:
+    plain = _inbound(_message(GROUP, "just chatting"))
+    assert not plain.triggers_reply and not plain.is_private
+    mention = _inbound(_message(GROUP, "😀😀 hey @Mira_Bot, thoughts?"))  # UTF-16 offsets
+    assert mention.mentions_bot and mention.triggers_reply
+    other = _inbound(_message(GROUP, "ask @mira_bot_fan instead"))
+    assert not other.mentions_bot and not other.triggers_reply
+    api = FakeTelegramAPI()
+    mine = api.message_update(GROUP, BOT_USER, "I am Mira")["message"]["message_id"]
+    theirs = api.message_update(GROUP, SASHA, "I am Sasha")["message"]["message_id"]
+    reply = api.message_update(GROUP, SASHA, "right!", reply_to_message_id=mine)
+    assert _inbound(Message.model_validate(reply["message"])).reply_to_bot
+    reply = api.message_update(GROUP, SASHA, "right!", reply_to_message_id=theirs)
+    assert not _inbound(Message.model_validate(reply["message"])).triggers_reply
+
+
+def test_text_mention_of_the_bot_counts() -> None:
+    entity = {"type": "text_mention", "offset": 0, "length": 4, "user": BOT_USER.to_dict()}
+    assert _inbound(_message(GROUP, "Mira, hi", entities=[entity])).mentions_bot
+
+
+def test_group_trigger_all_answers_everything() -> None:
+    rules = InboundRules("mira", ME, group_trigger="all")
+    assert _inbound(_message(GROUP, "just chatting"), rules).triggers_reply
+
+
+def test_forum_topics_are_threads_but_reply_threads_are_not() -> None:
+    topic = _inbound(_message(FORUM, "@mira_bot hi", thread_id=7))
+    assert topic.conversation == ConversationKey("telegram", str(FORUM.id), "7", "mira")
+    reply_thread = _message(GROUP, "hi", extra={"message_thread_id": 3})
+    assert _inbound(reply_thread).conversation.thread_id is None
+    # In a topic, every message "replies" to the topic's first message: that is not a reply.
+    start = {
+        "message_id": 7,
+        "date": 0,
+        "chat": FORUM.to_dict(),
+        "from": BOT_USER.to_dict(),
+        "forum_topic_created": {"name": "Mugs", "icon_color": 0},
+    }
+    implicit = _message(FORUM, "in the topic", thread_id=7, extra={"reply_to_message": start})
+    assert not _inbound(implicit).reply_to_bot
+
+
+@pytest.mark.parametrize(
+    ("chat", "text", "expected"),
+    [
+        (GROUP, "/new@mira_bot", "/new"),
+        (GROUP, "/NEW@MIRA_BOT  now please", "/new  now please"),
+        (GROUP, "/help", "/help"),
+        (GROUP, "/new@other_bot", None),  # another bot's: not even context
+        (GROUP, "/weather", None),  # an unknown unaddressed command is another bot's
+        (GROUP, "/weather@mira_bot", "/weather"),  # ours, unknown: the router says so
+        (TgChat.private(SASHA), "/weather", "/weather"),
+        (TgChat.private(SASHA), "/start", "/start"),
+    ],
+)
+def test_commands_addressed_to_us_only(chat: TgChat, text: str, expected: str | None) -> None:
+    inbound = to_inbound(_message(chat, text), RULES)
+    assert (inbound.text if inbound else None) == expected
+    if inbound is not None:
+        assert inbound.triggers_reply
+
+
+def test_edits_are_edits_and_commands_are_never_edited() -> None:
+    edit = _inbound(_message(GROUP, "fixed typo", message_id=9, edited=True), edited=True)
+    assert edit.kind == "edit" and edit.platform_message_id == "9" and edit.text == "fixed typo"
+    assert to_inbound(_message(GROUP, "/new", edited=True), RULES, edited=True) is None
+
+
+def test_bots_and_the_bot_itself_are_ignored() -> None:
+    other_bot = TgUser(888, "Other", username="other_bot", is_bot=True)
+    assert to_inbound(_message(GROUP, "beep", user=other_bot), RULES) is None
+    assert to_inbound(_message(GROUP, "my own words", user=BOT_USER), RULES) is None
+
+
+def test_a_post_as_the_group_belongs_to_the_group() -> None:
+    anonymous = TgUser(1087968824, "Group", username="GroupAnonymousBot", is_bot=True)
+    message = _message(
+        GROUP, "admins say hi", user=anonymous, extra={"sender_chat": GROUP.to_dict()}
+    )
+    inbound = _inbound(message)
+    assert inbound.author_id == str(GROUP.id) and inbound.display_name == "Friends"
+
+
+@pytest.mark.parametrize(
+    ("extra", "placeholder", "ignored"),
+    [
+        ({"sticker": STICKER}, "[sticker 😀]", None),
+        ({"photo": PHOTO}, "[photo]", None),
+        ({"voice": VOICE}, "[voice message]", None),
+        ({"photo": PHOTO, "caption": "look at this"}, "[photo] look at this", "look at this"),
+    ],
+)
+def test_non_text_messages_become_placeholders_or_are_ignored(
+    extra: dict[str, Any], placeholder: str, ignored: str | None
+) -> None:
+    message = _message(TgChat.private(SASHA), None, extra=extra)
+    assert _inbound(message).text == placeholder
+    quiet = InboundRules("mira", ME, non_text="ignore")
+    inbound = to_inbound(message, quiet)
+    assert (inbound.text if inbound else None) == ignored
+
+
+def test_service_messages_are_ignored() -> None:
+    joined = _message(GROUP, None, extra={"new_chat_members": [SASHA.to_dict()]})
+    assert to_inbound(joined, RULES) is None
+
+
+def test_a_caption_can_mention_the_bot() -> None:
+    caption = "@mira_bot what is this?"
+    entities = [{"type": "mention", "offset": 0, "length": 9}]
+    extra = {"photo": PHOTO, "caption": caption, "caption_entities": entities}
+    inbound = _inbound(_message(GROUP, None, extra=extra))
+    assert inbound.mentions_bot and inbound.text == f"[photo] {caption}"

@@ -1,0 +1,824 @@
+"""A small fake of the Telegram Bot API for tests: real aiogram over real HTTP on 127.0.0.1.
+
+It answers ``/bot<token>/<method>`` the way the Bot API does for aiogram: form-encoded or
+multipart requests, ``{"ok": true, "result": ...}`` answers and ``{"ok": false, "error_code",
+"description", "parameters"}`` errors with the same HTTP status.
+
+::
+
+    async with FakeTelegramAPI() as api:
+        api.add_bot(TOKEN, "mira_bot")
+        sasha = TgUser(1001, "Sasha")
+        api.push_message(TOKEN, TgChat.private(sasha), sasha, "hello")   # a getUpdates update
+        api.fail_next("sendMessage", status=429, retry_after=1)          # flood limit once
+        await api.wait_for(lambda: api.sent_messages(TOKEN), within=10)
+        assert api.sent_messages(TOKEN)[0].visible_text == "..."
+
+Behaviour:
+
+* ``getMe`` answers the bot user of the token; an unknown token gets ``401 Unauthorized``.
+* ``getUpdates`` long-polls (``timeout`` seconds) the token's queue; updates below ``offset``
+  are confirmed and dropped, as on Telegram. A second ``getUpdates`` for the same token ends
+  the first with ``409 Conflict: terminated by other getUpdates request``; with a webhook set
+  it answers 409 too. :meth:`FakeTelegramAPI.redeliver` queues an update again, delivered
+  once whatever the offset (Telegram re-sending an update whose offset was never confirmed).
+* ``sendMessage`` / ``editMessageText`` check the text like Telegram: ``parse_mode=HTML`` is
+  parsed (supported tags only, properly nested; else ``400 can't parse entities``), and the
+  text left after parsing may be at most 4096 UTF-16 code units (else ``400 message is too
+  long``). A ``reply_parameters`` message that does not exist (never sent, or deleted with
+  :meth:`FakeTelegramAPI.delete_message`) gives ``400 message to be replied not found``
+  unless ``allow_sending_without_reply`` is set.
+* ``sendChatAction``, ``setMyCommands``, ``setWebhook``, ``deleteWebhook``, ``getWebhookInfo``
+  and ``deleteMessage`` are answered and recorded.
+* :meth:`FakeTelegramAPI.fail_next` scripts errors per method (and optionally per token):
+  ``429`` with ``retry_after``, ``400`` with a description, ``403``, ``5xx``...
+* Every call, failed ones included, is recorded in :attr:`FakeTelegramAPI.calls`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import itertools
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal
+
+import aiohttp
+from aiohttp import web
+
+MESSAGE_LIMIT = 4096
+WEBHOOK_SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+
+_JSON_FIELDS = frozenset(
+    {
+        "allowed_updates",
+        "caption_entities",
+        "commands",
+        "entities",
+        "link_preview_options",
+        "reply_markup",
+        "reply_parameters",
+        "scope",
+    }
+)
+_DEFAULT_DESCRIPTIONS = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden: bot was blocked by the user",
+    404: "Not Found",
+    409: "Conflict",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+}
+_CHAT_ACTIONS = frozenset(
+    {
+        "typing",
+        "upload_photo",
+        "record_video",
+        "upload_video",
+        "record_voice",
+        "upload_voice",
+        "upload_document",
+        "choose_sticker",
+        "find_location",
+        "record_video_note",
+        "upload_video_note",
+    }
+)
+
+
+# --------------------------------------------------------------------------- Telegram HTML
+
+
+class EntityParseError(ValueError):
+    """Telegram's ``can't parse entities`` for a ``parse_mode=HTML`` text."""
+
+
+_HTML_TAGS = frozenset(
+    {
+        "a",
+        "b",
+        "blockquote",
+        "code",
+        "del",
+        "em",
+        "i",
+        "ins",
+        "pre",
+        "s",
+        "span",
+        "strike",
+        "strong",
+        "tg-emoji",
+        "tg-spoiler",
+        "u",
+    }
+)
+_TAG = re.compile(
+    r"<(/?)([A-Za-z][A-Za-z0-9-]*)"
+    r"((?:\s+[A-Za-z-]+(?:\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s>\"']+))?)*)\s*>"
+)
+_ENTITY = re.compile(r"&(?:lt|gt|amp|quot|#[0-9]{1,7}|#x[0-9A-Fa-f]{1,6});")
+
+
+def parse_telegram_html(text: str) -> str:
+    """The text Telegram shows for ``parse_mode=HTML``; raises EntityParseError like Telegram.
+
+    Only Telegram's tags, properly nested; ``&lt; &gt; &amp; &quot;`` and numeric entities are
+    decoded, any other ``&`` stays literal, and any ``<`` must start a supported tag.
+    """
+    out: list[str] = []
+    stack: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        offset = len(text[:index].encode("utf-8"))
+        if char == "<":
+            tag = _TAG.match(text, index)
+            if tag is None:
+                raise EntityParseError(f"Unclosed start tag at byte offset {offset}")
+            closing, name = tag[1] == "/", tag[2].lower()
+            if name not in _HTML_TAGS:
+                kind = "end" if closing else "start"
+                raise EntityParseError(f'Unsupported {kind} tag "{name}" at byte offset {offset}')
+            if not closing:
+                stack.append(name)
+            elif not stack:
+                raise EntityParseError(f"Unexpected end tag at byte offset {offset}")
+            elif stack[-1] != name:
+                raise EntityParseError(
+                    f'Unmatched end tag at byte offset {offset}, expected "</{stack[-1]}>", '
+                    f'found "</{name}>"'
+                )
+            else:
+                stack.pop()
+            index = tag.end()
+        elif char == "&" and (entity := _ENTITY.match(text, index)) is not None:
+            out.append(html.unescape(entity[0]))
+            index = entity.end()
+        else:
+            out.append(char)
+            index += 1
+    if stack:
+        raise EntityParseError(f'Can\'t find end tag corresponding to start tag "{stack[-1]}"')
+    return "".join(out)
+
+
+def utf16_units(text: str) -> int:
+    """Length in UTF-16 code units, as Telegram counts it."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+# ------------------------------------------------------------------------ users and chats
+
+
+@dataclass(frozen=True, slots=True)
+class TgUser:
+    """A Telegram user (or bot) as it appears in updates."""
+
+    id: int
+    first_name: str
+    last_name: str | None = None
+    username: str | None = None
+    is_bot: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``User`` object."""
+        data: dict[str, Any] = {"id": self.id, "is_bot": self.is_bot, "first_name": self.first_name}
+        if self.last_name:
+            data["last_name"] = self.last_name
+        if self.username:
+            data["username"] = self.username
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class TgChat:
+    """A Telegram chat: private, group, supergroup (optionally a forum) or channel."""
+
+    id: int
+    type: str
+    title: str | None = None
+    first_name: str | None = None
+    is_forum: bool = False
+
+    @classmethod
+    def private(cls, user: TgUser) -> TgChat:
+        """The private chat of a user with the bot (its id is the user's id)."""
+        return cls(user.id, "private", first_name=user.first_name)
+
+    @classmethod
+    def group(cls, chat_id: int, title: str = "Group") -> TgChat:
+        """A basic group (negative id)."""
+        return cls(chat_id, "group", title=title)
+
+    @classmethod
+    def supergroup(cls, chat_id: int, title: str = "Supergroup", *, forum: bool = False) -> TgChat:
+        """A supergroup (id below -10**12), optionally with forum topics."""
+        return cls(chat_id, "supergroup", title=title, is_forum=forum)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``Chat`` object."""
+        data: dict[str, Any] = {"id": self.id, "type": self.type}
+        if self.title:
+            data["title"] = self.title
+        if self.first_name:
+            data["first_name"] = self.first_name
+        if self.is_forum:
+            data["is_forum"] = True
+        return data
+
+
+# ------------------------------------------------------------------------------ records
+
+
+@dataclass(frozen=True, slots=True)
+class ApiCall:
+    """One request the fake received, with the HTTP status it answered."""
+
+    token: str
+    method: str
+    params: dict[str, Any]
+    status: int
+    at: float  # time.monotonic() on arrival
+    result: Any = None  # what a successful call answered (e.g. the sent Message)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the call succeeded."""
+        return self.status == 200
+
+    @property
+    def message_id(self) -> int:
+        """The id of the message a successful send created."""
+        assert isinstance(self.result, dict), f"{self.method} answered no message"
+        return int(self.result["message_id"])
+
+    @property
+    def chat_id(self) -> int | None:
+        """The ``chat_id`` parameter as an int."""
+        value = self.params.get("chat_id")
+        return None if value is None else int(value)
+
+    @property
+    def text(self) -> str:
+        """The ``text`` parameter ("" when absent)."""
+        return str(self.params.get("text", ""))
+
+    @property
+    def parse_mode(self) -> str | None:
+        """The ``parse_mode`` parameter."""
+        value = self.params.get("parse_mode")
+        return None if value is None else str(value)
+
+    @property
+    def visible_text(self) -> str:
+        """The text as the user sees it (HTML parsed when ``parse_mode=HTML``)."""
+        return parse_telegram_html(self.text) if self.parse_mode == "HTML" else self.text
+
+    @property
+    def thread_id(self) -> int | None:
+        """The ``message_thread_id`` parameter as an int."""
+        value = self.params.get("message_thread_id")
+        return None if value is None else int(value)
+
+    @property
+    def reply_to(self) -> int | None:
+        """The message replied to (``reply_parameters.message_id`` or the legacy field)."""
+        return _reply_target(self.params)[0]
+
+    @property
+    def allow_sending_without_reply(self) -> bool:
+        """Whether the reply may be sent if the replied-to message is gone."""
+        return _reply_target(self.params)[1]
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    method: str
+    status: int
+    description: str
+    retry_after: int | None
+    token: str | None
+
+
+@dataclass
+class _Update:
+    update_id: int
+    payload: dict[str, Any]
+    forced: bool = False  # redelivered: handed out once whatever the offset
+
+
+@dataclass
+class _Account:
+    token: str
+    user: TgUser
+    updates: list[_Update] = field(default_factory=list)
+    poll_generation: int = 0
+    webhook_url: str | None = None
+    webhook_secret: str | None = None
+    commands: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, description: str, retry_after: int | None = None) -> None:
+        super().__init__(description)
+        self.status = status
+        self.description = description
+        self.retry_after = retry_after
+
+
+# --------------------------------------------------------------------------------- server
+
+
+class FakeTelegramAPI:
+    """A local Bot API server for one or more bot tokens; use as ``async with``."""
+
+    def __init__(self, *, shutdown_timeout: float = 0.5) -> None:
+        self.calls: list[ApiCall] = []
+        self._accounts: dict[str, _Account] = {}
+        self._chats: dict[int, TgChat] = {}
+        self._messages: dict[tuple[int, int], dict[str, Any]] = {}
+        self._message_ids: dict[int, itertools.count[int]] = {}
+        self._update_ids = itertools.count(100)
+        self._failures: list[_Failure] = []
+        self._changed = asyncio.Event()
+        self._closing = False
+        self._shutdown_timeout = shutdown_timeout
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+
+    # --------------------------------------------------------------------- accounts
+
+    def add_bot(self, token: str, username: str, first_name: str | None = None) -> TgUser:
+        """Register a bot token; its user id is the token's numeric prefix, as on Telegram."""
+        user = TgUser(
+            int(token.split(":", 1)[0]), first_name or username, username=username, is_bot=True
+        )
+        self._accounts[token] = _Account(token, user)
+        return user
+
+    def bot_user(self, token: str) -> TgUser:
+        """The bot user of a token."""
+        return self._accounts[token].user
+
+    def commands(self, token: str) -> list[dict[str, Any]]:
+        """The commands last set with ``setMyCommands``."""
+        return list(self._accounts[token].commands)
+
+    def polls_started(self, token: str) -> int:
+        """How many ``getUpdates`` calls of the token arrived (a long poll counts at once)."""
+        return self._accounts[token].poll_generation
+
+    def webhook(self, token: str) -> tuple[str | None, str | None]:
+        """(url, secret_token) set with ``setWebhook``."""
+        account = self._accounts[token]
+        return account.webhook_url, account.webhook_secret
+
+    # ---------------------------------------------------------------------- updates
+
+    def message_update(
+        self,
+        chat: TgChat,
+        user: TgUser | None,
+        text: str | None = None,
+        *,
+        message_id: int | None = None,
+        thread_id: int | None = None,
+        reply_to_message_id: int | None = None,
+        entities: list[dict[str, Any]] | None = None,
+        edited: bool = False,
+        extra: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Build a ``message`` (or ``edited_message``) update; the chat learns the message.
+
+        Entities for ``/commands`` and ``@mentions`` are added as Telegram does, unless given.
+        ``extra`` adds raw Message fields (``sticker``, ``photo``, ``caption``...).
+        """
+        self._chats[chat.id] = chat
+        if message_id is None:
+            message_id = next(self._ids_of(chat.id))
+        message: dict[str, Any] = {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": chat.to_dict(),
+        }
+        if user is not None:
+            message["from"] = user.to_dict()
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
+        if text is not None:
+            message["text"] = text
+            found = auto_entities(text) if entities is None else entities
+            if found:
+                message["entities"] = found
+        if reply_to_message_id is not None:
+            original = self._messages.get((chat.id, reply_to_message_id))
+            message["reply_to_message"] = original or {
+                "message_id": reply_to_message_id,
+                "date": int(time.time()),
+                "chat": chat.to_dict(),
+            }
+        if edited:
+            message["edit_date"] = int(time.time())
+        message.update(extra or {})
+        self._messages[(chat.id, message_id)] = message
+        kind = "edited_message" if edited else "message"
+        return {"update_id": next(self._update_ids), kind: message}
+
+    def push(self, token: str, update: Mapping[str, Any]) -> int:
+        """Queue an update for ``getUpdates``; return its update id."""
+        payload = dict(update)
+        payload.setdefault("update_id", next(self._update_ids))
+        self._accounts[token].updates.append(_Update(int(payload["update_id"]), payload))
+        self._notify()
+        return int(payload["update_id"])
+
+    def push_message(
+        self, token: str, chat: TgChat, user: TgUser | None, text: str | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Build a message update (see :meth:`message_update`), queue it, return it."""
+        update = self.message_update(chat, user, text, **kwargs)
+        self.push(token, update)
+        return update
+
+    def redeliver(self, token: str, update: Mapping[str, Any]) -> None:
+        """Queue an already delivered update again (same update id), delivered once."""
+        payload = dict(update)
+        self._accounts[token].updates.append(_Update(int(payload["update_id"]), payload, True))
+        self._notify()
+
+    def pending_updates(self, token: str) -> int:
+        """Updates not confirmed by an offset yet (redeliveries included)."""
+        return len(self._accounts[token].updates)
+
+    def delete_message(self, chat_id: int, message_id: int) -> None:
+        """The user deleted a message: replies to it now fail without the allow flag."""
+        self._messages.pop((chat_id, message_id), None)
+
+    async def deliver_webhook(
+        self, token: str, update: Mapping[str, Any], *, secret: str | Literal[False] | None = None
+    ) -> int:
+        """POST an update to the token's webhook URL as Telegram does; return the status.
+
+        ``secret`` None sends the secret set with ``setWebhook``, a string sends that value,
+        False sends no secret header at all.
+        """
+        account = self._accounts[token]
+        assert account.webhook_url, "no webhook set for this token"
+        header = account.webhook_secret if secret is None else (secret or None)
+        headers = {} if header is None else {WEBHOOK_SECRET_HEADER: header}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(account.webhook_url, json=dict(update), headers=headers) as resp,
+        ):
+            await resp.read()
+            return resp.status
+
+    # -------------------------------------------------------------------- scripting
+
+    def fail_next(
+        self,
+        method: str,
+        *,
+        status: int,
+        description: str | None = None,
+        retry_after: int | None = None,
+        times: int = 1,
+        token: str | None = None,
+    ) -> None:
+        """Answer the next ``times`` calls of ``method`` (of ``token``, if given) with an error.
+
+        ``status=429`` with ``retry_after`` gives ``Too Many Requests: retry after N`` and
+        ``parameters.retry_after``; other statuses get Telegram's usual descriptions.
+        """
+        if description is None:
+            description = (
+                f"Too Many Requests: retry after {retry_after}"
+                if status == 429
+                else _DEFAULT_DESCRIPTIONS.get(status, "Error")
+            )
+        failure = _Failure(method, status, description, retry_after, token)
+        self._failures.extend([failure] * times)
+
+    # ------------------------------------------------------------------- inspection
+
+    def calls_of(self, method: str, token: str | None = None) -> list[ApiCall]:
+        """Recorded calls of a method (failed ones included)."""
+        return [c for c in self.calls if c.method == method and token in (None, c.token)]
+
+    def sent_messages(self, token: str | None = None, chat_id: int | None = None) -> list[ApiCall]:
+        """Successful ``sendMessage`` calls, in order."""
+        return [
+            c for c in self.calls_of("sendMessage", token) if c.ok and chat_id in (None, c.chat_id)
+        ]
+
+    def chat_actions(self, token: str | None = None) -> list[ApiCall]:
+        """Successful ``sendChatAction`` calls, in order."""
+        return [c for c in self.calls_of("sendChatAction", token) if c.ok]
+
+    async def wait_for(
+        self, predicate: Callable[[], object], within: float = 10.0, what: str = "condition"
+    ) -> None:
+        """Poll ``predicate`` until it is truthy; AssertionError after ``within`` seconds."""
+        deadline = time.monotonic() + within
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {within}s waiting for {what}")
+            await asyncio.sleep(0.02)
+
+    # -------------------------------------------------------------------- lifecycle
+
+    @property
+    def base_url(self) -> str:
+        """Pass this as the bot's ``api_server`` (aiogram appends ``/bot<token>/<method>``)."""
+        if self._port is None:
+            raise RuntimeError("FakeTelegramAPI is not running; use `async with`")
+        return f"http://127.0.0.1:{self._port}"
+
+    async def start(self) -> None:
+        """Listen on 127.0.0.1 and a free port."""
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=self._shutdown_timeout)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = int(self._runner.addresses[0][1])
+
+    async def close(self) -> None:
+        """Wake long polls and stop listening."""
+        self._closing = True
+        self._notify()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeTelegramAPI:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # ---------------------------------------------------------------------- serving
+
+    def _ids_of(self, chat_id: int) -> itertools.count[int]:
+        return self._message_ids.setdefault(chat_id, itertools.count(1))
+
+    def _notify(self) -> None:
+        """Wake every long poll (each re-checks its own state)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        return _error_response(_ApiError(404, "Not Found"))
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        token, method = request.match_info["token"], request.match_info["method"]
+        params = await _read_params(request)
+        account = self._accounts.get(token)
+        arrived = time.monotonic()
+        try:
+            if account is None:
+                raise _ApiError(401, "Unauthorized")
+            self._scripted_failure(token, method)
+            result = await self._dispatch(account, method, params)
+        except _ApiError as exc:
+            self.calls.append(ApiCall(token, method, params, exc.status, arrived))
+            return _error_response(exc)
+        self.calls.append(ApiCall(token, method, params, 200, arrived, result))
+        return web.json_response({"ok": True, "result": result})
+
+    def _scripted_failure(self, token: str, method: str) -> None:
+        for failure in self._failures:
+            if failure.method == method and failure.token in (None, token):
+                self._failures.remove(failure)
+                raise _ApiError(failure.status, failure.description, failure.retry_after)
+
+    async def _dispatch(self, account: _Account, method: str, params: dict[str, Any]) -> Any:
+        simple: dict[str, Callable[[_Account, dict[str, Any]], Any]] = {
+            "getMe": lambda a, _: {
+                **a.user.to_dict(),
+                "can_join_groups": True,
+                "can_read_all_group_messages": False,
+                "supports_inline_queries": False,
+            },
+            "sendMessage": self._send_message,
+            "editMessageText": self._edit_message_text,
+            "sendChatAction": _send_chat_action,
+            "setMyCommands": _set_my_commands,
+            "setWebhook": _set_webhook,
+            "deleteWebhook": _delete_webhook,
+            "getWebhookInfo": lambda a, _: {
+                "url": a.webhook_url or "",
+                "has_custom_certificate": False,
+                "pending_update_count": len(a.updates),
+            },
+            "deleteMessage": self._delete_message,
+            "close": lambda a, _: True,
+            "logOut": lambda a, _: True,
+        }
+        if method == "getUpdates":
+            return await self._get_updates(account, params)
+        handler = simple.get(method)
+        if handler is None:
+            raise _ApiError(404, "Not Found")
+        return handler(account, params)
+
+    async def _get_updates(self, account: _Account, params: dict[str, Any]) -> list[Any]:
+        if account.webhook_url:
+            raise _ApiError(
+                409,
+                "Conflict: can't use getUpdates method while webhook is active; "
+                "use deleteWebhook to delete the webhook first",
+            )
+        offset = int(params.get("offset") or 0)
+        limit = int(params.get("limit") or 100)
+        timeout = float(params.get("timeout") or 0)
+        if offset:
+            # Confirm: everything below the offset is gone for good (redeliveries stay once).
+            account.updates = [u for u in account.updates if u.update_id >= offset or u.forced]
+        account.poll_generation += 1
+        generation = account.poll_generation
+        self._notify()  # a newer poll ends an older one
+        deadline = time.monotonic() + timeout
+        while not self._closing:
+            if generation != account.poll_generation:
+                raise _ApiError(
+                    409,
+                    "Conflict: terminated by other getUpdates request; make sure that only "
+                    "one bot instance is running",
+                )
+            ready = account.updates[:limit]
+            if ready:
+                handed = {id(u) for u in ready if u.forced}
+                account.updates = [u for u in account.updates if id(u) not in handed]
+                return [u.payload for u in ready]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+        return []
+
+    def _checked_text(self, params: dict[str, Any]) -> str:
+        text = str(params.get("text", ""))
+        visible = text
+        if str(params.get("parse_mode", "")).upper() == "HTML":
+            try:
+                visible = parse_telegram_html(text)
+            except EntityParseError as exc:
+                raise _ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
+        if not visible.strip():
+            raise _ApiError(400, "Bad Request: message text is empty")
+        if utf16_units(visible) > MESSAGE_LIMIT:
+            raise _ApiError(400, "Bad Request: message is too long")
+        return visible
+
+    def _send_message(self, account: _Account, params: dict[str, Any]) -> dict[str, Any]:
+        chat_id = int(params["chat_id"])
+        chat = self._chats.get(chat_id)
+        if chat is None:
+            raise _ApiError(400, "Bad Request: chat not found")
+        visible = self._checked_text(params)
+        reply, allow_without = _reply_target(params)
+        if reply is not None and (chat_id, reply) not in self._messages and not allow_without:
+            raise _ApiError(400, "Bad Request: message to be replied not found")
+        message: dict[str, Any] = {
+            "message_id": next(self._ids_of(chat_id)),
+            "date": int(time.time()),
+            "chat": chat.to_dict(),
+            "from": account.user.to_dict(),
+            "text": visible,
+        }
+        if params.get("message_thread_id") is not None:
+            message["message_thread_id"] = int(params["message_thread_id"])
+            message["is_topic_message"] = chat.is_forum
+        if reply is not None and (chat_id, reply) in self._messages:
+            message["reply_to_message"] = self._messages[(chat_id, reply)]
+        self._messages[(chat_id, message["message_id"])] = message
+        return message
+
+    def _edit_message_text(self, account: _Account, params: dict[str, Any]) -> dict[str, Any]:
+        key = (int(params["chat_id"]), int(params["message_id"]))
+        if key not in self._messages:
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        visible = self._checked_text(params)
+        message = {**self._messages[key], "text": visible, "edit_date": int(time.time())}
+        self._messages[key] = message
+        return message
+
+    def _delete_message(self, account: _Account, params: dict[str, Any]) -> bool:
+        key = (int(params["chat_id"]), int(params["message_id"]))
+        if self._messages.pop(key, None) is None:
+            raise _ApiError(400, "Bad Request: message to delete not found")
+        return True
+
+
+def _send_chat_action(account: _Account, params: dict[str, Any]) -> bool:
+    if params.get("action") not in _CHAT_ACTIONS:
+        raise _ApiError(400, "Bad Request: wrong parameter action in request")
+    return True
+
+
+def _set_my_commands(account: _Account, params: dict[str, Any]) -> bool:
+    commands = params.get("commands")
+    if not isinstance(commands, list):
+        raise _ApiError(400, "Bad Request: can't parse commands JSON object")
+    for command in commands:
+        if not re.fullmatch(r"[a-z0-9_]{1,32}", str(command.get("command", ""))):
+            raise _ApiError(400, "Bad Request: BOT_COMMAND_INVALID")
+        if not 1 <= len(str(command.get("description", ""))) <= 256:
+            raise _ApiError(400, "Bad Request: BOT_COMMAND_DESCRIPTION_INVALID")
+    account.commands = list(commands)
+    return True
+
+
+def _set_webhook(account: _Account, params: dict[str, Any]) -> bool:
+    url = str(params.get("url") or "")
+    secret = params.get("secret_token")
+    if secret is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", str(secret)):
+        raise _ApiError(400, "Bad Request: secret token contains unallowed characters")
+    account.webhook_url = url or None
+    account.webhook_secret = None if secret is None else str(secret)
+    return True
+
+
+def _delete_webhook(account: _Account, params: dict[str, Any]) -> bool:
+    account.webhook_url = None
+    account.webhook_secret = None
+    if str(params.get("drop_pending_updates", "")).lower() in {"1", "true"}:
+        account.updates.clear()
+    return True
+
+
+def _reply_target(params: Mapping[str, Any]) -> tuple[int | None, bool]:
+    """(message replied to, allow_sending_without_reply) from new or legacy parameters."""
+    reply = params.get("reply_parameters")
+    source: Mapping[str, Any] = reply if isinstance(reply, dict) else params
+    target = source.get("message_id" if isinstance(reply, dict) else "reply_to_message_id")
+    allow = str(source.get("allow_sending_without_reply", "")).lower() in {"1", "true"}
+    return (None if target is None else int(target)), allow
+
+
+def _error_response(exc: _ApiError) -> web.Response:
+    payload: dict[str, Any] = {
+        "ok": False,
+        "error_code": exc.status,
+        "description": exc.description,
+    }
+    if exc.retry_after is not None:
+        payload["parameters"] = {"retry_after": exc.retry_after}
+    return web.json_response(payload, status=exc.status)
+
+
+async def _read_params(request: web.Request) -> dict[str, Any]:
+    """Form-encoded, multipart, JSON body or query string, as the Bot API accepts."""
+    params: dict[str, Any] = dict(request.query)
+    if request.content_type == "application/json":
+        body = await request.json()
+        params.update(body if isinstance(body, dict) else {})
+        return params
+    if request.can_read_body:
+        form = await request.post()
+        for key, value in form.items():
+            params[key] = value if isinstance(value, str) else "<file>"
+    for key in _JSON_FIELDS & params.keys():
+        if isinstance(params[key], str):
+            with contextlib.suppress(ValueError):
+                params[key] = json.loads(params[key])
+    return params
+
+
+_AUTO_ENTITY = re.compile(
+    r"(?P<command>^/[A-Za-z0-9_]{1,32}(?:@[A-Za-z0-9_]{3,32})?)|(?P<mention>@[A-Za-z0-9_]{5,32})"
+)
+
+
+def auto_entities(text: str) -> list[dict[str, Any]]:
+    """``bot_command`` and ``mention`` entities as Telegram adds them (UTF-16 offsets)."""
+    entities = []
+    for match in _AUTO_ENTITY.finditer(text):
+        kind = "bot_command" if match["command"] else "mention"
+        entities.append(
+            {
+                "type": kind,
+                "offset": utf16_units(text[: match.start()]),
+                "length": utf16_units(match[0]),
+            }
+        )
+    return entities
