@@ -35,6 +35,12 @@ class BaseAdapter(abc.ABC):
         """A typing indicator kept alive for the body of the ``async with``."""
 
     @property
+    def exclusive(self) -> bool:
+        """True when only one process may receive for this account (e.g. Telegram polling):
+        ``personabot run`` then elects that process with a lease in the store."""
+        return False
+
+    @property
     def connected(self) -> bool:
         """Whether the platform connection is up (for /readyz); adapters override it."""
         return True

@@ -352,6 +352,11 @@ class TelegramAdapter(BaseAdapter):
         self.webhook_port: int | None = None
 
     @property
+    def exclusive(self) -> bool:
+        """Polling: Telegram allows one ``getUpdates`` per token, so one process polls."""
+        return self._webhook is None
+
+    @property
     def connected(self) -> bool:
         """Started (identified, webhook served) and Telegram answered the last request."""
         serving = self._webhook is None or self.webhook_port is not None

@@ -1,20 +1,26 @@
-"""Benchmark of the coalescing queue (SPEC section 4) on a real SQLite file, in real time.
+"""Benchmark of the coalescing queue (SPEC section 4) on a real store, in real time.
 
-Runs the real Ingestor, Scheduler, Pipeline and SQLiteStore with an OfflineLLM of fixed
-latency and an in-bench outlet, and measures three things in one run:
+Runs the real Ingestor, Scheduler, Pipeline and store (a SQLite file, or with ``--store
+postgresql`` a PostgreSQL database of a throwaway cluster) with an OfflineLLM of fixed latency
+and an in-bench outlet, in one process or, with ``--processes N``, in N OS processes sharing the
+database (each ingests every N-th conversation's burst; every process's scheduler competes for
+every due timer through the lease CAS). It measures three things in one run:
 
 1. coalescing: bursts of k = 1..max_burst messages sent back-to-back (well inside the
    debounce) into N conversations; per k, model calls and replies per burst (both must be
    exactly 1, where a naive handler would make k calls);
-2. ingest throughput: ``Ingestor.ingest`` awaited one message at a time (no scheduler
-   running), next to the raw one-row-per-transaction INSERT rate of the same file;
+2. ingest throughput: ``Ingestor.ingest`` awaited one message at a time in each process (no
+   scheduler running), next to the raw one-row-per-transaction INSERT rate of the same
+   database measured the same way (one connection per process), and their ratio;
 3. scheduler lag: for every turn, the time from its timer's ``due_at`` (the ``IngestResult``
-   of the last message that armed it) to the moment ``run_turn`` starts.
+   of the last message that armed it, or the stored timer when another process armed it) to
+   the moment ``run_turn`` starts.
 
 Usage::
 
     uv run python -m bench.queue [--quick] [--conversations 1000] [--max-burst 10]
-        [--latency 0.05] [--out bench/results/queue.json]
+        [--latency 0.05] [--store sqlite|postgresql] [--processes 1]
+        [--out bench/results/queue.json]
 
 Prints plain-text tables and writes every figure as JSON to ``--out``. Exits 1 when any burst
 got other than exactly one model call and one reply whose text covers all its messages, or
@@ -28,18 +34,24 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import multiprocessing
 import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
-
 from bench._report import environment, format_table, percentile, utc_timestamp, write_json
+from bench._stores import (
+    StoreKind,
+    StoreTarget,
+    bench_target,
+    create_raw_table,
+    drop_raw_table,
+    raw_inserts,
+)
 from bot.clock import SystemClock
 from bot.errors import StoreError
 from bot.events import ConversationKey, Inbound, QueuePolicy, Reply
@@ -47,15 +59,15 @@ from bot.llm.base import ModelRequest, ModelResult
 from bot.llm.offline import OfflineLLM
 from bot.pipeline import BotProfile, Pipeline
 from bot.queue import Ingestor, Scheduler
-from bot.store.sqlite import SQLiteStore
+from bot.store.base import BaseStore
 from memory.assemble import Budget, PersonaPin
+from memory.service import Memory, MemoryPolicy
 
 log = logging.getLogger("personabot.bench.queue")
 
 BOT = "bench"
 INGEST_BOT = "bench-ingest"
 PLATFORM = "bench"
-BUSY_TIMEOUT_MS = 5000
 FILLER = "how was your day? I keep thinking about the trip we planned for the spring"
 PIN = PersonaPin(
     name="Bench",
@@ -90,6 +102,8 @@ class Params:
     timeout: float
     quick: bool
     out: Path
+    store: StoreKind = "sqlite"
+    processes: int = 1
 
 
 def _positive_int(text: str) -> int:
@@ -122,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-concurrent", type=_positive_int, default=16, help="turns at once")
     p.add_argument("--scan-interval", type=_non_negative_float, default=1.0)
     p.add_argument("--timeout", type=_non_negative_float, default=90.0, help="answer deadline")
+    p.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
+    p.add_argument("--processes", type=_positive_int, default=1, help="OS processes")
     p.add_argument("--out", type=Path, default=Path("bench/results/queue.json"))
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v INFO, -vv DEBUG")
     return p
@@ -144,6 +160,8 @@ def params_from(args: argparse.Namespace) -> Params:
         timeout=args.timeout,
         quick=args.quick,
         out=args.out,
+        store=args.store,
+        processes=args.processes,
     )
 
 
@@ -155,12 +173,17 @@ class BenchOutlet:
 
     idempotent_send = False
 
-    def __init__(self) -> None:
+    def __init__(self, shared_total: Any | None = None) -> None:
         self.replies: defaultdict[ConversationKey, list[Reply]] = defaultdict(list)
+        # A multiprocessing.Value counting the replies of every process (multi-process runs).
+        self._shared_total = shared_total
 
     async def send(self, reply: Reply) -> None:
         """Record the reply."""
         self.replies[reply.conversation].append(reply)
+        if self._shared_total is not None:
+            with self._shared_total.get_lock():
+                self._shared_total.value += 1
 
     @contextlib.asynccontextmanager
     async def typing(self, conversation: ConversationKey) -> AsyncIterator[None]:
@@ -169,7 +192,9 @@ class BenchOutlet:
 
     @property
     def total(self) -> int:
-        """Replies sent so far."""
+        """Replies sent so far (by every process, in a multi-process run)."""
+        if self._shared_total is not None:
+            return int(self._shared_total.value)
         return sum(len(r) for r in self.replies.values())
 
 
@@ -194,18 +219,29 @@ class CountingLLM(OfflineLLM):
 class TurnProbe:
     """Wraps ``Pipeline.run_turn``: records lag from the armed ``due_at``, and outcomes."""
 
-    def __init__(self, pipeline: Pipeline, clock: SystemClock) -> None:
+    def __init__(self, pipeline: Pipeline, clock: SystemClock, store: BaseStore) -> None:
         self._pipeline = pipeline
         self._clock = clock
+        self._store = store
         self.due_at: dict[ConversationKey, float] = {}
         self.lags: list[float] = []
+        self.answered_lags: list[float] = []  # of the turns that sent the reply
         self.outcomes: Counter[str] = Counter()
 
     async def __call__(self, key: ConversationKey) -> str:
         """Run one turn of ``key`` as the scheduler would, recording its start lag."""
         due = self.due_at.get(key)
-        if due is not None:
-            self.lags.append(self._clock.now() - due)
+        lag: float | None = None
+        if due is None:
+            # Armed by another process: its stored due time (one extra read, off the clock).
+            started = self._clock.now()
+            timer = await self._store.timer(key)
+            if timer is not None:
+                lag = started - timer.due_at
+        else:
+            lag = self._clock.now() - due
+        if lag is not None:
+            self.lags.append(lag)
         token = _current_turn.set(key)
         try:
             outcome = await self._pipeline.run_turn(key)
@@ -215,6 +251,8 @@ class TurnProbe:
         finally:
             _current_turn.reset(token)
         self.outcomes[outcome] += 1
+        if outcome == "sent" and lag is not None:
+            self.answered_lags.append(lag)
         return outcome
 
 
@@ -269,7 +307,7 @@ class BurstLog:
 class Harness:
     """The wired runtime of phase 1."""
 
-    store: SQLiteStore
+    store: BaseStore
     clock: SystemClock
     llm: CountingLLM
     outlet: BenchOutlet
@@ -278,21 +316,22 @@ class Harness:
     ingestor: Ingestor
 
 
-def build_harness(store: SQLiteStore, params: Params) -> Harness:
+def build_harness(store: BaseStore, params: Params, shared_total: Any | None = None) -> Harness:
     """Wire store, model, outlet, pipeline, scheduler and ingestor as ``bot.app`` does."""
     clock = SystemClock()
     llm = CountingLLM(latency=params.latency)
-    outlet = BenchOutlet()
+    outlet = BenchOutlet(shared_total)
     profile = BotProfile(
         key=BOT,
         pin=PIN,
         queue=QueuePolicy(debounce=params.debounce, max_wait=params.max_wait),
-        budget=Budget(),
+        memory=MemoryPolicy(budget=Budget(), summary_model=PIN.model),
         outlet=outlet,
         lease_seconds=params.lease,
     )
-    pipeline = Pipeline(store=store, llm=llm, clock=clock, profiles={BOT: profile})
-    probe = TurnProbe(pipeline, clock)
+    memory = Memory(store=store, llm=llm, clock=clock, policy_for=lambda _bot: profile.memory)
+    pipeline = Pipeline(store=store, llm=llm, clock=clock, memory=memory, profiles={BOT: profile})
+    probe = TurnProbe(pipeline, clock, store)
     scheduler = Scheduler(
         store=store,
         clock=clock,
@@ -307,11 +346,14 @@ def build_harness(store: SQLiteStore, params: Params) -> Harness:
     return Harness(store, clock, llm, outlet, probe, scheduler, ingestor)
 
 
-async def send_bursts(h: Harness, params: Params) -> BurstLog:
-    """Each conversation gets its burst, messages back-to-back, one conversation after another."""
+async def send_bursts(h: Harness, params: Params, share: tuple[int, int] = (0, 1)) -> BurstLog:
+    """Each conversation gets its burst, messages back-to-back, one conversation after another.
+
+    ``share = (i, n)``: this process sends the bursts of conversations ``i, i + n, ...``.
+    """
     sent = BurstLog()
     started = time.perf_counter()
-    for index in range(params.conversations):
+    for index in range(share[0], params.conversations, share[1]):
         size = burst_size(index, params.max_burst)
         texts = [message_text(index, j, size) for j in range(size)]
         sent.texts[index] = texts
@@ -391,20 +433,40 @@ class KRow:
         }
 
 
-def burst_is_good(h: Harness, key: ConversationKey, texts: Sequence[str]) -> tuple[int, int, bool]:
+@dataclass(frozen=True, slots=True)
+class Answers:
+    """Model calls and reply texts per conversation, from one process or merged from several."""
+
+    calls: Mapping[ConversationKey, int]
+    replies: Mapping[ConversationKey, Sequence[str]]
+
+    @classmethod
+    def of(cls, h: Harness) -> Answers:
+        """What this process's model and outlet saw."""
+        return cls(
+            dict(h.llm.per_conversation),
+            {k: [r.text for r in v] for k, v in h.outlet.replies.items()},
+        )
+
+
+def burst_is_good(
+    answers: Answers, key: ConversationKey, texts: Sequence[str]
+) -> tuple[int, int, bool]:
     """(model calls, replies, whether the single reply echoes exactly ``texts`` in order)."""
-    calls = h.llm.per_conversation.get(key, 0)
-    replies = h.outlet.replies.get(key, [])
-    complete = len(replies) == 1 and expected_echo(texts) in replies[0].text
+    calls = answers.calls.get(key, 0)
+    replies = answers.replies.get(key, [])
+    complete = len(replies) == 1 and expected_echo(texts) in replies[0]
     return calls, len(replies), complete
 
 
-def coalescing_rows(h: Harness, sent: BurstLog, params: Params) -> list[KRow]:
+def coalescing_rows(
+    answers: Answers, texts_sent: Mapping[int, list[str]], params: Params
+) -> list[KRow]:
     """Aggregate per-conversation calls and replies by burst size."""
     totals: dict[int, Counter[str]] = {k: Counter() for k in range(1, params.max_burst + 1)}
-    for index, texts in sent.texts.items():
+    for index, texts in texts_sent.items():
         counts = totals[len(texts)]
-        calls, replies, complete = burst_is_good(h, conversation(BOT, index), texts)
+        calls, replies, complete = burst_is_good(answers, conversation(BOT, index), texts)
         counts.update(
             bursts=1,
             messages=len(texts),
@@ -428,6 +490,7 @@ class CoalescingResult:
     ingest_errors: int
     outcomes: dict[str, int]
     lags_ms: list[float]
+    answered_lags_ms: list[float]
     unattributed_calls: int
     total_calls: int
 
@@ -444,7 +507,7 @@ class CoalescingResult:
         return self.messages / self.burst_ingest_seconds
 
 
-async def coalescing_phase(store: SQLiteStore, params: Params) -> CoalescingResult:
+async def coalescing_phase(store: BaseStore, params: Params) -> CoalescingResult:
     """Send every burst with the scheduler running, then wait until all are answered."""
     h = build_harness(store, params)
     task = asyncio.create_task(h.scheduler.run(), name="bench scheduler")
@@ -456,7 +519,7 @@ async def coalescing_phase(store: SQLiteStore, params: Params) -> CoalescingResu
         await stop_scheduler(h.scheduler, task, grace=params.lease + params.latency + 5.0)
     wall = time.perf_counter() - started
     return CoalescingResult(
-        rows=coalescing_rows(h, sent, params),
+        rows=coalescing_rows(Answers.of(h), sent.texts, params),
         answered=answered,
         wall_seconds=wall,
         burst_ingest_seconds=sent.seconds,
@@ -464,6 +527,7 @@ async def coalescing_phase(store: SQLiteStore, params: Params) -> CoalescingResu
         ingest_errors=sent.ingest_errors,
         outcomes=dict(h.probe.outcomes),
         lags_ms=[lag * 1000 for lag in h.probe.lags],
+        answered_lags_ms=[lag * 1000 for lag in h.probe.answered_lags],
         unattributed_calls=h.llm.unattributed,
         total_calls=h.llm.calls,
     )
@@ -490,14 +554,17 @@ class Rate:
         return {**asdict(self), "per_second": self.per_second}
 
 
-async def ingest_rate(store: SQLiteStore, params: Params) -> Rate:
-    """``Ingestor.ingest`` awaited one message at a time; the debounce is too long to fire."""
+async def ingest_rate(store: BaseStore, params: Params, share: tuple[int, int] = (0, 1)) -> Rate:
+    """``Ingestor.ingest`` awaited one message at a time; the debounce is too long to fire.
+
+    ``share = (i, n)``: this process ingests messages ``i, i + n, ...`` of the workload.
+    """
     policy = QueuePolicy(debounce=3600.0, max_wait=7200.0)
     ingestor = Ingestor(store=store, clock=SystemClock(), policy_for=lambda _bot: policy)
     n = params.conversations
     messages = [
         inbound(INGEST_BOT, m % n, m // n, message_text(m % n, m // n, 0))
-        for m in range(params.ingest_messages)
+        for m in range(share[0], params.ingest_messages, share[1])
     ]
     errors = 0
     started = time.perf_counter()
@@ -510,63 +577,32 @@ async def ingest_rate(store: SQLiteStore, params: Params) -> Rate:
     return Rate(len(messages), time.perf_counter() - started, errors)
 
 
-_RAW_TABLE = """
-CREATE TABLE IF NOT EXISTS bench_raw_insert (
-    id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL, session_id INTEGER NOT NULL,
-    turn INTEGER NOT NULL, role TEXT NOT NULL, author_id TEXT NOT NULL,
-    display_name TEXT NOT NULL, text TEXT NOT NULL, platform_message_id TEXT,
-    is_private INTEGER NOT NULL, version INTEGER NOT NULL, pending INTEGER NOT NULL,
-    created_at REAL NOT NULL
-)
-"""
-_RAW_INSERT = (
-    "INSERT INTO bench_raw_insert (conversation_id, session_id, turn, role, author_id, "
-    "display_name, text, platform_message_id, is_private, version, pending, created_at) "
-    "VALUES (?, ?, ?, 'user', ?, ?, ?, ?, 1, ?, 1, ?)"
-)
-
-
-@contextlib.asynccontextmanager
-async def raw_connection(path: Path) -> AsyncIterator[aiosqlite.Connection]:
-    """A second connection to the file with the store's pragmas and a scratch table."""
-    async with aiosqlite.connect(str(path), isolation_level=None) as db:
-        await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        await db.execute("PRAGMA journal_mode = WAL")
-        await db.execute("PRAGMA synchronous = NORMAL")
-        await db.execute(_RAW_TABLE)
-        try:
-            yield db
-        finally:
-            await db.execute("DROP TABLE bench_raw_insert")
-
-
 def _raw_row(index: int, position: int, version: int, now: float) -> tuple[Any, ...]:
     text = message_text(index, position, 0)
     who = (f"user-{index}", f"User {index}")
     return (index, index, position, *who, text, f"{index}-{position}", version, now)
 
 
-def raw_rows(params: Params) -> list[tuple[Any, ...]]:
-    """Rows shaped like the messages the ingest phase stores."""
+def raw_rows(params: Params, share: tuple[int, int] = (0, 1)) -> list[tuple[Any, ...]]:
+    """Rows shaped like the messages the ingest phase stores (this process's share)."""
     n = params.conversations
     now = time.time()
-    return [_raw_row(m % n, m // n, m, now) for m in range(params.ingest_messages)]
+    return [
+        _raw_row(m % n, m // n, m, now) for m in range(share[0], params.ingest_messages, share[1])
+    ]
 
 
-async def raw_insert_rate(path: Path, params: Params, *, explicit_tx: bool) -> Rate:
-    """One row per transaction: autocommit INSERT, or BEGIN IMMEDIATE / INSERT / COMMIT."""
-    rows = raw_rows(params)
-    async with raw_connection(path) as db:
-        started = time.perf_counter()
-        for row in rows:
-            if explicit_tx:
-                await db.execute("BEGIN IMMEDIATE")
-                await db.execute(_RAW_INSERT, row)
-                await db.execute("COMMIT")
-            else:
-                await db.execute(_RAW_INSERT, row)
-        elapsed = time.perf_counter() - started
-    return Rate(len(rows), elapsed)
+async def raw_insert_rate(
+    target: StoreTarget, params: Params, *, explicit_tx: bool, share: tuple[int, int] = (0, 1)
+) -> Rate:
+    """One row per transaction on one connection: autocommit INSERT, or BEGIN/INSERT/COMMIT.
+
+    The scratch table must exist (``create_raw_table``).
+    """
+    rows = raw_rows(params, share)
+    started = time.perf_counter()
+    await raw_inserts(target, rows, explicit_tx=explicit_tx)
+    return Rate(len(rows), time.perf_counter() - started)
 
 
 @dataclass(frozen=True, slots=True)
@@ -583,11 +619,14 @@ class IngestResultSet:
         return self.ingest.per_second / self.raw.per_second
 
 
-async def ingest_phase(store: SQLiteStore, params: Params) -> IngestResultSet:
-    """Ingest rate, then the raw rates of the same file, the store connection idle."""
+async def ingest_phase(store: BaseStore, target: StoreTarget, params: Params) -> IngestResultSet:
+    """Ingest rate, then the raw rates of the same database, the store idle."""
     ingest = await ingest_rate(store, params)
-    raw = await raw_insert_rate(Path(store.path), params, explicit_tx=False)
-    raw_tx = await raw_insert_rate(Path(store.path), params, explicit_tx=True)
+    await create_raw_table(target)
+    raw = await raw_insert_rate(target, params, explicit_tx=False)
+    await create_raw_table(target)
+    raw_tx = await raw_insert_rate(target, params, explicit_tx=True)
+    await drop_raw_table(target)
     return IngestResultSet(ingest, raw, raw_tx)
 
 
@@ -652,10 +691,12 @@ def ingest_table(phase: IngestResultSet) -> str:
     rows: list[list[object]] = [
         ["Ingestor.ingest (awaited, one at a time)", *_rate_cells(phase.ingest)],
         ["raw INSERT, autocommit (1 row/tx)", *_rate_cells(phase.raw)],
-        ["raw BEGIN IMMEDIATE/INSERT/COMMIT", *_rate_cells(phase.raw_tx)],
+        ["raw BEGIN/INSERT/COMMIT", *_rate_cells(phase.raw_tx)],
     ]
     table = format_table(
-        ("measure", "rows", "seconds", "rows/s"), rows, "2. Ingest throughput (same file)"
+        ("measure", "rows", "seconds", "rows/s"),
+        rows,
+        "2. Ingest throughput (same database; one connection per process)",
     )
     tx_ratio = phase.ingest.per_second / phase.raw_tx.per_second
     return f"{table}\nratio ingest/raw: {phase.ratio:.3f} (ingest/raw-tx: {tx_ratio:.3f})"
@@ -670,11 +711,18 @@ def lag_table(result: CoalescingResult) -> str:
 
     The lag includes any wait for a free turn slot (``--max-concurrent``).
     """
-    lag = lag_summary(result.lags_ms)
+    rows = []
+    for label, lags in (
+        ("every turn start", result.lags_ms),
+        ("turns that replied", result.answered_lags_ms),
+    ):
+        lag = lag_summary(lags)
+        rows.append([label, lag["turns"], lag["p50_ms"], lag["p99_ms"], lag["max_ms"]])
     table = format_table(
-        ("turns", "p50 ms", "p99 ms", "max ms"),
-        [[lag["turns"], lag["p50_ms"], lag["p99_ms"], lag["max_ms"]]],
-        "3. Scheduler lag (timer due_at -> run_turn start)",
+        ("", "turns", "p50 ms", "p99 ms", "max ms"),
+        rows,
+        "3. Scheduler lag (timer due_at -> run_turn start; a start that lost the lease CAS "
+        "backs off)",
     )
     outcomes = ", ".join(f"{k}={v}" for k, v in sorted(result.outcomes.items())) or "none"
     return (
@@ -713,6 +761,7 @@ def payload(
             "ratio_ingest_to_raw": ingest.ratio,
         },
         "scheduler_lag": lag_summary(coalescing.lags_ms),
+        "scheduler_lag_replying_turns": lag_summary(coalescing.answered_lags_ms),
         "guard": {"passed": not failures, "failures": failures},
     }
 
@@ -721,12 +770,16 @@ def payload(
 
 
 async def run(params: Params) -> int:
-    """Both phases on one fresh SQLite file; print, write JSON, return the exit status."""
-    with tempfile.TemporaryDirectory(prefix="personabot-bench-") as tmp:
-        async with SQLiteStore(path=Path(tmp) / "queue.sqlite3") as store:
-            coalescing = await coalescing_phase(store, params)
-            ingest = await ingest_phase(store, params)
+    """Both phases on one fresh database; print, write JSON, return the exit status."""
+    async with bench_target(params.store) as target:
+        if params.processes == 1:
+            async with target.open_store() as store:
+                coalescing = await coalescing_phase(store, params)
+                ingest = await ingest_phase(store, target, params)
+        else:
+            coalescing, ingest = await run_processes(target, params)
     failures = guard_failures(coalescing)
+    print(f"store: {target.describe()}; processes: {params.processes}", end="\n\n")
     print(coalescing_table(coalescing), end="\n\n")
     print(ingest_table(ingest), end="\n\n")
     print(lag_table(coalescing))
@@ -735,6 +788,163 @@ async def run(params: Params) -> int:
     for failure in failures:
         print(f"FAIL: {failure}", file=sys.stderr)
     return 1 if failures else 0
+
+
+# -- several processes -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChildReport:
+    """What one process of a multi-process run measured (sent back to the parent)."""
+
+    calls: dict[int, int]  # conversation index -> model calls made in this process
+    replies: dict[int, list[str]]  # conversation index -> reply texts sent by this process
+    texts: dict[int, list[str]]  # the bursts this process sent
+    spans: list[float]
+    ingest_errors: int
+    burst_seconds: float
+    answered: bool
+    wall: float
+    outcomes: dict[str, int]
+    lags: list[float]
+    answered_lags: list[float]
+    unattributed: int
+    ingest: Rate
+    raw: Rate
+    raw_tx: Rate
+
+
+def _index(key: ConversationKey) -> int:
+    return int(key.chat_id.removeprefix("chat-"))
+
+
+async def _all_reach(barrier: Any) -> None:
+    """Wait at a multiprocessing barrier without blocking the event loop."""
+    await asyncio.to_thread(barrier.wait, 600)
+
+
+async def _child_main(
+    params: Params, target: StoreTarget, index: int, barrier: Any, total: Any
+) -> ChildReport:
+    share = (index, params.processes)
+    async with target.open_store() as store:
+        h = build_harness(store, params, shared_total=total)
+        await _all_reach(barrier)  # everyone is connected: start together
+        task = asyncio.create_task(h.scheduler.run(), name="bench scheduler")
+        started = time.perf_counter()
+        try:
+            sent = await send_bursts(h, params, share)
+            # Every process waits for every conversation: it may be running others' turns.
+            answered = await wait_answered(h, params.conversations, within=params.timeout)
+        finally:
+            await stop_scheduler(h.scheduler, task, grace=params.lease + params.latency + 5.0)
+        wall = time.perf_counter() - started
+        await _all_reach(barrier)
+        ingest = await ingest_rate(store, params, share)
+    await _all_reach(barrier)
+    raw = await raw_insert_rate(target, params, explicit_tx=False, share=share)
+    await _all_reach(barrier)
+    raw_tx = await raw_insert_rate(target, params, explicit_tx=True, share=share)
+    return ChildReport(
+        calls={_index(k): v for k, v in h.llm.per_conversation.items()},
+        replies={_index(k): [r.text for r in v] for k, v in h.outlet.replies.items()},
+        texts=sent.texts,
+        spans=sent.spans,
+        ingest_errors=sent.ingest_errors,
+        burst_seconds=sent.seconds,
+        answered=answered,
+        wall=wall,
+        outcomes=dict(h.probe.outcomes),
+        lags=h.probe.lags,
+        answered_lags=h.probe.answered_lags,
+        unattributed=h.llm.unattributed,
+        ingest=ingest,
+        raw=raw,
+        raw_tx=raw_tx,
+    )
+
+
+def _child(
+    params: Params, target: StoreTarget, index: int, barrier: Any, total: Any, results: Any
+) -> None:
+    """Entry point of one benchmark process."""
+    configure_logging(0)
+    results.put(asyncio.run(_child_main(params, target, index, barrier, total)))
+
+
+def _aggregate(rates: Sequence[Rate]) -> Rate:
+    """Processes that started together: all their operations over the slowest one's time."""
+    return Rate(
+        sum(r.count for r in rates), max(r.seconds for r in rates), sum(r.errors for r in rates)
+    )
+
+
+def merge_reports(
+    reports: Sequence[ChildReport], params: Params
+) -> tuple[CoalescingResult, IngestResultSet]:
+    """One result from every process's figures."""
+    calls: Counter[ConversationKey] = Counter()
+    replies: defaultdict[ConversationKey, list[str]] = defaultdict(list)
+    texts: dict[int, list[str]] = {}
+    outcomes: Counter[str] = Counter()
+    for report in reports:
+        calls.update({conversation(BOT, i): n for i, n in report.calls.items()})
+        for i, sent in report.replies.items():
+            replies[conversation(BOT, i)].extend(sent)
+        texts.update(report.texts)
+        outcomes.update(report.outcomes)
+    coalescing = CoalescingResult(
+        rows=coalescing_rows(Answers(calls, replies), texts, params),
+        answered=all(r.answered for r in reports),
+        wall_seconds=max(r.wall for r in reports),
+        burst_ingest_seconds=max(r.burst_seconds for r in reports),
+        max_burst_span_ms=max((s for r in reports for s in r.spans), default=0.0) * 1000,
+        ingest_errors=sum(r.ingest_errors for r in reports),
+        outcomes=dict(outcomes),
+        lags_ms=[lag * 1000 for r in reports for lag in r.lags],
+        answered_lags_ms=[lag * 1000 for r in reports for lag in r.answered_lags],
+        unattributed_calls=sum(r.unattributed for r in reports),
+        total_calls=sum(calls.values()) + sum(r.unattributed for r in reports),
+    )
+    ingest = IngestResultSet(
+        _aggregate([r.ingest for r in reports]),
+        _aggregate([r.raw for r in reports]),
+        _aggregate([r.raw_tx for r in reports]),
+    )
+    return coalescing, ingest
+
+
+async def run_processes(
+    target: StoreTarget, params: Params
+) -> tuple[CoalescingResult, IngestResultSet]:
+    """Both phases in ``params.processes`` OS processes on one database."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(params.processes)
+    total = ctx.Value("i", 0)
+    results = ctx.Queue()
+    await create_raw_table(target)
+    procs = [
+        ctx.Process(
+            target=_child,
+            args=(params, target, i, barrier, total, results),
+            name=f"bench-{i}",
+        )
+        for i in range(params.processes)
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        limit = params.timeout * 3 + 300
+        reports = [
+            await asyncio.to_thread(results.get, True, limit) for _ in range(params.processes)
+        ]
+    finally:
+        for proc in procs:
+            await asyncio.to_thread(proc.join, 30)
+            if proc.is_alive():
+                proc.kill()
+    await drop_raw_table(target)
+    return merge_reports(reports, params)
 
 
 def configure_logging(verbosity: int) -> None:

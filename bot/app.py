@@ -18,6 +18,7 @@ from bot.access import AccessPolicy
 from bot.clock import Clock, SystemClock
 from bot.commands import Commands
 from bot.config import BotSettings, PersonaSettings, Secrets, Settings
+from bot.election import Exclusive
 from bot.errors import ConfigError
 from bot.events import ConversationKey, QueuePolicy, SessionPolicy
 from bot.health import HealthServer
@@ -31,6 +32,7 @@ from bot.retention import Retention, RetentionPolicy
 from bot.router import Router
 from bot.stats import usage_report
 from bot.store.base import BaseStore
+from bot.store.postgres import PostgresStore, is_postgres_url, redact_url
 from bot.store.sqlite import SQLiteStore, sqlite_path
 from memory.assemble import Budget, PersonaPin
 from memory.service import Memory, MemoryPolicy
@@ -63,12 +65,29 @@ def build_llm(settings: Settings, secrets: Secrets, *, offline_fallback: bool) -
 
 
 def build_store(settings: Settings) -> BaseStore:
-    """The configured store backend."""
-    url = settings.storage.url
+    """The configured store backend.
+
+    PostgreSQL decides lease expiry by the database server's clock, so that processes on
+    several machines never disagree about who holds a conversation.
+    """
+    storage = settings.storage
+    url = storage.url
     if url.startswith("sqlite:"):
-        return SQLiteStore(path=sqlite_path(url), busy_timeout_ms=settings.storage.busy_timeout_ms)
+        return SQLiteStore(path=sqlite_path(url), busy_timeout_ms=storage.busy_timeout_ms)
+    if is_postgres_url(url):
+        return PostgresStore(
+            dsn=url,
+            min_pool=storage.min_pool_size,
+            max_pool=storage.max_pool_size,
+            use_db_clock=True,
+        )
     scheme = url.split(":", 1)[0]
-    raise ConfigError([f"storage.url: unsupported scheme {scheme!r} (use sqlite:///path)"])
+    raise ConfigError(
+        [
+            f"storage.url: unsupported scheme {scheme!r} "
+            "(use sqlite:///path or postgresql://user@host/db)"
+        ]
+    )
 
 
 def session_policy(settings: Settings) -> SessionPolicy:
@@ -411,7 +430,7 @@ async def run_chat(
         stdout=stdout,
         interactive=interactive,
     )
-    where = settings.storage.url.removeprefix("sqlite:///")
+    where = redact_url(settings.storage.url).removeprefix("sqlite:///")
     say(f"personabot chat with {persona.name} ({persona.id}); store: {where}; /help, /quit")
     async with runtime(
         settings, llm=llm, adapters={bot_key: (persona, adapter)}, clock=clock
@@ -477,6 +496,17 @@ def adapter_factory(platform: str) -> AdapterFactory:
     return factory
 
 
+async def _receive(rt: Runtime, adapter: BaseAdapter, lease_seconds: float) -> None:
+    """Run an adapter; one that must be unique across processes runs only when elected."""
+    if not adapter.exclusive:
+        await adapter.run(rt.router)
+        return
+    election = Exclusive(
+        store=rt.store, clock=rt.clock, name=f"receiver:{adapter.bot_key}", ttl=lease_seconds
+    )
+    await election.run(lambda: adapter.run(rt.router))
+
+
 async def run_bots(
     settings: Settings,
     secrets: Secrets,
@@ -502,7 +532,7 @@ async def run_bots(
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
         running = {
-            asyncio.create_task(a.run(rt.router), name=f"adapter {k}"): k
+            asyncio.create_task(_receive(rt, a, settings.queue.lease_seconds), name=f"bot {k}"): k
             for k, (_, a) in adapters.items()
         }
         stopper = asyncio.create_task(stop.wait())

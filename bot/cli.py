@@ -11,6 +11,7 @@ from pathlib import Path
 from bot.config import Secrets, Settings, load_settings
 from bot.errors import ConfigError, PersonabotError
 from bot.logs import setup_logging
+from bot.store.postgres import redact_url
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,7 +70,7 @@ def summary(settings: Settings) -> str:
     q, m = settings.queue, settings.memory
     lines = [
         "configuration OK",
-        f"  storage: {settings.storage.url}",
+        f"  storage: {redact_url(settings.storage.url)}",
         f"  model provider: {settings.llm.provider}"
         + (f" (base_url {settings.llm.base_url})" if settings.llm.base_url else ""),
         f"  queue: debounce {q.debounce_seconds}s, max wait {q.max_wait_seconds}s, "

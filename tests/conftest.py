@@ -1,17 +1,29 @@
-"""Shared fixtures: real stores on real files, a manual clock."""
+"""Shared fixtures: real stores on real files and real PostgreSQL databases, a manual clock.
+
+PostgreSQL: ``PERSONABOT_TEST_POSTGRES_DSN`` when set, else a throwaway cluster started once
+per session (``tests/pg_cluster.py``). The schema is migrated once into a template database and
+every test gets its own database cloned from it (tens of milliseconds). Without a server the
+PostgreSQL variants are skipped with a message saying how to enable them, unless
+``PERSONABOT_REQUIRE_POSTGRES=1`` (CI), which makes a missing server an error.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from bot.clock import ManualClock
 from bot.store.base import BaseStore
-from bot.store.sqlite import SQLiteStore
+from bot.store.postgres import PostgresStore
+from tests import pg_cluster
+from tests.backends import Backend, PgTemplate, StoreFactory
 
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgresql"]
 
 
 @pytest.fixture
@@ -20,10 +32,72 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
+async def _make_template(server_dsn: str, name: str) -> None:
+    await pg_cluster.drop_database(server_dsn, name)
+    dsn = await pg_cluster.create_database(server_dsn, name)
+    async with PostgresStore(dsn=dsn, min_pool=1, max_pool=1):
+        pass  # opening migrates
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[PgTemplate]:
+    """The session's PostgreSQL server with a migrated template database (or a skip)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            server_dsn = stack.enter_context(pg_cluster.server())
+        except pg_cluster.ClusterUnavailable as exc:
+            if pg_cluster.required():
+                pytest.fail(f"{pg_cluster.REQUIRE_ENV} is set but PostgreSQL is unavailable: {exc}")
+            pytest.skip(f"PostgreSQL tests skipped: {exc}")
+        prefix = f"pbt_{os.getpid()}"
+        template = f"{prefix}_template"
+        asyncio.run(_make_template(server_dsn, template))
+        stack.callback(lambda: asyncio.run(pg_cluster.drop_database(server_dsn, template)))
+        yield PgTemplate(server_dsn, template, prefix)
+
+
 @pytest.fixture(params=BACKENDS)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BaseStore]:
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Each store backend (PostgreSQL skipped when no server can be had)."""
+    if request.param == "postgresql":
+        return Backend("postgresql", request.getfixturevalue("pg_template"))
+    return Backend(request.param)
+
+
+@pytest.fixture
+async def stores(backend: Backend, tmp_path: Path) -> AsyncIterator[StoreFactory]:
+    """A factory of stores on one fresh database of ``backend``; dropped after the test."""
+    factory = StoreFactory(backend, tmp_path / "store.sqlite3")
+    name = None
+    if backend.pg is not None:
+        name = backend.pg.next_name()
+        factory.dsn = await pg_cluster.create_database(
+            backend.pg.server_dsn, name, template=backend.pg.template
+        )
+    try:
+        yield factory
+    finally:
+        for made in factory.opened:
+            await made.aclose()
+        if backend.pg is not None and name is not None:
+            await pg_cluster.drop_database(backend.pg.server_dsn, name)
+
+
+@pytest.fixture
+async def store(stores: StoreFactory) -> AsyncIterator[BaseStore]:
     """An open, migrated store of each backend on a fresh database."""
-    backend = request.param
-    assert backend == "sqlite"
-    async with SQLiteStore(path=tmp_path / "store.sqlite3") as opened:
+    async with stores.new() as opened:
         yield opened
+
+
+@pytest.fixture
+async def pg_dsn(pg_template: PgTemplate) -> AsyncIterator[str]:
+    """A fresh, migrated PostgreSQL database (cloned from the template); dropped afterwards."""
+    name = pg_template.next_name()
+    dsn = await pg_cluster.create_database(
+        pg_template.server_dsn, name, template=pg_template.template
+    )
+    try:
+        yield dsn
+    finally:
+        await pg_cluster.drop_database(pg_template.server_dsn, name)

@@ -182,3 +182,11 @@ async def test_prompt_and_memory_admin_commands(tmp_path: Path) -> None:
     assert code == 0 and "erased 2 item(s)" in out
     code, out, _ = await _run(["memory", "show", "--platform", "console", "--user", user], tmp_path)
     assert "nothing is remembered" in out
+
+
+async def test_config_check_never_shows_the_database_password(tmp_path: Path) -> None:
+    (tmp_path / "pg.toml").write_text('[storage]\nurl = "postgresql://bot:hunter2secret@db/pb"\n')
+    code, out, err = await _run(["config", "check", "--config", "pg.toml"], tmp_path)
+    assert code == 0
+    assert "postgresql://bot:***@db/pb" in out
+    assert "hunter2secret" not in out + err

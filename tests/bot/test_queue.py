@@ -1,15 +1,14 @@
-"""SPEC section 4 acceptance scenarios, on a real SQLite file, timed by a manual clock."""
+"""SPEC section 4 acceptance scenarios on every store backend, timed by a manual clock."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-from pathlib import Path
 
 from bot.clock import ManualClock
 from bot.events import ConversationKey, Inbound, QueuePolicy, UserKey
 from bot.store.base import BaseStore
-from bot.store.sqlite import SQLiteStore
+from tests.backends import StoreFactory
 from tests.fakes.llm import GatedLLM
 from tests.harness import harness, settle
 
@@ -96,13 +95,12 @@ async def test_duplicate_delivery_is_processed_once(store: BaseStore, clock: Man
 
 
 async def test_two_processes_racing_for_one_timer_make_one_call(
-    tmp_path: Path, clock: ManualClock
+    stores: StoreFactory, clock: ManualClock
 ) -> None:
-    path = tmp_path / "shared.sqlite3"
     llm = GatedLLM(clock=clock, generation=2.0)
     async with (
-        SQLiteStore(path=path) as a,
-        SQLiteStore(path=path) as b,
+        stores.new() as a,
+        stores.new() as b,
         harness(a, clock, llm, holder="proc-a") as ha,
         harness(b, clock, llm, holder="proc-b") as hb,
     ):
@@ -130,12 +128,11 @@ class _FrozenClock:
 
 
 async def test_stalled_worker_is_taken_over_and_its_late_reply_fenced(
-    tmp_path: Path, clock: ManualClock
+    stores: StoreFactory, clock: ManualClock
 ) -> None:
-    path = tmp_path / "shared.sqlite3"
     stalled_llm = GatedLLM(gated=True)
     healthy_llm = GatedLLM()
-    async with SQLiteStore(path=path) as a, SQLiteStore(path=path) as b:
+    async with stores.new() as a, stores.new() as b:
         async with harness(
             a, clock, stalled_llm, lease=10, holder="stalled", pipeline_clock=_FrozenClock(clock)
         ) as stalled:

@@ -1,0 +1,157 @@
+"""One receiver per account across processes (Telegram polling), elected by a store lease."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+from bot.clock import ManualClock
+from bot.election import Exclusive
+from bot.store.base import BaseStore
+from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
+from tests.harness import settle
+
+TOKEN = "5550009:AAElect-e2e-token-abcdefghijklmnopqrs"
+USER = TgUser(777, "Ann")
+
+
+async def test_exclusive_job_runs_in_one_elector_and_moves_when_it_dies(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    running: list[str] = []
+
+    def job(name: str):  # type: ignore[no-untyped-def]
+        async def work() -> None:
+            running.append(name)
+            try:
+                await asyncio.Event().wait()
+            finally:
+                running.remove(name)
+
+        return work
+
+    a = Exclusive(store=store, clock=clock, name="receiver:x", ttl=3, holder="a")
+    b = Exclusive(store=store, clock=clock, name="receiver:x", ttl=3, holder="b")
+    task_a = asyncio.create_task(a.run(job("a")))
+    await settle(store)
+    task_b = asyncio.create_task(b.run(job("b")))
+    for _ in range(20):
+        await clock.advance(0.5)
+        await settle(store)
+    assert running == ["a"]  # a renews; b stands by
+    task_a.cancel()  # a's process dies: no release, no more renewals
+    with contextlib.suppress(asyncio.CancelledError):
+        await task_a
+    for _ in range(8):  # within one lease time
+        await clock.advance(0.5)
+        await settle(store)
+    assert running == ["b"]
+    task_b.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task_b
+
+
+def _config(tmp_path: Path, api: FakeTelegramAPI) -> Path:
+    path = tmp_path / "personabot.toml"
+    path.write_text(
+        f"""
+[storage]
+url = "sqlite:///{tmp_path / "shared.sqlite3"}"
+[llm]
+provider = "offline"
+[queue]
+debounce_seconds = 0.3
+max_wait_seconds = 2
+lease_seconds = 2
+scan_interval_seconds = 0.2
+shutdown_grace_seconds = 1
+[[bots]]
+platform = "telegram"
+persona = "companion"
+api_server = "{api.base_url}"
+"""
+    )
+    return path
+
+
+def _holder_pid(tmp_path: Path) -> int | None:
+    with (
+        contextlib.closing(sqlite3.connect(tmp_path / "shared.sqlite3")) as db,
+        contextlib.suppress(sqlite3.OperationalError),
+    ):
+        row = db.execute(
+            "SELECT holder FROM leases WHERE name = 'receiver:telegram-companion' "
+            "AND expires_at > ?",
+            (time.time(),),
+        ).fetchone()
+        return None if row is None else int(row[0].split(":")[1])
+    return None
+
+
+async def test_killing_the_poller_hands_polling_to_another_process(tmp_path: Path) -> None:
+    async with FakeTelegramAPI() as api:
+        api.add_bot(TOKEN, "elect_bot")
+        config = _config(tmp_path, api)
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("ANTHROPIC_", "PERSONABOT_", "TELEGRAM_"))
+        }
+        env["TELEGRAM_BOT_TOKEN"] = TOKEN
+        procs = [
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "bot",
+                "run",
+                "--config",
+                str(config),
+                cwd=tmp_path,
+                env=env,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            for _ in range(2)
+        ]
+        try:
+            await api.wait_for(lambda: _holder_pid(tmp_path), within=40, what="an election")
+            await api.wait_for(lambda: api.polls_started(TOKEN), within=20, what="polling")
+            chat = TgChat.private(USER)
+            api.push_message(TOKEN, chat, USER, "before")
+            await api.wait_for(lambda: api.sent_messages(TOKEN), what="a reply")
+            leader = _holder_pid(tmp_path)
+            victim = next(p for p in procs if p.pid == leader)
+            # While both processes live, only one ever polls (Telegram would answer 409).
+            assert [c for c in api.calls_of("getUpdates") if not c.ok] == []
+            polls = api.polls_started(TOKEN)
+            victim.send_signal(signal.SIGKILL)
+            killed_at = time.monotonic()
+            await api.wait_for(
+                lambda: api.polls_started(TOKEN) > polls, within=10, what="the standby to poll"
+            )
+            took = time.monotonic() - killed_at
+            assert took <= 2 + 1.0, took  # within lease_seconds (+ process scheduling)
+            survivor = next(p for p in procs if p is not victim)
+            assert _holder_pid(tmp_path) == survivor.pid
+            for text in ("one", "two", "three"):
+                api.push_message(TOKEN, chat, USER, text)
+            await api.wait_for(lambda: len(api.sent_messages(TOKEN)) == 2, what="the burst")
+            await asyncio.sleep(1.5)  # a duplicate would arrive within the debounce + a turn
+            replies = [c.visible_text for c in api.sent_messages(TOKEN)]
+            assert len(replies) == 2 and "one / two / three" in replies[1]
+            # The dead poller's last long poll may still be open on the server at takeover:
+            # the new poller's first call can meet a 409 and retry, never more.
+            late = [c for c in api.calls_of("getUpdates") if not c.ok]
+            assert len(late) <= 1
+        finally:
+            for proc in procs:
+                if proc.returncode is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in procs:
+                await asyncio.wait_for(proc.wait(), timeout=20)
