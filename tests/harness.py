@@ -113,6 +113,7 @@ async def harness(
     access: AccessPolicy | None = None,
     limits: LimitPolicy | None = None,
     trouble_notice: str = "",
+    forget_deletes_messages: bool = False,
 ) -> AsyncIterator[Harness]:
     """Start a scheduler on ``store``; stop it (and wait for turns) on exit."""
     outlet = outlet or RecordingOutlet(clock)
@@ -159,6 +160,7 @@ async def harness(
         clock=clock,
         greeting=lambda _: "\n".join(PIN.first_message),
         memory=memory,
+        forget_deletes_messages=forget_deletes_messages,
         is_admin=lambda _, user: access is not None and access.is_admin(user),
         usage_report=lambda bot: usage_report(store, clock, {"gated": Price(3.0, 15.0)}, bot),
     )

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from bot.clock import ManualClock
-from bot.events import ConversationKey, UserKey
+from bot.events import ConversationKey, Inbound, SessionKey, UserKey
 from bot.llm.base import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.llm.offline import OfflineLLM
 from bot.store.base import BaseStore
@@ -137,3 +137,39 @@ async def test_300_turns_stay_under_budget_and_remember_turn_3(
         assert max(sizes[100:]) < 2 * max(sizes[30:60])  # flat, not growing with the history
         summary = await store.get_summary((await store.current_session(DM)).key)  # type: ignore[union-attr]
         assert summary is not None and summary.first_turn == 1
+
+
+async def test_deleting_a_message_drops_what_was_learned_only_from_it(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    async with harness(store, clock, GatedLLM(), memory_llm=OfflineLLM()) as h:
+        await turn(h, DM, "my name is Ada")
+        await turn(h, DM, "I work as a nurse")
+        await store.close_session(DM, clock.now(), "test")
+        await h.memory.extract_due()
+        user = UserKey("telegram", "11")
+        assert len((await h.memory.user_memory(user)).items) == 2
+        ids = [m.platform_message_id for m in await store.messages(SessionKey(DM, 1))]
+        job_message = ids[2]  # user, assistant, user, assistant
+        assert job_message is not None
+        await h.router(Inbound(DM, "11", "Ada", "", job_message, kind="delete"))
+        left = await h.memory.user_memory(user)
+        assert [(i.field, i.value) for i in left.items] == [("name", "Ada")]
+        assert job_message not in [
+            m.platform_message_id for m in await store.messages(SessionKey(DM, 1))
+        ]
+
+
+async def test_forget_can_also_delete_the_askers_old_messages(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    async with harness(store, clock, GatedLLM(), forget_deletes_messages=True) as h:
+        await turn(h, DM, "an old secret")
+        await h.say(DM, "/new", author="11")
+        await turn(h, DM, "a new message", author="11")
+        await h.say(DM, "/forget", author="11")
+        assert "deleted 1 of your messages" in h.outlet.texts(DM)[-1]
+        old = [m.text for m in await store.messages(SessionKey(DM, 1)) if m.role == "user"]
+        assert old == []
+        current = [m.text for m in await store.messages(SessionKey(DM, 2)) if m.role == "user"]
+        assert current == ["a new message"]  # the open session is left alone
