@@ -75,6 +75,7 @@ from bot.events import (
 )
 from bot.llm.base import Usage
 from bot.sessions import expiry_reason
+from bot.store import cols
 from bot.store.base import BaseStore
 from bot.store.migrations.postgres import MIGRATION_LOCK, MIGRATIONS
 
@@ -85,24 +86,7 @@ if TYPE_CHECKING:
 
 _DRIVER_ERRORS: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 _DB_NOW: Final = "extract(epoch FROM clock_timestamp())::float8"
-_MSG_COLS: Final = (
-    "m.id, s.session_no, m.turn, m.role, m.author_id, m.display_name, m.text, m.created_at, "
-    "m.version, m.platform_message_id, m.pending, m.answered_by, m.is_private"
-)
-_OUTBOX_COLS: Final = (
-    "o.id, c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, o.text, o.reply_message_id, "
-    "o.created_at, o.attempts, o.reply_to"
-)
-_SESSION_COLS: Final = "session_no, status, opened_at, last_activity_at, closed_at, close_reason"
 _CONV_WHERE: Final = "bot = $1 AND platform = $2 AND chat_id = $3 AND thread_id = $4"
-_TIMER_SELECT: Final = (
-    "SELECT c.bot, c.platform, c.chat_id, c.thread_id, t.due_at, t.first_pending_at, "
-    "t.armed_version FROM timers t JOIN conversations c ON c.id = t.conversation_id "
-)
-_OUTBOX_SELECT: Final = (
-    f"SELECT {_OUTBOX_COLS} FROM outbox o JOIN conversations c ON c.id = o.conversation_id "
-    "JOIN sessions s ON s.id = o.session_id "
-)
 
 
 def is_postgres_url(url: str) -> bool:
@@ -124,16 +108,8 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{hostinfo}"))
 
 
-def _thread(key: ConversationKey) -> str:
-    return "" if key.thread_id is None else key.thread_id
-
-
 def _conv_args(key: ConversationKey) -> tuple[str, str, str, str]:
-    return (key.bot, key.platform, key.chat_id, _thread(key))
-
-
-def _conv_key(bot: str, platform: str, chat_id: str, thread: str) -> ConversationKey:
-    return ConversationKey(platform, chat_id, thread or None, bot)
+    return (key.bot, key.platform, key.chat_id, cols.thread_value(key))
 
 
 def _rowcount(status: str) -> int:
@@ -329,27 +305,16 @@ class PostgresStore(BaseStore):
         return None if row is None else (int(row[0]), int(row[1]))
 
     @staticmethod
-    def _session_info(key: ConversationKey, row: Any) -> SessionInfo:
-        return SessionInfo(
-            key=SessionKey(key, int(row[0])),
-            status=row[1],
-            opened_at=float(row[2]),
-            last_activity_at=float(row[3]),
-            closed_at=None if row[4] is None else float(row[4]),
-            close_reason=row[5],
-        )
-
-    @staticmethod
     async def _open_row(db: Conn, conv_id: int) -> Any:
         return await db.fetchrow(
-            f"SELECT id, {_SESSION_COLS} FROM sessions "
+            f"SELECT id, {cols.SESSION_COLS} FROM sessions "
             "WHERE conversation_id = $1 AND status = 'open'",
             conv_id,
         )
 
     @staticmethod
     async def _session_by_id(db: Conn, sid: int) -> Any:
-        return await db.fetchrow(f"SELECT {_SESSION_COLS} FROM sessions WHERE id = $1", sid)
+        return await db.fetchrow(f"SELECT {cols.SESSION_COLS} FROM sessions WHERE id = $1", sid)
 
     @staticmethod
     async def _rotate(db: Conn, conv_id: int, now: float, reason: str | None) -> tuple[int, int]:
@@ -401,17 +366,17 @@ class PostgresStore(BaseStore):
             assert conv_id is not None
             sid, _ = await self._ensure_open(db, conv_id, now, policy)
             row = await self._session_by_id(db, sid)
-        return self._session_info(conversation, row)
+        return cols.session_info(conversation, row)
 
     async def current_session(self, conversation: ConversationKey) -> SessionInfo | None:
         """The open session or None."""
         async with self._conn() as db:
             row = await db.fetchrow(
-                f"SELECT {_SESSION_COLS} FROM sessions WHERE status = 'open' AND conversation_id "
-                f"= (SELECT id FROM conversations WHERE {_CONV_WHERE})",
+                f"SELECT {cols.SESSION_COLS} FROM sessions WHERE status = 'open' "
+                f"AND conversation_id = (SELECT id FROM conversations WHERE {_CONV_WHERE})",
                 *_conv_args(conversation),
             )
-        return None if row is None else self._session_info(conversation, row)
+        return None if row is None else cols.session_info(conversation, row)
 
     async def new_session(
         self, conversation: ConversationKey, now: float, reason: str = "new"
@@ -422,7 +387,7 @@ class PostgresStore(BaseStore):
             assert conv_id is not None
             sid, _ = await self._rotate(db, conv_id, now, reason)
             row = await self._session_by_id(db, sid)
-        return self._session_info(conversation, row)
+        return cols.session_info(conversation, row)
 
     async def close_session(
         self, conversation: ConversationKey, now: float, reason: str = "closed"
@@ -434,29 +399,29 @@ class PostgresStore(BaseStore):
                 return None
             row = await db.fetchrow(
                 "UPDATE sessions SET status = 'closed', closed_at = $1, close_reason = $2 "
-                f"WHERE conversation_id = $3 AND status = 'open' RETURNING {_SESSION_COLS}",
+                f"WHERE conversation_id = $3 AND status = 'open' RETURNING {cols.SESSION_COLS}",
                 now,
                 reason,
                 conv_id,
             )
-        return None if row is None else self._session_info(conversation, row)
+        return None if row is None else cols.session_info(conversation, row)
 
     async def get_session(self, session: SessionKey) -> SessionInfo | None:
         """A session by key."""
         async with self._conn() as db:
             found = await self._session_row(db, session)
             row = None if found is None else await self._session_by_id(db, found[0])
-        return None if row is None else self._session_info(session.conversation, row)
+        return None if row is None else cols.session_info(session.conversation, row)
 
     async def list_sessions(self, conversation: ConversationKey) -> list[SessionInfo]:
         """All sessions, oldest first."""
         async with self._conn() as db:
             rows = await db.fetch(
-                f"SELECT {_SESSION_COLS} FROM sessions WHERE conversation_id = "
+                f"SELECT {cols.SESSION_COLS} FROM sessions WHERE conversation_id = "
                 f"(SELECT id FROM conversations WHERE {_CONV_WHERE}) ORDER BY session_no",
                 *_conv_args(conversation),
             )
-        return [self._session_info(conversation, r) for r in rows]
+        return [cols.session_info(conversation, r) for r in rows]
 
     # -- session scope ------------------------------------------------------------------------
 
@@ -700,11 +665,11 @@ class PostgresStore(BaseStore):
                 "WITH d AS (DELETE FROM messages WHERE platform_message_id = $5 AND "
                 f"conversation_id = (SELECT id FROM conversations WHERE {_CONV_WHERE}) "
                 "RETURNING *) "
-                f"SELECT {_MSG_COLS} FROM d m JOIN sessions s ON s.id = m.session_id",
+                f"SELECT {cols.MSG_COLS} FROM d m JOIN sessions s ON s.id = m.session_id",
                 *_conv_args(conversation),
                 platform_message_id,
             )
-        return None if row is None else self._message(conversation, row)
+        return None if row is None else cols.message(conversation, row)
 
     async def set_conversation_status(
         self, conversation: ConversationKey, active: bool, reason: str | None = None
@@ -734,23 +699,6 @@ class PostgresStore(BaseStore):
             )
         return 0 if version is None else int(version)
 
-    @staticmethod
-    def _message(key: ConversationKey, row: Any) -> StoredMessage:
-        return StoredMessage(
-            id=int(row[0]),
-            session=SessionKey(key, int(row[1])),
-            turn=int(row[2]),
-            role=row[3],
-            author_id=row[4],
-            display_name=row[5],
-            text=row[6],
-            created_at=float(row[7]),
-            version=int(row[8]),
-            platform_message_id=row[9],
-            answered=row[3] == "user" and row[11] is not None,
-            is_private=bool(row[12]),
-        )
-
     async def history(
         self,
         session: SessionKey,
@@ -766,8 +714,7 @@ class PostgresStore(BaseStore):
             if found is None:
                 return []
             rows = await db.fetch(
-                f"SELECT {_MSG_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                "WHERE m.session_id = $1 AND NOT m.pending AND m.turn > $2 "
+                cols.MESSAGE_SELECT + "WHERE m.session_id = $1 AND NOT m.pending AND m.turn > $2 "
                 f"ORDER BY m.turn {order} LIMIT $3",
                 found[0],
                 after_turn,
@@ -775,7 +722,7 @@ class PostgresStore(BaseStore):
             )
         if not oldest_first:
             rows.reverse()
-        return [self._message(session.conversation, r) for r in rows]
+        return [cols.message(session.conversation, r) for r in rows]
 
     async def count_history(self, session: SessionKey, *, after_turn: int = 0) -> int:
         """Count of non-pending messages after ``after_turn``."""
@@ -960,14 +907,16 @@ class PostgresStore(BaseStore):
         async with self._conn() as db:
             rows = await db.fetch(
                 "SELECT s.id, c.bot, c.platform, c.chat_id, c.thread_id, "
-                f"{_SESSION_COLS} FROM sessions s JOIN conversations c "
+                f"{cols.SESSION_COLS} FROM sessions s JOIN conversations c "
                 "ON c.id = s.conversation_id WHERE s.status = $1 AND s.id > $2 "
                 "ORDER BY s.id LIMIT $3",
                 status,
                 cursor,
                 limit,
             )
-        infos = [self._session_info(_conv_key(r[1], r[2], r[3], r[4]), r[5:]) for r in rows]
+        infos = [
+            cols.session_info(cols.conversation_key(r[1], r[2], r[3], r[4]), r[5:]) for r in rows
+        ]
         return infos, (int(rows[-1][0]) if len(rows) == limit else 0)
 
     async def expired_sessions(self, closed_before: float, limit: int = 100) -> list[SessionKey]:
@@ -980,7 +929,7 @@ class PostgresStore(BaseStore):
                 closed_before,
                 limit,
             )
-        return [SessionKey(_conv_key(r[0], r[1], r[2], r[3]), int(r[4])) for r in rows]
+        return [SessionKey(cols.conversation_key(r[0], r[1], r[2], r[3]), int(r[4])) for r in rows]
 
     async def expire_session(self, session: SessionKey, now: float) -> int:
         """Delete the whole closed session's data at once."""
@@ -1059,7 +1008,7 @@ class PostgresStore(BaseStore):
                 cutoff,
                 limit,
             )
-        return [SessionKey(_conv_key(r[0], r[1], r[2], r[3]), int(r[4])) for r in rows]
+        return [SessionKey(cols.conversation_key(r[0], r[1], r[2], r[3]), int(r[4])) for r in rows]
 
     async def delete_old_messages(
         self, session: SessionKey, through_turn: int, cutoff: float, now: float, limit: int
@@ -1101,7 +1050,7 @@ class PostgresStore(BaseStore):
         return [
             RetentionEntry(
                 float(r[0]),
-                SessionKey(_conv_key(r[1], r[2], r[3], r[4]), int(r[5])),
+                SessionKey(cols.conversation_key(r[1], r[2], r[3], r[4]), int(r[5])),
                 int(r[6]),
                 int(r[7]),
                 int(r[8]),
@@ -1139,7 +1088,10 @@ class PostgresStore(BaseStore):
                 "ORDER BY s.last_activity_at LIMIT $2",
                 *args,
             )
-        return [(SessionKey(_conv_key(r[0], r[1], r[2], r[3]), int(r[4])), int(r[5])) for r in rows]
+        return [
+            (SessionKey(cols.conversation_key(r[0], r[1], r[2], r[3]), int(r[4])), int(r[5]))
+            for r in rows
+        ]
 
     async def mark_extracted(self, session: SessionKey, turn: int) -> None:
         """Advance the extraction mark (never backwards)."""
@@ -1161,12 +1113,11 @@ class PostgresStore(BaseStore):
                 []
                 if found is None
                 else await db.fetch(
-                    f"SELECT {_MSG_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                    "WHERE m.session_id = $1 ORDER BY m.turn",
+                    cols.MESSAGE_SELECT + "WHERE m.session_id = $1 ORDER BY m.turn",
                     found[0],
                 )
             )
-        return [self._message(session.conversation, r) for r in rows]
+        return [cols.message(session.conversation, r) for r in rows]
 
     async def pending_turn(self, conversation: ConversationKey) -> Turn | None:
         """Pending messages of the oldest session with some, plus v0, from one snapshot."""
@@ -1182,12 +1133,12 @@ class PostgresStore(BaseStore):
                 return None
             version, first_pending = int(head[1]), head[2]
             rows = await db.fetch(
-                f"SELECT {_MSG_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                "WHERE m.session_id = $1 AND m.pending AND m.version <= $2 ORDER BY m.turn",
+                cols.MESSAGE_SELECT
+                + "WHERE m.session_id = $1 AND m.pending AND m.version <= $2 ORDER BY m.turn",
                 head[3],
                 version,
             )
-        messages = tuple(self._message(conversation, r) for r in rows)
+        messages = tuple(cols.message(conversation, r) for r in rows)
         if not messages:
             return None
         return Turn(
@@ -1199,15 +1150,6 @@ class PostgresStore(BaseStore):
             else float(first_pending),
         )
 
-    @staticmethod
-    def _timer(row: Any) -> DueTimer:
-        return DueTimer(
-            conversation=_conv_key(row[0], row[1], row[2], row[3]),
-            due_at=float(row[4]),
-            first_pending_at=float(row[5]),
-            armed_version=int(row[6]),
-        )
-
     async def due_timers(
         self, now: float, limit: int = 100, bots: Sequence[str] | None = None
     ) -> list[DueTimer]:
@@ -1216,10 +1158,10 @@ class PostgresStore(BaseStore):
         args: list[Any] = [now, limit] + ([] if bots is None else [list(bots)])
         async with self._conn() as db:
             rows = await db.fetch(
-                _TIMER_SELECT + f"WHERE t.due_at <= $1{bots_filter} ORDER BY t.due_at LIMIT $2",
+                cols.TIMER_SELECT + f"WHERE t.due_at <= $1{bots_filter} ORDER BY t.due_at LIMIT $2",
                 *args,
             )
-        return [self._timer(r) for r in rows]
+        return [cols.timer(r) for r in rows]
 
     async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:
         """Earliest due time."""
@@ -1238,11 +1180,11 @@ class PostgresStore(BaseStore):
         """The conversation's timer."""
         async with self._conn() as db:
             row = await db.fetchrow(
-                _TIMER_SELECT
+                cols.TIMER_SELECT
                 + "WHERE c.bot = $1 AND c.platform = $2 AND c.chat_id = $3 AND c.thread_id = $4",
                 *_conv_args(conversation),
             )
-        return None if row is None else self._timer(row)
+        return None if row is None else cols.timer(row)
 
     async def rearm_timer(self, conversation: ConversationKey, due_at: float) -> None:
         """Move (or arm) the conversation's timer."""
@@ -1425,20 +1367,6 @@ class PostgresStore(BaseStore):
 
     # -- outbox -------------------------------------------------------------------------------
 
-    @staticmethod
-    def _outbox(row: Any) -> OutboxItem:
-        key = _conv_key(row[1], row[2], row[3], row[4])
-        return OutboxItem(
-            id=int(row[0]),
-            conversation=key,
-            session=SessionKey(key, int(row[5])),
-            text=row[6],
-            reply_message_id=int(row[7]),
-            created_at=float(row[8]),
-            attempts=int(row[9]),
-            reply_to_platform_message_id=row[10],
-        )
-
     async def begin_send(self, item: OutboxItem, now: float) -> bool:
         """CAS on the attempt count: of two processes, one claims the attempt."""
         async with self._tx() as db:
@@ -1455,23 +1383,23 @@ class PostgresStore(BaseStore):
         """Never-attempted rows."""
         async with self._conn() as db:
             rows = await db.fetch(
-                _OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts = 0 "
+                cols.OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts = 0 "
                 "AND o.created_at <= $1 ORDER BY o.id LIMIT $2",
                 older_than,
                 limit,
             )
-        return [self._outbox(r) for r in rows]
+        return [cols.outbox(r) for r in rows]
 
     async def uncertain_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
         """Attempted but unconfirmed rows."""
         async with self._conn() as db:
             rows = await db.fetch(
-                _OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts > 0 "
+                cols.OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts > 0 "
                 "AND o.attempted_at <= $1 ORDER BY o.id LIMIT $2",
                 older_than,
                 limit,
             )
-        return [self._outbox(r) for r in rows]
+        return [cols.outbox(r) for r in rows]
 
     async def mark_sent(self, outbox_id: int, now: float) -> None:
         """Confirm delivery."""

@@ -46,19 +46,11 @@ from bot.events import (
 )
 from bot.llm.base import Usage
 from bot.sessions import expiry_reason
+from bot.store import cols
 from bot.store.base import BaseStore
 from bot.store.migrations.sqlite import MIGRATIONS
 
 log = logging.getLogger("personabot.store")
-
-_MSG_COLS = (
-    "m.id, s.session_no, m.turn, m.role, m.author_id, m.display_name, m.text, m.created_at, "
-    "m.version, m.platform_message_id, m.pending, m.answered_by, m.is_private"
-)
-_OUTBOX_COLS = (
-    "o.id, c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, o.text, o.reply_message_id, "
-    "o.created_at, o.attempts, o.reply_to"
-)
 
 
 def sqlite_path(url: str) -> str:
@@ -70,14 +62,6 @@ def sqlite_path(url: str) -> str:
         raise StoreError("SQLite URL has no file path")
     path = path.removeprefix("/")
     return path if path == ":memory:" else str(Path(path))
-
-
-def _thread(key: ConversationKey) -> str:
-    return "" if key.thread_id is None else key.thread_id
-
-
-def _conv_key(bot: str, platform: str, chat_id: str, thread: str) -> ConversationKey:
-    return ConversationKey(platform, chat_id, thread or None, bot)
 
 
 class SQLiteStore(BaseStore):
@@ -222,7 +206,7 @@ class SQLiteStore(BaseStore):
         self, db: aiosqlite.Connection, key: ConversationKey, now: float | None = None
     ) -> int | None:
         """The conversation's row id; created when ``now`` is given."""
-        args = (key.bot, key.platform, key.chat_id, _thread(key))
+        args = (key.bot, key.platform, key.chat_id, cols.thread_value(key))
         where = "bot = ? AND platform = ? AND chat_id = ? AND thread_id = ?"
         found = await self._scalar(db, f"SELECT id FROM conversations WHERE {where}", args)
         if found is not None or now is None:
@@ -248,23 +232,10 @@ class SQLiteStore(BaseStore):
         )
         return None if sid is None else (int(sid), conv_id)
 
-    @staticmethod
-    def _session_info(key: ConversationKey, row: Any) -> SessionInfo:
-        return SessionInfo(
-            key=SessionKey(key, int(row[0])),
-            status=row[1],
-            opened_at=float(row[2]),
-            last_activity_at=float(row[3]),
-            closed_at=None if row[4] is None else float(row[4]),
-            close_reason=row[5],
-        )
-
-    _SESSION_COLS = "session_no, status, opened_at, last_activity_at, closed_at, close_reason"
-
     async def _open_row(self, db: aiosqlite.Connection, conv_id: int) -> Any:
         return await self._row(
             db,
-            f"SELECT id, {self._SESSION_COLS} FROM sessions "
+            f"SELECT id, {cols.SESSION_COLS} FROM sessions "
             "WHERE conversation_id = ? AND status = 'open'",
             (conv_id,),
         )
@@ -325,16 +296,16 @@ class SQLiteStore(BaseStore):
             assert conv_id is not None
             sid, _ = await self._ensure_open(db, conv_id, now, policy)
             row = await self._row(
-                db, f"SELECT {self._SESSION_COLS} FROM sessions WHERE id = ?", (sid,)
+                db, f"SELECT {cols.SESSION_COLS} FROM sessions WHERE id = ?", (sid,)
             )
-        return self._session_info(conversation, row)
+        return cols.session_info(conversation, row)
 
     async def current_session(self, conversation: ConversationKey) -> SessionInfo | None:
         """The open session or None."""
         async with self._read() as db:
             conv_id = await self._conv_id(db, conversation)
             row = None if conv_id is None else await self._open_row(db, conv_id)
-        return None if row is None else self._session_info(conversation, row[1:])
+        return None if row is None else cols.session_info(conversation, row[1:])
 
     async def new_session(
         self, conversation: ConversationKey, now: float, reason: str = "new"
@@ -345,9 +316,9 @@ class SQLiteStore(BaseStore):
             assert conv_id is not None
             sid = await self._rotate(db, conv_id, now, reason)
             row = await self._row(
-                db, f"SELECT {self._SESSION_COLS} FROM sessions WHERE id = ?", (sid,)
+                db, f"SELECT {cols.SESSION_COLS} FROM sessions WHERE id = ?", (sid,)
             )
-        return self._session_info(conversation, row)
+        return cols.session_info(conversation, row)
 
     async def close_session(
         self, conversation: ConversationKey, now: float, reason: str = "closed"
@@ -364,9 +335,9 @@ class SQLiteStore(BaseStore):
                 (now, reason, row[0]),
             )
             row = await self._row(
-                db, f"SELECT {self._SESSION_COLS} FROM sessions WHERE id = ?", (row[0],)
+                db, f"SELECT {cols.SESSION_COLS} FROM sessions WHERE id = ?", (row[0],)
             )
-        return self._session_info(conversation, row)
+        return cols.session_info(conversation, row)
 
     async def get_session(self, session: SessionKey) -> SessionInfo | None:
         """A session by key."""
@@ -376,10 +347,10 @@ class SQLiteStore(BaseStore):
                 None
                 if found is None
                 else await self._row(
-                    db, f"SELECT {self._SESSION_COLS} FROM sessions WHERE id = ?", (found[0],)
+                    db, f"SELECT {cols.SESSION_COLS} FROM sessions WHERE id = ?", (found[0],)
                 )
             )
-        return None if row is None else self._session_info(session.conversation, row)
+        return None if row is None else cols.session_info(session.conversation, row)
 
     async def list_sessions(self, conversation: ConversationKey) -> list[SessionInfo]:
         """All sessions, oldest first."""
@@ -390,12 +361,12 @@ class SQLiteStore(BaseStore):
                 if conv_id is None
                 else await self._rows(
                     db,
-                    f"SELECT {self._SESSION_COLS} FROM sessions WHERE conversation_id = ? "
+                    f"SELECT {cols.SESSION_COLS} FROM sessions WHERE conversation_id = ? "
                     "ORDER BY session_no",
                     (conv_id,),
                 )
             )
-        return [self._session_info(conversation, r) for r in rows]
+        return [cols.session_info(conversation, r) for r in rows]
 
     # -- session scope ------------------------------------------------------------------------
 
@@ -484,40 +455,38 @@ class SQLiteStore(BaseStore):
         queue: QueuePolicy,
         sessions: SessionPolicy | None = None,
     ) -> IngestResult:
-        """Store, bump the version, arm the timer: one transaction."""
+        """Store, bump the version, arm the timer: one transaction, few statements."""
+        key = inbound.conversation
         async with self._tx() as db:
-            conv_id = await self._conv_id(db, inbound.conversation, now)
-            assert conv_id is not None
             if inbound.platform_message_id is not None:
                 dup = await self._row(
                     db,
-                    "SELECT s.session_no FROM messages m JOIN sessions s ON s.id = m.session_id "
-                    "WHERE m.conversation_id = ? AND m.platform_message_id = ?",
-                    (conv_id, inbound.platform_message_id),
+                    "SELECT s.session_no, c.version, (SELECT due_at FROM timers t "
+                    "WHERE t.conversation_id = c.id) FROM messages m "
+                    "JOIN conversations c ON c.id = m.conversation_id "
+                    "JOIN sessions s ON s.id = m.session_id WHERE c.bot = ? AND c.platform = ? "
+                    "AND c.chat_id = ? AND c.thread_id = ? AND m.platform_message_id = ?",
+                    (*_conv_args(key), inbound.platform_message_id),
                 )
                 if dup is not None:
-                    version = await self._scalar(
-                        db, "SELECT version FROM conversations WHERE id = ?", (conv_id,)
-                    )
-                    timer = await self._scalar(
-                        db, "SELECT due_at FROM timers WHERE conversation_id = ?", (conv_id,)
-                    )
                     return IngestResult(
                         stored=False,
                         message_id=None,
-                        session=SessionKey(inbound.conversation, int(dup[0])),
-                        version=int(version),
-                        due_at=None if timer is None else float(timer),
+                        session=SessionKey(key, int(dup[0])),
+                        version=int(dup[1]),
+                        due_at=None if dup[2] is None else float(dup[2]),
                     )
-            sid, number = await self._ensure_open(db, conv_id, now, sessions)
-            version = int(
-                await self._scalar(
-                    db,
-                    "UPDATE conversations SET version = version + 1, status = 'active', "
-                    "status_reason = NULL WHERE id = ? RETURNING version",
-                    (conv_id,),
-                )
+            # Create the conversation or bump its version in one statement.
+            head = await self._row(
+                db,
+                "INSERT INTO conversations (bot, platform, chat_id, thread_id, created_at, "
+                "version) VALUES (?, ?, ?, ?, ?, 1) ON CONFLICT (bot, platform, chat_id, "
+                "thread_id) DO UPDATE SET version = version + 1, status = 'active', "
+                "status_reason = NULL RETURNING id, version",
+                (*_conv_args(key), now),
             )
+            conv_id, version = int(head[0]), int(head[1])
+            sid, number = await self._ensure_open(db, conv_id, now, sessions)
             turn = int(
                 await self._scalar(
                     db,
@@ -564,18 +533,16 @@ class SQLiteStore(BaseStore):
     async def _arm(
         self, db: aiosqlite.Connection, conv_id: int, now: float, queue: QueuePolicy, version: int
     ) -> float:
-        first = await self._scalar(
-            db, "SELECT first_pending_at FROM timers WHERE conversation_id = ?", (conv_id,)
-        )
-        first_pending_at = now if first is None else float(first)
-        due_at = queue.due_at(now, first_pending_at)
-        await db.execute(
+        """Arm or extend the timer: due = min(now + debounce, first_pending + max_wait)."""
+        due = await self._scalar(
+            db,
             "INSERT INTO timers (conversation_id, due_at, first_pending_at, armed_version) "
             "VALUES (?, ?, ?, ?) ON CONFLICT (conversation_id) DO UPDATE SET "
-            "due_at = excluded.due_at, armed_version = excluded.armed_version",
-            (conv_id, due_at, first_pending_at, version),
+            "due_at = MIN(?, timers.first_pending_at + ?), "
+            "armed_version = excluded.armed_version RETURNING due_at",
+            (conv_id, queue.due_at(now, now), now, version, now + queue.debounce, queue.max_wait),
         )
-        return due_at
+        return float(due)
 
     async def edit_message(
         self,
@@ -628,14 +595,13 @@ class SQLiteStore(BaseStore):
                 return None
             row = await self._row(
                 db,
-                f"SELECT {_MSG_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                "WHERE m.conversation_id = ? AND m.platform_message_id = ?",
+                cols.MESSAGE_SELECT + "WHERE m.conversation_id = ? AND m.platform_message_id = ?",
                 (conv_id, platform_message_id),
             )
             if row is None:
                 return None
             await db.execute("DELETE FROM messages WHERE id = ?", (row[0],))
-        return self._message(conversation, row)
+        return cols.message(conversation, row)
 
     async def set_conversation_status(
         self, conversation: ConversationKey, active: bool, reason: str | None = None
@@ -670,22 +636,6 @@ class SQLiteStore(BaseStore):
                 await self._scalar(db, "SELECT version FROM conversations WHERE id = ?", (conv_id,))
             )
 
-    def _message(self, key: ConversationKey, row: Any) -> StoredMessage:
-        return StoredMessage(
-            id=int(row[0]),
-            session=SessionKey(key, int(row[1])),
-            turn=int(row[2]),
-            role=row[3],
-            author_id=row[4],
-            display_name=row[5],
-            text=row[6],
-            created_at=float(row[7]),
-            version=int(row[8]),
-            platform_message_id=row[9],
-            answered=row[3] == "user" and row[11] is not None,
-            is_private=bool(row[12]),
-        )
-
     async def history(
         self,
         session: SessionKey,
@@ -702,14 +652,13 @@ class SQLiteStore(BaseStore):
                 return []
             rows = await self._rows(
                 db,
-                f"SELECT {_MSG_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                f"WHERE m.session_id = ? AND m.pending = 0 AND m.turn > ? "
+                cols.MESSAGE_SELECT + f"WHERE m.session_id = ? AND m.pending = 0 AND m.turn > ? "
                 f"ORDER BY m.turn {order} LIMIT ?",
                 (found[0], after_turn, limit),
             )
         if not oldest_first:
             rows.reverse()
-        return [self._message(session.conversation, r) for r in rows]
+        return [cols.message(session.conversation, r) for r in rows]
 
     async def count_history(self, session: SessionKey, *, after_turn: int = 0) -> int:
         """Count of non-pending messages after ``after_turn``."""
@@ -884,12 +833,14 @@ class SQLiteStore(BaseStore):
             rows = await self._rows(
                 db,
                 "SELECT s.id, c.bot, c.platform, c.chat_id, c.thread_id, "
-                f"{_qualified('s', self._SESSION_COLS)} FROM sessions s JOIN conversations c "
+                f"{_qualified('s', cols.SESSION_COLS)} FROM sessions s JOIN conversations c "
                 "ON c.id = s.conversation_id WHERE s.status = ? AND s.id > ? "
                 "ORDER BY s.id LIMIT ?",
                 (status, cursor, limit),
             )
-        infos = [self._session_info(_conv_key(r[1], r[2], r[3], r[4]), r[5:]) for r in rows]
+        infos = [
+            cols.session_info(cols.conversation_key(r[1], r[2], r[3], r[4]), r[5:]) for r in rows
+        ]
         return infos, (int(rows[-1][0]) if len(rows) == limit else 0)
 
     async def expired_sessions(self, closed_before: float, limit: int = 100) -> list[SessionKey]:
@@ -902,7 +853,7 @@ class SQLiteStore(BaseStore):
                 "WHERE s.status = 'closed' AND s.closed_at <= ? ORDER BY s.closed_at LIMIT ?",
                 (closed_before, limit),
             )
-        return [SessionKey(_conv_key(r[0], r[1], r[2], r[3]), int(r[4])) for r in rows]
+        return [SessionKey(cols.conversation_key(r[0], r[1], r[2], r[3]), int(r[4])) for r in rows]
 
     async def expire_session(self, session: SessionKey, now: float) -> int:
         """Delete the whole closed session's data at once."""
@@ -975,7 +926,7 @@ class SQLiteStore(BaseStore):
                 "LIMIT ?)",
                 (cutoff, limit),
             )
-        return [SessionKey(_conv_key(r[0], r[1], r[2], r[3]), int(r[4])) for r in rows]
+        return [SessionKey(cols.conversation_key(r[0], r[1], r[2], r[3]), int(r[4])) for r in rows]
 
     async def delete_old_messages(
         self, session: SessionKey, through_turn: int, cutoff: float, now: float, limit: int
@@ -1014,7 +965,7 @@ class SQLiteStore(BaseStore):
         return [
             RetentionEntry(
                 float(r[0]),
-                SessionKey(_conv_key(r[1], r[2], r[3], r[4]), int(r[5])),
+                SessionKey(cols.conversation_key(r[1], r[2], r[3], r[4]), int(r[5])),
                 int(r[6]),
                 int(r[7]),
                 int(r[8]),
@@ -1051,7 +1002,10 @@ class SQLiteStore(BaseStore):
                 "ORDER BY s.last_activity_at LIMIT ?",
                 (quiet_before, *args, limit),
             )
-        return [(SessionKey(_conv_key(r[0], r[1], r[2], r[3]), int(r[4])), int(r[5])) for r in rows]
+        return [
+            (SessionKey(cols.conversation_key(r[0], r[1], r[2], r[3]), int(r[4])), int(r[5]))
+            for r in rows
+        ]
 
     async def mark_extracted(self, session: SessionKey, turn: int) -> None:
         """Advance the extraction mark (never backwards)."""
@@ -1072,12 +1026,11 @@ class SQLiteStore(BaseStore):
                 if found is None
                 else await self._rows(
                     db,
-                    f"SELECT {_MSG_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                    "WHERE m.session_id = ? ORDER BY m.turn",
+                    cols.MESSAGE_SELECT + "WHERE m.session_id = ? ORDER BY m.turn",
                     (found[0],),
                 )
             )
-        return [self._message(session.conversation, r) for r in rows]
+        return [cols.message(session.conversation, r) for r in rows]
 
     async def pending_turn(self, conversation: ConversationKey) -> Turn | None:
         """Pending messages of the oldest session with some, plus v0, read together."""
@@ -1103,8 +1056,8 @@ class SQLiteStore(BaseStore):
                     return None
                 rows = await self._rows(
                     db,
-                    f"SELECT {_MSG_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                    "WHERE m.session_id = ? AND m.pending = 1 AND m.version <= ? ORDER BY m.turn",
+                    cols.MESSAGE_SELECT
+                    + "WHERE m.session_id = ? AND m.pending = 1 AND m.version <= ? ORDER BY m.turn",
                     (first_session, version),
                 )
                 first_pending = await self._scalar(
@@ -1112,7 +1065,7 @@ class SQLiteStore(BaseStore):
                 )
             finally:
                 await db.execute("COMMIT")
-        messages = tuple(self._message(conversation, r) for r in rows)
+        messages = tuple(cols.message(conversation, r) for r in rows)
         started = messages[0].created_at if messages else 0.0
         return Turn(
             session=messages[0].session,
@@ -1120,19 +1073,6 @@ class SQLiteStore(BaseStore):
             messages=messages,
             first_pending_at=started if first_pending is None else float(first_pending),
         )
-
-    def _timer(self, row: Any) -> DueTimer:
-        return DueTimer(
-            conversation=_conv_key(row[0], row[1], row[2], row[3]),
-            due_at=float(row[4]),
-            first_pending_at=float(row[5]),
-            armed_version=int(row[6]),
-        )
-
-    _TIMER_SELECT = (
-        "SELECT c.bot, c.platform, c.chat_id, c.thread_id, t.due_at, t.first_pending_at, "
-        "t.armed_version FROM timers t JOIN conversations c ON c.id = t.conversation_id "
-    )
 
     @staticmethod
     def _bots_filter(bots: Sequence[str] | None) -> tuple[str, list[str]]:
@@ -1148,10 +1088,10 @@ class SQLiteStore(BaseStore):
         async with self._read() as db:
             rows = await self._rows(
                 db,
-                self._TIMER_SELECT + f"WHERE t.due_at <= ?{where} ORDER BY t.due_at LIMIT ?",
+                cols.TIMER_SELECT + f"WHERE t.due_at <= ?{where} ORDER BY t.due_at LIMIT ?",
                 (now, *args, limit),
             )
-        return [self._timer(r) for r in rows]
+        return [cols.timer(r) for r in rows]
 
     async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:
         """Earliest due time."""
@@ -1173,10 +1113,10 @@ class SQLiteStore(BaseStore):
                 None
                 if conv_id is None
                 else await self._row(
-                    db, self._TIMER_SELECT + "WHERE t.conversation_id = ?", (conv_id,)
+                    db, cols.TIMER_SELECT + "WHERE t.conversation_id = ?", (conv_id,)
                 )
             )
-        return None if row is None else self._timer(row)
+        return None if row is None else cols.timer(row)
 
     async def rearm_timer(self, conversation: ConversationKey, due_at: float) -> None:
         """Move (or arm) the conversation's timer."""
@@ -1370,24 +1310,6 @@ class SQLiteStore(BaseStore):
 
     # -- outbox -------------------------------------------------------------------------------
 
-    def _outbox(self, row: Any) -> OutboxItem:
-        key = _conv_key(row[1], row[2], row[3], row[4])
-        return OutboxItem(
-            id=int(row[0]),
-            conversation=key,
-            session=SessionKey(key, int(row[5])),
-            text=row[6],
-            reply_message_id=int(row[7]),
-            created_at=float(row[8]),
-            attempts=int(row[9]),
-            reply_to_platform_message_id=row[10],
-        )
-
-    _OUTBOX_SELECT = (
-        f"SELECT {_OUTBOX_COLS} FROM outbox o JOIN conversations c ON c.id = o.conversation_id "
-        "JOIN sessions s ON s.id = o.session_id "
-    )
-
     async def begin_send(self, item: OutboxItem, now: float) -> bool:
         """CAS on the attempt count."""
         async with self._tx() as db:
@@ -1403,22 +1325,22 @@ class SQLiteStore(BaseStore):
         async with self._read() as db:
             rows = await self._rows(
                 db,
-                self._OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts = 0 "
+                cols.OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts = 0 "
                 "AND o.created_at <= ? ORDER BY o.id LIMIT ?",
                 (older_than, limit),
             )
-        return [self._outbox(r) for r in rows]
+        return [cols.outbox(r) for r in rows]
 
     async def uncertain_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
         """Attempted but unconfirmed rows."""
         async with self._read() as db:
             rows = await self._rows(
                 db,
-                self._OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts > 0 "
+                cols.OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts > 0 "
                 "AND o.attempted_at <= ? ORDER BY o.id LIMIT ?",
                 (older_than, limit),
             )
-        return [self._outbox(r) for r in rows]
+        return [cols.outbox(r) for r in rows]
 
     async def mark_sent(self, outbox_id: int, now: float) -> None:
         """Confirm delivery."""
@@ -1435,6 +1357,10 @@ class SQLiteStore(BaseStore):
                 "UPDATE outbox SET status = 'failed', finished_at = ?, failure = ? WHERE id = ?",
                 (now, reason[:500], outbox_id),
             )
+
+
+def _conv_args(key: ConversationKey) -> tuple[str, str, str, str]:
+    return (key.bot, key.platform, key.chat_id, cols.thread_value(key))
 
 
 def _same_file(a: str, b: str) -> bool:

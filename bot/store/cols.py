@@ -1,0 +1,95 @@
+"""Column lists and row -> record mapping shared by the store backends.
+
+Both backends select the same columns in the same order, so one mapping serves both; only
+the SQL dialect (placeholders, upserts, locking) differs between them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from bot.events import ConversationKey, DueTimer, OutboxItem, SessionInfo, SessionKey, StoredMessage
+
+MSG_COLS: Final = (
+    "m.id, s.session_no, m.turn, m.role, m.author_id, m.display_name, m.text, m.created_at, "
+    "m.version, m.platform_message_id, m.pending, m.answered_by, m.is_private"
+)
+OUTBOX_COLS: Final = (
+    "o.id, c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, o.text, o.reply_message_id, "
+    "o.created_at, o.attempts, o.reply_to"
+)
+MESSAGE_SELECT: Final = f"SELECT {MSG_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+SESSION_COLS: Final = "session_no, status, opened_at, last_activity_at, closed_at, close_reason"
+TIMER_SELECT: Final = (
+    "SELECT c.bot, c.platform, c.chat_id, c.thread_id, t.due_at, t.first_pending_at, "
+    "t.armed_version FROM timers t JOIN conversations c ON c.id = t.conversation_id "
+)
+OUTBOX_SELECT: Final = (
+    f"SELECT {OUTBOX_COLS} FROM outbox o JOIN conversations c ON c.id = o.conversation_id "
+    "JOIN sessions s ON s.id = o.session_id "
+)
+
+
+def thread_value(key: ConversationKey) -> str:
+    """The stored thread column: '' for no thread (NULLs are never equal in a unique key)."""
+    return "" if key.thread_id is None else key.thread_id
+
+
+def conversation_key(bot: str, platform: str, chat_id: str, thread: str) -> ConversationKey:
+    """A conversation key from its stored columns."""
+    return ConversationKey(platform, chat_id, thread or None, bot)
+
+
+def session_info(key: ConversationKey, row: Any) -> SessionInfo:
+    """A SessionInfo from the SESSION_COLS of a row."""
+    return SessionInfo(
+        key=SessionKey(key, int(row[0])),
+        status=row[1],
+        opened_at=float(row[2]),
+        last_activity_at=float(row[3]),
+        closed_at=None if row[4] is None else float(row[4]),
+        close_reason=row[5],
+    )
+
+
+def message(key: ConversationKey, row: Any) -> StoredMessage:
+    """A StoredMessage from the MSG_COLS of a row."""
+    return StoredMessage(
+        id=int(row[0]),
+        session=SessionKey(key, int(row[1])),
+        turn=int(row[2]),
+        role=row[3],
+        author_id=row[4],
+        display_name=row[5],
+        text=row[6],
+        created_at=float(row[7]),
+        version=int(row[8]),
+        platform_message_id=row[9],
+        answered=row[3] == "user" and row[11] is not None,
+        is_private=bool(row[12]),
+    )
+
+
+def timer(row: Any) -> DueTimer:
+    """A DueTimer from the columns of TIMER_SELECT."""
+    return DueTimer(
+        conversation=conversation_key(row[0], row[1], row[2], row[3]),
+        due_at=float(row[4]),
+        first_pending_at=float(row[5]),
+        armed_version=int(row[6]),
+    )
+
+
+def outbox(row: Any) -> OutboxItem:
+    """An OutboxItem from the OUTBOX_COLS of a row."""
+    key = conversation_key(row[1], row[2], row[3], row[4])
+    return OutboxItem(
+        id=int(row[0]),
+        conversation=key,
+        session=SessionKey(key, int(row[5])),
+        text=row[6],
+        reply_message_id=int(row[7]),
+        created_at=float(row[8]),
+        attempts=int(row[9]),
+        reply_to_platform_message_id=row[10],
+    )
