@@ -62,25 +62,26 @@ class ConsoleAdapter(BaseAdapter):
             text = line.strip()
             if text.lower() in QUIT_COMMANDS:
                 break
-            if text:
-                self._counter += 1
-                await handler(
-                    Inbound(
-                        conversation=self.conversation,
-                        author_id=self._user_id,
-                        display_name=self._display_name,
-                        text=text,
-                        platform_message_id=None,
-                        is_private=True,
-                    )
+            if not text:
+                self._prompt()
+                continue
+            # The prompt comes back with the reply (send), not before it.
+            self._counter += 1
+            await handler(
+                Inbound(
+                    conversation=self.conversation,
+                    author_id=self._user_id,
+                    display_name=self._display_name,
+                    text=text,
+                    platform_message_id=None,
+                    is_private=True,
                 )
-            self._prompt()
+            )
 
     async def send(self, reply: Reply) -> None:
         """Print the reply under the persona's name."""
         self.replies_sent += 1
-        prefix = "\n" if self._interactive else ""
-        self.write(f"{prefix}{self._persona_name}: {reply.text}")
+        self.write(f"{self._persona_name}: {reply.text}")
         self._prompt()
 
     @contextlib.asynccontextmanager

@@ -125,7 +125,10 @@ class Commands:
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         record = await self._memory.user_memory(user)
         if not record.items:
-            return "I don't keep any long-term memory about you."
+            return (
+                "I don't keep any long-term memory about you yet. I learn what matters when a "
+                "conversation goes quiet for a while or ends (/new)."
+            )
         return "What I remember about you:\n" + record.render(inbound.display_name)
 
     async def _forget(self, inbound: Inbound, command: Command) -> str:
