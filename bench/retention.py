@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--days", type=_positive_float, default=30.0, help="retention days")
     p.add_argument("--audit-days", type=_positive_float, default=7.0)
     p.add_argument("--batch-size", type=_positive_int, default=500)
-    p.add_argument("--turns", type=_positive_int, default=200, help="latency phase turns")
+    p.add_argument("--turns", type=_positive_int, help="latency phase turns (200; quick 100)")
     p.add_argument("--rate", type=_positive_float, default=20.0, help="turns a second")
     p.add_argument("--latency", type=float, default=0.05, help="reply model seconds")
     p.add_argument("--debounce", type=float, default=0.1)
@@ -191,7 +191,7 @@ def params_from(args: argparse.Namespace) -> Params:
         days=args.days,
         audit_days=args.audit_days,
         batch_size=args.batch_size,
-        turns=args.turns,
+        turns=args.turns or (100 if args.quick else 200),
         rate=args.rate,
         latency=args.latency,
         debounce=args.debounce,
@@ -914,7 +914,7 @@ class LockProbe:
         self._period = period
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lock probe", daemon=True)
-        self.waits_ms: list[float] = []
+        self.waits: list[tuple[float, float]] = []  # (perf_counter at start, wait ms)
         self.busy_errors = 0
 
     def _loop(self) -> None:
@@ -928,7 +928,7 @@ class LockProbe:
                 except sqlite3.OperationalError:
                     self.busy_errors += 1
                     continue
-                self.waits_ms.append((time.perf_counter() - started) * 1000.0)
+                self.waits.append((started, (time.perf_counter() - started) * 1000.0))
         finally:
             con.close()
 
@@ -940,9 +940,10 @@ class LockProbe:
         self._stop.set()
         self._thread.join()
 
-    def summary(self) -> dict[str, float]:
-        """Lock waits in milliseconds."""
-        return {**ms_summary(self.waits_ms), "busy_errors": float(self.busy_errors)}
+    def summary(self, start: float, end: float) -> dict[str, float]:
+        """Lock waits (milliseconds) of the attempts started between ``start`` and ``end``."""
+        waits = [ms for at, ms in self.waits if start <= at < end]
+        return {**ms_summary(waits), "busy_errors": float(self.busy_errors)}
 
 
 @dataclass(slots=True)
@@ -1053,7 +1054,7 @@ def latency_figures(
         turn_errors=dict(live.turns.errors),
         gap_notices=sum(v for k, v in live.turns.pipeline.counters.items() if k.startswith("gap")),
         drive_seconds=drive.ended - drive.started,
-        lock_wait_ms=probe.summary(),
+        lock_wait_ms=probe.summary(drive.started, min(until, drive.ended)),
         retention=retention,
     )
 

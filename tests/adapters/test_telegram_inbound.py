@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from aiogram.types import Message
 
-from adapters.telegram import BotIdentity, InboundRules, to_inbound
+from adapters.telegram_inbound import BotIdentity, InboundRules, to_inbound
 from bot.events import ConversationKey, Inbound
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
 
