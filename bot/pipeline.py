@@ -244,13 +244,15 @@ class Pipeline:
             return "discarded"
         assert finished.outbox is not None
         log.info(
-            "turn %s: %d message(s), in=%d out=%d cache_write=%d cache_read=%d",
+            "turn %s: %d message(s), in=%d out=%d cache_write=%d cache_read=%d, "
+            "%.2fs after the first message",
             turn.session,
             len(turn.messages),
             usage.input_tokens,
             usage.output_tokens,
             usage.cache_creation_input_tokens,
             usage.cache_read_input_tokens,
+            self._clock.now() - turn.first_pending_at,
         )
         self._memory.schedule_compaction(turn.session)
         await self.delivery.deliver(finished.outbox)

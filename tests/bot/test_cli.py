@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import json
 import os
 import signal
 import sqlite3
@@ -190,3 +191,15 @@ async def test_config_check_never_shows_the_database_password(tmp_path: Path) ->
     assert code == 0
     assert "postgresql://bot:***@db/pb" in out
     assert "hunter2secret" not in out + err
+
+
+async def test_json_logs_for_collectors(tmp_path: Path) -> None:
+    env = _env(PERSONABOT_LOGGING__LEVEL="DEBUG", PERSONABOT_QUEUE__DEBOUNCE_SECONDS="0.1")
+    code, _, err = await _run(["--log-format", "json", "chat"], tmp_path, "hello\n", env=env)
+    assert code == 0
+    lines = [json.loads(line) for line in err.splitlines() if line.strip()]
+    assert lines and all({"time", "level", "logger", "message"} <= set(x) for x in lines)
+    turn = [
+        x for x in lines if x["logger"] == "personabot.pipeline" and "message(s)" in x["message"]
+    ]
+    assert turn and "in=" in turn[0]["message"]

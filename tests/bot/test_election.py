@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sqlite3
 import sys
 import time
 from pathlib import Path
+
+import asyncpg
+import pytest
 
 from bot.clock import ManualClock
 from bot.election import Exclusive
@@ -57,12 +61,21 @@ async def test_exclusive_job_runs_in_one_elector_and_moves_when_it_dies(
         await task_b
 
 
-def _config(tmp_path: Path, api: FakeTelegramAPI) -> Path:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The shared database of the processes: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shared.sqlite3'}"
+    dsn: str = request.getfixturevalue("pg_dsn")
+    return dsn
+
+
+def _config(tmp_path: Path, api: FakeTelegramAPI, url: str) -> Path:
     path = tmp_path / "personabot.toml"
     path.write_text(
         f"""
 [storage]
-url = "sqlite:///{tmp_path / "shared.sqlite3"}"
+url = {json.dumps(url)}
 [llm]
 provider = "offline"
 [queue]
@@ -80,24 +93,45 @@ api_server = "{api.base_url}"
     return path
 
 
-def _holder_pid(tmp_path: Path) -> int | None:
-    with (
-        contextlib.closing(sqlite3.connect(tmp_path / "shared.sqlite3")) as db,
-        contextlib.suppress(sqlite3.OperationalError),
-    ):
-        row = db.execute(
-            "SELECT holder FROM leases WHERE name = 'receiver:telegram-companion' "
-            "AND expires_at > ?",
-            (time.time(),),
-        ).fetchone()
-        return None if row is None else int(row[0].split(":")[1])
-    return None
+HOLDER_SQL = (
+    "SELECT holder FROM leases WHERE name = 'receiver:telegram-companion' AND expires_at > "
+)
 
 
-async def test_killing_the_poller_hands_polling_to_another_process(tmp_path: Path) -> None:
+async def _holder_pid(url: str) -> int | None:
+    """The pid of the process holding the receiver lease now (None: nobody)."""
+    if url.startswith("sqlite"):
+        with (
+            contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db,
+            contextlib.suppress(sqlite3.OperationalError),
+        ):
+            row = db.execute(HOLDER_SQL + "?", (time.time(),)).fetchone()
+            return None if row is None else int(row[0].split(":")[1])
+        return None
+    conn = await asyncpg.connect(url)
+    try:
+        with contextlib.suppress(asyncpg.UndefinedTableError):
+            value = await conn.fetchval(HOLDER_SQL + "$1", time.time())
+            return None if value is None else int(value.split(":")[1])
+        return None
+    finally:
+        await conn.close()
+
+
+async def _wait_holder(url: str, within: float) -> int:
+    deadline = time.monotonic() + within
+    while (pid := await _holder_pid(url)) is None:
+        assert time.monotonic() < deadline, "no process was elected"
+        await asyncio.sleep(0.05)
+    return pid
+
+
+async def test_killing_the_poller_hands_polling_to_another_process(
+    tmp_path: Path, db_url: str
+) -> None:
     async with FakeTelegramAPI() as api:
         api.add_bot(TOKEN, "elect_bot")
-        config = _config(tmp_path, api)
+        config = _config(tmp_path, api, db_url)
         env = {
             k: v
             for k, v in os.environ.items()
@@ -120,12 +154,12 @@ async def test_killing_the_poller_hands_polling_to_another_process(tmp_path: Pat
             for _ in range(2)
         ]
         try:
-            await api.wait_for(lambda: _holder_pid(tmp_path), within=40, what="an election")
+            await _wait_holder(db_url, within=40)
             await api.wait_for(lambda: api.polls_started(TOKEN), within=20, what="polling")
             chat = TgChat.private(USER)
             api.push_message(TOKEN, chat, USER, "before")
             await api.wait_for(lambda: api.sent_messages(TOKEN), what="a reply")
-            leader = _holder_pid(tmp_path)
+            leader = await _holder_pid(db_url)
             victim = next(p for p in procs if p.pid == leader)
             # While both processes live, only one ever polls (Telegram would answer 409).
             assert [c for c in api.calls_of("getUpdates") if not c.ok] == []
@@ -138,7 +172,7 @@ async def test_killing_the_poller_hands_polling_to_another_process(tmp_path: Pat
             took = time.monotonic() - killed_at
             assert took <= 2 + 1.0, took  # within lease_seconds (+ process scheduling)
             survivor = next(p for p in procs if p is not victim)
-            assert _holder_pid(tmp_path) == survivor.pid
+            assert await _holder_pid(db_url) == survivor.pid
             for text in ("one", "two", "three"):
                 api.push_message(TOKEN, chat, USER, text)
             await api.wait_for(lambda: len(api.sent_messages(TOKEN)) == 2, what="the burst")

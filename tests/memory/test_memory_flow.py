@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -173,3 +174,16 @@ async def test_forget_can_also_delete_the_askers_old_messages(
         assert old == []
         current = [m.text for m in await store.messages(SessionKey(DM, 2)) if m.role == "user"]
         assert current == ["a new message"]  # the open session is left alone
+
+
+async def test_export_sends_the_askers_data_only(store: BaseStore, clock: ManualClock) -> None:
+    async with harness(store, clock, GatedLLM(), memory_llm=OfflineLLM()) as h:
+        await turn(h, GROUP, "my name is Ada", author="11")
+        await turn(h, GROUP, "my name is Bo", author="22", name="Bo")
+        await store.close_session(GROUP, clock.now(), "test")
+        await h.memory.extract_due()
+        await h.say(GROUP, "/export", author="11", name="Ada")
+        data = json.loads(h.outlet.texts(GROUP)[-1])
+    assert data["user"] == {"platform": "telegram", "id": "11"}
+    assert [i["value"] for i in data["memory"]["items"]] == ["Ada"]
+    assert [m["text"] for m in data["messages_in_this_chat"]] == ["my name is Ada"]
