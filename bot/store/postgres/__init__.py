@@ -1,0 +1,53 @@
+"""PostgreSQL store (asyncpg): the store for several processes or machines on one database.
+
+Semantics mirror the SQLite store (the reference) statement for statement; what differs is how
+atomicity is reached when several processes write at once:
+
+- Every write is one transaction (READ COMMITTED). Every transaction that changes a
+  conversation's queue state (messages, version, timer, sessions) first takes the
+  conversation's row lock (``SELECT ... FOR UPDATE``, the row created if needed). Those
+  transactions therefore run one after another per conversation, as SQLite's
+  ``BEGIN IMMEDIATE`` runs all of them one after another, and every statement after the lock
+  sees what the previous holder committed. Conversations never wait for each other.
+- A duplicate delivery is found under that lock; the partial unique index on
+  ``(conversation_id, platform_message_id)`` stands behind it.
+- The lease CAS is one statement (``INSERT ... ON CONFLICT DO UPDATE ... WHERE
+  leases.expires_at <= now RETURNING token``): PostgreSQL locks the conflicting row and
+  evaluates the WHERE on its latest version, so of two racing workers exactly one wins.
+- The final check (``finish_turn``) locks the conversation and then the lease row
+  (``FOR UPDATE``), so a worker cannot take over an expired lease, read the pending messages
+  and answer them again while the previous holder is committing its reply: the takeover waits
+  for that commit and then finds nothing pending.
+- ``pending_turn`` reads v0 and the messages in one REPEATABLE READ snapshot.
+- Due timers are found by an index on ``due_at``; workers of several processes may see the
+  same due timer, and the lease CAS decides which one runs the turn (no ``SKIP LOCKED``
+  needed: a loser backs off after one cheap statement).
+- Migrations run in one transaction under a transaction-level advisory lock, so processes
+  starting together migrate once.
+
+Clocks: the contract passes ``now`` from the caller's injected clock, and this store uses it
+everywhere, exactly like SQLite, so the contract suite runs on a manual clock. With several
+machines their clocks must then be NTP-synced: skew never causes a duplicate reply (fencing
+tokens and the version check are decided in the database) but a fast clock takes an expired
+lease early and skews debounce timings. With ``use_db_clock=True`` (what ``personabot run``
+uses through ``bot.app.build_store``) lease expiry (acquire and renew) is decided by the
+database server's clock instead, ignoring ``now``; debounce timers keep the callers' clocks.
+
+Secrets: the password comes from the URL or ``PGPASSWORD`` (libpq rules, applied by asyncpg);
+it never appears in an error message or a log line of this module.
+"""
+
+from __future__ import annotations
+
+from bot.store.postgres._core import is_postgres_url, redact_url
+from bot.store.postgres._messages import MessagesPart
+from bot.store.postgres._queue import QueuePart
+from bot.store.postgres._retention import RetentionPart
+from bot.store.postgres._sessions import SessionsPart
+
+
+class PostgresStore(SessionsPart, MessagesPart, QueuePart, RetentionPart):
+    """The BaseStore contract on PostgreSQL; each part holds one concern."""
+
+
+__all__ = ["PostgresStore", "is_postgres_url", "redact_url"]

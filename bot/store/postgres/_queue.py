@@ -1,0 +1,399 @@
+"""PostgreSQL: timers, leases, the final check, the outbox, limits and usage."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from bot.events import (
+    ConversationKey,
+    DueTimer,
+    FinishResult,
+    Lease,
+    OutboxItem,
+    QueuePolicy,
+    Reservation,
+    Turn,
+    UsageStats,
+    UserKey,
+)
+from bot.llm.base import Usage
+from bot.store import cols
+from bot.store.postgres._core import (
+    PostgresCore,
+    _conv_args,
+    _rowcount,
+)
+
+if TYPE_CHECKING:
+    from bot.store.postgres._core import Conn
+
+
+class QueuePart(PostgresCore):
+    """Timers, leases, the final check, the outbox, limits and usage (SPEC section 4)."""
+
+    # -- limits and usage -----------------------------------------------------------------------
+
+    async def reserve_turn(
+        self,
+        user: UserKey,
+        bot: str,
+        now: float,
+        *,
+        per_hour: int = 0,
+        per_day: int = 0,
+    ) -> Reservation:
+        """Count and record under a per-user advisory lock: two processes cannot both pass."""
+        async with self._tx() as db:
+            # Serializes reservations of this user (released at commit); others never wait.
+            await db.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                f"turn_usage:{user.platform}:{user.user_id}",
+            )
+            for limit, window in ((per_hour, 3600.0), (per_day, 86400.0)):
+                if not limit:
+                    continue
+                rows = await db.fetch(
+                    "SELECT at FROM turn_usage WHERE platform = $1 AND user_id = $2 AND at > $3 "
+                    "ORDER BY at DESC LIMIT $4",
+                    user.platform,
+                    user.user_id,
+                    now - window,
+                    limit,
+                )
+                if len(rows) >= limit:
+                    # The oldest of the last `limit` turns leaves the window first.
+                    return Reservation(None, until=float(rows[-1][0]) + window)
+            reserved = await db.fetchval(
+                "INSERT INTO turn_usage (bot, platform, user_id, at) VALUES ($1, $2, $3, $4) "
+                "RETURNING id",
+                bot,
+                user.platform,
+                user.user_id,
+                now,
+            )
+        return Reservation(int(reserved))
+
+    async def release_turn(self, reservation_id: int) -> None:
+        """Drop a reservation."""
+        async with self._tx() as db:
+            await db.execute("DELETE FROM turn_usage WHERE id = $1", reservation_id)
+
+    async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
+        """Sum the usage stored with replies."""
+        where = " AND m.role = 'assistant' AND m.created_at >= $1" + (
+            " AND c.bot = $2" if bot is not None else ""
+        )
+        args: tuple[object, ...] = (since, bot) if bot is not None else (since,)
+        async with self._conn() as db:
+            total = await db.fetchrow(
+                "SELECT COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
+                "COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
+                "COUNT(DISTINCT m.conversation_id) FROM messages m JOIN conversations c "
+                f"ON c.id = m.conversation_id WHERE TRUE{where}",
+                *args,
+            )
+            models = await db.fetch(
+                "SELECT COALESCE(model, ''), COALESCE(SUM(input_tokens), 0), "
+                "COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cache_write_tokens), 0), "
+                "COALESCE(SUM(cache_read_tokens), 0) FROM messages m JOIN conversations c "
+                f"ON c.id = m.conversation_id WHERE TRUE{where} GROUP BY model",
+                *args,
+            )
+        assert total is not None
+        turns, inp, out, write, read, conversations = (int(v) for v in total)
+        return UsageStats(
+            turns,
+            inp,
+            out,
+            write,
+            read,
+            conversations,
+            by_model=tuple((str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in models),
+        )
+
+    async def skip_turn(self, turn: Turn, lease: Lease, now: float, queue: QueuePolicy) -> bool:
+        """Handle the turn without a reply, under the same locks and fencing as finish_turn."""
+        async with self._tx() as db:
+            conv_id = await self._lock_conv(db, turn.session.conversation)
+            token = await db.fetchval(
+                "SELECT token FROM leases WHERE name = $1 FOR UPDATE", lease.name
+            )
+            if token != lease.token or conv_id is None:
+                return False
+            await db.execute(
+                "UPDATE messages SET pending = FALSE WHERE id = ANY($1::bigint[])",
+                [m.id for m in turn.messages],
+            )
+            await self._settle_timer(db, conv_id, turn.version, queue)
+            return True
+
+    async def due_timers(
+        self, now: float, limit: int = 100, bots: Sequence[str] | None = None
+    ) -> list[DueTimer]:
+        """Due timers, earliest first (the lease CAS decides who runs each)."""
+        bots_filter = "" if bots is None else " AND c.bot = ANY($3::text[])"
+        args: list[Any] = [now, limit] + ([] if bots is None else [list(bots)])
+        async with self._conn() as db:
+            rows = await db.fetch(
+                cols.TIMER_SELECT + f"WHERE t.due_at <= $1{bots_filter} ORDER BY t.due_at LIMIT $2",
+                *args,
+            )
+        return [cols.timer(r) for r in rows]
+
+    async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:
+        """Earliest due time."""
+        async with self._conn() as db:
+            if bots is None:
+                value = await db.fetchval("SELECT MIN(due_at) FROM timers")
+            else:
+                value = await db.fetchval(
+                    "SELECT MIN(t.due_at) FROM timers t JOIN conversations c "
+                    "ON c.id = t.conversation_id WHERE c.bot = ANY($1::text[])",
+                    list(bots),
+                )
+        return None if value is None else float(value)
+
+    async def timer(self, conversation: ConversationKey) -> DueTimer | None:
+        """The conversation's timer."""
+        async with self._conn() as db:
+            row = await db.fetchrow(
+                cols.TIMER_SELECT
+                + "WHERE c.bot = $1 AND c.platform = $2 AND c.chat_id = $3 AND c.thread_id = $4",
+                *_conv_args(conversation),
+            )
+        return None if row is None else cols.timer(row)
+
+    async def rearm_timer(self, conversation: ConversationKey, due_at: float) -> None:
+        """Move (or arm) the conversation's timer."""
+        async with self._tx() as db:
+            conv_id = await self._lock_conv(db, conversation)
+            if conv_id is None:
+                return
+            await db.execute(
+                "INSERT INTO timers (conversation_id, due_at, first_pending_at, armed_version) "
+                "SELECT id, $2::float8, $2::float8, version FROM conversations WHERE id = $1 "
+                "ON CONFLICT (conversation_id) DO UPDATE SET due_at = EXCLUDED.due_at",
+                conv_id,
+                due_at,
+            )
+
+    async def clear_timer(
+        self, conversation: ConversationKey, armed_version: int, *, only_if_idle: bool = True
+    ) -> bool:
+        """Remove the timer unless newer input re-armed it (or, by default, input is pending)."""
+        idle = " AND NOT EXISTS (SELECT 1 FROM messages WHERE conversation_id = $1 AND pending)"
+        async with self._tx() as db:
+            # The lock orders this after any ingest in flight: that ingest's message and timer
+            # are then visible to the checks below.
+            conv_id = await self._lock_conv(db, conversation)
+            if conv_id is None:
+                return False
+            status = await db.execute(
+                "DELETE FROM timers WHERE conversation_id = $1 AND armed_version <= $2"
+                + (idle if only_if_idle else ""),
+                conv_id,
+                armed_version,
+            )
+        return _rowcount(status) > 0
+
+    # -- leases -------------------------------------------------------------------------------
+
+    async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
+        """CAS in one statement: succeeds only if free or expired; the token always grows."""
+        args: list[Any] = [name, holder, ttl] + ([] if self.use_db_clock else [now])
+        async with self._tx() as db:
+            row = await db.fetchrow(self._acquire_sql, *args)
+        if row is None:
+            return None
+        return Lease(name=name, holder=holder, token=int(row[0]), expires_at=float(row[1]))
+
+    async def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease | None:
+        """Extend a lease still held under the same token."""
+        args: list[Any] = [lease.name, lease.token, lease.holder, ttl]
+        async with self._tx() as db:
+            expires = await db.fetchval(
+                self._renew_sql, *args, *([] if self.use_db_clock else [now])
+            )
+        if expires is None:
+            return None
+        return Lease(lease.name, lease.holder, lease.token, float(expires))
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Free the lease if still ours."""
+        async with self._tx() as db:
+            await db.execute(
+                "UPDATE leases SET expires_at = 0 WHERE name = $1 AND token = $2 AND holder = $3",
+                lease.name,
+                lease.token,
+                lease.holder,
+            )
+
+    # -- final check --------------------------------------------------------------------------
+
+    async def finish_turn(
+        self,
+        turn: Turn,
+        lease: Lease,
+        reply: str,
+        now: float,
+        queue: QueuePolicy,
+        usage: Usage | None = None,
+        model: str | None = None,
+    ) -> FinishResult:
+        """Fencing check, version check, then record reply + outbox atomically."""
+        key = turn.session.conversation
+        async with self._tx() as db:
+            conv_id = await self._lock_conv(db, key)
+            # The lease row stays locked until commit: a takeover of an expired lease waits
+            # for this transaction and then sees the messages answered.
+            token = await db.fetchval(
+                "SELECT token FROM leases WHERE name = $1 FOR UPDATE", lease.name
+            )
+            found = await self._session_row(db, turn.session)
+            if token != lease.token or conv_id is None or found is None:
+                return FinishResult("fenced")
+            sid = found[0]
+            row = await db.fetchrow(
+                "SELECT c.version, (SELECT COUNT(*) FROM messages WHERE session_id = $2 "
+                "AND pending AND version > $3) FROM conversations c WHERE c.id = $1",
+                conv_id,
+                sid,
+                turn.version,
+            )
+            assert row is not None
+            version, newer = int(row[0]), int(row[1])
+            cap_passed = now >= turn.first_pending_at + queue.max_wait
+            if newer and not cap_passed:
+                # Newer input joined this session while we generated: the timer it armed
+                # stays; the next attempt will cover everything.
+                return FinishResult("discarded", current_version=version)
+            reply_to = turn.messages[-1].platform_message_id if turn.messages else None
+            u = usage or Usage()
+            recorded = await db.fetchrow(
+                "WITH t AS (UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = $3 "
+                "WHERE id = $2 RETURNING next_turn - 1 AS turn), "
+                "r AS (INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
+                "display_name, text, version, pending, created_at, input_tokens, output_tokens, "
+                "cache_write_tokens, cache_read_tokens, model) "
+                "SELECT $1, $2, t.turn, 'assistant', 'assistant', '', $4::text, $5::bigint, "
+                "FALSE, $3, $8::integer, $9::integer, $10::integer, $11::integer, $12::text FROM t "
+                "RETURNING id), "
+                "a AS (UPDATE messages SET pending = FALSE, answered_by = (SELECT id FROM r) "
+                "WHERE id = ANY($6::bigint[])) "
+                "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
+                "reply_to, created_at) SELECT $1, $2, r.id, $4, $7::text, $3 FROM r "
+                "RETURNING id, reply_message_id",
+                conv_id,
+                sid,
+                now,
+                reply,
+                turn.version,
+                [m.id for m in turn.messages],
+                reply_to,
+                u.input_tokens,
+                u.output_tokens,
+                u.cache_creation_input_tokens,
+                u.cache_read_input_tokens,
+                model,
+            )
+            assert recorded is not None
+            outbox_id, reply_id = int(recorded[0]), int(recorded[1])
+            await self._settle_timer(db, conv_id, turn.version, queue)
+        item = OutboxItem(
+            id=outbox_id,
+            conversation=key,
+            session=turn.session,
+            text=reply,
+            reply_message_id=reply_id,
+            created_at=now,
+            reply_to_platform_message_id=reply_to,
+        )
+        return FinishResult("recorded", outbox=item, current_version=version)
+
+    @staticmethod
+    async def _settle_timer(db: Conn, conv_id: int, v0: int, queue: QueuePolicy) -> None:
+        """After a recorded turn, the timer reflects what is still pending.
+
+        Nothing pending: drop the timer unless input newer than v0 armed it. Something
+        pending (newer input, or messages of a newer session): the timer restarts from those
+        messages' own times, so a new burst gets its own debounce and its own hard cap.
+        """
+        remaining = await db.fetchrow(
+            "SELECT MIN(created_at), MAX(created_at), MAX(version) FROM messages "
+            "WHERE conversation_id = $1 AND pending",
+            conv_id,
+        )
+        if remaining is None or remaining[0] is None:
+            await db.execute(
+                "DELETE FROM timers WHERE conversation_id = $1 AND armed_version <= $2",
+                conv_id,
+                v0,
+            )
+            return
+        first, last = float(remaining[0]), float(remaining[1])
+        await db.execute(
+            "INSERT INTO timers (conversation_id, due_at, first_pending_at, armed_version) "
+            "VALUES ($1, $2, $3, $4) ON CONFLICT (conversation_id) DO UPDATE SET "
+            "due_at = EXCLUDED.due_at, first_pending_at = EXCLUDED.first_pending_at, "
+            "armed_version = GREATEST(timers.armed_version, EXCLUDED.armed_version)",
+            conv_id,
+            queue.due_at(last, first),
+            first,
+            int(remaining[2]),
+        )
+
+    # -- outbox -------------------------------------------------------------------------------
+
+    async def begin_send(self, item: OutboxItem, now: float) -> bool:
+        """CAS on the attempt count: of two processes, one claims the attempt."""
+        async with self._tx() as db:
+            status = await db.execute(
+                "UPDATE outbox SET attempts = attempts + 1, attempted_at = $1 "
+                "WHERE id = $2 AND status = 'pending' AND attempts = $3",
+                now,
+                item.id,
+                item.attempts,
+            )
+        return _rowcount(status) == 1
+
+    async def unsent_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
+        """Never-attempted rows."""
+        async with self._conn() as db:
+            rows = await db.fetch(
+                cols.OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts = 0 "
+                "AND o.created_at <= $1 ORDER BY o.id LIMIT $2",
+                older_than,
+                limit,
+            )
+        return [cols.outbox(r) for r in rows]
+
+    async def uncertain_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
+        """Attempted but unconfirmed rows."""
+        async with self._conn() as db:
+            rows = await db.fetch(
+                cols.OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts > 0 "
+                "AND o.attempted_at <= $1 ORDER BY o.id LIMIT $2",
+                older_than,
+                limit,
+            )
+        return [cols.outbox(r) for r in rows]
+
+    async def mark_sent(self, outbox_id: int, now: float) -> None:
+        """Confirm delivery."""
+        async with self._tx() as db:
+            await db.execute(
+                "UPDATE outbox SET status = 'sent', finished_at = $1 WHERE id = $2",
+                now,
+                outbox_id,
+            )
+
+    async def mark_failed(self, outbox_id: int, now: float, reason: str) -> None:
+        """Give up on a row."""
+        async with self._tx() as db:
+            await db.execute(
+                "UPDATE outbox SET status = 'failed', finished_at = $1, failure = $2 WHERE id = $3",
+                now,
+                reason[:500],
+                outbox_id,
+            )

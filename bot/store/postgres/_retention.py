@@ -1,0 +1,215 @@
+"""PostgreSQL: retention (expiry as units, per-message age, audit trail)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bot.events import (
+    OldMessages,
+    RetentionEntry,
+    SessionInfo,
+    SessionKey,
+    UserKey,
+)
+from bot.store import cols
+from bot.store.postgres._core import (
+    PostgresCore,
+    _rowcount,
+)
+
+if TYPE_CHECKING:
+    from bot.store.postgres._core import Conn
+
+
+class RetentionPart(PostgresCore):
+    """Retention: expiry as units, per-message age, the audit trail (SPEC section 6)."""
+
+    # -- retention ----------------------------------------------------------------------------
+
+    async def session_bounds(self, session: SessionKey) -> tuple[int, int] | None:
+        """First and last stored turn."""
+        async with self._conn() as db:
+            found = await self._session_row(db, session)
+            row = (
+                None
+                if found is None
+                else await db.fetchrow(
+                    "SELECT MIN(turn), MAX(turn) FROM messages WHERE session_id = $1", found[0]
+                )
+            )
+        if row is None or row[0] is None:
+            return None
+        return int(row[0]), int(row[1])
+
+    async def sessions_page(
+        self, status: str, cursor: int = 0, limit: int = 500
+    ) -> tuple[list[SessionInfo], int]:
+        """A page of sessions by row id."""
+        async with self._conn() as db:
+            rows = await db.fetch(
+                "SELECT s.id, c.bot, c.platform, c.chat_id, c.thread_id, "
+                f"{cols.SESSION_COLS} FROM sessions s JOIN conversations c "
+                "ON c.id = s.conversation_id WHERE s.status = $1 AND s.id > $2 "
+                "ORDER BY s.id LIMIT $3",
+                status,
+                cursor,
+                limit,
+            )
+        infos = [
+            cols.session_info(cols.conversation_key(r[1], r[2], r[3], r[4]), r[5:]) for r in rows
+        ]
+        return infos, (int(rows[-1][0]) if len(rows) == limit else 0)
+
+    async def expired_sessions(self, closed_before: float, limit: int = 100) -> list[SessionKey]:
+        """Closed sessions past their retention."""
+        async with self._conn() as db:
+            rows = await db.fetch(
+                "SELECT c.bot, c.platform, c.chat_id, c.thread_id, s.session_no FROM sessions s "
+                "JOIN conversations c ON c.id = s.conversation_id "
+                "WHERE s.status = 'closed' AND s.closed_at <= $1 ORDER BY s.closed_at LIMIT $2",
+                closed_before,
+                limit,
+            )
+        return [SessionKey(cols.conversation_key(r[0], r[1], r[2], r[3]), int(r[4])) for r in rows]
+
+    async def expire_session(self, session: SessionKey, now: float) -> int:
+        """Delete the whole closed session's data at once."""
+        async with self._tx() as db:
+            found = await self._session_row(db, session)
+            if found is None:
+                return 0
+            sid, conv_id = found
+            # The row lock keeps a concurrent expiry (another process) from logging twice.
+            status = await db.fetchval("SELECT status FROM sessions WHERE id = $1 FOR UPDATE", sid)
+            if status != "closed":
+                return 0  # reopened sessions do not exist; an open one never expires
+            bounds = await db.fetchrow(
+                "SELECT MIN(turn), MAX(turn), COUNT(*) FROM messages WHERE session_id = $1", sid
+            )
+            assert bounds is not None
+            for table in ("messages", "session_state", "summaries", "outbox"):
+                await db.execute(f"DELETE FROM {table} WHERE session_id = $1", sid)
+            await db.execute("UPDATE sessions SET status = 'expired' WHERE id = $1", sid)
+            count = int(bounds[2])
+            if count:
+                await self._log_deletion(
+                    db, now, conv_id, session, bounds[0], bounds[1], count, "session expired"
+                )
+            return count
+
+    @staticmethod
+    async def _log_deletion(
+        db: Conn,
+        now: float,
+        conv_id: int,
+        session: SessionKey,
+        first: int,
+        last: int,
+        count: int,
+        reason: str,
+    ) -> None:
+        await db.execute(
+            "INSERT INTO retention_log (at, conversation_id, session_no, first_turn, last_turn, "
+            "messages, reason) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            now,
+            conv_id,
+            session.session_id,
+            int(first),
+            int(last),
+            count,
+            reason,
+        )
+
+    async def old_messages(self, session: SessionKey, cutoff: float) -> OldMessages | None:
+        """Old answered/context messages of a session."""
+        async with self._conn() as db:
+            found = await self._session_row(db, session)
+            row = (
+                None
+                if found is None
+                else await db.fetchrow(
+                    "SELECT MIN(turn), MAX(turn), COUNT(*), MIN(created_at) FROM messages "
+                    "WHERE session_id = $1 AND NOT pending AND created_at <= $2",
+                    found[0],
+                    cutoff,
+                )
+            )
+        if row is None or not row[2]:
+            return None
+        return OldMessages(session, int(row[0]), int(row[1]), int(row[2]), float(row[3]))
+
+    async def sessions_with_old_messages(self, cutoff: float, limit: int = 100) -> list[SessionKey]:
+        """Sessions holding old messages."""
+        async with self._conn() as db:
+            rows = await db.fetch(
+                "SELECT c.bot, c.platform, c.chat_id, c.thread_id, s.session_no FROM sessions s "
+                "JOIN conversations c ON c.id = s.conversation_id WHERE s.id IN ("
+                "SELECT DISTINCT session_id FROM messages WHERE created_at <= $1 AND NOT pending "
+                "LIMIT $2)",
+                cutoff,
+                limit,
+            )
+        return [SessionKey(cols.conversation_key(r[0], r[1], r[2], r[3]), int(r[4])) for r in rows]
+
+    async def delete_old_messages(
+        self, session: SessionKey, through_turn: int, cutoff: float, now: float, limit: int
+    ) -> int:
+        """One batch of per-message deletions, logged."""
+        async with self._tx() as db:
+            found = await self._session_row(db, session)
+            if found is None:
+                return 0
+            sid, conv_id = found
+            # Row locks (SKIP LOCKED): two processes running retention at once delete and
+            # log disjoint batches instead of logging the same range twice.
+            rows = await db.fetch(
+                "DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE "
+                "session_id = $1 AND NOT pending AND turn <= $2 AND created_at <= $3 "
+                "ORDER BY turn LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING turn",
+                sid,
+                through_turn,
+                cutoff,
+                limit,
+            )
+            if not rows:
+                return 0
+            turns = sorted(int(r[0]) for r in rows)
+            await self._log_deletion(
+                db, now, conv_id, session, turns[0], turns[-1], len(turns), "message age"
+            )
+            return len(turns)
+
+    async def retention_log(self, limit: int = 100) -> list[RetentionEntry]:
+        """Newest audit-trail entries."""
+        async with self._conn() as db:
+            rows = await db.fetch(
+                "SELECT r.at, c.bot, c.platform, c.chat_id, c.thread_id, r.session_no, "
+                "r.first_turn, r.last_turn, r.messages, r.reason FROM retention_log r "
+                "JOIN conversations c ON c.id = r.conversation_id ORDER BY r.id DESC LIMIT $1",
+                limit,
+            )
+        return [
+            RetentionEntry(
+                float(r[0]),
+                SessionKey(cols.conversation_key(r[1], r[2], r[3], r[4]), int(r[5])),
+                int(r[6]),
+                int(r[7]),
+                int(r[8]),
+                r[9],
+            )
+            for r in rows
+        ]
+
+    async def delete_user_messages(self, user: UserKey, *, closed_sessions_only: bool) -> int:
+        """Delete a person's messages on a platform."""
+        status = "AND s.status != 'open'" if closed_sessions_only else ""
+        async with self._tx() as db:
+            result = await db.execute(
+                "DELETE FROM messages WHERE id IN (SELECT m.id FROM messages m "
+                "JOIN sessions s ON s.id = m.session_id JOIN conversations c "
+                "ON c.id = m.conversation_id WHERE c.platform = $1 AND m.author_id = $2 "
+                f"AND m.role = 'user' AND NOT m.pending {status})",
+                user.platform,
+                user.user_id,
+            )
+        return _rowcount(result)
