@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
-import importlib
 import logging
-import signal
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import TextIO
 
 from adapters.base import BaseAdapter
-from adapters.console import ConsoleAdapter
 from bot.access import AccessPolicy
 from bot.clock import Clock, SystemClock
 from bot.commands import Commands
-from bot.config import BotSettings, PersonaSettings, Secrets, Settings
-from bot.election import Exclusive
+from bot.config import PersonaSettings, Secrets, Settings
 from bot.errors import ConfigError
 from bot.events import ConversationKey, QueuePolicy, SessionPolicy
 from bot.health import HealthServer
@@ -32,7 +26,7 @@ from bot.retention import Retention, RetentionPolicy
 from bot.router import Router
 from bot.stats import usage_report
 from bot.store.base import BaseStore
-from bot.store.postgres import PostgresStore, is_postgres_url, redact_url
+from bot.store.postgres import PostgresStore, is_postgres_url
 from bot.store.sqlite import SQLiteStore, sqlite_path
 from memory.assemble import Budget, PersonaPin
 from memory.service import Memory, MemoryPolicy
@@ -381,176 +375,3 @@ async def _sweep_memory(memory: Memory, clock: Clock, bots: list[str], interval:
         except Exception:
             log.exception("memory sweep failed")
         await clock.sleep(interval)
-
-
-async def wait_until_answered(rt: Runtime, bot: str, within: float) -> bool:
-    """Flush the console conversation's timer and wait until nothing of it is pending."""
-    adapter = rt.adapters[bot]
-    assert isinstance(adapter, ConsoleAdapter)
-    key = adapter.conversation
-    if await rt.store.timer(key) is not None:
-        # Input has ended: nothing more will join the burst, so answer it now.
-        await rt.store.rearm_timer(key, rt.clock.now())
-        rt.scheduler.wake()
-    deadline = asyncio.get_running_loop().time() + within
-    while asyncio.get_running_loop().time() < deadline:
-        if await rt.store.timer(key) is None and rt.scheduler.active == 0:
-            return True
-        await asyncio.sleep(0.02)
-    return False
-
-
-async def run_chat(
-    settings: Settings,
-    secrets: Secrets,
-    *,
-    persona_id: str | None,
-    stdin: TextIO,
-    stdout: TextIO,
-    interactive: bool,
-    llm: BaseLLM | None = None,
-    clock: Clock | None = None,
-    notice: Callable[[str], None] | None = None,
-) -> int:
-    """``personabot chat``: the console adapter on the full pipeline. Returns the exit code."""
-    say = notice or (lambda line: print(line, file=stdout, flush=True))
-    persona = settings.persona(persona_id)
-    if llm is None:
-        llm = build_llm(settings, secrets, offline_fallback=True)
-        if isinstance(llm, OfflineLLM) and settings.llm.provider == "anthropic":
-            say("No ANTHROPIC_API_KEY set: using the offline model (it echoes what it receives).")
-    user = _local_user()
-    bot_key = f"console-{persona.id}"
-    adapter = ConsoleAdapter(
-        bot_key=bot_key,
-        persona_name=persona.name,
-        user_id=user,
-        display_name=user,
-        stdin=stdin,
-        stdout=stdout,
-        interactive=interactive,
-    )
-    where = redact_url(settings.storage.url).removeprefix("sqlite:///")
-    say(f"personabot chat with {persona.name} ({persona.id}); store: {where}; /help, /quit")
-    async with runtime(
-        settings, llm=llm, adapters={bot_key: (persona, adapter)}, clock=clock
-    ) as rt:
-        session = await rt.store.open_session(
-            adapter.conversation, rt.clock.now(), session_policy(settings)
-        )
-        if not await rt.store.messages(session.key):
-            for line in persona.first_message:
-                adapter.write(f"{persona.name}: {line}")
-        if await _read_until_end_or_signal(adapter, rt.router):
-            # Stopped by a signal: running turns get the grace period; pending input stays
-            # stored with its timer armed and is answered on the next start.
-            return 0
-        limit = settings.queue_for(persona).max_wait_seconds + settings.llm.timeout_seconds
-        if not await wait_until_answered(rt, bot_key, limit):
-            say("Some messages are still unanswered; they are kept and answered next time.")
-    return 0
-
-
-async def _read_until_end_or_signal(adapter: ConsoleAdapter, router: Router) -> bool:
-    """Run the console until EOF or /quit (False) or SIGINT/SIGTERM (True)."""
-    loop = asyncio.get_running_loop()
-    reading = asyncio.create_task(adapter.run(router), name="console")
-    signalled = False
-
-    def stop() -> None:
-        nonlocal signalled
-        signalled = True
-        reading.cancel()
-
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop)
-            installed.append(sig)
-    try:
-        with contextlib.suppress(asyncio.CancelledError):
-            await reading
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-    return signalled
-
-
-def _local_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "local"
-
-
-AdapterFactory = Callable[[BotSettings, PersonaSettings, Secrets], BaseAdapter]
-
-
-def adapter_factory(platform: str) -> AdapterFactory:
-    """The ``create_adapter`` function of ``adapters/<platform>.py``."""
-    try:
-        module = importlib.import_module(f"adapters.{platform}")
-    except ImportError as exc:
-        raise ConfigError([f"platform {platform!r} is not available: {exc}"]) from None
-    factory: AdapterFactory = module.create_adapter
-    return factory
-
-
-async def _receive(rt: Runtime, adapter: BaseAdapter, lease_seconds: float) -> None:
-    """Run an adapter; one that must be unique across processes runs only when elected."""
-    if not adapter.exclusive:
-        await adapter.run(rt.router)
-        return
-    election = Exclusive(
-        store=rt.store, clock=rt.clock, name=f"receiver:{adapter.bot_key}", ttl=lease_seconds
-    )
-    await election.run(lambda: adapter.run(rt.router))
-
-
-async def run_bots(
-    settings: Settings,
-    secrets: Secrets,
-    *,
-    llm: BaseLLM | None = None,
-    clock: Clock | None = None,
-) -> int:
-    """``personabot run``: host every configured bot until SIGINT/SIGTERM; return exit code."""
-    llm = llm or build_llm(settings, secrets, offline_fallback=False)
-    if not settings.bots:
-        raise ConfigError(["bots: no [[bots]] entries; add one (see config.example.toml)"])
-    adapters: dict[str, tuple[PersonaSettings, BaseAdapter]] = {}
-    for entry in settings.bots:
-        persona = settings.persona(entry.persona)
-        adapters[entry.key] = (persona, adapter_factory(entry.platform)(entry, persona, secrets))
-    code = 0
-    async with runtime(
-        settings, llm=llm, adapters=adapters, clock=clock, with_retention=True
-    ) as rt:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
-        running = {
-            asyncio.create_task(_receive(rt, a, settings.queue.lease_seconds), name=f"bot {k}"): k
-            for k, (_, a) in adapters.items()
-        }
-        stopper = asyncio.create_task(stop.wait())
-        log.info("running %d bot(s): %s", len(running), ", ".join(running.values()))
-        done, _ = await asyncio.wait([*running, stopper], return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if task is not stopper and not task.cancelled() and task.exception() is not None:
-                log.error("bot %s stopped: %s", running[task], task.exception())  # type: ignore[index]
-                code = 1
-        # Stop taking new input first; the runtime then lets running turns finish (grace).
-        for task in [*running, stopper]:
-            task.cancel()
-        await asyncio.gather(*running, stopper, return_exceptions=True)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(sig)
-    # Adapters close only after the runtime stopped: replies finishing during the shutdown
-    # grace period must still reach the platform.
-    for _, adapter in adapters.values():
-        await adapter.aclose()
-    return code

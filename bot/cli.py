@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(summary(settings))
             return 0
         if args.command == "chat":
-            from bot.app import run_chat
+            from bot.chat import run_chat
 
             return asyncio.run(
                 run_chat(
@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     settings, sys.stdout, days=args.days, mode=args.mode, as_json=args.json
                 )
             )
-        from bot.app import run_bots
+        from bot.serve import run_bots
 
         return asyncio.run(run_bots(settings, secrets))
     except ConfigError as exc:
