@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from bot.events import ConversationKey, DueTimer, OutboxItem, SessionInfo, SessionKey, StoredMessage
+from bot.events import (
+    ConversationKey,
+    DueTimer,
+    OutboxItem,
+    RetentionEntry,
+    SessionInfo,
+    SessionKey,
+    StoredMessage,
+    UsageStats,
+)
 
 MSG_COLS: Final = (
     "m.id, s.session_no, m.turn, m.role, m.author_id, m.display_name, m.text, m.created_at, "
@@ -92,4 +101,31 @@ def outbox(row: Any) -> OutboxItem:
         created_at=float(row[8]),
         attempts=int(row[9]),
         reply_to_platform_message_id=row[10],
+    )
+
+
+def retention_entry(row: Any) -> RetentionEntry:
+    """A RetentionEntry from (at, bot, platform, chat_id, thread_id, session_no, first_turn,
+    last_turn, messages, reason)."""
+    return RetentionEntry(
+        float(row[0]),
+        SessionKey(conversation_key(row[1], row[2], row[3], row[4]), int(row[5])),
+        int(row[6]),
+        int(row[7]),
+        int(row[8]),
+        row[9],
+    )
+
+
+def usage_stats(total: Any, models: Any) -> UsageStats:
+    """UsageStats from the totals row and the per-model rows of ``usage_since``."""
+    turns, inp, out, write, read, conversations = (int(v) for v in total)
+    return UsageStats(
+        turns,
+        inp,
+        out,
+        write,
+        read,
+        conversations,
+        by_model=tuple((str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in models),
     )

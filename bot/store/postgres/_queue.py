@@ -101,16 +101,7 @@ class QueuePart(PostgresCore):
                 *args,
             )
         assert total is not None
-        turns, inp, out, write, read, conversations = (int(v) for v in total)
-        return UsageStats(
-            turns,
-            inp,
-            out,
-            write,
-            read,
-            conversations,
-            by_model=tuple((str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in models),
-        )
+        return cols.usage_stats(total, models)
 
     async def skip_turn(self, turn: Turn, lease: Lease, now: float, queue: QueuePolicy) -> bool:
         """Handle the turn without a reply, under the same locks and fencing as finish_turn."""

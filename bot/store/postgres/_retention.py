@@ -188,17 +188,7 @@ class RetentionPart(PostgresCore):
                 "JOIN conversations c ON c.id = r.conversation_id ORDER BY r.id DESC LIMIT $1",
                 limit,
             )
-        return [
-            RetentionEntry(
-                float(r[0]),
-                SessionKey(cols.conversation_key(r[1], r[2], r[3], r[4]), int(r[5])),
-                int(r[6]),
-                int(r[7]),
-                int(r[8]),
-                r[9],
-            )
-            for r in rows
-        ]
+        return [cols.retention_entry(r) for r in rows]
 
     async def delete_user_messages(self, user: UserKey, *, closed_sessions_only: bool) -> int:
         """Delete a person's messages on a platform."""

@@ -87,16 +87,7 @@ class QueuePart(SQLiteCore):
                 f"ON c.id = m.conversation_id WHERE 1 = 1{where} GROUP BY model",
                 args,
             )
-        turns, inp, out, write, read, conversations = (int(v) for v in total)
-        return UsageStats(
-            turns,
-            inp,
-            out,
-            write,
-            read,
-            conversations,
-            by_model=tuple((str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in models),
-        )
+        return cols.usage_stats(total, models)
 
     async def skip_turn(self, turn: Turn, lease: Lease, now: float, queue: QueuePolicy) -> bool:
         """Handle the turn without a reply, under the same fencing as finish_turn."""
