@@ -15,19 +15,29 @@
    find no session with missing turns).
 4. Reply latency (message ingest -> reply sent) of a real Ingestor + Scheduler + Pipeline with
    OfflineLLM(latency) on a fresh copy: ``--turns`` single-message bursts into as many open
-   conversations at a steady pace, once alone and once while ``Retention.run_once()`` runs on a
-   second store connection to the same file (session mode, then message mode on another copy).
+   conversations at ``--rate`` a second, once alone, then while ``Retention.run_once()`` runs on
+   a second store connection to the same file (session mode; then message mode, which finds
+   the closed sessions gone and goes straight to summarising and trimming open ones), then,
+   on another fresh copy, with session mode on the reply path's own connection (what
+   ``personabot run`` does in-process). A third connection probes how long a writer waits for
+   SQLite's write lock, to show why replies slow down.
+
+The fill leaves the outbox empty by default. The pipeline leaves one delivered outbox row per
+reply and nothing prunes them, so a real store of N messages holds about N/2; ``--outbox``
+fills them too (``expire_session`` then scans the whole outbox per session: slow, see the
+report of issue 5).
 
 Usage (always as a module)::
 
     uv run python -m bench.retention [--messages 1000000] [--sessions 20000] [--quick]
-        [--out bench/results/retention.json]
+        [--outbox] [--out bench/results/retention.json]
 
 Prints plain-text tables, writes every figure as JSON, and exits 1 on a correctness failure:
 an open session losing messages in session mode, a closed session left with only part of its
 messages, an open session whose deleted turns no summary covers, data past the policy left
-after a run, reported counts that disagree with the file, an audit finding missing turns after
-message-mode retention, or replies not sent. Slow figures are reported, never a failure.
+after a run, reported counts that disagree with the file or the retention log, an audit
+finding missing turns after retention, a turn noticing missing turns, or a message left
+without a reply. Slow figures are reported, never a failure.
 """
 
 from __future__ import annotations
@@ -37,9 +47,11 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import random
 import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
@@ -136,6 +148,7 @@ class Params:
     max_concurrent: int
     timeout: float
     seed: int
+    outbox: bool
     quick: bool
     out: Path
 
@@ -154,6 +167,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line."""
     p = argparse.ArgumentParser(
@@ -168,12 +188,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=_positive_int, default=500)
     p.add_argument("--turns", type=_positive_int, help="latency phase turns (200; quick 100)")
     p.add_argument("--rate", type=_positive_float, default=20.0, help="turns a second")
-    p.add_argument("--latency", type=float, default=0.05, help="reply model seconds")
-    p.add_argument("--debounce", type=float, default=0.1)
-    p.add_argument("--max-wait", type=float, default=2.0)
+    p.add_argument("--latency", type=_non_negative_float, default=0.05, help="reply model seconds")
+    p.add_argument("--debounce", type=_non_negative_float, default=0.1)
+    p.add_argument("--max-wait", type=_non_negative_float, default=2.0)
     p.add_argument("--max-concurrent", type=_positive_int, default=16, help="turns at once")
     p.add_argument("--timeout", type=_positive_float, default=120.0, help="answer deadline")
     p.add_argument("--seed", type=int, default=5)
+    p.add_argument(
+        "--outbox",
+        action="store_true",
+        help="also fill the delivered outbox row of every reply, as the pipeline leaves them",
+    )
     p.add_argument("--out", type=Path, default=Path("bench/results/retention.json"))
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
@@ -199,6 +224,7 @@ def params_from(args: argparse.Namespace) -> Params:
         max_concurrent=args.max_concurrent,
         timeout=args.timeout,
         seed=args.seed,
+        outbox=args.outbox,
         quick=args.quick,
         out=args.out,
     )
@@ -349,8 +375,18 @@ class FillResult:
     sessions: int
     messages: int
     summaries: int
+    outbox_rows: int
     file_mb: float
     by_category: dict[str, int]
+
+
+def flush(path: Path) -> None:
+    """fsync ``path``: no write-back of it left for the kernel to do during a measurement."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 async def migrate(path: Path) -> None:
@@ -370,35 +406,76 @@ def _drop_message_indexes(con: sqlite3.Connection) -> list[str]:
     return [sql for _, sql in rows]
 
 
+_OUTBOX_SQL: Final = (
+    "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, reply_to, status, "
+    "attempts, created_at, attempted_at, finished_at) VALUES (?, ?, ?, ?, ?, 'sent', 1, ?, ?, ?)"
+)
+
+
+def outbox_rows(plan: PlannedSession, first_id: int) -> Iterator[tuple[object, ...]]:
+    """The delivered outbox row ``finish_turn`` leaves for every reply (nothing prunes them)."""
+    for turn in range(2, plan.messages + 1, 2):
+        row_id = first_id + turn - 1
+        at = plan.created_at(turn)
+        text = ASSISTANT_TEXTS[(row_id * 5) % len(ASSISTANT_TEXTS)]
+        yield (plan.conv + 1, plan.row_id, row_id, text, f"{plan.number}-{turn - 1}", at, at, at)
+
+
+@dataclass(frozen=True, slots=True)
+class FillCounts:
+    """Rows of the tables besides messages."""
+
+    summaries: int = 0
+    outbox: int = 0
+
+    def __add__(self, other: FillCounts) -> FillCounts:
+        return FillCounts(self.summaries + other.summaries, self.outbox + other.outbox)
+
+
+def _insert_session(
+    con: sqlite3.Connection, plan: PlannedSession, first_id: int, version: int, outbox: bool
+) -> FillCounts:
+    """One session's row, messages, summary (when compaction would have left one) and
+    delivered outbox rows (``outbox``)."""
+    con.execute(_SESSION_SQL, session_row(plan))
+    con.executemany(_MESSAGE_SQL, message_rows(plan, first_id, version))
+    counts = FillCounts()
+    window = Budget().window_messages
+    if plan.messages > 2 * window:
+        summary = summary_body(plan, window)
+        con.execute(
+            "INSERT INTO summaries (session_id, body, first_turn, last_turn, updated_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (plan.row_id, summary.to_json(), 1, summary.last_turn, plan.last_at),
+        )
+        counts += FillCounts(summaries=1)
+    if outbox:
+        counts += FillCounts(
+            outbox=con.executemany(_OUTBOX_SQL, outbox_rows(plan, first_id)).rowcount
+        )
+    return counts
+
+
 def _insert_conversation(
-    con: sqlite3.Connection, plans: Sequence[PlannedSession], first_id: int, window: int
-) -> tuple[int, int]:
-    """Insert one conversation's sessions, messages and summaries; return (next id, summaries)."""
-    version = summaries = 0
+    con: sqlite3.Connection, plans: Sequence[PlannedSession], first_id: int, outbox: bool
+) -> tuple[int, FillCounts]:
+    """Insert one conversation with its sessions; return (next message id, row counts)."""
+    version, counts = 0, FillCounts()
     for plan in plans:
-        con.execute(_SESSION_SQL, session_row(plan))
-        con.executemany(_MESSAGE_SQL, message_rows(plan, first_id, version))
+        counts += _insert_session(con, plan, first_id, version, outbox)
         first_id += plan.messages
         version += (plan.messages + 1) // 2
-        if plan.messages > 2 * window:
-            summary = summary_body(plan, window)
-            con.execute(
-                "INSERT INTO summaries (session_id, body, first_turn, last_turn, updated_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (plan.row_id, summary.to_json(), 1, summary.last_turn, plan.last_at),
-            )
-            summaries += 1
     key = conversation_key(plans[0].conv)
     con.execute(
         "INSERT INTO conversations (id, bot, platform, chat_id, thread_id, version, created_at) "
         "VALUES (?, ?, ?, ?, '', ?, ?)",
         (plans[0].conv + 1, key.bot, key.platform, key.chat_id, version, plans[0].opened_at),
     )
-    return first_id, summaries
+    return first_id, counts
 
 
-def bulk_fill(path: Path, plans: Sequence[PlannedSession], window: int) -> int:
-    """Insert every planned row in transactions of ~200k messages; return the summaries."""
+def bulk_fill(path: Path, plans: Sequence[PlannedSession], outbox: bool) -> FillCounts:
+    """Insert every planned row in transactions of ~200k messages."""
     con = sqlite3.connect(path, isolation_level=None)
     try:
         con.execute("PRAGMA journal_mode = DELETE")
@@ -406,14 +483,14 @@ def bulk_fill(path: Path, plans: Sequence[PlannedSession], window: int) -> int:
         con.execute("PRAGMA cache_size = -262144")  # 256 MiB for the index rebuild
         indexes = _drop_message_indexes(con)
         con.execute("BEGIN")
-        next_id, in_tx, summaries = 1, 0, 0
+        next_id, in_tx, counts = 1, 0, FillCounts()
         by_conv: dict[int, list[PlannedSession]] = {}
         for plan in plans:
             by_conv.setdefault(plan.conv, []).append(plan)
         for group in by_conv.values():
             start = next_id
-            next_id, added = _insert_conversation(con, group, next_id, window)
-            summaries += added
+            next_id, added = _insert_conversation(con, group, next_id, outbox)
+            counts += added
             in_tx += next_id - start
             if in_tx >= 200_000:
                 con.execute("COMMIT")
@@ -426,7 +503,7 @@ def bulk_fill(path: Path, plans: Sequence[PlannedSession], window: int) -> int:
         con.execute("PRAGMA journal_mode = WAL")
     finally:
         con.close()
-    return summaries
+    return counts
 
 
 async def fill(path: Path, params: Params, now: float) -> tuple[FillResult, list[PlannedSession]]:
@@ -434,7 +511,8 @@ async def fill(path: Path, params: Params, now: float) -> tuple[FillResult, list
     started = time.perf_counter()
     plans = plan_sessions(params.sessions, params.messages, now, params.seed)
     await migrate(path)
-    summaries = await asyncio.to_thread(bulk_fill, path, plans, Budget().window_messages)
+    counts = await asyncio.to_thread(bulk_fill, path, plans, params.outbox)
+    await asyncio.to_thread(flush, path)  # written with synchronous = OFF
     seconds = time.perf_counter() - started
     return (
         FillResult(
@@ -442,7 +520,8 @@ async def fill(path: Path, params: Params, now: float) -> tuple[FillResult, list
             conversations=len({p.conv for p in plans}),
             sessions=len(plans),
             messages=sum(p.messages for p in plans),
-            summaries=summaries,
+            summaries=counts.summaries,
+            outbox_rows=counts.outbox,
             file_mb=path.stat().st_size / 1e6,
             by_category=dict(Counter(p.category for p in plans)),
         ),
@@ -1136,19 +1215,12 @@ def latency_failures(rows: Sequence[LatencyFigures]) -> list[str]:
 def fill_table(result: FillResult) -> str:
     """What the fill wrote."""
     rate = result.messages / result.seconds if result.seconds > 0 else math.nan
+    row: list[object] = [result.messages, result.sessions, result.conversations, result.summaries]
+    row += [result.outbox_rows, result.seconds, rate, result.file_mb]
+    headers = ["messages", "sessions", "conversations", "summaries", "outbox rows"]
     table = format_table(
-        ("messages", "sessions", "conversations", "summaries", "seconds", "messages/s", "file MB"),
-        [
-            [
-                result.messages,
-                result.sessions,
-                result.conversations,
-                result.summaries,
-                result.seconds,
-                rate,
-                result.file_mb,
-            ]
-        ],
+        [*headers, "seconds", "messages/s", "file MB"],
+        [row],
         "1. Fill (bulk sqlite3 inserts; not part of the figures below)",
     )
     cats = ", ".join(f"{c} {result.by_category.get(c, 0):,}" for c in CATEGORIES)
@@ -1183,7 +1255,8 @@ def run_table(results: Sequence[ModeResult]) -> str:
     return format_table(
         [*headers, "in writes %"],
         rows,
-        "2. Retention.run_once (days=30; a fresh copy of the filled file per mode)",
+        "2. Retention.run_once (days=30; a fresh copy of the filled file per mode; expire and "
+        "delete batch: one write transaction each; in writes: share of the run inside them)",
     )
 
 
@@ -1252,6 +1325,23 @@ def lock_table(rows: Sequence[LatencyFigures]) -> str:
     )
 
 
+def code_revision() -> dict[str, Any]:
+    """The commit measured, and whether the working tree differed from it (read-only git)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "modified": None if status is None else bool(status),
+    }
+
+
 def payload(
     params: Params,
     filled: FillResult,
@@ -1267,6 +1357,7 @@ def payload(
         "timestamp": utc_timestamp(),
         "parameters": {**asdict(params), "out": str(params.out)},
         "environment": environment(),
+        "code": code_revision(),
         "fill": asdict(filled),
         "retention": [
             {
@@ -1291,9 +1382,12 @@ def payload(
 
 
 def copy_of(source: Path, name: str) -> Path:
-    """A copy of the (closed, checkpointed) filled file next to it."""
+    """A copy of the (closed, checkpointed) filled file next to it, flushed to disk: left
+    dirty in the page cache, the first WAL checkpoint's fsync would write the whole file back
+    inside a measured transaction (~0.3 s at 1M messages)."""
     target = source.with_name(name)
     shutil.copyfile(source, target)
+    flush(target)
     return target
 
 
