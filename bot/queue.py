@@ -129,8 +129,8 @@ class Scheduler:
     async def run(self) -> None:
         """Loop until stopped: start due turns, then sleep until the next due time or wake-up."""
         while not self._stopping:
-            started = await self.tick()
-            await self._sleep_until_next(started)
+            await self.tick()
+            await self._sleep_until_next()
         await self.drain(self._grace)
 
     async def drain(self, grace: float | None = None) -> None:
@@ -181,17 +181,28 @@ class Scheduler:
             self._running.pop(key, None)
             self._wakeup.set()
 
-    async def _sleep_until_next(self, started: int) -> None:
+    async def _sleep_until_next(self) -> None:
         now = self._clock.now()
-        next_due = await self._store.next_due_at(bots=self._bots)
+        # The earliest timer that this scheduler could start: a timer whose turn is running
+        # here, or backing off after a lost CAS, must not hide a newer one that falls due
+        # sooner (head-of-line delay).
+        upcoming = await self._store.due_timers(
+            now + self._scan_interval,
+            limit=len(self._running) + len(self._skip_until) + 1,
+            bots=self._bots,
+        )
+        startable = [
+            t.due_at
+            for t in upcoming
+            if t.conversation not in self._running
+            and self._skip_until.get(t.conversation, 0.0) <= now
+        ]
         delay = self._scan_interval
-        if next_due is not None:
-            delay = min(delay, max(0.0, next_due - now))
-        if delay <= 0 and not started:
-            # Everything due is running here (its end wakes us) or backing off after a lost
-            # CAS: wait for the earliest back-off instead of spinning.
-            backoffs = [t - now for t in self._skip_until.values() if t > now]
-            delay = min([self._scan_interval, *backoffs])
+        if startable:
+            delay = min(delay, max(0.0, min(startable) - now))
+        backoffs = [t - now for t in self._skip_until.values() if t > now]
+        if backoffs:
+            delay = min([delay, *backoffs])
         self._wakeup.clear()
         waker = asyncio.create_task(self._wakeup.wait())
         sleeper = asyncio.create_task(self._clock.sleep(delay))

@@ -10,6 +10,7 @@ expire as units in both modes, so no session ever keeps just a tail of its messa
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Literal
@@ -34,6 +35,12 @@ class RetentionPolicy:
     mode: Literal["session", "message"] = "session"
     days: float = 30.0
     batch_size: int = 500
+    # Pause between two write transactions: SQLite has no fair lock, and a worker writing
+    # back to back would starve other processes' writers (their busy handler sleeps 1-100 ms
+    # between tries). A few ms per batch leave the lock free most of the time.
+    pause_seconds: float = 0.005
+    # Delivered outbox rows are kept this long (for inspection), then pruned.
+    outbox_days: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +104,8 @@ class Retention:
                 more, summarised, more_lines = await self._age_open(cutoff, dry_run)
                 deleted += more
                 lines += more_lines
+            if not dry_run:
+                await self._store.prune_outbox(now - self._policy.outbox_days * DAY)
         finally:
             await self._store.release_lease(lease)
         log.info(
@@ -121,6 +130,7 @@ class Retention:
                     count = 0 if bounds is None else bounds[1] - bounds[0] + 1
                 else:
                     count = await self._store.expire_session(session, self._clock.now())
+                    await self._breathe()
                 sessions += 1
                 deleted += count
                 lines.append(f"{session}: session expired ({count} message(s))")
@@ -128,47 +138,67 @@ class Retention:
                 break
         return sessions, deleted, lines
 
+    async def _breathe(self) -> None:
+        await asyncio.sleep(self._policy.pause_seconds)
+
     async def _age_open(self, cutoff: float, dry_run: bool) -> tuple[int, int, list[str]]:
         deleted = summarised = 0
         lines: list[str] = []
-        for session in await self._store.sessions_with_old_messages(cutoff, 10_000):
-            info = await self._store.get_session(session)
-            if info is None or info.status != "open":
-                continue  # closed sessions expire as a unit, never by a prefix
-            old = await self._store.old_messages(session, cutoff)
-            if old is None:
-                continue
-            if dry_run:
-                lines.append(
-                    f"{session}: turns {old.first_turn}-{old.last_turn} would be "
-                    f"summarised and deleted ({old.count} message(s))"
-                )
-                deleted += old.count
-                continue
-            # Summary first: the rows go only once the summary covers them.
-            if await self._memory.compact(session, through_turn=old.last_turn):
-                summarised += 1
-            summary = await self._memory.summary(session)
-            covered = 0 if summary is None else min(summary.last_turn, old.last_turn)
-            if covered < old.first_turn:
-                log.warning(
-                    "%s: old turns %d-%d kept: the summary does not cover them yet",
-                    session,
-                    old.first_turn,
-                    old.last_turn,
-                )
-                continue
-            count = 0
-            while n := await self._store.delete_old_messages(
-                session, covered, cutoff, self._clock.now(), self._policy.batch_size
-            ):
-                count += n
-            deleted += count
-            lines.append(
-                f"{session}: turns {old.first_turn}-{covered} summarised and deleted "
-                f"({count} message(s))"
+        done: set[SessionKey] = set()
+        while True:
+            # Only open sessions are listed (closed ones expire as units, never by a prefix);
+            # page until every one was handled once.
+            page = [
+                s
+                for s in await self._store.sessions_with_old_messages(cutoff, len(done) + 500)
+                if s not in done
+            ]
+            if not page:
+                return deleted, summarised, lines
+            for session in page:
+                done.add(session)
+                result = await self._age_session(session, cutoff, dry_run)
+                deleted += result[0]
+                summarised += result[1]
+                lines += result[2]
+
+    async def _age_session(
+        self, session: SessionKey, cutoff: float, dry_run: bool
+    ) -> tuple[int, int, list[str]]:
+        """Summarise, then delete, one open session's old messages: (deleted, summarised,
+        report lines)."""
+        old = await self._store.old_messages(session, cutoff)
+        if old is None:
+            return 0, 0, []
+        if dry_run:
+            return (
+                old.count,
+                0,
+                [
+                    f"{session}: turns {old.first_turn}-{old.last_turn} would be summarised and "
+                    f"deleted ({old.count} message(s))"
+                ],
             )
-        return deleted, summarised, lines
+        # Summary first: the rows go only once the summary covers them.
+        summarised = int(await self._memory.compact(session, through_turn=old.last_turn) > 0)
+        summary = await self._memory.summary(session)
+        covered = 0 if summary is None else min(summary.last_turn, old.last_turn)
+        if covered < old.first_turn:
+            log.warning(
+                "%s: old turns %d-%d kept: the summary does not cover them yet",
+                session,
+                old.first_turn,
+                old.last_turn,
+            )
+            return 0, summarised, []
+        count = 0
+        while n := await self._store.delete_old_messages(
+            session, covered, cutoff, self._clock.now(), self._policy.batch_size
+        ):
+            count += n
+            await self._breathe()
+        line = f"{session}: turns {old.first_turn}-{covered} summarised and deleted"
+        return count, summarised, [f"{line} ({count} message(s))"]
 
     async def audit(self, policy: RetentionPolicy | None = None) -> list[AtRisk]:
         """Open sessions whose next prompt would miss turns that no summary covers, under

@@ -276,7 +276,8 @@ class BaseStore(abc.ABC):
 
     @abc.abstractmethod
     async def sessions_with_old_messages(self, cutoff: float, limit: int = 100) -> list[SessionKey]:
-        """Sessions (open or closed) holding answered/context messages older than ``cutoff``."""
+        """Open sessions holding answered/context messages older than ``cutoff`` (closed
+        sessions are not listed: they expire as units)."""
 
     @abc.abstractmethod
     async def delete_old_messages(
@@ -284,6 +285,10 @@ class BaseStore(abc.ABC):
     ) -> int:
         """Delete up to ``limit`` answered/context messages with ``turn <= through_turn`` and
         created at or before ``cutoff``, oldest first, logging the range; return how many."""
+
+    @abc.abstractmethod
+    async def prune_outbox(self, finished_before: float) -> int:
+        """Delete outbox rows sent or failed at or before ``finished_before``; how many."""
 
     @abc.abstractmethod
     async def retention_log(self, limit: int = 100) -> list[RetentionEntry]:

@@ -247,3 +247,21 @@ async def test_clearing_an_idle_timer_never_strands_a_pending_message(
     # Parking a turn on purpose (a rejected request) may remove it.
     assert await store.clear_timer(C1, version, only_if_idle=False) is True
     assert await store.timer(C1) is None
+
+
+async def test_a_running_turn_does_not_delay_another_conversations_timer(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Head of line: while A's long generation runs, B's timer still fires on time."""
+    llm = GatedLLM(gated=True)
+    async with harness(store, clock, llm, debounce=0.1) as h:
+        await h.say(C1, "slow one")
+        await h.advance(0.2, step=0.1)
+        assert llm.calls == 1  # A is generating (and its timer is past due)
+        other = ConversationKey("telegram", "200")
+        await h.say(other, "quick one")
+        await h.advance(0.2, step=0.1)  # well under the 0.5 s scan interval
+        assert llm.calls == 2
+        llm.release()
+        await h.advance(0.2, step=0.1)
+        assert sorted(h.outlet.texts()) == ["reply to: quick one", "reply to: slow one"]

@@ -255,3 +255,29 @@ async def test_audit_cli_lists_exactly_the_sessions_at_risk(
     assert code == 0 and "0 session(s) at risk" in out
     code, out = await audit("--days", "7", "--mode", "session")
     assert code == 0
+
+
+async def test_closed_sessions_never_crowd_out_open_ones(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Message mode pages through open sessions only: closed ones wait to expire as units."""
+    for i in range(3):
+        conv = ConversationKey("telegram", f"closed-{i}")
+        await exchange(store, clock, conv, "old", i)
+        await store.close_session(conv, clock.now(), "idle")
+    await exchange(store, clock, SUPPORT, "old but open", 99)
+    await clock.advance(40 * DAY)
+    cutoff = clock.now() - 30 * DAY
+    assert await store.sessions_with_old_messages(cutoff, 1) == [SessionKey(SUPPORT, 1)]
+
+
+async def test_delivered_outbox_rows_are_pruned(store: BaseStore, clock: ManualClock) -> None:
+    await exchange(store, clock, SUPPORT, "hello", 1)
+    (item,) = await store.unsent_outbox(clock.now())
+    assert await store.begin_send(item, clock.now())
+    await store.mark_sent(item.id, clock.now())
+    assert await store.prune_outbox(clock.now() - 60) == 0  # too recent
+    await clock.advance(2 * DAY)
+    report = await retention(store, clock, memory_for(store, clock), "session").run_once()
+    assert report.skipped is None
+    assert await store.prune_outbox(clock.now()) == 0  # the run already pruned it

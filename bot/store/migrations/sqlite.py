@@ -153,6 +153,8 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
             failure             TEXT
         );
         CREATE INDEX outbox_pending ON outbox(status, attempts) WHERE status = 'pending';
+        CREATE INDEX outbox_session ON outbox(session_id);
+        CREATE INDEX outbox_finished ON outbox(finished_at) WHERE status != 'pending';
         """,
     ),
 )

@@ -139,13 +139,13 @@ class RetentionPart(PostgresCore):
         return OldMessages(session, int(row[0]), int(row[1]), int(row[2]), float(row[3]))
 
     async def sessions_with_old_messages(self, cutoff: float, limit: int = 100) -> list[SessionKey]:
-        """Sessions holding old messages."""
+        """Open sessions holding old messages."""
         async with self._conn() as db:
             rows = await db.fetch(
                 "SELECT c.bot, c.platform, c.chat_id, c.thread_id, s.session_no FROM sessions s "
-                "JOIN conversations c ON c.id = s.conversation_id WHERE s.id IN ("
-                "SELECT DISTINCT session_id FROM messages WHERE created_at <= $1 AND NOT pending "
-                "LIMIT $2)",
+                "JOIN conversations c ON c.id = s.conversation_id WHERE s.status = 'open' "
+                "AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id "
+                "AND m.created_at <= $1 AND NOT m.pending) ORDER BY s.id LIMIT $2",
                 cutoff,
                 limit,
             )
@@ -178,6 +178,15 @@ class RetentionPart(PostgresCore):
                 db, now, conv_id, session, turns[0], turns[-1], len(turns), "message age"
             )
             return len(turns)
+
+    async def prune_outbox(self, finished_before: float) -> int:
+        """Drop delivered (or given-up) outbox rows."""
+        async with self._tx() as db:
+            status = await db.execute(
+                "DELETE FROM outbox WHERE status <> 'pending' AND finished_at <= $1",
+                finished_before,
+            )
+        return _rowcount(status)
 
     async def retention_log(self, limit: int = 100) -> list[RetentionEntry]:
         """Newest audit-trail entries."""

@@ -161,7 +161,8 @@ class QueuePart(SQLiteCore):
         self, conversation: ConversationKey, armed_version: int, *, only_if_idle: bool = True
     ) -> bool:
         """Remove the timer unless newer input re-armed it (or, by default, input is pending)."""
-        idle = " AND NOT EXISTS (SELECT 1 FROM messages WHERE conversation_id = ? AND pending)"
+        # `pending = 1` matches the partial index messages_pending (a bare `pending` would not).
+        idle = " AND NOT EXISTS (SELECT 1 FROM messages WHERE conversation_id = ? AND pending = 1)"
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation)
             if conv_id is None:

@@ -131,14 +131,14 @@ class RetentionPart(SQLiteCore):
         return OldMessages(session, int(row[0]), int(row[1]), int(row[2]), float(row[3]))
 
     async def sessions_with_old_messages(self, cutoff: float, limit: int = 100) -> list[SessionKey]:
-        """Sessions holding old messages."""
+        """Open sessions holding old messages."""
         async with self._read() as db:
             rows = await self._rows(
                 db,
                 "SELECT c.bot, c.platform, c.chat_id, c.thread_id, s.session_no FROM sessions s "
-                "JOIN conversations c ON c.id = s.conversation_id WHERE s.id IN ("
-                "SELECT DISTINCT session_id FROM messages WHERE created_at <= ? AND pending = 0 "
-                "LIMIT ?)",
+                "JOIN conversations c ON c.id = s.conversation_id WHERE s.status = 'open' "
+                "AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id "
+                "AND m.created_at <= ? AND m.pending = 0) ORDER BY s.id LIMIT ?",
                 (cutoff, limit),
             )
         return [SessionKey(cols.conversation_key(r[0], r[1], r[2], r[3]), int(r[4])) for r in rows]
@@ -166,6 +166,15 @@ class RetentionPart(SQLiteCore):
                 db, now, conv_id, session, rows[0][1], rows[-1][1], len(rows), "message age"
             )
             return len(rows)
+
+    async def prune_outbox(self, finished_before: float) -> int:
+        """Drop delivered (or given-up) outbox rows."""
+        async with self._tx() as db:
+            cur = await db.execute(
+                "DELETE FROM outbox WHERE status != 'pending' AND finished_at <= ?",
+                (finished_before,),
+            )
+            return int(cur.rowcount)
 
     async def retention_log(self, limit: int = 100) -> list[RetentionEntry]:
         """Newest audit-trail entries."""
