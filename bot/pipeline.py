@@ -28,6 +28,7 @@ from bot.metrics import Metrics
 from bot.ports import Outlet
 from bot.store.base import BaseStore
 from memory.assemble import PersonaPin
+from memory.records import Summary
 from memory.retention import Gap, describe, gap_notice
 from memory.service import Memory, MemoryPolicy
 
@@ -141,7 +142,8 @@ class Pipeline:
                 conversation, await self._store.conversation_version(conversation)
             )
             return "idle"
-        gaps = await self._memory.gaps(turn.session)
+        summary = await self._memory.summary(turn.session)  # read once for gaps and prompt
+        gaps = await self._memory.gaps(turn.session, summary)
         if gaps and self._gap_policy.policy == "refuse":
             self._count_gap(turn, gaps)
             first, last = gaps[0].first, gaps[-1].last
@@ -152,7 +154,7 @@ class Pipeline:
             admission = await self._limits.admit(turn)
             if not admission.granted:
                 return await self._limited(turn, lease, profile, admission)
-        outcome = await self._generate(turn, lease, profile, gaps)
+        outcome = await self._generate(turn, lease, profile, gaps, summary)
         if outcome != "sent" and self._limits is not None:
             await self._limits.release(admission)
         return outcome
@@ -180,7 +182,12 @@ class Pipeline:
         )
 
     async def _generate(
-        self, turn: Turn, lease: Lease, profile: BotProfile, gaps: tuple[Gap, ...]
+        self,
+        turn: Turn,
+        lease: Lease,
+        profile: BotProfile,
+        gaps: tuple[Gap, ...],
+        summary: Summary | None,
     ) -> TurnOutcome:
         """Assemble, call the model once, and record and send its reply."""
         conversation = turn.session.conversation
@@ -190,7 +197,7 @@ class Pipeline:
             notice = gap_notice(gaps)
             if self._gap_policy.policy == "tell_user":
                 await self._tell_once(turn, gaps, profile)
-        assembled = await self._memory.build(turn, profile.pin, gap_notice=notice)
+        assembled = await self._memory.build(turn, profile.pin, gap_notice=notice, summary=summary)
         log.debug(
             "turn %s v0=%d messages=%d prompt~%d tokens",
             turn.session,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from bot.clock import Clock
 from bot.errors import ModelError
-from bot.events import NOT_SET, ConversationKey, SessionKey, StoredMessage, Turn, UserKey
+from bot.events import NOT_SET, ConversationKey, NotSet, SessionKey, StoredMessage, Turn, UserKey
 from bot.llm.base import BaseLLM, ModelResult
 from bot.store.base import BaseStore
 from memory.assemble import Assembled, Budget, Participant, PersonaPin, assemble
@@ -111,11 +111,18 @@ class Memory:
             return None
 
     async def build(
-        self, turn: Turn, pin: PersonaPin, *, gap_notice: str | None = None
+        self,
+        turn: Turn,
+        pin: PersonaPin,
+        *,
+        gap_notice: str | None = None,
+        summary: Summary | NotSet | None = NOT_SET,
     ) -> Assembled:
-        """Load every layer of this turn's prompt from the store and assemble it."""
+        """Load every layer of this turn's prompt from the store and assemble it (pass the
+        ``summary`` when the caller already read it)."""
         policy = self._policy_for(turn.session.conversation.bot)
-        summary = await self.summary(turn.session)
+        if isinstance(summary, NotSet):
+            summary = await self.summary(turn.session)
         after = 0 if summary is None else summary.last_turn
         history = await self._store.history(
             turn.session, policy.budget.window_messages * 2, after_turn=after
@@ -131,10 +138,14 @@ class Memory:
             gap_notice=gap_notice,
         )
 
-    async def gaps(self, session: SessionKey) -> tuple[Gap, ...]:
+    async def gaps(
+        self, session: SessionKey, summary: Summary | NotSet | None = NOT_SET
+    ) -> tuple[Gap, ...]:
         """Turns of the session that are neither stored nor covered by its summary."""
+        if isinstance(summary, NotSet):
+            summary = await self.summary(session)
         bounds = await self._store.session_bounds(session)
-        return missing_turns(None if bounds is None else bounds[0], await self.summary(session))
+        return missing_turns(None if bounds is None else bounds[0], summary)
 
     async def drop_sources(self, user: UserKey, message_ids: Sequence[int]) -> None:
         """A message was deleted: drop memory items whose only source it was."""
