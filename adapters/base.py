@@ -26,6 +26,10 @@ class BaseAdapter(abc.ABC):
     async def run(self, handler: InboundHandler) -> None:
         """Receive messages and pass each to ``handler`` until stopped or input ends."""
 
+    async def prepare(self, handler: InboundHandler) -> None:  # noqa: B027 - optional hook
+        """Connect and identify without receiving yet (run before an election, so that a
+        standby process can take over at once)."""
+
     @abc.abstractmethod
     async def send(self, reply: Reply) -> None:
         """Deliver a reply (split as the platform requires)."""

@@ -194,6 +194,7 @@ class TelegramAdapter(BaseAdapter):
         self._max_flood_wait = max_flood_wait
         self._rules = InboundRules(bot_key, BotIdentity(self._bot.id, ""))
         self._seen: OrderedDict[int, None] = OrderedDict()
+        self._prepared: Dispatcher | None = None
         #: The port the webhook server listens on (known once it started; useful with port 0).
         self.webhook_port: int | None = None
 
@@ -215,8 +216,24 @@ class TelegramAdapter(BaseAdapter):
 
     # ---------------------------------------------------------------------- receiving
 
+    async def prepare(self, handler: InboundHandler) -> None:
+        """Identify the bot and register its commands (no updates are received yet).
+
+        A standby process does this before it is elected to poll, so that a takeover only
+        has to start polling.
+        """
+        self._prepared = await self._identify(handler)
+
     async def run(self, handler: InboundHandler) -> None:
-        """Identify the bot, register commands, then poll or serve the webhook until cancelled."""
+        """Identify the bot (unless prepared), then poll or serve the webhook until cancelled."""
+        dispatcher = self._prepared or await self._identify(handler)
+        if self._webhook is None:
+            await self._poll(dispatcher)
+        else:
+            await self._serve_webhook(dispatcher, self._webhook)
+
+    async def _identify(self, handler: InboundHandler) -> Dispatcher:
+        """getMe, the inbound rules, setMyCommands and the dispatcher."""
         me = await self._startup_call("getMe", self._bot.me)  # cached for the dispatcher
         commands = frozenset(name for name, _ in handler.commands)
         self._rules = InboundRules(
@@ -229,10 +246,7 @@ class TelegramAdapter(BaseAdapter):
         await self._register_commands(handler.commands)
         dispatcher = self._dispatcher(handler)
         log.info("telegram bot %s is @%s", self.bot_key, self._rules.me.username)
-        if self._webhook is None:
-            await self._poll(dispatcher)
-        else:
-            await self._serve_webhook(dispatcher, self._webhook)
+        return dispatcher
 
     async def _startup_call(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
         """A call the bot cannot start without: transient failures are retried with backoff."""

@@ -38,6 +38,8 @@ async def _receive(rt: Runtime, adapter: BaseAdapter, lease_seconds: float) -> N
     if not adapter.exclusive:
         await adapter.run(rt.router)
         return
+    # Identify and register commands while standing by: a takeover then only starts polling.
+    await adapter.prepare(rt.router)
     election = Exclusive(
         store=rt.store, clock=rt.clock, name=f"receiver:{adapter.bot_key}", ttl=lease_seconds
     )
