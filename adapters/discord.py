@@ -35,6 +35,7 @@ from bot.config import BotSettings, DiscordBotSettings, PersonaSettings, Secrets
 from bot.errors import AdapterError, ConfigError, DeliveryRefused
 from bot.events import ConversationKey, Inbound, Reply
 from bot.ports import InboundHandler
+from bot.tasks import running
 
 log = logging.getLogger("personabot.discord")
 
@@ -298,15 +299,9 @@ class DiscordAdapter(BaseAdapter):
     @contextlib.asynccontextmanager
     async def typing(self, conversation: ConversationKey) -> AsyncIterator[None]:
         """Show "typing" in the conversation's channel for the body; stopped on every path."""
-        task = asyncio.create_task(
-            self._keep_typing(_channel_id(conversation)), name=f"discord typing {conversation}"
-        )
-        try:
+        typing = self._keep_typing(_channel_id(conversation))
+        async with running(typing, name=f"discord typing {conversation}"):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def _keep_typing(self, channel_id: int) -> None:
         """Trigger typing every few seconds; a failure only ends the indicator, never the turn."""

@@ -57,6 +57,7 @@ from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSetting
 from bot.errors import AdapterError, ConfigError, DeliveryRefused
 from bot.events import ConversationKey, Inbound, Reply
 from bot.ports import InboundHandler
+from bot.tasks import running
 
 log = logging.getLogger("personabot.telegram")
 
@@ -514,13 +515,8 @@ class TelegramAdapter(BaseAdapter):
     async def typing(self, conversation: ConversationKey) -> AsyncIterator[None]:
         """Send ``typing`` every few seconds while the body runs; always stopped after."""
         target = _Target.of(conversation)
-        task = asyncio.create_task(self._keep_typing(target), name=f"telegram typing {target}")
-        try:
+        async with running(self._keep_typing(target), name=f"telegram typing {target}"):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def _keep_typing(self, target: _Target) -> None:
         """The typing loop: failures are logged and never end the turn."""

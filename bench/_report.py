@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.metadata
 import json
+import logging
 import math
 import os
 import platform
@@ -99,3 +100,11 @@ def write_json(path: Path, payload: Mapping[str, Any]) -> None:
     """Write ``payload`` as indented JSON, creating the parent directory."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(_jsonable(payload), indent=2) + "\n", encoding="utf-8")
+
+
+def configure_logging(verbosity: int) -> None:
+    """WARNING by default; -v INFO; -vv DEBUG (to stderr)."""
+    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )

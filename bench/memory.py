@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import hashlib
 import itertools
-import logging
 import random
 import sqlite3
 import sys
@@ -43,7 +42,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench._report import environment, format_table, percentile, utc_timestamp, write_json
+from bench._report import (
+    configure_logging,
+    environment,
+    format_table,
+    percentile,
+    utc_timestamp,
+    write_json,
+)
 from bot.clock import ManualClock
 from bot.events import ConversationKey, Inbound, QueuePolicy, Reply, Turn
 from bot.llm.base import BaseLLM, ModelRequest, ModelResult, Usage
@@ -1272,14 +1278,6 @@ async def run(params: Params) -> int:
     # The 10% target is stated for 300 turns; at other lengths it is reported, not enforced.
     enforced = [t for t in results if len(script) == DEFAULT_TURNS or "without" not in t.name]
     return 0 if all(t.passed for t in enforced) else 1
-
-
-def configure_logging(verbosity: int) -> None:
-    """WARNING by default; -v INFO; -vv DEBUG."""
-    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

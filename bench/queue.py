@@ -43,7 +43,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench._report import environment, format_table, percentile, utc_timestamp, write_json
+from bench._report import (
+    configure_logging,
+    environment,
+    format_table,
+    percentile,
+    utc_timestamp,
+    write_json,
+)
 from bench._stores import (
     StoreKind,
     StoreTarget,
@@ -945,14 +952,6 @@ async def run_processes(
                 proc.kill()
     await drop_raw_table(target)
     return merge_reports(reports, params)
-
-
-def configure_logging(verbosity: int) -> None:
-    """WARNING by default; -v INFO; -vv DEBUG."""
-    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -62,7 +62,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from bench._report import environment, format_table, percentile, utc_timestamp, write_json
+from bench._report import (
+    configure_logging,
+    environment,
+    format_table,
+    percentile,
+    utc_timestamp,
+    write_json,
+)
 from bench.queue import stop_scheduler
 from bot.clock import SystemClock
 from bot.errors import StoreError
@@ -1448,14 +1455,6 @@ async def run(params: Params) -> int:
     for failure in failures:
         print(f"FAIL: {failure}", file=sys.stderr)
     return 1 if failures else 0
-
-
-def configure_logging(verbosity: int) -> None:
-    """WARNING by default; -v INFO; -vv DEBUG."""
-    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

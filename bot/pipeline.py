@@ -9,7 +9,6 @@ Invariants (SPEC section 4):
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import uuid
@@ -27,6 +26,7 @@ from bot.llm.base import BaseLLM, Usage
 from bot.metrics import Metrics
 from bot.ports import Outlet
 from bot.store.base import BaseStore
+from bot.tasks import running
 from memory.assemble import PersonaPin
 from memory.records import Summary
 from memory.retention import Gap, describe, gap_notice
@@ -318,13 +318,8 @@ class Pipeline:
                 )
             log.warning("lost lease %s while generating", lease.name)
 
-        task = asyncio.create_task(renew())
-        try:
+        async with running(renew(), name=f"renew {lease.name}"):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def recover_outbox(self, older_than: float) -> int:
         """Deliver replies recorded but not sent before a crash (see bot.delivery)."""
