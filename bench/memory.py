@@ -47,6 +47,7 @@ from bench._report import (
     environment,
     format_table,
     percentile,
+    positive_int,
     utc_timestamp,
     write_json,
 )
@@ -128,13 +129,6 @@ class Params:
     out: Path
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def _sizes(text: str) -> tuple[int, ...]:
     try:
         values = tuple(sorted({int(v) for v in text.split(",") if v.strip()}))
@@ -151,9 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m bench.memory", description=__doc__.split("\n\n")[0] if __doc__ else None
     )
     p.add_argument("--quick", action="store_true", help="100 turns, sizes 100,10000, 50 builds")
-    p.add_argument("--turns", type=_positive_int, help="turns of the conversation (default 300)")
+    p.add_argument("--turns", type=positive_int, help="turns of the conversation (default 300)")
     p.add_argument("--sizes", type=_sizes, help="stored history sizes (default 100,10000,100000)")
-    p.add_argument("--builds", type=_positive_int, help="timed builds per size (default 200)")
+    p.add_argument("--builds", type=positive_int, help="timed builds per size (default 200)")
     p.add_argument("--seed", type=int, default=7, help="seed of the scripted conversation")
     p.add_argument("--out", type=Path, default=Path("bench/results/memory.json"))
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v INFO, -vv DEBUG")

@@ -47,7 +47,9 @@ from bench._report import (
     configure_logging,
     environment,
     format_table,
+    non_negative_float,
     percentile,
+    positive_int,
     utc_timestamp,
     write_json,
 )
@@ -113,38 +115,24 @@ class Params:
     processes: int = 1
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line."""
     p = argparse.ArgumentParser(
         prog="python -m bench.queue", description=__doc__.split("\n\n")[0] if __doc__ else None
     )
     p.add_argument("--quick", action="store_true", help="100 conversations, 1,000 ingests")
-    p.add_argument("--conversations", type=_positive_int, help="default 1000 (quick: 100)")
-    p.add_argument("--max-burst", type=_positive_int, default=10)
-    p.add_argument("--latency", type=_non_negative_float, default=0.05, help="model seconds")
-    p.add_argument("--ingest-messages", type=_positive_int, help="default 5000 (quick: 1000)")
-    p.add_argument("--debounce", type=_non_negative_float, default=0.2)
-    p.add_argument("--max-wait", type=_non_negative_float, default=2.0)
-    p.add_argument("--lease", type=_non_negative_float, default=10.0)
-    p.add_argument("--max-concurrent", type=_positive_int, default=16, help="turns at once")
-    p.add_argument("--scan-interval", type=_non_negative_float, default=1.0)
-    p.add_argument("--timeout", type=_non_negative_float, default=90.0, help="answer deadline")
+    p.add_argument("--conversations", type=positive_int, help="default 1000 (quick: 100)")
+    p.add_argument("--max-burst", type=positive_int, default=10)
+    p.add_argument("--latency", type=non_negative_float, default=0.05, help="model seconds")
+    p.add_argument("--ingest-messages", type=positive_int, help="default 5000 (quick: 1000)")
+    p.add_argument("--debounce", type=non_negative_float, default=0.2)
+    p.add_argument("--max-wait", type=non_negative_float, default=2.0)
+    p.add_argument("--lease", type=non_negative_float, default=10.0)
+    p.add_argument("--max-concurrent", type=positive_int, default=16, help="turns at once")
+    p.add_argument("--scan-interval", type=non_negative_float, default=1.0)
+    p.add_argument("--timeout", type=non_negative_float, default=90.0, help="answer deadline")
     p.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
-    p.add_argument("--processes", type=_positive_int, default=1, help="OS processes")
+    p.add_argument("--processes", type=positive_int, default=1, help="OS processes")
     p.add_argument("--out", type=Path, default=Path("bench/results/queue.json"))
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v INFO, -vv DEBUG")
     return p

@@ -66,7 +66,10 @@ from bench._report import (
     configure_logging,
     environment,
     format_table,
+    non_negative_float,
     percentile,
+    positive_float,
+    positive_int,
     utc_timestamp,
     write_json,
 )
@@ -160,27 +163,6 @@ class Params:
     out: Path
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line."""
     p = argparse.ArgumentParser(
@@ -188,18 +170,18 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     p.add_argument("--quick", action="store_true", help="100,000 messages in 2,000 sessions")
-    p.add_argument("--messages", type=_positive_int, help="default 1,000,000 (quick: 100,000)")
-    p.add_argument("--sessions", type=_positive_int, help="default 20,000 (quick: 2,000)")
-    p.add_argument("--days", type=_positive_float, default=30.0, help="retention days")
-    p.add_argument("--audit-days", type=_positive_float, default=7.0)
-    p.add_argument("--batch-size", type=_positive_int, default=500)
-    p.add_argument("--turns", type=_positive_int, help="latency phase turns (200; quick 100)")
-    p.add_argument("--rate", type=_positive_float, default=20.0, help="turns a second")
-    p.add_argument("--latency", type=_non_negative_float, default=0.05, help="reply model seconds")
-    p.add_argument("--debounce", type=_non_negative_float, default=0.1)
-    p.add_argument("--max-wait", type=_non_negative_float, default=2.0)
-    p.add_argument("--max-concurrent", type=_positive_int, default=16, help="turns at once")
-    p.add_argument("--timeout", type=_positive_float, default=120.0, help="answer deadline")
+    p.add_argument("--messages", type=positive_int, help="default 1,000,000 (quick: 100,000)")
+    p.add_argument("--sessions", type=positive_int, help="default 20,000 (quick: 2,000)")
+    p.add_argument("--days", type=positive_float, default=30.0, help="retention days")
+    p.add_argument("--audit-days", type=positive_float, default=7.0)
+    p.add_argument("--batch-size", type=positive_int, default=500)
+    p.add_argument("--turns", type=positive_int, help="latency phase turns (200; quick 100)")
+    p.add_argument("--rate", type=positive_float, default=20.0, help="turns a second")
+    p.add_argument("--latency", type=non_negative_float, default=0.05, help="reply model seconds")
+    p.add_argument("--debounce", type=non_negative_float, default=0.1)
+    p.add_argument("--max-wait", type=non_negative_float, default=2.0)
+    p.add_argument("--max-concurrent", type=positive_int, default=16, help="turns at once")
+    p.add_argument("--timeout", type=positive_float, default=120.0, help="answer deadline")
     p.add_argument("--seed", type=int, default=5)
     p.add_argument(
         "--outbox",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bot.events import NOT_SET, ConversationKey, SessionKey, SessionPolicy, UserKey
 from bot.store.base import BaseStore
+from tests.backends import StoreFactory
 
 C1 = ConversationKey("telegram", "1001")
 C2 = ConversationKey("telegram", "2002")
@@ -108,9 +109,18 @@ async def test_user_memory_is_per_platform_user(store: BaseStore) -> None:
     assert await store.get_user_memory(alice) is NOT_SET
 
 
-async def test_schema_is_migrated_once(store: BaseStore, tmp_path) -> None:
-    """Migrations run at open and are idempotent on reopen."""
-    assert await store.schema_version() >= 1
+async def test_schema_is_migrated_once(stores: StoreFactory) -> None:
+    """Migrations run at open and are idempotent on reopen: data survives, version unchanged."""
+    from bot.store.migrations.sqlite import MIGRATIONS
+
+    async with stores.new() as first:
+        session = (await first.open_session(C1, T0)).key
+        await first.set_state(session, "choice", "blue mug", T0)
+        version = await first.schema_version()
+    assert version == MIGRATIONS[-1][0]
+    async with stores.new() as again:
+        assert await again.schema_version() == version
+        assert await again.get_state(session, "choice") == "blue mug"
 
 
 async def test_edits_and_deletions(store: BaseStore) -> None:
