@@ -182,6 +182,10 @@ class Scheduler:
             self._wakeup.set()
 
     async def _sleep_until_next(self) -> None:
+        # Clear before reading the store, never after: a timer armed while the query below
+        # runs (another connection, so the query may not see it) sets the event again, and
+        # the wait returns at once instead of sleeping past it (a lost wake-up).
+        self._wakeup.clear()
         now = self._clock.now()
         # The earliest timer that this scheduler could start: a timer whose turn is running
         # here, or backing off after a lost CAS, must not hide a newer one that falls due
@@ -203,7 +207,6 @@ class Scheduler:
         backoffs = [t - now for t in self._skip_until.values() if t > now]
         if backoffs:
             delay = min([delay, *backoffs])
-        self._wakeup.clear()
         waker = asyncio.create_task(self._wakeup.wait())
         sleeper = asyncio.create_task(self._clock.sleep(delay))
         try:

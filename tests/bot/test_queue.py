@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 from bot.clock import ManualClock
 from bot.events import ConversationKey, Inbound, QueuePolicy, UserKey
+from bot.queue import Scheduler
 from bot.store.base import BaseStore
 from tests.backends import StoreFactory
 from tests.fakes.llm import GatedLLM
@@ -263,3 +265,22 @@ async def test_a_running_turn_does_not_delay_another_conversations_timer(
         llm.release()
         await h.advance(0.2, step=0.1)
         assert sorted(h.outlet.texts()) == ["reply to: quick one", "reply to: slow one"]
+
+
+async def test_a_wake_up_during_the_schedulers_store_read_is_not_lost(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """A timer armed while the scheduler reads the next due time (on PostgreSQL the read may
+    not see it yet) still wakes the scheduler at once, not a scan interval later."""
+    calls: list[ConversationKey] = []
+
+    async def run_turn(key: ConversationKey) -> str:
+        calls.append(key)
+        return "idle"
+
+    scheduler = Scheduler(store=store, clock=clock, run_turn=run_turn, bots=["default"])
+    sleeping = asyncio.create_task(scheduler._sleep_until_next())
+    await asyncio.sleep(0)  # the task is now inside its store read
+    scheduler.wake()  # an ingest armed a timer meanwhile
+    # Without moving the clock: the wake-up must end the sleep.
+    await asyncio.wait_for(sleeping, timeout=5.0)
