@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
+from memory.quoting import data_json
 from memory.tokens import estimate_tokens
 
 Section = Literal["semantic", "emotional", "episodic"]
@@ -108,8 +109,27 @@ class UserMemory:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise RecordError(f"unreadable user memory record: {exc}") from exc
 
+    def prompt_line(self, user_id: str, display_name: str) -> str:
+        """The record as one JSON line of the ``<user_memory>`` block (see memory/quoting.py).
+
+        Facts are grouped by field in stored order; recent events keep only their values.
+        """
+        person: dict[str, object] = {"name": display_name, "user_id": user_id}
+        for name in SECTIONS:
+            items = self.section(name)
+            if not items:
+                continue
+            if name == "episodic":
+                person["recent_events"] = [i.value for i in items]
+                continue
+            fields: dict[str, list[str]] = {}
+            for i in items:
+                fields.setdefault(i.field, []).append(i.value)
+            person[name] = fields
+        return data_json(person)
+
     def render(self, display_name: str) -> str:
-        """The record as prompt text (data, not instructions)."""
+        """The record as text for the person themself (``/memory``, ``memory show``)."""
         lines = [f"About {display_name}:"]
         for name in SECTIONS:
             items = self.section(name)
@@ -145,7 +165,7 @@ def trim_memory(record: UserMemory, budget_tokens: int, display_name: str = "use
     items = list(record.items)
 
     def size() -> int:
-        return estimate_tokens(replace(record, items=tuple(items)).render(display_name))
+        return estimate_tokens(replace(record, items=tuple(items)).prompt_line("", display_name))
 
     while items and size() > budget_tokens:
         episodic = [i for i in items if i.section == "episodic"]
@@ -196,20 +216,29 @@ class Summary:
         return cls(first_turn, last_turn, **{n: _strings(data.get(n, ())) for n in SUMMARY_FIELDS})
 
     def render(self) -> str:
-        """Prompt text of the summary."""
-        labels = {
-            "topics": "Topics",
-            "user_said": "What the user said that matters",
-            "open_threads": "Open threads and promises",
-            "preferences": "The user's preferences in this session",
+        """Prompt text of the summary: a header line, then the entries as one JSON line.
+
+        Only non-empty fields are written, under keys that say what they hold; entries are
+        JSON strings (see memory/quoting.py).
+        """
+        body = {
+            key: list(getattr(self, name))
+            for name, key in SUMMARY_PROMPT_KEYS.items()
+            if getattr(self, name)
         }
-        lines = [f"Summary of turns {self.first_turn}-{self.last_turn} of this conversation:"]
-        for name in SUMMARY_FIELDS:
-            values = getattr(self, name)
-            if values:
-                lines.append(f"{labels[name]}:")
-                lines += [f"- {v}" for v in values]
-        return "\n".join(lines)
+        header = (
+            f"Summary of turns {self.first_turn}-{self.last_turn} of this conversation, as JSON:"
+        )
+        return f"{header}\n{data_json(body)}"
+
+
+# The summary's fields as the prompt names them (the stored names are short).
+SUMMARY_PROMPT_KEYS: Final = {
+    "topics": "topics",
+    "user_said": "what_the_user_said_that_matters",
+    "open_threads": "open_threads_and_promises",
+    "preferences": "user_preferences_this_session",
+}
 
 
 def merge_summary(

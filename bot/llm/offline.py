@@ -66,7 +66,7 @@ class OfflineLLM(BaseLLM):
 
 
 def _reply(request: ModelRequest, last: str) -> str:
-    lines = [line for line in last.splitlines() if line.strip()]
+    lines = [line.strip() for line in last.splitlines() if line.strip()]
     quoted = " / ".join(lines) if lines else "(nothing)"
     layers = ", ".join(request.layers) if request.layers else "none"
     history = max(0, len(request.messages) - 1)
@@ -78,21 +78,35 @@ def _reply(request: ModelRequest, last: str) -> str:
 
 def _summary(task: str) -> str:
     said = [
-        line.split(": ", 1)[1][:120]
-        for line in task.splitlines()
-        if line.startswith("[turn ") and "persona:" not in line and ": " in line
+        str(line["text"])[:120]
+        for line in _json_lines(task)
+        if line.get("role") == "user" and "text" in line
     ]
     return json.dumps({"topics": [], "user_said": said, "open_threads": [], "preferences": []})
 
 
 def _extract(task: str) -> str:
     found: dict[str, list[dict[str, object]]] = {"semantic": [], "emotional": [], "episodic": []}
-    for line in task.splitlines():
-        match = re.match(r"\[message (\d+)\] (.*)", line)
-        if match is None:
+    for line in _json_lines(task):
+        if not isinstance(line.get("message_id"), int) or "text" not in line:
             continue
-        source, text = int(match[1]), match[2]
+        source, text = line["message_id"], str(line["text"])
         for section, field, pattern in _PATTERNS:
             for value in pattern.findall(text):
                 found[section].append({"field": field, "value": value.strip(), "source": source})
     return json.dumps(found)
+
+
+def _json_lines(task: str) -> list[dict[str, object]]:
+    """The transcript lines of a memory task (one JSON object per message)."""
+    out = []
+    for line in task.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out

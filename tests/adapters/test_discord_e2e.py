@@ -216,7 +216,9 @@ async def test_guild_mention_gating_context_and_threads(tmp_path: Path) -> None:
             assert reference["fail_if_not_exists"] is False
             thread_reply = fake.bot_messages(thread)
             assert len(thread_reply) == 1
-            assert thread_reply[0]["content"].startswith(f"{OFFLINE} @Mira and in here?\n")
+            # A group turn names its author: '"Ada" (user "..."):' then her indented line.
+            assert thread_reply[0]["content"].startswith(f'{OFFLINE} "Ada" (user ')
+            assert "): / @Mira and in here?\n" in thread_reply[0]["content"]
             assert "fridge" not in thread_reply[0]["content"]  # the channel's context stays there
             conversations = bot.query("SELECT chat_id, thread_id FROM conversations ORDER BY id")
             assert conversations == [(str(guild.general), ""), (str(guild.general), str(thread))]

@@ -175,7 +175,7 @@ async def test_prompt_and_memory_admin_commands(tmp_path: Path) -> None:
     code, out, _ = await _run(["prompt", "--platform", "console", "--chat", user], tmp_path)
     assert code == 0
     assert "persona" in out and "[cache breakpoint]" in out
-    assert "name: Ada" in out  # the user memory layer
+    assert '"name": ["Ada"]' in out  # the user memory layer
     assert "hello" in out  # the window
     code, out, _ = await _run(
         ["memory", "forget", "--platform", "console", "--user", user], tmp_path

@@ -65,4 +65,6 @@ async def test_same_display_name_same_chat_different_people(
         await h.say(group, "I like coffee", author="22", name="Sasha")
         await h.advance(2)
         assert llm.calls == 1
-        assert llm.last_input() == ("Sasha (user 11): I like tea\nSasha (user 22): I like coffee")
+        assert llm.last_input() == (
+            '"Sasha" (user "11"):\n  I like tea\n"Sasha" (user "22"):\n  I like coffee'
+        )

@@ -59,7 +59,7 @@ def test_layers_come_in_order_with_cache_breakpoints() -> None:
     )
     system = [b.text for b in out.request.system]
     assert system[0].startswith("You are Mira")
-    assert "<user_memory>" in system[1] and "occupation: nurse" in system[1]
+    assert "<user_memory>" in system[1] and '"occupation": ["nurse"]' in system[1]
     assert "<conversation_summary>" in system[2] and "the SLA is 4 hours" in system[2]
     assert "<gap_notice>" in system[3]
     assert [b.cache for b in out.request.system] == [False, True, True, False]
@@ -135,11 +135,11 @@ def test_group_turn_attributes_each_author_and_memory_per_participant() -> None:
         ],
     )
     assert out.request.messages[-1].text == (
-        "Sasha (user 11): I brought tea\nSasha (user 22): and I brought cake"
+        '"Sasha" (user "11"):\n  I brought tea\n"Sasha" (user "22"):\n  and I brought cake'
     )
     block = out.request.system[1].text
-    assert "About Sasha (user 11):\n  semantic: occupation: nurse" in block
-    assert "About Sasha (user 22):\n  semantic: occupation: pilot" in block
+    assert '{"name": "Sasha", "user_id": "11", "semantic": {"occupation": ["nurse"]}}' in block
+    assert '{"name": "Sasha", "user_id": "22", "semantic": {"occupation": ["pilot"]}}' in block
 
 
 def test_dm_memory_is_absent_from_group_prompts() -> None:

@@ -54,7 +54,12 @@ async def test_facts_cross_sessions_forget_erases_them_and_choices_stay_behind(
         assert len(learned.items) == 4
         await turn(h, DM, "hello again")
         first_of_s2 = system_text(llm.requests[-1])
-        for fact in ("name: Ada", "occupation: nurse", "fear: spiders", "driving exam"):
+        for fact in (
+            '"name": ["Ada"]',
+            '"occupation": ["nurse"]',
+            '"fear": ["spiders"]',
+            "driving exam",
+        ):
             assert fact in first_of_s2
         assert "blue mug" not in first_of_s2
         await h.say(DM, "/memory", author="11", name="Ada")
