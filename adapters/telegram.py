@@ -53,8 +53,9 @@ from adapters.telegram_inbound import (
     NonText,
     to_inbound,
 )
+from adapters.telegram_updates import GetRawUpdates, ParsedUpdate, parse_update
 from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSettings
-from bot.errors import AdapterError, ConfigError, DeliveryRefused
+from bot.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
 from bot.events import ConversationKey, Inbound, Reply
 from bot.ports import InboundHandler
 from bot.tasks import running
@@ -72,6 +73,8 @@ _SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 # 400 descriptions that mean "this chat will not take messages from us" (like a 403).
 _REFUSALS: Final = ("chat not found", "not enough rights", "have no rights", "topic_closed")
 _SEEN_UPDATES: Final = 2048
+_POLL_BACKOFF_START: Final = 1.0
+_POLL_BACKOFF_MAX: Final = 30.0
 _T = TypeVar("_T")
 
 
@@ -229,9 +232,9 @@ class TelegramAdapter(BaseAdapter):
         """Identify the bot (unless prepared), then poll or serve the webhook until cancelled."""
         dispatcher = self._prepared or await self._identify(handler)
         if self._webhook is None:
-            await self._poll(dispatcher)
+            await self._poll(dispatcher, handler)
         else:
-            await self._serve_webhook(dispatcher, self._webhook)
+            await self._serve_webhook(dispatcher, self._webhook, handler)
 
     async def _identify(self, handler: InboundHandler) -> Dispatcher:
         """getMe, the inbound rules, setMyCommands and the dispatcher."""
@@ -329,38 +332,111 @@ class TelegramAdapter(BaseAdapter):
         words = inbound.text.split(maxsplit=1)
         return bool(words) and words[0] == "/start" and "start" not in self._rules.commands
 
-    async def _poll(self, dispatcher: Dispatcher) -> None:
-        """aiogram's long polling, without its signal handlers; stopped when cancelled."""
+    async def _poll(self, dispatcher: Dispatcher, handler: InboundHandler) -> None:
+        """Long polling, one update at a time and in order, until cancelled.
+
+        Our loop, not aiogram's: each update is validated alone (:mod:`adapters.telegram_updates`)
+        and the offset moves past an update only once it was handled, so an update is never
+        acknowledged before it is stored. A store fault keeps the offset where it is and retries
+        the same update with backoff; later updates wait (order matters).
+        """
         try:
             await self._bot.delete_webhook(drop_pending_updates=False)
         except _TELEGRAM_ERRORS as exc:
             log.warning(
                 "telegram bot %s: deleteWebhook failed: %s", self.bot_key, self._redact(str(exc))
             )
-        polling = asyncio.create_task(
-            dispatcher.start_polling(
-                self._bot,
-                polling_timeout=self._polling_timeout,
-                # One update at a time, in order: ingest is quick and order matters.
-                handle_as_tasks=False,
+        offset: int | None = None
+        delay = _POLL_BACKOFF_START
+        while True:
+            request = GetRawUpdates(
+                offset=offset,
+                timeout=self._polling_timeout,
                 allowed_updates=list(ALLOWED_UPDATES),
-                handle_signals=False,  # the framework owns SIGINT/SIGTERM
-                close_bot_session=False,  # aclose() does it
-            ),
-            name=f"telegram polling {self.bot_key}",
-        )
-        try:
-            # Shielded so that cancelling run() stops polling through aiogram (which ends
-            # its getUpdates task too) instead of orphaning that task.
-            await asyncio.shield(polling)
-        finally:
-            await _stop_polling(dispatcher, polling)
+            )
+            try:
+                raws = await self._bot(
+                    request, request_timeout=int(self._session.timeout + self._polling_timeout)
+                )
+            except _TELEGRAM_ERRORS as exc:
+                if isinstance(exc, TelegramRetryAfter):
+                    delay = max(delay, float(exc.retry_after))
+                log.warning(
+                    "telegram bot %s: getUpdates failed (%s); retrying in %.0fs",
+                    self.bot_key,
+                    self._redact(getattr(exc, "message", None) or str(exc)),
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _POLL_BACKOFF_MAX)
+                continue
+            delay = _POLL_BACKOFF_START
+            for raw in raws:
+                parsed = parse_update(raw, self._bot)
+                if parsed.update is not None:
+                    self._repaired(parsed)
+                    await self._feed_until_stored(dispatcher, parsed.update)
+                else:
+                    self._rejected(handler, parsed)
+                if parsed.update_id is not None:
+                    offset = max(offset or 0, parsed.update_id + 1)
 
-    async def _serve_webhook(self, dispatcher: Dispatcher, hook: WebhookSettings) -> None:
+    async def _feed_until_stored(self, dispatcher: Dispatcher, update: Update) -> None:
+        """Handle one update; a store fault is retried with backoff until it clears.
+
+        Any other failure is logged and the update skipped: one update never stops the bot.
+        """
+        delay = _POLL_BACKOFF_START
+        while True:
+            try:
+                await dispatcher.feed_update(self._bot, update)
+                return
+            except StoreError as exc:
+                log.error(
+                    "telegram bot %s: update %d not stored (%s); not acknowledged, retrying "
+                    "in %.0fs",
+                    self.bot_key,
+                    update.update_id,
+                    exc,
+                    delay,
+                )
+            except Exception:
+                log.exception(
+                    "telegram bot %s: handling update %d failed; skipped",
+                    self.bot_key,
+                    update.update_id,
+                )
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_BACKOFF_MAX)
+
+    def _rejected(self, handler: InboundHandler, parsed: ParsedUpdate) -> None:
+        """An update that cannot be read: logged once (no content), counted, skipped."""
+        log.warning(
+            "telegram bot %s: skipped an update aiogram cannot read: %s",
+            self.bot_key,
+            parsed.describe(),
+        )
+        handler.rejected("telegram", self.bot_key, parsed.kind)
+
+    def _repaired(self, parsed: ParsedUpdate) -> None:
+        if parsed.dropped:
+            log.warning(
+                "telegram bot %s: update %s kept without %s.%s (%s)",
+                self.bot_key,
+                parsed.update_id,
+                parsed.kind,
+                ", ".join(parsed.dropped),
+                "; ".join(parsed.errors),
+            )
+
+    async def _serve_webhook(
+        self, dispatcher: Dispatcher, hook: WebhookSettings, handler: InboundHandler
+    ) -> None:
         """Serve ``hook.path``, then ``setWebhook`` with the secret; until cancelled."""
 
         async def receive(request: web.Request) -> web.Response:
-            return await self._on_webhook(dispatcher, hook, request)
+            return await self._on_webhook(dispatcher, hook, request, handler)
 
         app = web.Application()
         app.router.add_post(hook.path, receive)
@@ -387,19 +463,31 @@ class TelegramAdapter(BaseAdapter):
             await runner.cleanup()
 
     async def _on_webhook(
-        self, dispatcher: Dispatcher, hook: WebhookSettings, request: web.Request
+        self,
+        dispatcher: Dispatcher,
+        hook: WebhookSettings,
+        request: web.Request,
+        handler: InboundHandler,
     ) -> web.Response:
-        """One update from Telegram: 401 without the right secret, nothing processed."""
+        """One update from Telegram: 401 without the right secret, nothing processed.
+
+        An update that cannot be read is answered 200 (logged once): redelivering it would
+        not help. A failure while handling answers 500, so Telegram delivers it again later.
+        """
         given = request.headers.get(SECRET_HEADER, "")
         if not hmac.compare_digest(given.encode(), hook.secret.encode()):
             log.warning("telegram bot %s: webhook call without the right secret", self.bot_key)
             return web.Response(status=401, text="Unauthorized")
         try:
-            update = Update.model_validate(await request.json(), context={"bot": self._bot})
+            raw = await request.json()
         except ValueError:
             return web.Response(status=400, text="Bad Request")
-        # An exception here answers 500, and Telegram delivers the update again later.
-        await dispatcher.feed_update(self._bot, update)
+        parsed = parse_update(raw, self._bot)
+        if parsed.update is None:
+            self._rejected(handler, parsed)
+            return web.json_response({})
+        self._repaired(parsed)
+        await dispatcher.feed_update(self._bot, parsed.update)
         return web.json_response({})
 
     # ------------------------------------------------------------------------ sending
@@ -540,15 +628,6 @@ class TelegramAdapter(BaseAdapter):
     async def aclose(self) -> None:
         """Close the HTTP session."""
         await self._bot.session.close()
-
-
-async def _stop_polling(dispatcher: Dispatcher, polling: asyncio.Task[None]) -> None:
-    """Stop aiogram's polling (and its getUpdates task); cancel it if it never started."""
-    if not polling.done():
-        with contextlib.suppress(RuntimeError):  # "Polling is not started" yet
-            await dispatcher.stop_polling()
-    polling.cancel()
-    await asyncio.gather(polling, return_exceptions=True)
 
 
 # ---------------------------------------------------------------------------------- factory

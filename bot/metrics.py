@@ -56,6 +56,12 @@ class Metrics:
 
         self.inbound = counter("personabot_inbound_messages", "Inbound messages stored")
         self.duplicates = counter("personabot_duplicates_dropped", "Repeated deliveries ignored")
+        self.rejected = Counter(
+            "personabot_inbound_rejected",
+            "Platform updates that could not be read (logged once, acknowledged, skipped)",
+            ("platform", "bot", "kind"),
+            registry=r,
+        )
         self.denied = counter("personabot_access_denied", "Messages from people not allowed")
         self.turns = counter("personabot_turns", "Turns by outcome", "outcome")
         self.model_calls = counter("personabot_model_calls", "Model calls", "purpose")

@@ -36,3 +36,7 @@ class InboundHandler(Protocol):
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message (a command at once; anything else is ingested)."""
         ...
+
+    def rejected(self, platform: str, bot: str, kind: str) -> None:
+        """Count an update of ``kind`` the adapter could not read (already logged, skipped)."""
+        ...

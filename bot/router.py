@@ -49,6 +49,10 @@ class Router:
         """(name, description) of every chat command."""
         return tuple((spec.name, spec.description) for spec in self._commands.specs)
 
+    def rejected(self, platform: str, bot: str, kind: str) -> None:
+        """Count an update an adapter could not read."""
+        self._metrics.rejected.labels(platform, bot, kind).inc()
+
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""
         labels = self._metrics.labels(inbound.conversation)

@@ -138,6 +138,7 @@ async def running(
     debounce: float = 0.2,
     max_wait: float = 2.0,
     typing_interval: float = 4.0,
+    settings: Settings | None = None,
 ) -> AsyncIterator[Rig]:
     """Run the adapter on the wired runtime until the block ends; then stop and close it."""
     llm = llm or OfflineLLM()
@@ -148,7 +149,7 @@ async def running(
         api_server=api.base_url,
         typing_interval=typing_interval,
     )
-    settings = _settings(tmp_path, debounce=debounce, max_wait=max_wait)
+    settings = settings or _settings(tmp_path, debounce=debounce, max_wait=max_wait)
     async with runtime(settings, llm=llm, adapters={BOT: (PERSONA, adapter)}) as rt:
         task = asyncio.create_task(adapter.run(rt.router))
         try:
@@ -566,12 +567,18 @@ class _Recorder:
     async def __call__(self, inbound: Inbound) -> None:
         self.received.append(inbound)
 
+    def rejected(self, platform: str, bot: str, kind: str) -> None:
+        raise AssertionError((platform, bot, kind))
+
 
 class _NoHandler:
     commands: tuple[tuple[str, str], ...] = ()
 
     async def __call__(self, inbound: object) -> None:  # pragma: no cover - never called
         raise AssertionError(inbound)
+
+    def rejected(self, platform: str, bot: str, kind: str) -> None:  # pragma: no cover
+        raise AssertionError((platform, bot, kind))
 
 
 def test_create_adapter_reports_configuration_problems() -> None:

@@ -1,0 +1,220 @@
+"""Telegram updates that aiogram cannot read, and store faults, never silence a bot (issue 19,
+issue 13 item 4): real aiogram against the fake Bot API, the real runtime on real SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiogram import Bot
+
+from adapters.telegram import create_adapter
+from adapters.telegram_updates import parse_update
+from bot.config import QueueSettings, Secrets, Settings, StorageSettings, TelegramBotSettings
+from tests.adapters.test_telegram import (
+    ANN,
+    BOB,
+    BOT,
+    PERSONA,
+    TOKEN,
+    _free_port,
+    eventually,
+    running,
+)
+from tests.fakes.telegram_api import FakeTelegramAPI, TgChat
+
+pytestmark = pytest.mark.timeout(90)
+SKIPPED = "skipped an update aiogram cannot read"
+
+
+def _bot() -> Bot:
+    return Bot(TOKEN)
+
+
+def _unreadable(api: FakeTelegramAPI, text: str = "secret words") -> dict[str, Any]:
+    """A message update whose ``chat`` lacks its type: aiogram rejects it; nothing saves it."""
+    update = api.message_update(TgChat.private(ANN), ANN, text)
+    del update["message"]["chat"]["type"]
+    return update
+
+
+def _old_photo(api: FakeTelegramAPI, caption: str) -> dict[str, Any]:
+    """A photo message as an older Bot API server sends it: sizes without file_unique_id."""
+    sizes = [{"file_id": "AgAD-old", "width": 90, "height": 90}]
+    return api.message_update(
+        TgChat.private(BOB), BOB, None, extra={"photo": sizes, "caption": caption}
+    )
+
+
+def _rejected_count(rig: Any, kind: str = "message") -> float:
+    value = rig.rt.metrics.registry.get_sample_value(
+        "personabot_inbound_rejected_total", {"platform": "telegram", "bot": BOT, "kind": kind}
+    )
+    return 0.0 if value is None else float(value)
+
+
+# ------------------------------------------------------------------------- parsing rules
+
+
+async def test_an_update_missing_an_essential_field_is_rejected_without_its_content() -> None:
+    async with FakeTelegramAPI() as api:
+        parsed = parse_update(_unreadable(api), _bot())
+    assert parsed.update is None
+    assert parsed.kind == "message"
+    assert "message.chat" in parsed.describe()
+    assert "secret words" not in parsed.describe()
+
+
+async def test_a_photo_without_file_unique_id_keeps_its_caption() -> None:
+    async with FakeTelegramAPI() as api:
+        raw = _old_photo(api, "look at my cat")
+        parsed = parse_update(raw, _bot())
+    assert parsed.update is not None and parsed.update.message is not None
+    assert parsed.update.message.caption == "look at my cat"
+    assert parsed.dropped == ("photo",)
+    assert "photo" in raw["message"]  # the raw update itself is left as it was
+
+
+def test_an_update_of_another_kind_that_fails_is_rejected() -> None:
+    raw = {
+        "update_id": 7,
+        "my_chat_member": {"chat": {"id": 1}, "from": {"id": 2}},  # most fields missing
+    }
+    parsed = parse_update(raw, _bot())
+    assert parsed.update is None
+    assert parsed.update_id == 7 and parsed.kind == "my_chat_member"
+
+
+def test_a_value_that_is_not_an_update_is_rejected() -> None:
+    assert parse_update(["not", "an", "object"], _bot()).update is None
+    assert parse_update({"message": {}}, _bot()).update_id is None
+
+
+# ------------------------------------------------------------------------------- polling
+
+
+async def test_one_unreadable_update_in_a_batch_does_not_stop_polling(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "personabot.telegram")
+    async with FakeTelegramAPI() as api:
+        api.add_bot(TOKEN, "mira_bot", "Mira")
+        async with running(tmp_path, api) as rig:
+            # One batch: a normal message, an update aiogram rejects, a normal message.
+            api.push_message(TOKEN, TgChat.private(ANN), ANN, "before the bad one")
+            bad_id = api.push(TOKEN, _unreadable(api))
+            api.push(TOKEN, _old_photo(api, "after the bad one"))
+            await api.wait_for(lambda: len(rig.replies()) == 2, what="both replies")
+            assert any("before the bad one" in r for r in rig.replies(TgChat.private(ANN)))
+            assert any("after the bad one" in r for r in rig.replies(TgChat.private(BOB)))
+            # Acknowledged: the next getUpdates confirms past it, and it is gone.
+            await api.wait_for(lambda: api.pending_updates(TOKEN) == 0, what="the offset")
+            # A message sent afterwards is answered as usual.
+            started = time.monotonic()
+            api.push_message(TOKEN, TgChat.private(ANN), ANN, "and now?")
+            await api.wait_for(lambda: len(rig.replies()) == 3, within=5, what="the next reply")
+            assert time.monotonic() - started < 5
+            offsets = [int(c.params.get("offset") or 0) for c in api.calls_of("getUpdates")]
+            assert max(offsets) > bad_id
+            assert _rejected_count(rig) == 1
+    skipped = [r.getMessage() for r in caplog.records if SKIPPED in r.getMessage()]
+    assert len(skipped) == 1, skipped
+    assert f"update {bad_id} (message)" in skipped[0]
+    assert "secret words" not in caplog.text
+    kept = [
+        r.getMessage() for r in caplog.records if "kept without message.photo" in r.getMessage()
+    ]
+    assert len(kept) == 1
+
+
+# ------------------------------------------------------------------------------- webhook
+
+
+async def test_the_webhook_answers_200_for_an_unreadable_update_and_logs_it_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "personabot.telegram")
+    port = _free_port()
+    entry = TelegramBotSettings(
+        platform="telegram",
+        id=BOT,
+        persona="companion",
+        mode="webhook",
+        webhook_url=f"http://127.0.0.1:{port}/tg/hook",
+        listen_port=port,
+        webhook_path="/tg/hook",
+        secret_token_env="TG_WEBHOOK_SECRET",
+    )
+    secrets = Secrets({"TELEGRAM_BOT_TOKEN": TOKEN, "TG_WEBHOOK_SECRET": "hook-secret"})
+    async with FakeTelegramAPI() as api:
+        api.add_bot(TOKEN, "mira_bot", "Mira")
+        entry = entry.model_copy(update={"api_server": api.base_url})
+        adapter = create_adapter(entry, PERSONA, secrets)
+        async with running(tmp_path, api, adapter=adapter) as rig:
+            bad = _unreadable(api)
+            assert await api.deliver_webhook(TOKEN, bad) == 200
+            photo = _old_photo(api, "a photo from an old server")
+            assert await api.deliver_webhook(TOKEN, photo) == 200
+            await api.wait_for(rig.replies, what="the photo's reply")
+            assert "a photo from an old server" in rig.replies()[0]
+            assert _rejected_count(rig) == 1
+    skipped = [r.getMessage() for r in caplog.records if SKIPPED in r.getMessage()]
+    assert len(skipped) == 1 and f"update {bad['update_id']}" in skipped[0]
+
+
+# --------------------------------------------------------------------------- store faults
+
+
+@contextlib.contextmanager
+def _write_lock(path: Path) -> Iterator[sqlite3.Connection]:
+    """Another program holding the database's write lock."""
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        yield other
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+
+
+async def test_an_update_is_not_acknowledged_before_it_is_stored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the SQLite file locked longer than busy_timeout_ms, polling keeps the update
+    unconfirmed and retries it; once the lock is gone it is stored and answered once."""
+    caplog.set_level(logging.ERROR, "personabot.telegram")
+    db = tmp_path / "locked.sqlite3"
+    settings = Settings(
+        storage=StorageSettings(url=f"sqlite:///{db}", busy_timeout_ms=100),
+        queue=QueueSettings(debounce_seconds=0.2, max_wait_seconds=2.0, scan_interval_seconds=0.2),
+        personas=[PERSONA],
+    )
+    async with FakeTelegramAPI() as api:
+        api.add_bot(TOKEN, "mira_bot", "Mira")
+        async with running(tmp_path, api, settings=settings) as rig:
+            with _write_lock(db):
+                api.push_message(TOKEN, TgChat.private(ANN), ANN, "do not lose me")
+                await eventually(
+                    lambda: _async("not stored" in caplog.text), what="the store fault"
+                )
+                await asyncio.sleep(0.5)  # more retries while the lock is held
+                assert api.pending_updates(TOKEN) == 1  # never confirmed
+                assert rig.replies() == []
+            await api.wait_for(rig.replies, what="the reply after the fault cleared")
+            await api.wait_for(lambda: api.pending_updates(TOKEN) == 0, what="the offset")
+            key = rig.key(TgChat.private(ANN))
+            await rig.quiet(key)
+            assert len(rig.replies()) == 1
+            assert "do not lose me" in rig.replies()[0]
+            assert (await rig.stored_texts(key))[0] == "do not lose me"
+
+
+async def _async(value: bool) -> bool:
+    return value
