@@ -32,7 +32,7 @@ from adapters.discord_endpoints import SharedEndpoints, endpoints_for
 from adapters.discord_inbound import GroupTrigger, InboundBuilder, Place, known_place
 from adapters.text import split_text
 from bot.config import BotSettings, DiscordBotSettings, PersonaSettings, Secrets
-from bot.errors import AdapterError, ConfigError, DeliveryRefused
+from bot.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
 from bot.events import ConversationKey, Inbound, Reply
 from bot.ports import InboundHandler
 from bot.tasks import running
@@ -55,6 +55,8 @@ FATAL_CLOSE: Final = {
     4013: "invalid gateway intents",
 }
 _NETWORK_ERRORS: Final = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+_STORE_RETRY_START: Final = 1.0
+_STORE_RETRY_MAX: Final = 30.0
 
 
 def nonce_for(outbox_id: int | None, index: int) -> str | None:
@@ -93,6 +95,7 @@ class DiscordAdapter(BaseAdapter):
         self._closed = False
         self._login_lock = asyncio.Lock()
         self._dm_channels: set[int] = set()
+        self._handler: InboundHandler | None = None
         self._inbound = InboundBuilder(
             bot_key=bot_key, group_trigger=group_trigger, guilds=guilds, fetch_place=self._fetch
         )
@@ -105,6 +108,7 @@ class DiscordAdapter(BaseAdapter):
     async def run(self, handler: InboundHandler) -> None:
         """Connect to the gateway and hand every relevant event to ``handler`` until closed."""
         self._inbound.command_names = frozenset(name.lower() for name, _ in handler.commands)
+        self._handler = handler
         consumer = asyncio.create_task(self._consume(handler), name=f"discord {self.bot_key}")
         try:
             await self._connect()
@@ -168,6 +172,7 @@ class DiscordAdapter(BaseAdapter):
         shard_id, shard_count = self._shard
         return QueueingClient(
             queue=self._events,
+            on_unreadable=self._unreadable,
             intents=intents,
             allowed_mentions=discord.AllowedMentions.none(),
             shard_id=shard_id,
@@ -200,15 +205,40 @@ class DiscordAdapter(BaseAdapter):
 
     # ------------------------------------------------------------------ inbound
 
+    def _unreadable(self, event: str) -> None:
+        if self._handler is not None:
+            self._handler.rejected("discord", self.bot_key, event.lower())
+
     async def _consume(self, handler: InboundHandler) -> None:
         """Normalize and hand over queued events one at a time; one bad event never stops it."""
         while True:
             event = await self._events.get()
             try:
                 for inbound in await self._normalize(event):
-                    await handler(inbound)
+                    await self._until_stored(handler, inbound)
             except Exception:
                 log.exception("could not handle a Discord %s event", type(event).__name__)
+
+    async def _until_stored(self, handler: InboundHandler, inbound: Inbound) -> None:
+        """Hand one event over; a store fault is retried with backoff until it clears.
+
+        The gateway cannot be asked again for an event, so it is kept here; later events wait
+        behind it (gateway order) and queue up in memory meanwhile.
+        """
+        delay = _STORE_RETRY_START
+        while True:
+            try:
+                await handler(inbound)
+                return
+            except StoreError as exc:
+                log.error(
+                    "Discord message %s not stored (%s); retrying in %.0fs",
+                    inbound.platform_message_id,
+                    exc,
+                    delay,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _STORE_RETRY_MAX)
 
     async def _normalize(self, event: Event) -> list[Inbound]:
         client = self._client

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any, Final
 
 import discord
@@ -54,9 +56,38 @@ class QueueingClient(discord.Client):
         {"raw_message_edit", "raw_message_delete", "raw_bulk_message_delete"}
     )
 
-    def __init__(self, *, queue: asyncio.Queue[Event], **options: Any) -> None:
+    def __init__(
+        self,
+        *,
+        queue: asyncio.Queue[Event],
+        on_unreadable: Callable[[str], None] | None = None,
+        **options: Any,
+    ) -> None:
         super().__init__(**options)
         self._queue = queue
+        self._on_unreadable = on_unreadable
+        # discord.py calls these parsers from its gateway loop: an exception in one (a frame
+        # it cannot parse) would end ``connect()`` and the bot. Guarded, a bad frame is logged
+        # and counted, and the next frame is read as usual.
+        parsers = self._connection.parsers
+        for name, parse in list(parsers.items()):
+            parsers[name] = self._guarded(name, parse)
+
+    def _guarded(self, name: str, parse: Callable[[Any], None]) -> Callable[[Any], None]:
+        @functools.wraps(parse)
+        def guarded(data: Any) -> None:
+            try:
+                parse(data)
+            except Exception as exc:  # anything discord.py raises while parsing one frame
+                log.warning(
+                    "skipped a Discord %s event discord.py cannot read (%s)",
+                    name,
+                    type(exc).__name__,
+                )
+                if self._on_unreadable is not None:
+                    self._on_unreadable(name)
+
+        return guarded
 
     def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
         """Queue message events as the gateway parses them (as ``commands.Bot`` hooks in).

@@ -60,12 +60,16 @@ class RecordingHandler:
 
     def __init__(self) -> None:
         self.events: list[Inbound] = []
+        self.rejections: list[str] = []
         self._changed = asyncio.Condition()
 
     async def __call__(self, inbound: Inbound) -> None:
         async with self._changed:
             self.events.append(inbound)
             self._changed.notify_all()
+
+    def rejected(self, platform: str, bot: str, kind: str) -> None:
+        self.rejections.append(kind)
 
     async def wait(self, count: int, within: float = 10.0) -> list[Inbound]:
         """Wait until ``count`` events arrived."""
@@ -158,13 +162,18 @@ class Running:
 
 @contextlib.asynccontextmanager
 async def with_runtime(
-    fake: FakeDiscord, tmp_path: Path, llm: BaseLLM | None = None, **extra: Any
+    fake: FakeDiscord,
+    tmp_path: Path,
+    llm: BaseLLM | None = None,
+    *,
+    busy_timeout_ms: int = 5000,
+    **extra: Any,
 ) -> AsyncIterator[Running]:
     """Adapter + runtime, stopped in order: input first, then turns, then the connection."""
     db = tmp_path / "personabot.sqlite3"
     settings = Settings.model_validate(
         {
-            "storage": {"url": f"sqlite:///{db}"},
+            "storage": {"url": f"sqlite:///{db}", "busy_timeout_ms": busy_timeout_ms},
             "llm": {"provider": "offline"},
             "queue": {
                 "debounce_seconds": 0.2,
@@ -683,3 +692,56 @@ async def test_two_bots_with_different_endpoints_conflict() -> None:
             await second.aclose()
         finally:
             await first.aclose()
+
+
+async def test_a_gateway_frame_discord_py_cannot_parse_never_stops_the_bot(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A MESSAGE_CREATE that discord.py fails to parse, between two good messages: both good
+    ones are answered, the bad one is logged (no content) and counted, the bot keeps running."""
+    caplog.set_level(logging.WARNING, "personabot.discord")
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada = fake.add_user("Ada")
+        dm = fake.dm(ada)
+        async with with_runtime(fake, tmp_path) as bot:
+            await fake.post(dm, ada, "before the bad frame")
+            await fake.wait_for_bot_messages(dm, 1)
+            await fake.dispatch("MESSAGE_CREATE", {"id": "1", "content": "secret words"})
+            await fake.post(dm, ada, "after the bad frame")
+            await fake.wait_for_bot_messages(dm, 2)
+            counted = bot.rt.metrics.registry.get_sample_value(
+                "personabot_inbound_rejected_total",
+                {"platform": "discord", "bot": "mira", "kind": "message_create"},
+            )
+            assert counted == 1
+    replies = [m["content"] for m in fake.bot_messages(dm)]
+    assert "before the bad frame" in replies[0] and "after the bad frame" in replies[1]
+    skipped = [r.getMessage() for r in caplog.records if "cannot read" in r.getMessage()]
+    assert skipped == ["skipped a Discord MESSAGE_CREATE event discord.py cannot read (KeyError)"]
+    assert "secret words" not in caplog.text
+
+
+async def test_a_message_that_cannot_be_stored_is_retried_until_it_is(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The gateway cannot redeliver: with the SQLite file locked longer than busy_timeout_ms the
+    adapter keeps the message and retries; once the lock is gone it is answered once."""
+    caplog.set_level(logging.ERROR, "personabot.discord")
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada = fake.add_user("Ada")
+        dm = fake.dm(ada)
+        async with with_runtime(fake, tmp_path, busy_timeout_ms=100) as bot:
+            other = sqlite3.connect(bot.db, isolation_level=None)
+            try:
+                other.execute("BEGIN IMMEDIATE")
+                await fake.post(dm, ada, "do not lose me")
+                await bot.until(lambda: "not stored" in caplog.text)
+                await asyncio.sleep(0.5)
+                assert fake.bot_messages(dm) == []
+                other.execute("ROLLBACK")
+            finally:
+                other.close()
+            await fake.wait_for_bot_messages(dm, 1)
+            await bot.quiet()
+    (reply,) = [m["content"] for m in fake.bot_messages(dm)]
+    assert "do not lose me" in reply
