@@ -45,7 +45,13 @@ from aiogram.utils.token import TokenValidationError
 from aiohttp import web
 
 from adapters.base import BaseAdapter
-from adapters.telegram_format import MESSAGE_LIMIT, Chunk, plain_chunks, split_message
+from adapters.telegram_format import (
+    MESSAGE_LIMIT,
+    Chunk,
+    plain_chunks,
+    split_message,
+    without_mentions,
+)
 from adapters.telegram_inbound import (
     BotIdentity,
     GroupTrigger,
@@ -56,7 +62,7 @@ from adapters.telegram_inbound import (
 from adapters.telegram_updates import GetRawUpdates, ParsedUpdate, parse_update
 from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSettings
 from bot.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
-from bot.events import ConversationKey, Inbound, Reply
+from bot.events import ConversationKey, Reply
 from bot.ports import InboundHandler
 from bot.tasks import running
 
@@ -170,7 +176,6 @@ class TelegramAdapter(BaseAdapter):
         *,
         bot_key: str,
         token: str,
-        greeting: Sequence[str] = (),
         api_server: str | None = None,
         group_trigger: GroupTrigger = "mention",
         non_text: NonText = "placeholder",
@@ -188,7 +193,6 @@ class TelegramAdapter(BaseAdapter):
         except TokenValidationError:
             raise ConfigError([f"telegram bot {bot_key!r}: the token is malformed"]) from None
         self._token = token
-        self._greeting = "\n".join(greeting)
         self._group_trigger: GroupTrigger = group_trigger
         self._non_text: NonText = non_text
         self._webhook = webhook
@@ -314,9 +318,7 @@ class TelegramAdapter(BaseAdapter):
             return
         inbound = to_inbound(message, self._rules, edited=edited)
         try:
-            if inbound is not None and self._is_start(inbound):
-                await self.send(Reply(inbound.conversation, self._greeting or "Hi!"))
-            elif inbound is not None:
+            if inbound is not None:
                 await handler(inbound)
         except AdapterError as exc:  # a command's answer could not be sent: do not redo it
             log.error(
@@ -326,11 +328,6 @@ class TelegramAdapter(BaseAdapter):
         self._seen[update_id] = None
         while len(self._seen) > _SEEN_UPDATES:
             self._seen.popitem(last=False)
-
-    def _is_start(self, inbound: Inbound) -> bool:
-        """``/start`` (Telegram's first message to a bot) when no command of that name exists."""
-        words = inbound.text.split(maxsplit=1)
-        return bool(words) and words[0] == "/start" and "start" not in self._rules.commands
 
     async def _poll(self, dispatcher: Dispatcher, handler: InboundHandler) -> None:
         """Long polling, one update at a time and in order, until cancelled.
@@ -499,7 +496,8 @@ class TelegramAdapter(BaseAdapter):
         reply_to = None
         if not target.private and (reply.reply_to_platform_message_id or "").isdigit():
             reply_to = int(reply.reply_to_platform_message_id or "")
-        chunks = split_message(reply.text)
+        # Nothing the bot says may notify anyone (the model may write "@name" or a mention link).
+        chunks = split_message(without_mentions(reply.text))
         try:
             for index, chunk in enumerate(chunks):
                 first = reply_to if index == 0 else None
@@ -647,7 +645,6 @@ def create_adapter(
     return TelegramAdapter(
         bot_key=entry.key,
         token=token,
-        greeting=persona.first_message,
         api_server=entry.api_server,
         group_trigger=entry.group_trigger,
         non_text=entry.non_text,

@@ -25,7 +25,11 @@ MESSAGE_LIMIT: Final = 4096
 _FENCE: Final = "```"
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
 _BULLET = re.compile(r"^(\s*)[-*+]\s+(?=\S)")
-_LINK = re.compile(r"\[([^\[\]\n]+)\]\(((?:https?|tg|mailto):[^\s()<>]+)\)")
+# No tg: links: ``tg://user?id=N`` is a mention that notifies that person.
+_LINK = re.compile(r"\[([^\[\]\n]+)\]\(((?:https?|mailto):[^\s()<>]+)\)")
+# ``@name`` where Telegram would see a mention (not inside a word, such as an e-mail address).
+_MENTION = re.compile(r"(?<![\w@])@(?=\w)")
+_WORD_JOINER: Final = "\u2060"
 _BARE_URL = re.compile(r"https?://[^\s<>()\[\]`*]*[^\s<>()\[\]`*.,;:!?'\"]")
 _LANGUAGE = re.compile(r"^[\w+#.-]{1,32}$")
 _SPECIAL = re.compile(r"[`*_~\[]|https?://")
@@ -44,6 +48,15 @@ class Chunk:
 def escape(text: str) -> str:
     """Escape text for Telegram HTML (``<``, ``>``, ``&``; quotes are harmless in text)."""
     return html.escape(text, quote=False)
+
+
+def without_mentions(text: str) -> str:
+    """``text`` that notifies nobody: an invisible word joiner after each mention's ``@``.
+
+    Telegram has no "allowed mentions" switch: ``@username`` in a group notifies that person.
+    The text still reads the same; only the mention entity is gone.
+    """
+    return _MENTION.sub("@" + _WORD_JOINER, text)
 
 
 def split_message(markdown: str, limit: int = MESSAGE_LIMIT) -> list[Chunk]:

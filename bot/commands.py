@@ -71,6 +71,7 @@ class Commands:
         self._is_admin = is_admin or (lambda bot, user: False)
         self._usage_report = usage_report
         self._specs: dict[str, CommandSpec] = {}
+        self.register("start", "say hello", self._start)
         self.register("new", "start a new conversation (forget this chat's context)", self._new)
         self.register("reset", "same as /new", self._new)
         if memory is not None:
@@ -106,6 +107,11 @@ class Commands:
             return f"/{command.name} is for the bot's admins."
         log.info("command /%s in %s", command.name, inbound.conversation)
         return await spec.handler(inbound, command)
+
+    async def _start(self, inbound: Inbound, command: Command) -> str:
+        # Telegram's first message to a bot: answered like any command, so after the access
+        # check (a person outside the allow lists gets the denied reply, once a day).
+        return self._greeting(inbound.conversation.bot)
 
     async def _new(self, inbound: Inbound, command: Command) -> str:
         session = await self._store.new_session(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import socket
 import time
 import traceback
@@ -24,6 +25,7 @@ from adapters.telegram import TelegramAdapter, create_adapter
 from adapters.telegram_format import render_html
 from bot.app import Runtime, runtime
 from bot.config import (
+    AccessSettings,
     PersonaSettings,
     QueueSettings,
     Secrets,
@@ -145,7 +147,6 @@ async def running(
     adapter = adapter or TelegramAdapter(
         bot_key=BOT,
         token=TOKEN,
-        greeting=PERSONA.first_message,
         api_server=api.base_url,
         typing_interval=typing_interval,
     )
@@ -289,7 +290,9 @@ async def test_a_forum_topic_is_its_own_conversation(tmp_path: Path, api: FakeTe
         assert "blue" in by_thread[7] and "green" not in by_thread[7]
         assert "green" in by_thread[9] and "blue" not in by_thread[9]
         assert "general" in by_thread[None]
-        assert await rig.stored_texts(rig.key(FORUM, 7)) == ["@mira_bot I like blue", by_thread[7]]
+        # The echoed "@mira_bot" goes out with an invisible word joiner (no mention).
+        stored = await rig.stored_texts(rig.key(FORUM, 7))
+        assert stored == ["@mira_bot I like blue", by_thread[7].replace("\u2060", "")]
 
 
 # ---------------------------------------------------------------------------- sending
@@ -625,3 +628,40 @@ async def test_the_fake_bot_api_keeps_telegram_semantics(api: FakeTelegramAPI) -
         assert status == 409 and "terminated by other getUpdates" in body["description"]
         assert (await call("setWebhook", url="https://example.org/hook"))[0] == 200
         assert (await call("getUpdates"))[0] == 409
+
+
+async def test_start_from_someone_outside_the_allow_list_gets_only_the_denied_reply(
+    tmp_path: Path, api: FakeTelegramAPI
+) -> None:
+    """/start goes through access control: no greeting for strangers, and the denied reply at
+    most once per chat per day however often they send it."""
+    settings = _settings(tmp_path, debounce=0.2, max_wait=2.0).model_copy(
+        update={"access": AccessSettings(allow_users=[ANN.id], denied_reply="Private bot.")}
+    )
+    async with running(tmp_path, api, settings=settings) as rig:
+        for _ in range(3):
+            rig.say(TgChat.private(BOB), BOB, "/start")
+        rig.say(TgChat.private(ANN), ANN, "/start")
+        await api.wait_for(lambda: rig.replies(TgChat.private(ANN)), what="Ann's greeting")
+        await rig.quiet(rig.key(TgChat.private(BOB)))
+    assert rig.replies(TgChat.private(BOB)) == ["Private bot."]
+    assert rig.replies(TgChat.private(ANN)) == ["Hi, I'm Mira."]
+
+
+async def test_model_output_never_mentions_anyone_on_telegram(
+    tmp_path: Path, api: FakeTelegramAPI
+) -> None:
+    """A reply with a tg://user link and an @username reaches the group with neither a link
+    nor a mention (nobody is notified), the words still readable."""
+    text = "Ask [Ann](tg://user?id=1001) or @bob_the_builder, mail me at mira@example.org"
+    llm = GatedLLM(answer=lambda _: text)
+    async with running(tmp_path, api, llm) as rig:
+        rig.say(GROUP, ANN, f"@{USERNAME} who can help?")
+        await api.wait_for(rig.replies, what="the reply")
+    (sent,) = api.sent_messages(TOKEN)
+    assert "<a " not in sent.text  # no link at all, so no tg://user mention
+    visible = sent.visible_text
+    assert not re.search(r"(?<![\w@])@\w", visible)  # no @mention Telegram would parse
+    assert visible.replace("\u2060", "") == (
+        "Ask [Ann](tg://user?id=1001) or @bob_the_builder, mail me at mira@example.org"
+    )

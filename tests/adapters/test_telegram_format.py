@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from adapters.telegram_format import MESSAGE_LIMIT, plain_chunks, render_html, split_message
+from adapters.telegram_format import (
+    MESSAGE_LIMIT,
+    plain_chunks,
+    render_html,
+    split_message,
+    without_mentions,
+)
 from adapters.text import utf16_len
 from tests.fakes.telegram_api import EntityParseError, parse_telegram_html
 
@@ -115,3 +124,23 @@ def test_plain_fallback_chunks_fit() -> None:
     assert len(chunks) == 3
     assert all(utf16_len(c) <= MESSAGE_LIMIT for c in chunks)
     assert " ".join(chunks).split() == text.split()
+
+
+_PIECES = ["@", "[", "](", ")", "tg://user?id=1001", "tg:", "@bob_1", "a@b.c", "*", "`", "\n"]
+_MENTIONISH = st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=4)), max_size=20).map(
+    "".join
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_MENTIONISH, st.text(max_size=80)))
+def test_no_rendered_reply_can_notify_anyone(text: str) -> None:
+    """Whatever the model writes, the HTML sent to Telegram has no tg:// link and no text
+    Telegram would turn into an @mention; the words read the same."""
+    for chunk in split_message(without_mentions(text)):
+        assert 'href="tg:' not in chunk.html.lower()
+        for href in re.findall(r'<a href="([^"]*)"', chunk.html):
+            assert href.lower().startswith(("http://", "https://", "mailto:"))
+        visible = parse_telegram_html(chunk.html)
+        assert not re.search(r"(?<![\w@])@\w", visible)
+    assert without_mentions(text).replace("\u2060", "") == text.replace("\u2060", "")
