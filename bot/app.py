@@ -14,10 +14,10 @@ from bot.clock import Clock, SystemClock
 from bot.commands import Commands
 from bot.config import PersonaSettings, Secrets, Settings
 from bot.errors import ConfigError
-from bot.events import ConversationKey, QueuePolicy, SessionPolicy
+from bot.events import QueuePolicy, SessionPolicy
 from bot.health import HealthServer
 from bot.limits import LimitPolicy, Limits
-from bot.llm.base import BaseLLM, ModelResult
+from bot.llm.base import BaseLLM
 from bot.llm.offline import OfflineLLM
 from bot.metrics import Metrics, Price
 from bot.pipeline import BotProfile, GapPolicy, Pipeline
@@ -28,6 +28,7 @@ from bot.stats import usage_report
 from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore, is_postgres_url
 from bot.store.sqlite import SQLiteStore, sqlite_path
+from bot.usage import Accounting
 from memory.assemble import Budget, PersonaPin
 from memory.service import Memory, MemoryPolicy
 
@@ -116,6 +117,7 @@ def memory_policy(settings: Settings, persona: PersonaSettings) -> MemoryPolicy:
             summary_tokens=memory.summary_budget_tokens,
             memory_tokens=memory.user_memory_budget_tokens,
             max_input_chars=settings.limits.max_input_chars,
+            turn_tokens=settings.queue_for(persona).max_turn_tokens,
         ),
         summary_model=memory.summary_model or persona.model,
         private_memory_in_groups=memory.private_memory_in_groups,
@@ -135,6 +137,9 @@ def profile_for(
         memory=memory_policy(settings, persona),
         outlet=outlet,
         lease_seconds=queue.lease_seconds,
+        max_turn_messages=queue.max_turn_messages,
+        refusal_message=persona.refusal_message or settings.llm.refusal_message,
+        rejected_notice=settings.llm.rejected_notice,
     )
 
 
@@ -179,20 +184,30 @@ async def runtime(
         policy = access.get(bot)
         return policy is not None and policy.is_admin(user)
 
-    def count_memory_call(conversation: ConversationKey, purpose: str, result: ModelResult) -> None:
-        metrics.model_calls.labels(*metrics.labels(conversation), purpose).inc()
-        metrics.usage(conversation, result.model, result.usage)
-
     async with store:
+        limits = settings.limits
+        spending = Limits(
+            store=store,
+            clock=clock,
+            policy=LimitPolicy(
+                limits.user_turns_per_hour,
+                limits.user_turns_per_day,
+                limits.bot_tokens_per_day,
+                limits.limit_message,
+                user_input_tokens_per_day=limits.user_input_tokens_per_day,
+            ),
+            is_admin=is_admin,
+        )
+        # Replies and memory tasks are charged and limited alike.
+        accounting = Accounting(store=store, clock=clock, metrics=metrics, limits=spending)
         memory = Memory(
             store=store,
             llm=llm,
             clock=clock,
             policy_for=lambda bot: profiles[bot].memory,
-            on_model_call=count_memory_call,
+            account=accounting,
         )
         retention = settings.retention
-        limits = settings.limits
         pipeline = Pipeline(
             store=store,
             llm=llm,
@@ -202,17 +217,8 @@ async def runtime(
             gap_policy=GapPolicy(
                 retention.gap_policy, retention.tell_user_message, retention.refuse_message
             ),
-            limits=Limits(
-                store=store,
-                clock=clock,
-                policy=LimitPolicy(
-                    limits.user_turns_per_hour,
-                    limits.user_turns_per_day,
-                    limits.bot_tokens_per_day,
-                    limits.limit_message,
-                ),
-                is_admin=is_admin,
-            ),
+            limits=spending,
+            accounting=accounting,
             metrics=metrics,
             trouble_notice=settings.llm.trouble_notice,
             retry_max_seconds=settings.llm.retry_max_seconds,

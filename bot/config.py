@@ -77,6 +77,16 @@ class LLMSettings(_Section):
     max_retries: int = Field(default=2, ge=0, le=10)
     retry_max_seconds: float = Field(default=60.0, gt=0)
     trouble_notice: str = "I'm having trouble thinking right now; I'll answer shortly."
+    # Sent (and recorded) instead of a reply without text, e.g. stop_reason "refusal".
+    refusal_message: str = Field(
+        default="I'd rather not answer that. Shall we talk about something else?", min_length=1
+    )
+    # Sent when the model rejects a turn for good (e.g. "prompt is too long"); "" = silent.
+    rejected_notice: str = (
+        "Sorry, I couldn't answer your last message (it was refused as too long or "
+        "malformed). It is kept; please write it again in shorter parts, or send /new to "
+        "start over."
+    )
     prices: dict[str, PriceSettings] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
 
 
@@ -89,6 +99,10 @@ class QueueSettings(_Section):
     max_concurrent_turns: int = Field(default=16, ge=1)
     scan_interval_seconds: float = Field(default=1.0, gt=0)
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    # One turn answers at most this many messages (the rest get the next turn) ...
+    max_turn_messages: int = Field(default=50, ge=1, le=1000)
+    # ... and this many tokens of them (longer messages are cut, with a visible marker).
+    max_turn_tokens: int = Field(default=4000, ge=200)
 
     @model_validator(mode="after")
     def _debounce_within_cap(self) -> QueueSettings:
@@ -162,6 +176,7 @@ class LimitSettings(_Section):
     user_turns_per_hour: int = Field(default=0, ge=0)
     user_turns_per_day: int = Field(default=0, ge=0)
     bot_tokens_per_day: int = Field(default=0, ge=0)
+    user_input_tokens_per_day: int = Field(default=0, ge=0)
     max_input_chars: int = Field(default=8000, ge=100)
     limit_message: str = (
         "You've reached the message limit for now. You can continue after {until} (UTC); "
@@ -195,6 +210,7 @@ class PersonaSettings(_Section):
     temperature: float | None = Field(default=None, ge=0, le=1)
     memory: MemorySettings | None = None
     queue: QueueSettings | None = None
+    refusal_message: str | None = Field(default=None, min_length=1)
 
 
 class _BotBase(_Section):

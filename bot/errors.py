@@ -8,7 +8,9 @@
     ├── ModelError             the language model failed
     │   ├── ModelUnavailable   transient: overloaded, 5xx, timeout, connection (retry later)
     │   │   └── RateLimited    429, with ``retry_after`` seconds when the provider said so
-    │   └── ModelRejected      permanent: bad request, authentication, permission
+    │   └── ModelRejected      permanent: authentication, permission, unknown model
+    │       └── RequestRejected  this request can never succeed (400 bad request, 413 too
+    │                            large): the turn is closed out, other requests may succeed
     └── AdapterError           a platform adapter failed to deliver
         └── DeliveryRefused    the platform will never deliver there (bot blocked, chat gone)
 
@@ -61,6 +63,11 @@ class RateLimited(ModelUnavailable):
 
 class ModelRejected(ModelError):
     """A permanent model failure (bad request, authentication): retrying will not help."""
+
+
+class RequestRejected(ModelRejected):
+    """The provider refused this request itself (e.g. "prompt is too long", an empty
+    message): sending it again fails again, but the next, different request may succeed."""
 
 
 class AdapterError(PersonabotError):

@@ -274,3 +274,5 @@ class UsageStats:
     cache_read_tokens: int = 0
     conversations: int = 0
     by_model: tuple[tuple[str, int, int, int, int], ...] = ()
+    # (purpose, input, output, cache write, cache read): replies and memory tasks apart.
+    by_purpose: tuple[tuple[str, int, int, int, int], ...] = ()

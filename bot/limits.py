@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bot.clock import Clock
@@ -25,21 +25,40 @@ class LimitPolicy:
     user_turns_per_day: int = 0
     bot_tokens_per_day: int = 0
     message: str = "You've reached the message limit for now. You can continue after {until}."
+    # Input tokens (uncached + cache writes + cache reads) of replies and memory tasks charged
+    # to one person per UTC day, over every bot of the store.
+    user_input_tokens_per_day: int = 0
 
     @property
     def active(self) -> bool:
         """Whether any limit is set."""
-        return bool(self.user_turns_per_hour or self.user_turns_per_day or self.bot_tokens_per_day)
+        return bool(
+            self.user_turns_per_hour
+            or self.user_turns_per_day
+            or self.bot_tokens_per_day
+            or self.user_input_tokens_per_day
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """Whether a turn may call the model; reservations to give back if it does not reply."""
+    """Which authors of a turn may be answered; reservations to give back if no reply.
+
+    ``granted`` False: nobody is answered (the bot's budget is spent, or every author is
+    limited). Otherwise the messages of the ``held`` authors are kept as context without an
+    answer, and everyone else is answered.
+    """
 
     granted: bool
     reservations: tuple[int, ...] = ()
     limit: str | None = None
-    notice: str | None = None
+    notices: tuple[str, ...] = ()
+    held: tuple[str, ...] = ()
+
+    @property
+    def notice(self) -> str | None:
+        """The notices to send, as one text (None when there is none)."""
+        return "\n".join(self.notices) if self.notices else None
 
 
 def _day_start(now: float) -> float:
@@ -67,7 +86,9 @@ class Limits:
         self._is_admin = is_admin
 
     async def admit(self, turn: Turn) -> Admission:
-        """Check the bot's daily tokens, then reserve a turn for every non-admin author."""
+        """Check the bot's daily tokens, then each non-admin author's own limits: a limited
+        author's messages are held back, never the others' (one person cannot silence a
+        group)."""
         policy = self._policy
         if not policy.active:
             return Admission(True)
@@ -76,31 +97,91 @@ class Limits:
         people = [a for a in turn.authors if not self._is_admin(conversation.bot, a)]
         if not people:
             return Admission(True)
-        if policy.bot_tokens_per_day:
-            used = await self._store.usage_since(_day_start(now), conversation.bot)
-            if used.input_tokens + used.output_tokens >= policy.bot_tokens_per_day:
-                until = _day_start(now) + DAY
-                notice = await self._notice_once(f"budget:{conversation}", until, now)
-                return Admission(False, limit="bot_tokens_per_day", notice=notice)
+        if await self._bot_budget_spent(conversation.bot, now):
+            until = _day_start(now) + DAY
+            notice = await self._notice_once(f"budget:{conversation}", until, now)
+            return Admission(
+                False, limit="bot_tokens_per_day", notices=() if notice is None else (notice,)
+            )
         granted: list[int] = []
+        held: list[str] = []
+        notices: list[str] = []
+        limit: str | None = None
         for author in people:
             user = UserKey(conversation.platform, author)
-            reservation = await self._store.reserve_turn(
-                user,
-                conversation.bot,
-                now,
-                per_hour=policy.user_turns_per_hour,
-                per_day=policy.user_turns_per_day,
-            )
-            if reservation.id is None:
-                for rid in granted:
-                    await self._store.release_turn(rid)
-                until = reservation.until or now + 3600
-                notice = await self._notice_once(f"user:{user.platform}:{author}", until, now)
-                log.info("user %s reached a turn limit until %s", author, _when(until))
-                return Admission(False, limit="user_turns", notice=notice)
-            granted.append(reservation.id)
-        return Admission(True, reservations=tuple(granted))
+            lifted, which = await self._person_limit(user, conversation.bot, now, granted)
+            if lifted is None:
+                continue
+            held.append(author)
+            limit = which
+            log.info("user %s reached a %s limit until %s", author, which, _when(lifted))
+            notice = await self._notice_once(f"user:{user.platform}:{author}", lifted, now)
+            if notice is not None:
+                notices.append(self._addressed(turn, author, notice))
+        answered = [a for a in turn.authors if a not in held]
+        return Admission(
+            bool(answered),
+            reservations=tuple(granted),
+            limit=limit,
+            notices=tuple(notices),
+            held=tuple(held),
+        )
+
+    async def allow_task(self, bot: str, platform: str, authors: Sequence[str]) -> bool:
+        """Whether a memory task (summary, extraction) over these people's messages may call
+        the model now: the bot's daily tokens and each non-admin author's input budget."""
+        policy = self._policy
+        now = self._clock.now()
+        if policy.bot_tokens_per_day and await self._bot_budget_spent(bot, now):
+            return False
+        if policy.user_input_tokens_per_day:
+            for author in authors:
+                if self._is_admin(bot, author):
+                    continue
+                used = await self._store.input_tokens_since(
+                    UserKey(platform, author), _day_start(now)
+                )
+                if used >= policy.user_input_tokens_per_day:
+                    return False
+        return True
+
+    async def _bot_budget_spent(self, bot: str, now: float) -> bool:
+        if not self._policy.bot_tokens_per_day:
+            return False
+        used = await self._store.usage_since(_day_start(now), bot)
+        return used.input_tokens + used.output_tokens >= self._policy.bot_tokens_per_day
+
+    async def _person_limit(
+        self, user: UserKey, bot: str, now: float, granted: list[int]
+    ) -> tuple[float | None, str]:
+        """When the person may continue and which limit holds them (None: not limited); a
+        granted turn reservation is appended to ``granted``."""
+        policy = self._policy
+        if policy.user_input_tokens_per_day:
+            used = await self._store.input_tokens_since(user, _day_start(now))
+            if used >= policy.user_input_tokens_per_day:
+                return _day_start(now) + DAY, "user_input_tokens"
+        if not (policy.user_turns_per_hour or policy.user_turns_per_day):
+            return None, ""
+        reservation = await self._store.reserve_turn(
+            user,
+            bot,
+            now,
+            per_hour=policy.user_turns_per_hour,
+            per_day=policy.user_turns_per_day,
+        )
+        if reservation.id is None:
+            return reservation.until or now + 3600, "user_turns"
+        granted.append(reservation.id)
+        return None, ""
+
+    @staticmethod
+    def _addressed(turn: Turn, author: str, notice: str) -> str:
+        """In a group the notice names the person it is about."""
+        if all(m.is_private for m in turn.messages):
+            return notice
+        name = next(m.display_name for m in turn.messages if m.author_id == author)
+        return f"{name}: {notice}"
 
     async def release(self, admission: Admission) -> None:
         """Give back the reservations of a turn that did not reply."""

@@ -77,6 +77,14 @@ class Metrics:
             "personabot_gap_notices", "Sessions with missing turns", "policy"
         )
         self.limit_hits = counter("personabot_limit_hits", "Turns stopped by a limit", "limit")
+        self.closed_out = counter(
+            "personabot_messages_closed_out",
+            "User messages closed without a reply of their own (never submitted again)",
+            "reason",
+        )
+        self.refusals = counter(
+            "personabot_refusals", "Replies without text (a refusal): the refusal line was sent"
+        )
         self.retention_deleted = Counter(
             "personabot_retention_deleted_messages",
             "Messages deleted by retention",

@@ -1,9 +1,15 @@
 """One turn of a conversation: lease -> pending turn -> assemble -> model -> final check -> send.
 
 Invariants (SPEC section 4):
-- the model is called at most once per attempt, with every pending message up to v0;
+- the model is called at most once per attempt, with the oldest pending messages up to v0
+  (at most ``max_turn_messages``; the rest wait for the next turn);
 - nothing is sent unless the final check (one store transaction) recorded the reply, so a
   worker whose lease was taken over, or whose input went stale, never sends;
+- no empty or whitespace-only text is ever recorded or sent: a refusal gets the persona's
+  refusal line;
+- a turn is submitted until it is answered or closed out (the model rejected it, a limit holds
+  its author back): a closed-out message is never submitted again, so no conversation can get
+  stuck behind one bad turn, before or after /new;
 - the typing indicator and the lease are released on every path.
 """
 
@@ -14,12 +20,12 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Final, Literal
 
 from bot.clock import Clock
 from bot.delivery import Delivery
-from bot.errors import ModelRejected, ModelUnavailable, RateLimited
+from bot.errors import ModelRejected, ModelUnavailable, RateLimited, RequestRejected
 from bot.events import NOT_SET, ConversationKey, Lease, QueuePolicy, Reply, Turn
 from bot.limits import Admission, Limits
 from bot.llm.base import BaseLLM, Usage
@@ -27,6 +33,7 @@ from bot.metrics import Metrics
 from bot.ports import Outlet
 from bot.store.base import BaseStore
 from bot.tasks import running
+from bot.usage import Accounting, weights
 from memory.assemble import PersonaPin
 from memory.records import Summary
 from memory.retention import Gap, describe, gap_notice
@@ -34,9 +41,16 @@ from memory.service import Memory, MemoryPolicy
 
 log = logging.getLogger("personabot.pipeline")
 
-TurnOutcome = Literal["sent", "discarded", "fenced", "busy", "idle", "failed", "retry", "limited"]
+TurnOutcome = Literal[
+    "sent", "discarded", "fenced", "busy", "idle", "failed", "retry", "limited", "closed"
+]
 GAP_TOLD_KEY = "personabot:gap_told"
 TROUBLE_KEY = "personabot:trouble_told"
+DEFAULT_REFUSAL: Final = "I'd rather not answer that. Shall we talk about something else?"
+DEFAULT_REJECTED: Final = (
+    "Sorry, I couldn't answer your last message (it was refused as too long or malformed). "
+    "It is kept; please write it again in shorter parts, or send /new to start over."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +72,9 @@ class BotProfile:
     memory: MemoryPolicy
     outlet: Outlet
     lease_seconds: float = 30.0
+    max_turn_messages: int = 50
+    refusal_message: str = DEFAULT_REFUSAL
+    rejected_notice: str = DEFAULT_REJECTED
 
 
 def lease_name(conversation: ConversationKey) -> str:
@@ -82,6 +99,7 @@ class Pipeline:
         metrics: Metrics | None = None,
         trouble_notice: str = "",
         retry_max_seconds: float = 60.0,
+        accounting: Accounting | None = None,
     ) -> None:
         self._store = store
         self._llm = llm
@@ -96,6 +114,9 @@ class Pipeline:
         self.metrics = metrics or Metrics()
         self._trouble_notice = trouble_notice
         self.counters: Counter[str] = Counter()
+        self._accounting = accounting or Accounting(
+            store=store, clock=clock, metrics=self.metrics, limits=limits
+        )
         self.delivery = Delivery(store=store, clock=clock, outlet_for=self._outlet_for)
 
     def _outlet_for(self, bot: str) -> Outlet | None:
@@ -136,8 +157,10 @@ class Pipeline:
     async def _with_lease(
         self, conversation: ConversationKey, profile: BotProfile, lease: Lease
     ) -> TurnOutcome:
-        turn = await self._store.pending_turn(conversation)
-        if turn is None or not turn.messages:
+        # The oldest session first: what was pending when /new closed a session is answered
+        # there, in a turn of its own; it never joins a turn of the new session.
+        turn = await self._store.pending_turn(conversation, profile.max_turn_messages)
+        if turn is None:
             await self._store.clear_timer(
                 conversation, await self._store.conversation_version(conversation)
             )
@@ -154,22 +177,56 @@ class Pipeline:
             admission = await self._limits.admit(turn)
             if not admission.granted:
                 return await self._limited(turn, lease, profile, admission)
+            if admission.held:
+                held = _only(turn, admission.held)
+                if not await self._hold_back(held, lease, profile, admission):
+                    await self._limits.release(admission)
+                    return "fenced"
+                turn = _only(turn, tuple(a for a in turn.authors if a not in admission.held))
         outcome = await self._generate(turn, lease, profile, gaps, summary)
         if outcome != "sent" and self._limits is not None:
             await self._limits.release(admission)
         return outcome
 
+    async def _close_out(
+        self, turn: Turn, lease: Lease, profile: BotProfile, reason: str, kind: str
+    ) -> bool:
+        """Mark the turn's messages handled without a reply, with the reason (stored, logged
+        and counted); False when fenced."""
+        conversation = turn.session.conversation
+        if not await self._store.skip_turn(
+            turn, lease, self._clock.now(), profile.queue, reason=reason
+        ):
+            return False
+        labels = self.metrics.labels(conversation)
+        self.metrics.closed_out.labels(*labels, kind).inc(len(turn.messages))
+        log.warning(
+            "%s: %d message(s) closed out without a reply (%s)",
+            turn.session,
+            len(turn.messages),
+            reason,
+        )
+        return True
+
+    async def _hold_back(
+        self, held: Turn, lease: Lease, profile: BotProfile, admission: Admission
+    ) -> bool:
+        """Keep limited people's messages as context, unanswered; tell each of them once."""
+        limit = admission.limit or "unknown"
+        if not await self._close_out(held, lease, profile, f"limited: {limit}", "limited"):
+            return False
+        labels = self.metrics.labels(held.session.conversation)
+        self.metrics.limit_hits.labels(*labels, limit).inc()
+        if admission.notice:
+            await profile.outlet.send(Reply(held.session.conversation, admission.notice))
+        return True
+
     async def _limited(
         self, turn: Turn, lease: Lease, profile: BotProfile, admission: Admission
     ) -> TurnOutcome:
-        """A limit was hit: keep the messages as context, tell the user once, no model call."""
-        conversation = turn.session.conversation
-        labels = self.metrics.labels(conversation)
-        self.metrics.limit_hits.labels(*labels, admission.limit or "unknown").inc()
-        if not await self._store.skip_turn(turn, lease, self._clock.now(), profile.queue):
+        """A limit holds everyone back: keep the messages as context, tell once, no model call."""
+        if not await self._hold_back(turn, lease, profile, admission):
             return "fenced"
-        if admission.notice:
-            await profile.outlet.send(Reply(conversation, admission.notice))
         return "limited"
 
     def _count_gap(self, turn: Turn, gaps: tuple[Gap, ...]) -> None:
@@ -205,24 +262,41 @@ class Pipeline:
             len(turn.messages),
             assembled.total_tokens,
         )
-        labels = self.metrics.labels(conversation)
         try:
             async with profile.outlet.typing(conversation), self._renewing(lease, profile):
-                self.metrics.model_calls.labels(*labels, "reply").inc()
                 result = await self._llm.complete(assembled.request)
         except ModelUnavailable as exc:
             return await self._retry_later(turn, profile, exc)
+        except RequestRejected as exc:
+            # This request can never succeed: close the turn out so that it is never sent
+            # again (the next message gets a turn of its own), and say so.
+            log.error("model rejected the turn of %s: %s", conversation, exc)
+            if not await self._close_out(turn, lease, profile, f"rejected: {exc}", "rejected"):
+                return "fenced"
+            if profile.rejected_notice:
+                await profile.outlet.send(Reply(conversation, profile.rejected_notice))
+            return "closed"
         except ModelRejected as exc:
             log.error("model rejected the turn of %s: %s", conversation, exc)
-            # Do not loop on a request that cannot succeed: park these messages (they stay
-            # stored and pending; the next message's turn covers them again).
+            # Not about this turn (authentication, permission, unknown model): park these
+            # messages (they stay stored and pending; the next message's turn covers them
+            # again, once the operator fixed the cause) rather than loop.
             await self._store.clear_timer(conversation, turn.version, only_if_idle=False)
             return "failed"
-        self.metrics.usage(conversation, result.model, result.usage)
+        await self._accounting.charge(conversation, "reply", result, weights(turn.messages))
         await self._recovered(turn)
-        return await self._record_and_send(
-            turn, lease, profile, result.text, result.usage, result.model
-        )
+        text = result.text
+        if result.stop_reason == "refusal" or not text.strip():
+            log.warning(
+                "model gave no answer for %s (stop_reason %s, %d characters); "
+                "sending the refusal line",
+                conversation,
+                result.stop_reason,
+                len(text),
+            )
+            self.metrics.refusals.labels(*self.metrics.labels(conversation)).inc()
+            text = profile.refusal_message
+        return await self._record_and_send(turn, lease, profile, text, result.usage, result.model)
 
     async def _record_and_send(
         self,
@@ -235,6 +309,8 @@ class Pipeline:
     ) -> TurnOutcome:
         """The final check, then delivery of a recorded reply."""
         conversation = turn.session.conversation
+        if not text.strip():  # e.g. an operator's empty refuse_message
+            text = profile.refusal_message.strip() or DEFAULT_REFUSAL
         finished = await self._store.finish_turn(
             turn, lease, text, self._clock.now(), profile.queue, usage, model
         )
@@ -324,3 +400,8 @@ class Pipeline:
     async def recover_outbox(self, older_than: float) -> int:
         """Deliver replies recorded but not sent before a crash (see bot.delivery)."""
         return await self.delivery.recover(older_than)
+
+
+def _only(turn: Turn, authors: tuple[str, ...]) -> Turn:
+    """The part of a turn written by these authors."""
+    return replace(turn, messages=tuple(m for m in turn.messages if m.author_id in authors))

@@ -10,8 +10,10 @@ Layers, stable first so that the provider's prompt cache keeps working (SPEC sec
    next turn (which only appends) reads the whole conversation prefix from the cache;
 6. the new coalesced turn.
 
-Over budget, the window shrinks first (oldest messages go), then the summary and the memory
-are cut further; the pin and the new turn always stay. This module does no I/O.
+The new turn is fitted first, within ``turn_tokens`` and what the pin leaves of the budget
+(long messages cut, each with a marker). Over budget, the window shrinks first (oldest messages
+go), then the summary and the memory are cut further; the pin and the new turn always stay.
+This module does no I/O.
 
 Nothing derived from users can change the prompt's shape: inside the system blocks names,
 ids, facts and summary entries are JSON lines in which no character can spell a tag or break
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from bot.events import StoredMessage, Turn
 from bot.llm.base import ChatMessage, ModelRequest, TextBlock
@@ -63,6 +66,8 @@ class Budget:
     summary_tokens: int = 800
     memory_tokens: int = 600
     max_input_chars: int = 8000
+    # The new turn's share of prompt_tokens at most: a turn over it is cut, visibly.
+    turn_tokens: int = 4000
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +187,10 @@ def assemble(
 ) -> Assembled:
     """Build the model request for one turn, layer by layer, under the token budget."""
     pin_text = pin.text()
-    turn_text = render_turn(turn.messages, budget.max_input_chars)
+    turn_room = min(budget.turn_tokens, budget.prompt_tokens - estimate_tokens(pin_text))
+    if gap_notice:
+        turn_room -= estimate_tokens(gap_notice)
+    turn_text = fit_turn(turn.messages, budget.max_input_chars, max(_MIN_TURN_TOKENS, turn_room))
     memory_text = memory_block(participants, budget.memory_tokens)
     summary_text = summary_block(summary, budget.summary_tokens)
     fixed = estimate_tokens(pin_text) + estimate_tokens(turn_text)
@@ -240,9 +248,47 @@ def assemble(
         ("summary", _cost(summary_text)),
         ("gap", _cost(gap_notice)),
         ("window", sum(estimate_tokens(m.text) for m in window)),
-        ("turn", estimate_tokens(render_turn(turn.messages, budget.max_input_chars))),
+        ("turn", estimate_tokens(turn_text)),
     )
     return Assembled(request=request, breakdown=breakdown)
+
+
+_MIN_TURN_TOKENS: Final = 200
+_MIN_MESSAGE_CHARS: Final = 150
+
+
+def fit_turn(messages: Sequence[StoredMessage], limit: int, room: int) -> str:
+    """The turn rendered within ``room`` tokens, never silently shortened.
+
+    First every message is cut to one common length (the longest that fits, so short
+    messages stay whole and only long ones are cut, each with its marker); if even
+    ``_MIN_MESSAGE_CHARS`` per message is too much, the oldest messages are left out and a
+    marker line says how many.
+    """
+    text = render_turn(messages, limit)
+    if estimate_tokens(text) <= room:
+        return text
+    low, high = _MIN_MESSAGE_CHARS, limit
+    while low < high:
+        mid = (low + high + 1) // 2
+        if estimate_tokens(render_turn(messages, mid)) <= room:
+            low = mid
+        else:
+            high = mid - 1
+    text = render_turn(messages, low)
+    if estimate_tokens(text) <= room or len(messages) == 1:
+        return text
+    shown = list(messages)
+    while len(shown) > 1:
+        shown.pop(0)
+        left_out = len(messages) - len(shown)
+        marker = (
+            f"[... {left_out} earlier message(s) of this turn not shown: too long for one turn]"
+        )
+        text = f"{marker}\n{render_turn(shown, _MIN_MESSAGE_CHARS)}"
+        if estimate_tokens(text) <= room:
+            break
+    return text
 
 
 def _cost(text: str | None) -> int:

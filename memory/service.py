@@ -14,8 +14,9 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from bot.clock import Clock
 from bot.errors import ModelError
@@ -23,6 +24,7 @@ from bot.events import NOT_SET, ConversationKey, NotSet, SessionKey, StoredMessa
 from bot.llm.base import BaseLLM, ModelResult
 from bot.store.base import BaseStore
 from memory.assemble import Assembled, Budget, Participant, PersonaPin, assemble
+from memory.fit import fit_task
 from memory.records import (
     RecordError,
     Summary,
@@ -53,6 +55,30 @@ class MemoryPolicy:
     extract_after_idle_seconds: float = 300.0
 
 
+class ModelAccount(Protocol):
+    """Limits and bookkeeping of memory tasks' model calls (bot.usage.Accounting)."""
+
+    async def allow(self, conversation: ConversationKey, authors: Sequence[str]) -> bool:
+        """Whether a task over these people's messages may call the model now."""
+
+    async def charge(
+        self,
+        conversation: ConversationKey,
+        purpose: str,
+        result: ModelResult,
+        by: Mapping[str, int],
+    ) -> None:
+        """Record an answered call, split between people by these weights."""
+
+
+def _weights(messages: Sequence[StoredMessage]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for m in messages:
+        if m.role == "user":
+            out[m.author_id] = out.get(m.author_id, 0) + max(1, len(m.text))
+    return out
+
+
 def load_memory(raw: str | None) -> UserMemory:
     """A stored record, or an empty one (an unreadable record is logged and not used)."""
     if raw is None:
@@ -78,6 +104,7 @@ class Memory:
         lease_seconds: float = 60.0,
         retry_after_failure: float = 60.0,
         on_model_call: Callable[[ConversationKey, str, ModelResult], None] | None = None,
+        account: ModelAccount | None = None,
     ) -> None:
         self._store = store
         self._llm = llm
@@ -87,6 +114,7 @@ class Memory:
         self._lease_seconds = lease_seconds
         self._retry_after_failure = retry_after_failure
         self._on_model_call = on_model_call
+        self._account = account
         self._tasks: dict[SessionKey, asyncio.Task[None]] = {}
         self._sweep: asyncio.Task[None] | None = None
         self._failed_until: dict[str, float] = {}
@@ -233,8 +261,19 @@ class Memory:
         policy: MemoryPolicy,
     ) -> bool:
         key = f"summary:{session}"
+        # Fitted under the prompt budget: what does not fit is folded by the next call.
+        chunk, request = fit_task(
+            chunk,
+            lambda part: summary_request(current, part, policy.summary_model),
+            policy.budget.prompt_tokens,
+            keep="oldest",
+        )
+        if not await self._allowed(session.conversation, chunk):
+            self._failed_until[key] = self._clock.now() + self._retry_after_failure
+            return False
         try:
-            result = await self._llm.complete(summary_request(current, chunk, policy.summary_model))
+            result = await self._llm.complete(request)
+            await self._charge(session.conversation, "summary", result, chunk)
             update = parse_summary_update(result.text)
         except (ModelError, RecordError) as exc:
             log.warning("summary of %s not updated (kept as it was): %s", session, exc)
@@ -328,11 +367,27 @@ class Memory:
                 messages = [m for m in messages if m.created_at > record.forgotten_at]
             if not messages:
                 return True
-            try:
-                result = await self._llm.complete(
-                    extraction_request(messages[-1].display_name, messages, policy.summary_model)
+            name = messages[-1].display_name
+            fitted, request = fit_task(
+                messages,
+                lambda part: extraction_request(name, part, policy.summary_model),
+                policy.budget.prompt_tokens,
+                keep="newest",
+            )
+            if len(fitted) < len(messages):
+                log.warning(
+                    "learning about user %s from their newest %d of %d messages (budget)",
+                    author,
+                    len(fitted),
+                    len(messages),
                 )
+            if not await self._allowed(conversation, fitted):
+                return False
+            messages = fitted
+            try:
+                result = await self._llm.complete(request)
                 self._called(conversation, "extract", result)
+                await self._charge(conversation, "extract", result, messages)
                 items = parse_extraction(result.text, messages, self._clock.now())
             except (ModelError, RecordError) as exc:
                 log.warning("memory of user %s not updated (kept as it was): %s", author, exc)
@@ -365,6 +420,23 @@ class Memory:
         return json.dumps(data, ensure_ascii=False, indent=1)
 
     # -- plumbing -------------------------------------------------------------------------------
+
+    async def _allowed(
+        self, conversation: ConversationKey, messages: Sequence[StoredMessage]
+    ) -> bool:
+        if self._account is None:
+            return True
+        return await self._account.allow(conversation, list(_weights(messages)))
+
+    async def _charge(
+        self,
+        conversation: ConversationKey,
+        purpose: str,
+        result: ModelResult,
+        messages: Sequence[StoredMessage],
+    ) -> None:
+        if self._account is not None:
+            await self._account.charge(conversation, purpose, result, _weights(messages))
 
     def _called(self, conversation: ConversationKey, purpose: str, result: ModelResult) -> None:
         if self._on_model_call is not None:

@@ -14,12 +14,13 @@ from bot.commands import Commands
 from bot.events import ConversationKey, Inbound, QueuePolicy
 from bot.limits import LimitPolicy, Limits
 from bot.llm.base import BaseLLM
-from bot.metrics import Price
+from bot.metrics import Metrics, Price
 from bot.pipeline import BotProfile, GapPolicy, Pipeline
 from bot.queue import Ingestor, Scheduler
 from bot.router import Router
 from bot.stats import usage_report
 from bot.store.base import BaseStore
+from bot.usage import Accounting
 from memory.assemble import Budget, PersonaPin
 from memory.service import Memory, MemoryPolicy
 from tests.fakes.outlet import RecordingOutlet
@@ -125,11 +126,26 @@ async def harness(
         outlet=outlet,
         lease_seconds=lease,
     )
+    spending = (
+        None
+        if limits is None
+        else Limits(
+            store=store,
+            clock=pipeline_clock or clock,
+            policy=limits,
+            is_admin=lambda _, user: access is not None and access.is_admin(user),
+        )
+    )
+    metrics = Metrics()
+    accounting = Accounting(
+        store=store, clock=pipeline_clock or clock, metrics=metrics, limits=spending
+    )
     memory = Memory(
         store=store,
         llm=memory_llm or llm,
         clock=pipeline_clock or clock,
         policy_for=lambda _: profile.memory,
+        account=accounting,
     )
     pipeline = Pipeline(
         store=store,
@@ -139,14 +155,9 @@ async def harness(
         profiles={BOT: profile},
         holder=holder,
         gap_policy=gap_policy,
-        limits=None
-        if limits is None
-        else Limits(
-            store=store,
-            clock=pipeline_clock or clock,
-            policy=limits,
-            is_admin=lambda _, user: access is not None and access.is_admin(user),
-        ),
+        limits=spending,
+        metrics=metrics,
+        accounting=accounting,
         trouble_notice=trouble_notice,
     )
     scheduler = Scheduler(

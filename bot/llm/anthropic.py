@@ -21,7 +21,14 @@ from anthropic.types import (
 )
 from anthropic.types import TextBlock as SDKTextBlock
 
-from bot.errors import ConfigError, ModelError, ModelRejected, ModelUnavailable, RateLimited
+from bot.errors import (
+    ConfigError,
+    ModelError,
+    ModelRejected,
+    ModelUnavailable,
+    RateLimited,
+    RequestRejected,
+)
 from bot.llm.base import BaseLLM, ChatMessage, ModelRequest, ModelResult, TextBlock, Usage
 
 __all__ = ["AnthropicLLM"]
@@ -128,6 +135,7 @@ class AnthropicLLM(BaseLLM):
             cache_creation_input_tokens=raw.cache_creation_input_tokens or 0,
             cache_read_input_tokens=raw.cache_read_input_tokens or 0,
         )
+        # May be empty (e.g. stop_reason "refusal"): callers must never record or send that.
         text = "".join(b.text for b in response.content if isinstance(b, SDKTextBlock))
         log.debug(
             "anthropic reply: model=%s stop=%s in=%d out=%d cache_write=%d cache_read=%d",
@@ -179,6 +187,9 @@ class AnthropicLLM(BaseLLM):
             )
         if status == 403:
             return ModelRejected(f"Claude denied permission {head}", status=status)
+        if status in (400, 413, 422):
+            # About this request (too long, malformed, an empty message): do not resend it.
+            return RequestRejected(f"Claude rejected the request {head}", status=status)
         return ModelRejected(f"Claude rejected the request {head}", status=status)
 
     def _redact(self, text: str) -> str:

@@ -240,13 +240,34 @@ class BaseStore(abc.ABC):
         """Give back a reservation whose turn did not reach the user (discarded, failed)."""
 
     @abc.abstractmethod
-    async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
-        """Model usage recorded with replies since ``since`` (of one bot, when given)."""
+    async def record_usage(
+        self,
+        conversation: ConversationKey,
+        purpose: str,
+        model: str | None,
+        charges: Sequence[tuple[str | None, Usage]],
+        now: float,
+    ) -> None:
+        """Record one model call's usage (a reply or a memory task), split into shares
+        charged to people (user id) or to the bot alone (None)."""
 
     @abc.abstractmethod
-    async def skip_turn(self, turn: Turn, lease: Lease, now: float, queue: QueuePolicy) -> bool:
-        """Mark the turn's messages handled without a reply (a limit was hit): they stay as
-        context; fenced (False) when the lease is no longer ours."""
+    async def input_tokens_since(self, user: UserKey, since: float) -> int:
+        """Input tokens (uncached, cache writes and cache reads) charged to a person since
+        ``since``, over every bot of the store."""
+
+    @abc.abstractmethod
+    async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
+        """Replies recorded and tokens of every model call since ``since`` (of one bot, when
+        given)."""
+
+    @abc.abstractmethod
+    async def skip_turn(
+        self, turn: Turn, lease: Lease, now: float, queue: QueuePolicy, reason: str = "limited"
+    ) -> bool:
+        """Mark the turn's messages handled without a reply, storing ``reason`` (a limit was
+        hit, the model rejected the turn, its session was reset): they stay as context and
+        are never submitted again; fenced (False) when the lease is no longer ours."""
 
     # -- retention (SPEC section 6) -------------------------------------------------------------
 
@@ -316,8 +337,11 @@ class BaseStore(abc.ABC):
         """Every stored message of a session in turn order."""
 
     @abc.abstractmethod
-    async def pending_turn(self, conversation: ConversationKey) -> Turn | None:
-        """Pending user messages of the oldest session that has some, merged as one turn.
+    async def pending_turn(
+        self, conversation: ConversationKey, limit: int | None = None
+    ) -> Turn | None:
+        """Pending user messages of the oldest session that has some, merged as one turn:
+        the oldest ``limit`` of them (all with None); the rest wait for the next turn.
 
         ``Turn.version`` is the conversation version read in the same transaction (v0).
         """
@@ -381,6 +405,7 @@ class BaseStore(abc.ABC):
         Recorded: the reply is stored as the next turn, exactly the turn's messages are marked
         answered, an outbox row is written, and the timer is removed unless newer input armed
         it (a timer is kept or armed while any message of the conversation is pending).
+        An empty or whitespace-only ``reply`` raises StoreError: it is never recorded.
         """
 
     @abc.abstractmethod

@@ -18,6 +18,7 @@ from bot.events import (
     StoredMessage,
     UsageStats,
 )
+from bot.llm.base import Usage
 
 MSG_COLS: Final = (
     "m.id, s.session_no, m.turn, m.role, m.author_id, m.display_name, m.text, m.created_at, "
@@ -27,6 +28,9 @@ OUTBOX_COLS: Final = (
     "o.id, c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, o.text, o.reply_message_id, "
     "o.created_at, o.attempts, o.reply_to"
 )
+# History (what prompts and summaries read) leaves out what the model rejected: a message
+# closed out as "rejected: ..." is never submitted again, not even as context.
+NOT_REJECTED: Final = " AND (m.closed_reason IS NULL OR m.closed_reason NOT LIKE 'rejected%')"
 MESSAGE_SELECT: Final = f"SELECT {MSG_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
 SESSION_COLS: Final = "session_no, status, opened_at, last_activity_at, closed_at, close_reason"
 TIMER_SELECT: Final = (
@@ -128,4 +132,29 @@ def usage_stats(total: Any, models: Any) -> UsageStats:
         read,
         conversations,
         by_model=tuple((str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in models),
+    )
+
+
+def usage_values(usage: Usage) -> tuple[int, int, int, int]:
+    """The four token counts of a usage, in model_usage column order."""
+    return (
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_creation_input_tokens,
+        usage.cache_read_input_tokens,
+    )
+
+
+def model_usage_stats(turns: Any, total: Any, models: Any, purposes: Any) -> UsageStats:
+    """UsageStats from ``usage_since``'s reply count and its model_usage sums."""
+    inp, out, write, read = (int(v) for v in total)
+    return UsageStats(
+        int(turns[0]),
+        inp,
+        out,
+        write,
+        read,
+        int(turns[1]),
+        by_model=tuple((str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in models),
+        by_purpose=tuple((str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in purposes),
     )

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from bot.clock import ManualClock
 from bot.errors import ModelRejected, ModelUnavailable, RateLimited
-from bot.events import ConversationKey
+from bot.events import ConversationKey, SessionKey
+from bot.llm.anthropic import AnthropicLLM
 from bot.llm.base import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.store.base import BaseStore
+from memory.tokens import estimate_tokens
 from tests.fakes.llm import GatedLLM
+from tests.fakes.messages_api import FakeMessagesAPI
 from tests.harness import harness
 
 C1 = ConversationKey("telegram", "100")
@@ -117,3 +122,105 @@ async def test_uncertain_send_is_not_repeated_on_a_non_idempotent_platform(
         assert await h.pipeline.recover_outbox(older_than=clock.now()) == 0
         assert h.outlet.replies == []
         assert await store.uncertain_outbox(clock.now()) == []
+
+
+# -- issue 13, item 1: no conversation gets stuck behind one bad turn ---------------------------
+
+
+def _texts(body: dict[str, Any]) -> list[str]:
+    """Every text block of a recorded Messages API request, system first."""
+    system = body.get("system", [])
+    blocks = [system] if isinstance(system, str) else list(system)
+    for message in body["messages"]:
+        content = message["content"]
+        blocks += [content] if isinstance(content, str) else list(content)
+    return [b if isinstance(b, str) else b.get("text", "") for b in blocks]
+
+
+async def test_a_refusal_gets_the_refusal_line_and_never_an_empty_message(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    async with FakeMessagesAPI() as api:
+        llm = AnthropicLLM(api_key="sk-test", base_url=api.base_url, max_retries=0)
+        api.reply_next("", stop_reason="refusal")
+        async with harness(store, clock, llm) as h:
+            await h.say(C1, "say something terrible")
+            await h.advance(2)
+            await h.say(C1, "ok, how are you?")
+            await h.advance(2)
+        await llm.aclose()
+    assert all(t.strip() for t in h.outlet.texts())  # nothing empty reached the user
+    refusal = h.pipeline.profile("default").refusal_message
+    assert h.outlet.texts() == [refusal, "ok, how are you?"]
+    stored = await store.messages(SessionKey(C1, 1))
+    assert [m.text for m in stored if m.role == "assistant"] == [refusal, "ok, how are you?"]
+    # The second request carries the refusal line as the persona's turn, no empty text.
+    assert api.call_count == 2
+    assert all(t.strip() for t in _texts(api.requests[-1].body))
+    assert refusal in _texts(api.requests[-1].body)
+
+
+async def test_a_rejected_turn_is_closed_out_and_never_sent_again(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """A 400 (the request can never succeed) closes the turn out, with its reason; the next
+    message is answered alone, in this session and after /new."""
+    async with FakeMessagesAPI() as api:
+        llm = AnthropicLLM(api_key="sk-test", base_url=api.base_url, max_retries=0)
+        api.fail_next(status=400, message="prompt is too long: 250000 tokens > 200000 maximum")
+        async with harness(store, clock, llm) as h:
+            await h.say(C1, "POISON burst")
+            await h.advance(30)
+            assert api.call_count == 1  # not retried
+            await h.say(C1, "hello again")
+            await h.advance(2)
+            await h.say(C1, "/new")
+            await h.say(C1, "fresh start")
+            await h.advance(2)
+            closed = h.pipeline.metrics.registry.get_sample_value(
+                "personabot_messages_closed_out_total",
+                {"platform": "telegram", "persona": "default", "reason": "rejected"},
+            )
+        await llm.aclose()
+    replies = [r for r in api.requests if "You are Mira." in _texts(r.body)[0]]
+    assert len(replies) == 3
+    for request in replies[1:]:  # neither as the turn nor as context
+        assert not any("POISON" in t for t in _texts(request.body))
+    texts = h.outlet.texts()
+    assert texts[0] == h.pipeline.profile("default").rejected_notice
+    assert texts[1] == "hello again"
+    assert texts[-1] == "fresh start"
+    assert closed == 1
+    assert await store.pending_turn(C1) is None
+
+
+async def test_a_long_burst_is_answered_in_capped_turns_none_over_the_budget(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Item 1 and 2: 120 messages of 4,000 characters (~160k tokens): turns of at most 50
+    messages, every request (replies and summaries) under prompt_budget_tokens, long messages
+    cut with a visible marker, and every call counted in the day's usage (/stats)."""
+    async with FakeMessagesAPI() as api:
+        llm = AnthropicLLM(api_key="sk-test", base_url=api.base_url, max_retries=0)
+        api.reply_text = "noted"
+        async with harness(store, clock, llm) as h:
+            for i in range(120):
+                await h.say(C1, f"m{i:03d} " + "x" * 3995)
+            await h.advance(20)
+            await h.memory.wait_idle()
+            usage = await store.usage_since(0.0, "default")
+        await llm.aclose()
+    assert h.outlet.texts() == ["noted"] * 3  # 50 + 50 + 20 messages
+    assert await store.pending_turn(C1) is None
+    budget = 6000
+    for request in api.requests:
+        tokens = sum(estimate_tokens(t) for t in _texts(request.body))
+        assert tokens <= budget, (tokens, request.body.get("system"))
+    replies = [r for r in api.requests if "m000" in r.last_user_text or "cut:" in r.last_user_text]
+    assert any("[... cut:" in r.last_user_text for r in replies)
+    first = api.requests[0].last_user_text
+    assert "m000" in first and "m049" in first and "m050" not in first
+    purposes = {p for p, *_ in usage.by_purpose}
+    assert "summary" in purposes  # memory tasks count too
+    assert usage.input_tokens == 10 * api.call_count
+    assert usage.output_tokens == 5 * api.call_count

@@ -1,4 +1,4 @@
-"""PostgreSQL: ingest, edits and deletions, history, pending turns and summaries."""
+"""PostgreSQL: ingest, edits and deletions, history and summaries."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from bot.events import (
     SessionPolicy,
     StoredMessage,
     StoredSummary,
-    Turn,
 )
 from bot.sessions import expiry_reason
 from bot.store import cols
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
 
 
 class MessagesPart(PostgresCore):
-    """Ingest, edits and deletions, history, pending turns, summaries."""
+    """Ingest, edits and deletions, history, summaries."""
 
     # -- messages and queue -------------------------------------------------------------------
 
@@ -240,8 +239,8 @@ class MessagesPart(PostgresCore):
             if found is None:
                 return []
             rows = await db.fetch(
-                cols.MESSAGE_SELECT + "WHERE m.session_id = $1 AND NOT m.pending AND m.turn > $2 "
-                f"ORDER BY m.turn {order} LIMIT $3",
+                cols.MESSAGE_SELECT + "WHERE m.session_id = $1 AND NOT m.pending AND m.turn > $2"
+                f"{cols.NOT_REJECTED} ORDER BY m.turn {order} LIMIT $3",
                 found[0],
                 after_turn,
                 limit,
@@ -257,7 +256,8 @@ class MessagesPart(PostgresCore):
             if found is None:
                 return 0
             count = await db.fetchval(
-                "SELECT COUNT(*) FROM messages WHERE session_id = $1 AND NOT pending AND turn > $2",
+                "SELECT COUNT(*) FROM messages m WHERE session_id = $1 AND NOT pending "
+                f"AND turn > $2{cols.NOT_REJECTED}",
                 found[0],
                 after_turn,
             )
@@ -358,34 +358,3 @@ class MessagesPart(PostgresCore):
                 )
             )
         return [cols.message(session.conversation, r) for r in rows]
-
-    async def pending_turn(self, conversation: ConversationKey) -> Turn | None:
-        """Pending messages of the oldest session with some, plus v0, from one snapshot."""
-        async with self._snapshot() as db:
-            head = await db.fetchrow(
-                "SELECT c.id, c.version, t.first_pending_at, (SELECT MIN(session_id) FROM "
-                "messages WHERE conversation_id = c.id AND pending) FROM conversations c "
-                "LEFT JOIN timers t ON t.conversation_id = c.id "
-                "WHERE c.bot = $1 AND c.platform = $2 AND c.chat_id = $3 AND c.thread_id = $4",
-                *_conv_args(conversation),
-            )
-            if head is None or head[3] is None:
-                return None
-            version, first_pending = int(head[1]), head[2]
-            rows = await db.fetch(
-                cols.MESSAGE_SELECT
-                + "WHERE m.session_id = $1 AND m.pending AND m.version <= $2 ORDER BY m.turn",
-                head[3],
-                version,
-            )
-        messages = tuple(cols.message(conversation, r) for r in rows)
-        if not messages:
-            return None
-        return Turn(
-            session=messages[0].session,
-            version=version,
-            messages=messages,
-            first_pending_at=messages[0].created_at
-            if first_pending is None
-            else float(first_pending),
-        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from bot.errors import StoreError
 from bot.events import (
     ConversationKey,
     DueTimer,
@@ -79,31 +80,78 @@ class QueuePart(PostgresCore):
         async with self._tx() as db:
             await db.execute("DELETE FROM turn_usage WHERE id = $1", reservation_id)
 
-    async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
-        """Sum the usage stored with replies."""
-        where = " AND m.role = 'assistant' AND m.created_at >= $1" + (
-            " AND c.bot = $2" if bot is not None else ""
-        )
-        args: tuple[object, ...] = (since, bot) if bot is not None else (since,)
+    async def record_usage(
+        self,
+        conversation: ConversationKey,
+        purpose: str,
+        model: str | None,
+        charges: Sequence[tuple[str | None, Usage]],
+        now: float,
+    ) -> None:
+        """One row per share of the call."""
+        async with self._tx() as db:
+            await db.executemany(
+                "INSERT INTO model_usage (at, bot, platform, user_id, purpose, model, "
+                "input_tokens, output_tokens, cache_write_tokens, cache_read_tokens) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                [
+                    (
+                        now,
+                        conversation.bot,
+                        conversation.platform,
+                        user,
+                        purpose,
+                        model,
+                        *cols.usage_values(u),
+                    )
+                    for user, u in charges
+                ],
+            )
+
+    async def input_tokens_since(self, user: UserKey, since: float) -> int:
+        """Input tokens (cached or not) charged to the person since ``since``."""
         async with self._conn() as db:
-            total = await db.fetchrow(
-                "SELECT COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
-                "COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
-                "COUNT(DISTINCT m.conversation_id) FROM messages m JOIN conversations c "
-                f"ON c.id = m.conversation_id WHERE TRUE{where}",
+            value = await db.fetchval(
+                "SELECT COALESCE(SUM(input_tokens + cache_write_tokens + cache_read_tokens), 0) "
+                "FROM model_usage WHERE platform = $1 AND user_id = $2 AND at >= $3",
+                user.platform,
+                user.user_id,
+                since,
+            )
+        return int(value)
+
+    async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
+        """Turns from the recorded replies; tokens from every model call (memory tasks too)."""
+        where = " AND bot = $2" if bot is not None else ""
+        args: tuple[object, ...] = (since, bot) if bot is not None else (since,)
+        sums = (
+            "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
+            "COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(cache_read_tokens), 0)"
+        )
+        async with self._conn() as db:
+            turns = await db.fetchrow(
+                "SELECT COUNT(*), COUNT(DISTINCT m.conversation_id) FROM messages m "
+                "JOIN conversations c ON c.id = m.conversation_id WHERE m.role = 'assistant' "
+                "AND m.created_at >= $1" + (" AND c.bot = $2" if bot is not None else ""),
                 *args,
+            )
+            total = await db.fetchrow(
+                f"SELECT {sums} FROM model_usage WHERE at >= $1{where}", *args
             )
             models = await db.fetch(
-                "SELECT COALESCE(model, ''), COALESCE(SUM(input_tokens), 0), "
-                "COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cache_write_tokens), 0), "
-                "COALESCE(SUM(cache_read_tokens), 0) FROM messages m JOIN conversations c "
-                f"ON c.id = m.conversation_id WHERE TRUE{where} GROUP BY model",
+                f"SELECT COALESCE(model, ''), {sums} FROM model_usage WHERE at >= $1{where} "
+                "GROUP BY model",
                 *args,
             )
-        assert total is not None
-        return cols.usage_stats(total, models)
+            purposes = await db.fetch(
+                f"SELECT purpose, {sums} FROM model_usage WHERE at >= $1{where} GROUP BY purpose",
+                *args,
+            )
+        return cols.model_usage_stats(turns, total, models, purposes)
 
-    async def skip_turn(self, turn: Turn, lease: Lease, now: float, queue: QueuePolicy) -> bool:
+    async def skip_turn(
+        self, turn: Turn, lease: Lease, now: float, queue: QueuePolicy, reason: str = "limited"
+    ) -> bool:
         """Handle the turn without a reply, under the same locks and fencing as finish_turn."""
         async with self._tx() as db:
             conv_id = await self._lock_conv(db, turn.session.conversation)
@@ -113,11 +161,48 @@ class QueuePart(PostgresCore):
             if token != lease.token or conv_id is None:
                 return False
             await db.execute(
-                "UPDATE messages SET pending = FALSE WHERE id = ANY($1::bigint[])",
+                "UPDATE messages SET pending = FALSE, closed_reason = $2 "
+                "WHERE id = ANY($1::bigint[])",
                 [m.id for m in turn.messages],
+                reason[:500],
             )
             await self._settle_timer(db, conv_id, turn.version, queue)
             return True
+
+    async def pending_turn(
+        self, conversation: ConversationKey, limit: int | None = None
+    ) -> Turn | None:
+        """The oldest pending messages of the oldest session with some, plus v0, from one
+        snapshot."""
+        async with self._snapshot() as db:
+            head = await db.fetchrow(
+                "SELECT c.id, c.version, t.first_pending_at, (SELECT MIN(session_id) FROM "
+                "messages WHERE conversation_id = c.id AND pending) FROM conversations c "
+                "LEFT JOIN timers t ON t.conversation_id = c.id "
+                "WHERE c.bot = $1 AND c.platform = $2 AND c.chat_id = $3 AND c.thread_id = $4",
+                *_conv_args(conversation),
+            )
+            if head is None or head[3] is None:
+                return None
+            version, first_pending = int(head[1]), head[2]
+            rows = await db.fetch(
+                cols.MESSAGE_SELECT + "WHERE m.session_id = $1 AND m.pending AND m.version <= $2 "
+                "ORDER BY m.turn LIMIT $3",
+                head[3],
+                version,
+                limit,
+            )
+        messages = tuple(cols.message(conversation, r) for r in rows)
+        if not messages:
+            return None
+        return Turn(
+            session=messages[0].session,
+            version=version,
+            messages=messages,
+            first_pending_at=messages[0].created_at
+            if first_pending is None
+            else float(first_pending),
+        )
 
     async def due_timers(
         self, now: float, limit: int = 100, bots: Sequence[str] | None = None
@@ -233,6 +318,9 @@ class QueuePart(PostgresCore):
         model: str | None = None,
     ) -> FinishResult:
         """Fencing check, version check, then record reply + outbox atomically."""
+        if not reply.strip():
+            # An empty assistant message would make every later request of the session fail.
+            raise StoreError("refusing to record an empty or whitespace-only reply")
         key = turn.session.conversation
         async with self._tx() as db:
             conv_id = await self._lock_conv(db, key)

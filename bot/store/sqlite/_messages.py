@@ -1,4 +1,4 @@
-"""SQLite: ingest, edits and deletions, history, pending turns and summaries."""
+"""SQLite: ingest, edits and deletions, history and summaries."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from bot.events import (
     SessionPolicy,
     StoredMessage,
     StoredSummary,
-    Turn,
 )
 from bot.store import cols
 from bot.store.sqlite._core import (
@@ -27,7 +26,7 @@ from bot.store.sqlite._core import (
 
 
 class MessagesPart(SQLiteCore):
-    """Ingest, edits and deletions, history, pending turns, summaries."""
+    """Ingest, edits and deletions, history, summaries."""
 
     # -- messages and queue -------------------------------------------------------------------
 
@@ -235,8 +234,8 @@ class MessagesPart(SQLiteCore):
                 return []
             rows = await self._rows(
                 db,
-                cols.MESSAGE_SELECT + f"WHERE m.session_id = ? AND m.pending = 0 AND m.turn > ? "
-                f"ORDER BY m.turn {order} LIMIT ?",
+                cols.MESSAGE_SELECT + "WHERE m.session_id = ? AND m.pending = 0 AND m.turn > ?"
+                f"{cols.NOT_REJECTED} ORDER BY m.turn {order} LIMIT ?",
                 (found[0], after_turn, limit),
             )
         if not oldest_first:
@@ -252,8 +251,8 @@ class MessagesPart(SQLiteCore):
             return int(
                 await self._scalar(
                     db,
-                    "SELECT COUNT(*) FROM messages WHERE session_id = ? AND pending = 0 "
-                    "AND turn > ?",
+                    "SELECT COUNT(*) FROM messages m WHERE session_id = ? AND pending = 0 "
+                    f"AND turn > ?{cols.NOT_REJECTED}",
                     (found[0], after_turn),
                 )
             )
@@ -349,45 +348,3 @@ class MessagesPart(SQLiteCore):
                 )
             )
         return [cols.message(session.conversation, r) for r in rows]
-
-    async def pending_turn(self, conversation: ConversationKey) -> Turn | None:
-        """Pending messages of the oldest session with some, plus v0, read together."""
-        async with self._read() as db:
-            conv_id = await self._conv_id(db, conversation)
-            if conv_id is None:
-                return None
-            # Read inside one transaction so v0 and the message set are consistent.
-            await db.execute("BEGIN")
-            try:
-                version = int(
-                    await self._scalar(
-                        db, "SELECT version FROM conversations WHERE id = ?", (conv_id,)
-                    )
-                )
-                first_session = await self._scalar(
-                    db,
-                    "SELECT MIN(session_id) FROM messages "
-                    "WHERE conversation_id = ? AND pending = 1",
-                    (conv_id,),
-                )
-                if first_session is None:
-                    return None
-                rows = await self._rows(
-                    db,
-                    cols.MESSAGE_SELECT
-                    + "WHERE m.session_id = ? AND m.pending = 1 AND m.version <= ? ORDER BY m.turn",
-                    (first_session, version),
-                )
-                first_pending = await self._scalar(
-                    db, "SELECT first_pending_at FROM timers WHERE conversation_id = ?", (conv_id,)
-                )
-            finally:
-                await db.execute("COMMIT")
-        messages = tuple(cols.message(conversation, r) for r in rows)
-        started = messages[0].created_at if messages else 0.0
-        return Turn(
-            session=messages[0].session,
-            version=version,
-            messages=messages,
-            first_pending_at=started if first_pending is None else float(first_pending),
-        )

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import aiosqlite
 
+from bot.errors import StoreError
 from bot.events import (
     ConversationKey,
     DueTimer,
@@ -64,32 +65,80 @@ class QueuePart(SQLiteCore):
         async with self._tx() as db:
             await db.execute("DELETE FROM turn_usage WHERE id = ?", (reservation_id,))
 
-    async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
-        """Sum the usage stored with replies."""
-        where = " AND m.role = 'assistant' AND m.created_at >= ?" + (
-            " AND c.bot = ?" if bot is not None else ""
-        )
-        args: tuple[object, ...] = (since, bot) if bot is not None else (since,)
+    async def record_usage(
+        self,
+        conversation: ConversationKey,
+        purpose: str,
+        model: str | None,
+        charges: Sequence[tuple[str | None, Usage]],
+        now: float,
+    ) -> None:
+        """One row per share of the call."""
+        async with self._tx() as db:
+            await db.executemany(
+                "INSERT INTO model_usage (at, bot, platform, user_id, purpose, model, "
+                "input_tokens, output_tokens, cache_write_tokens, cache_read_tokens) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        now,
+                        conversation.bot,
+                        conversation.platform,
+                        user,
+                        purpose,
+                        model,
+                        *cols.usage_values(u),
+                    )
+                    for user, u in charges
+                ],
+            )
+
+    async def input_tokens_since(self, user: UserKey, since: float) -> int:
+        """Input tokens (cached or not) charged to the person since ``since``."""
         async with self._read() as db:
-            total = await self._row(
+            value = await self._scalar(
                 db,
-                "SELECT COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
-                "COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
-                "COUNT(DISTINCT m.conversation_id) FROM messages m JOIN conversations c "
-                f"ON c.id = m.conversation_id WHERE 1 = 1{where}",
+                "SELECT COALESCE(SUM(input_tokens + cache_write_tokens + cache_read_tokens), 0) "
+                "FROM model_usage WHERE platform = ? AND user_id = ? AND at >= ?",
+                (user.platform, user.user_id, since),
+            )
+        return int(value)
+
+    async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
+        """Turns from the recorded replies; tokens from every model call (memory tasks too)."""
+        where = " AND bot = ?" if bot is not None else ""
+        args: tuple[object, ...] = (since, bot) if bot is not None else (since,)
+        sums = (
+            "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
+            "COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(cache_read_tokens), 0)"
+        )
+        async with self._read() as db:
+            turns = await self._row(
+                db,
+                "SELECT COUNT(*), COUNT(DISTINCT m.conversation_id) FROM messages m "
+                "JOIN conversations c ON c.id = m.conversation_id WHERE m.role = 'assistant' "
+                "AND m.created_at >= ?" + (" AND c.bot = ?" if bot is not None else ""),
                 args,
+            )
+            total = await self._row(
+                db, f"SELECT {sums} FROM model_usage WHERE at >= ?{where}", args
             )
             models = await self._rows(
                 db,
-                "SELECT COALESCE(model, ''), COALESCE(SUM(input_tokens), 0), "
-                "COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cache_write_tokens), 0), "
-                "COALESCE(SUM(cache_read_tokens), 0) FROM messages m JOIN conversations c "
-                f"ON c.id = m.conversation_id WHERE 1 = 1{where} GROUP BY model",
+                f"SELECT COALESCE(model, ''), {sums} FROM model_usage WHERE at >= ?{where} "
+                "GROUP BY model",
                 args,
             )
-        return cols.usage_stats(total, models)
+            purposes = await self._rows(
+                db,
+                f"SELECT purpose, {sums} FROM model_usage WHERE at >= ?{where} GROUP BY purpose",
+                args,
+            )
+        return cols.model_usage_stats(turns, total, models, purposes)
 
-    async def skip_turn(self, turn: Turn, lease: Lease, now: float, queue: QueuePolicy) -> bool:
+    async def skip_turn(
+        self, turn: Turn, lease: Lease, now: float, queue: QueuePolicy, reason: str = "limited"
+    ) -> bool:
         """Handle the turn without a reply, under the same fencing as finish_turn."""
         async with self._tx() as db:
             token = await self._scalar(db, "SELECT token FROM leases WHERE name = ?", (lease.name,))
@@ -98,10 +147,59 @@ class QueuePart(SQLiteCore):
                 return False
             ids = [m.id for m in turn.messages]
             await db.execute(
-                f"UPDATE messages SET pending = 0 WHERE id IN ({','.join('?' * len(ids))})", ids
+                "UPDATE messages SET pending = 0, closed_reason = ? "
+                f"WHERE id IN ({','.join('?' * len(ids))})",
+                (reason[:500], *ids),
             )
             await self._settle_timer(db, conv_id, turn.version, now, queue)
             return True
+
+    async def pending_turn(
+        self, conversation: ConversationKey, limit: int | None = None
+    ) -> Turn | None:
+        """The oldest pending messages of the oldest session with some, plus v0, read together."""
+        async with self._read() as db:
+            conv_id = await self._conv_id(db, conversation)
+            if conv_id is None:
+                return None
+            # Read inside one transaction so v0 and the message set are consistent.
+            await db.execute("BEGIN")
+            try:
+                version = int(
+                    await self._scalar(
+                        db, "SELECT version FROM conversations WHERE id = ?", (conv_id,)
+                    )
+                )
+                first_session = await self._scalar(
+                    db,
+                    "SELECT MIN(session_id) FROM messages "
+                    "WHERE conversation_id = ? AND pending = 1",
+                    (conv_id,),
+                )
+                if first_session is None:
+                    return None
+                rows = await self._rows(
+                    db,
+                    cols.MESSAGE_SELECT + "WHERE m.session_id = ? AND m.pending = 1 "
+                    "AND m.version <= ? ORDER BY m.turn LIMIT ?",
+                    (first_session, version, -1 if limit is None else limit),
+                )
+                first_pending = await self._scalar(
+                    db, "SELECT first_pending_at FROM timers WHERE conversation_id = ?", (conv_id,)
+                )
+            finally:
+                await db.execute("COMMIT")
+        messages = tuple(cols.message(conversation, r) for r in rows)
+        if not messages:
+            return None
+        return Turn(
+            session=messages[0].session,
+            version=version,
+            messages=messages,
+            first_pending_at=messages[0].created_at
+            if first_pending is None
+            else float(first_pending),
+        )
 
     async def due_timers(
         self, now: float, limit: int = 100, bots: Sequence[str] | None = None
@@ -226,6 +324,9 @@ class QueuePart(SQLiteCore):
         model: str | None = None,
     ) -> FinishResult:
         """Fencing check, version check, then record reply + outbox atomically."""
+        if not reply.strip():
+            # An empty assistant message would make every later request of the session fail.
+            raise StoreError("refusing to record an empty or whitespace-only reply")
         key = turn.session.conversation
         async with self._tx() as db:
             token = await self._scalar(db, "SELECT token FROM leases WHERE name = ?", (lease.name,))

@@ -1,0 +1,74 @@
+"""Fitting a memory task's input (summary, extraction) under its token budget (pure).
+
+A task's messages are cut one by one with a visible marker and, when that is not enough, fewer
+messages are taken: the oldest for a summary (it folds history in order, so the rest is folded
+by the next call), the newest for an extraction (what a person said last matters most; the
+older messages are reported as skipped). The request is always built by the caller's own
+function, so what is measured is exactly what is sent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from bot.events import StoredMessage
+from bot.llm.base import ModelRequest
+from memory.assemble import cut
+from memory.tokens import estimate_tokens
+
+# A summary or a fact rarely needs more of one message than this.
+TASK_MESSAGE_CHARS: Final = 1000
+_MIN_MESSAGE_CHARS: Final = 200
+
+
+def request_tokens(request: ModelRequest) -> int:
+    """Estimated input tokens of a request (system blocks and every message)."""
+    return sum(estimate_tokens(b.text) for b in request.system) + sum(
+        estimate_tokens(m.text) for m in request.messages
+    )
+
+
+def _cut_all(messages: Sequence[StoredMessage], limit: int) -> list[StoredMessage]:
+    return [
+        m if len(m.text) <= limit else dataclasses.replace(m, text=cut(m.text, limit))
+        for m in messages
+    ]
+
+
+def fit_task(
+    messages: Sequence[StoredMessage],
+    build: Callable[[Sequence[StoredMessage]], ModelRequest],
+    budget_tokens: int,
+    *,
+    keep: str = "oldest",
+) -> tuple[list[StoredMessage], ModelRequest]:
+    """The messages to send (each cut to at most ``TASK_MESSAGE_CHARS``) and the request
+    built from them, estimated within ``budget_tokens`` when at least one message can be.
+
+    ``keep`` says which end survives when not all of them fit: "oldest" (a contiguous prefix)
+    or "newest" (a suffix). At least one message is always kept, cut down as far as needed.
+    """
+    chosen = _cut_all(messages, TASK_MESSAGE_CHARS)
+    request = build(chosen)
+    if request_tokens(request) <= budget_tokens or not chosen:
+        return chosen, request
+    # Fewest drops first: find the longest prefix/suffix that fits (cost grows with count).
+    low, high = 1, len(chosen)
+    while low < high:
+        mid = (low + high + 1) // 2
+        part = chosen[:mid] if keep == "oldest" else chosen[-mid:]
+        if request_tokens(build(part)) <= budget_tokens:
+            low = mid
+        else:
+            high = mid - 1
+    originals = list(messages[:low] if keep == "oldest" else messages[-low:])
+    part = _cut_all(originals, TASK_MESSAGE_CHARS)
+    request = build(part)
+    limit = TASK_MESSAGE_CHARS
+    while request_tokens(request) > budget_tokens and limit > _MIN_MESSAGE_CHARS:
+        limit = max(_MIN_MESSAGE_CHARS, limit // 2)
+        part = _cut_all(originals, limit)
+        request = build(part)
+    return part, request
