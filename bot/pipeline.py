@@ -177,15 +177,21 @@ class Pipeline:
             admission = await self._limits.admit(turn)
             if not admission.granted:
                 return await self._limited(turn, lease, profile, admission)
-            if admission.held:
-                held = _only(turn, admission.held)
-                if not await self._hold_back(held, lease, profile, admission):
-                    await self._limits.release(admission)
-                    return "fenced"
-                turn = _only(turn, tuple(a for a in turn.authors if a not in admission.held))
+        held = _only(turn, admission.held) if admission.held else None
+        if held is not None:
+            # Only the limited people's messages wait; everyone else is answered. They are
+            # left out of this prompt (still pending, so not history) and closed out as
+            # context after the reply, so the model does not answer them in passing.
+            turn = _only(turn, tuple(a for a in turn.authors if a not in admission.held))
         outcome = await self._generate(turn, lease, profile, gaps, summary)
         if outcome != "sent" and self._limits is not None:
             await self._limits.release(admission)
+        if (
+            held is not None
+            and outcome != "fenced"
+            and not await self._hold_back(held, lease, profile, admission)
+        ):
+            return "fenced"
         return outcome
 
     async def _close_out(

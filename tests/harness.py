@@ -59,6 +59,7 @@ class Harness:
         author: str = "u1",
         name: str = "Sasha",
         message_id: str | None = None,
+        private: bool = True,
     ) -> None:
         """A user message arriving from an adapter."""
         self.counter[0] = next(_MESSAGE_IDS)
@@ -69,6 +70,7 @@ class Harness:
                 display_name=name,
                 text=text,
                 platform_message_id=message_id or f"m{self.counter[0]}",
+                is_private=private,
             )
         )
         await settle(self.store)

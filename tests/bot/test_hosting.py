@@ -15,7 +15,7 @@ from bot.app import runtime
 from bot.clock import ManualClock
 from bot.config import Settings
 from bot.errors import ModelUnavailable
-from bot.events import ConversationKey, Inbound, SessionKey
+from bot.events import ConversationKey, Inbound, SessionKey, UserKey
 from bot.limits import LimitPolicy
 from bot.llm.anthropic import AnthropicLLM
 from bot.llm.offline import OfflineLLM
@@ -220,3 +220,64 @@ async def test_db_backup_is_a_valid_store(tmp_path: Path) -> None:
         assert all(s is not None for s in sessions)
     with sqlite3.connect(backup) as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+GROUP = ConversationKey("telegram", "-100")
+
+
+async def test_one_limited_person_does_not_silence_a_group(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Issue 13, item 3: only the limited person's messages wait (kept as context, told once);
+    everyone else in the same turn is answered."""
+    limits = LimitPolicy(user_turns_per_hour=2, message="Limit reached until {until}.")
+    llm = GatedLLM()
+    async with harness(store, clock, llm, limits=limits) as h:
+        for text in ("first", "second"):
+            await h.say(GROUP, text, author="a", name="Ann", private=False)
+            await h.advance(2)
+        assert llm.calls == 2
+        await h.say(GROUP, "me again", author="a", name="Ann", private=False)
+        await h.say(GROUP, "hi all", author="b", name="Bob", private=False)
+        await h.advance(2)
+        assert llm.calls == 3
+        assert "hi all" in llm.last_input()
+        assert "me again" not in "\n".join(m.text for m in llm.requests[-1].messages)
+        texts = h.outlet.texts()
+        assert "reply to: hi all" in texts
+        notices = [t for t in texts if "Limit reached" in t]
+        assert len(notices) == 1 and notices[0].startswith("Ann: Limit reached until")
+        await h.say(GROUP, "and me?", author="b", name="Bob", private=False)
+        await h.advance(2)
+        # Ann's held message is context now (in the window), never a turn of its own.
+        assert llm.calls == 4
+        assert "me again" in "\n".join(m.text for m in llm.requests[-1].messages)
+        assert await store.pending_turn(GROUP) is None
+
+
+async def test_input_tokens_per_person_per_day_include_memory_tasks(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Issue 13, item 2: a daily input budget per person, fed by replies and memory tasks;
+    the limited person is held back, the bot's other users are not."""
+    limits = LimitPolicy(user_input_tokens_per_day=25, message="Budget spent until {until}.")
+    llm = GatedLLM()  # 10 input tokens a call
+    async with harness(store, clock, llm, limits=limits) as h:
+        for i in range(2):
+            await h.say(DM, f"message {i}", author="99")
+            await h.advance(2)
+        assert llm.calls == 2  # 20 tokens charged to person 99
+        await h.memory.extract(SessionKey(DM, 1), 0)  # a memory task over 99's messages
+        assert llm.calls == 3
+        assert await store.input_tokens_since(UserKey("telegram", "99"), 0.0) == 30
+        await h.say(DM, "still there?", author="99")
+        await h.advance(2)
+        assert llm.calls == 3
+        assert h.outlet.texts()[-1].startswith("Budget spent until")
+        await h.say(OTHER, "hello", author="7")
+        await h.advance(2)
+        assert llm.calls == 4
+        assert h.outlet.texts()[-1] == "reply to: hello"
+        stats = await store.usage_since(0.0, "default")
+        assert stats.input_tokens == 40
+        assert dict((p, i) for p, i, *_ in stats.by_purpose) == {"reply": 30, "extract": 10}

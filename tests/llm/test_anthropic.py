@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from bot.errors import ConfigError, ModelError, ModelRejected, ModelUnavailable, RateLimited
+from bot.errors import (
+    ConfigError,
+    ModelError,
+    ModelRejected,
+    ModelUnavailable,
+    RateLimited,
+    RequestRejected,
+)
 from bot.llm.anthropic import AnthropicLLM
 from bot.llm.base import ChatMessage, ModelRequest, ModelResult, TextBlock, Usage
 from tests.fakes.messages_api import FakeMessagesAPI
@@ -346,3 +353,23 @@ async def test_provider_text_echoing_the_key_is_redacted(
     api.fail_next(status=400, message=f"key {KEY} is not allowed here")
     err = await _fails(make_llm(max_retries=0).complete(_request()), ModelRejected)
     assert "[redacted]" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("status", "turn_fault"), [(400, True), (413, True), (401, False), (404, False)]
+)
+async def test_only_request_faults_are_request_rejected(
+    api: FakeMessagesAPI, make_llm: LLMFactory, status: int, turn_fault: bool
+) -> None:
+    """400/413 are about the request (close the turn out); 401/404 are the operator's to fix."""
+    api.fail_next(status=status, message="prompt is too long")
+    err = await _fails(make_llm(max_retries=0).complete(_request()), ModelRejected)
+    assert isinstance(err, RequestRejected) is turn_fault
+
+
+async def test_a_refusal_comes_back_as_empty_text_with_its_stop_reason(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    api.reply_next(content=[], stop_reason="refusal")
+    result = await make_llm().complete(_request())
+    assert (result.text, result.stop_reason) == ("", "refusal")
