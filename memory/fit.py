@@ -1,10 +1,11 @@
 """Fitting a memory task's input (summary, extraction) under its token budget (pure).
 
-A task's messages are cut one by one with a visible marker and, when that is not enough, fewer
-messages are taken: the oldest for a summary (it folds history in order, so the rest is folded
-by the next call), the newest for an extraction (what a person said last matters most; the
-older messages are reported as skipped). The request is always built by the caller's own
-function, so what is measured is exactly what is sent.
+A task's messages are cut, each with a visible marker (all to one shorter length when they do
+not fit), and when even the shortest cut is not enough, fewer messages are taken: the oldest
+for a summary (it folds history in order, so the rest is folded by the next call), the newest
+for an extraction (what a person said last matters most; the older messages are reported as
+skipped). The request is always built by the caller's own function, so what is measured is
+exactly what is sent.
 """
 
 from __future__ import annotations
@@ -54,7 +55,19 @@ def fit_task(
     request = build(chosen)
     if request_tokens(request) <= budget_tokens or not chosen:
         return chosen, request
-    # Fewest drops first: find the longest prefix/suffix that fits (cost grows with count).
+    # First shorter cuts for every message (one call folds a whole chunk of long messages),
+    # then fewer messages at the shortest cut.
+    low, high = _MIN_MESSAGE_CHARS, TASK_MESSAGE_CHARS
+    while low < high:
+        mid = (low + high + 1) // 2
+        if request_tokens(build(_cut_all(messages, mid))) <= budget_tokens:
+            low = mid
+        else:
+            high = mid - 1
+    chosen = _cut_all(messages, low)
+    request = build(chosen)
+    if request_tokens(request) <= budget_tokens:
+        return chosen, request
     low, high = 1, len(chosen)
     while low < high:
         mid = (low + high + 1) // 2
@@ -63,12 +76,5 @@ def fit_task(
             low = mid
         else:
             high = mid - 1
-    originals = list(messages[:low] if keep == "oldest" else messages[-low:])
-    part = _cut_all(originals, TASK_MESSAGE_CHARS)
-    request = build(part)
-    limit = TASK_MESSAGE_CHARS
-    while request_tokens(request) > budget_tokens and limit > _MIN_MESSAGE_CHARS:
-        limit = max(_MIN_MESSAGE_CHARS, limit // 2)
-        part = _cut_all(originals, limit)
-        request = build(part)
-    return part, request
+    part = chosen[:low] if keep == "oldest" else chosen[-low:]
+    return part, build(part)

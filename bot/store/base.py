@@ -193,7 +193,8 @@ class BaseStore(abc.ABC):
         """Answered or context messages of a session with ``turn > after_turn``.
 
         The newest ``limit`` of them (or the oldest, with ``oldest_first``), in turn order.
-        Pending messages are not history: they are the next turn.
+        Pending messages are not history: they are the next turn. Messages closed out because
+        the model rejected them are not history either: they are never submitted again.
         """
 
     @abc.abstractmethod
