@@ -21,6 +21,7 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
 from bot.errors import ConfigError
+from bot.redact import redact_url
 
 API_PATH: Final = "/api/v10"
 
@@ -44,7 +45,8 @@ def endpoints_for(api_base: str | None, gateway_url: str | None, *, where: str) 
     if api_base is not None:
         parts = urlsplit(api_base.strip())
         if parts.scheme not in {"http", "https"} or not parts.netloc:
-            problems.append(f"{where}.api_base: must be an http(s) URL (got {api_base!r})")
+            shown = redact_url(api_base)
+            problems.append(f"{where}.api_base: must be an http(s) URL (got {shown!r})")
         # A bare proxy address gets Discord's API path, as proxies expect /api/v10/... paths.
         path = parts.path.rstrip("/") or API_PATH
         base = f"{parts.scheme}://{parts.netloc}{path}"
@@ -52,7 +54,8 @@ def endpoints_for(api_base: str | None, gateway_url: str | None, *, where: str) 
     if gateway_url is not None:
         parts = urlsplit(gateway_url.strip())
         if parts.scheme not in {"ws", "wss"} or not parts.netloc:
-            problems.append(f"{where}.gateway_url: must be a ws(s) URL (got {gateway_url!r})")
+            shown = redact_url(gateway_url)
+            problems.append(f"{where}.gateway_url: must be a ws(s) URL (got {shown!r})")
         gateway = gateway_url.strip()
     if problems:
         raise ConfigError(problems)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from bot.config import Secrets, Settings, load_settings
 from bot.errors import ConfigError, PersonabotError
-from bot.logs import setup_logging
-from bot.store.postgres import redact_url
+from bot.logs import REDACTED, setup_logging
+from bot.redact import redact_url
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -72,7 +72,7 @@ def summary(settings: Settings) -> str:
         "configuration OK",
         f"  storage: {redact_url(settings.storage.url)}",
         f"  model provider: {settings.llm.provider}"
-        + (f" (base_url {settings.llm.base_url})" if settings.llm.base_url else ""),
+        + (f" (base_url {redact_url(settings.llm.base_url)})" if settings.llm.base_url else ""),
         f"  queue: debounce {q.debounce_seconds}s, max wait {q.max_wait_seconds}s, "
         f"lease {q.lease_seconds}s, {q.max_concurrent_turns} concurrent turns",
         f"  memory: window {m.window_messages} messages, budget {m.prompt_budget_tokens} tokens",
@@ -84,20 +84,25 @@ def summary(settings: Settings) -> str:
     return "\n".join(lines)
 
 
+def _redacted(text: str, secrets: Sequence[str]) -> str:
+    """Belt and braces for the last line an operator sees: no known secret in it."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     args = _parser().parse_args(argv)
     secrets = Secrets()
+    known: list[str] = secrets.values()
     try:
         settings = load_settings(args.config)
         level = settings.logging.level
         if args.command == "chat" and level == "INFO":
             level = "WARNING"  # the terminal is the chat: keep routine INFO lines out of it
-        setup_logging(
-            level,
-            secrets.values(settings.secret_names()),
-            fmt=args.log_format or settings.logging.format,
-        )
+        known = [*secrets.values(settings.secret_names()), *settings.credentials()]
+        setup_logging(level, known, fmt=args.log_format or settings.logging.format)
         if args.command == "config":
             print(summary(settings))
             return 0
@@ -157,10 +162,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return asyncio.run(run_bots(settings, secrets))
     except ConfigError as exc:
-        print(f"personabot: config error: {exc}", file=sys.stderr)
+        print(_redacted(f"personabot: config error: {exc}", known), file=sys.stderr)
         return 2
     except PersonabotError as exc:
-        print(f"personabot: {exc}", file=sys.stderr)
+        print(_redacted(f"personabot: {exc}", known), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0

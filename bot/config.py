@@ -12,9 +12,10 @@ import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -25,11 +26,26 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from bot.errors import ConfigError
+from bot.redact import looks_like_env_name, url_secrets
 
 DEFAULT_CONFIG_PATH = Path("personabot.toml")
 # Platform ids may be written as TOML integers (Telegram) or strings; both mean the same id.
 PlatformId = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, int) else v)]
 ENV_PREFIX = "PERSONABOT_"
+
+
+def _env_name(value: str) -> str:
+    # The message never quotes the value: it may be the token itself, pasted by mistake.
+    if not looks_like_env_name(value):
+        raise ValueError(
+            "must name an environment variable (letters, digits and _), and this value looks "
+            "like a token: put the token in the environment and its variable's name here"
+        )
+    return value
+
+
+#: The name of an environment variable that holds a secret (never the secret itself).
+EnvName = Annotated[str, AfterValidator(_env_name)]
 
 
 class _Section(BaseModel):
@@ -218,7 +234,7 @@ class _BotBase(_Section):
 
     id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
     persona: str
-    token_env: str | None = None
+    token_env: EnvName | None = None
     group_trigger: Literal["mention", "all"] = "mention"
     allow_users: list[PlatformId] | None = None
     allow_chats: list[PlatformId] | None = None
@@ -241,7 +257,7 @@ class TelegramBotSettings(_BotBase):
     listen_host: str = "127.0.0.1"
     listen_port: int = Field(default=8080, ge=0, le=65535)
     webhook_path: str = "/telegram/webhook"
-    secret_token_env: str | None = None
+    secret_token_env: EnvName | None = None
     non_text: Literal["placeholder", "ignore"] = "placeholder"
 
     @property
@@ -271,6 +287,8 @@ class DiscordBotSettings(_BotBase):
         """Environment variable holding the bot token."""
         return self.token_env or "DISCORD_BOT_TOKEN"
 
+
+_BOT_URL_KEYS: Final = ("api_server", "webhook_url", "api_base", "gateway_url")
 
 BotSettings = Annotated[TelegramBotSettings | DiscordBotSettings, Field(discriminator="platform")]
 
@@ -359,6 +377,14 @@ class Settings(BaseSettings):
                 names.append(secret)
         return names
 
+    def credentials(self) -> list[str]:
+        """Credentials written into configured URLs (user-info passwords, ``?password=``...),
+        so that logs can redact them like the environment's secrets."""
+        urls = [self.storage.url, self.llm.base_url]
+        for entry in self.bots:
+            urls += [getattr(entry, name, None) for name in _BOT_URL_KEYS]
+        return sorted({s for url in urls if url for s in url_secrets(url)}, key=len, reverse=True)
+
     def queue_for(self, persona: PersonaSettings) -> QueueSettings:
         """Queue settings with the persona's override applied."""
         return persona.queue or self.queue
@@ -445,6 +471,7 @@ _PLATFORM_MODELS: dict[str, type[BaseModel]] = {
 
 
 def _problems(exc: ValidationError) -> list[str]:
+    """One ``key.path: problem`` line per error; input values are quoted only when harmless."""
     problems = []
     for err in exc.errors(include_url=False):
         # Drop pydantic's validator names and the tagged-union tag ("bots.0.telegram.mode").
@@ -456,13 +483,17 @@ def _problems(exc: ValidationError) -> list[str]:
         ]
         tag = next((p for p in raw if isinstance(p, str) and p in _PLATFORM_MODELS), None)
         where, kind = _loc(loc), err["type"]
+        known = " or ".join(map(repr, _PLATFORM_MODELS))
         if kind == "extra_forbidden":
             problems.append(f"{where}: unknown key{_suggest(loc, tag)}")
         elif kind == "missing":
             problems.append(f"{where}: field required")
+        elif kind == "union_tag_not_found":
+            problems.append(f"{where}.platform: field required ({known})")
         elif kind == "union_tag_invalid":
-            known = " or ".join(map(repr, _PLATFORM_MODELS))
-            problems.append(f"{where}.platform: must be {known} (got {err['ctx']['tag']!r})")
+            problems.append(
+                f"{where}.platform: must be {known}{_got(['platform'], err['ctx']['tag'])}"
+            )
         elif kind == "value_error":
             msg = str(err["msg"]).removeprefix("Value error, ")
             if not loc:
@@ -472,8 +503,32 @@ def _problems(exc: ValidationError) -> list[str]:
             else:
                 problems.append(f"{where}: {msg}")
         else:
-            problems.append(f"{where}: {err['msg']} (got {err.get('input')!r})")
-    return problems or [str(exc)]
+            problems.append(f"{where}: {err['msg']}{_got(loc, err.get('input'))}")
+    return problems or ["invalid configuration"]
+
+
+# Keys whose values may be, or may contain, credentials: their input is never quoted.
+_SECRET_KEY_PARTS: Final = ("token", "secret", "password", "key", "url", "dsn", "api", "env")
+_HARMLESS_TEXT: Final = re.compile(r"^[\w .,+-]{0,32}$")
+
+
+def _got(loc: Sequence[int | str], value: object) -> str:
+    """`` (got 5)`` for a harmless input; nothing for text that might be a secret or a table.
+
+    A wrong value may be a credential pasted into the wrong key, and a table (``[[bots]]``)
+    may hold a token: so tables, lists, long or URL-like text and values of credential-like
+    keys are never echoed. Numbers, booleans and short plain words are.
+    """
+    name = next((str(p).lower() for p in reversed(loc) if isinstance(p, str)), "")
+    if isinstance(value, bool | int | float):
+        return f" (got {value!r})"
+    if (
+        isinstance(value, str)
+        and _HARMLESS_TEXT.match(value)
+        and not any(part in name for part in _SECRET_KEY_PARTS)
+    ):
+        return f" (got {value!r})"
+    return ""
 
 
 def _suggest(loc: Sequence[int | str], tag: str | None) -> str:

@@ -39,7 +39,8 @@ it never appears in an error message or a log line of this module.
 
 from __future__ import annotations
 
-from bot.store.postgres._core import is_postgres_url, redact_url
+from bot.redact import redact_url
+from bot.store.postgres._core import is_postgres_url
 from bot.store.postgres._messages import MessagesPart
 from bot.store.postgres._queue import QueuePart
 from bot.store.postgres._retention import RetentionPart

@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
@@ -17,6 +16,7 @@ from bot.events import (
     SessionKey,
     SessionPolicy,
 )
+from bot.redact import redact_url, url_secrets
 from bot.sessions import expiry_reason
 from bot.store import cols
 from bot.store.base import BaseStore
@@ -35,20 +35,6 @@ _CONV_WHERE: Final = "bot = $1 AND platform = $2 AND chat_id = $3 AND thread_id 
 def is_postgres_url(url: str) -> bool:
     """Whether ``url`` names a PostgreSQL database."""
     return url.startswith(("postgresql://", "postgres://"))
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password (if any) replaced by ``***``: safe to show and log."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return url.split(":", 1)[0] + "://..."
-    if not password:
-        return url
-    userinfo, _, hostinfo = parts.netloc.rpartition("@")
-    user = userinfo.split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{hostinfo}"))
 
 
 def _conv_args(key: ConversationKey) -> tuple[str, str, str, str]:
@@ -111,11 +97,9 @@ class PostgresCore(BaseStore):
         return redact_url(self._dsn)
 
     def _redact(self, text: str) -> str:
-        """``text`` with every known secret (URL password, PGPASSWORD) masked."""
-        secrets = [os.environ.get("PGPASSWORD", "")]
-        with suppress(ValueError):
-            secrets.append(urlsplit(self._dsn).password or "")
-        for secret in secrets:
+        """``text`` with every known secret (URL password or ``?password=``, PGPASSWORD) masked."""
+        secrets = [*url_secrets(self._dsn), os.environ.get("PGPASSWORD", "")]
+        for secret in sorted(secrets, key=len, reverse=True):
             if secret:
                 text = text.replace(secret, "***")
         return text
