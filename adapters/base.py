@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 from contextlib import AbstractAsyncContextManager
 
+from bot.errors import DeliveryRefused
 from bot.events import ConversationKey, Reply
 from bot.ports import InboundHandler
 
@@ -33,6 +34,12 @@ class BaseAdapter(abc.ABC):
     @abc.abstractmethod
     async def send(self, reply: Reply) -> None:
         """Deliver a reply (split as the platform requires)."""
+
+    async def private_conversation(
+        self, conversation: ConversationKey, user_id: str
+    ) -> ConversationKey:
+        """The user's private chat with this bot; platforms that have one override this."""
+        raise DeliveryRefused(f"{self.bot_key}: no private chat with user {user_id}")
 
     @abc.abstractmethod
     def typing(self, conversation: ConversationKey) -> AbstractAsyncContextManager[None]:

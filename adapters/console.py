@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import TextIO
 
 from adapters.base import BaseAdapter
-from bot.events import ConversationKey, Inbound, Reply
+from bot.errors import AdapterError
+from bot.events import Attachment, ConversationKey, Inbound, Reply
 from bot.ports import InboundHandler
 
 QUIT_COMMANDS = frozenset({"/quit", "/exit"})
@@ -32,8 +35,10 @@ class ConsoleAdapter(BaseAdapter):
         stdin: TextIO,
         stdout: TextIO,
         interactive: bool = False,
+        files_dir: Path | None = None,
     ) -> None:
         super().__init__(bot_key=bot_key)
+        self._files_dir = files_dir or Path.cwd()
         self.conversation = ConversationKey("console", user_id, None, bot_key)
         self._persona_name = persona_name
         self._user_id = user_id
@@ -79,10 +84,37 @@ class ConsoleAdapter(BaseAdapter):
             )
 
     async def send(self, reply: Reply) -> None:
-        """Print the reply under the persona's name."""
+        """Print the reply under the persona's name (an attachment: written, path printed)."""
         self.replies_sent += 1
-        self.write(f"{self._persona_name}: {reply.text}")
+        if reply.attachment is not None:
+            path = self._save(reply.attachment)
+            self.write(f"{self._persona_name}: {reply.text}\n  saved to {path}")
+        else:
+            self.write(f"{self._persona_name}: {reply.text}")
         self._prompt()
+
+    def _save(self, attachment: Attachment) -> Path:
+        """Write a file only its owner can read (it holds personal data); never overwrite."""
+        name = Path(attachment.filename).name or "attachment"
+        stem, suffix = Path(name).stem, Path(name).suffix
+        for n in range(1000):
+            path = self._files_dir / (name if n == 0 else f"{stem}-{n}{suffix}")
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise AdapterError(f"cannot write {path}: {exc.strerror}") from exc
+            with os.fdopen(fd, "wb") as out:
+                out.write(attachment.data)
+            return path.resolve()
+        raise AdapterError(f"cannot write {name}: too many files of that name")
+
+    async def private_conversation(
+        self, conversation: ConversationKey, user_id: str
+    ) -> ConversationKey:
+        """The terminal is the local user's private chat."""
+        return self.conversation
 
     @contextlib.asynccontextmanager
     async def typing(self, conversation: ConversationKey) -> AsyncIterator[None]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 from collections.abc import AsyncIterator, Collection
 from typing import Any, Final
@@ -275,6 +276,9 @@ class DiscordAdapter(BaseAdapter):
 
     async def send(self, reply: Reply) -> None:
         """Post a reply in 2000-character chunks, pinging nobody, idempotent per outbox row."""
+        if reply.attachment is not None:
+            await self._send_file(reply)
+            return
         client = await self._logged_in_client()
         channel_id = _channel_id(reply.conversation)
         channel = client.get_partial_messageable(channel_id)
@@ -286,6 +290,32 @@ class DiscordAdapter(BaseAdapter):
                 nonce=nonce_for(reply.outbox_id, index),
                 reference=reference if index == 0 else None,
             )
+
+    async def _send_file(self, reply: Reply) -> None:
+        """One message with the attachment as a file and the text (cut to fit) as content."""
+        assert reply.attachment is not None
+        client = await self._logged_in_client()
+        channel = client.get_partial_messageable(_channel_id(reply.conversation))
+        upload = discord.File(io.BytesIO(reply.attachment.data), filename=reply.attachment.filename)
+        text = reply.text[:MESSAGE_LIMIT]
+        await self._post(
+            channel, text, nonce=nonce_for(reply.outbox_id, 0), reference=None, file=upload
+        )
+
+    async def private_conversation(
+        self, conversation: ConversationKey, user_id: str
+    ) -> ConversationKey:
+        """Open (or find) the DM channel with a user; DeliveryRefused if Discord will not."""
+        client = await self._logged_in_client()
+        try:
+            user = client.get_user(int(user_id)) or await client.fetch_user(int(user_id))
+            channel = await user.create_dm()
+        except (discord.Forbidden, discord.NotFound) as exc:
+            raise DeliveryRefused(f"Discord will not open a DM with user {user_id}: {exc}") from exc
+        except (discord.HTTPException, *_NETWORK_ERRORS) as exc:
+            raise AdapterError(f"Discord DM with user {user_id} failed: {exc}") from exc
+        self._dm_channels.add(channel.id)
+        return ConversationKey("discord", str(channel.id), None, conversation.bot)
 
     def _reference(self, reply: Reply, channel_id: int) -> discord.MessageReference | None:
         """Quote the triggering message in guilds (never in DMs); a deleted one is no error."""
@@ -303,9 +333,12 @@ class DiscordAdapter(BaseAdapter):
         *,
         nonce: str | None,
         reference: discord.MessageReference | None,
+        file: discord.File | None = None,
     ) -> None:
         """One message; Discord errors translated once, here (429s are waited by discord.py)."""
         options: dict[str, Any] = {"allowed_mentions": discord.AllowedMentions.none()}
+        if file is not None:
+            options["file"] = file
         if nonce is not None:
             options["nonce"] = nonce  # discord.py sends enforce_nonce with every nonce
         if reference is not None:

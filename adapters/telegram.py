@@ -38,9 +38,9 @@ from aiogram.exceptions import (
     TelegramServerError,
     TelegramUnauthorizedError,
 )
-from aiogram.methods import SendChatAction, SendMessage
+from aiogram.methods import SendChatAction, SendDocument, SendMessage
 from aiogram.methods.base import TelegramMethod, TelegramType
-from aiogram.types import BotCommand, Message, ReplyParameters, Update
+from aiogram.types import BotCommand, BufferedInputFile, Message, ReplyParameters, Update
 from aiogram.utils.token import TokenValidationError
 from aiohttp import web
 
@@ -71,6 +71,8 @@ log = logging.getLogger("personabot.telegram")
 SECRET_HEADER: Final = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES: Final = ("message", "edited_message")
 REDACTED: Final = "[redacted]"
+#: Telegram's limit for a document's caption, in characters.
+CAPTION_LIMIT: Final = 1024
 
 
 _TELEGRAM_ERRORS: Final = (TelegramAPIError, ClientDecodeError)
@@ -490,7 +492,10 @@ class TelegramAdapter(BaseAdapter):
     # ------------------------------------------------------------------------ sending
 
     async def send(self, reply: Reply) -> None:
-        """Send a reply as HTML chunks of at most 4096 UTF-16 units, in order."""
+        """Send a reply as HTML chunks of at most 4096 UTF-16 units, in order (or a file)."""
+        if reply.attachment is not None:
+            await self._send_document(reply)
+            return
         target = _Target.of(reply.conversation)
         # In groups the first message quotes the turn's last user message (if it still exists).
         reply_to = None
@@ -507,6 +512,27 @@ class TelegramAdapter(BaseAdapter):
         log.debug(
             "telegram bot %s: %d message(s) to chat %s", self.bot_key, len(chunks), target.chat_id
         )
+
+    async def _send_document(self, reply: Reply) -> None:
+        """``sendDocument``: the attachment as one file, the text as its plain caption."""
+        assert reply.attachment is not None
+        target = _Target.of(reply.conversation)
+        method = SendDocument(
+            chat_id=target.chat_id,
+            document=BufferedInputFile(reply.attachment.data, filename=reply.attachment.filename),
+            caption=reply.text[:CAPTION_LIMIT] or None,
+            message_thread_id=target.thread_id,
+        )
+        try:
+            await self._call(method, target)
+        except TelegramBadRequest as exc:
+            raise self._failure(target, exc) from exc
+
+    async def private_conversation(
+        self, conversation: ConversationKey, user_id: str
+    ) -> ConversationKey:
+        """A private chat's id is the user's; Telegram refuses it until they started the bot."""
+        return ConversationKey("telegram", user_id, None, conversation.bot)
 
     async def _send_chunk(
         self, target: _Target, chunk: Chunk, reply_to: int | None, limit: int

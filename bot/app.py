@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from adapters.base import BaseAdapter
 from bot.access import AccessPolicy
 from bot.clock import Clock, SystemClock
-from bot.commands import Commands
+from bot.commands import Commands, export_document
 from bot.config import PersonaSettings, Secrets, Settings
 from bot.errors import ConfigError
 from bot.events import QueuePolicy, SessionPolicy
+from bot.exports import ExportPolicy, Exports
 from bot.health import HealthServer
 from bot.limits import LimitPolicy, Limits
 from bot.llm.base import BaseLLM
@@ -241,6 +242,14 @@ async def runtime(
             sessions=session_policy(settings),
             wake=scheduler.wake,
         )
+        outlets = {k: a for k, (_, a) in adapters.items()}
+        exports = Exports(
+            store=store,
+            clock=clock,
+            outlet_for=outlets.get,
+            build=lambda user, conversation: export_document(memory, user, conversation),
+            policy=ExportPolicy(every_seconds=limits.export_every_minutes * 60),
+        )
         commands = Commands(
             store=store,
             clock=clock,
@@ -249,11 +258,13 @@ async def runtime(
             forget_deletes_messages=retention.forget_deletes_messages,
             is_admin=is_admin,
             usage_report=lambda bot: usage_report(store, clock, prices, bot),
+            exports=exports,
+            private_memory_in_groups=lambda bot: profiles[bot].memory.private_memory_in_groups,
         )
         router = Router(
             ingestor=ingestor,
             commands=commands,
-            outlets={k: a for k, (_, a) in adapters.items()},
+            outlets=outlets,
             store=store,
             clock=clock,
             access=access,
@@ -308,6 +319,7 @@ async def runtime(
             for job in background:
                 job.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            await exports.aclose()
             await memory.aclose()
             await exits.aclose()
             await llm.aclose()

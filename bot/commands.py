@@ -8,8 +8,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from bot.clock import Clock
-from bot.events import Inbound, UserKey
+from bot.events import ConversationKey, Inbound, UserKey
+from bot.exports import Exports
 from bot.store.base import BaseStore
+from memory.records import UserMemory
 from memory.service import Memory
 
 log = logging.getLogger("personabot.commands")
@@ -36,7 +38,25 @@ def parse_command(text: str) -> Command | None:
     return Command(match["name"].lower(), (match["args"] or "").strip(), match["bot"])
 
 
-Handler = Callable[[Inbound, Command], Awaitable[str]]
+#: A command's answer in the chat it came from; None when it answers later by itself.
+Handler = Callable[[Inbound, Command], Awaitable[str | None]]
+
+GROUP_MEMORY_NOTE = (
+    "In a group I show only what may come up in this group. For everything I keep about "
+    "you, send /memory in a private chat with me."
+)
+
+
+async def export_document(memory: Memory, user: UserKey, conversation: ConversationKey) -> str:
+    """Everything stored about a person, as JSON text (the one place that picks the export)."""
+    return await memory.export(user, conversation)
+
+
+def visible_here(record: UserMemory, inbound: Inbound, *, private_in_groups: bool) -> UserMemory:
+    """What of a record may appear in this chat's prompt (the one place /memory asks)."""
+    return record.visible(
+        private_chat=inbound.is_private, allow_private_in_groups=private_in_groups
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +82,8 @@ class Commands:
         forget_deletes_messages: bool = False,
         is_admin: Callable[[str, str], bool] | None = None,
         usage_report: Callable[[str], Awaitable[str]] | None = None,
+        exports: Exports | None = None,
+        private_memory_in_groups: Callable[[str], bool] | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -70,6 +92,8 @@ class Commands:
         self._forget_deletes_messages = forget_deletes_messages
         self._is_admin = is_admin or (lambda bot, user: False)
         self._usage_report = usage_report
+        self._exports = exports
+        self._private_in_groups = private_memory_in_groups or (lambda bot: False)
         self._specs: dict[str, CommandSpec] = {}
         self.register("start", "say hello", self._start)
         self.register("new", "start a new conversation (forget this chat's context)", self._new)
@@ -77,7 +101,8 @@ class Commands:
         if memory is not None:
             self.register("memory", "show what I remember about you", self._show_memory)
             self.register("forget", "erase what I remember about you", self._forget)
-            self.register("export", "send you everything stored about you", self._export)
+            if exports is not None:
+                self.register("export", "send you everything stored about you", self._export)
         self.register("help", "list the commands", self._help)
         if usage_report is not None:
             self.register("stats", "usage and cost today (admins only)", self._stats, admin=True)
@@ -97,8 +122,8 @@ class Commands:
         """Whether a command of this name is registered."""
         return name in self._specs
 
-    async def handle(self, inbound: Inbound, command: Command) -> str:
-        """Run a command and return the text to answer with."""
+    async def handle(self, inbound: Inbound, command: Command) -> str | None:
+        """Run a command; the text to answer with now, or None (it answers by itself)."""
         spec = self._specs.get(command.name)
         if spec is None:
             return f"Unknown command /{command.name}. Send /help for the list."
@@ -126,16 +151,25 @@ class Commands:
         )
 
     async def _show_memory(self, inbound: Inbound, command: Command) -> str:
-        # Only ever the asker's own record, whoever else is in the chat.
+        # Only ever the asker's own record, whoever else is in the chat; in a group only what
+        # may appear in that group's prompt. The group note never says whether anything is
+        # held back, so the group cannot tell whether the person talks to the bot privately.
         assert self._memory is not None
         user = UserKey(inbound.conversation.platform, inbound.author_id)
-        record = await self._memory.user_memory(user)
+        record = visible_here(
+            await self._memory.user_memory(user),
+            inbound,
+            private_in_groups=self._private_in_groups(inbound.conversation.bot),
+        )
+        note = "" if inbound.is_private else f"\n\n{GROUP_MEMORY_NOTE}"
         if not record.items:
+            if not inbound.is_private:
+                return "I have nothing about you to show in this group." + note
             return (
                 "I don't keep any long-term memory about you yet. I learn what matters when a "
                 "conversation goes quiet for a while or ends (/new)."
             )
-        return "What I remember about you:\n" + record.render(inbound.display_name)
+        return "What I remember about you:\n" + record.render(inbound.display_name) + note
 
     async def _forget(self, inbound: Inbound, command: Command) -> str:
         assert self._memory is not None
@@ -153,10 +187,10 @@ class Commands:
             f"{extra} Send /new to also start the conversation over."
         )
 
-    async def _export(self, inbound: Inbound, command: Command) -> str:
-        assert self._memory is not None
-        user = UserKey(inbound.conversation.platform, inbound.author_id)
-        return await self._memory.export(user, inbound.conversation)
+    async def _export(self, inbound: Inbound, command: Command) -> str | None:
+        # Off the inbound path: one file, built and sent by Exports (privately from a group).
+        assert self._exports is not None
+        return await self._exports.request(inbound)
 
     async def _stats(self, inbound: Inbound, command: Command) -> str:
         assert self._usage_report is not None

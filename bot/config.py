@@ -194,6 +194,7 @@ class LimitSettings(_Section):
     bot_tokens_per_day: int = Field(default=0, ge=0)
     user_input_tokens_per_day: int = Field(default=0, ge=0)
     max_input_chars: int = Field(default=8000, ge=100)
+    export_every_minutes: float = Field(default=10, ge=0)
     limit_message: str = (
         "You've reached the message limit for now. You can continue after {until} (UTC); "
         "your messages are kept."

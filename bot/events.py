@@ -196,14 +196,24 @@ class FinishResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file that goes out with a reply (a data export): its name, bytes and media type."""
+
+    filename: str
+    data: bytes = field(repr=False)
+    media_type: str = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
-    """A reply for an adapter to deliver."""
+    """A reply for an adapter to deliver; with an ``attachment``, ``text`` is its caption."""
 
     conversation: ConversationKey
     text: str
     outbox_id: int | None = None
     reply_to_platform_message_id: str | None = None
     extra: tuple[tuple[str, str], ...] = field(default=())
+    attachment: Attachment | None = None
 
 
 @dataclass(frozen=True, slots=True)

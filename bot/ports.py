@@ -17,7 +17,19 @@ class Outlet(Protocol):
         ...
 
     async def send(self, reply: Reply) -> None:
-        """Deliver a reply; raise AdapterError when it cannot be delivered."""
+        """Deliver a reply (a file too, when it has an attachment); raise AdapterError when it
+        cannot be delivered (DeliveryRefused when the platform never will)."""
+        ...
+
+    async def private_conversation(
+        self, conversation: ConversationKey, user_id: str
+    ) -> ConversationKey:
+        """The private chat of ``user_id`` with the bot of ``conversation`` (for answers that
+        must not appear in a group).
+
+        Raise DeliveryRefused when the platform will not open one (the send may still be
+        refused later, e.g. on Telegram before the user started the bot).
+        """
         ...
 
     def typing(self, conversation: ConversationKey) -> AbstractAsyncContextManager[None]:

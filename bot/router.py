@@ -72,7 +72,9 @@ class Router:
             command := parse_command(inbound.text) if inbound.triggers_reply else None
         ) is not None:
             answer = await self._commands.handle(inbound, command)
-            await self._outlets[inbound.conversation.bot].send(Reply(inbound.conversation, answer))
+            if answer is not None:
+                outlet = self._outlets[inbound.conversation.bot]
+                await outlet.send(Reply(inbound.conversation, answer))
         else:
             result = await self._ingestor.ingest(inbound)
             counter = self._metrics.inbound if result.stored else self._metrics.duplicates

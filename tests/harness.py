@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 from bot.access import AccessPolicy
 from bot.clock import Clock, ManualClock
-from bot.commands import Commands
+from bot.commands import Commands, export_document
 from bot.events import ConversationKey, Inbound, QueuePolicy
+from bot.exports import ExportPolicy, Exports
 from bot.limits import LimitPolicy, Limits
 from bot.llm.base import BaseLLM
 from bot.metrics import Metrics, Price
@@ -49,6 +50,7 @@ class Harness:
     router: Router
     ingestor: Ingestor
     memory: Memory
+    exports: Exports
     counter: list[int] = field(default_factory=lambda: [0])
 
     async def say(
@@ -61,7 +63,7 @@ class Harness:
         message_id: str | None = None,
         private: bool = True,
     ) -> None:
-        """A user message arriving from an adapter."""
+        """A user message arriving from an adapter (``private=False``: in a group)."""
         self.counter[0] = next(_MESSAGE_IDS)
         await self.router(
             Inbound(
@@ -117,6 +119,7 @@ async def harness(
     limits: LimitPolicy | None = None,
     trouble_notice: str = "",
     forget_deletes_messages: bool = False,
+    export_every: float = 600.0,
 ) -> AsyncIterator[Harness]:
     """Start a scheduler on ``store``; stop it (and wait for turns) on exit."""
     outlet = outlet or RecordingOutlet(clock)
@@ -168,11 +171,21 @@ async def harness(
     ingestor = Ingestor(
         store=store, clock=clock, policy_for=lambda _: profile.queue, wake=scheduler.wake
     )
+    exports = Exports(
+        store=store,
+        clock=pipeline_clock or clock,
+        outlet_for=lambda _: outlet,
+        build=lambda user, conversation: export_document(memory, user, conversation),
+        policy=ExportPolicy(every_seconds=export_every),
+        holder=holder,
+    )
     commands = Commands(
         store=store,
         clock=clock,
         greeting=lambda _: "\n".join(PIN.first_message),
         memory=memory,
+        exports=exports,
+        private_memory_in_groups=lambda _: profile.memory.private_memory_in_groups,
         forget_deletes_messages=forget_deletes_messages,
         is_admin=lambda _, user: access is not None and access.is_admin(user),
         usage_report=lambda bot: usage_report(store, clock, {"gated": Price(3.0, 15.0)}, bot),
@@ -190,9 +203,12 @@ async def harness(
     task = asyncio.create_task(scheduler.run())
     SHARED_STORES.append(store)
     try:
-        yield Harness(store, clock, llm, outlet, pipeline, scheduler, router, ingestor, memory)
+        yield Harness(
+            store, clock, llm, outlet, pipeline, scheduler, router, ingestor, memory, exports
+        )
     finally:
         SHARED_STORES.remove(store)
+        await exports.aclose(grace=1.0)
         scheduler.stop()
         await scheduler.drain(grace=1.0)
         await memory.aclose()

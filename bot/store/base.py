@@ -389,6 +389,10 @@ class BaseStore(abc.ABC):
         """Free a lease we hold (keeps the token so the next holder's is larger)."""
 
     @abc.abstractmethod
+    async def lease_expires_at(self, name: str) -> float | None:
+        """When the lease of this name expires (in the past when free); None if never taken."""
+
+    @abc.abstractmethod
     async def finish_turn(
         self,
         turn: Turn,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
 from bot.clock import Clock
+from bot.errors import DeliveryRefused
 from bot.events import ConversationKey, Reply
 
 
@@ -17,6 +19,10 @@ class RecordingOutlet:
         self._idempotent = idempotent_send
         self.replies: list[tuple[float, Reply]] = []
         self.typing_events: list[tuple[str, ConversationKey]] = []
+        #: When set, a reply with a file waits for it (an export "on the wire").
+        self.file_gate: asyncio.Event | None = None
+        #: Users whose private chat the platform refuses (never started the bot).
+        self.no_private_chat: set[str] = set()
 
     @property
     def idempotent_send(self) -> bool:
@@ -24,8 +30,22 @@ class RecordingOutlet:
         return self._idempotent
 
     async def send(self, reply: Reply) -> None:
-        """Record the reply."""
+        """Record the reply (a file waits for ``file_gate`` first, when set)."""
+        if reply.attachment is not None and self.file_gate is not None:
+            await self.file_gate.wait()
+        if reply.conversation.chat_id in self.no_private_chat:
+            raise DeliveryRefused(f"user {reply.conversation.chat_id} never started the bot")
         self.replies.append((self._clock.now(), reply))
+
+    async def private_conversation(
+        self, conversation: ConversationKey, user_id: str
+    ) -> ConversationKey:
+        """The private chat has the user's id, as on Telegram."""
+        return ConversationKey(conversation.platform, user_id, None, conversation.bot)
+
+    def files(self) -> list[Reply]:
+        """Replies that carried a file, in order."""
+        return [r for _, r in self.replies if r.attachment is not None]
 
     @contextlib.asynccontextmanager
     async def typing(self, conversation: ConversationKey) -> AsyncIterator[None]:

@@ -187,8 +187,13 @@ async def test_export_sends_the_askers_data_only(store: BaseStore, clock: Manual
         await turn(h, GROUP, "my name is Bo", author="22", name="Bo")
         await store.close_session(GROUP, clock.now(), "test")
         await h.memory.extract_due()
-        await h.say(GROUP, "/export", author="11", name="Ada")
-        data = json.loads(h.outlet.texts(GROUP)[-1])
+        await h.say(GROUP, "/export", author="11", name="Ada", private=False)
+        await h.exports.wait_idle()
+        (sent,) = h.outlet.files()
+        assert sent.conversation == ConversationKey("telegram", "11")  # Ada's private chat
+        assert sent.attachment is not None
+        data = json.loads(sent.attachment.data)
+        assert "my name is" not in h.outlet.texts(GROUP)[-1]
     assert data["user"] == {"platform": "telegram", "id": "11"}
     assert [i["value"] for i in data["memory"]["items"]] == ["Ada"]
     assert [m["text"] for m in data["messages_in_this_chat"]] == ["my name is Ada"]

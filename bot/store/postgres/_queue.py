@@ -305,6 +305,12 @@ class QueuePart(PostgresCore):
                 lease.holder,
             )
 
+    async def lease_expires_at(self, name: str) -> float | None:
+        """Read the lease's expiry (a rate limit's "until when")."""
+        async with self._conn() as db:
+            value = await db.fetchval("SELECT expires_at FROM leases WHERE name = $1", name)
+        return None if value is None else float(value)
+
     # -- final check --------------------------------------------------------------------------
 
     async def finish_turn(

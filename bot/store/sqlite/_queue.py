@@ -311,6 +311,12 @@ class QueuePart(SQLiteCore):
                 (lease.name, lease.token, lease.holder),
             )
 
+    async def lease_expires_at(self, name: str) -> float | None:
+        """Read the lease's expiry (a rate limit's "until when")."""
+        async with self._read() as db:
+            value = await self._scalar(db, "SELECT expires_at FROM leases WHERE name = ?", (name,))
+        return None if value is None else float(value)
+
     # -- final check --------------------------------------------------------------------------
 
     async def finish_turn(

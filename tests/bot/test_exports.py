@@ -1,0 +1,177 @@
+"""/export and /memory through the router: one file off the inbound path, rate-limited per
+person in the store, and nothing private posted to a group (both stores)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from bot.clock import ManualClock
+from bot.events import ConversationKey, Inbound, UserKey
+from bot.exports import SENT_PRIVATELY
+from bot.llm.offline import OfflineLLM
+from bot.store.base import BaseStore
+from tests.backends import StoreFactory
+from tests.fakes.llm import GatedLLM
+from tests.harness import Harness, harness, settle
+
+DM = ConversationKey("telegram", "11")
+OTHER = ConversationKey("telegram", "33")
+GROUP = ConversationKey("telegram", "-100")
+ADA_PRIVATE = ConversationKey("telegram", "11")
+
+
+async def _store_messages(h: Harness, count: int) -> None:
+    """``count`` messages of Ada in her private chat, answered in one turn."""
+    for n in range(count):
+        await h.ingestor.ingest(
+            Inbound(DM, "11", "Ada", f"message number {n} " + "x" * 200, f"bulk-{n}")
+        )
+    await settle(h.store)
+    await h.advance(10, step=1.0)
+
+
+def _export(h: Harness) -> dict[str, object]:
+    (reply,) = h.outlet.files()
+    assert reply.attachment is not None
+    assert reply.attachment.filename.endswith(".json")
+    data: dict[str, object] = json.loads(reply.attachment.data)
+    return data
+
+
+async def test_export_is_one_file_that_never_holds_up_another_chat(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """400 stored messages: one document with all of them; while its send is stuck on the
+    wire, another chat's "hi" is answered; a second /export in the window is refused."""
+    async with harness(store, clock, GatedLLM()) as h:
+        await _store_messages(h, 400)
+        texts_before = len(h.outlet.texts(DM))
+        h.outlet.file_gate = asyncio.Event()
+        await asyncio.wait_for(h.say(DM, "/export", author="11", name="Ada"), timeout=5)
+        await h.say(OTHER, "hi", author="33", name="Cy")
+        await h.advance(3, step=0.5)
+        assert h.outlet.texts(OTHER) == ["reply to: hi"]
+        assert h.outlet.files() == []  # the export is still on the wire
+        h.outlet.file_gate.set()
+        await h.exports.wait_idle()
+        data = _export(h)
+        (sent,) = h.outlet.files()
+        assert sent.conversation == DM
+        messages = data["messages_in_this_chat"]
+        assert isinstance(messages, list) and len(messages) == 400
+        assert messages[399]["text"].startswith("message number 399 ")
+        assert h.outlet.texts(DM)[texts_before:] == [sent.text]  # the caption, nothing inline
+
+        await h.say(DM, "/export", author="11", name="Ada")
+        await h.exports.wait_idle()
+        refusal = h.outlet.texts(DM)[-1]
+        assert refusal == (
+            "You can export your data once every 10 minutes. Please try again in 10 minutes."
+        )
+        assert len(h.outlet.files()) == 1
+        await clock.advance(9 * 60)
+        await h.say(DM, "/export", author="11", name="Ada")
+        assert h.outlet.texts(DM)[-1].endswith("Please try again in 1 minute.")
+        await clock.advance(61)
+        await h.say(DM, "/export", author="11", name="Ada")
+        await h.exports.wait_idle()
+        assert len(h.outlet.files()) == 2
+
+
+async def test_the_export_limit_holds_across_processes(
+    stores: StoreFactory, clock: ManualClock
+) -> None:
+    async with (
+        stores.new() as first,
+        stores.new() as second,
+        harness(first, clock, GatedLLM()) as a,
+        harness(second, clock, GatedLLM()) as b,
+    ):
+        await a.say(DM, "/export", author="11", name="Ada")
+        await a.exports.wait_idle()
+        assert len(a.outlet.files()) == 1
+        await b.say(DM, "/export", author="11", name="Ada")
+        await b.exports.wait_idle()
+        assert b.outlet.files() == []
+        assert "try again in 10 minutes" in b.outlet.texts(DM)[-1]
+        await b.say(OTHER, "/export", author="33", name="Cy")  # per person, not per bot
+        await b.exports.wait_idle()
+        assert [r.conversation for r in b.outlet.files()] == [OTHER]
+
+
+async def test_export_in_a_group_goes_to_the_private_chat(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    async with harness(store, clock, GatedLLM(), memory_llm=OfflineLLM()) as h:
+        await h.say(DM, "my name is Ada", author="11", name="Ada")
+        await h.say(GROUP, "@Mira I'm afraid of spiders", author="11", name="Ada", private=False)
+        await h.advance(3, step=0.5)
+        group_before = h.outlet.texts(GROUP)
+        await h.say(GROUP, "/export", author="11", name="Ada", private=False)
+        await h.exports.wait_idle()
+        (sent,) = h.outlet.files()
+        assert sent.conversation == ADA_PRIVATE
+        assert "spiders" in json.dumps(_export(h))
+        group_after = [r for _, r in h.outlet.replies if r.conversation == GROUP]
+        new = group_after[len(group_before) :]
+        assert [(r.text, r.attachment) for r in new] == [(SENT_PRIVATELY, None)]
+        assert new[0].reply_to_platform_message_id is not None  # quotes the asker
+
+
+async def test_export_in_a_group_without_a_private_chat_says_so_without_data(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Telegram: the person never started the bot. The group hears what to do, nothing else;
+    the failed attempt does not count against the limit."""
+    async with harness(store, clock, GatedLLM()) as h:
+        await h.say(GROUP, "@Mira my secret plan", author="11", name="Ada", private=False)
+        await h.advance(3, step=0.5)
+        h.outlet.no_private_chat.add("11")
+        await h.say(GROUP, "/export", author="11", name="Ada", private=False)
+        await h.exports.wait_idle()
+        assert h.outlet.files() == []
+        answer = h.outlet.texts(GROUP)[-1]
+        assert answer.startswith("I couldn't send your data export to you privately.")
+        assert "press Start" in answer and "secret plan" not in answer
+        h.outlet.no_private_chat.clear()
+        await h.say(GROUP, "/export", author="11", name="Ada", private=False)
+        await h.exports.wait_idle()
+        assert [r.conversation for r in h.outlet.files()] == [ADA_PRIVATE]
+        assert h.outlet.texts(GROUP)[-1] == SENT_PRIVATELY
+
+
+async def test_memory_in_a_group_shows_only_what_the_group_may_see(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    async with harness(store, clock, GatedLLM(), memory_llm=OfflineLLM()) as h:
+        await h.say(DM, "I'm afraid of spiders", author="11", name="Ada")
+        await h.say(GROUP, "@Mira I work as a nurse", author="11", name="Ada", private=False)
+        await h.advance(3, step=0.5)
+        for conversation in (DM, GROUP):
+            await store.close_session(conversation, clock.now(), "test")
+        await h.memory.extract_due()
+        record = await h.memory.user_memory(UserKey("telegram", "11"))
+        assert {i.value for i in record.items} >= {"spiders", "nurse"}
+        await h.say(GROUP, "/memory", author="11", name="Ada", private=False)
+        in_group = h.outlet.texts(GROUP)[-1]
+        assert "nurse" in in_group and "spiders" not in in_group
+        assert "send /memory in a private chat with me" in in_group
+        await h.say(DM, "/memory", author="11", name="Ada")
+        in_private = h.outlet.texts(DM)[-1]
+        assert "nurse" in in_private and "spiders" in in_private
+        assert "private chat" not in in_private
+
+
+async def test_memory_in_a_group_with_only_private_facts_reveals_nothing(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    async with harness(store, clock, GatedLLM(), memory_llm=OfflineLLM()) as h:
+        await h.say(DM, "I'm afraid of spiders", author="11", name="Ada")
+        await h.advance(3, step=0.5)
+        await store.close_session(DM, clock.now(), "test")
+        await h.memory.extract_due()
+        await h.say(GROUP, "/memory", author="11", name="Ada", private=False)
+        answer = h.outlet.texts(GROUP)[-1]
+        assert "spiders" not in answer and "fear" not in answer
+        assert answer.startswith("I have nothing about you to show in this group.")
