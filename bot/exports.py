@@ -113,45 +113,50 @@ class Exports:
     async def _run(
         self, outlet: Outlet, inbound: Inbound, user: UserKey, lease: Lease | None
     ) -> None:
-        """Build, send, then tell a group where the file went; the limit counts only if sent."""
-        conversation = inbound.conversation
-        delivered = False
-        started = time.monotonic()
+        """Build and send; settle the limit; only then tell a group where the file went (so
+        a person who reads "try again" and does is never refused by a stale claim)."""
+        delivered, answer = False, None
         try:
-            try:
-                target = conversation
-                if not inbound.is_private:
-                    target = await outlet.private_conversation(conversation, user.user_id)
-                body = await self._build(user, conversation)
-                attachment = Attachment(_filename(user, self._clock.now()), body.encode("utf-8"))
-                await outlet.send(Reply(target, CAPTION, attachment=attachment))
-                delivered = True
-            except AdapterError as exc:
-                log.warning("export for user %s not delivered: %s", user.user_id, exc)
-                if not inbound.is_private:
-                    hint = PRIVATE_HINTS.get(conversation.platform, "allow me to message you")
-                    await self._tell(
-                        outlet,
-                        inbound,
-                        "I couldn't send your data export to you privately. Please "
-                        f"{hint}, then send /export again.",
-                    )
-                return
-            except Exception:
-                log.exception("export for user %s failed", user.user_id)
-                await self._tell(outlet, inbound, FAILED)
-                return
-            log.info(
-                "export for user %s sent (%d bytes, %.2fs)",
-                user.user_id,
-                len(attachment.data),
-                time.monotonic() - started,
-            )
-            if not inbound.is_private:
-                await self._tell(outlet, inbound, SENT_PRIVATELY)
+            delivered, answer = await self._deliver(outlet, inbound, user)
         finally:
             if lease is not None:
                 await self._settle_limit(lease, delivered)
+        if answer is not None:
+            await self._tell(outlet, inbound, answer)
+
+    async def _deliver(
+        self, outlet: Outlet, inbound: Inbound, user: UserKey
+    ) -> tuple[bool, str | None]:
+        """Build the file and send it (privately); whether it was delivered, and what to say in
+        the chat the command came from (never any data)."""
+        conversation = inbound.conversation
+        started = time.monotonic()
+        try:
+            target = conversation
+            if not inbound.is_private:
+                target = await outlet.private_conversation(conversation, user.user_id)
+            body = await self._build(user, conversation)
+            attachment = Attachment(_filename(user, self._clock.now()), body.encode("utf-8"))
+            await outlet.send(Reply(target, CAPTION, attachment=attachment))
+        except AdapterError as exc:
+            log.warning("export for user %s not delivered: %s", user.user_id, exc)
+            if inbound.is_private:
+                return False, None  # the private chat itself refused: nowhere to say it
+            hint = PRIVATE_HINTS.get(conversation.platform, "allow me to message you")
+            return False, (
+                f"I couldn't send your data export to you privately. Please {hint}, "
+                "then send /export again."
+            )
+        except Exception:
+            log.exception("export for user %s failed", user.user_id)
+            return False, FAILED
+        log.info(
+            "export for user %s sent (%d bytes, %.2fs)",
+            user.user_id,
+            len(attachment.data),
+            time.monotonic() - started,
+        )
+        return True, None if inbound.is_private else SENT_PRIVATELY
 
     async def _settle_limit(self, lease: Lease, delivered: bool) -> None:
         """Delivered: the person waits the full interval. Not delivered: they may retry now."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
+from pathlib import Path
 
 from bot.clock import ManualClock
 from bot.events import ConversationKey, Inbound, UserKey
@@ -12,6 +14,7 @@ from bot.exports import SENT_PRIVATELY
 from bot.llm.offline import OfflineLLM
 from bot.store.base import BaseStore
 from tests.backends import StoreFactory
+from tests.bot.test_cli import _run
 from tests.fakes.llm import GatedLLM
 from tests.harness import Harness, harness, settle
 
@@ -175,3 +178,15 @@ async def test_memory_in_a_group_with_only_private_facts_reveals_nothing(
         answer = h.outlet.texts(GROUP)[-1]
         assert "spiders" not in answer and "fear" not in answer
         assert answer.startswith("I have nothing about you to show in this group.")
+
+
+async def test_console_export_writes_a_private_file_and_prints_its_path(tmp_path: Path) -> None:
+    code, out, err = await _run(["chat"], tmp_path, "my name is Ada\n/export\n")
+    assert code == 0, err
+    (line,) = [x for x in out.splitlines() if x.startswith("  saved to ")]
+    path = Path(line.removeprefix("  saved to "))
+    assert path.parent == tmp_path.resolve() and path.suffix == ".json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # personal data: the owner's only
+    data = json.loads(path.read_text())
+    assert [m["text"] for m in data["messages_in_this_chat"]] == ["my name is Ada"]
+    assert "Mira: Your data export" in out

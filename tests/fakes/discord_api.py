@@ -25,6 +25,11 @@ REST (under ``/api/v10``, ``Authorization: Bot <token>`` required, else 401):
   earlier message and creates nothing, like Discord. Created messages are echoed on the gateway
   as ``MESSAGE_CREATE`` (the bot hears itself, as on Discord);
 * ``POST /channels/{id}/typing``: recorded in :attr:`FakeDiscord.typing`, 204.
+* multipart ``POST /channels/{id}/messages`` (``payload_json`` plus ``files[n]``, as discord.py
+  uploads files): the files are kept in :attr:`RecordedPost.files` and become the message's
+  ``attachments``; a DM to a user in :attr:`FakeDiscord.closed_dms` answers 403 code 50007
+  ("Cannot send messages to this user"), as Discord does when DMs from a server are off;
+* ``GET /users/{id}`` and ``POST /users/@me/channels`` (open the DM channel with a user).
 
 Gateway (``/gateway``): HELLO (op 10) on connect; heartbeats (op 1) acknowledged (op 11);
 IDENTIFY (op 2) checked (token: close 4004; message-content intent while
@@ -120,6 +125,7 @@ class RecordedPost:
     body: JSON
     status: int
     at: float
+    files: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def content(self) -> str:
@@ -157,6 +163,8 @@ class FakeDiscord:
         self.users: dict[int, FakeUser] = {}
         self.guilds: dict[int, FakeGuild] = {}
         self.dm_channels: dict[int, FakeUser] = {}
+        #: Users who do not accept DMs from the bot (Discord answers 403, code 50007).
+        self.closed_dms: set[int] = set()
         self.messages: dict[int, list[JSON]] = {}
         self.posts: list[RecordedPost] = []
         self.typing: list[tuple[int, float]] = []
@@ -558,6 +566,8 @@ class FakeDiscord:
         app.router.add_get(api + "/channels/{channel_id:\\d+}", self._get_channel)
         app.router.add_post(api + "/channels/{channel_id:\\d+}/messages", self._create_message)
         app.router.add_post(api + "/channels/{channel_id:\\d+}/typing", self._typing)
+        app.router.add_get(api + "/users/{user_id:\\d+}", self._get_user)
+        app.router.add_post(f"{api}/users/@me/channels", self._open_dm)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
@@ -646,21 +656,52 @@ class FakeDiscord:
         if not self._authorized(request):
             return _error(401, "401: Unauthorized")
         channel_id = int(request.match_info["channel_id"])
-        body = await request.json()
-        response = await self._answer_create(channel_id, body)
+        files: list[tuple[str, bytes]] = []
+        if request.content_type.startswith("multipart/"):
+            form = await request.post()
+            body = json.loads(str(form["payload_json"]))
+            for key, value in form.items():
+                if isinstance(value, web.FileField) and key.startswith("files["):
+                    files.append((value.filename, value.file.read()))
+        else:
+            body = await request.json()
+        response = await self._answer_create(channel_id, body, files)
         at = asyncio.get_running_loop().time()
-        self.posts.append(RecordedPost(channel_id, body, response.status, at))
+        self.posts.append(RecordedPost(channel_id, body, response.status, at, tuple(files)))
         await self._notify()
         return response
 
-    async def _answer_create(self, channel_id: int, body: JSON) -> web.Response:
+    async def _get_user(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, "401: Unauthorized")
+        user = self.users.get(int(request.match_info["user_id"]))
+        if user is None:
+            return _error(404, "Unknown User", 10013)
+        return _json(user.payload())
+
+    async def _open_dm(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, "401: Unauthorized")
+        body = await request.json()
+        user = self.users.get(int(body.get("recipient_id", 0)))
+        if user is None:
+            return _error(400, "Invalid Recipient(s)", 50033)
+        payload = self._channel_payload(self.dm(user))
+        return _json(payload)
+
+    async def _answer_create(
+        self, channel_id: int, body: JSON, files: list[tuple[str, bytes]] | None = None
+    ) -> web.Response:
         failures = self._failures.get(channel_id)
         if failures:
             return self._failure(failures.popleft())
         if self._channel_payload(channel_id) is None:
             return _error(404, "Unknown Channel", 10003)
+        recipient = self.dm_channels.get(channel_id)
+        if recipient is not None and recipient.id in self.closed_dms:
+            return _error(403, "Cannot send messages to this user", 50007)
         content = str(body.get("content") or "")
-        if not content or len(content) > 2000:
+        if (not content and not files) or len(content) > 2000:
             return _error(400, "Invalid Form Body", 50035)
         nonce = body.get("nonce")
         if nonce is not None and body.get("enforce_nonce"):
@@ -668,6 +709,16 @@ class FakeDiscord:
             if earlier is not None:
                 return _json(earlier)  # Discord: same nonce, same author -> the same message
         message = self._message(channel_id, self.bot, content)
+        message["attachments"] = [
+            {
+                "id": str(self._snowflake()),
+                "filename": name,
+                "size": len(data),
+                "url": f"https://cdn.example/{name}",
+                "proxy_url": f"https://media.example/{name}",
+            }
+            for name, data in files or []
+        ]
         if nonce is not None:
             message["nonce"] = str(nonce)
             self._nonces[(channel_id, str(nonce))] = message

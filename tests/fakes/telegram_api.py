@@ -28,6 +28,11 @@ Behaviour:
   long``). A ``reply_parameters`` message that does not exist (never sent, or deleted with
   :meth:`FakeTelegramAPI.delete_message`) gives ``400 message to be replied not found``
   unless ``allow_sending_without_reply`` is set.
+* ``sendDocument`` takes a multipart upload (kept as :class:`UploadedFile`; ``attach://name``
+  references resolved, and ``params["document"]`` of the recorded call is the file) with an optional
+  ``caption`` (at most 1024 characters). A private chat the user never opened (the user was
+  only seen in groups) answers ``403 Forbidden: bot can't initiate conversation with a user``
+  for every send, as Telegram does before the user pressed Start.
 * ``sendChatAction``, ``setMyCommands``, ``setWebhook``, ``deleteWebhook``, ``getWebhookInfo``
   and ``deleteMessage`` are answered and recorded.
 * :meth:`FakeTelegramAPI.fail_next` scripts errors per method (and optionally per token):
@@ -300,6 +305,15 @@ class ApiCall:
 
 
 @dataclass(frozen=True, slots=True)
+class UploadedFile:
+    """A file uploaded with a multipart request."""
+
+    filename: str
+    data: bytes
+    content_type: str
+
+
+@dataclass(frozen=True, slots=True)
 class _Failure:
     method: str
     status: int
@@ -344,6 +358,7 @@ class FakeTelegramAPI:
         self.calls: list[ApiCall] = []
         self._accounts: dict[str, _Account] = {}
         self._chats: dict[int, TgChat] = {}
+        self._users: set[int] = set()
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}
         self._message_ids: dict[int, itertools.count[int]] = {}
         self._update_ids = itertools.count(100)
@@ -411,6 +426,7 @@ class FakeTelegramAPI:
         }
         if user is not None:
             message["from"] = user.to_dict()
+            self._users.add(user.id)
         if thread_id is not None:
             message["message_thread_id"] = thread_id
             message["is_topic_message"] = True
@@ -520,6 +536,12 @@ class FakeTelegramAPI:
             c for c in self.calls_of("sendMessage", token) if c.ok and chat_id in (None, c.chat_id)
         ]
 
+    def sent_documents(self, token: str | None = None, chat_id: int | None = None) -> list[ApiCall]:
+        """Successful ``sendDocument`` calls, in order (``params["document"]`` is the file)."""
+        return [
+            c for c in self.calls_of("sendDocument", token) if c.ok and chat_id in (None, c.chat_id)
+        ]
+
     def chat_actions(self, token: str | None = None) -> list[ApiCall]:
         """Successful ``sendChatAction`` calls, in order."""
         return [c for c in self.calls_of("sendChatAction", token) if c.ok]
@@ -618,6 +640,7 @@ class FakeTelegramAPI:
                 "supports_inline_queries": False,
             },
             "sendMessage": self._send_message,
+            "sendDocument": self._send_document,
             "editMessageText": self._edit_message_text,
             "sendChatAction": _send_chat_action,
             "setMyCommands": _set_my_commands,
@@ -689,11 +712,50 @@ class FakeTelegramAPI:
             raise _ApiError(400, "Bad Request: message is too long")
         return visible
 
-    def _send_message(self, account: _Account, params: dict[str, Any]) -> dict[str, Any]:
-        chat_id = int(params["chat_id"])
+    def _chat(self, chat_id: int) -> TgChat:
+        """The chat a send goes to, refused as Telegram refuses it."""
         chat = self._chats.get(chat_id)
+        if chat is None and chat_id in self._users:
+            raise _ApiError(403, "Forbidden: bot can't initiate conversation with a user")
         if chat is None:
             raise _ApiError(400, "Bad Request: chat not found")
+        return chat
+
+    def _send_document(self, account: _Account, params: dict[str, Any]) -> dict[str, Any]:
+        chat_id = int(params["chat_id"])
+        chat = self._chat(chat_id)
+        upload = params.get("document")
+        if isinstance(upload, str) and upload.startswith("attach://"):
+            upload = params.get(upload.removeprefix("attach://"))  # the Bot API's file reference
+        if not isinstance(upload, UploadedFile):
+            raise _ApiError(400, "Bad Request: there is no document in the request")
+        caption = str(params.get("caption") or "")
+        if len(caption) > 1024:
+            raise _ApiError(400, "Bad Request: message caption is too long")
+        message: dict[str, Any] = {
+            "message_id": next(self._ids_of(chat_id)),
+            "date": int(time.time()),
+            "chat": chat.to_dict(),
+            "from": account.user.to_dict(),
+            "document": {
+                "file_id": f"doc-{chat_id}-{len(self.calls)}",
+                "file_unique_id": f"u{len(self.calls)}",
+                "file_name": upload.filename,
+                "mime_type": upload.content_type,
+                "file_size": len(upload.data),
+            },
+        }
+        if caption:
+            message["caption"] = caption
+        params["document"] = upload
+        if params.get("message_thread_id") is not None:
+            message["message_thread_id"] = int(params["message_thread_id"])
+        self._messages[(chat_id, message["message_id"])] = message
+        return message
+
+    def _send_message(self, account: _Account, params: dict[str, Any]) -> dict[str, Any]:
+        chat_id = int(params["chat_id"])
+        chat = self._chat(chat_id)
         visible = self._checked_text(params)
         reply, allow_without = _reply_target(params)
         if reply is not None and (chat_id, reply) not in self._messages and not allow_without:
@@ -796,7 +858,11 @@ async def _read_params(request: web.Request) -> dict[str, Any]:
     if request.can_read_body:
         form = await request.post()
         for key, value in form.items():
-            params[key] = value if isinstance(value, str) else "<file>"
+            if isinstance(value, web.FileField):
+                data = value.file.read()
+                params[key] = UploadedFile(value.filename, data, value.content_type)
+            else:
+                params[key] = value
     for key in _JSON_FIELDS & params.keys():
         if isinstance(params[key], str):
             with contextlib.suppress(ValueError):
