@@ -68,6 +68,7 @@ class Ingestor:
             inbound.text,
             self._clock.now(),
             policy,
+            author_id=inbound.author_id or None,
         )
         log.debug("edit of %s: %s", inbound.platform_message_id, outcome)
         if outcome == "updated" and self._wake is not None:
@@ -78,7 +79,12 @@ class Ingestor:
         """Remove a message the user deleted on the platform; return what was removed."""
         if inbound.platform_message_id is None:
             return None
-        return await self._store.delete_message(inbound.conversation, inbound.platform_message_id)
+        # Discord's delete events name no author (None: the platform removed it, whoever did).
+        return await self._store.delete_message(
+            inbound.conversation,
+            inbound.platform_message_id,
+            author_id=inbound.author_id or None,
+        )
 
 
 class Scheduler:

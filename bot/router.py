@@ -56,17 +56,19 @@ class Router:
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""
         labels = self._metrics.labels(inbound.conversation)
+        if inbound.kind in ("edit", "delete"):
+            # Authorised by the stored message, not by the event (Discord's delete events
+            # carry no author): only a message that was let in is on record, and the store
+            # touches it only for its own author. An unknown message changes nothing.
+            await (self._ingestor.edit if inbound.kind == "edit" else self._delete)(inbound)
+            return
         policy = self._access.get(inbound.conversation.bot)
         if policy is not None and not policy.allows(inbound):
             # Stored nowhere; at most one answer per chat per day.
             self._metrics.denied.labels(*labels).inc()
             await self._deny(inbound, policy)
             return
-        if inbound.kind == "edit":
-            await self._ingestor.edit(inbound)
-        elif inbound.kind == "delete":
-            await self._delete(inbound)
-        elif not inbound.text.strip():
+        if not inbound.text.strip():
             return  # empty or whitespace-only: nothing to answer
         elif (
             command := parse_command(inbound.text) if inbound.triggers_reply else None

@@ -153,19 +153,29 @@ class BaseStore(abc.ABC):
         text: str,
         now: float,
         queue: QueuePolicy,
+        *,
+        author_id: str | None = None,
     ) -> EditOutcome:
         """Replace a user message's text if it has not been answered yet.
 
         Editing a pending message bumps the version (a generation that read the old text is
         discarded by the final check) and re-arms the timer like new input. An answered
-        message is left as it was (``too_late``).
+        message is left as it was (``too_late``). With ``author_id``, only a message of that
+        author is touched (someone else's is ``unknown``).
         """
 
     @abc.abstractmethod
     async def delete_message(
-        self, conversation: ConversationKey, platform_message_id: str
+        self,
+        conversation: ConversationKey,
+        platform_message_id: str,
+        *,
+        author_id: str | None = None,
     ) -> StoredMessage | None:
-        """Remove a message the user deleted on the platform; the removed message or None."""
+        """Remove a message deleted on the platform; the removed message or None.
+
+        With ``author_id``, only a message of that author is removed.
+        """
 
     @abc.abstractmethod
     async def set_conversation_status(

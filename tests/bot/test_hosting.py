@@ -281,3 +281,26 @@ async def test_input_tokens_per_person_per_day_include_memory_tasks(
         stats = await store.usage_since(0.0, "default")
         assert stats.input_tokens == 40
         assert dict((p, i) for p, i, *_ in stats.by_purpose) == {"reply": 30, "extract": 10}
+
+
+async def test_edits_and_deletions_are_authorised_by_the_stored_message(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """With ``allow_users`` set, a permitted person's message deleted on Discord (the event
+    names no author) is removed; nobody can edit or delete someone else's stored message."""
+    room = ConversationKey("discord", "900", None)
+    policy = AccessPolicy(allow_users=frozenset({"7", "8"}))
+    async with harness(store, clock, GatedLLM(), access=policy, debounce=5.0) as h:
+        await h.say(room, "keep me", author="7", message_id="m1", private=False)
+        await h.say(room, "delete me", author="7", message_id="m2", private=False)
+
+        def change(kind: str, message_id: str, author: str, text: str = "") -> Inbound:
+            return Inbound(room, author, "", text, message_id, is_private=False, kind=kind)  # type: ignore[arg-type]
+
+        await h.router(change("edit", "m1", "8", "forged by 8"))  # not the author
+        await h.router(change("delete", "m1", "8"))  # not the author
+        await h.router(change("delete", "m2", ""))  # Discord: no author in the event
+        session = await store.current_session(room)
+        assert session is not None
+        texts = [m.text for m in await store.messages(session.key)]
+    assert texts == ["keep me"]

@@ -147,6 +147,8 @@ class MessagesPart(PostgresCore):
         text: str,
         now: float,
         queue: QueuePolicy,
+        *,
+        author_id: str | None = None,
     ) -> EditOutcome:
         """Update an unanswered user message; bump the version if it was pending."""
         async with self._tx() as db:
@@ -156,9 +158,11 @@ class MessagesPart(PostgresCore):
                 if conv_id is None
                 else await db.fetchrow(
                     "SELECT id, pending, answered_by FROM messages WHERE conversation_id = $1 "
-                    "AND platform_message_id = $2 AND role = 'user'",
+                    "AND platform_message_id = $2 AND role = 'user' "
+                    "AND ($3::text IS NULL OR author_id = $3)",
                     conv_id,
                     platform_message_id,
+                    author_id,
                 )
             )
             if row is None or conv_id is None:
@@ -182,17 +186,22 @@ class MessagesPart(PostgresCore):
             return "updated"
 
     async def delete_message(
-        self, conversation: ConversationKey, platform_message_id: str
+        self,
+        conversation: ConversationKey,
+        platform_message_id: str,
+        *,
+        author_id: str | None = None,
     ) -> StoredMessage | None:
         """Delete a stored message by its platform id; return it."""
         async with self._tx() as db:
             row = await db.fetchrow(
                 "WITH d AS (DELETE FROM messages WHERE platform_message_id = $5 AND "
                 f"conversation_id = (SELECT id FROM conversations WHERE {_CONV_WHERE}) "
-                "RETURNING *) "
+                "AND ($6::text IS NULL OR author_id = $6) RETURNING *) "
                 f"SELECT {cols.MSG_COLS} FROM d m JOIN sessions s ON s.id = m.session_id",
                 *_conv_args(conversation),
                 platform_message_id,
+                author_id,
             )
         return None if row is None else cols.message(conversation, row)
 

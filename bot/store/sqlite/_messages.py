@@ -133,6 +133,8 @@ class MessagesPart(SQLiteCore):
         text: str,
         now: float,
         queue: QueuePolicy,
+        *,
+        author_id: str | None = None,
     ) -> EditOutcome:
         """Update an unanswered user message; bump the version if it was pending."""
         async with self._tx() as db:
@@ -143,8 +145,9 @@ class MessagesPart(SQLiteCore):
                 else await self._row(
                     db,
                     "SELECT id, pending, answered_by FROM messages WHERE conversation_id = ? "
-                    "AND platform_message_id = ? AND role = 'user'",
-                    (conv_id, platform_message_id),
+                    "AND platform_message_id = ? AND role = 'user' "
+                    "AND (? IS NULL OR author_id = ?)",
+                    (conv_id, platform_message_id, author_id, author_id),
                 )
             )
             if row is None or conv_id is None:
@@ -168,7 +171,11 @@ class MessagesPart(SQLiteCore):
             return "updated"
 
     async def delete_message(
-        self, conversation: ConversationKey, platform_message_id: str
+        self,
+        conversation: ConversationKey,
+        platform_message_id: str,
+        *,
+        author_id: str | None = None,
     ) -> StoredMessage | None:
         """Delete a stored message by its platform id; return it."""
         async with self._tx() as db:
@@ -177,8 +184,9 @@ class MessagesPart(SQLiteCore):
                 return None
             row = await self._row(
                 db,
-                cols.MESSAGE_SELECT + "WHERE m.conversation_id = ? AND m.platform_message_id = ?",
-                (conv_id, platform_message_id),
+                cols.MESSAGE_SELECT + "WHERE m.conversation_id = ? AND m.platform_message_id = ? "
+                "AND (? IS NULL OR m.author_id = ?)",
+                (conv_id, platform_message_id, author_id, author_id),
             )
             if row is None:
                 return None
