@@ -52,8 +52,10 @@ class Worker:
         """Replies this worker delivered (read from its file, so also after a SIGKILL)."""
         if not self.replies.exists():
             return []
-        lines = self.replies.read_text(encoding="utf-8").splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        text = self.replies.read_text(encoding="utf-8")
+        # The worker may be writing a line right now: only complete lines are replies.
+        complete = text[: text.rfind("\n") + 1]
+        return [json.loads(line) for line in complete.splitlines() if line.strip()]
 
 
 def write_config(
