@@ -70,9 +70,7 @@ class Router:
             return
         if not inbound.text.strip():
             return  # empty or whitespace-only: nothing to answer
-        elif (
-            command := parse_command(inbound.text) if inbound.triggers_reply else None
-        ) is not None:
+        if (command := parse_command(inbound.text) if inbound.triggers_reply else None) is not None:
             answer = await self._commands.handle(inbound, command)
             if answer is not None:
                 outlet = self._outlets[inbound.conversation.bot]
