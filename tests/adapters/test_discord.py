@@ -167,12 +167,14 @@ async def with_runtime(
     llm: BaseLLM | None = None,
     *,
     busy_timeout_ms: int = 5000,
+    access: dict[str, Any] | None = None,
     **extra: Any,
 ) -> AsyncIterator[Running]:
     """Adapter + runtime, stopped in order: input first, then turns, then the connection."""
     db = tmp_path / "personabot.sqlite3"
     settings = Settings.model_validate(
         {
+            "access": access or {},
             "storage": {"url": f"sqlite:///{db}", "busy_timeout_ms": busy_timeout_ms},
             "llm": {"provider": "offline"},
             "queue": {
@@ -580,6 +582,27 @@ async def test_message_delete_removes_the_stored_message(tmp_path: Path) -> None
             await fake.delete(later)
             await bot.until(lambda: later["id"] not in ids())
             assert ids() == {kept["id"]}
+
+
+async def test_with_allow_users_a_permitted_persons_deletion_removes_the_message(
+    tmp_path: Path,
+) -> None:
+    """Issue 12.7: a delete event carries no author; the stored author authorises it."""
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada = fake.add_user("Ada")
+        guild = fake.add_guild("Cafe")
+        access = {"allow_users": [ada.id]}
+        async with with_runtime(fake, tmp_path, access=access) as bot:
+            gone = await fake.post(guild.general, ada, "delete me soon")
+            kept = await fake.post(guild.general, ada, "keep me")
+
+            def ids() -> set[str]:
+                return {r[0] for r in bot.rows("SELECT platform_message_id FROM messages")}
+
+            await bot.until(lambda: {gone["id"], kept["id"]} <= ids())
+            await fake.delete(gone)
+            await bot.until(lambda: gone["id"] not in ids())
+            assert kept["id"] in ids()
 
 
 async def test_edit_updates_an_unanswered_message(tmp_path: Path) -> None:
