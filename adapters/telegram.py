@@ -471,7 +471,7 @@ class TelegramAdapter(BaseAdapter):
         """One update from Telegram: 401 without the right secret, nothing processed.
 
         An update that cannot be read is answered 200 (logged once): redelivering it would
-        not help. A failure while handling answers 500, so Telegram delivers it again later.
+        not help. A store fault answers 503 (any other failure 500), so Telegram delivers it again.
         """
         given = request.headers.get(SECRET_HEADER, "")
         if not hmac.compare_digest(given.encode(), hook.secret.encode()):
@@ -486,7 +486,18 @@ class TelegramAdapter(BaseAdapter):
             self._rejected(handler, parsed)
             return web.json_response({})
         self._repaired(parsed)
-        await dispatcher.feed_update(self._bot, parsed.update)
+        try:
+            await dispatcher.feed_update(self._bot, parsed.update)
+        except StoreError as exc:
+            # Not stored, so not acknowledged: any non-2xx answer makes Telegram redeliver.
+            log.error(
+                "telegram bot %s: update %d not stored (%s); answered 503, Telegram will "
+                "deliver it again",
+                self.bot_key,
+                parsed.update.update_id,
+                exc,
+            )
+            return web.Response(status=503, text="Service Unavailable")
         return web.json_response({})
 
     # ------------------------------------------------------------------------ sending

@@ -218,3 +218,47 @@ async def test_an_update_is_not_acknowledged_before_it_is_stored(
 
 async def _async(value: bool) -> bool:
     return value
+
+
+async def test_the_webhook_answers_5xx_while_the_store_is_locked_and_telegram_redelivers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A webhook update the store cannot take is not acknowledged (5xx, logged loudly); the
+    redelivery after the fault clears is stored and answered once."""
+    caplog.set_level(logging.ERROR, "personabot.telegram")
+    port = _free_port()
+    db = tmp_path / "locked.sqlite3"
+    settings = Settings(
+        storage=StorageSettings(url=f"sqlite:///{db}", busy_timeout_ms=100),
+        queue=QueueSettings(debounce_seconds=0.2, max_wait_seconds=2.0, scan_interval_seconds=0.2),
+        personas=[PERSONA],
+    )
+    entry = TelegramBotSettings(
+        platform="telegram",
+        id=BOT,
+        persona="companion",
+        mode="webhook",
+        webhook_url=f"http://127.0.0.1:{port}/tg/hook",
+        listen_port=port,
+        webhook_path="/tg/hook",
+        secret_token_env="TG_WEBHOOK_SECRET",
+    )
+    secrets = Secrets({"TELEGRAM_BOT_TOKEN": TOKEN, "TG_WEBHOOK_SECRET": "hook-secret"})
+    async with FakeTelegramAPI() as api:
+        api.add_bot(TOKEN, "mira_bot", "Mira")
+        entry = entry.model_copy(update={"api_server": api.base_url})
+        adapter = create_adapter(entry, PERSONA, secrets)
+        async with running(tmp_path, api, adapter=adapter, settings=settings) as rig:
+            update = api.message_update(TgChat.private(ANN), ANN, "do not lose me either")
+            with _write_lock(db):
+                status = await api.deliver_webhook(TOKEN, update)
+                assert status >= 500  # Telegram redelivers what was not answered 2xx
+                assert rig.replies() == []
+            assert await api.deliver_webhook(TOKEN, update) == 200  # the redelivery
+            await api.wait_for(rig.replies, what="the reply after the fault cleared")
+            key = rig.key(TgChat.private(ANN))
+            await rig.quiet(key)
+            assert len(rig.replies()) == 1
+            assert "do not lose me either" in rig.replies()[0]
+    loud = [r.getMessage() for r in caplog.records if "not stored" in r.getMessage()]
+    assert len(loud) == 1 and "do not lose me" not in loud[0]
