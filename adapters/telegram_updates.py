@@ -26,6 +26,7 @@ from typing import Any, Final
 from aiogram import Bot
 from aiogram.methods.base import TelegramMethod
 from aiogram.types import Update
+from aiogram.types.update import UpdateTypeLookupError
 from pydantic import ValidationError
 
 #: Message fields never dropped to save an update: attribution, place, identity and content.
@@ -110,6 +111,10 @@ def parse_update(raw: Any, bot: Bot) -> ParsedUpdate:
                 candidate[kind].pop(name, None)
             dropped += fields
             continue
+        try:
+            update.event_type  # noqa: B018 - raises for an update of no kind aiogram knows
+        except UpdateTypeLookupError:
+            return ParsedUpdate(uid, kind, None, tuple(dropped), ("no update kind aiogram knows",))
         return ParsedUpdate(uid, kind, update, tuple(dropped), first_errors)
     return ParsedUpdate(uid, kind, None, tuple(dropped), first_errors)
 
