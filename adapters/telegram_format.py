@@ -28,7 +28,8 @@ _BULLET = re.compile(r"^(\s*)[-*+]\s+(?=\S)")
 # No tg: links: ``tg://user?id=N`` is a mention that notifies that person.
 _LINK = re.compile(r"\[([^\[\]\n]+)\]\(((?:https?|mailto):[^\s()<>]+)\)")
 # ``@name`` where Telegram would see a mention (not inside a word, such as an e-mail address).
-_MENTION = re.compile(r"(?<![\w@])@(?=\w)")
+# Every "@" not inside a word (an e-mail address): also "*@*name", which renders as "@name".
+_MENTION = re.compile(r"(?<![^\W_])@")
 _WORD_JOINER: Final = "\u2060"
 _BARE_URL = re.compile(r"https?://[^\s<>()\[\]`*]*[^\s<>()\[\]`*.,;:!?'\"]")
 _LANGUAGE = re.compile(r"^[\w+#.-]{1,32}$")

@@ -6,7 +6,7 @@ import random
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from adapters.telegram_format import (
@@ -134,6 +134,8 @@ _MENTIONISH = st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=4)),
 
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(_MENTIONISH, st.text(max_size=80)))
+@example("*@*tg://user?id=1001")  # emphasis around the "@": the visible text was "@tg..."
+@example("hi *@*durov_team and _@_someone")
 def test_no_rendered_reply_can_notify_anyone(text: str) -> None:
     """Whatever the model writes, the HTML sent to Telegram has no tg:// link and no text
     Telegram would turn into an @mention; the words read the same."""
