@@ -76,6 +76,7 @@ def build_store(settings: Settings) -> BaseStore:
             min_pool=storage.min_pool_size,
             max_pool=storage.max_pool_size,
             use_db_clock=True,
+            connect_timeout=storage.connect_timeout_seconds,
         )
     scheme = url.split(":", 1)[0]
     raise ConfigError(
@@ -185,7 +186,12 @@ async def runtime(
         policy = access.get(bot)
         return policy is not None and policy.is_admin(user)
 
-    async with store:
+    # Everything opened is registered here as it is opened, so a failed start (a locked
+    # database, a port in use) closes exactly what it opened and never leaves the process
+    # hanging; on a normal exit the scheduler drains first and the store closes last.
+    async with contextlib.AsyncExitStack() as exits:
+        exits.push_async_callback(llm.aclose)
+        await exits.enter_async_context(store)
         limits = settings.limits
         spending = Limits(
             store=store,
@@ -208,6 +214,7 @@ async def runtime(
             policy_for=lambda bot: profiles[bot].memory,
             account=accounting,
         )
+        exits.push_async_callback(memory.aclose)
         retention = settings.retention
         pipeline = Pipeline(
             store=store,
@@ -250,6 +257,7 @@ async def runtime(
             build=lambda user, conversation: export_document(memory, user, conversation),
             policy=ExportPolicy(every_seconds=limits.export_every_minutes * 60),
         )
+        exits.push_async_callback(exports.aclose)
         commands = Commands(
             store=store,
             clock=clock,
@@ -272,7 +280,6 @@ async def runtime(
             metrics=metrics,
         )
         await pipeline.recover_outbox(older_than=clock.now())
-        exits = contextlib.AsyncExitStack()
         listen = settings.observability.listen
         health = None
         if listen:
@@ -285,7 +292,6 @@ async def runtime(
                     readiness=lambda: readiness(store, [a for _, a in adapters.values()]),
                 )
             )
-        task = asyncio.create_task(scheduler.run(), name="scheduler")
         background = [
             asyncio.create_task(
                 _sweep_memory(
@@ -294,6 +300,7 @@ async def runtime(
                 name="memory sweeper",
             )
         ]
+        exits.push_async_callback(_cancel_all, background)
         if with_retention:
             worker = build_retention(settings, store, memory, clock, metrics)
             background.append(
@@ -301,28 +308,31 @@ async def runtime(
                     _retain(worker, clock, retention.interval_minutes * 60), name="retention"
                 )
             )
-        try:
-            yield Runtime(
-                store=store,
-                llm=llm,
-                clock=clock,
-                pipeline=pipeline,
-                scheduler=scheduler,
-                router=router,
-                adapters={k: a for k, (_, a) in adapters.items()},
-                metrics=metrics,
-                health=health,
-            )
-        finally:
-            scheduler.stop()
-            await task  # stops taking work; running turns get the shutdown grace period
-            for job in background:
-                job.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            await exports.aclose()
-            await memory.aclose()
-            await exits.aclose()
-            await llm.aclose()
+        task = asyncio.create_task(scheduler.run(), name="scheduler")
+        exits.push_async_callback(_stop_scheduler, scheduler, task)
+        yield Runtime(
+            store=store,
+            llm=llm,
+            clock=clock,
+            pipeline=pipeline,
+            scheduler=scheduler,
+            router=router,
+            adapters={k: a for k, (_, a) in adapters.items()},
+            metrics=metrics,
+            health=health,
+        )
+
+
+async def _stop_scheduler(scheduler: Scheduler, task: asyncio.Task[None]) -> None:
+    """Stop taking work; running turns get the shutdown grace period (or an abort)."""
+    scheduler.stop()
+    await task
+
+
+async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    for job in tasks:
+        job.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def readiness(store: BaseStore, adapters: list[BaseAdapter]) -> str | None:

@@ -57,6 +57,7 @@ class StorageSettings(_Section):
 
     url: str = "sqlite:///personabot.sqlite3"
     busy_timeout_ms: int = Field(default=5000, ge=0)
+    connect_timeout_seconds: float = Field(default=10.0, gt=0)
     min_pool_size: int = Field(default=1, ge=0)
     max_pool_size: int = Field(default=10, ge=1)
 

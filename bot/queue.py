@@ -132,6 +132,13 @@ class Scheduler:
         self._stopping = True
         self._wakeup.set()
 
+    def abort(self) -> None:
+        """Stop now: cancel running turns (each releases its lease in the pipeline's
+        ``finally``; their messages stay pending with the timer armed)."""
+        self.stop()
+        for task in list(self._running.values()):
+            task.cancel()
+
     async def run(self) -> None:
         """Loop until stopped: start due turns, then sleep until the next due time or wake-up."""
         while not self._stopping:
@@ -161,6 +168,8 @@ class Scheduler:
         started = 0
         for timer in await self._store.due_timers(now, limit=200, bots=self._bots):
             key = timer.conversation
+            if self._stopping:
+                break  # stopped (or aborted) while the timers were read: start nothing new
             if key in self._running or self._skip_until.get(key, 0.0) > now:
                 continue
             self._skip_until.pop(key, None)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import logging
-import signal
 from collections.abc import Callable
 
 from adapters.base import BaseAdapter
@@ -16,6 +14,7 @@ from bot.config import BotSettings, PersonaSettings, Secrets, Settings
 from bot.election import Exclusive
 from bot.errors import ConfigError
 from bot.llm.base import BaseLLM
+from bot.signals import EXIT_ABORTED, ShutdownSignals
 
 log = logging.getLogger("personabot.serve")
 
@@ -53,28 +52,63 @@ async def run_bots(
     llm: BaseLLM | None = None,
     clock: Clock | None = None,
 ) -> int:
-    """``personabot run``: host every configured bot until SIGINT/SIGTERM; return exit code."""
+    """``personabot run``: host every configured bot until SIGINT/SIGTERM; return exit code
+    (0 after a clean stop, 1 when a bot failed, ``EXIT_ABORTED`` after a second SIGINT)."""
     llm = llm or build_llm(settings, secrets, offline_fallback=False)
     if not settings.bots:
         raise ConfigError(["bots: no [[bots]] entries; add one (see config.example.toml)"])
     adapters: dict[str, tuple[PersonaSettings, BaseAdapter]] = {}
-    for entry in settings.bots:
-        persona = settings.persona(entry.persona)
-        adapters[entry.key] = (persona, adapter_factory(entry.platform)(entry, persona, secrets))
+    signals = ShutdownSignals(grace_seconds=settings.queue.shutdown_grace_seconds)
+    main = asyncio.current_task()
+    # Installed before startup and kept until every adapter is closed: no signal can kill
+    # the process half-way through a shutdown (see bot/signals.py).
+    signals.install()
+    try:
+        for entry in settings.bots:
+            persona = settings.persona(entry.persona)
+            factory = adapter_factory(entry.platform)
+            adapters[entry.key] = (persona, factory(entry, persona, secrets))
+        if main is not None:
+            signals.on_abort(main.cancel)  # during startup a second SIGINT gives up at once
+        code = await _serve(settings, adapters, signals, llm, clock)
+    except asyncio.CancelledError:
+        if not signals.aborted or main is None:
+            raise
+        main.uncancel()
+        code = EXIT_ABORTED
+    finally:
+        signals.on_abort(None)
+        # Adapters close only after the runtime stopped: replies finishing during the
+        # shutdown grace period must still reach the platform.
+        for _, adapter in adapters.values():
+            await adapter.aclose()
+        signals.uninstall()
+    if signals.aborted:
+        code = EXIT_ABORTED
+        log.warning("stopped by a second SIGINT: running turns were cancelled (exit %d)", code)
+    else:
+        log.info("stopped (exit %d)", code)
+    return code
+
+
+async def _serve(
+    settings: Settings,
+    adapters: dict[str, tuple[PersonaSettings, BaseAdapter]],
+    signals: ShutdownSignals,
+    llm: BaseLLM,
+    clock: Clock | None,
+) -> int:
+    """Run the adapters on the runtime until a stop request or a bot fails."""
     code = 0
     async with runtime(
         settings, llm=llm, adapters=adapters, clock=clock, with_retention=True
     ) as rt:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
+        signals.on_abort(rt.scheduler.abort)  # from now on: cancel running turns
         running = {
             asyncio.create_task(_receive(rt, a, settings.queue.lease_seconds), name=f"bot {k}"): k
             for k, (_, a) in adapters.items()
         }
-        stopper = asyncio.create_task(stop.wait())
+        stopper = asyncio.create_task(signals.stop.wait())
         log.info("running %d bot(s): %s", len(running), ", ".join(running.values()))
         done, _ = await asyncio.wait([*running, stopper], return_when=asyncio.FIRST_COMPLETED)
         for task in done:
@@ -85,11 +119,4 @@ async def run_bots(
         for task in [*running, stopper]:
             task.cancel()
         await asyncio.gather(*running, stopper, return_exceptions=True)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(sig)
-    # Adapters close only after the runtime stopped: replies finishing during the shutdown
-    # grace period must still reach the platform.
-    for _, adapter in adapters.values():
-        await adapter.aclose()
-    return code
+    return EXIT_ABORTED if signals.aborted else code

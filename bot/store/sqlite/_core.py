@@ -67,11 +67,29 @@ class SQLiteCore(BaseStore):
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open SQLite database {self._path}: {exc}") from exc
         self._db = db
-        await db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-        await db.execute("PRAGMA journal_mode = WAL")
-        await db.execute("PRAGMA synchronous = NORMAL")
-        await db.execute("PRAGMA foreign_keys = ON")
-        await self._migrate()
+        # A failed start must close what it opened: aiosqlite's worker thread is not a daemon,
+        # and a half-opened connection would keep the process alive after the error.
+        try:
+            await db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            await db.execute("PRAGMA journal_mode = WAL")
+            await db.execute("PRAGMA synchronous = NORMAL")
+            await db.execute("PRAGMA foreign_keys = ON")
+            await self._migrate()
+        except BaseException as exc:
+            await self.aclose()
+            if isinstance(exc, sqlite3.Error | StoreError):
+                raise StoreError(self._open_failure(exc)) from exc
+            raise
+
+    def _open_failure(self, exc: BaseException) -> str:
+        """Why the database could not be opened, for the operator."""
+        text = f"cannot open SQLite database {self._path}: {exc}"
+        if "locked" in str(exc) or "busy" in str(exc):
+            text += (
+                f" (another program held a lock longer than storage.busy_timeout_ms = "
+                f"{self._busy_timeout_ms})"
+            )
+        return text
 
     async def aclose(self) -> None:
         """Close the connection."""
