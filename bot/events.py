@@ -286,3 +286,14 @@ class UsageStats:
     by_model: tuple[tuple[str, int, int, int, int], ...] = ()
     # (purpose, input, output, cache write, cache read): replies and memory tasks apart.
     by_purpose: tuple[tuple[str, int, int, int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """Turns of a session that personabot deleted itself, and why (never the content)."""
+
+    session: SessionKey
+    first_turn: int
+    last_turn: int
+    reason: str
+    at: float

@@ -55,7 +55,8 @@ DEFAULT_REJECTED: Final = (
 
 @dataclass(frozen=True, slots=True)
 class GapPolicy:
-    """What to do when early turns of a session are missing (SPEC section 6, rule 3)."""
+    """What to do when turns of a session are missing (SPEC section 6, rule 3); the messages
+    may name ``{turns}`` (e.g. ``15-16, 39-40``) or ``{first}`` and ``{last}``."""
 
     policy: Literal["note", "tell_user", "refuse"] = "note"
     tell_user_message: str = "Earlier messages (turns {first}-{last}) were removed."
@@ -170,7 +171,9 @@ class Pipeline:
         if gaps and self._gap_policy.policy == "refuse":
             self._count_gap(turn, gaps)
             first, last = gaps[0].first, gaps[-1].last
-            text = self._gap_policy.refuse_message.format(first=first, last=last)
+            text = self._gap_policy.refuse_message.format(
+                first=first, last=last, turns=describe(gaps)
+            )
             return await self._record_and_send(turn, lease, profile, text, Usage(), None)
         admission = Admission(True)
         if self._limits is not None:
@@ -352,7 +355,9 @@ class Pipeline:
         told = await self._store.get_state(turn.session, GAP_TOLD_KEY)
         if told == describe(gaps):
             return
-        text = self._gap_policy.tell_user_message.format(first=gaps[0].first, last=gaps[-1].last)
+        text = self._gap_policy.tell_user_message.format(
+            first=gaps[0].first, last=gaps[-1].last, turns=describe(gaps)
+        )
         await profile.outlet.send(Reply(turn.session.conversation, text))
         await self._store.set_state(turn.session, GAP_TOLD_KEY, describe(gaps), self._clock.now())
 

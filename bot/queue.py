@@ -84,6 +84,7 @@ class Ingestor:
             inbound.conversation,
             inbound.platform_message_id,
             author_id=inbound.author_id or None,
+            now=self._clock.now(),
         )
 
 

@@ -1,12 +1,15 @@
 """Contiguity of what the model can read (SPEC section 6): which turns are missing.
 
-Every message has a turn number within its session. What the prompt can draw on is the
-summary's turn range plus the stored messages; turns before the first stored one that no
-summary covers are missing, and the prompt must never pass the rest off as complete.
+Every message has a turn number within its session, from 1 to the session's last. What the
+prompt can draw on is the summary's turn range plus the stored messages. Turns that
+personabot deleted itself (a platform deletion, /forget, retention) are tombstoned with the
+reason and are not gaps; any other turn, at the start, in the middle or at the end, is
+missing, and the prompt must never pass the rest off as complete.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from memory.records import Summary
@@ -23,19 +26,14 @@ class Gap:
         return f"{self.first}" if self.first == self.last else f"{self.first}-{self.last}"
 
 
-def missing_turns(first_stored: int | None, summary: Summary | None) -> tuple[Gap, ...]:
-    """Missing turns before the first stored one, less the range a summary covers."""
-    if first_stored is None or first_stored <= 1:
-        return ()
-    end = first_stored - 1
-    if summary is None:
-        return (Gap(1, end),)
-    gaps = []
-    if summary.first_turn > 1:
-        gaps.append(Gap(1, min(end, summary.first_turn - 1)))
-    if summary.last_turn < end:
-        gaps.append(Gap(max(summary.last_turn + 1, summary.first_turn), end))
-    return tuple(g for g in gaps if g.first <= g.last)
+def covered_range(summary: Summary | None) -> tuple[int, int] | None:
+    """The turns a summary stands for (what the gap check need not find stored)."""
+    return None if summary is None else (summary.first_turn, summary.last_turn)
+
+
+def as_gaps(ranges: Iterable[tuple[int, int]]) -> tuple[Gap, ...]:
+    """Gaps from the store's (first, last) ranges."""
+    return tuple(Gap(first, last) for first, last in ranges if first <= last)
 
 
 def describe(gaps: tuple[Gap, ...]) -> str:
@@ -46,9 +44,15 @@ def describe(gaps: tuple[Gap, ...]) -> str:
 def gap_notice(gaps: tuple[Gap, ...]) -> str:
     """The note for the model: what is missing, and not to assert what would be in it."""
     ranges = describe(gaps)
+    one = len(gaps) == 1 and gaps[0].first == gaps[0].last
+    subject = (
+        f"Turn {ranges} of this conversation is"
+        if one
+        else f"Turns {ranges} of this conversation are"
+    )
     return (
-        f"Turns {ranges} of this conversation are unavailable (removed by the data retention "
-        "policy) and are not in the summary. Do not state facts, numbers or agreements that "
+        f"{subject} unavailable (deleted from the store) and "
+        "not in the summary. Do not state facts, numbers or agreements that "
         "would have been in them; if the user refers to them, say that you no longer have "
         "those messages and ask them to restate what matters."
     )

@@ -34,7 +34,7 @@ from memory.records import (
     merge_summary,
     trim_memory,
 )
-from memory.retention import Gap, missing_turns
+from memory.retention import Gap, as_gaps, covered_range
 from memory.tasks import (
     extraction_request,
     parse_extraction,
@@ -169,11 +169,12 @@ class Memory:
     async def gaps(
         self, session: SessionKey, summary: Summary | NotSet | None = NOT_SET
     ) -> tuple[Gap, ...]:
-        """Turns of the session that are neither stored nor covered by its summary."""
+        """Turns of the session (first to last) neither stored, covered by its summary, nor
+        deleted by personabot itself (tombstoned)."""
         if isinstance(summary, NotSet):
             summary = await self.summary(session)
-        bounds = await self._store.session_bounds(session)
-        return missing_turns(None if bounds is None else bounds[0], summary)
+        # One indexed query over the turns after the summary (bot/store/tombstones.py).
+        return as_gaps(await self._store.missing_turns(session, covered_range(summary)))
 
     async def drop_sources(self, user: UserKey, message_ids: Sequence[int]) -> None:
         """A message was deleted: drop memory items whose only source it was."""

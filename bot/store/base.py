@@ -31,6 +31,7 @@ from bot.events import (
     SessionPolicy,
     StoredMessage,
     StoredSummary,
+    Tombstone,
     Turn,
     UsageStats,
     UserKey,
@@ -171,10 +172,12 @@ class BaseStore(abc.ABC):
         platform_message_id: str,
         *,
         author_id: str | None = None,
+        now: float | None = None,
     ) -> StoredMessage | None:
         """Remove a message deleted on the platform; the removed message or None.
 
-        With ``author_id``, only a message of that author is removed.
+        With ``author_id``, only a message of that author is removed. The turn is tombstoned
+        (at ``now``), so the gap check knows why it is missing.
         """
 
     @abc.abstractmethod
@@ -287,6 +290,17 @@ class BaseStore(abc.ABC):
         """(first, last) turn of the session's stored messages, or None when it has none."""
 
     @abc.abstractmethod
+    async def missing_turns(
+        self, session: SessionKey, covered: tuple[int, int] | None = None
+    ) -> list[tuple[int, int]]:
+        """Ranges (inclusive) of the session's turns 1..next_turn-1 that are neither stored,
+        tombstoned nor inside ``covered`` (the summary's range): one indexed query."""
+
+    @abc.abstractmethod
+    async def tombstones(self, session: SessionKey) -> list[Tombstone]:
+        """Turns of the session that personabot deleted itself, with the reasons."""
+
+    @abc.abstractmethod
     async def sessions_page(
         self, status: str, cursor: int = 0, limit: int = 500
     ) -> tuple[list[SessionInfo], int]:
@@ -316,7 +330,8 @@ class BaseStore(abc.ABC):
         self, session: SessionKey, through_turn: int, cutoff: float, now: float, limit: int
     ) -> int:
         """Delete up to ``limit`` answered/context messages with ``turn <= through_turn`` and
-        created at or before ``cutoff``, oldest first, logging the range; return how many."""
+        created at or before ``cutoff``, oldest first, logging the range (and tombstoning
+        the turns); return how many."""
 
     @abc.abstractmethod
     async def prune_outbox(self, finished_before: float) -> int:
@@ -327,8 +342,10 @@ class BaseStore(abc.ABC):
         """The newest entries of the retention audit trail."""
 
     @abc.abstractmethod
-    async def delete_user_messages(self, user: UserKey, *, closed_sessions_only: bool) -> int:
-        """Delete a person's messages (for /forget); return how many."""
+    async def delete_user_messages(
+        self, user: UserKey, *, closed_sessions_only: bool, now: float | None = None
+    ) -> int:
+        """Delete a person's messages (for /forget; tombstoned); return how many."""
 
     # -- user-memory extraction bookkeeping -----------------------------------------------------
 

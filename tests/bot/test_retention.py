@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import sys
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from bot.clock import ManualClock
@@ -20,6 +22,7 @@ from bot.store.base import BaseStore
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Budget
 from memory.service import Memory, MemoryPolicy
+from tests.backends import StoreFactory
 from tests.fakes.llm import GatedLLM
 from tests.harness import harness
 
@@ -281,3 +284,97 @@ async def test_delivered_outbox_rows_are_pruned(store: BaseStore, clock: ManualC
     report = await retention(store, clock, memory_for(store, clock), "session").run_once()
     assert report.skipped is None
     assert await store.prune_outbox(clock.now()) == 0  # the run already pruned it
+
+
+async def delete_rows(stores: StoreFactory, turns: list[int]) -> None:
+    """Another tool (a cron job, a DBA) deletes these turns' rows straight from the database."""
+    if stores.backend.name == "sqlite":
+        with contextlib.closing(sqlite3.connect(stores.path)) as db, db:
+            db.execute(f"DELETE FROM messages WHERE turn IN ({','.join('?' * len(turns))})", turns)
+        return
+    conn = await asyncpg.connect(stores.dsn)
+    try:
+        await conn.execute("DELETE FROM messages WHERE turn = ANY($1::int[])", turns)
+    finally:
+        await conn.close()
+
+
+TOLD = "Turns {turns} were removed; please restate."
+
+
+@pytest.mark.parametrize("policy", ["tell_user", "refuse"])
+async def test_holes_in_the_middle_and_at_the_end_are_noticed(
+    store: BaseStore, stores: StoreFactory, clock: ManualClock, policy: str
+) -> None:
+    """Turns 15-16 and the last two (39-40) vanish behind personabot's back: the first turn,
+    turn 14 and turn 38 are still stored, so only a check of every turn notices."""
+    await support_session(store, clock)
+    await delete_rows(stores, [15, 16, 39, 40])
+    session = SessionKey(SUPPORT, 1)
+    assert await store.missing_turns(session) == [(15, 16), (39, 40)]
+    llm = GatedLLM()
+    gaps = GapPolicy(policy, TOLD, "Turns {turns} are gone.")  # type: ignore[arg-type]
+    async with harness(store, clock, llm, gap_policy=gaps) as h:
+        await h.say(SUPPORT, "what SLA did we agree?")
+        await h.advance(2)
+    texts = h.outlet.texts()
+    assert h.pipeline.counters[f"gap_{policy}"] == 1
+    if policy == "refuse":
+        assert llm.calls == 0 and texts == ["Turns 15-16, 39-40 are gone."]
+        return
+    notice = "\n".join(b.text for b in llm.requests[0].system)
+    assert "Turns 15-16, 39-40 of this conversation are unavailable" in notice
+    assert texts[0] == "Turns 15-16, 39-40 were removed; please restate."
+
+
+async def test_deletions_personabot_makes_are_not_gaps(
+    store: BaseStore, stores: StoreFactory, clock: ManualClock
+) -> None:
+    """A message deleted on the platform and messages erased by /forget are tombstoned with
+    the reason: no gap notice, nothing told; a row deleted by another tool still is."""
+    for n in range(3):
+        await exchange(store, clock, SUPPORT, f"old {n}", n)  # session 1: turns 1-6
+    llm = GatedLLM()
+    gaps = GapPolicy("tell_user", TOLD, "refused")  # type: ignore[arg-type]
+    async with harness(store, clock, llm, gap_policy=gaps, forget_deletes_messages=True) as h:
+        await h.say(SUPPORT, "/new")
+        await h.say(SUPPORT, "first", message_id="keep-1")
+        await h.advance(2)
+        await h.say(SUPPORT, "oops, wrong chat", message_id="oops")
+        await h.advance(2)
+        await h.router(
+            Inbound(SUPPORT, "u1", "Client", "", platform_message_id="oops", kind="delete")
+        )
+        await h.say(SUPPORT, "/forget")  # erases the asker's messages of closed sessions
+        await h.say(SUPPORT, "still there?")
+        await h.advance(2)
+    assert "<gap_notice>" not in "\n".join(b.text for b in llm.requests[-1].system)
+    assert not any("please restate" in t for t in h.outlet.texts())
+    assert h.pipeline.counters["gap_tell_user"] == 0
+    old, new = SessionKey(SUPPORT, 1), SessionKey(SUPPORT, 2)
+    assert await store.missing_turns(old) == [] and await store.missing_turns(new) == []
+    assert [(t.first_turn, t.last_turn, t.reason) for t in await store.tombstones(new)] == [
+        (3, 3, "deleted on the platform")
+    ]
+    assert {t.reason for t in await store.tombstones(old)} == {"/forget"}
+    assert [m.role for m in await store.messages(old)] == ["assistant"] * 3
+    # A tombstone explains its own turn only: a row another tool deletes is still a gap.
+    await delete_rows(stores, [2])
+    assert await store.missing_turns(new) == [(2, 2)]
+
+
+async def test_message_mode_tombstones_what_it_deletes(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    await support_session(store, clock)
+    memory = memory_for(store, clock)
+    report = await retention(store, clock, memory, "message").run_once()
+    session = SessionKey(SUPPORT, 1)
+    buried = await store.tombstones(session)
+    assert sum(t.last_turn - t.first_turn + 1 for t in buried) == report.deleted_messages
+    assert {t.reason for t in buried} == {"message age"}
+    summary = await memory.summary(session)
+    assert summary is not None
+    # Even without the summary's range the deleted turns are explained.
+    assert await store.missing_turns(session) == []
+    assert await memory.gaps(session) == ()

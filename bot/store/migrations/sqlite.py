@@ -158,6 +158,22 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
         """,
     ),
     (
+        3,
+        """
+        -- Turns that personabot itself deleted (a platform deletion, /forget, retention by
+        -- message age): the gap check counts them as explained; any other hole in a
+        -- session's turns 1..next_turn-1 is reported by the gap policy. Ranges, inclusive.
+        CREATE TABLE tombstones (
+            session_id  INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            first_turn  INTEGER NOT NULL,
+            last_turn   INTEGER NOT NULL,
+            reason      TEXT NOT NULL,
+            at          REAL NOT NULL
+        );
+        CREATE INDEX tombstones_session ON tombstones(session_id, last_turn);
+        """,
+    ),
+    (
         4,
         """
         -- Why a user message was handled without a reply of its own (NULL: answered, or

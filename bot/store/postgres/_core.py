@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
@@ -18,7 +18,7 @@ from bot.events import (
 )
 from bot.redact import redact_url, url_secrets
 from bot.sessions import expiry_reason
-from bot.store import cols
+from bot.store import cols, tombstones
 from bot.store.base import BaseStore
 from bot.store.migrations.postgres import MIGRATION_LOCK, MIGRATIONS
 
@@ -220,6 +220,16 @@ class PostgresCore(BaseStore):
         if created is None:
             created = await db.fetchval(lock, *args)
         return int(created)
+
+    @staticmethod
+    async def _bury(db: Conn, rows: Iterable[tuple[int, int]], reason: str, now: float) -> None:
+        """Tombstone (session row id, turn) pairs deleted in this transaction: the gap check
+        then knows personabot removed them, and why."""
+        await db.executemany(
+            "INSERT INTO tombstones (session_id, first_turn, last_turn, reason, at) "
+            "VALUES ($1, $2, $3, $4, $5)",
+            [(sid, first, last, reason, now) for sid, first, last in tombstones.runs(rows)],
+        )
 
     async def _session_row(self, db: Conn, session: SessionKey) -> tuple[int, int] | None:
         """(session row id, conversation row id) for a session key."""

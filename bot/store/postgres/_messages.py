@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from bot.store.postgres._core import (
     PostgresCore,
     _conv_args,
 )
+from bot.store.tombstones import PLATFORM_DELETION
 
 if TYPE_CHECKING:
     from bot.store.postgres._core import Conn
@@ -191,19 +193,27 @@ class MessagesPart(PostgresCore):
         platform_message_id: str,
         *,
         author_id: str | None = None,
+        now: float | None = None,
     ) -> StoredMessage | None:
-        """Delete a stored message by its platform id; return it."""
+        """Delete a stored message by its platform id (tombstoned); return it."""
         async with self._tx() as db:
             row = await db.fetchrow(
                 "WITH d AS (DELETE FROM messages WHERE platform_message_id = $5 AND "
                 f"conversation_id = (SELECT id FROM conversations WHERE {_CONV_WHERE}) "
                 "AND ($6::text IS NULL OR author_id = $6) RETURNING *) "
-                f"SELECT {cols.MSG_COLS} FROM d m JOIN sessions s ON s.id = m.session_id",
+                f"SELECT {cols.MSG_COLS}, m.session_id FROM d m JOIN sessions s "
+                "ON s.id = m.session_id",
                 *_conv_args(conversation),
                 platform_message_id,
                 author_id,
             )
-        return None if row is None else cols.message(conversation, row)
+            if row is None:
+                return None
+            deleted = cols.message(conversation, row)
+            await self._bury(
+                db, [(int(row[-1]), deleted.turn)], PLATFORM_DELETION, now or time.time()
+            )
+        return deleted
 
     async def set_conversation_status(
         self, conversation: ConversationKey, active: bool, reason: str | None = None

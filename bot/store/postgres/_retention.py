@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from bot.events import (
@@ -9,13 +10,17 @@ from bot.events import (
     RetentionEntry,
     SessionInfo,
     SessionKey,
+    Tombstone,
     UserKey,
 )
-from bot.store import cols
+from bot.store import cols, tombstones
 from bot.store.postgres._core import (
     PostgresCore,
+    _conv_args,
     _rowcount,
 )
+
+_GAPS = tombstones.gap_sql(["$1", "$2", "$3", "$4", "$5", "$6::int", "$7::int"])
 
 if TYPE_CHECKING:
     from bot.store.postgres._core import Conn
@@ -25,6 +30,31 @@ class RetentionPart(PostgresCore):
     """Retention: expiry as units, per-message age, the audit trail (SPEC section 6)."""
 
     # -- retention ----------------------------------------------------------------------------
+
+    async def missing_turns(
+        self, session: SessionKey, covered: tuple[int, int] | None = None
+    ) -> list[tuple[int, int]]:
+        """Unexplained holes in the session's turns (see bot/store/tombstones.py)."""
+        first, last = covered or (1, 0)
+        args = (*_conv_args(session.conversation), session.session_id, first, last)
+        async with self._conn() as db:
+            rows = await db.fetch(_GAPS, *args)
+        return [(int(r[0]), int(r[1])) for r in rows]
+
+    async def tombstones(self, session: SessionKey) -> list[Tombstone]:
+        """The session's tombstones in turn order."""
+        async with self._conn() as db:
+            found = await self._session_row(db, session)
+            rows = (
+                []
+                if found is None
+                else await db.fetch(
+                    "SELECT first_turn, last_turn, reason, at FROM tombstones "
+                    "WHERE session_id = $1 ORDER BY first_turn",
+                    found[0],
+                )
+            )
+        return [Tombstone(session, int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows]
 
     async def session_bounds(self, session: SessionKey) -> tuple[int, int] | None:
         """First and last stored turn."""
@@ -87,7 +117,7 @@ class RetentionPart(PostgresCore):
                 "SELECT MIN(turn), MAX(turn), COUNT(*) FROM messages WHERE session_id = $1", sid
             )
             assert bounds is not None
-            for table in ("messages", "session_state", "summaries", "outbox"):
+            for table in ("messages", "session_state", "summaries", "outbox", "tombstones"):
                 await db.execute(f"DELETE FROM {table} WHERE session_id = $1", sid)
             await db.execute("UPDATE sessions SET status = 'expired' WHERE id = $1", sid)
             count = int(bounds[2])
@@ -174,6 +204,7 @@ class RetentionPart(PostgresCore):
             if not rows:
                 return 0
             turns = sorted(int(r[0]) for r in rows)
+            await self._bury(db, ((sid, t) for t in turns), tombstones.MESSAGE_AGE, now)
             await self._log_deletion(
                 db, now, conv_id, session, turns[0], turns[-1], len(turns), "message age"
             )
@@ -199,16 +230,20 @@ class RetentionPart(PostgresCore):
             )
         return [cols.retention_entry(r) for r in rows]
 
-    async def delete_user_messages(self, user: UserKey, *, closed_sessions_only: bool) -> int:
-        """Delete a person's messages on a platform."""
+    async def delete_user_messages(
+        self, user: UserKey, *, closed_sessions_only: bool, now: float | None = None
+    ) -> int:
+        """Delete a person's messages on a platform (tombstoned)."""
         status = "AND s.status != 'open'" if closed_sessions_only else ""
         async with self._tx() as db:
-            result = await db.execute(
+            rows = await db.fetch(
                 "DELETE FROM messages WHERE id IN (SELECT m.id FROM messages m "
                 "JOIN sessions s ON s.id = m.session_id JOIN conversations c "
                 "ON c.id = m.conversation_id WHERE c.platform = $1 AND m.author_id = $2 "
-                f"AND m.role = 'user' AND NOT m.pending {status})",
+                f"AND m.role = 'user' AND NOT m.pending {status}) RETURNING session_id, turn",
                 user.platform,
                 user.user_id,
             )
-        return _rowcount(result)
+            pairs = [(int(r[0]), int(r[1])) for r in rows]
+            await self._bury(db, pairs, tombstones.FORGET, now or time.time())
+        return len(rows)

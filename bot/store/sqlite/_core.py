@@ -21,7 +21,7 @@ from bot.events import (
     SessionPolicy,
 )
 from bot.sessions import expiry_reason
-from bot.store import cols
+from bot.store import cols, tombstones
 from bot.store.base import BaseStore
 from bot.store.migrations.sqlite import MIGRATIONS
 
@@ -277,6 +277,18 @@ class SQLiteCore(BaseStore):
             sid = await self._rotate(db, conv_id, now, reason)
         number = await self._scalar(db, "SELECT session_no FROM sessions WHERE id = ?", (sid,))
         return sid, int(number)
+
+    @staticmethod
+    async def _bury(
+        db: aiosqlite.Connection, rows: Iterable[tuple[int, int]], reason: str, now: float
+    ) -> None:
+        """Tombstone (session row id, turn) pairs about to be deleted, in the same
+        transaction: the gap check then knows personabot removed them, and why."""
+        await db.executemany(
+            "INSERT INTO tombstones (session_id, first_turn, last_turn, reason, at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(sid, first, last, reason, now) for sid, first, last in tombstones.runs(rows)],
+        )
 
     @staticmethod
     def _bots_filter(bots: Sequence[str] | None) -> tuple[str, list[str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import aiosqlite
@@ -23,6 +24,7 @@ from bot.store.sqlite._core import (
     SQLiteCore,
     _conv_args,
 )
+from bot.store.tombstones import PLATFORM_DELETION
 
 
 class MessagesPart(SQLiteCore):
@@ -176,8 +178,9 @@ class MessagesPart(SQLiteCore):
         platform_message_id: str,
         *,
         author_id: str | None = None,
+        now: float | None = None,
     ) -> StoredMessage | None:
-        """Delete a stored message by its platform id; return it."""
+        """Delete a stored message by its platform id (tombstoned); return it."""
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation)
             if conv_id is None:
@@ -190,8 +193,11 @@ class MessagesPart(SQLiteCore):
             )
             if row is None:
                 return None
+            deleted = cols.message(conversation, row)
+            sid = await self._scalar(db, "SELECT session_id FROM messages WHERE id = ?", (row[0],))
+            await self._bury(db, [(int(sid), deleted.turn)], PLATFORM_DELETION, now or time.time())
             await db.execute("DELETE FROM messages WHERE id = ?", (row[0],))
-        return cols.message(conversation, row)
+        return deleted
 
     async def set_conversation_status(
         self, conversation: ConversationKey, active: bool, reason: str | None = None

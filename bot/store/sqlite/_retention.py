@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import aiosqlite
 
 from bot.events import (
@@ -9,13 +11,17 @@ from bot.events import (
     RetentionEntry,
     SessionInfo,
     SessionKey,
+    Tombstone,
     UserKey,
 )
-from bot.store import cols
+from bot.store import cols, tombstones
 from bot.store.sqlite._core import (
     SQLiteCore,
+    _conv_args,
     _qualified,
 )
+
+_GAPS = tombstones.gap_sql(f"?{i}" for i in range(1, 8))
 
 
 class RetentionPart(SQLiteCore):
@@ -39,6 +45,32 @@ class RetentionPart(SQLiteCore):
         if row is None or row[0] is None:
             return None
         return int(row[0]), int(row[1])
+
+    async def missing_turns(
+        self, session: SessionKey, covered: tuple[int, int] | None = None
+    ) -> list[tuple[int, int]]:
+        """Unexplained holes in the session's turns (see bot/store/tombstones.py)."""
+        first, last = covered or (1, 0)
+        args = (*_conv_args(session.conversation), session.session_id, first, last)
+        async with self._read() as db:
+            rows = await self._rows(db, _GAPS, args)
+        return [(int(a), int(b)) for a, b in rows]
+
+    async def tombstones(self, session: SessionKey) -> list[Tombstone]:
+        """The session's tombstones in turn order."""
+        async with self._read() as db:
+            found = await self._session_row(db, session)
+            rows = (
+                []
+                if found is None
+                else await self._rows(
+                    db,
+                    "SELECT first_turn, last_turn, reason, at FROM tombstones "
+                    "WHERE session_id = ? ORDER BY first_turn",
+                    (found[0],),
+                )
+            )
+        return [Tombstone(session, int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows]
 
     async def sessions_page(
         self, status: str, cursor: int = 0, limit: int = 500
@@ -85,7 +117,7 @@ class RetentionPart(SQLiteCore):
                 "SELECT MIN(turn), MAX(turn), COUNT(*) FROM messages WHERE session_id = ?",
                 (sid,),
             )
-            for table in ("messages", "session_state", "summaries", "outbox"):
+            for table in ("messages", "session_state", "summaries", "outbox", "tombstones"):
                 await db.execute(f"DELETE FROM {table} WHERE session_id = ?", (sid,))
             await db.execute("UPDATE sessions SET status = 'expired' WHERE id = ?", (sid,))
             count = int(bounds[2])
@@ -161,6 +193,7 @@ class RetentionPart(SQLiteCore):
             if not rows:
                 return 0
             ids = [r[0] for r in rows]
+            await self._bury(db, ((sid, r[1]) for r in rows), tombstones.MESSAGE_AGE, now)
             await db.execute(f"DELETE FROM messages WHERE id IN ({','.join('?' * len(ids))})", ids)
             await self._log_deletion(
                 db, now, conv_id, session, rows[0][1], rows[-1][1], len(rows), "message age"
@@ -188,15 +221,26 @@ class RetentionPart(SQLiteCore):
             )
         return [cols.retention_entry(r) for r in rows]
 
-    async def delete_user_messages(self, user: UserKey, *, closed_sessions_only: bool) -> int:
+    async def delete_user_messages(
+        self, user: UserKey, *, closed_sessions_only: bool, now: float | None = None
+    ) -> int:
         """Delete a person's messages on a platform."""
         status = "AND s.status != 'open'" if closed_sessions_only else ""
         async with self._tx() as db:
-            cur = await db.execute(
-                "DELETE FROM messages WHERE id IN (SELECT m.id FROM messages m "
+            rows = await self._rows(
+                db,
+                "SELECT m.id, m.session_id, m.turn FROM messages m "
                 "JOIN sessions s ON s.id = m.session_id JOIN conversations c "
                 "ON c.id = m.conversation_id WHERE c.platform = ? AND m.author_id = ? "
-                f"AND m.role = 'user' AND m.pending = 0 {status})",
+                f"AND m.role = 'user' AND m.pending = 0 {status}",
                 (user.platform, user.user_id),
             )
-            return int(cur.rowcount)
+            await self._bury(
+                db, ((r[1], r[2]) for r in rows), tombstones.FORGET, now or time.time()
+            )
+            for start in range(0, len(rows), 500):
+                ids = [r[0] for r in rows[start : start + 500]]
+                await db.execute(
+                    f"DELETE FROM messages WHERE id IN ({','.join('?' * len(ids))})", ids
+                )
+            return len(rows)

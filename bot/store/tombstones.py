@@ -1,0 +1,68 @@
+"""Tombstones and the gap query shared by both store backends (SPEC section 6).
+
+A tombstone is a range of a session's turns that personabot itself deleted, with the reason
+(a platform deletion, /forget, retention by message age). The gap check expects every turn
+from 1 to ``sessions.next_turn - 1`` to be stored, tombstoned or inside the summary's range;
+what is none of these was removed behind personabot's back and goes to the gap policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+#: Reasons recorded with tombstones.
+PLATFORM_DELETION: Final = "deleted on the platform"
+FORGET: Final = "/forget"
+MESSAGE_AGE: Final = "message age"
+
+
+def runs(rows: Iterable[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """(session row id, turn) pairs as (session row id, first turn, last turn) runs."""
+    out: list[tuple[int, int, int]] = []
+    for sid, turn in sorted(set(rows)):
+        if out and out[-1][0] == sid and out[-1][2] == turn - 1:
+            out[-1] = (sid, out[-1][1], turn)
+        else:
+            out.append((sid, turn, turn))
+    return out
+
+
+def gap_sql(placeholders: Iterable[str]) -> str:
+    """The gap query: turn ranges of one session neither stored, tombstoned nor covered.
+
+    One statement, index range scans only: the session by its key, its messages and
+    tombstones outside the covered range (the summary), which stays a window's worth on the
+    reply path. Placeholders, in order: bot, platform, chat, thread, session number, covered
+    first turn, covered last turn (use 1 and 0 when nothing is covered).
+
+    Every covered interval (a, b) is sorted by a; a hole is where an interval starts after
+    the running maximum of the previous ones' ends, plus one. (0, 0) and (next_turn,
+    next_turn) frame the expected range, so holes at the start and at the end count too.
+    """
+    bot, platform, chat, thread, number, first, last = placeholders
+    return f"""
+        WITH s AS (
+            SELECT s.id, s.next_turn FROM sessions s
+            JOIN conversations c ON c.id = s.conversation_id
+            WHERE c.bot = {bot} AND c.platform = {platform} AND c.chat_id = {chat}
+            AND c.thread_id = {thread} AND s.session_no = {number}
+        ),
+        covered (a, b) AS (
+            SELECT 0, 0
+            UNION ALL SELECT next_turn, next_turn FROM s
+            UNION ALL SELECT {first}, {last} FROM s
+            UNION ALL SELECT m.turn, m.turn FROM messages m JOIN s ON m.session_id = s.id
+                WHERE m.turn > {last}
+            UNION ALL SELECT m.turn, m.turn FROM messages m JOIN s ON m.session_id = s.id
+                WHERE m.turn < {first}
+            UNION ALL SELECT t.first_turn, t.last_turn FROM tombstones t
+                JOIN s ON t.session_id = s.id WHERE t.last_turn > {last} OR t.first_turn < {first}
+        ),
+        ordered AS (
+            SELECT a, MAX(b) OVER (ORDER BY a ROWS BETWEEN UNBOUNDED PRECEDING
+                AND 1 PRECEDING) AS prev FROM covered
+        )
+        SELECT prev + 1, a - 1 FROM ordered WHERE a > prev + 1 AND EXISTS (SELECT 1 FROM s)
+        ORDER BY a
+    """
