@@ -971,6 +971,11 @@ class BuildTiming:
     fill_seconds: float
     layers: tuple[str, ...]
     prompt_tokens: int
+    # The gap check of the reply path (Memory.gaps with the summary read once), and the same
+    # check without a summary (every stored turn is then scanned: the degenerate case).
+    gaps_p50_ms: float = 0.0
+    gaps_p99_ms: float = 0.0
+    gaps_unsummarised_p50_ms: float = 0.0
 
 
 async def pending_probe_turn(store: SQLiteStore, now: float) -> Turn:
@@ -1021,11 +1026,21 @@ async def time_builds(probes: Sequence[Probe], builds: int) -> list[BuildTiming]
     for p in probes:  # warm-up: connection, page cache, statement cache
         for _ in range(5):
             last[p.size] = await p.memory.build(p.turn, PIN)
+    gaps: dict[int, list[float]] = {p.size: [] for p in probes}
+    bare: dict[int, list[float]] = {p.size: [] for p in probes}
     for _ in range(builds):
         for p in probes:
             t0 = time.perf_counter()
             last[p.size] = await p.memory.build(p.turn, PIN)
             samples[p.size].append((time.perf_counter() - t0) * 1000.0)
+            summary = await p.memory.summary(p.turn.session)
+            t0 = time.perf_counter()
+            if await p.memory.gaps(p.turn.session, summary):
+                raise RuntimeError("the benchmark store has gaps")
+            gaps[p.size].append((time.perf_counter() - t0) * 1000.0)
+            t0 = time.perf_counter()
+            await p.memory.gaps(p.turn.session, None)
+            bare[p.size].append((time.perf_counter() - t0) * 1000.0)
     return [
         BuildTiming(
             size=p.size,
@@ -1036,6 +1051,9 @@ async def time_builds(probes: Sequence[Probe], builds: int) -> list[BuildTiming]
             fill_seconds=p.fill_seconds,
             layers=last[p.size].request.layers,
             prompt_tokens=last[p.size].total_tokens,
+            gaps_p50_ms=percentile(gaps[p.size], 50),
+            gaps_p99_ms=percentile(gaps[p.size], 99),
+            gaps_unsummarised_p50_ms=percentile(bare[p.size], 50),
         )
         for p in probes
     ]
@@ -1145,10 +1163,32 @@ def cause_table(groups: Mapping[str, Mapping[str, float]]) -> str:
 def timing_table(timings: Sequence[BuildTiming]) -> str:
     """Memory.build latency per stored history size."""
     rows = [
-        [t.size, t.builds, t.p50_ms, t.p99_ms, t.mean_ms, ", ".join(t.layers), t.fill_seconds]
+        [
+            t.size,
+            t.builds,
+            t.p50_ms,
+            t.p99_ms,
+            t.mean_ms,
+            t.gaps_p50_ms,
+            t.gaps_p99_ms,
+            t.gaps_unsummarised_p50_ms,
+            ", ".join(t.layers),
+            t.fill_seconds,
+        ]
         for t in timings
     ]
-    headers = ("stored messages", "builds", "p50 ms", "p99 ms", "mean ms", "layers", "fill s")
+    headers = (
+        "stored messages",
+        "builds",
+        "p50 ms",
+        "p99 ms",
+        "mean ms",
+        "gap check p50 ms",
+        "gap p99 ms",
+        "gap, no summary, p50 ms",
+        "layers",
+        "fill s",
+    )
     return format_table(headers, rows, "3. Memory.build time by stored history size")
 
 
