@@ -162,11 +162,11 @@ class RetentionSettings(_Section):
     batch_size: int = Field(default=500, ge=1)
     forget_deletes_messages: bool = False
     tell_user_message: str = (
-        "Earlier messages of this conversation (turns {first}-{last}) were removed under the "
-        "data retention policy. If something from back then matters, please tell me again."
+        "Some messages of this conversation (turns {turns}) are no longer available to me. "
+        "If something from them matters, please tell me again."
     )
     refuse_message: str = (
-        "Part of this conversation (turns {first}-{last}) is no longer available, so I can't "
+        "Part of this conversation (turns {turns}) is no longer available, so I can't "
         "continue it reliably. A human will take over; you can also send /new to start over."
     )
 

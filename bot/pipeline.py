@@ -59,8 +59,8 @@ class GapPolicy:
     may name ``{turns}`` (e.g. ``15-16, 39-40``) or ``{first}`` and ``{last}``."""
 
     policy: Literal["note", "tell_user", "refuse"] = "note"
-    tell_user_message: str = "Earlier messages (turns {first}-{last}) were removed."
-    refuse_message: str = "Part of this conversation (turns {first}-{last}) is unavailable."
+    tell_user_message: str = "Some messages (turns {turns}) are no longer available."
+    refuse_message: str = "Part of this conversation (turns {turns}) is unavailable."
 
 
 @dataclass(frozen=True, slots=True)
