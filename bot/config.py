@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -169,6 +170,18 @@ class RetentionSettings(_Section):
         "Part of this conversation (turns {turns}) is no longer available, so I can't "
         "continue it reliably. A human will take over; you can also send /new to start over."
     )
+
+    @field_validator("tell_user_message", "refuse_message")
+    @classmethod
+    def _gap_placeholders(cls, text: str) -> str:
+        try:
+            text.format(turns="15-16", first=15, last=16)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"bad placeholder ({exc}); use {{turns}}, {{first}} or {{last}} "
+                "(double braces for a literal brace)"
+            ) from None
+        return text
 
 
 class LoggingSettings(_Section):

@@ -12,7 +12,8 @@ import asyncpg
 import pytest
 
 from bot.clock import ManualClock
-from bot.errors import ModelUnavailable, StoreError
+from bot.config import load_settings
+from bot.errors import ConfigError, ModelUnavailable, StoreError
 from bot.events import ConversationKey, Inbound, QueuePolicy, SessionKey
 from bot.llm.base import BaseLLM, ModelRequest, ModelResult
 from bot.llm.offline import OfflineLLM
@@ -378,3 +379,11 @@ async def test_message_mode_tombstones_what_it_deletes(
     # Even without the summary's range the deleted turns are explained.
     assert await store.missing_turns(session) == []
     assert await memory.gaps(session) == ()
+
+
+def test_gap_message_with_an_unknown_placeholder_is_a_config_error(tmp_path: Path) -> None:
+    """Caught at start, not as a failing turn when the first gap is found."""
+    path = tmp_path / "personabot.toml"
+    path.write_text('[retention]\nrefuse_message = "turns {range} are gone"\n')
+    with pytest.raises(ConfigError, match=r"retention.refuse_message: bad placeholder"):
+        load_settings(path)
