@@ -106,14 +106,18 @@ async def personabot(tmp_path: Path, *args: str, within: float = 30.0) -> tuple[
 
 async def test_sqlite_open_fails_and_closes_its_connection(tmp_path: Path) -> None:
     path = tmp_path / "locked.sqlite3"
-    threads = threading.active_count()
+    before = set(threading.enumerate())
     with write_lock(path):
         store = SQLiteStore(path=path, busy_timeout_ms=200)
         started = time.monotonic()
         with pytest.raises(StoreError, match=r"database is locked.*busy_timeout_ms = 200"):
             await store.open()
         assert time.monotonic() - started < 2.0
-        assert threading.active_count() == threads  # aiosqlite's (non-daemon) thread is gone
+        # aiosqlite's worker thread (not a daemon: it would keep the process alive) ends; it
+        # may still be returning from its last call when close() resolves, so join it.
+        for thread in [t for t in threading.enumerate() if t not in before]:
+            thread.join(timeout=2.0)
+            assert not thread.is_alive(), thread
     async with store:  # the lock is gone: the same store opens and migrates
         assert await store.schema_version() >= 1
 
