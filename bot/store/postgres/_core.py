@@ -176,15 +176,17 @@ class PostgresCore(BaseStore):
             # the migrations applied.
             await db.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
             await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            current = int(await db.fetchval("SELECT MAX(version) FROM schema_version") or 0)
-            latest = MIGRATIONS[-1][0]
+            # Applied by membership (see the SQLite store): out-of-order versions still run.
+            applied = {int(r[0]) for r in await db.fetch("SELECT version FROM schema_version")}
+            current = max(applied, default=0)
+            latest = max(v for v, _ in MIGRATIONS)
             if current > latest:
                 raise StoreError(
                     f"database schema version {current} is newer than this personabot "
                     f"({latest}); upgrade personabot"
                 )
             for version, script in MIGRATIONS:
-                if version > current:
+                if version not in applied:
                     await db.execute(script)
                     await db.execute("INSERT INTO schema_version VALUES ($1)", version)
                     log.info("applied schema migration %d", version)

@@ -145,15 +145,20 @@ class SQLiteCore(BaseStore):
     async def _migrate(self) -> None:
         async with self._tx() as db:
             await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            current = await self._scalar(db, "SELECT MAX(version) FROM schema_version") or 0
-            latest = MIGRATIONS[-1][0]
+            # Versions are applied by membership, not by "newer than the newest applied":
+            # versions merged out of order (a 3 after a 4) are still applied once.
+            applied = {
+                int(r[0]) for r in await self._rows(db, "SELECT version FROM schema_version")
+            }
+            current = max(applied, default=0)
+            latest = max(v for v, _ in MIGRATIONS)
             if current > latest:
                 raise StoreError(
                     f"database schema version {current} is newer than this personabot "
                     f"({latest}); upgrade personabot"
                 )
             for version, script in MIGRATIONS:
-                if version > current:
+                if version not in applied:
                     for statement in _statements(script):
                         await db.execute(statement)
                     await db.execute("INSERT INTO schema_version VALUES (?)", (version,))
