@@ -121,10 +121,18 @@ class SQLiteCore(BaseStore):
     async def _locked_tx(self) -> AsyncIterator[aiosqlite.Connection]:
         async with self._lock:
             db = self._conn
+            begin = asyncio.ensure_future(db.execute("BEGIN IMMEDIATE"))
             try:
-                await db.execute("BEGIN IMMEDIATE")
+                await asyncio.shield(begin)
             except sqlite3.Error as exc:
                 raise StoreError(f"SQLite busy or failed: {exc}") from exc
+            except asyncio.CancelledError:
+                # BEGIN runs in the connection's thread anyway: end what it started, or
+                # every later statement on this shared connection fails.
+                with contextlib.suppress(sqlite3.Error):
+                    await begin
+                    await db.execute("ROLLBACK")
+                raise
             try:
                 yield db
             except BaseException:
