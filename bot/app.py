@@ -123,6 +123,7 @@ def memory_policy(settings: Settings, persona: PersonaSettings) -> MemoryPolicy:
         ),
         summary_model=memory.summary_model or persona.model,
         private_memory_in_groups=memory.private_memory_in_groups,
+        share_across_groups=memory.share_across_groups,
         extract_after_idle_seconds=memory.extract_after_idle_minutes * 60,
     )
 

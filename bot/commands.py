@@ -174,18 +174,13 @@ class Commands:
     async def _forget(self, inbound: Inbound, command: Command) -> str:
         assert self._memory is not None
         user = UserKey(inbound.conversation.platform, inbound.author_id)
-        await self._memory.forget(user)
+        # Memory (and, when enabled, messages, replies, outbox rows, summaries) in every chat;
+        # the report says exactly what went and what stays (memory/privacy.py).
+        report = await self._memory.erase(user, delete_messages=self._forget_deletes_messages)
         session = await self._store.current_session(inbound.conversation)
         if session is not None:
             await self._store.delete_state(session.key)
-        extra = ""
-        if self._forget_deletes_messages:
-            count = await self._store.delete_user_messages(user, closed_sessions_only=True)
-            extra = f" I also deleted {count} of your messages from earlier sessions."
-        return (
-            "Done: I erased what I remembered about you, and this chat's saved choices."
-            f"{extra} Send /new to also start the conversation over."
-        )
+        return f"{report.describe()} This chat's saved choices were cleared too."
 
     async def _export(self, inbound: Inbound, command: Command) -> str | None:
         # Off the inbound path: one file, built and sent by Exports (privately from a group).

@@ -149,6 +149,7 @@ class MemorySettings(_Section):
     user_memory_budget_tokens: int = Field(default=600, ge=50)
     summary_model: str | None = None
     private_memory_in_groups: bool = False
+    share_across_groups: bool = False
     extract_after_idle_minutes: float = Field(default=5.0, ge=0)
     sweep_interval_seconds: float = Field(default=30.0, gt=0)
 

@@ -109,6 +109,8 @@ class StoredMessage:
     platform_message_id: str | None = None
     answered: bool = False
     is_private: bool = True
+    # False for a group message stored only as context (the bot was not addressed).
+    addressed: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,3 +299,41 @@ class Tombstone:
     last_turn: int
     reason: str
     at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOutbox:
+    """An outbox row as stored, with its delivery status (for /export)."""
+
+    id: int
+    session: SessionKey
+    reply_message_id: int
+    text: str
+    status: str
+    created_at: float
+    finished_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UserData:
+    """Every stored row about one person on one platform, across all chats and bots."""
+
+    user: UserKey
+    memory: str | None  # the long-term memory record (JSON text), if any
+    messages: tuple[StoredMessage, ...]  # their own messages, every conversation
+    replies: tuple[StoredMessage, ...]  # the bot's replies to their messages
+    summaries: tuple[StoredSummary, ...]  # summaries that folded in their messages
+    outbox: tuple[StoredOutbox, ...]  # outbox rows of those replies
+    usage: tuple[tuple[str, float], ...]  # (bot, at) of each model turn counted for them
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    """What deleting a person's messages removed, and what it kept (for /forget)."""
+
+    messages: int = 0  # their own messages deleted
+    replies: int = 0  # bot replies that answered only them, deleted
+    outbox: int = 0  # outbox rows holding those replies (or finished shared ones), deleted
+    summaries: int = 0  # session summaries that folded in their messages, dropped
+    shared_replies: int = 0  # replies that also answered someone else: kept
+    pending: int = 0  # their messages still waiting for a reply: kept

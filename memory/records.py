@@ -3,8 +3,8 @@
 Plain frozen records with JSON round-trips and the pure merge and trim rules:
 - a new single-valued fact replaces the old one (a new job replaces the old job);
 - list facts merge without duplicates (case-insensitive);
-- every item keeps the ids of the messages it came from, and whether it was learned in a
-  private chat (facts learned in a DM are not injected into groups);
+- every item keeps the ids of the messages it came from and its scope: the private chat, or
+  the group it was said in; prompts show an item only in its scope (see ``visible``);
 - records stay under a token budget: oldest episodic events go first.
 """
 
@@ -40,6 +40,15 @@ class MemoryItem:
     sources: tuple[int, ...] = ()
     private: bool = True
     mentioned_at: float = 0.0
+    # The group chat (platform chat id) it was said in; None for a private chat. Items
+    # stored before scopes existed are read as private: they never leak into a group.
+    scope: str | None = None
+
+    def shown_in(self, chat: str | None, *, private_in_groups: bool, across_groups: bool) -> bool:
+        """Whether the item may appear in this chat (``chat`` None: a private chat)."""
+        if self.private or self.scope is None:
+            return chat is None or private_in_groups
+        return across_groups or chat == self.scope
 
     def same_as(self, other: MemoryItem) -> bool:
         """Duplicate check: same section, field and value (case and spacing ignored)."""
@@ -61,11 +70,27 @@ class UserMemory:
         """Items of one section in stored order."""
         return tuple(i for i in self.items if i.section == name)
 
-    def visible(self, *, private_chat: bool, allow_private_in_groups: bool) -> UserMemory:
-        """Only the items that may be shown in this kind of chat."""
-        if private_chat or allow_private_in_groups:
-            return self
-        return replace(self, items=tuple(i for i in self.items if not i.private))
+    def visible(
+        self,
+        *,
+        chat: str | None,
+        private_in_groups: bool = False,
+        across_groups: bool = False,
+    ) -> UserMemory:
+        """Only the items that may be shown in this chat: ``chat`` is the group's chat id, or
+        None for a private chat. Private facts appear in private chats (and in groups only
+        with ``private_in_groups``); a group's facts only in that group (in every chat with
+        ``across_groups``)."""
+        return replace(
+            self,
+            items=tuple(
+                i
+                for i in self.items
+                if i.shown_in(
+                    chat, private_in_groups=private_in_groups, across_groups=across_groups
+                )
+            ),
+        )
 
     def to_json(self) -> str:
         """Stable JSON for the store."""
@@ -80,6 +105,7 @@ class UserMemory:
                         "sources": list(i.sources),
                         "private": i.private,
                         "mentioned_at": i.mentioned_at,
+                        "scope": i.scope,
                     }
                     for i in self.items
                 ],
@@ -99,8 +125,10 @@ class UserMemory:
                     field=str(raw["field"]),
                     value=str(raw["value"]),
                     sources=tuple(int(s) for s in raw.get("sources", ())),
-                    private=bool(raw.get("private", True)),
+                    # Without a scope (older records) an item counts as private.
+                    private=bool(raw.get("private", True)) or raw.get("scope") is None,
                     mentioned_at=float(raw.get("mentioned_at", 0.0)),
+                    scope=None if raw.get("scope") is None else str(raw["scope"]),
                 )
                 for raw in data.get("items", ())
             )

@@ -5,6 +5,10 @@ Work is derived from data, not from in-process queues: compaction is due wheneve
 history than the window lies after the summary, and extraction whenever a quiet or closed
 session has user messages past its extraction mark. A crash therefore loses no memory work;
 the next turn or sweep finds it again. Leases keep two processes from doing the same job.
+
+User memory is written by compare-and-swap on the record's version, never blindly: /forget
+(and a deleted message) bump the version, so an extraction that read the record or the
+messages before them loses its write, re-reads, and learns only from what is still allowed.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 from bot.clock import Clock
 from bot.errors import ModelError
@@ -25,7 +29,9 @@ from bot.llm.base import BaseLLM, ModelResult
 from bot.store.base import BaseStore
 from memory.assemble import Assembled, Budget, Participant, PersonaPin, assemble
 from memory.fit import fit_task
+from memory.privacy import ForgetReport, export_document
 from memory.records import (
+    MemoryItem,
     RecordError,
     Summary,
     UserMemory,
@@ -53,6 +59,18 @@ class MemoryPolicy:
     summary_model: str
     private_memory_in_groups: bool = False
     extract_after_idle_seconds: float = 300.0
+    share_across_groups: bool = False
+
+
+_CAS_ATTEMPTS = 3
+
+
+def _scoped(items: Sequence[MemoryItem], messages: Sequence[StoredMessage]) -> list[MemoryItem]:
+    """Tie each item to where it was said: the private chat, or the group (by chat id)."""
+    if all(m.is_private for m in messages):
+        return [replace(i, private=True, scope=None) for i in items]
+    chat = messages[0].session.conversation.chat_id
+    return [replace(i, private=False, scope=chat) for i in items]
 
 
 class ModelAccount(Protocol):
@@ -127,6 +145,10 @@ class Memory:
         raw = await self._store.get_user_memory(user)
         return load_memory(None if raw is NOT_SET else str(raw))
 
+    async def _versioned(self, user: UserKey) -> tuple[UserMemory, int]:
+        raw, version = await self._store.read_user_memory(user)
+        return load_memory(raw), version
+
     async def summary(self, session: SessionKey) -> Summary | None:
         """The session's summary, or None (an unreadable one is logged and skipped)."""
         stored = await self._store.get_summary(session)
@@ -177,25 +199,34 @@ class Memory:
         return as_gaps(await self._store.missing_turns(session, covered_range(summary)))
 
     async def drop_sources(self, user: UserKey, message_ids: Sequence[int]) -> None:
-        """A message was deleted: drop memory items whose only source it was."""
-        async with self._lease(f"memory:{user.platform}:{user.user_id}") as held:
-            if not held:
-                log.warning("memory of user %s busy; deleted message sources kept", user.user_id)
-                return
-            record = await self.user_memory(user)
+        """A message was deleted: drop memory items whose only source it was.
+
+        Written even when nothing changes: the version bump makes an extraction that read
+        the deleted message lose its compare-and-swap and re-read the messages.
+        """
+        for _ in range(_CAS_ATTEMPTS):
+            record, version = await self._versioned(user)
             kept = forget_sources(record, message_ids)
-            if kept != record:
-                await self._store.set_user_memory(user, kept.to_json(), self._clock.now())
+            if await self._store.set_user_memory(
+                user, kept.to_json(), self._clock.now(), expected_version=version
+            ):
+                return
+        # Every attempt lost to another writer: that writer re-read after the deletion
+        # (extractions re-read the messages), so only the oldest sources could be left.
+        log.warning("memory of user %s busy; deleted message sources may be kept", user.user_id)
 
     async def _participants(self, turn: Turn, policy: MemoryPolicy) -> list[Participant]:
         private = all(m.is_private for m in turn.messages)
+        chat = None if private else turn.session.conversation.chat_id
         platform = turn.session.conversation.platform
         people: list[Participant] = []
         for author in turn.authors:
             name = next(m.display_name for m in turn.messages if m.author_id == author)
             record = await self.user_memory(UserKey(platform, author))
             visible = record.visible(
-                private_chat=private, allow_private_in_groups=policy.private_memory_in_groups
+                chat=chat,
+                private_in_groups=policy.private_memory_in_groups,
+                across_groups=policy.share_across_groups,
             )
             people.append(Participant(author, name, visible if visible.items else None))
         return people
@@ -290,10 +321,18 @@ class Memory:
             merged.last_turn,
             self._clock.now(),
             expected_last_turn=None if current is None else current.last_turn,
+            # Who is folded in (for /forget and /export), and what: a message deleted
+            # meanwhile (/forget) makes the save lose, so it is never summarised back.
+            authors=sorted({m.author_id for m in chunk if m.role == "user"}),
+            sources=[m.id for m in chunk],
         )
-        log.info(
-            "summary of %s now covers turns %d-%d", session, merged.first_turn, merged.last_turn
-        )
+        if saved:
+            log.info(
+                "summary of %s now covers turns %d-%d",
+                session,
+                merged.first_turn,
+                merged.last_turn,
+            )
         return saved
 
     # -- long-term user memory ------------------------------------------------------------------
@@ -324,7 +363,11 @@ class Memory:
         return done
 
     async def extract(self, session: SessionKey, mark: int) -> bool:
-        """Learn user memory from the session's user messages after ``mark``."""
+        """Learn user memory from the session's user messages after ``mark``.
+
+        Only messages that addressed the bot count: a group message stored as context only
+        (a bystander's chatter) is never learned from.
+        """
         key = f"extract:{session}"
         if self._failed_until.get(key, 0.0) > self._clock.now():
             return False
@@ -337,9 +380,8 @@ class Memory:
             if not messages:
                 return False
             ok = True
-            for author in dict.fromkeys(m.author_id for m in messages):
-                mine = [m for m in messages if m.author_id == author]
-                ok = await self._learn(session.conversation, author, mine) and ok
+            for author in dict.fromkeys(m.author_id for m in messages if m.addressed):
+                ok = await self._learn(session, author, mark) and ok
             if ok or self._give_up(key):
                 await self._store.mark_extracted(session, max(m.turn for m in messages))
                 return True
@@ -355,53 +397,111 @@ class Memory:
             return True
         return False
 
-    async def _learn(
-        self, conversation: ConversationKey, author: str, messages: list[StoredMessage]
-    ) -> bool:
+    async def _learnable(
+        self, session: SessionKey, author: str, mark: int, forgotten_at: float | None
+    ) -> list[StoredMessage]:
+        """The author's addressed messages after ``mark`` that are still stored and were
+        said after their last /forget (read afresh on every attempt)."""
+        return [
+            m
+            for m in await self._store.messages(session)
+            if m.role == "user"
+            and m.author_id == author
+            and m.addressed
+            and m.turn > mark
+            and (forgotten_at is None or m.created_at > forgotten_at)
+        ]
+
+    async def _learn(self, session: SessionKey, author: str, mark: int) -> bool:
+        conversation = session.conversation
         policy = self._policy_for(conversation.bot)
         user = UserKey(conversation.platform, author)
         async with self._lease(f"memory:{user.platform}:{user.user_id}") as held:
             if not held:
                 return False
-            record = await self.user_memory(user)
-            if record.forgotten_at is not None:
-                messages = [m for m in messages if m.created_at > record.forgotten_at]
-            if not messages:
-                return True
-            name = messages[-1].display_name
-            fitted, request = fit_task(
-                messages,
-                lambda part: extraction_request(name, part, policy.summary_model),
-                policy.budget.prompt_tokens,
-                keep="newest",
-            )
-            if len(fitted) < len(messages):
-                log.warning(
-                    "learning about user %s from their newest %d of %d messages (budget)",
-                    author,
-                    len(fitted),
-                    len(messages),
-                )
-            if not await self._allowed(conversation, fitted):
-                return False
-            messages = fitted
-            try:
-                result = await self._llm.complete(request)
-                self._called(conversation, "extract", result)
-                await self._charge(conversation, "extract", result, messages)
-                items = parse_extraction(result.text, messages, self._clock.now())
-            except (ModelError, RecordError) as exc:
-                log.warning("memory of user %s not updated (kept as it was): %s", author, exc)
-                return False
-            merged = trim_memory(merge_memory(record, items), policy.budget.memory_tokens)
-            await self._store.set_user_memory(user, merged.to_json(), self._clock.now())
-            log.info("learned %d item(s) about user %s", len(items), author)
-            return True
+            items: list[MemoryItem] = []
+            basis: tuple[tuple[int, str], ...] | None = None
+            for _ in range(_CAS_ATTEMPTS):
+                record, version = await self._versioned(user)
+                messages = await self._learnable(session, author, mark, record.forgotten_at)
+                if not messages:
+                    return True
+                seen = tuple((m.id, m.text) for m in messages)
+                if seen != basis:
+                    # First attempt, or the allowed messages changed (a /forget, a deletion,
+                    # an edit): what the model said about the old set may not be kept.
+                    parsed = await self._extract_items(conversation, author, messages, policy)
+                    if parsed is None:
+                        return False
+                    items = _scoped(parsed, messages)
+                    basis = seen
+                merged = trim_memory(merge_memory(record, items), policy.budget.memory_tokens)
+                if await self._store.set_user_memory(
+                    user, merged.to_json(), self._clock.now(), expected_version=version
+                ):
+                    log.info("learned %d item(s) about user %s", len(items), author)
+                    return True
+                log.info("memory of user %s changed while learning; reading it again", author)
+            log.warning("memory of user %s kept changing; learning postponed", author)
+            return False
 
-    async def forget(self, user: UserKey) -> None:
-        """Erase a user's memory and never learn again from what they said before now."""
+    async def _extract_items(
+        self,
+        conversation: ConversationKey,
+        author: str,
+        messages: list[StoredMessage],
+        policy: MemoryPolicy,
+    ) -> list[MemoryItem] | None:
+        """One extraction model call over the author's messages (fitted under the prompt
+        budget, newest kept); None when it may not run or failed."""
+        name = messages[-1].display_name
+        fitted, request = fit_task(
+            messages,
+            lambda part: extraction_request(name, part, policy.summary_model),
+            policy.budget.prompt_tokens,
+            keep="newest",
+        )
+        if len(fitted) < len(messages):
+            log.warning(
+                "learning about user %s from their newest %d of %d messages (budget)",
+                author,
+                len(fitted),
+                len(messages),
+            )
+        if not await self._allowed(conversation, fitted):
+            return None
+        try:
+            result = await self._llm.complete(request)
+            self._called(conversation, "extract", result)
+            await self._charge(conversation, "extract", result, fitted)
+            return parse_extraction(result.text, fitted, self._clock.now())
+        except (ModelError, RecordError) as exc:
+            log.warning("memory of user %s not updated (kept as it was): %s", author, exc)
+            return None
+
+    async def forget(self, user: UserKey) -> int:
+        """Erase a user's memory and never learn again from what they said before now;
+        return how many items were erased.
+
+        The tombstone is written unconditionally and bumps the record's version: every
+        extraction or deletion that read before it loses its compare-and-swap.
+        """
+        before = await self.user_memory(user)
         tombstone = UserMemory(items=(), forgotten_at=self._clock.now())
         await self._store.set_user_memory(user, tombstone.to_json(), self._clock.now())
+        return len(before.items)
+
+    async def erase(self, user: UserKey, *, delete_messages: bool) -> ForgetReport:
+        """/forget: erase the memory, and with ``delete_messages`` every message-shaped row
+        about the person in every chat of the platform; report what went and what stays."""
+        items = await self.forget(user)
+        erasure = await self._store.erase_user_messages(user) if delete_messages else None
+        log.info("user %s forgotten (messages deleted: %s)", user.user_id, delete_messages)
+        return ForgetReport(items=items, erasure=erasure)
+
+    async def export_all(self, user: UserKey) -> dict[str, Any]:
+        """Everything stored about the person on this platform, as a JSON-able document."""
+        return export_document(await self._store.user_data(user), self._clock.now())
 
     async def export(self, user: UserKey, conversation: ConversationKey) -> str:
         """The user's stored data as JSON: memory and their messages in this conversation."""

@@ -16,6 +16,7 @@ from bot.events import (
     ConversationKey,
     DueTimer,
     EditOutcome,
+    Erasure,
     FinishResult,
     Inbound,
     IngestResult,
@@ -34,6 +35,7 @@ from bot.events import (
     Tombstone,
     Turn,
     UsageStats,
+    UserData,
     UserKey,
 )
 from bot.llm.base import Usage
@@ -124,12 +126,27 @@ class BaseStore(abc.ABC):
         """A user's long-term memory record (JSON text), or NOT_SET."""
 
     @abc.abstractmethod
-    async def set_user_memory(self, user: UserKey, record: str, now: float) -> None:
-        """Replace a user's long-term memory record."""
+    async def read_user_memory(self, user: UserKey) -> tuple[str | None, int]:
+        """A user's record (None when there is none) and its version (0 when none)."""
+
+    @abc.abstractmethod
+    async def set_user_memory(
+        self, user: UserKey, record: str, now: float, *, expected_version: int | None = None
+    ) -> bool:
+        """Replace a user's record and bump its version; return whether it was written.
+
+        With ``expected_version`` it is a compare-and-swap: written only if the stored
+        version is still that one (0: no record yet). Without it the write always wins
+        (erasure): every writer that read the record before it then loses its CAS.
+        """
 
     @abc.abstractmethod
     async def delete_user_memory(self, user: UserKey) -> bool:
-        """Erase a user's long-term memory; True if there was one."""
+        """Remove a user's record row; True if there was one.
+
+        The version restarts at 0, so a writer that read "no record" could still win its
+        CAS: erasure writes a tombstone with ``set_user_memory`` instead.
+        """
 
     # -- messages and the queue (SPEC section 4) ----------------------------------------------
 
@@ -230,9 +247,16 @@ class BaseStore(abc.ABC):
         now: float,
         *,
         expected_last_turn: int | None,
+        authors: Sequence[str] = (),
+        sources: Sequence[int] = (),
     ) -> bool:
         """Replace the summary if it still covers up to ``expected_last_turn`` (None: no
-        summary yet); False when another worker got there first."""
+        summary yet) and every message id in ``sources`` (what was folded) still exists;
+        False when another worker got there first or a source was deleted meanwhile.
+
+        ``authors`` (whose messages were folded) are added to the summary's author list,
+        which /forget and /export use to find the summaries that mention a person.
+        """
 
     # -- limits and usage -----------------------------------------------------------------------
 
@@ -346,6 +370,24 @@ class BaseStore(abc.ABC):
         self, user: UserKey, *, closed_sessions_only: bool, now: float | None = None
     ) -> int:
         """Delete a person's messages (for /forget; tombstoned); return how many."""
+
+    # -- a person's data across every chat (/forget, /export) ---------------------------------
+
+    @abc.abstractmethod
+    async def erase_user_messages(self, user: UserKey) -> Erasure:
+        """Delete, in one transaction, everything message-shaped about a person on a platform.
+
+        Every conversation and bot, open sessions included: their own messages (except the
+        ones still waiting for a reply), the bot's replies that answered only them, the
+        outbox rows of those replies and the finished outbox rows of replies that also
+        answered others, and every summary that folded in their messages (dropped: history
+        still stored is summarised again when needed). A summary being written at the same
+        time loses its compare-and-swap (its sources are gone).
+        """
+
+    @abc.abstractmethod
+    async def user_data(self, user: UserKey) -> UserData:
+        """Every stored row about a person on a platform, across all chats and bots."""
 
     # -- user-memory extraction bookkeeping -----------------------------------------------------
 

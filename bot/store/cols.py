@@ -6,6 +6,7 @@ the SQL dialect (placeholders, upserts, locking) differs between them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 from bot.events import (
@@ -16,13 +17,17 @@ from bot.events import (
     SessionInfo,
     SessionKey,
     StoredMessage,
+    StoredOutbox,
+    StoredSummary,
     UsageStats,
+    UserData,
+    UserKey,
 )
 from bot.llm.base import Usage
 
 MSG_COLS: Final = (
     "m.id, s.session_no, m.turn, m.role, m.author_id, m.display_name, m.text, m.created_at, "
-    "m.version, m.platform_message_id, m.pending, m.answered_by, m.is_private"
+    "m.version, m.platform_message_id, m.pending, m.answered_by, m.is_private, m.addressed"
 )
 OUTBOX_COLS: Final = (
     "o.id, c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, o.text, o.reply_message_id, "
@@ -80,6 +85,7 @@ def message(key: ConversationKey, row: Any) -> StoredMessage:
         platform_message_id=row[9],
         answered=row[3] == "user" and row[11] is not None,
         is_private=bool(row[12]),
+        addressed=bool(row[13]),
     )
 
 
@@ -157,4 +163,48 @@ def model_usage_stats(turns: Any, total: Any, models: Any, purposes: Any) -> Usa
         int(turns[1]),
         by_model=tuple((str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in models),
         by_purpose=tuple((str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in purposes),
+    )
+
+
+def user_data(
+    user: UserKey,
+    record: Any,
+    own: Sequence[Any],
+    replies: Sequence[Any],
+    summaries: Sequence[Any],
+    outbox: Sequence[Any],
+    usage: Sequence[Any],
+) -> UserData:
+    """UserData from the rows of ``user_data`` (the same columns on both backends)."""
+
+    def keyed(row: Any) -> StoredMessage:
+        return message(conversation_key(row[0], row[1], row[2], row[3]), tuple(row)[4:])
+
+    def session(row: Any, at: int) -> SessionKey:
+        return SessionKey(
+            conversation_key(row[at], row[at + 1], row[at + 2], row[at + 3]),
+            int(row[at + 4]),
+        )
+
+    return UserData(
+        user=user,
+        memory=None if record is None else str(record),
+        messages=tuple(keyed(r) for r in own),
+        replies=tuple(keyed(r) for r in replies),
+        summaries=tuple(
+            StoredSummary(session(r, 0), r[5], int(r[6]), int(r[7]), float(r[8])) for r in summaries
+        ),
+        outbox=tuple(
+            StoredOutbox(
+                id=int(r[0]),
+                session=session(r, 1),
+                reply_message_id=int(r[6]),
+                text=r[7],
+                status=r[8],
+                created_at=float(r[9]),
+                finished_at=None if r[10] is None else float(r[10]),
+            )
+            for r in outbox
+        ),
+        usage=tuple((str(r[0]), float(r[1])) for r in usage),
     )

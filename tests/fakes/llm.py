@@ -14,7 +14,8 @@ class GatedLLM(BaseLLM):
     """Counts calls and blocks each one until the test opens its gate (or for a clock delay).
 
     ``generation`` seconds on ``clock`` model a slow model without real sleeping; with
-    ``gated=True`` every call also waits for :meth:`release`.
+    ``gated=True`` every call also waits for :meth:`release`. With ``delegate`` the answer
+    comes from that model (e.g. OfflineLLM's extraction), after the wait.
     """
 
     name = "gated"
@@ -26,11 +27,13 @@ class GatedLLM(BaseLLM):
         generation: float = 0.0,
         gated: bool = False,
         answer: Callable[[ModelRequest], str] | None = None,
+        delegate: BaseLLM | None = None,
     ) -> None:
         self._clock = clock
         self._generation = generation
         self._gated = gated
         self._answer = answer or (lambda r: f"reply to: {r.messages[-1].text}")
+        self._delegate = delegate  # when set, answers (after the gate) come from it
         self.requests: list[ModelRequest] = []
         self.started = asyncio.Event()
         self._gates: list[asyncio.Event] = []
@@ -60,6 +63,8 @@ class GatedLLM(BaseLLM):
             await self._clock.sleep(self._generation)
         if self._gated:
             await gate.wait()
+        if self._delegate is not None:
+            return await self._delegate.complete(request)
         return ModelResult(self._answer(request), Usage(10, 5), "gated")
 
 

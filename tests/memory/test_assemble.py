@@ -146,10 +146,10 @@ def test_dm_memory_is_absent_from_group_prompts() -> None:
     record = UserMemory(
         (
             MemoryItem("semantic", "occupation", "nurse", (1,), private=True),
-            MemoryItem("semantic", "interest", "chess", (2,), private=False),
+            MemoryItem("semantic", "interest", "chess", (2,), private=False, scope="g1"),
         )
     )
-    group_view = record.visible(private_chat=False, allow_private_in_groups=False)
+    group_view = record.visible(chat="g1")
     out = assemble(
         PIN,
         turn_of(msg(5, "hi all", private=False)),
@@ -158,5 +158,5 @@ def test_dm_memory_is_absent_from_group_prompts() -> None:
     )
     text = " ".join(b.text for b in out.request.system)
     assert "chess" in text and "nurse" not in text
-    assert record.visible(private_chat=False, allow_private_in_groups=True) == record
-    assert record.visible(private_chat=True, allow_private_in_groups=False) == record
+    assert record.visible(chat="g1", private_in_groups=True) == record
+    assert [i.value for i in record.visible(chat=None).items] == ["nurse"]

@@ -166,21 +166,6 @@ async def test_deleting_a_message_drops_what_was_learned_only_from_it(
         ]
 
 
-async def test_forget_can_also_delete_the_askers_old_messages(
-    store: BaseStore, clock: ManualClock
-) -> None:
-    async with harness(store, clock, GatedLLM(), forget_deletes_messages=True) as h:
-        await turn(h, DM, "an old secret")
-        await h.say(DM, "/new", author="11")
-        await turn(h, DM, "a new message", author="11")
-        await h.say(DM, "/forget", author="11")
-        assert "deleted 1 of your messages" in h.outlet.texts(DM)[-1]
-        old = [m.text for m in await store.messages(SessionKey(DM, 1)) if m.role == "user"]
-        assert old == []
-        current = [m.text for m in await store.messages(SessionKey(DM, 2)) if m.role == "user"]
-        assert current == ["a new message"]  # the open session is left alone
-
-
 async def test_export_sends_the_askers_data_only(store: BaseStore, clock: ManualClock) -> None:
     async with harness(store, clock, GatedLLM(), memory_llm=OfflineLLM()) as h:
         await turn(h, GROUP, "my name is Ada", author="11")

@@ -158,6 +158,78 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
         """,
     ),
     (
+        2,
+        """
+        -- User memory is written by compare-and-swap on this version (0 = no record yet):
+        -- /forget bumps it unconditionally, so nothing read before it can be written back.
+        ALTER TABLE user_memory ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+        UPDATE user_memory SET version = 1;
+
+        -- Whether a user message addressed the bot (private chat, mention, reply, command
+        -- trigger). Memory is learned only from addressed messages. Older rows: a group
+        -- message that was neither pending nor answered was stored as context only.
+        ALTER TABLE messages ADD COLUMN addressed INTEGER NOT NULL DEFAULT 1;
+        UPDATE messages SET addressed = 0 WHERE role = 'user' AND is_private = 0
+            AND pending = 0 AND answered_by IS NULL;
+
+        -- Whose messages were folded into a session's summary (for /forget and /export).
+        CREATE TABLE summary_authors (
+            session_id  INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            author_id   TEXT NOT NULL,
+            PRIMARY KEY (session_id, author_id)
+        );
+        CREATE INDEX summary_authors_author ON summary_authors(author_id);
+        -- /forget and /export find the replies to a person's messages and their outbox rows.
+        CREATE INDEX messages_answered_by ON messages(answered_by) WHERE answered_by IS NOT NULL;
+        CREATE INDEX outbox_reply ON outbox(reply_message_id);
+        -- Older summaries: everyone with a stored message in the session (best effort).
+        INSERT INTO summary_authors (session_id, author_id)
+            SELECT DISTINCT su.session_id, m.author_id FROM summaries su
+            JOIN messages m ON m.session_id = su.session_id AND m.role = 'user';
+        """,
+    ),
+    (
+        4,
+        """
+        -- Why a user message was handled without a reply of its own (NULL: answered, or
+        -- pending): 'limited', 'rejected: <reason>', 'session closed by /new', ...
+        ALTER TABLE messages ADD COLUMN closed_reason TEXT;
+
+        -- Every model call's usage (replies and memory tasks), one row per person it is
+        -- charged to (user_id NULL: charged to the bot only). Limits and /stats read this.
+        CREATE TABLE model_usage (
+            id                  INTEGER PRIMARY KEY,
+            at                  REAL NOT NULL,
+            bot                 TEXT NOT NULL,
+            platform            TEXT NOT NULL,
+            user_id             TEXT,
+            purpose             TEXT NOT NULL,
+            model               TEXT,
+            input_tokens        INTEGER NOT NULL DEFAULT 0,
+            output_tokens       INTEGER NOT NULL DEFAULT 0,
+            cache_write_tokens  INTEGER NOT NULL DEFAULT 0,
+            cache_read_tokens   INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX model_usage_bot ON model_usage(bot, at);
+        CREATE INDEX model_usage_user ON model_usage(platform, user_id, at);
+
+        -- Replies recorded before this version kept their usage on the message row only.
+        INSERT INTO model_usage (at, bot, platform, user_id, purpose, model, input_tokens,
+            output_tokens, cache_write_tokens, cache_read_tokens)
+        SELECT m.created_at, c.bot, c.platform, NULL, 'reply', m.model,
+            COALESCE(m.input_tokens, 0), COALESCE(m.output_tokens, 0),
+            COALESCE(m.cache_write_tokens, 0), COALESCE(m.cache_read_tokens, 0)
+        FROM messages m JOIN conversations c ON c.id = m.conversation_id
+        WHERE m.role = 'assistant';
+
+        -- An empty assistant message makes every later request of its session fail (the
+        -- API refuses empty text blocks): repair the ones older versions recorded.
+        UPDATE messages SET text = '(no reply)'
+            WHERE role = 'assistant' AND trim(text, ' ' || char(9, 10, 13)) = '';
+        UPDATE outbox SET text = '(no reply)' WHERE trim(text, ' ' || char(9, 10, 13)) = '';
+        """,
+    ),
+    (
         3,
         """
         -- Turns that personabot itself deleted (a platform deletion, /forget, retention by

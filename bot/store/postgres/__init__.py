@@ -42,12 +42,13 @@ from __future__ import annotations
 from bot.redact import redact_url
 from bot.store.postgres._core import is_postgres_url
 from bot.store.postgres._messages import MessagesPart
+from bot.store.postgres._people import PeoplePart
 from bot.store.postgres._queue import QueuePart
 from bot.store.postgres._retention import RetentionPart
 from bot.store.postgres._sessions import SessionsPart
 
 
-class PostgresStore(SessionsPart, MessagesPart, QueuePart, RetentionPart):
+class PostgresStore(SessionsPart, MessagesPart, QueuePart, RetentionPart, PeoplePart):
     """The BaseStore contract on PostgreSQL; each part holds one concern."""
 
 

@@ -93,8 +93,8 @@ class MessagesPart(PostgresCore):
                 "last_user_turn = next_turn WHERE id = $2 RETURNING next_turn - 1 AS turn), "
                 "m AS (INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
                 "display_name, text, platform_message_id, is_private, version, pending, "
-                "created_at) SELECT $1, $2, t.turn, 'user', $4::text, $5::text, $6::text, "
-                "$7::text, $8::boolean, v.version, $9::boolean, $3 "
+                "addressed, created_at) SELECT $1, $2, t.turn, 'user', $4::text, $5::text, "
+                "$6::text, $7::text, $8::boolean, v.version, $9::boolean, $9::boolean, $3 "
                 "FROM v, t RETURNING id, version), "
                 # Arm or extend the timer (only for a message that asks for a reply).
                 "a AS (INSERT INTO timers (conversation_id, due_at, first_pending_at, "
@@ -308,12 +308,25 @@ class MessagesPart(PostgresCore):
         now: float,
         *,
         expected_last_turn: int | None,
+        authors: Sequence[str] = (),
+        sources: Sequence[int] = (),
     ) -> bool:
-        """CAS on the covered range, one statement: two summarisers never overwrite each other."""
+        """CAS on the covered range and the folded messages: two summarisers never overwrite
+        each other, and a summary of messages deleted meanwhile (/forget) is refused."""
         async with self._tx() as db:
             found = await self._session_row(db, session)
             if found is None:
                 raise StoreError(f"unknown session {session}")
+            # The session row lock orders this against erase_user_messages, which takes it
+            # before deleting: the check below then sees whether the sources survived.
+            await db.execute("SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE", found[0])
+            wanted = sorted(set(sources))
+            if wanted:
+                present = await db.fetchval(
+                    "SELECT COUNT(*) FROM messages WHERE id = ANY($1::bigint[])", wanted
+                )
+                if int(present) != len(wanted):
+                    return False
             args = (found[0], body, first_turn, last_turn, now)
             if expected_last_turn is None:
                 saved = await db.fetchval(
@@ -329,6 +342,13 @@ class MessagesPart(PostgresCore):
                     "RETURNING session_id",
                     *args,
                     expected_last_turn,
+                )
+            if saved is not None and authors:
+                await db.execute(
+                    "INSERT INTO summary_authors (session_id, author_id) "
+                    "SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING",
+                    found[0],
+                    sorted(set(authors)),
                 )
         return saved is not None
 

@@ -117,7 +117,14 @@ class RetentionPart(PostgresCore):
                 "SELECT MIN(turn), MAX(turn), COUNT(*) FROM messages WHERE session_id = $1", sid
             )
             assert bounds is not None
-            for table in ("messages", "session_state", "summaries", "outbox", "tombstones"):
+            for table in (
+                "messages",
+                "session_state",
+                "summaries",
+                "summary_authors",
+                "outbox",
+                "tombstones",
+            ):
                 await db.execute(f"DELETE FROM {table} WHERE session_id = $1", sid)
             await db.execute("UPDATE sessions SET status = 'expired' WHERE id = $1", sid)
             count = int(bounds[2])

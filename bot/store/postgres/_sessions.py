@@ -153,18 +153,50 @@ class SessionsPart(PostgresCore):
             )
         return NOT_SET if value is None else str(value)
 
-    async def set_user_memory(self, user: UserKey, record: str, now: float) -> None:
-        """Replace a user's memory record."""
-        async with self._tx() as db:
-            await db.execute(
-                "INSERT INTO user_memory (platform, user_id, record, updated_at) "
-                "VALUES ($1, $2, $3, $4) ON CONFLICT (platform, user_id) "
-                "DO UPDATE SET record = EXCLUDED.record, updated_at = EXCLUDED.updated_at",
+    async def read_user_memory(self, user: UserKey) -> tuple[str | None, int]:
+        """A user's memory record and its version, read together."""
+        async with self._conn() as db:
+            row = await db.fetchrow(
+                "SELECT record, version FROM user_memory WHERE platform = $1 AND user_id = $2",
                 user.platform,
                 user.user_id,
-                record,
-                now,
             )
+        return (None, 0) if row is None else (str(row[0]), int(row[1]))
+
+    async def set_user_memory(
+        self, user: UserKey, record: str, now: float, *, expected_version: int | None = None
+    ) -> bool:
+        """Replace a user's memory record (compare-and-swap with ``expected_version``).
+
+        One statement each: the UPDATE's row lock makes the version check and the write
+        atomic across processes; a racing first INSERT loses on the primary key.
+        """
+        args = (user.platform, user.user_id, record, now)
+        async with self._tx() as db:
+            if expected_version is None:
+                await db.execute(
+                    "INSERT INTO user_memory (platform, user_id, record, updated_at, version) "
+                    "VALUES ($1, $2, $3, $4, 1) ON CONFLICT (platform, user_id) "
+                    "DO UPDATE SET record = EXCLUDED.record, updated_at = EXCLUDED.updated_at, "
+                    "version = user_memory.version + 1",
+                    *args,
+                )
+                return True
+            if expected_version == 0:
+                won = await db.fetchval(
+                    "INSERT INTO user_memory (platform, user_id, record, updated_at, version) "
+                    "VALUES ($1, $2, $3, $4, 1) ON CONFLICT (platform, user_id) DO NOTHING "
+                    "RETURNING version",
+                    *args,
+                )
+            else:
+                won = await db.fetchval(
+                    "UPDATE user_memory SET record = $3, updated_at = $4, version = version + 1 "
+                    "WHERE platform = $1 AND user_id = $2 AND version = $5 RETURNING version",
+                    *args,
+                    expected_version,
+                )
+        return won is not None
 
     async def delete_user_memory(self, user: UserKey) -> bool:
         """Erase a user's memory."""

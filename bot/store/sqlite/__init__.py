@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from bot.store.sqlite._core import sqlite_path
 from bot.store.sqlite._messages import MessagesPart
+from bot.store.sqlite._people import PeoplePart
 from bot.store.sqlite._queue import QueuePart
 from bot.store.sqlite._retention import RetentionPart
 from bot.store.sqlite._sessions import SessionsPart
 
 
-class SQLiteStore(SessionsPart, MessagesPart, QueuePart, RetentionPart):
+class SQLiteStore(SessionsPart, MessagesPart, QueuePart, RetentionPart, PeoplePart):
     """The BaseStore contract on one SQLite file; each part holds one concern."""
 
 

@@ -82,7 +82,7 @@ class MessagesPart(SQLiteCore):
             cur = await db.execute(
                 "INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
                 "display_name, text, platform_message_id, is_private, version, pending, "
-                "created_at) VALUES (?, ?, ?, 'user', ?, ?, ?, ?, ?, ?, ?, ?)",
+                "addressed, created_at) VALUES (?, ?, ?, 'user', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     conv_id,
                     sid,
@@ -94,6 +94,7 @@ class MessagesPart(SQLiteCore):
                     int(inbound.is_private),
                     version,
                     int(inbound.triggers_reply),
+                    int(inbound.triggers_reply),  # addressed: memory may learn from it
                     now,
                 ),
             )
@@ -298,8 +299,11 @@ class MessagesPart(SQLiteCore):
         now: float,
         *,
         expected_last_turn: int | None,
+        authors: Sequence[str] = (),
+        sources: Sequence[int] = (),
     ) -> bool:
-        """CAS on the covered range: two summarisers never overwrite each other's work."""
+        """CAS on the covered range and the folded messages: two summarisers never overwrite
+        each other's work, and a summary of messages deleted meanwhile (/forget) is refused."""
         async with self._tx() as db:
             found = await self._session_row(db, session)
             if found is None:
@@ -309,6 +313,21 @@ class MessagesPart(SQLiteCore):
             )
             if (None if current is None else int(current)) != expected_last_turn:
                 return False
+            wanted = sorted(set(sources))
+            for start in range(0, len(wanted), 500):
+                part = wanted[start : start + 500]
+                present = await self._scalar(
+                    db,
+                    f"SELECT COUNT(*) FROM messages WHERE id IN ({','.join('?' * len(part))})",
+                    part,
+                )
+                if int(present) != len(part):
+                    return False
+            await db.executemany(
+                "INSERT INTO summary_authors (session_id, author_id) VALUES (?, ?) "
+                "ON CONFLICT DO NOTHING",
+                [(found[0], a) for a in sorted(set(authors))],
+            )
             await db.execute(
                 "INSERT INTO summaries (session_id, body, first_turn, last_turn, updated_at) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "

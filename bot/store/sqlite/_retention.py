@@ -117,7 +117,14 @@ class RetentionPart(SQLiteCore):
                 "SELECT MIN(turn), MAX(turn), COUNT(*) FROM messages WHERE session_id = ?",
                 (sid,),
             )
-            for table in ("messages", "session_state", "summaries", "outbox", "tombstones"):
+            for table in (
+                "messages",
+                "session_state",
+                "summaries",
+                "summary_authors",
+                "outbox",
+                "tombstones",
+            ):
                 await db.execute(f"DELETE FROM {table} WHERE session_id = ?", (sid,))
             await db.execute("UPDATE sessions SET status = 'expired' WHERE id = ?", (sid,))
             count = int(bounds[2])

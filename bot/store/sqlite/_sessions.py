@@ -163,15 +163,38 @@ class SessionsPart(SQLiteCore):
             )
         return NOT_SET if value is None else str(value)
 
-    async def set_user_memory(self, user: UserKey, record: str, now: float) -> None:
-        """Replace a user's memory record."""
-        async with self._tx() as db:
-            await db.execute(
-                "INSERT INTO user_memory (platform, user_id, record, updated_at) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (platform, user_id) "
-                "DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at",
-                (user.platform, user.user_id, record, now),
+    async def read_user_memory(self, user: UserKey) -> tuple[str | None, int]:
+        """A user's memory record and its version."""
+        async with self._read() as db:
+            row = await self._row(
+                db,
+                "SELECT record, version FROM user_memory WHERE platform = ? AND user_id = ?",
+                (user.platform, user.user_id),
             )
+        return (None, 0) if row is None else (str(row[0]), int(row[1]))
+
+    async def set_user_memory(
+        self, user: UserKey, record: str, now: float, *, expected_version: int | None = None
+    ) -> bool:
+        """Replace a user's memory record (compare-and-swap with ``expected_version``)."""
+        args = (user.platform, user.user_id)
+        async with self._tx() as db:
+            # BEGIN IMMEDIATE holds the write lock: the read and the write below are one step
+            # for every process on the file.
+            if expected_version is not None:
+                current = await self._scalar(
+                    db, "SELECT version FROM user_memory WHERE platform = ? AND user_id = ?", args
+                )
+                if int(current or 0) != expected_version:
+                    return False
+            await db.execute(
+                "INSERT INTO user_memory (platform, user_id, record, updated_at, version) "
+                "VALUES (?, ?, ?, ?, 1) ON CONFLICT (platform, user_id) "
+                "DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at, "
+                "version = user_memory.version + 1",
+                (*args, record, now),
+            )
+            return True
 
     async def delete_user_memory(self, user: UserKey) -> bool:
         """Erase a user's memory."""

@@ -1,0 +1,135 @@
+"""PostgreSQL: one person's rows across every chat, for /forget (erase) and /export (gather)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bot.events import Erasure, UserData, UserKey
+from bot.store import cols
+from bot.store.postgres._core import PostgresCore, _rowcount
+
+if TYPE_CHECKING:
+    from bot.store.postgres._core import Conn
+
+# The person's user messages on the platform (every bot, chat and session): $1 platform, $2 id.
+_MINE = (
+    "SELECT m.id FROM messages m JOIN conversations c ON c.id = m.conversation_id "
+    "WHERE c.platform = $1 AND m.author_id = $2 AND m.role = 'user'"
+)
+_REPLIES = (
+    f"SELECT DISTINCT answered_by FROM messages WHERE id IN ({_MINE}) AND answered_by IS NOT NULL"
+)
+# A reply is "only theirs" when no message of anyone else was answered by it.
+_ONLY = (
+    f"SELECT r.id FROM messages r WHERE r.id IN ({_REPLIES}) AND NOT EXISTS "
+    "(SELECT 1 FROM messages o WHERE o.answered_by = r.id AND o.author_id <> $2)"
+)
+_SUMMARIES = (
+    "SELECT sa.session_id FROM summary_authors sa JOIN sessions s ON s.id = sa.session_id "
+    "JOIN conversations c ON c.id = s.conversation_id "
+    "WHERE c.platform = $1 AND sa.author_id = $2"
+)
+_KEYED_MESSAGE = (
+    f"SELECT c.bot, c.platform, c.chat_id, c.thread_id, {cols.MSG_COLS} FROM messages m "
+    "JOIN sessions s ON s.id = m.session_id JOIN conversations c ON c.id = m.conversation_id "
+)
+
+
+class PeoplePart(PostgresCore):
+    """A person's rows across conversations: erasure and export."""
+
+    async def erase_user_messages(self, user: UserKey) -> Erasure:
+        """Delete their messages, replies only to them, outbox rows and summaries: one step."""
+        who = (user.platform, user.user_id)
+        async with self._tx() as db:
+            # Lock every session that holds their messages or a summary of them, in id order
+            # (no deadlock between two erasures): a summary save (which takes the same lock)
+            # either committed before, and is dropped below, or runs after and finds its
+            # sources gone.
+            await db.execute(
+                "SELECT id FROM sessions WHERE id IN (SELECT session_id FROM messages "
+                f"WHERE id IN ({_MINE}) UNION {_SUMMARIES}) ORDER BY id FOR UPDATE",
+                *who,
+            )
+            mine = await _ids(db, _MINE + " AND NOT m.pending", who)
+            pending = len(await _ids(db, _MINE + " AND m.pending", who))
+            replies = set(await _ids(db, _REPLIES, who))
+            only = await _ids(db, _ONLY, who)
+            shared = sorted(replies - set(only))
+            sessions = set(await _ids(db, _SUMMARIES, who))
+            # Sessions whose summary covers one of their messages, author list or not.
+            sessions |= set(
+                await _ids(
+                    db,
+                    "SELECT DISTINCT su.session_id FROM summaries su JOIN messages m "
+                    f"ON m.session_id = su.session_id WHERE m.id IN ({_MINE}) "
+                    "AND m.turn <= su.last_turn",
+                    who,
+                )
+            )
+            drop = sorted(sessions)
+            outbox = _rowcount(
+                await db.execute(
+                    "DELETE FROM outbox WHERE reply_message_id = ANY($1::bigint[]) "
+                    "OR (reply_message_id = ANY($2::bigint[]) AND status <> 'pending')",
+                    only,
+                    shared,
+                )
+            )
+            removed_replies = await _delete(db, "messages", "id", only)
+            summaries = await _delete(db, "summaries", "session_id", drop)
+            await _delete(db, "summary_authors", "session_id", drop)
+            messages = await _delete(db, "messages", "id", mine)
+        return Erasure(
+            messages=messages,
+            replies=removed_replies,
+            outbox=outbox,
+            summaries=summaries,
+            shared_replies=len(shared),
+            pending=pending,
+        )
+
+    async def user_data(self, user: UserKey) -> UserData:
+        """Everything stored about them, read from one snapshot."""
+        who = (user.platform, user.user_id)
+        async with self._snapshot() as db:
+            record = await db.fetchval(
+                "SELECT record FROM user_memory WHERE platform = $1 AND user_id = $2", *who
+            )
+            own = await db.fetch(_KEYED_MESSAGE + f"WHERE m.id IN ({_MINE}) ORDER BY m.id", *who)
+            replies = await db.fetch(
+                _KEYED_MESSAGE + f"WHERE m.id IN ({_REPLIES}) ORDER BY m.id", *who
+            )
+            summaries = await db.fetch(
+                "SELECT c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, su.body, "
+                "su.first_turn, su.last_turn, su.updated_at FROM summaries su "
+                "JOIN sessions s ON s.id = su.session_id "
+                "JOIN conversations c ON c.id = s.conversation_id "
+                f"WHERE su.session_id IN ({_SUMMARIES}) ORDER BY su.session_id",
+                *who,
+            )
+            outbox = await db.fetch(
+                "SELECT o.id, c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, "
+                "o.reply_message_id, o.text, o.status, o.created_at, o.finished_at "
+                "FROM outbox o JOIN sessions s ON s.id = o.session_id "
+                "JOIN conversations c ON c.id = o.conversation_id "
+                f"WHERE o.reply_message_id IN ({_REPLIES}) ORDER BY o.id",
+                *who,
+            )
+            usage = await db.fetch(
+                "SELECT bot, at FROM turn_usage WHERE platform = $1 AND user_id = $2 ORDER BY at",
+                *who,
+            )
+        return cols.user_data(user, record, own, replies, summaries, outbox, usage)
+
+
+async def _ids(db: Conn, sql: str, who: tuple[str, str]) -> list[int]:
+    return [int(r[0]) for r in await db.fetch(sql, *who)]
+
+
+async def _delete(db: Conn, table: str, column: str, ids: list[int]) -> int:
+    if not ids:
+        return 0
+    return _rowcount(
+        await db.execute(f"DELETE FROM {table} WHERE {column} = ANY($1::bigint[])", ids)
+    )

@@ -1,0 +1,142 @@
+"""What /forget removed and kept (its answer), and the /export document: pure functions.
+
+docs/privacy.md describes the same facts for operators and users; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from bot.events import Erasure, SessionKey, StoredMessage, UserData
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetReport:
+    """The outcome of /forget: memory items erased and, when enabled, rows deleted."""
+
+    items: int
+    erasure: Erasure | None  # None: messages were kept (forget_deletes_messages is off)
+
+    def describe(self) -> str:
+        """The answer to /forget: exactly what was removed, what is kept, and why."""
+        facts = _count(self.items, "thing", "things")
+        lines = [
+            f"Done: I erased what I remembered about you ({facts}), and I will never learn "
+            "anything from what you said before now."
+        ]
+        kept = []
+        e = self.erasure
+        if e is None:
+            kept.append(
+                "your messages in our chats, and the conversation summaries that include "
+                "them, stay as conversation history until the retention policy deletes them "
+                "(this bot is set to keep them on /forget)"
+            )
+        else:
+            lines.append(
+                "In every chat with me on this platform I deleted "
+                f"{_count(e.messages, 'of your messages', 'of your messages')}, "
+                f"{_count(e.replies, 'reply of mine', 'replies of mine')} that answered only "
+                f"you, {_count(e.outbox, 'delivery record', 'delivery records')} of replies, "
+                f"and {_count(e.summaries, 'conversation summary', 'conversation summaries')} "
+                "that included you (what is left of those conversations is summarised again "
+                "when needed)."
+            )
+            if e.shared_replies:
+                kept.append(
+                    f"{_count(e.shared_replies, 'reply of mine', 'replies of mine')} that also "
+                    "answered other people (they are part of their conversation too)"
+                )
+            if e.pending:
+                kept.append(
+                    f"{_count(e.pending, 'message', 'messages')} of yours still waiting for my "
+                    "answer"
+                )
+        kept.append(
+            "the times of your turns with me, without any text, for the usage limits, and the "
+            "time of this request, so that earlier messages are never learned from"
+        )
+        lines.append("Kept: " + "; ".join(kept) + ".")
+        return " ".join(lines)
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _where(session: SessionKey) -> dict[str, Any]:
+    c = session.conversation
+    return {
+        "bot": c.bot,
+        "platform": c.platform,
+        "chat_id": c.chat_id,
+        "thread_id": c.thread_id,
+        "session": session.session_id,
+    }
+
+
+def _message(m: StoredMessage) -> dict[str, Any]:
+    return {
+        **_where(m.session),
+        "id": m.id,
+        "turn": m.turn,
+        "at": m.created_at,
+        "display_name": m.display_name,
+        "text": m.text,
+        "private_chat": m.is_private,
+        "addressed_to_the_bot": m.addressed,
+    }
+
+
+def _json_or_text(body: str | None) -> Any:
+    if body is None:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body  # an unreadable stored body is exported as it is
+
+
+def export_document(data: UserData, now: float) -> dict[str, Any]:
+    """The JSON-able /export document of everything in ``data``."""
+    return {
+        "user": {"platform": data.user.platform, "id": data.user.user_id},
+        "exported_at": now,
+        "memory": _json_or_text(data.memory),
+        "messages": [_message(m) for m in data.messages],
+        "replies_to_you": [
+            {k: v for k, v in _message(m).items() if k != "addressed_to_the_bot"}
+            for m in data.replies
+        ],
+        "summaries": [
+            {
+                **_where(s.session),
+                "first_turn": s.first_turn,
+                "last_turn": s.last_turn,
+                "updated_at": s.updated_at,
+                "summary": _json_or_text(s.body),
+            }
+            for s in data.summaries
+        ],
+        "outbox": [
+            {
+                **_where(o.session),
+                "id": o.id,
+                "reply_id": o.reply_message_id,
+                "status": o.status,
+                "created_at": o.created_at,
+                "finished_at": o.finished_at,
+                "text": o.text,
+            }
+            for o in data.outbox
+        ],
+        "usage": [{"bot": bot, "at": at} for bot, at in data.usage],
+        "notes": [
+            "Covers every chat and bot of this platform.",
+            "Summaries are of whole conversations you took part in; they may mention others.",
+            "The retention log (counts of deleted messages, no text) is not about one person "
+            "and is not included.",
+        ],
+    }
