@@ -29,7 +29,8 @@ Behaviour of ``POST /v1/messages``:
   :meth:`reply_next`); with an empty queue the default reply is sent: one text block with
   :attr:`reply_text` (or, when that is None, an echo of the last user message's text),
   ``stop_reason`` :attr:`stop_reason`, and :attr:`usage`.
-* :attr:`latency` seconds (``asyncio.sleep``) are waited before every answer.
+* :attr:`latency` seconds (``asyncio.sleep``) are waited before every answer; while
+  :attr:`hold` is an unset ``asyncio.Event``, answers also wait for it (a held model call).
 
 Errors use Anthropic's error shape: ``{"type": "error", "error": {"type": ..., "message": ...}}``
 plus a ``request-id`` header. Any other path answers ``404 not_found_error``.
@@ -202,6 +203,7 @@ class FakeMessagesAPI:
         )
         self.stop_reason = "end_turn"
         self.latency = latency
+        self.hold: asyncio.Event | None = None
         self.require_api_key = True
         self.reject_sampling_params = True
         self.requests: list[RecordedRequest] = []
@@ -349,6 +351,8 @@ class FakeMessagesAPI:
         recorded = await self._record(request)
         if self.latency > 0:
             await asyncio.sleep(self.latency)
+        if self.hold is not None:
+            await self.hold.wait()
         if self.require_api_key and recorded.api_key is None:
             return self._error(CannedError(401, "authentication_error", "invalid x-api-key"))
         if "model" not in recorded.body or "messages" not in recorded.body:
