@@ -177,7 +177,7 @@ class Memory:
         history = await self._store.history(
             turn.session, policy.budget.window_messages * 2, after_turn=after
         )
-        participants = await self._participants(turn, policy)
+        participants = await self._participants(turn)
         return assemble(
             pin,
             turn,
@@ -215,18 +215,27 @@ class Memory:
         # (extractions re-read the messages), so only the oldest sources could be left.
         log.warning("memory of user %s busy; deleted message sources may be kept", user.user_id)
 
-    async def _participants(self, turn: Turn, policy: MemoryPolicy) -> list[Participant]:
+    async def visible_memory(
+        self, user: UserKey, conversation: ConversationKey, *, private_chat: bool
+    ) -> UserMemory:
+        """The part of a user's record that may be shown in this chat (prompts, /memory),
+        under the bot's policy: see ``UserMemory.visible``."""
+        policy = self._policy_for(conversation.bot)
+        record = await self.user_memory(user)
+        return record.visible(
+            chat=None if private_chat else conversation.chat_id,
+            private_in_groups=policy.private_memory_in_groups,
+            across_groups=policy.share_across_groups,
+        )
+
+    async def _participants(self, turn: Turn) -> list[Participant]:
         private = all(m.is_private for m in turn.messages)
-        chat = None if private else turn.session.conversation.chat_id
-        platform = turn.session.conversation.platform
+        conversation = turn.session.conversation
         people: list[Participant] = []
         for author in turn.authors:
             name = next(m.display_name for m in turn.messages if m.author_id == author)
-            record = await self.user_memory(UserKey(platform, author))
-            visible = record.visible(
-                chat=chat,
-                private_in_groups=policy.private_memory_in_groups,
-                across_groups=policy.share_across_groups,
+            visible = await self.visible_memory(
+                UserKey(conversation.platform, author), conversation, private_chat=private
             )
             people.append(Participant(author, name, visible if visible.items else None))
         return people
