@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from bot.clock import ManualClock
 from bot.events import ConversationKey, Inbound, SessionKey, UserKey
 from bot.llm.base import ModelRequest
 from bot.llm.offline import OfflineLLM
 from bot.store.base import BaseStore
 from memory.assemble import Budget
-from memory.records import UserMemory
+from memory.records import MemoryItem, UserMemory
 from memory.service import MemoryPolicy
 from tests.fakes.llm import GatedLLM
 from tests.harness import Harness, harness, settle
@@ -356,3 +359,40 @@ async def test_erasure_reaches_other_bots_and_closed_sessions(
         for n in (1, 2):
             texts = [m.text for m in await store.messages(SessionKey(DM, n))]
             assert not any("secret" in t for t in texts)
+
+
+_scopes = st.one_of(st.none(), st.sampled_from(["-100", "-200", "-300"]))
+_items = st.lists(
+    st.builds(
+        MemoryItem,
+        section=st.just("semantic"),
+        field=st.sampled_from(["pet", "job", "city"]),
+        value=st.text(min_size=1, max_size=5),
+        private=st.booleans(),
+        scope=_scopes,
+    ),
+    max_size=6,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    items=_items,
+    chat=_scopes,
+    private_in_groups=st.booleans(),
+    across_groups=st.booleans(),
+)
+def test_a_fact_is_shown_only_in_its_scope(
+    items: list[MemoryItem], chat: str | None, private_in_groups: bool, across_groups: bool
+) -> None:
+    record = UserMemory.from_json(UserMemory(items=tuple(items)).to_json())
+    shown = record.visible(
+        chat=chat, private_in_groups=private_in_groups, across_groups=across_groups
+    ).items
+    for item in shown:
+        if item.private or item.scope is None:  # said in private
+            assert chat is None or private_in_groups
+        elif not across_groups:
+            assert item.scope == chat  # a group's fact, in that group only
+    if chat is None and not across_groups:
+        assert all(i.private or i.scope is None for i in shown)
