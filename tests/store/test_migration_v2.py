@@ -82,7 +82,7 @@ async def v1_store(backend: Backend, tmp_path: Path) -> AsyncIterator[BaseStore]
 async def test_version_1_data_gets_versions_addressed_flags_and_summary_authors(
     v1_store: BaseStore,
 ) -> None:
-    assert await v1_store.schema_version() == 2
+    assert await v1_store.schema_version() == sqlite_migrations.MIGRATIONS[-1][0]
     assert await v1_store.read_user_memory(ADA) == ('{"items": []}', 1)
     flags = {m.text: m.addressed for m in await v1_store.messages(SessionKey(GROUP, 1))}
     # Bo's unanswered, not pending group message was context only: never learned from.
