@@ -325,6 +325,8 @@ class UserData:
     summaries: tuple[StoredSummary, ...]  # summaries that folded in their messages
     outbox: tuple[StoredOutbox, ...]  # outbox rows of those replies
     usage: tuple[tuple[str, float], ...]  # (bot, at) of each model turn counted for them
+    # (at, bot, purpose, model, input, output, cache write, cache read) charged to them
+    charges: tuple[tuple[float, str, str, str, int, int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

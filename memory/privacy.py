@@ -55,8 +55,9 @@ class ForgetReport:
                     "answer"
                 )
         kept.append(
-            "the times of your turns with me, without any text, for the usage limits, and the "
-            "time of this request, so that earlier messages are never learned from"
+            "the times and token counts of the model calls made for you, without any text, "
+            "for the usage limits, and the time of this request, so that earlier messages are "
+            "never learned from"
         )
         lines.append("Kept: " + "; ".join(kept) + ".")
         return " ".join(lines)
@@ -133,6 +134,25 @@ def export_document(data: UserData, now: float) -> dict[str, Any]:
             for o in data.outbox
         ],
         "usage": [{"bot": bot, "at": at} for bot, at in data.usage],
+        "model_usage": [
+            dict(
+                zip(
+                    (
+                        "at",
+                        "bot",
+                        "purpose",
+                        "model",
+                        "input_tokens",
+                        "output_tokens",
+                        "cache_write_tokens",
+                        "cache_read_tokens",
+                    ),
+                    row,
+                    strict=True,
+                )
+            )
+            for row in data.charges
+        ],
         "notes": [
             "Covers every chat and bot of this platform.",
             "Summaries are of whole conversations you took part in; they may mention others.",

@@ -174,6 +174,7 @@ def user_data(
     summaries: Sequence[Any],
     outbox: Sequence[Any],
     usage: Sequence[Any],
+    charges: Sequence[Any] = (),
 ) -> UserData:
     """UserData from the rows of ``user_data`` (the same columns on both backends)."""
 
@@ -207,4 +208,17 @@ def user_data(
             for r in outbox
         ),
         usage=tuple((str(r[0]), float(r[1])) for r in usage),
+        charges=tuple(
+            (
+                float(r[0]),
+                str(r[1]),
+                str(r[2]),
+                str(r[3] or ""),
+                int(r[4]),
+                int(r[5]),
+                int(r[6]),
+                int(r[7]),
+            )
+            for r in charges
+        ),
     )

@@ -337,6 +337,7 @@ async def test_export_all_covers_every_chat_and_kind_of_row(
     assert [s["chat_id"] for s in doc["summaries"]] == ["-100"]
     assert "porridge" in _everything(doc["summaries"])
     assert [u["bot"] for u in doc["usage"]] == ["default"]
+    assert {c["purpose"] for c in doc["model_usage"]} >= {"reply"}  # charged to Ada
     assert [i["value"] for i in doc["memory"]["items"]] == ["nurse"]
     assert "I like trains" not in _everything(doc["messages"])  # only Ada's own messages
     assert (await store.user_data(BO)).messages[0].text == "I like trains"

@@ -120,7 +120,13 @@ class PeoplePart(PostgresCore):
                 "SELECT bot, at FROM turn_usage WHERE platform = $1 AND user_id = $2 ORDER BY at",
                 *who,
             )
-        return cols.user_data(user, record, own, replies, summaries, outbox, usage)
+            charges = await db.fetch(
+                "SELECT at, bot, purpose, model, input_tokens, output_tokens, "
+                "cache_write_tokens, cache_read_tokens FROM model_usage "
+                "WHERE platform = $1 AND user_id = $2 ORDER BY at",
+                *who,
+            )
+        return cols.user_data(user, record, own, replies, summaries, outbox, usage, charges)
 
 
 async def _ids(db: Conn, sql: str, who: tuple[str, str]) -> list[int]:

@@ -116,9 +116,16 @@ class PeoplePart(SQLiteCore):
                     "AND user_id = :user ORDER BY at",
                     who,
                 )
+                charges = await _all(
+                    db,
+                    "SELECT at, bot, purpose, model, input_tokens, output_tokens, "
+                    "cache_write_tokens, cache_read_tokens FROM model_usage "
+                    "WHERE platform = :platform AND user_id = :user ORDER BY at",
+                    who,
+                )
             finally:
                 await db.execute("COMMIT")
-        return cols.user_data(user, record, own, replies, summaries, outbox, usage)
+        return cols.user_data(user, record, own, replies, summaries, outbox, usage, charges)
 
 
 async def _ids(db: aiosqlite.Connection, sql: str, args: dict[str, str]) -> list[int]:
