@@ -54,9 +54,10 @@ async def export_document(memory: Memory, user: UserKey, conversation: Conversat
 
 def visible_here(record: UserMemory, inbound: Inbound, *, private_in_groups: bool) -> UserMemory:
     """What of a record may appear in this chat's prompt (the one place /memory asks)."""
-    return record.visible(
-        private_chat=inbound.is_private, allow_private_in_groups=private_in_groups
-    )
+    if inbound.is_private:
+        return record  # only the person is there: everything kept about them
+    # A group: its own facts, private ones only when allowed (never other groups' facts).
+    return record.visible(chat=inbound.conversation.chat_id, private_in_groups=private_in_groups)
 
 
 @dataclass(frozen=True, slots=True)

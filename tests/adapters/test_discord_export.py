@@ -80,7 +80,9 @@ async def test_memory_in_a_guild_hides_what_was_said_privately(tmp_path: Path) -
         async with with_runtime(fake, tmp_path) as bot:
             record = UserMemory(
                 items=(
-                    MemoryItem("semantic", "occupation", "nurse", private=False),
+                    MemoryItem(
+                        "semantic", "occupation", "nurse", private=False, scope=str(guild.general)
+                    ),
                     MemoryItem("emotional", "fear", "spiders", private=True),
                 )
             )

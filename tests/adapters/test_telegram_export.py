@@ -77,7 +77,7 @@ async def test_memory_in_a_group_hides_what_was_said_privately(
     async with running(tmp_path, api) as rig:
         record = UserMemory(
             items=(
-                MemoryItem("semantic", "occupation", "nurse", private=False),
+                MemoryItem("semantic", "occupation", "nurse", private=False, scope=str(GROUP.id)),
                 MemoryItem("emotional", "fear", "spiders", private=True),
             )
         )
