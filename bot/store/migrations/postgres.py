@@ -198,47 +198,6 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
         """,
     ),
     (
-        4,
-        """
-        -- Why a user message was handled without a reply of its own (NULL: answered, or
-        -- pending): 'limited', 'rejected: <reason>', 'session closed by /new', ...
-        ALTER TABLE messages ADD COLUMN closed_reason TEXT;
-
-        -- Every model call's usage (replies and memory tasks), one row per person it is
-        -- charged to (user_id NULL: charged to the bot only). Limits and /stats read this.
-        CREATE TABLE model_usage (
-            id                  BIGSERIAL PRIMARY KEY,
-            at                  DOUBLE PRECISION NOT NULL,
-            bot                 TEXT NOT NULL,
-            platform            TEXT NOT NULL,
-            user_id             TEXT,
-            purpose             TEXT NOT NULL,
-            model               TEXT,
-            input_tokens        BIGINT NOT NULL DEFAULT 0,
-            output_tokens       BIGINT NOT NULL DEFAULT 0,
-            cache_write_tokens  BIGINT NOT NULL DEFAULT 0,
-            cache_read_tokens   BIGINT NOT NULL DEFAULT 0
-        );
-        CREATE INDEX model_usage_bot ON model_usage(bot, at);
-        CREATE INDEX model_usage_user ON model_usage(platform, user_id, at);
-
-        -- Replies recorded before this version kept their usage on the message row only.
-        INSERT INTO model_usage (at, bot, platform, user_id, purpose, model, input_tokens,
-            output_tokens, cache_write_tokens, cache_read_tokens)
-        SELECT m.created_at, c.bot, c.platform, NULL, 'reply', m.model,
-            COALESCE(m.input_tokens, 0), COALESCE(m.output_tokens, 0),
-            COALESCE(m.cache_write_tokens, 0), COALESCE(m.cache_read_tokens, 0)
-        FROM messages m JOIN conversations c ON c.id = m.conversation_id
-        WHERE m.role = 'assistant';
-
-        -- An empty assistant message makes every later request of its session fail (the
-        -- API refuses empty text blocks): repair the ones older versions recorded.
-        UPDATE messages SET text = '(no reply)'
-            WHERE role = 'assistant' AND btrim(text, E' \\t\\n\\r') = '';
-        UPDATE outbox SET text = '(no reply)' WHERE btrim(text, E' \\t\\n\\r') = '';
-        """,
-    ),
-    (
         3,
         """
         -- Turns that personabot itself deleted (a platform deletion, /forget, retention by
