@@ -346,7 +346,7 @@ async def test_deletions_personabot_makes_are_not_gaps(
         await h.router(
             Inbound(SUPPORT, "u1", "Client", "", platform_message_id="oops", kind="delete")
         )
-        await h.say(SUPPORT, "/forget")  # erases the asker's messages of closed sessions
+        await h.say(SUPPORT, "/forget")  # erases the asker's messages and replies only to them
         await h.say(SUPPORT, "still there?")
         await h.advance(2)
     assert "<gap_notice>" not in "\n".join(b.text for b in llm.requests[-1].system)
@@ -355,13 +355,14 @@ async def test_deletions_personabot_makes_are_not_gaps(
     old, new = SessionKey(SUPPORT, 1), SessionKey(SUPPORT, 2)
     assert await store.missing_turns(old) == [] and await store.missing_turns(new) == []
     assert [(t.first_turn, t.last_turn, t.reason) for t in await store.tombstones(new)] == [
-        (3, 3, "deleted on the platform")
+        (1, 2, "/forget"),
+        (3, 3, "deleted on the platform"),
     ]
     assert {t.reason for t in await store.tombstones(old)} == {"/forget"}
-    assert [m.role for m in await store.messages(old)] == ["assistant"] * 3
+    assert await store.messages(old) == []  # the replies answered only them: erased too
     # A tombstone explains its own turn only: a row another tool deletes is still a gap.
-    await delete_rows(stores, [2])
-    assert await store.missing_turns(new) == [(2, 2)]
+    await delete_rows(stores, [4])
+    assert await store.missing_turns(new) == [(4, 4)]
 
 
 async def test_message_mode_tombstones_what_it_deletes(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from bot.events import Erasure, UserData, UserKey
-from bot.store import cols
+from bot.store import cols, tombstones
 from bot.store.postgres._core import PostgresCore, _rowcount
 
 if TYPE_CHECKING:
@@ -68,6 +69,15 @@ class PeoplePart(PostgresCore):
                 )
             )
             drop = sorted(sessions)
+            # Tombstoned first: the gap check knows personabot removed these turns (/forget).
+            buried = await db.fetch(
+                f"SELECT session_id, turn FROM messages WHERE id IN ({_MINE} AND NOT m.pending) "
+                f"OR id IN ({_ONLY})",
+                *who,
+            )
+            await self._bury(
+                db, ((int(r[0]), int(r[1])) for r in buried), tombstones.FORGET, time.time()
+            )
             outbox = _rowcount(
                 await db.execute(
                     "DELETE FROM outbox WHERE reply_message_id = ANY($1::bigint[]) "

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import aiosqlite
 
 from bot.events import Erasure, UserData, UserKey
-from bot.store import cols
+from bot.store import cols, tombstones
 from bot.store.sqlite._core import SQLiteCore
 
 # The person's user messages on the platform (every bot, chat and session), by name.
@@ -61,6 +62,16 @@ class PeoplePart(SQLiteCore):
                         who,
                     )
                 )
+            )
+            # Tombstoned first: the gap check knows personabot removed these turns (/forget).
+            buried = await _all(
+                db,
+                f"SELECT session_id, turn FROM messages WHERE id IN ({_MINE} AND m.pending = 0) "
+                f"OR id IN ({_ONLY})",
+                who,
+            )
+            await self._bury(
+                db, ((int(r[0]), int(r[1])) for r in buried), tombstones.FORGET, time.time()
             )
             outbox = await _delete(db, "outbox", "reply_message_id", only)
             outbox += await _delete(db, "outbox", "reply_message_id", shared, "status != 'pending'")
