@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -48,8 +49,9 @@ GROUP_MEMORY_NOTE = (
 
 
 async def export_document(memory: Memory, user: UserKey, conversation: ConversationKey) -> str:
-    """Everything stored about a person, as JSON text (the one place that picks the export)."""
-    return await memory.export(user, conversation)
+    """Everything stored about a person on this platform (every chat and kind of row), as JSON
+    text; ``conversation`` is where it was asked, which does not narrow it."""
+    return json.dumps(await memory.export_all(user), ensure_ascii=False, indent=1)
 
 
 def visible_here(record: UserMemory, inbound: Inbound, *, private_in_groups: bool) -> UserMemory:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -511,23 +510,6 @@ class Memory:
     async def export_all(self, user: UserKey) -> dict[str, Any]:
         """Everything stored about the person on this platform, as a JSON-able document."""
         return export_document(await self._store.user_data(user), self._clock.now())
-
-    async def export(self, user: UserKey, conversation: ConversationKey) -> str:
-        """The user's stored data as JSON: memory and their messages in this conversation."""
-        record = await self.user_memory(user)
-        messages = []
-        for info in await self._store.list_sessions(conversation):
-            for m in await self._store.messages(info.key):
-                if m.role == "user" and m.author_id == user.user_id:
-                    messages.append(
-                        {"session": info.key.session_id, "turn": m.turn, "text": m.text}
-                    )
-        data = {
-            "user": {"platform": user.platform, "id": user.user_id},
-            "memory": json.loads(record.to_json()),
-            "messages_in_this_chat": messages,
-        }
-        return json.dumps(data, ensure_ascii=False, indent=1)
 
     # -- plumbing -------------------------------------------------------------------------------
 

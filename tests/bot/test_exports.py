@@ -61,7 +61,7 @@ async def test_export_is_one_file_that_never_holds_up_another_chat(
         data = _export(h)
         (sent,) = h.outlet.files()
         assert sent.conversation == DM
-        messages = data["messages_in_this_chat"]
+        messages = data["messages"]
         assert isinstance(messages, list) and len(messages) == 400
         assert messages[399]["text"].startswith("message number 399 ")
         assert h.outlet.texts(DM)[texts_before:] == [sent.text]  # the caption, nothing inline
@@ -188,5 +188,5 @@ async def test_console_export_writes_a_private_file_and_prints_its_path(tmp_path
     assert path.parent == tmp_path.resolve() and path.suffix == ".json"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600  # personal data: the owner's only
     data = json.loads(path.read_text())
-    assert [m["text"] for m in data["messages_in_this_chat"]] == ["my name is Ada"]
+    assert [m["text"] for m in data["messages"]] == ["my name is Ada"]
     assert "Mira: Your data export" in out

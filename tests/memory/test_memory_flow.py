@@ -181,4 +181,4 @@ async def test_export_sends_the_askers_data_only(store: BaseStore, clock: Manual
         assert "my name is" not in h.outlet.texts(GROUP)[-1]
     assert data["user"] == {"platform": "telegram", "id": "11"}
     assert [i["value"] for i in data["memory"]["items"]] == ["Ada"]
-    assert [m["text"] for m in data["messages_in_this_chat"]] == ["my name is Ada"]
+    assert [m["text"] for m in data["messages"]] == ["my name is Ada"]
