@@ -369,7 +369,7 @@ class TelegramAdapter(BaseAdapter):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _POLL_BACKOFF_MAX)
                 continue
-            delay = _POLL_BACKOFF_START
+            before = offset
             for raw in raws:
                 parsed = parse_update(raw, self._bot)
                 if parsed.update is not None:
@@ -379,6 +379,20 @@ class TelegramAdapter(BaseAdapter):
                     self._rejected(handler, parsed)
                 if parsed.update_id is not None:
                     offset = max(offset or 0, parsed.update_id + 1)
+            if not raws or offset != before:
+                delay = _POLL_BACKOFF_START
+                continue
+            # Nothing could be confirmed (every entry lacked a readable update id): the server
+            # hands the same entries out again, so wait instead of spinning on them.
+            log.warning(
+                "telegram bot %s: getUpdates returned %d entries without a readable update id; "
+                "retrying in %.0fs",
+                self.bot_key,
+                len(raws),
+                delay,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_BACKOFF_MAX)
 
     async def _feed_until_stored(self, dispatcher: Dispatcher, update: Update) -> None:
         """Handle one update; a store fault is retried with backoff until it clears.

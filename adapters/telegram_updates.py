@@ -52,10 +52,14 @@ _MAX_REPAIRS: Final = 5
 _SHOWN_ERRORS: Final = 3
 
 
-class GetRawUpdates(TelegramMethod[list[dict[str, Any]]]):
-    """``getUpdates`` whose result aiogram does not validate (each update is checked alone)."""
+class GetRawUpdates(TelegramMethod[list[Any]]):
+    """``getUpdates`` whose result aiogram does not validate (each update is checked alone).
 
-    __returning__ = list[dict[str, Any]]
+    Only the result's being a list is checked here: an entry that is no object at all (``null``,
+    a number) must fail alone in :func:`parse_update`, not fail the whole batch.
+    """
+
+    __returning__ = list[Any]
     __api_method__ = "getUpdates"
 
     offset: int | None = None
@@ -115,7 +119,8 @@ def parse_update(raw: Any, bot: Bot) -> ParsedUpdate:
             update.event_type  # noqa: B018 - raises for an update of no kind aiogram knows
         except UpdateTypeLookupError:
             return ParsedUpdate(uid, kind, None, tuple(dropped), ("no update kind aiogram knows",))
-        return ParsedUpdate(uid, kind, update, tuple(dropped), first_errors)
+        # The validated id (an id sent as "5" is 5): the offset must move past this update.
+        return ParsedUpdate(update.update_id, kind, update, tuple(dropped), first_errors)
     return ParsedUpdate(uid, kind, None, tuple(dropped), first_errors)
 
 

@@ -134,6 +134,48 @@ async def test_one_unreadable_update_in_a_batch_does_not_stop_polling(
     assert len(kept) == 1
 
 
+async def test_entries_that_are_no_update_at_all_do_not_stop_polling(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``getUpdates`` result holding ``null``, a number, a string or an update with a string
+    id between two messages: every entry is judged alone, both messages are answered."""
+    caplog.set_level(logging.WARNING, "personabot.telegram")
+    async with FakeTelegramAPI() as api:
+        api.add_bot(TOKEN, "mira_bot", "Mira")
+        async with running(tmp_path, api) as rig:
+            api.push_message(TOKEN, TgChat.private(ANN), ANN, "before the junk")
+            for entry in (None, 7, "junk"):
+                api.push_raw(TOKEN, entry)
+            api.push(TOKEN, {"update_id": "0", "poll": {"id": "1"}})  # id as a string
+            api.push_message(TOKEN, TgChat.private(BOB), BOB, "after the junk")
+            await api.wait_for(lambda: len(rig.replies()) == 2, what="both replies")
+            assert any("before the junk" in r for r in rig.replies(TgChat.private(ANN)))
+            assert any("after the junk" in r for r in rig.replies(TgChat.private(BOB)))
+            await api.wait_for(lambda: api.pending_updates(TOKEN) == 0, what="the offset")
+            for kind in ("NoneType", "int", "str"):
+                assert _rejected_count(rig, kind) == 1
+    assert "getUpdates failed" not in caplog.text
+
+
+async def test_an_entry_without_a_readable_id_is_not_read_in_a_busy_loop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing confirms an entry without an update id: when the server keeps handing it out,
+    the bot waits between polls (logged), and the next message is still answered."""
+    caplog.set_level(logging.WARNING, "personabot.telegram")
+    async with FakeTelegramAPI() as api:
+        api.add_bot(TOKEN, "mira_bot", "Mira")
+        async with running(tmp_path, api) as rig:
+            api.push_raw(TOKEN, {"update_id": None, "message": {"text": "no id"}})
+            await eventually(
+                lambda: _async("without a readable update id" in caplog.text), what="the wait"
+            )
+            await asyncio.sleep(1.5)
+            assert len(api.calls_of("getUpdates")) < 10  # backoff, not thousands of polls
+            api.push_message(TOKEN, TgChat.private(ANN), ANN, "still there?")
+            await api.wait_for(rig.replies, within=15, what="the reply")
+
+
 # ------------------------------------------------------------------------------- webhook
 
 

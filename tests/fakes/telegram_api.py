@@ -465,6 +465,15 @@ class FakeTelegramAPI:
         self.push(token, update)
         return update
 
+    def push_raw(self, token: str, entry: Any) -> int:
+        """Queue any JSON value as one entry of ``getUpdates`` (as a broken server or proxy
+        might send it); it takes the next update id's place, so a later update's offset
+        confirms it. Return that id."""
+        update_id = next(self._update_ids)
+        self._accounts[token].updates.append(_Update(update_id, entry))
+        self._notify()
+        return update_id
+
     def redeliver(self, token: str, update: Mapping[str, Any]) -> None:
         """Queue an already delivered update again (same update id), delivered once."""
         payload = dict(update)
