@@ -768,3 +768,45 @@ async def test_a_message_that_cannot_be_stored_is_retried_until_it_is(
             await bot.quiet()
     (reply,) = [m["content"] for m in fake.bot_messages(dm)]
     assert "do not lose me" in reply
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        pytest.param([1, 2], id="not-an-object"),
+        pytest.param("hello", id="a-string"),
+        pytest.param({"op": 10, "d": None}, id="hello-without-interval"),
+        pytest.param({"op": 0, "t": "READY", "s": 90, "d": {}}, id="ready-without-session"),
+        pytest.param(
+            {"op": 0, "t": "READY", "s": 90, "d": {"session_id": "s", "resume_gateway_url": ""}},
+            id="ready-without-user",
+        ),
+    ],
+)
+async def test_a_gateway_frame_that_breaks_outside_a_parser_never_stops_the_bot(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, frame: Any
+) -> None:
+    """Frames discord.py fails on before (or in) READY's parser ended ``connect()`` and the
+    bot (or left it without a user, dropping every message): now the bot logs, counts and
+    reconnects, and the next message is answered."""
+    caplog.set_level(logging.WARNING, "personabot.discord")
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada = fake.add_user("Ada")
+        dm = fake.dm(ada)
+        async with with_runtime(fake, tmp_path) as bot:
+            await fake.post(dm, ada, "before the bad frame")
+            await fake.wait_for_bot_messages(dm, 1)
+            before = fake.sessions
+            await fake.send_raw(frame)
+            await fake.wait_identified(after=before)
+            await bot.until(lambda: bot.adapter.connected)
+            await fake.post(dm, ada, "after the bad frame")
+            await fake.wait_for_bot_messages(dm, 2)
+            counted = bot.rt.metrics.registry.get_sample_value(
+                "personabot_inbound_rejected_total",
+                {"platform": "discord", "bot": "mira", "kind": "gateway"},
+            )
+            assert counted == 1
+    replies = [m["content"] for m in fake.bot_messages(dm)]
+    assert "after the bad frame" in replies[1]
+    assert "gateway frame discord.py cannot read" in caplog.text

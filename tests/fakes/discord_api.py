@@ -356,6 +356,14 @@ class FakeDiscord:
             await self._current.send_json({"op": 0, "t": event, "s": self._seq, "d": data})
             return self._seq
 
+    async def send_raw(self, frame: Any) -> None:
+        """Send any JSON value as one gateway frame on the live connection (a broken gateway's
+        or proxy's)."""
+        async with self._send_lock:
+            if self._current is None or self._current.closed:
+                raise RuntimeError("no gateway connection")
+            await self._current.send_json(frame)
+
     async def post(
         self,
         channel_id: int,
