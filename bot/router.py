@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 from collections.abc import Mapping
 
 from bot.access import AccessPolicy
@@ -18,6 +20,9 @@ from memory.service import Memory
 log = logging.getLogger("personabot.router")
 
 DAY = 86400.0
+# NUL (PostgreSQL text cannot hold it) and lone surrogates (no encoding can): a store refuses
+# them every time, and an update that is never stored blocks every later one behind it.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class Router:
@@ -55,6 +60,7 @@ class Router:
 
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""
+        inbound = _storable(inbound)
         labels = self._metrics.labels(inbound.conversation)
         if inbound.kind in ("edit", "delete"):
             # Authorised by the stored message, not by the event (Discord's delete events
@@ -98,3 +104,12 @@ class Router:
             await self._outlets[inbound.conversation.bot].send(
                 Reply(inbound.conversation, policy.denied_reply)
             )
+
+
+def _storable(inbound: Inbound) -> Inbound:
+    """``inbound`` with characters no store can hold shown as U+FFFD (text and name)."""
+    text = _UNSTORABLE.sub("\ufffd", inbound.text)
+    name = _UNSTORABLE.sub("\ufffd", inbound.display_name)
+    if text == inbound.text and name == inbound.display_name:
+        return inbound
+    return dataclasses.replace(inbound, text=text, display_name=name)

@@ -304,3 +304,38 @@ async def test_the_webhook_answers_5xx_while_the_store_is_locked_and_telegram_re
             assert "do not lose me either" in rig.replies()[0]
     loud = [r.getMessage() for r in caplog.records if "not stored" in r.getMessage()]
     assert len(loud) == 1 and "do not lose me" not in loud[0]
+
+
+async def test_a_character_no_store_can_hold_never_blocks_the_bot_on_sqlite(
+    tmp_path: Path,
+) -> None:
+    """A lone surrogate (nothing encodes it): see the PostgreSQL test."""
+    await _unstorable_characters(tmp_path, f"sqlite:///{tmp_path / 'nul.sqlite3'}")
+
+
+async def test_a_character_no_store_can_hold_never_blocks_the_bot_on_postgresql(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    """A NUL in a message (PostgreSQL text refuses it) or a lone surrogate (nothing encodes it):
+    the store refused the update on every retry and polling, which retries store faults until
+    they clear, never got past it; every later message of every chat went unanswered. The
+    characters are stored as U+FFFD and everyone is answered."""
+    await _unstorable_characters(tmp_path, pg_dsn)
+
+
+async def _unstorable_characters(tmp_path: Path, url: str) -> None:
+    settings = Settings(
+        storage=StorageSettings(url=url),
+        queue=QueueSettings(debounce_seconds=0.2, max_wait_seconds=2.0, scan_interval_seconds=0.2),
+        personas=[PERSONA],
+    )
+    async with FakeTelegramAPI() as api:
+        api.add_bot(TOKEN, "mira_bot", "Mira")
+        async with running(tmp_path, api, settings=settings) as rig:
+            ann = TgChat.private(ANN)
+            api.push_message(TOKEN, ann, ANN, "nul \x00 and \ud800 here")
+            api.push_message(TOKEN, TgChat.private(BOB), BOB, "innocent bystander")
+            await api.wait_for(lambda: len(rig.replies()) == 2, what="both replies")
+            key = rig.key(ann)
+            await rig.quiet(key)
+            assert (await rig.stored_texts(key))[0] == "nul \ufffd and \ufffd here"
