@@ -5,8 +5,8 @@ Invariants (SPEC section 4):
   (at most ``max_turn_messages``; the rest wait for the next turn);
 - nothing is sent unless the final check (one store transaction) recorded the reply, so a
   worker whose lease was taken over, or whose input went stale, never sends;
-- no empty or whitespace-only text is ever recorded or sent: a refusal gets the persona's
-  refusal line;
+- no empty, whitespace-only or invisible (zero-width) text is ever recorded or sent: a
+  refusal gets the persona's refusal line;
 - a turn is submitted until it is answered or closed out (the model rejected it, a limit holds
   its author back): a closed-out message is never submitted again, so no conversation can get
   stuck behind one bad turn, before or after /new;
@@ -34,6 +34,7 @@ from bot.ports import Outlet
 from bot.store.base import BaseStore
 from bot.tasks import running
 from bot.usage import Accounting, weights
+from bot.visible import has_visible_text
 from memory.assemble import PersonaPin
 from memory.records import Summary
 from memory.retention import Gap, describe, gap_notice
@@ -295,7 +296,7 @@ class Pipeline:
         await self._accounting.charge(conversation, "reply", result, weights(turn.messages))
         await self._recovered(turn)
         text = result.text
-        if result.stop_reason == "refusal" or not text.strip():
+        if result.stop_reason == "refusal" or not has_visible_text(text):
             log.warning(
                 "model gave no answer for %s (stop_reason %s, %d characters); "
                 "sending the refusal line",
@@ -318,8 +319,12 @@ class Pipeline:
     ) -> TurnOutcome:
         """The final check, then delivery of a recorded reply."""
         conversation = turn.session.conversation
-        if not text.strip():  # e.g. an operator's empty refuse_message
-            text = profile.refusal_message.strip() or DEFAULT_REFUSAL
+        if not has_visible_text(text):  # e.g. an operator's blank refusal_message
+            text = (
+                profile.refusal_message.strip()
+                if has_visible_text(profile.refusal_message)
+                else DEFAULT_REFUSAL
+            )
         finished = await self._store.finish_turn(
             turn, lease, text, self._clock.now(), profile.queue, usage, model
         )
