@@ -371,7 +371,29 @@ class Settings(BaseSettings):
         keys = [b.key for b in self.bots]
         if len(set(keys)) != len(keys):
             raise ValueError("bots: two entries share an id; give each an explicit id")
+        self._pins_fit()
         return self
+
+    def _pins_fit(self) -> None:
+        """Every persona's pin leaves room for a turn in its prompt budget; otherwise every
+        request would be sent over ``prompt_budget_tokens``."""
+        from memory.assemble import PersonaPin, least_prompt_tokens  # memory imports bot
+
+        for index, persona in enumerate(self.personas):
+            pin = PersonaPin(
+                name=persona.name,
+                system=persona.system,
+                first_message=tuple(persona.first_message),
+                model=persona.model,
+            )
+            need = least_prompt_tokens(pin)
+            budget = self.memory_for(persona).prompt_budget_tokens
+            if need > budget:
+                raise ValueError(
+                    f"personas[{index}]: system and first_message take ~{need} tokens with the "
+                    f"smallest turn, more than memory.prompt_budget_tokens ({budget}); shorten "
+                    "them or raise prompt_budget_tokens"
+                )
 
     def persona(self, persona_id: str | None = None) -> PersonaSettings:
         """The persona with this id, or the first one."""

@@ -254,6 +254,14 @@ def assemble(
 
 
 _MIN_TURN_TOKENS: Final = 200
+
+
+def least_prompt_tokens(pin: PersonaPin) -> int:
+    """The smallest prompt budget a request with this pin fits in: the pin, the data note and
+    the new turn at its floor (a turn is never cut below ``_MIN_TURN_TOKENS``)."""
+    return estimate_tokens(pin.text()) + _cost(DATA_NOTE) + _MIN_TURN_TOKENS
+
+
 _MIN_MESSAGE_CHARS: Final = 150
 
 
