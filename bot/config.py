@@ -201,13 +201,19 @@ class AccessSettings(_Section):
     denied_reply: str = ""
 
 
+MAX_TURN_LIMIT: Final = 1_000_000_000
+MAX_TOKEN_LIMIT: Final = 10**15
+
+
 class LimitSettings(_Section):
     """Spending limits, enforced in the store so that they hold across processes."""
 
-    user_turns_per_hour: int = Field(default=0, ge=0)
-    user_turns_per_day: int = Field(default=0, ge=0)
-    bot_tokens_per_day: int = Field(default=0, ge=0)
-    user_input_tokens_per_day: int = Field(default=0, ge=0)
+    # Bounded so the store can count against them (a value past a 64-bit integer failed
+    # every turn of everyone); 0 = unlimited.
+    user_turns_per_hour: int = Field(default=0, ge=0, le=MAX_TURN_LIMIT)
+    user_turns_per_day: int = Field(default=0, ge=0, le=MAX_TURN_LIMIT)
+    bot_tokens_per_day: int = Field(default=0, ge=0, le=MAX_TOKEN_LIMIT)
+    user_input_tokens_per_day: int = Field(default=0, ge=0, le=MAX_TOKEN_LIMIT)
     max_input_chars: int = Field(default=8000, ge=100)
     export_every_minutes: float = Field(default=10, ge=0)
     limit_message: str = (
