@@ -143,7 +143,7 @@ class SessionSettings(_Section):
 class MemorySettings(_Section):
     """What the model sees of the conversation (SPEC section 5)."""
 
-    window_messages: int = Field(default=24, ge=2)
+    window_messages: int = Field(default=24, ge=2, le=10_000)
     prompt_budget_tokens: int = Field(default=6000, ge=256)
     summary_budget_tokens: int = Field(default=800, ge=50)
     user_memory_budget_tokens: int = Field(default=600, ge=50)
@@ -161,7 +161,7 @@ class RetentionSettings(_Section):
     days: float = Field(default=30, ge=0)
     gap_policy: Literal["note", "tell_user", "refuse"] = "note"
     interval_minutes: float = Field(default=60, gt=0)
-    batch_size: int = Field(default=500, ge=1)
+    batch_size: int = Field(default=500, ge=1, le=1_000_000)
     forget_deletes_messages: bool = False
     tell_user_message: str = (
         "Some messages of this conversation (turns {turns}) are no longer available to me. "

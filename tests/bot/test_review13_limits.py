@@ -13,14 +13,18 @@ from bot.events import ConversationKey
 from bot.limits import LimitPolicy
 from bot.llm.offline import OfflineLLM
 from bot.store.base import BaseStore
+from memory.assemble import Budget
+from memory.service import MemoryPolicy
 from tests.harness import harness
 
 C1 = ConversationKey("telegram", "100")
 KEYS = [
-    "user_turns_per_hour",
-    "user_turns_per_day",
-    "bot_tokens_per_day",
-    "user_input_tokens_per_day",
+    "limits.user_turns_per_hour",
+    "limits.user_turns_per_day",
+    "limits.bot_tokens_per_day",
+    "limits.user_input_tokens_per_day",
+    "memory.window_messages",  # the window's SELECT ... LIMIT failed the same way
+    "retention.batch_size",
 ]
 
 
@@ -29,9 +33,20 @@ def test_an_absurd_limit_is_a_config_error(tmp_path: Path, key: str) -> None:
     # 10**19 was accepted; the store could not count against it (OverflowError past a
     # 64-bit integer) and every turn of everyone failed, with no reply.
     path = tmp_path / "personabot.toml"
-    path.write_text(f"[limits]\n{key} = {10**19}\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=f"limits.{key}"):
+    section, name = key.split(".")
+    path.write_text(f"[{section}]\n{name} = {10**19}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=key):
         load_settings(path)
+
+
+async def test_the_largest_accepted_window_still_answers(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    policy = MemoryPolicy(budget=Budget(window_messages=10_000), summary_model="test-model")
+    async with harness(store, clock, OfflineLLM(), memory_policy=policy) as h:
+        await h.say(C1, "hello")
+        await h.advance(2)
+    assert len(h.outlet.texts()) == 1
 
 
 async def test_the_largest_accepted_limits_still_answer(
