@@ -50,6 +50,8 @@ class SQLiteCore(BaseStore):
         # transactions from interleaving on it.
         self._lock = asyncio.Lock()
         self._in_flight = 0
+        # (st_dev, st_ino) of the file opened: see _check_file.
+        self._identity: tuple[int, int] | None = None
 
     @property
     def path(self) -> str:
@@ -75,6 +77,9 @@ class SQLiteCore(BaseStore):
             await db.execute("PRAGMA synchronous = NORMAL")
             await db.execute("PRAGMA foreign_keys = ON")
             await self._migrate()
+            if self._path != ":memory:":
+                st = os.stat(self._path)
+                self._identity = (st.st_dev, st.st_ino)
         except BaseException as exc:
             await self.aclose()
             if isinstance(exc, sqlite3.Error | StoreError):
@@ -95,6 +100,7 @@ class SQLiteCore(BaseStore):
         """Close the connection."""
         if self._db is not None:
             db, self._db = self._db, None
+            self._identity = None
             await db.close()
 
     @property
@@ -117,10 +123,32 @@ class SQLiteCore(BaseStore):
         finally:
             self._in_flight -= 1
 
+    def _check_file(self) -> None:
+        """Refuse to write once the file was deleted or replaced under us: the open connection
+        would go on writing into the unlinked file, acknowledging messages that the next
+        start (which opens the path) never sees."""
+        if self._identity is None:
+            return
+        try:
+            st = os.stat(self._path)
+        except FileNotFoundError:
+            st = None
+        if st is None or (st.st_dev, st.st_ino) != self._identity:
+            log.error(
+                "SQLite database %s was deleted or replaced while running; refusing writes "
+                "(restart personabot to open the file now at that path)",
+                self._path,
+            )
+            raise StoreError(
+                f"SQLite database {self._path} was deleted or replaced while running; "
+                "restart to open it again"
+            )
+
     @asynccontextmanager
     async def _locked_tx(self) -> AsyncIterator[aiosqlite.Connection]:
         async with self._lock:
             db = self._conn
+            self._check_file()
             begin = asyncio.ensure_future(db.execute("BEGIN IMMEDIATE"))
             try:
                 await asyncio.shield(begin)
