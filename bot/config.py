@@ -28,6 +28,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from bot.errors import ConfigError
 from bot.redact import looks_like_env_name, url_secrets
+from bot.visible import has_visible_text
 
 DEFAULT_CONFIG_PATH = Path("personabot.toml")
 # Platform ids may be written as TOML integers (Telegram) or strings; both mean the same id.
@@ -47,6 +48,13 @@ def _env_name(value: str) -> str:
 
 #: The name of an environment variable that holds a secret (never the secret itself).
 EnvName = Annotated[str, AfterValidator(_env_name)]
+
+
+def _shown(text: str) -> str:
+    """A message the bot sends: visible text, or "" for none (blank would be sent as is)."""
+    if text and not has_visible_text(text):
+        raise ValueError('only blank or invisible characters; write a message, or "" for none')
+    return text
 
 
 class _Section(BaseModel):
@@ -106,6 +114,11 @@ class LLMSettings(_Section):
         "start over."
     )
     prices: dict[str, PriceSettings] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+
+    @field_validator("trouble_notice", "rejected_notice", "refusal_message")
+    @classmethod
+    def _notices_shown(cls, text: str) -> str:
+        return _shown(text)
 
 
 class QueueSettings(_Section):
@@ -200,6 +213,11 @@ class AccessSettings(_Section):
     admins: list[PlatformId] = Field(default_factory=list)
     denied_reply: str = ""
 
+    @field_validator("denied_reply")
+    @classmethod
+    def _denied_shown(cls, text: str) -> str:
+        return _shown(text)
+
 
 MAX_TURN_LIMIT: Final = 1_000_000_000
 MAX_TOKEN_LIMIT: Final = 10**15
@@ -220,6 +238,11 @@ class LimitSettings(_Section):
         "You've reached the message limit for now. You can continue after {until} (UTC); "
         "your messages are kept."
     )
+
+    @field_validator("limit_message")
+    @classmethod
+    def _limit_shown(cls, text: str) -> str:
+        return _shown(text)
 
 
 class ObservabilitySettings(_Section):
@@ -249,6 +272,11 @@ class PersonaSettings(_Section):
     memory: MemorySettings | None = None
     queue: QueueSettings | None = None
     refusal_message: str | None = Field(default=None, min_length=1)
+
+    @field_validator("refusal_message")
+    @classmethod
+    def _refusal_shown(cls, text: str | None) -> str | None:
+        return None if text is None else _shown(text)
 
 
 class _BotBase(_Section):

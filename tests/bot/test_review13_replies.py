@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from bot.clock import ManualClock
+from bot.config import load_settings
+from bot.errors import ConfigError
 from bot.events import ConversationKey, SessionKey
 from bot.llm.anthropic import AnthropicLLM
 from bot.store.base import BaseStore
@@ -32,3 +37,25 @@ async def test_an_invisible_reply_gets_the_refusal_line(
     assert h.outlet.texts() == [refusal]
     stored = await store.messages(SessionKey(C1, 1))
     assert [m.text for m in stored if m.role == "assistant"] == [refusal]
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("llm", "trouble_notice"),
+        ("llm", "rejected_notice"),
+        ("llm", "refusal_message"),
+        ("limits", "limit_message"),
+        ("access", "denied_reply"),
+    ],
+)
+@pytest.mark.parametrize("blank", ["   ", "\u200b", "\n\u2060"])
+def test_a_blank_or_invisible_bot_message_is_a_config_error(
+    tmp_path: Path, section: str, key: str, blank: str
+) -> None:
+    # Accepted before: the bot would send an empty-looking message (or the platform refuses
+    # it: "message text is empty"); "" still means "say nothing" where that is allowed.
+    path = tmp_path / "personabot.toml"
+    path.write_text(f"[{section}]\n{key} = {json.dumps(blank)}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"{section}.{key}"):
+        load_settings(path)
