@@ -12,6 +12,7 @@ from bot.config import Secrets, Settings, load_settings
 from bot.errors import ConfigError, PersonabotError
 from bot.logs import REDACTED, setup_logging
 from bot.redact import redact_url
+from bot.signals import EarlySignals
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -91,9 +92,18 @@ def _redacted(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
+def _early_signals() -> EarlySignals:
+    """From the first moment of ``run``: a signal while the bot starts is replayed once the
+    loop's handlers exist (a clean stop with a log line), never a kill by signal."""
+    early = EarlySignals()
+    early.install()
+    return early
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     args = _parser().parse_args(argv)
+    early = _early_signals() if args.command == "run" else None
     secrets = Secrets()
     known: list[str] = secrets.values()
     try:
@@ -160,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         from bot.serve import run_bots
 
-        return asyncio.run(run_bots(settings, secrets))
+        return asyncio.run(run_bots(settings, secrets, early=early))
     except ConfigError as exc:
         print(_redacted(f"personabot: config error: {exc}", known), file=sys.stderr)
         return 2

@@ -14,7 +14,7 @@ from bot.config import BotSettings, PersonaSettings, Secrets, Settings
 from bot.election import Exclusive
 from bot.errors import ConfigError
 from bot.llm.base import BaseLLM
-from bot.signals import EXIT_ABORTED, ShutdownSignals
+from bot.signals import EXIT_ABORTED, EarlySignals, ShutdownSignals
 
 log = logging.getLogger("personabot.serve")
 
@@ -51,6 +51,7 @@ async def run_bots(
     *,
     llm: BaseLLM | None = None,
     clock: Clock | None = None,
+    early: EarlySignals | None = None,
 ) -> int:
     """``personabot run``: host every configured bot until SIGINT/SIGTERM; return exit code
     (0 after a clean stop, 1 when a bot failed, ``EXIT_ABORTED`` after a second SIGINT)."""
@@ -62,7 +63,7 @@ async def run_bots(
     main = asyncio.current_task()
     # Installed before startup and kept until every adapter is closed: no signal can kill
     # the process half-way through a shutdown (see bot/signals.py).
-    signals.install()
+    signals.install(early)
     try:
         for entry in settings.bots:
             persona = settings.persona(entry.persona)

@@ -23,6 +23,23 @@ EXIT_ABORTED = 130
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+class EarlySignals:
+    """SIGINT/SIGTERM that arrive before the loop's handlers exist (imports, config, the
+    adapters' set-up): recorded, then replayed by :meth:`ShutdownSignals.install`, so a
+    signal during startup stops the process cleanly with a log line instead of killing it."""
+
+    def __init__(self) -> None:
+        self.seen: list[signal.Signals] = []
+
+    def install(self) -> None:
+        """Record the signals from now on (the loop's handlers replace these)."""
+        for sig in _SIGNALS:
+            signal.signal(sig, self._record)
+
+    def _record(self, signum: int, frame: object) -> None:
+        self.seen.append(signal.Signals(signum))
+
+
 class ShutdownSignals:
     """Turns signals into a stop request and, on a second SIGINT, an abort."""
 
@@ -37,12 +54,15 @@ class ShutdownSignals:
         """What a second SIGINT does now (startup: give up; running: cancel turns)."""
         self._abort = action
 
-    def install(self) -> None:
-        """Handle SIGINT and SIGTERM on the running loop (no-op where unsupported)."""
+    def install(self, early: EarlySignals | None = None) -> None:
+        """Handle SIGINT and SIGTERM on the running loop (no-op where unsupported), after
+        replaying what ``early`` recorded before."""
         self._loop = asyncio.get_running_loop()
         for sig in _SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 self._loop.add_signal_handler(sig, self.received, sig)
+        for sig in early.seen if early is not None else ():
+            self.received(sig)
 
     def uninstall(self) -> None:
         """Give the signals back to their default handlers."""

@@ -177,3 +177,44 @@ async def test_second_sigint_cancels_the_turn_and_the_restart_answers_it_once(
         assert "are you there?" in reply.visible_text
         assert llm.call_count == 2  # the cancelled call and the answered one
         assert _rows(tmp_path, "SELECT COUNT(*) FROM messages WHERE pending = 1") == [(0,)]
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (Linux: SigCgt in /proc/PID/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    mask = next(
+        int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt")
+    )
+    return bool(mask & (1 << (signal.SIGTERM - 1)))
+
+
+async def test_a_sigterm_while_starting_stops_cleanly_with_a_log_line(tmp_path: Path) -> None:
+    """SIGTERM as soon as the process handles it at all (while it still imports and sets up
+    the bots): a clean exit 0 that says what happened, no kill by signal, no traceback."""
+    async with FakeTelegramAPI() as api, FakeMessagesAPI() as llm:
+        api.add_bot(TOKEN, "mira_bot")
+        err_path = tmp_path / "start.log"
+        with err_path.open("wb") as err:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bot", "run", "--config", str(_config(tmp_path, api, llm)),
+                cwd=tmp_path, env=_env(), stdout=asyncio.subprocess.DEVNULL, stderr=err,
+            )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 30
+            while not _catches_sigterm(proc.pid):
+                assert time.monotonic() < deadline, "personabot run never handled SIGTERM"
+                await asyncio.sleep(0.005)
+            proc.send_signal(signal.SIGTERM)
+            code = await _stopped(proc, within=30)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    log = err_path.read_text()
+    assert code == 0, log[-3000:]
+    assert "SIGTERM received: shutting down" in log
+    assert "stopped (exit 0)" in log
+    assert "Traceback" not in log
