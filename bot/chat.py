@@ -15,6 +15,7 @@ from bot.clock import Clock
 from bot.config import Secrets, Settings
 from bot.llm.base import BaseLLM
 from bot.llm.offline import OfflineLLM
+from bot.logs import redact_text
 from bot.router import Router
 from bot.store.postgres import redact_url
 
@@ -66,7 +67,9 @@ async def run_chat(
         stdout=stdout,
         interactive=interactive,
     )
-    where = redact_url(settings.storage.url).removeprefix("sqlite:///")
+    # A credential hidden anywhere in the URL (a token set in the environment) is masked too.
+    known = [*secrets.values(settings.secret_names()), *settings.credentials()]
+    where = redact_text(redact_url(settings.storage.url), known).removeprefix("sqlite:///")
     say(f"personabot chat with {persona.name} ({persona.id}); store: {where}; /help, /quit")
     async with runtime(
         settings, llm=llm, adapters={bot_key: (persona, adapter)}, clock=clock

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bot.config import Secrets, Settings, load_settings
 from bot.errors import ConfigError, PersonabotError
-from bot.logs import REDACTED, setup_logging
+from bot.logs import redact_text, setup_logging
 from bot.redact import redact_url
 from bot.signals import EarlySignals
 
@@ -87,9 +87,7 @@ def summary(settings: Settings) -> str:
 
 def _redacted(text: str, secrets: Sequence[str]) -> str:
     """Belt and braces for the last line an operator sees: no known secret in it."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    return text
+    return redact_text(text, secrets)
 
 
 def _early_signals() -> EarlySignals:
@@ -114,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         known = [*secrets.values(settings.secret_names()), *settings.credentials()]
         setup_logging(level, known, fmt=args.log_format or settings.logging.format)
         if args.command == "config":
-            print(summary(settings))
+            print(_redacted(summary(settings), known))
             return 0
         if args.command == "chat":
             from bot.chat import run_chat

@@ -24,7 +24,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from bot.errors import ConfigError
 from bot.redact import looks_like_env_name, url_secrets
@@ -512,6 +517,20 @@ def load_settings(path: Path | None = None) -> Settings:
         return Settings(**data)
     except ValidationError as exc:
         raise ConfigError(_problems(exc), source=str(path)) from None
+    except SettingsError as exc:
+        # A PERSONABOT_* override of a table or list that is not JSON; the value may hold a
+        # credential, so only the variable is named.
+        raise ConfigError([_env_problem(exc)]) from None
+
+
+def _env_problem(exc: SettingsError) -> str:
+    """Which environment override could not be parsed (never its value)."""
+    match = re.search(r'field "(\w+)"', str(exc))
+    field = match.group(1).upper() if match else "..."
+    return (
+        f"{ENV_PREFIX}{field}: not valid JSON (a table or list given in the environment must "
+        f"be JSON; or set one key with {ENV_PREFIX}{field}__KEY)"
+    )
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

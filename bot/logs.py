@@ -11,6 +11,13 @@ from typing import TextIO
 REDACTED = "[redacted]"
 
 
+def redact_text(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every known secret value replaced (for lines printed outside logging)."""
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
+
+
 class RedactSecrets(logging.Filter):
     """Replaces any known secret value in a record's final message (and its traceback)."""
 

@@ -43,8 +43,19 @@ def _query_parts(query: str) -> list[tuple[str, str | None]]:
     return parts
 
 
+#: Parts of a query parameter's name that mark it as a credential (``bot_token``,
+#: ``client_secret``, ``X-Api-Key``, ``access-token``, ``sig``...), matched after
+#: lower-casing and turning ``-`` into ``_``. Masking a harmless value is cheap; printing a
+#: credential is not, so the match is broad.
+_SECRET_NAME_PARTS: Final = ("token", "secret", "pass", "pwd", "key", "auth", "credential")
+_SECRET_NAME_WORDS: Final = frozenset({"sig", "signature", "code"})
+
+
 def _secret_param(name: str) -> bool:
-    return unquote(name).strip().lower() in SECRET_PARAMS
+    normal = unquote(name).strip().lower().replace("-", "_")
+    if normal in SECRET_PARAMS or any(part in normal for part in _SECRET_NAME_PARTS):
+        return True
+    return any(word in _SECRET_NAME_WORDS for word in normal.split("_"))
 
 
 def url_secrets(url: str) -> list[str]:

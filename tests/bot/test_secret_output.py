@@ -143,3 +143,58 @@ def test_env_names_pass_and_tokens_do_not() -> None:
         assert looks_like_env_name(name), name
     for token in (TG_TOKEN, "MTIz.GfAkEt.abc", "sk-ant-api03-abc", "aB3dE5gH7jK9mN1pQ3sT5vX7"):
         assert not looks_like_env_name(token), token
+
+
+@pytest.mark.parametrize(
+    "param", ["bot_token", "client_secret", "api-key", "X-Api-Key", "access-token", "sig"]
+)
+async def test_a_credential_in_any_credential_like_query_parameter_is_hidden(
+    tmp_path: Path, param: str
+) -> None:
+    """Review 12: only exact names (``token``, ``password``...) were masked, so a token given as
+    ``?bot_token=`` or ``?api-key=`` was printed by ``config check`` and by ``chat``."""
+    url = f"postgresql://bot@127.0.0.1:1/pb?sslmode=disable&{param}={PG_PASSWORD}"
+    config = _write(tmp_path, f'{OFFLINE}[storage]\nurl = "{url}"\n')
+    code, out, err = await _run(["config", "check", "--config", config], tmp_path)
+    assert code == 0, err
+    assert f"{param}=***" in out
+    _nowhere(PG_PASSWORD, out, err)
+    code, out, err = await _run(["chat", "--config", config], tmp_path)
+    assert code == 1
+    assert "cannot connect to PostgreSQL" in err
+    _nowhere(PG_PASSWORD, out, err)
+
+
+async def test_a_known_secret_anywhere_in_a_url_is_hidden_by_config_check(
+    tmp_path: Path,
+) -> None:
+    """Review 12: a bot token (set in the environment) pasted into a harmless-looking part of
+    storage.url was printed by ``config check`` and the ``chat`` banner, which bypassed the
+    redaction every error line gets."""
+    url = f"postgresql://bot@127.0.0.1:1/pb?application_name={TG_TOKEN}"
+    config = _write(
+        tmp_path,
+        f'{OFFLINE}[storage]\nurl = "{url}"\n[[bots]]\nplatform = "telegram"\n'
+        'persona = "companion"\n',
+    )
+    env = _env(TELEGRAM_BOT_TOKEN=TG_TOKEN)
+    code, out, err = await _run(["config", "check", "--config", config], tmp_path, env=env)
+    assert code == 0, err
+    assert "application_name=[redacted]" in out
+    _nowhere(TG_TOKEN, out, err)
+    code, out, err = await _run(["chat", "--config", config], tmp_path, env=env)
+    assert "cannot connect to PostgreSQL" in err
+    _nowhere(TG_TOKEN, out, err)
+
+
+async def test_a_malformed_json_environment_override_is_a_config_error(
+    tmp_path: Path,
+) -> None:
+    """Review 12: a PERSONABOT_* override that is not valid JSON (a nested table) crashed with
+    pydantic-settings' traceback instead of a config error naming the variable."""
+    env = _env(PERSONABOT_STORAGE='{"url": "postgresql://bot:' + PG_PASSWORD + '@db/pb"')
+    code, out, err = await _run(["config", "check"], tmp_path, env=env)
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert "PERSONABOT_STORAGE" in err
+    _nowhere(PG_PASSWORD, out, err)
