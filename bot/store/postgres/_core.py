@@ -118,6 +118,7 @@ class PostgresCore(BaseStore):
                 timeout=self._connect_timeout,
                 reset=_keep_session_state,
                 server_settings={"application_name": "personabot"},
+                init=_text_without_nul,
             )
         except (*_DRIVER_ERRORS, ValueError) as exc:
             # Not chained: the driver's message may quote the URL, password included.
@@ -294,3 +295,16 @@ class PostgresCore(BaseStore):
         if reason is None:
             return int(row[0]), int(row[1])
         return await self._rotate(db, conv_id, now, reason)
+
+
+def _no_nul(text: str) -> str:
+    return text.replace("\x00", "\ufffd")
+
+
+async def _text_without_nul(conn: asyncpg.Connection[asyncpg.Record]) -> None:
+    """PostgreSQL text cannot hold U+0000 (SQLite can): every text parameter has it replaced by
+    U+FFFD, so a name or message with a NUL is stored (visibly marked) instead of failing the
+    ingest, and lookups by such a value match what was stored."""
+    await conn.set_type_codec(
+        "text", schema="pg_catalog", encoder=_no_nul, decoder=str, format="text"
+    )
