@@ -268,7 +268,6 @@ async def runtime(
             is_admin=is_admin,
             usage_report=lambda bot: usage_report(store, clock, prices, bot),
             exports=exports,
-            private_memory_in_groups=lambda bot: profiles[bot].memory.private_memory_in_groups,
         )
         router = Router(
             ingestor=ingestor,

@@ -12,7 +12,6 @@ from bot.clock import Clock
 from bot.events import ConversationKey, Inbound, UserKey
 from bot.exports import Exports
 from bot.store.base import BaseStore
-from memory.records import UserMemory
 from memory.service import Memory
 
 log = logging.getLogger("personabot.commands")
@@ -54,14 +53,6 @@ async def export_document(memory: Memory, user: UserKey, conversation: Conversat
     return json.dumps(await memory.export_all(user), ensure_ascii=False, indent=1)
 
 
-def visible_here(record: UserMemory, inbound: Inbound, *, private_in_groups: bool) -> UserMemory:
-    """What of a record may appear in this chat's prompt (the one place /memory asks)."""
-    if inbound.is_private:
-        return record  # only the person is there: everything kept about them
-    # A group: its own facts, private ones only when allowed (never other groups' facts).
-    return record.visible(chat=inbound.conversation.chat_id, private_in_groups=private_in_groups)
-
-
 @dataclass(frozen=True, slots=True)
 class CommandSpec:
     """A registered command: name, one-line description, handler."""
@@ -86,7 +77,6 @@ class Commands:
         is_admin: Callable[[str, str], bool] | None = None,
         usage_report: Callable[[str], Awaitable[str]] | None = None,
         exports: Exports | None = None,
-        private_memory_in_groups: Callable[[str], bool] | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -96,7 +86,6 @@ class Commands:
         self._is_admin = is_admin or (lambda bot, user: False)
         self._usage_report = usage_report
         self._exports = exports
-        self._private_in_groups = private_memory_in_groups or (lambda bot: False)
         self._specs: dict[str, CommandSpec] = {}
         self.register("start", "say hello", self._start)
         self.register("new", "start a new conversation (forget this chat's context)", self._new)
@@ -159,11 +148,13 @@ class Commands:
         # held back, so the group cannot tell whether the person talks to the bot privately.
         assert self._memory is not None
         user = UserKey(inbound.conversation.platform, inbound.author_id)
-        record = visible_here(
-            await self._memory.user_memory(user),
-            inbound,
-            private_in_groups=self._private_in_groups(inbound.conversation.bot),
-        )
+        if inbound.is_private:
+            record = await self._memory.user_memory(user)  # only the person is there
+        else:
+            # The bot's own policy, exactly as its prompts apply it (share_across_groups too).
+            record = await self._memory.visible_memory(
+                user, inbound.conversation, private_chat=False
+            )
         note = "" if inbound.is_private else f"\n\n{GROUP_MEMORY_NOTE}"
         if not record.items:
             if not inbound.is_private:

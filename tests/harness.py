@@ -185,7 +185,6 @@ async def harness(
         greeting=lambda _: "\n".join(PIN.first_message),
         memory=memory,
         exports=exports,
-        private_memory_in_groups=lambda _: profile.memory.private_memory_in_groups,
         forget_deletes_messages=forget_deletes_messages,
         is_admin=lambda _, user: access is not None and access.is_admin(user),
         usage_report=lambda bot: usage_report(store, clock, {"gated": Price(3.0, 15.0)}, bot),

@@ -397,3 +397,21 @@ def test_a_fact_is_shown_only_in_its_scope(
             assert item.scope == chat  # a group's fact, in that group only
     if chat is None and not across_groups:
         assert all(i.private or i.scope is None for i in shown)
+
+
+async def test_memory_in_a_group_shows_what_that_groups_prompt_shows_with_sharing(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Review 12: with share_across_groups the group-A fact is in group B's prompt, but
+    /memory in group B left it out (it ignored that setting): the person could not see what
+    the bot uses about them there."""
+    llm = GatedLLM()
+    policy = MemoryPolicy(budget=Budget(), summary_model="m", share_across_groups=True)
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), memory_policy=policy) as h:
+        await turn(h, GROUP_A, "I work as a nurse")
+        await store.close_session(GROUP_A, clock.now(), "test")
+        await h.memory.extract_due()
+        await turn(h, GROUP_B, "hello everyone")
+        assert "nurse" in system_text(llm.requests[-1])
+        await say(h, GROUP_B, "/memory")
+        assert "nurse" in h.outlet.texts(GROUP_B)[-1]
