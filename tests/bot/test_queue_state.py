@@ -802,11 +802,10 @@ def test_queue_keeps_its_promises_under_random_interleavings(
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=30,
+            max_examples=40,
             stateful_step_count=25,
             deadline=None,
             database=None,
-            derandomize=True,
             report_multiple_bugs=False,
             # Shrinking a failing run takes minutes on this machine: opt in to get the
             # minimal sequence (PERSONABOT_SHRINK=1); the unshrunk failing run is printed.
