@@ -145,11 +145,23 @@ class SQLiteCore(BaseStore):
             )
 
     @asynccontextmanager
-    async def _locked_tx(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def _snapshot(self) -> AsyncIterator[aiosqlite.Connection]:
+        """A read transaction (deferred BEGIN): its statements see one snapshot."""
+        self._in_flight += 1
+        try:
+            async with self._locked_tx(write=False) as db:
+                yield db
+        finally:
+            self._in_flight -= 1
+
+    @asynccontextmanager
+    async def _locked_tx(self, *, write: bool = True) -> AsyncIterator[aiosqlite.Connection]:
         async with self._lock:
             db = self._conn
-            self._check_file()
-            begin = asyncio.ensure_future(db.execute("BEGIN IMMEDIATE"))
+            if write:
+                self._check_file()
+            # Writes take the write lock up front; a read snapshot starts deferred.
+            begin = asyncio.ensure_future(db.execute("BEGIN IMMEDIATE" if write else "BEGIN"))
             try:
                 await asyncio.shield(begin)
             except sqlite3.Error as exc:

@@ -158,37 +158,31 @@ class QueuePart(SQLiteCore):
         self, conversation: ConversationKey, limit: int | None = None
     ) -> Turn | None:
         """The oldest pending messages of the oldest session with some, plus v0, read together."""
-        async with self._read() as db:
+        # One transaction so v0 and the message set are consistent; a cancellation while its
+        # BEGIN runs ends it too (see _locked_tx).
+        async with self._snapshot() as db:
             conv_id = await self._conv_id(db, conversation)
             if conv_id is None:
                 return None
-            # Read inside one transaction so v0 and the message set are consistent.
-            await db.execute("BEGIN")
-            try:
-                version = int(
-                    await self._scalar(
-                        db, "SELECT version FROM conversations WHERE id = ?", (conv_id,)
-                    )
-                )
-                first_session = await self._scalar(
-                    db,
-                    "SELECT MIN(session_id) FROM messages "
-                    "WHERE conversation_id = ? AND pending = 1",
-                    (conv_id,),
-                )
-                if first_session is None:
-                    return None
-                rows = await self._rows(
-                    db,
-                    cols.MESSAGE_SELECT + "WHERE m.session_id = ? AND m.pending = 1 "
-                    "AND m.version <= ? ORDER BY m.turn LIMIT ?",
-                    (first_session, version, -1 if limit is None else limit),
-                )
-                first_pending = await self._scalar(
-                    db, "SELECT first_pending_at FROM timers WHERE conversation_id = ?", (conv_id,)
-                )
-            finally:
-                await db.execute("COMMIT")
+            version = int(
+                await self._scalar(db, "SELECT version FROM conversations WHERE id = ?", (conv_id,))
+            )
+            first_session = await self._scalar(
+                db,
+                "SELECT MIN(session_id) FROM messages WHERE conversation_id = ? AND pending = 1",
+                (conv_id,),
+            )
+            if first_session is None:
+                return None
+            rows = await self._rows(
+                db,
+                cols.MESSAGE_SELECT + "WHERE m.session_id = ? AND m.pending = 1 "
+                "AND m.version <= ? ORDER BY m.turn LIMIT ?",
+                (first_session, version, -1 if limit is None else limit),
+            )
+            first_pending = await self._scalar(
+                db, "SELECT first_pending_at FROM timers WHERE conversation_id = ?", (conv_id,)
+            )
         messages = tuple(cols.message(conversation, r) for r in rows)
         if not messages:
             return None
