@@ -886,5 +886,5 @@ def test_queue_keeps_its_promises_under_random_interleavings(
     )
     # The fixed seed must still reach the paths the queue's promises are about; when a change
     # of the rules or of Hypothesis loses one, bias the strategies again.
-    missing = [what for what in MUST_REACH if not reached[what]]
+    missing = [what for what in MUST_REACH if not reached[what] and not explore]
     assert not missing, f"the examples never reached {missing}: {dict(reached)}"
