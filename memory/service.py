@@ -26,6 +26,7 @@ from bot.errors import ModelError
 from bot.events import NOT_SET, ConversationKey, NotSet, SessionKey, StoredMessage, Turn, UserKey
 from bot.llm.base import BaseLLM, ModelResult
 from bot.store.base import BaseStore
+from bot.usage import weights
 from memory.assemble import Assembled, Budget, Participant, PersonaPin, assemble
 from memory.fit import fit_task
 from memory.privacy import ForgetReport, export_document
@@ -86,14 +87,6 @@ class ModelAccount(Protocol):
         by: Mapping[str, int],
     ) -> None:
         """Record an answered call, split between people by these weights."""
-
-
-def _weights(messages: Sequence[StoredMessage]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for m in messages:
-        if m.role == "user":
-            out[m.author_id] = out.get(m.author_id, 0) + max(1, len(m.text))
-    return out
 
 
 def load_memory(raw: str | None) -> UserMemory:
@@ -518,7 +511,7 @@ class Memory:
     ) -> bool:
         if self._account is None:
             return True
-        return await self._account.allow(conversation, list(_weights(messages)))
+        return await self._account.allow(conversation, list(weights(messages)))
 
     async def _charge(
         self,
@@ -528,7 +521,7 @@ class Memory:
         messages: Sequence[StoredMessage],
     ) -> None:
         if self._account is not None:
-            await self._account.charge(conversation, purpose, result, _weights(messages))
+            await self._account.charge(conversation, purpose, result, weights(messages))
 
     def _called(self, conversation: ConversationKey, purpose: str, result: ModelResult) -> None:
         if self._on_model_call is not None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aiogram import Bot
 
-from adapters.telegram import create_adapter
+from adapters.telegram import TelegramAdapter, create_adapter
 from adapters.telegram_updates import parse_update
 from bot.config import QueueSettings, Secrets, Settings, StorageSettings, TelegramBotSettings
 from tests.adapters.test_telegram import (
@@ -179,26 +179,31 @@ async def test_an_entry_without_a_readable_id_is_not_read_in_a_busy_loop(
 # ------------------------------------------------------------------------------- webhook
 
 
-async def test_the_webhook_answers_200_for_an_unreadable_update_and_logs_it_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.WARNING, "personabot.telegram")
-    port = _free_port()
+def _webhook_adapter(api: FakeTelegramAPI, port: int) -> TelegramAdapter:
+    """The test bot in webhook mode on ``port``, talking to the fake Bot API."""
     entry = TelegramBotSettings(
         platform="telegram",
         id=BOT,
         persona="companion",
         mode="webhook",
+        api_server=api.base_url,
         webhook_url=f"http://127.0.0.1:{port}/tg/hook",
         listen_port=port,
         webhook_path="/tg/hook",
         secret_token_env="TG_WEBHOOK_SECRET",
     )
     secrets = Secrets({"TELEGRAM_BOT_TOKEN": TOKEN, "TG_WEBHOOK_SECRET": "hook-secret"})
+    return create_adapter(entry, PERSONA, secrets)
+
+
+async def test_the_webhook_answers_200_for_an_unreadable_update_and_logs_it_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "personabot.telegram")
+    port = _free_port()
     async with FakeTelegramAPI() as api:
         api.add_bot(TOKEN, "mira_bot", "Mira")
-        entry = entry.model_copy(update={"api_server": api.base_url})
-        adapter = create_adapter(entry, PERSONA, secrets)
+        adapter = _webhook_adapter(api, port)
         async with running(tmp_path, api, adapter=adapter) as rig:
             bad = _unreadable(api)
             assert await api.deliver_webhook(TOKEN, bad) == 200
@@ -275,21 +280,9 @@ async def test_the_webhook_answers_5xx_while_the_store_is_locked_and_telegram_re
         queue=QueueSettings(debounce_seconds=0.2, max_wait_seconds=2.0, scan_interval_seconds=0.2),
         personas=[PERSONA],
     )
-    entry = TelegramBotSettings(
-        platform="telegram",
-        id=BOT,
-        persona="companion",
-        mode="webhook",
-        webhook_url=f"http://127.0.0.1:{port}/tg/hook",
-        listen_port=port,
-        webhook_path="/tg/hook",
-        secret_token_env="TG_WEBHOOK_SECRET",
-    )
-    secrets = Secrets({"TELEGRAM_BOT_TOKEN": TOKEN, "TG_WEBHOOK_SECRET": "hook-secret"})
     async with FakeTelegramAPI() as api:
         api.add_bot(TOKEN, "mira_bot", "Mira")
-        entry = entry.model_copy(update={"api_server": api.base_url})
-        adapter = create_adapter(entry, PERSONA, secrets)
+        adapter = _webhook_adapter(api, port)
         async with running(tmp_path, api, adapter=adapter, settings=settings) as rig:
             update = api.message_update(TgChat.private(ANN), ANN, "do not lose me either")
             with _write_lock(db):
