@@ -1,7 +1,7 @@
 """The adapter interface: a platform account that produces Inbound events and sends replies.
 
 Platform objects (aiogram, discord.py) never leave ``adapters/``: the runtime sees only the
-plain types of ``bot.events``.
+plain types of ``bot.core.events``.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import abc
 from contextlib import AbstractAsyncContextManager
 
-from bot.errors import DeliveryRefused
-from bot.events import ConversationKey, Reply
-from bot.ports import InboundHandler
+from bot.core.errors import DeliveryRefused
+from bot.core.events import ConversationKey, Reply
+from bot.core.ports import InboundHandler
 
 
 class BaseAdapter(abc.ABC):

@@ -47,8 +47,8 @@ from bench._report import (
     utc_timestamp,
     write_json,
 )
-from bot.clock import ManualClock
-from bot.events import (
+from bot.core.clock import ManualClock
+from bot.core.events import (
     ConversationKey,
     Inbound,
     QueuePolicy,
@@ -57,14 +57,14 @@ from bot.events import (
     StoredMessage,
     UserKey,
 )
-from bot.limits import LimitPolicy, Limits
-from bot.llm.base import BaseLLM, ModelRequest, ModelResult
+from bot.core.llm import BaseLLM, ModelRequest, ModelResult
 from bot.llm.offline import OfflineLLM
 from bot.metrics import Metrics
-from bot.pipeline import BotProfile, Pipeline
 from bot.queue import Ingestor
+from bot.runtime.limits import LimitPolicy, Limits
+from bot.runtime.pipeline import BotProfile, Pipeline
+from bot.runtime.usage import Accounting
 from bot.store.sqlite import SQLiteStore
-from bot.usage import Accounting
 from memory.assemble import Budget, PersonaPin, render_turn
 from memory.fit import request_tokens
 from memory.service import Memory, MemoryPolicy

@@ -1,4 +1,5 @@
-"""Benchmark of what the model sees (SPEC section 5): prompt size, prompt-cache cost, assembly time.
+"""Benchmark of what the model sees (docs/architecture.md#prompt): prompt size, prompt-cache cost,
+assembly time.
 
 One scripted conversation (seeded: user messages of 5-60 words with personal facts early on,
 replies of 40-80 words, gaps of seconds to hours between turns) is run three ways in one process:
@@ -51,12 +52,12 @@ from bench._report import (
     utc_timestamp,
     write_json,
 )
-from bot.clock import ManualClock
-from bot.events import ConversationKey, Inbound, QueuePolicy, Reply, Turn
-from bot.llm.base import BaseLLM, ModelRequest, ModelResult, Usage
+from bot.core.clock import ManualClock
+from bot.core.events import ConversationKey, Inbound, QueuePolicy, Reply, Turn
+from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.llm.offline import OfflineLLM
-from bot.pipeline import BotProfile, Pipeline
 from bot.queue import Ingestor
+from bot.runtime.pipeline import BotProfile, Pipeline
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Assembled, Budget, PersonaPin
 from memory.records import MemoryItem, Section, Summary, UserMemory, trim_summary
@@ -676,7 +677,7 @@ class Runtime:
 
 
 def wire(store: SQLiteStore, memory_llm: BaseLLM) -> Runtime:
-    """Store, memory, pipeline and ingestor as ``bot.app`` wires them, on a manual clock."""
+    """Store, memory, pipeline and ingestor as ``bot.app.build`` wires them, on a manual clock."""
     clock = ManualClock(start=START)
     llm = ScriptedLLM(clock)
     policy = memory_policy()

@@ -1,4 +1,4 @@
-"""Benchmark of the coalescing queue (SPEC section 4) on a real store, in real time.
+"""Benchmark of the coalescing queue (docs/architecture.md#queue) on a real store, in real time.
 
 Runs the real Ingestor, Scheduler, Pipeline and store (a SQLite file, or with ``--store
 postgresql`` a PostgreSQL database of a throwaway cluster) with an OfflineLLM of fixed latency
@@ -61,13 +61,13 @@ from bench._stores import (
     drop_raw_table,
     raw_inserts,
 )
-from bot.clock import SystemClock
-from bot.errors import StoreError
-from bot.events import ConversationKey, Inbound, QueuePolicy, Reply
-from bot.llm.base import ModelRequest, ModelResult
+from bot.core.clock import SystemClock
+from bot.core.errors import StoreError
+from bot.core.events import ConversationKey, Inbound, QueuePolicy, Reply
+from bot.core.llm import ModelRequest, ModelResult
 from bot.llm.offline import OfflineLLM
-from bot.pipeline import BotProfile, Pipeline
 from bot.queue import Ingestor, Scheduler
+from bot.runtime.pipeline import BotProfile, Pipeline
 from bot.store.base import BaseStore
 from memory.assemble import Budget, PersonaPin
 from memory.service import Memory, MemoryPolicy
@@ -312,7 +312,7 @@ class Harness:
 
 
 def build_harness(store: BaseStore, params: Params, shared_total: Any | None = None) -> Harness:
-    """Wire store, model, outlet, pipeline, scheduler and ingestor as ``bot.app`` does."""
+    """Wire store, model, outlet, pipeline, scheduler and ingestor as ``bot.app.build`` does."""
     clock = SystemClock()
     llm = CountingLLM(latency=params.latency)
     outlet = BenchOutlet(shared_total)

@@ -1,4 +1,5 @@
-"""Benchmark of the retention worker and audit (SPEC section 6) on a large SQLite file.
+"""Benchmark of the retention worker and audit (docs/architecture.md#retention) on a large SQLite
+file.
 
 1. Fill: a real SQLite file (temp dir) is migrated by ``SQLiteStore`` and then bulk-filled
    through ``sqlite3`` (big transactions, secondary indexes of ``messages`` dropped and rebuilt)
@@ -74,16 +75,16 @@ from bench._report import (
     write_json,
 )
 from bench.queue import stop_scheduler
-from bot.clock import SystemClock
-from bot.errors import StoreError
-from bot.events import ConversationKey, Inbound, QueuePolicy, Reply, SessionKey
+from bot.core.clock import SystemClock
+from bot.core.errors import StoreError
+from bot.core.events import ConversationKey, Inbound, QueuePolicy, Reply, SessionKey
 from bot.llm.offline import OfflineLLM
-from bot.pipeline import BotProfile, Pipeline
 from bot.queue import Ingestor, Scheduler
-from bot.retention import AtRisk, Retention, RetentionPolicy
+from bot.runtime.pipeline import BotProfile, Pipeline
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Budget, PersonaPin
 from memory.records import Summary
+from memory.retention.worker import AtRisk, Retention, RetentionPolicy
 from memory.service import Memory, MemoryPolicy
 
 log = logging.getLogger("personabot.bench.retention")
@@ -931,7 +932,7 @@ class Live:
 
 
 def _wire(store: PhasedStore, params: Params) -> Live:
-    """Store, offline model, pipeline, scheduler and ingestor, wired as ``bot.app`` does."""
+    """Store, offline model, pipeline, scheduler and ingestor, wired as ``bot.app.build`` does."""
     clock = SystemClock()
     llm = OfflineLLM(latency=params.latency)
     outlet = TimingOutlet()

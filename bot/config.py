@@ -31,9 +31,9 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from bot.errors import ConfigError
-from bot.redact import looks_like_env_name, url_secrets
-from bot.visible import has_visible_text
+from bot.core.errors import ConfigError
+from bot.core.redact import looks_like_env_name, url_secrets
+from bot.core.visible import has_visible_text
 
 DEFAULT_CONFIG_PATH = Path("personabot.toml")
 # Platform ids may be written as TOML integers (Telegram) or strings; both mean the same id.
@@ -127,7 +127,7 @@ class LLMSettings(_Section):
 
 
 class QueueSettings(_Section):
-    """Coalescing of rapid-fire messages into one turn (SPEC section 4)."""
+    """Coalescing of rapid-fire messages into one turn (docs/architecture.md#queue)."""
 
     debounce_seconds: float = Field(default=1.5, ge=0)
     max_wait_seconds: float = Field(default=8.0, gt=0)
@@ -159,7 +159,7 @@ class SessionSettings(_Section):
 
 
 class MemorySettings(_Section):
-    """What the model sees of the conversation (SPEC section 5)."""
+    """What the model sees of the conversation (docs/architecture.md#prompt)."""
 
     window_messages: int = Field(default=24, ge=2, le=10_000)
     prompt_budget_tokens: int = Field(default=6000, ge=256)
@@ -173,7 +173,8 @@ class MemorySettings(_Section):
 
 
 class RetentionSettings(_Section):
-    """How long messages are kept and what the model is told about missing ones (SPEC 6)."""
+    """How long messages are kept and what the model is told about missing ones
+    (docs/architecture.md#retention)."""
 
     mode: Literal["session", "message"] = "session"
     days: float = Field(default=30, ge=0)
@@ -416,7 +417,7 @@ class Settings(BaseSettings):
     def _pins_fit(self) -> None:
         """Every persona's pin leaves room for a turn in its prompt budget; otherwise every
         request would be sent over ``prompt_budget_tokens``."""
-        from memory.assemble import PersonaPin, least_prompt_tokens  # memory imports bot
+        from memory.assemble import PersonaPin, least_prompt_tokens
 
         for index, persona in enumerate(self.personas):
             pin = PersonaPin(

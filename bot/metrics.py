@@ -12,8 +12,8 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from bot.events import ConversationKey
-from bot.llm.base import Usage
+from bot.core.events import ConversationKey
+from bot.core.llm import Usage
 
 LABELS: Final = ("platform", "persona")
 _LATENCY_BUCKETS: Final = (0.5, 1, 2, 4, 8, 15, 30, 60, 120)

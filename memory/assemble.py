@@ -1,6 +1,7 @@
 """Prompt assembly: a pure function from what is remembered and the new turn to a request.
 
-Layers, stable first so that the provider's prompt cache keeps working (SPEC section 5):
+Layers, stable first so that the provider's prompt cache keeps working
+(docs/architecture.md#prompt):
 
 1. persona pin (system prompt + opening lines), never dropped;
 2. user memory of the turn's participants  -- cache breakpoint after 1+2;
@@ -27,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from bot.events import StoredMessage, Turn
-from bot.llm.base import ChatMessage, ModelRequest, TextBlock
+from bot.core.events import StoredMessage, Turn
+from bot.core.llm import ChatMessage, ModelRequest, TextBlock
 from memory.quoting import data_json, indented, tag_safe
 from memory.records import Summary, UserMemory, trim_memory, trim_summary
 from memory.tokens import estimate_tokens

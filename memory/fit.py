@@ -14,8 +14,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from bot.events import StoredMessage
-from bot.llm.base import ModelRequest
+from bot.core.events import StoredMessage
+from bot.core.llm import ModelRequest
 from memory.assemble import cut
 from memory.tokens import estimate_tokens
 

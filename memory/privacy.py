@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from bot.events import Erasure, SessionKey, StoredMessage, UserData
+from bot.core.events import Erasure, SessionKey, StoredMessage, UserData
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,12 +21,20 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from bot.clock import Clock
-from bot.errors import ModelError
-from bot.events import NOT_SET, ConversationKey, NotSet, SessionKey, StoredMessage, Turn, UserKey
-from bot.llm.base import BaseLLM, ModelResult
+from bot.core.clock import Clock
+from bot.core.errors import ModelError
+from bot.core.events import (
+    NOT_SET,
+    ConversationKey,
+    NotSet,
+    SessionKey,
+    StoredMessage,
+    Turn,
+    UserKey,
+)
+from bot.core.llm import BaseLLM, ModelResult
+from bot.core.shares import weights
 from bot.store.base import BaseStore
-from bot.usage import weights
 from memory.assemble import Assembled, Budget, Participant, PersonaPin, assemble
 from memory.fit import fit_task
 from memory.privacy import ForgetReport, export_document
@@ -40,7 +48,7 @@ from memory.records import (
     merge_summary,
     trim_memory,
 )
-from memory.retention import Gap, as_gaps, covered_range
+from memory.retention.gaps import Gap, as_gaps, covered_range
 from memory.tasks import (
     extraction_request,
     parse_extraction,
@@ -74,7 +82,7 @@ def _scoped(items: Sequence[MemoryItem], messages: Sequence[StoredMessage]) -> l
 
 
 class ModelAccount(Protocol):
-    """Limits and bookkeeping of memory tasks' model calls (bot.usage.Accounting)."""
+    """Limits and bookkeeping of memory tasks' model calls (bot.runtime.usage.Accounting)."""
 
     async def allow(self, conversation: ConversationKey, authors: Sequence[str]) -> bool:
         """Whether a task over these people's messages may call the model now."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from bot.events import StoredMessage
-from bot.llm.base import ChatMessage, ModelRequest, TextBlock
+from bot.core.events import StoredMessage
+from bot.core.llm import ChatMessage, ModelRequest, TextBlock
 from memory.quoting import data_json
 from memory.records import (
     SECTIONS,

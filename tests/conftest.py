@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.clock import ManualClock
+from bot.core.clock import ManualClock
 from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore
 from tests import pg_cluster

@@ -8,20 +8,20 @@ import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from bot.access import AccessPolicy
-from bot.clock import Clock, ManualClock
-from bot.commands import Commands, export_document
-from bot.events import ConversationKey, Inbound, QueuePolicy
-from bot.exports import ExportPolicy, Exports
-from bot.limits import LimitPolicy, Limits
-from bot.llm.base import BaseLLM
+from bot.core.clock import Clock, ManualClock
+from bot.core.events import ConversationKey, Inbound, QueuePolicy
+from bot.core.llm import BaseLLM
 from bot.metrics import Metrics, Price
-from bot.pipeline import BotProfile, GapPolicy, Pipeline
 from bot.queue import Ingestor, Scheduler
-from bot.router import Router
-from bot.stats import usage_report
+from bot.runtime.access import AccessPolicy
+from bot.runtime.commands import Commands, export_document
+from bot.runtime.exports import ExportPolicy, Exports
+from bot.runtime.limits import LimitPolicy, Limits
+from bot.runtime.pipeline import BotProfile, GapPolicy, Pipeline
+from bot.runtime.router import Router
+from bot.runtime.stats import usage_report
+from bot.runtime.usage import Accounting
 from bot.store.base import BaseStore
-from bot.usage import Accounting
 from memory.assemble import Budget, PersonaPin
 from memory.service import Memory, MemoryPolicy
 from tests.fakes.outlet import RecordingOutlet

@@ -21,7 +21,7 @@ from anthropic.types import (
 )
 from anthropic.types import TextBlock as SDKTextBlock
 
-from bot.errors import (
+from bot.core.errors import (
     ConfigError,
     ModelError,
     ModelRejected,
@@ -29,7 +29,7 @@ from bot.errors import (
     RateLimited,
     RequestRejected,
 )
-from bot.llm.base import BaseLLM, ChatMessage, ModelRequest, ModelResult, TextBlock, Usage
+from bot.core.llm import BaseLLM, ChatMessage, ModelRequest, ModelResult, TextBlock, Usage
 
 __all__ = ["AnthropicLLM"]
 

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Final
 
-from bot.llm.base import BaseLLM, ModelRequest, ModelResult, Usage
+from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 
 LABEL: Final = "[offline model]"
 

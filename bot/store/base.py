@@ -2,7 +2,7 @@
 
 Every method that writes is one transaction. Methods that the coalescing queue relies on
 (``ingest``, ``acquire_lease``, ``finish_turn``) are atomic across processes, not just
-coroutines: SPEC section 4 must hold with several processes on one database.
+coroutines: docs/architecture.md#queue must hold with several processes on one database.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
 
-from bot.events import (
+from bot.core.events import (
     ConversationKey,
     DueTimer,
     EditOutcome,
@@ -38,7 +38,7 @@ from bot.events import (
     UserData,
     UserKey,
 )
-from bot.llm.base import Usage
+from bot.core.llm import Usage
 
 
 class BaseStore(abc.ABC):
@@ -73,7 +73,7 @@ class BaseStore(abc.ABC):
     async def schema_version(self) -> int:
         """The applied schema version."""
 
-    # -- sessions (SPEC section 3) ------------------------------------------------------------
+    # -- sessions (docs/architecture.md#keys) ------------------------------------------------------
 
     @abc.abstractmethod
     async def open_session(
@@ -148,7 +148,7 @@ class BaseStore(abc.ABC):
         CAS: erasure writes a tombstone with ``set_user_memory`` instead.
         """
 
-    # -- messages and the queue (SPEC section 4) ----------------------------------------------
+    # -- messages and the queue (docs/architecture.md#queue) ---------------------------------------
 
     @abc.abstractmethod
     async def ingest(
@@ -307,7 +307,7 @@ class BaseStore(abc.ABC):
         hit, the model rejected the turn, its session was reset): they stay as context and
         are never submitted again; fenced (False) when the lease is no longer ours."""
 
-    # -- retention (SPEC section 6) -------------------------------------------------------------
+    # -- retention (docs/architecture.md#retention) ------------------------------------------------
 
     @abc.abstractmethod
     async def session_bounds(self, session: SessionKey) -> tuple[int, int] | None:

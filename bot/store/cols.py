@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from bot.events import (
+from bot.core.events import (
     ConversationKey,
     DueTimer,
     OutboxItem,
@@ -23,7 +23,7 @@ from bot.events import (
     UserData,
     UserKey,
 )
-from bot.llm.base import Usage
+from bot.core.llm import Usage
 
 MSG_COLS: Final = (
     "m.id, s.session_no, m.turn, m.role, m.author_id, m.display_name, m.text, m.created_at, "

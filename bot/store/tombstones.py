@@ -1,4 +1,4 @@
-"""Tombstones and the gap query shared by both store backends (SPEC section 6).
+"""Tombstones and the gap query shared by both store backends (docs/architecture.md#retention).
 
 A tombstone is a range of a session's turns that personabot itself deleted, with the reason
 (a platform deletion, /forget, retention by message age). The gap check expects every turn

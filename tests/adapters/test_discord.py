@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from bot.app import Runtime, runtime
+from bot.app.build import Runtime, runtime
 from bot.config import DiscordBotSettings, Secrets, Settings
-from bot.errors import AdapterError, ConfigError
-from bot.events import ConversationKey, Inbound, Reply
-from bot.llm.base import BaseLLM
+from bot.core.errors import AdapterError, ConfigError
+from bot.core.events import ConversationKey, Inbound, Reply
+from bot.core.llm import BaseLLM
 from bot.llm.offline import OfflineLLM
 from tests.fakes.discord_api import FakeDiscord, FakeUser
 from tests.fakes.llm import GatedLLM
@@ -36,8 +36,8 @@ with warnings.catch_warnings():
     warnings.filterwarnings(
         "ignore", message="'audioop' is deprecated", category=DeprecationWarning
     )
-    from adapters.discord import DiscordAdapter, create_adapter, nonce_for
-    from adapters.discord_endpoints import SharedEndpoints
+    from adapters.discord.adapter import DiscordAdapter, create_adapter, nonce_for
+    from adapters.discord.endpoints import SharedEndpoints
 
 TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4.GfAkEt.in-process-token-never-logged"
 COMMANDS = (("new", "start over"), ("help", "list the commands"))
@@ -211,7 +211,7 @@ def _key(chat: int, thread: int | None = None) -> ConversationKey:
 
 
 async def test_dm_channel_and_thread_keys() -> None:
-    """DM, guild channel and thread map to the three key shapes of SPEC section 3."""
+    """DM, guild channel and thread map to the three key shapes of docs/architecture.md#keys."""
     async with FakeDiscord(token=TOKEN) as fake:
         ada = fake.add_user("Ada")
         guild = fake.add_guild("Cafe")

@@ -21,9 +21,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from adapters.telegram import TelegramAdapter, create_adapter
-from adapters.telegram_format import render_html
-from bot.app import Runtime, runtime
+from adapters.telegram.adapter import TelegramAdapter, create_adapter
+from adapters.telegram.format import render_html
+from bot.app.build import Runtime, runtime
 from bot.config import (
     AccessSettings,
     PersonaSettings,
@@ -33,9 +33,9 @@ from bot.config import (
     StorageSettings,
     TelegramBotSettings,
 )
-from bot.errors import AdapterError, ConfigError, DeliveryRefused
-from bot.events import ConversationKey, Inbound, Reply
-from bot.llm.base import BaseLLM, ModelRequest
+from bot.core.errors import AdapterError, ConfigError, DeliveryRefused
+from bot.core.events import ConversationKey, Inbound, Reply
+from bot.core.llm import BaseLLM, ModelRequest
 from bot.llm.offline import OfflineLLM
 from tests.fakes.llm import GatedLLM, mug_oracle
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser, parse_telegram_html

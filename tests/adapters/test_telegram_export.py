@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bot.events import UserKey
-from bot.exports import SENT_PRIVATELY
+from bot.core.events import UserKey
+from bot.runtime.exports import SENT_PRIVATELY
 from memory.records import MemoryItem, UserMemory
 from tests.adapters.test_telegram import ANN, BOB, GROUP, TOKEN, api, running
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, UploadedFile

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from adapters.telegram_format import (
+from adapters.telegram.format import (
     MESSAGE_LIMIT,
     plain_chunks,
     render_html,

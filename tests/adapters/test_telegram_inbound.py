@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from aiogram.types import Message
 
-from adapters.telegram_inbound import BotIdentity, InboundRules, to_inbound
-from bot.events import ConversationKey, Inbound
+from adapters.telegram.inbound import BotIdentity, InboundRules, to_inbound
+from bot.core.events import ConversationKey, Inbound
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
 
 ME = BotIdentity(777, "mira_bot")

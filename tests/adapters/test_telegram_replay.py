@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from adapters.telegram import create_adapter
+from adapters.telegram.adapter import create_adapter
 from bot.config import Secrets, TelegramBotSettings
 from tests.adapters.test_telegram import ANN, BOT, PERSONA, TOKEN, _free_port, running
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from aiogram import Bot
 
-from adapters.telegram import TelegramAdapter, create_adapter
-from adapters.telegram_updates import parse_update
+from adapters.telegram.adapter import TelegramAdapter, create_adapter
+from adapters.telegram.updates import parse_update
 from bot.config import QueueSettings, Secrets, Settings, StorageSettings, TelegramBotSettings
 from tests.adapters.test_telegram import (
     ANN,

@@ -16,7 +16,7 @@ from bot.config import (
     TelegramBotSettings,
     load_settings,
 )
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "config.example.toml"

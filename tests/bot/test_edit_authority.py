@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from bot.access import AccessPolicy
-from bot.clock import ManualClock
-from bot.events import ConversationKey, Inbound
+from bot.core.clock import ManualClock
+from bot.core.events import ConversationKey, Inbound
+from bot.runtime.access import AccessPolicy
 from bot.store.base import BaseStore
 from tests.fakes.llm import GatedLLM
 from tests.harness import harness

@@ -15,8 +15,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from bot.clock import ManualClock
-from bot.election import Exclusive
+from bot.core.clock import ManualClock
+from bot.runtime.election import Exclusive
 from bot.store.base import BaseStore
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
 from tests.harness import settle

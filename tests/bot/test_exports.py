@@ -8,10 +8,10 @@ import json
 import stat
 from pathlib import Path
 
-from bot.clock import ManualClock
-from bot.events import ConversationKey, Inbound, UserKey
-from bot.exports import SENT_PRIVATELY
+from bot.core.clock import ManualClock
+from bot.core.events import ConversationKey, Inbound, UserKey
 from bot.llm.offline import OfflineLLM
+from bot.runtime.exports import SENT_PRIVATELY
 from bot.store.base import BaseStore
 from tests.backends import StoreFactory
 from tests.bot.test_cli import _run

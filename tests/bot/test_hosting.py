@@ -10,15 +10,15 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.access import AccessPolicy
-from bot.app import runtime
-from bot.clock import ManualClock
+from bot.app.build import runtime
 from bot.config import Settings
-from bot.errors import ModelUnavailable
-from bot.events import ConversationKey, Inbound, SessionKey, UserKey
-from bot.limits import LimitPolicy
+from bot.core.clock import ManualClock
+from bot.core.errors import ModelUnavailable
+from bot.core.events import ConversationKey, Inbound, SessionKey, UserKey
 from bot.llm.anthropic import AnthropicLLM
 from bot.llm.offline import OfflineLLM
+from bot.runtime.access import AccessPolicy
+from bot.runtime.limits import LimitPolicy
 from bot.store.base import BaseStore
 from bot.store.sqlite import SQLiteStore
 from tests.bot.test_pipeline import FlakyLLM

@@ -1,4 +1,4 @@
-"""SPEC section 4, rule 8: several OS processes on one PostgreSQL database, real time.
+"""docs/architecture.md#queue rule 8: several OS processes on one PostgreSQL database, real time.
 
 Each process is ``tests/fakes/worker.py``: the real runtime (store from the config, Claude
 client, queue, pipeline) behind an HTTP test adapter. All of them call one fake Messages API

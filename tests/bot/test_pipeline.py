@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.clock import ManualClock
-from bot.errors import ModelRejected, ModelUnavailable, RateLimited
-from bot.events import ConversationKey, SessionKey
+from bot.core.clock import ManualClock
+from bot.core.errors import ModelRejected, ModelUnavailable, RateLimited
+from bot.core.events import ConversationKey, SessionKey
+from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.llm.anthropic import AnthropicLLM
-from bot.llm.base import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.store.base import BaseStore
 from memory.tokens import estimate_tokens
 from tests.fakes.llm import GatedLLM

@@ -1,12 +1,13 @@
-"""SPEC section 4 acceptance scenarios on every store backend, timed by a manual clock."""
+"""docs/architecture.md#queue acceptance scenarios on every store backend, timed by a manual
+clock."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 
-from bot.clock import ManualClock
-from bot.events import ConversationKey, Inbound, QueuePolicy, UserKey
+from bot.core.clock import ManualClock
+from bot.core.events import ConversationKey, Inbound, QueuePolicy, UserKey
 from bot.queue import Scheduler
 from bot.store.base import BaseStore
 from tests.backends import StoreFactory

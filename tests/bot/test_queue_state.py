@@ -51,16 +51,16 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-import bot.errors
-from bot.clock import ManualClock
-from bot.commands import Commands
-from bot.errors import ModelRejected, ModelUnavailable, RateLimited
-from bot.events import ConversationKey, Inbound, QueuePolicy, Reply, StoredMessage
-from bot.llm.base import BaseLLM, ModelRequest, ModelResult, Usage
+import bot.core.errors
+from bot.core.clock import ManualClock
+from bot.core.errors import ModelRejected, ModelUnavailable, RateLimited
+from bot.core.events import ConversationKey, Inbound, QueuePolicy, Reply, StoredMessage
+from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.llm.offline import OfflineLLM
-from bot.pipeline import BotProfile, Pipeline
 from bot.queue import Ingestor, Scheduler
-from bot.router import Router
+from bot.runtime.commands import Commands
+from bot.runtime.pipeline import BotProfile, Pipeline
+from bot.runtime.router import Router
 from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore
 from bot.store.sqlite import SQLiteStore
@@ -82,8 +82,8 @@ QUEUE = QueuePolicy(debounce=DEBOUNCE, max_wait=MAX_WAIT)
 CONVERSATIONS = tuple(ConversationKey("telegram", f"chat{i}") for i in range(3))
 AUTHORS = ("u1", "u2", "u3")
 TROUBLE = "One moment, I will answer as soon as I can."
-# The permanent rejection of one request; after issue 13 its own class (bot.errors).
-REQUEST_REJECTED: type[ModelRejected] = getattr(bot.errors, "RequestRejected", ModelRejected)
+# The permanent rejection of one request; after issue 13 its own class (bot.core.errors).
+REQUEST_REJECTED: type[ModelRejected] = getattr(bot.core.errors, "RequestRejected", ModelRejected)
 
 EXAMPLES = 30  # each backend's run stays under ~30 s on a 2-core machine
 STEPS = 25

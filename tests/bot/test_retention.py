@@ -1,4 +1,5 @@
-"""SPEC section 6: retention never makes the model hallucinate (the 80-day SLA case)."""
+"""docs/architecture.md#retention: retention never makes the model hallucinate (the 80-day SLA
+case)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,17 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from bot.clock import ManualClock
 from bot.config import load_settings
-from bot.errors import ConfigError, ModelUnavailable, StoreError
-from bot.events import ConversationKey, Inbound, QueuePolicy, SessionKey
-from bot.llm.base import BaseLLM, ModelRequest, ModelResult
+from bot.core.clock import ManualClock
+from bot.core.errors import ConfigError, ModelUnavailable, StoreError
+from bot.core.events import ConversationKey, Inbound, QueuePolicy, SessionKey
+from bot.core.llm import BaseLLM, ModelRequest, ModelResult
 from bot.llm.offline import OfflineLLM
-from bot.pipeline import GapPolicy
-from bot.retention import DAY, Retention, RetentionPolicy
+from bot.runtime.pipeline import GapPolicy
 from bot.store.base import BaseStore
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Budget
+from memory.retention.worker import DAY, Retention, RetentionPolicy
 from memory.service import Memory, MemoryPolicy
 from tests.backends import StoreFactory
 from tests.fakes.llm import GatedLLM

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import memory_policy, pin_for
+from bot.app.build import memory_policy, pin_for
 from bot.config import load_settings
-from bot.errors import ConfigError
-from bot.events import ConversationKey, SessionKey, StoredMessage, Turn
+from bot.core.errors import ConfigError
+from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn
 from memory.assemble import assemble
 from memory.fit import request_tokens
 

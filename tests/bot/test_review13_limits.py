@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.clock import ManualClock
 from bot.config import MAX_TOKEN_LIMIT, MAX_TURN_LIMIT, load_settings
-from bot.errors import ConfigError
-from bot.events import ConversationKey
-from bot.limits import LimitPolicy
+from bot.core.clock import ManualClock
+from bot.core.errors import ConfigError
+from bot.core.events import ConversationKey
 from bot.llm.offline import OfflineLLM
+from bot.runtime.limits import LimitPolicy
 from bot.store.base import BaseStore
 from memory.assemble import Budget
 from memory.service import MemoryPolicy

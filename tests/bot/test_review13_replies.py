@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.clock import ManualClock
 from bot.config import load_settings
-from bot.errors import ConfigError
-from bot.events import ConversationKey, SessionKey
+from bot.core.clock import ManualClock
+from bot.core.errors import ConfigError
+from bot.core.events import ConversationKey, SessionKey
 from bot.llm.anthropic import AnthropicLLM
 from bot.store.base import BaseStore
 from tests.fakes.messages_api import FakeMessagesAPI

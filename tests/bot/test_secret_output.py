@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.redact import looks_like_env_name, redact_url, url_secrets
+from bot.core.redact import looks_like_env_name, redact_url, url_secrets
 from tests.bot.test_cli import _env, _run
 
 PG_PASSWORD = "Qs-pg-pass-7f3a91c2d4"

@@ -1,4 +1,4 @@
-"""SPEC section 3 end to end: the 16-step log replayed as chat through the real pipeline.
+"""docs/architecture.md#keys end to end: the 16-step log replayed as chat through the real pipeline.
 
 Two conversations whose users are both called "Sasha". The model (a fake that reads only its
 prompt) answers "which mug?" from what the prompt holds, so a reply shows exactly which
@@ -7,8 +7,8 @@ scope's history reached the model.
 
 from __future__ import annotations
 
-from bot.clock import ManualClock
-from bot.events import ConversationKey
+from bot.core.clock import ManualClock
+from bot.core.events import ConversationKey
 from bot.store.base import BaseStore
 from tests.fakes.llm import GatedLLM, mug_oracle
 from tests.harness import Harness, harness

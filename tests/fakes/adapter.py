@@ -7,8 +7,8 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from adapters.base import BaseAdapter
-from bot.events import ConversationKey, Inbound, Reply
-from bot.ports import InboundHandler
+from bot.core.events import ConversationKey, Inbound, Reply
+from bot.core.ports import InboundHandler
 
 
 class QueueAdapter(BaseAdapter):

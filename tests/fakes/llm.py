@@ -6,8 +6,8 @@ import asyncio
 import re
 from collections.abc import Callable
 
-from bot.clock import Clock
-from bot.llm.base import BaseLLM, ModelRequest, ModelResult, Usage
+from bot.core.clock import Clock
+from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 
 
 class GatedLLM(BaseLLM):

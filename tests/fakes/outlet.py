@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from bot.clock import Clock
-from bot.errors import DeliveryRefused
-from bot.events import ConversationKey, Reply
+from bot.core.clock import Clock
+from bot.core.errors import DeliveryRefused
+from bot.core.events import ConversationKey, Reply
 
 
 class RecordingOutlet:

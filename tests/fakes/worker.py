@@ -4,7 +4,7 @@
 
     python -m tests.fakes.worker --config personabot.toml --port 0 --replies replies.jsonl
 
-Builds what ``personabot run`` builds (``bot.app.runtime`` with the store from ``[storage]``
+Builds what ``personabot run`` builds (``bot.app.build.runtime`` with the store from ``[storage]``
 and the real Claude client from ``[llm]``, so ``ANTHROPIC_API_KEY`` must be set), but instead
 of Telegram or Discord it hosts one :class:`HttpTestAdapter` for the first persona:
 
@@ -36,11 +36,11 @@ from typing import Any
 from aiohttp import web
 
 from adapters.base import BaseAdapter
-from bot.app import build_llm, runtime
+from bot.app.build import build_llm, runtime
+from bot.app.logs import setup_logging
 from bot.config import Secrets, load_settings
-from bot.events import ConversationKey, Inbound, Reply
-from bot.logs import setup_logging
-from bot.ports import InboundHandler
+from bot.core.events import ConversationKey, Inbound, Reply
+from bot.core.ports import InboundHandler
 
 PLATFORM = "test"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bot.errors import (
+from bot.core.errors import (
     ConfigError,
     ModelError,
     ModelRejected,
@@ -17,8 +17,8 @@ from bot.errors import (
     RateLimited,
     RequestRejected,
 )
+from bot.core.llm import ChatMessage, ModelRequest, ModelResult, TextBlock, Usage
 from bot.llm.anthropic import AnthropicLLM
-from bot.llm.base import ChatMessage, ModelRequest, ModelResult, TextBlock, Usage
 from tests.fakes.messages_api import FakeMessagesAPI
 
 KEY = "sk-test-secret-4f9c2a7e1b3d5f60"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.events import ConversationKey, SessionKey, StoredMessage, Turn
+from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn
 from memory.assemble import Budget, Participant, PersonaPin, assemble
 from memory.records import MemoryItem, Summary, UserMemory
 from memory.tokens import estimate_tokens

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.clock import ManualClock
-from bot.events import ConversationKey
+from bot.core.clock import ManualClock
+from bot.core.events import ConversationKey
 from bot.llm.anthropic import AnthropicLLM
 from bot.store.base import BaseStore
 from tests.fakes.messages_api import FakeMessagesAPI, RecordedRequest

@@ -7,7 +7,7 @@ lines start like a header), then reads the prompt back with the strict parser.
 from __future__ import annotations
 
 import memory.assemble as assemble_module
-from bot.events import ConversationKey, SessionKey, StoredMessage, Turn
+from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn
 from memory.assemble import DATA_NOTE, Budget, Participant, PersonaPin, assemble, render_turn
 from memory.records import MemoryItem, Summary, UserMemory
 from memory.tasks import extraction_request, summary_request

@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from bot.clock import ManualClock
-from bot.events import ConversationKey, Inbound, SessionKey, UserKey
-from bot.llm.base import BaseLLM, ModelRequest, ModelResult, Usage
+from bot.core.clock import ManualClock
+from bot.core.events import ConversationKey, Inbound, SessionKey, UserKey
+from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.llm.offline import OfflineLLM
 from bot.store.base import BaseStore
 from memory.assemble import Budget

@@ -9,9 +9,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.clock import ManualClock
-from bot.events import ConversationKey, Inbound, SessionKey, UserKey
-from bot.llm.base import ModelRequest
+from bot.core.clock import ManualClock
+from bot.core.events import ConversationKey, Inbound, SessionKey, UserKey
+from bot.core.llm import ModelRequest
 from bot.llm.offline import OfflineLLM
 from bot.store.base import BaseStore
 from memory.assemble import Budget

@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.events import ConversationKey, SessionKey, StoredMessage, Turn
+from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn
 from memory.assemble import (
     DATA_NOTE,
     MEMORY_HEADER,
@@ -30,7 +30,7 @@ from memory.records import (
     Summary,
     UserMemory,
 )
-from memory.retention import Gap, gap_notice
+from memory.retention.gaps import Gap, gap_notice
 from memory.tasks import extraction_request, summary_request
 from tests.memory.prompt_parser import (
     Part,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.events import ConversationKey, Inbound, QueuePolicy
+from bot.core.events import ConversationKey, Inbound, QueuePolicy
 from bot.store.base import BaseStore
 from tests.backends import StoreFactory
 

@@ -10,7 +10,7 @@ import aiosqlite
 import asyncpg
 import pytest
 
-from bot.events import ConversationKey, SessionKey, UserKey
+from bot.core.events import ConversationKey, SessionKey, UserKey
 from bot.store.base import BaseStore
 from bot.store.migrations import postgres as pg_migrations
 from bot.store.migrations import sqlite as sqlite_migrations

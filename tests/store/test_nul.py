@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.events import ConversationKey, Inbound, QueuePolicy
+from bot.core.events import ConversationKey, Inbound, QueuePolicy
 from bot.store.base import BaseStore
 
 C1 = ConversationKey("telegram", "-100")

@@ -16,8 +16,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from bot.errors import StoreError
-from bot.events import ConversationKey, SessionKey
+from bot.core.errors import StoreError
+from bot.core.events import ConversationKey, SessionKey
 from bot.store.migrations.sqlite import MIGRATIONS
 from bot.store.postgres import PostgresStore
 from bot.store.sqlite import SQLiteStore

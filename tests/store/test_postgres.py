@@ -10,10 +10,10 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from bot.app import build_store
+from bot.app.build import build_store
 from bot.config import Settings, StorageSettings, load_settings
-from bot.errors import ConfigError, StoreError
-from bot.events import ConversationKey
+from bot.core.errors import ConfigError, StoreError
+from bot.core.events import ConversationKey
 from bot.store.migrations.postgres import MIGRATIONS
 from bot.store.postgres import PostgresStore, redact_url
 from tests import pg_cluster

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.errors import StoreError
-from bot.events import ConversationKey, Inbound, QueuePolicy, SessionKey
+from bot.core.errors import StoreError
+from bot.core.events import ConversationKey, Inbound, QueuePolicy, SessionKey
 from bot.store.sqlite import SQLiteStore
 
 C1 = ConversationKey("telegram", "100")

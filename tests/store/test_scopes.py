@@ -1,8 +1,9 @@
-"""SPEC section 3: keys, sessions and scopes; the 16-step acceptance log at the store API."""
+"""docs/architecture.md#keys: keys, sessions and scopes; the 16-step acceptance log at the store
+API."""
 
 from __future__ import annotations
 
-from bot.events import NOT_SET, ConversationKey, SessionKey, SessionPolicy, UserKey
+from bot.core.events import NOT_SET, ConversationKey, SessionKey, SessionPolicy, UserKey
 from bot.store.base import BaseStore
 from tests.backends import StoreFactory
 
@@ -12,7 +13,7 @@ T0 = 1_700_000_000.0
 
 
 async def test_sixteen_step_log(store: BaseStore) -> None:
-    """The acceptance log of SPEC section 3, step by step; 'Sasha' is never a key."""
+    """The acceptance log of docs/architecture.md#keys, step by step; 'Sasha' is never a key."""
     s = await store.open_session(C1, T0)  # 1: C1/S1 (display name "Sasha" is not a key)
     c1s1 = s.key
     assert c1s1 == SessionKey(C1, 1)
@@ -125,7 +126,7 @@ async def test_schema_is_migrated_once(stores: StoreFactory) -> None:
 
 async def test_edits_and_deletions(store: BaseStore) -> None:
     """An unanswered message can be edited (bumping the version); an answered one cannot."""
-    from bot.events import Inbound, QueuePolicy
+    from bot.core.events import Inbound, QueuePolicy
 
     policy = QueuePolicy()
     await store.ingest(Inbound(C1, "u1", "Sasha", "helo", "p1"), T0, policy)
@@ -147,7 +148,7 @@ async def test_edits_and_deletions(store: BaseStore) -> None:
 
 
 async def test_inactive_conversation_reactivates_on_new_input(store: BaseStore) -> None:
-    from bot.events import Inbound, QueuePolicy
+    from bot.core.events import Inbound, QueuePolicy
 
     await store.open_session(C1, T0)
     await store.set_conversation_status(C1, False, "blocked by the user")

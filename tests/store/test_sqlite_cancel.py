@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bot.events import ConversationKey, Inbound, QueuePolicy
+from bot.core.events import ConversationKey, Inbound, QueuePolicy
 from bot.store.sqlite import SQLiteStore
 
 

@@ -120,7 +120,8 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
             updated_at  REAL NOT NULL
         );
 
-        -- Timers live apart from conversation data (SPEC 4, rule 2): nothing that writes
+        -- Timers live apart from conversation data (docs/architecture.md#queue rule 2): nothing
+        -- that writes
         -- conversations, messages or memory touches this table.
         CREATE TABLE timers (
             conversation_id  INTEGER PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,

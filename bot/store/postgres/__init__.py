@@ -30,7 +30,7 @@ everywhere, exactly like SQLite, so the contract suite runs on a manual clock. W
 machines their clocks must then be NTP-synced: skew never causes a duplicate reply (fencing
 tokens and the version check are decided in the database) but a fast clock takes an expired
 lease early and skews debounce timings. With ``use_db_clock=True`` (what ``personabot run``
-uses through ``bot.app.build_store``) lease expiry (acquire and renew) is decided by the
+uses through ``bot.app.build.build_store``) lease expiry (acquire and renew) is decided by the
 database server's clock instead, ignoring ``now``; debounce timers keep the callers' clocks.
 
 Secrets: the password comes from the URL or ``PGPASSWORD`` (libpq rules, applied by asyncpg);
@@ -39,7 +39,7 @@ it never appears in an error message or a log line of this module.
 
 from __future__ import annotations
 
-from bot.redact import redact_url
+from bot.core.redact import redact_url
 from bot.store.postgres._core import is_postgres_url
 from bot.store.postgres._messages import MessagesPart
 from bot.store.postgres._people import PeoplePart

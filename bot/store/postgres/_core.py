@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import asyncpg
 
-from bot.errors import StoreError
-from bot.events import (
+from bot.core.errors import StoreError
+from bot.core.events import (
     ConversationKey,
     SessionKey,
     SessionPolicy,
 )
-from bot.redact import redact_url, url_secrets
-from bot.sessions import expiry_reason
+from bot.core.redact import redact_url, url_secrets
+from bot.core.sessions import expiry_reason
 from bot.store import cols, tombstones
 from bot.store.base import BaseStore
 from bot.store.migrations.postgres import MIGRATION_LOCK, MIGRATIONS

@@ -6,8 +6,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from bot.errors import StoreError
-from bot.events import (
+from bot.core.errors import StoreError
+from bot.core.events import (
     ConversationKey,
     EditOutcome,
     Inbound,
@@ -18,7 +18,7 @@ from bot.events import (
     StoredMessage,
     StoredSummary,
 )
-from bot.sessions import expiry_reason
+from bot.core.sessions import expiry_reason
 from bot.store import cols
 from bot.store.postgres._core import (
     _CONV_WHERE,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from bot.events import Erasure, UserData, UserKey
+from bot.core.events import Erasure, UserData, UserKey
 from bot.store import cols, tombstones
 from bot.store.postgres._core import PostgresCore, _rowcount
 

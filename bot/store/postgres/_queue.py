@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from bot.errors import StoreError
-from bot.events import (
+from bot.core.errors import StoreError
+from bot.core.events import (
     ConversationKey,
     DueTimer,
     FinishResult,
@@ -18,7 +18,7 @@ from bot.events import (
     UsageStats,
     UserKey,
 )
-from bot.llm.base import Usage
+from bot.core.llm import Usage
 from bot.store import cols
 from bot.store.postgres._core import (
     PostgresCore,
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 
 class QueuePart(PostgresCore):
-    """Timers, leases, the final check, the outbox, limits and usage (SPEC section 4)."""
+    """Timers, leases, the final check, the outbox, limits and usage
+    (docs/architecture.md#queue)."""
 
     # -- limits and usage -----------------------------------------------------------------------
 

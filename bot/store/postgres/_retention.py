@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from bot.events import (
+from bot.core.events import (
     OldMessages,
     RetentionEntry,
     SessionInfo,
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 
 class RetentionPart(PostgresCore):
-    """Retention: expiry as units, per-message age, the audit trail (SPEC section 6)."""
+    """Retention: expiry as units, per-message age, the audit trail
+    (docs/architecture.md#retention)."""
 
     # -- retention ----------------------------------------------------------------------------
 

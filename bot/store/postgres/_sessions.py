@@ -1,9 +1,9 @@
-"""PostgreSQL: sessions and the session and user scopes (SPEC section 3)."""
+"""PostgreSQL: sessions and the session and user scopes (docs/architecture.md#keys)."""
 
 from __future__ import annotations
 
-from bot.errors import StoreError
-from bot.events import (
+from bot.core.errors import StoreError
+from bot.core.events import (
     NOT_SET,
     ConversationKey,
     NotSet,
@@ -22,7 +22,7 @@ from bot.store.postgres._core import (
 
 
 class SessionsPart(PostgresCore):
-    """Sessions and the session and user scopes (SPEC section 3)."""
+    """Sessions and the session and user scopes (docs/architecture.md#keys)."""
 
     # -- sessions -----------------------------------------------------------------------------
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import aiosqlite
 
-from bot.errors import StoreError
-from bot.events import (
+from bot.core.errors import StoreError
+from bot.core.events import (
     ConversationKey,
     SessionKey,
     SessionPolicy,
 )
-from bot.sessions import expiry_reason
+from bot.core.sessions import expiry_reason
 from bot.store import cols, tombstones
 from bot.store.base import BaseStore
 from bot.store.migrations.sqlite import MIGRATIONS

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import aiosqlite
 
-from bot.errors import StoreError
-from bot.events import (
+from bot.core.errors import StoreError
+from bot.core.events import (
     ConversationKey,
     EditOutcome,
     Inbound,

@@ -8,7 +8,7 @@ from typing import Any
 
 import aiosqlite
 
-from bot.events import Erasure, UserData, UserKey
+from bot.core.events import Erasure, UserData, UserKey
 from bot.store import cols, tombstones
 from bot.store.sqlite._core import SQLiteCore
 

@@ -1,4 +1,5 @@
-"""SQLite: timers, leases, the final check, the outbox, limits and usage (SPEC section 4)."""
+"""SQLite: timers, leases, the final check, the outbox, limits and usage
+(docs/architecture.md#queue)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from collections.abc import Sequence
 
 import aiosqlite
 
-from bot.errors import StoreError
-from bot.events import (
+from bot.core.errors import StoreError
+from bot.core.events import (
     ConversationKey,
     DueTimer,
     FinishResult,
@@ -19,7 +20,7 @@ from bot.events import (
     UsageStats,
     UserKey,
 )
-from bot.llm.base import Usage
+from bot.core.llm import Usage
 from bot.store import cols
 from bot.store.sqlite._core import (
     SQLiteCore,
@@ -27,7 +28,8 @@ from bot.store.sqlite._core import (
 
 
 class QueuePart(SQLiteCore):
-    """Timers, leases, the final check, the outbox, limits and usage (SPEC section 4)."""
+    """Timers, leases, the final check, the outbox, limits and usage
+    (docs/architecture.md#queue)."""
 
     # -- limits and usage -----------------------------------------------------------------------
 

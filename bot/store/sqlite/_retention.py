@@ -1,4 +1,5 @@
-"""SQLite: retention (expiry as units, per-message age, audit trail; SPEC section 6)."""
+"""SQLite: retention (expiry as units, per-message age, audit trail;
+docs/architecture.md#retention)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import time
 
 import aiosqlite
 
-from bot.events import (
+from bot.core.events import (
     OldMessages,
     RetentionEntry,
     SessionInfo,
@@ -25,7 +26,8 @@ _GAPS = tombstones.gap_sql(f"?{i}" for i in range(1, 8))
 
 
 class RetentionPart(SQLiteCore):
-    """Retention: expiry as units, per-message age, the audit trail (SPEC section 6)."""
+    """Retention: expiry as units, per-message age, the audit trail
+    (docs/architecture.md#retention)."""
 
     # -- retention ----------------------------------------------------------------------------
 

@@ -1,9 +1,9 @@
-"""SQLite: sessions and the session and user scopes (SPEC section 3)."""
+"""SQLite: sessions and the session and user scopes (docs/architecture.md#keys)."""
 
 from __future__ import annotations
 
-from bot.errors import StoreError
-from bot.events import (
+from bot.core.errors import StoreError
+from bot.core.events import (
     NOT_SET,
     ConversationKey,
     NotSet,
@@ -19,7 +19,7 @@ from bot.store.sqlite._core import (
 
 
 class SessionsPart(SQLiteCore):
-    """Sessions and the session and user scopes (SPEC section 3)."""
+    """Sessions and the session and user scopes (docs/architecture.md#keys)."""
 
     # -- sessions -----------------------------------------------------------------------------
 

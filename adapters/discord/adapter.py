@@ -1,0 +1,418 @@
+"""Discord adapter on discord.py 2: DMs, guild text channels and threads.
+
+Inside this module ``import discord`` is the discord.py library, not this file: imports are
+absolute, and this module is only ever imported as ``adapters.discord.adapter``.
+
+Invariants:
+- discord.py objects never leave ``adapters/``: the runtime gets ``Inbound`` events and gives
+  ``Reply`` objects;
+- gateway events are handled one at a time in arrival order (one consumer task), so a burst
+  is stored in the order people wrote it;
+- every send carries ``AllowedMentions.none()``: model output never pings anyone;
+- a reply with an outbox id is sent with one nonce per chunk (``enforce_nonce``), so re-sending
+  the same outbox row after a crash or retry returns the message already posted instead of
+  posting it twice; that is why ``idempotent_send`` is True;
+- the typing indicator task is cancelled on every path out of ``typing()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+from collections.abc import AsyncIterator, Collection
+from typing import Any, Final
+
+import aiohttp
+import discord
+
+from adapters.base import BaseAdapter
+from adapters.discord.client import Event, QueueingClient, default_intents, quiet_voice_notes
+from adapters.discord.endpoints import SharedEndpoints, endpoints_for
+from adapters.discord.inbound import GroupTrigger, InboundBuilder, Place, known_place
+from adapters.text import split_text
+from bot.config import BotSettings, DiscordBotSettings, PersonaSettings, Secrets
+from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
+from bot.core.events import ConversationKey, Inbound, Reply
+from bot.core.ports import InboundHandler
+from bot.core.tasks import running
+
+log = logging.getLogger("personabot.discord")
+
+#: Discord counts message length in Unicode code points (its API is Python), as ``len`` does.
+MESSAGE_LIMIT: Final = 2000
+#: Discord shows "typing" for 10 s after each trigger; re-trigger before it lapses.
+TYPING_INTERVAL: Final = 8.0
+NONCE_LIMIT: Final = 25
+#: Discord error code for a channel that no longer exists.
+UNKNOWN_CHANNEL: Final = 10003
+#: Gateway close codes that no reconnect can fix, with what the operator should do.
+FATAL_CLOSE: Final = {
+    4004: "Discord rejected the bot token",
+    4010: "invalid shard_id for this shard_count",
+    4011: "this bot is in too many guilds for one connection: set shard_id and shard_count "
+    "(one process per shard)",
+    4013: "invalid gateway intents",
+}
+_NETWORK_ERRORS: Final = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+_STORE_RETRY_START: Final = 1.0
+_STORE_RETRY_MAX: Final = 30.0
+
+
+def nonce_for(outbox_id: int | None, index: int) -> str | None:
+    """The nonce of chunk ``index`` of an outbox row (None: discord.py picks a random one)."""
+    if outbox_id is None:
+        return None
+    nonce = f"{outbox_id}-{index}"
+    if len(nonce) > NONCE_LIMIT:
+        raise AdapterError(f"outbox id {outbox_id} is too long for a Discord nonce")
+    return nonce
+
+
+class DiscordAdapter(BaseAdapter):
+    """One Discord bot account: gateway events in, replies out through the REST API."""
+
+    idempotent_send = True
+
+    def __init__(
+        self,
+        *,
+        bot_key: str,
+        token: str,
+        token_variable: str = "DISCORD_BOT_TOKEN",
+        group_trigger: GroupTrigger = "mention",
+        guilds: Collection[int] = (),
+        shard_id: int | None = None,
+        shard_count: int | None = None,
+    ) -> None:
+        super().__init__(bot_key=bot_key)
+        self._token = token
+        self._token_variable = token_variable
+        self._shard = (shard_id, shard_count)
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._client: QueueingClient | None = None
+        self._logged_in = False
+        self._closed = False
+        self._login_lock = asyncio.Lock()
+        self._dm_channels: set[int] = set()
+        self._handler: InboundHandler | None = None
+        self._inbound = InboundBuilder(
+            bot_key=bot_key, group_trigger=group_trigger, guilds=guilds, fetch_place=self._fetch
+        )
+
+    def __repr__(self) -> str:
+        return f"DiscordAdapter(bot_key={self.bot_key!r})"  # never the token
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, handler: InboundHandler) -> None:
+        """Connect to the gateway and hand every relevant event to ``handler`` until closed."""
+        self._inbound.command_names = frozenset(name.lower() for name, _ in handler.commands)
+        self._handler = handler
+        consumer = asyncio.create_task(self._consume(handler), name=f"discord {self.bot_key}")
+        try:
+            await self._connect()
+        finally:
+            consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer
+
+    @property
+    def connected(self) -> bool:
+        """Whether the gateway session is up and discord.py's cache is ready (for /readyz)."""
+        client = self._client
+        return client is not None and client.is_ready() and not client.is_closed()
+
+    async def aclose(self) -> None:
+        """Close the gateway and HTTP session; give back the shared endpoints."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._client is not None:
+                await self._client.close()
+        finally:
+            SharedEndpoints.release()
+
+    async def _connect(self) -> None:
+        """Run the gateway connection (discord.py reconnects and resumes by itself)."""
+        while not self._closed:
+            client = await self._logged_in_client()
+            try:
+                await client.connect(reconnect=True)
+                return  # closed by aclose()
+            except discord.PrivilegedIntentsRequired:
+                if not client.intents.message_content:
+                    raise AdapterError("Discord refused the gateway intents") from None
+                await self._without_message_content(client)
+            except discord.ConnectionClosed as exc:
+                reason = FATAL_CLOSE.get(exc.code or 0, "the gateway closed the connection")
+                raise AdapterError(f"Discord: {reason} (close code {exc.code})") from exc
+            except (discord.GatewayNotFound, discord.HTTPException, *_NETWORK_ERRORS) as exc:
+                raise AdapterError(f"Discord gateway unreachable: {exc}") from exc
+
+    async def _without_message_content(self, client: QueueingClient) -> None:
+        """Carry on without the privileged intent: DMs and mentions still carry content."""
+        log.error(
+            "the Message Content Intent is not enabled for this bot (%s): continuing without "
+            "it, so in guilds the bot only sees messages that mention it or reply to it. "
+            "Enable it in the Discord Developer Portal (your application > Bot > Privileged "
+            "Gateway Intents > Message Content Intent) and restart.",
+            self.bot_key,
+        )
+        async with self._login_lock:
+            await client.close()
+            self._client = self._new_client(message_content=False)
+            self._logged_in = False
+        self._inbound.message_content_intent = False
+
+    def _new_client(self, *, message_content: bool = True) -> QueueingClient:
+        intents = default_intents(message_content=message_content)
+        quiet_voice_notes()
+        shard_id, shard_count = self._shard
+        return QueueingClient(
+            queue=self._events,
+            on_unreadable=self._unreadable,
+            intents=intents,
+            allowed_mentions=discord.AllowedMentions.none(),
+            shard_id=shard_id,
+            shard_count=shard_count,
+            chunk_guilds_at_startup=False,
+            member_cache_flags=discord.MemberCacheFlags.from_intents(intents),
+        )
+
+    async def _logged_in_client(self) -> QueueingClient:
+        """The client, logged in over REST (sending works before the gateway is up)."""
+        async with self._login_lock:
+            if self._closed:
+                raise AdapterError("the Discord adapter is closed")
+            if self._client is None:
+                self._client = self._new_client()
+            if not self._logged_in:
+                await self._login(self._client)
+            return self._client
+
+    async def _login(self, client: QueueingClient) -> None:
+        try:
+            await client.login(self._token)
+        except discord.LoginFailure as exc:
+            raise AdapterError(
+                f"Discord rejected the bot token in {self._token_variable} (401 Unauthorized)"
+            ) from exc
+        except (discord.HTTPException, *_NETWORK_ERRORS) as exc:
+            raise AdapterError(f"Discord login failed: {exc}") from exc
+        self._logged_in = True
+
+    # ------------------------------------------------------------------ inbound
+
+    def _unreadable(self, event: str) -> None:
+        if self._handler is not None:
+            self._handler.rejected("discord", self.bot_key, event.lower())
+
+    async def _consume(self, handler: InboundHandler) -> None:
+        """Normalize and hand over queued events one at a time; one bad event never stops it."""
+        while True:
+            event = await self._events.get()
+            try:
+                for inbound in await self._normalize(event):
+                    await self._until_stored(handler, inbound)
+            except Exception:
+                log.exception("could not handle a Discord %s event", type(event).__name__)
+
+    async def _until_stored(self, handler: InboundHandler, inbound: Inbound) -> None:
+        """Hand one event over; a store fault is retried with backoff until it clears.
+
+        The gateway cannot be asked again for an event, so it is kept here; later events wait
+        behind it (gateway order) and queue up in memory meanwhile.
+        """
+        delay = _STORE_RETRY_START
+        while True:
+            try:
+                await handler(inbound)
+                return
+            except StoreError as exc:
+                log.error(
+                    "Discord message %s not stored (%s); retrying in %.0fs",
+                    inbound.platform_message_id,
+                    exc,
+                    delay,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _STORE_RETRY_MAX)
+
+    async def _normalize(self, event: Event) -> list[Inbound]:
+        client = self._client
+        if client is None or client.user is None:
+            return []
+        if isinstance(event, discord.Message):
+            found = await self._inbound.message(event, client.user)
+            if found is not None and found.is_private:
+                self._dm_channels.add(event.channel.id)
+            return [] if found is None else [found]
+        if isinstance(event, discord.RawMessageUpdateEvent):
+            edited = await self._inbound.edit(event)
+            return [] if edited is None else [edited]
+        channel = client.get_channel(event.channel_id)
+        if isinstance(event, discord.RawMessageDeleteEvent):
+            ids: Collection[int] = (event.message_id,)
+        else:
+            ids = event.message_ids
+        return await self._inbound.deletions(channel, event.channel_id, event.guild_id, ids)
+
+    async def _fetch(self, channel_id: int) -> Place | None:
+        """Ask Discord what an uncached guild channel is (a thread's key needs its parent)."""
+        client = self._client
+        if client is None:
+            return None
+        try:
+            channel = await client.fetch_channel(channel_id)
+        except (discord.HTTPException, *_NETWORK_ERRORS) as exc:
+            log.warning("could not look up Discord channel %d: %s", channel_id, exc)
+            return None
+        return known_place(channel)
+
+    # ------------------------------------------------------------------ outbound
+
+    async def send(self, reply: Reply) -> None:
+        """Post a reply in 2000-character chunks, pinging nobody, idempotent per outbox row."""
+        if reply.attachment is not None:
+            await self._send_file(reply)
+            return
+        client = await self._logged_in_client()
+        channel_id = _channel_id(reply.conversation)
+        channel = client.get_partial_messageable(channel_id)
+        reference = self._reference(reply, channel_id)
+        for index, chunk in enumerate(split_text(reply.text, MESSAGE_LIMIT)):
+            await self._post(
+                channel,
+                chunk,
+                nonce=nonce_for(reply.outbox_id, index),
+                reference=reference if index == 0 else None,
+            )
+
+    async def _send_file(self, reply: Reply) -> None:
+        """One message with the attachment as a file and the text (cut to fit) as content."""
+        assert reply.attachment is not None
+        client = await self._logged_in_client()
+        channel = client.get_partial_messageable(_channel_id(reply.conversation))
+        upload = discord.File(io.BytesIO(reply.attachment.data), filename=reply.attachment.filename)
+        text = reply.text[:MESSAGE_LIMIT]
+        await self._post(
+            channel, text, nonce=nonce_for(reply.outbox_id, 0), reference=None, file=upload
+        )
+
+    async def private_conversation(
+        self, conversation: ConversationKey, user_id: str
+    ) -> ConversationKey:
+        """Open (or find) the DM channel with a user; DeliveryRefused if Discord will not."""
+        client = await self._logged_in_client()
+        try:
+            user = client.get_user(int(user_id)) or await client.fetch_user(int(user_id))
+            channel = await user.create_dm()
+        except (discord.Forbidden, discord.NotFound) as exc:
+            raise DeliveryRefused(f"Discord will not open a DM with user {user_id}: {exc}") from exc
+        except (discord.HTTPException, *_NETWORK_ERRORS) as exc:
+            raise AdapterError(f"Discord DM with user {user_id} failed: {exc}") from exc
+        self._dm_channels.add(channel.id)
+        return ConversationKey("discord", str(channel.id), None, conversation.bot)
+
+    def _reference(self, reply: Reply, channel_id: int) -> discord.MessageReference | None:
+        """Quote the triggering message in guilds (never in DMs); a deleted one is no error."""
+        target = reply.reply_to_platform_message_id
+        if target is None or channel_id in self._dm_channels:
+            return None
+        return discord.MessageReference(
+            message_id=int(target), channel_id=channel_id, fail_if_not_exists=False
+        )
+
+    async def _post(
+        self,
+        channel: discord.PartialMessageable,
+        text: str,
+        *,
+        nonce: str | None,
+        reference: discord.MessageReference | None,
+        file: discord.File | None = None,
+    ) -> None:
+        """One message; Discord errors translated once, here (429s are waited by discord.py)."""
+        options: dict[str, Any] = {"allowed_mentions": discord.AllowedMentions.none()}
+        if file is not None:
+            options["file"] = file
+        if nonce is not None:
+            options["nonce"] = nonce  # discord.py sends enforce_nonce with every nonce
+        if reference is not None:
+            options["reference"] = reference
+            options["mention_author"] = False
+        try:
+            await channel.send(text, **options)
+        except discord.Forbidden as exc:
+            raise DeliveryRefused(
+                f"Discord refuses messages to channel {channel.id}: {exc.text or exc.status}"
+            ) from exc
+        except discord.NotFound as exc:
+            if exc.code == UNKNOWN_CHANNEL:
+                raise DeliveryRefused(f"Discord channel {channel.id} no longer exists") from exc
+            raise AdapterError(f"Discord send to channel {channel.id} failed: {exc}") from exc
+        except discord.HTTPException as exc:
+            raise AdapterError(f"Discord send to channel {channel.id} failed: {exc}") from exc
+        except _NETWORK_ERRORS as exc:
+            raise AdapterError(f"Discord send to channel {channel.id} failed: {exc!r}") from exc
+
+    @contextlib.asynccontextmanager
+    async def typing(self, conversation: ConversationKey) -> AsyncIterator[None]:
+        """Show "typing" in the conversation's channel for the body; stopped on every path."""
+        typing = self._keep_typing(_channel_id(conversation))
+        async with running(typing, name=f"discord typing {conversation}"):
+            yield
+
+    async def _keep_typing(self, channel_id: int) -> None:
+        """Trigger typing every few seconds; a failure only ends the indicator, never the turn."""
+        try:
+            client = await self._logged_in_client()
+            channel = client.get_partial_messageable(channel_id)
+            while True:
+                await channel.typing()
+                await asyncio.sleep(TYPING_INTERVAL)
+        except (AdapterError, discord.HTTPException, *_NETWORK_ERRORS) as exc:
+            log.debug("typing indicator in channel %d stopped: %s", channel_id, exc)
+
+
+def _channel_id(conversation: ConversationKey) -> int:
+    """The channel a conversation posts in: its thread, else its chat."""
+    return int(conversation.thread_id or conversation.chat_id)
+
+
+def create_adapter(
+    entry: BotSettings, persona: PersonaSettings, secrets: Secrets
+) -> DiscordAdapter:
+    """Build the adapter of one ``[[bots]] platform = "discord"`` entry (reads its token)."""
+    if not isinstance(entry, DiscordBotSettings):
+        raise ConfigError([f"bots.{entry.key}: not a Discord bot entry"])
+    where = f"bots.{entry.key}"
+    token = secrets.get(entry.token_variable)
+    if token is None:
+        raise ConfigError(
+            [f"{entry.token_variable}: not set in the environment (token of bot {entry.key!r})"]
+        )
+    _check_shards(entry, where)
+    endpoints = endpoints_for(entry.api_base, entry.gateway_url, where=where)
+    SharedEndpoints.acquire(endpoints, where=where)
+    log.debug("bot %s (persona %s) uses %s", entry.key, persona.id, endpoints.api_base)
+    return DiscordAdapter(
+        bot_key=entry.key,
+        token=token,
+        token_variable=entry.token_variable,
+        group_trigger=entry.group_trigger,
+        guilds=entry.guilds,
+        shard_id=entry.shard_id,
+        shard_count=entry.shard_count,
+    )
+
+
+def _check_shards(entry: DiscordBotSettings, where: str) -> None:
+    if (entry.shard_id is None) != (entry.shard_count is None):
+        raise ConfigError([f"{where}: set both shard_id and shard_count, or neither"])
+    shard_id, shard_count = entry.shard_id, entry.shard_count
+    if shard_id is not None and shard_count is not None and shard_id >= shard_count:
+        raise ConfigError([f"{where}.shard_id: must be below shard_count ({shard_count})"])

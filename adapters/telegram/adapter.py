@@ -1,0 +1,734 @@
+"""Telegram through aiogram 3: long polling or a webhook; private chats, groups, forum topics.
+
+aiogram objects never leave this module: a Telegram message becomes an :class:`Inbound`
+(:func:`to_inbound`), a :class:`Reply` goes out as HTML chunks
+(:mod:`adapters.telegram.format`).
+
+Invariants:
+- the bot token is part of every request URL; nothing this module logs or raises contains it
+  (:class:`_RedactingSession` re-raises transport errors with the token scrubbed);
+- a reply is sent chunk by chunk, in order; a flood limit (429) retries only the chunk it hit,
+  so no chunk is ever sent twice by this adapter;
+- the typing task is cancelled on every exit of :meth:`TelegramAdapter.typing`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, TypeVar
+from urllib.parse import quote
+
+from aiogram import Bot, Dispatcher
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import PRODUCTION, TelegramAPIServer
+from aiogram.exceptions import (
+    ClientDecodeError,
+    TelegramAPIError,
+    TelegramBadRequest,
+    TelegramForbiddenError,
+    TelegramNetworkError,
+    TelegramRetryAfter,
+    TelegramServerError,
+    TelegramUnauthorizedError,
+)
+from aiogram.methods import SendChatAction, SendDocument, SendMessage
+from aiogram.methods.base import TelegramMethod, TelegramType
+from aiogram.types import BotCommand, BufferedInputFile, Message, ReplyParameters, Update
+from aiogram.utils.token import TokenValidationError
+from aiohttp import web
+
+from adapters.base import BaseAdapter
+from adapters.telegram.format import (
+    MESSAGE_LIMIT,
+    Chunk,
+    plain_chunks,
+    split_message,
+    without_mentions,
+)
+from adapters.telegram.inbound import (
+    BotIdentity,
+    GroupTrigger,
+    InboundRules,
+    NonText,
+    to_inbound,
+)
+from adapters.telegram.updates import GetRawUpdates, ParsedUpdate, parse_update
+from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSettings
+from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
+from bot.core.events import ConversationKey, Reply
+from bot.core.ports import InboundHandler
+from bot.core.tasks import running
+
+log = logging.getLogger("personabot.telegram")
+
+SECRET_HEADER: Final = "X-Telegram-Bot-Api-Secret-Token"
+ALLOWED_UPDATES: Final = ("message", "edited_message")
+REDACTED: Final = "[redacted]"
+#: Telegram's limit for a document's caption, in characters.
+CAPTION_LIMIT: Final = 1024
+
+
+_TELEGRAM_ERRORS: Final = (TelegramAPIError, ClientDecodeError)
+_COMMAND_NAME = re.compile(r"^[a-z0-9_]{1,32}$")
+_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+# 400 descriptions that mean "this chat will not take messages from us" (like a 403).
+_REFUSALS: Final = ("chat not found", "not enough rights", "have no rights", "topic_closed")
+_SEEN_UPDATES: Final = 2048
+_POLL_BACKOFF_START: Final = 1.0
+_POLL_BACKOFF_MAX: Final = 30.0
+_T = TypeVar("_T")
+
+
+def _scrub(text: str, token: str) -> str:
+    """``text`` with the token (plain, URL-quoted, or its secret half) replaced."""
+    secret = token.split(":", 1)[-1]
+    for needle in (token, quote(token, safe=""), secret):
+        if len(needle) >= 8:
+            text = text.replace(needle, REDACTED)
+    return text
+
+
+class _RedactingSession(AiohttpSession):
+    """aiogram's aiohttp session; errors it raises never carry the token in the request URL.
+
+    It also remembers whether Telegram answered the last request (``reachable``).
+    """
+
+    reachable = True
+
+    async def make_request(
+        self,
+        bot: Bot,
+        method: TelegramMethod[TelegramType],
+        timeout: int | None = None,  # noqa: ASYNC109 - aiogram's signature
+    ) -> TelegramType:
+        """Make the request; re-raise failures with the token scrubbed."""
+        try:
+            result = await super().make_request(bot, method, timeout)
+        except TelegramNetworkError as exc:
+            self.reachable = False
+            # ``from None``: the chained aiohttp error may quote the URL, token included.
+            raise TelegramNetworkError(method, _scrub(exc.message, bot.token)) from None
+        except TelegramAPIError as exc:  # an answer (from Telegram or a proxy) with an error
+            self.reachable = not isinstance(exc, TelegramServerError)
+            exc.message = _scrub(exc.message, bot.token)
+            raise
+        except ClientDecodeError as exc:
+            self.reachable = False
+            detail = _scrub(str(exc), bot.token)
+            raise ClientDecodeError("Failed to decode object", ValueError(detail), "") from None
+        except Exception as exc:  # e.g. yarl's ValueError for a malformed api_server URL
+            self.reachable = False
+            detail = _scrub(f"{type(exc).__name__}: {exc}", bot.token)
+            raise TelegramNetworkError(method, detail) from None
+        self.reachable = True
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    """Where Telegram posts updates and where this process listens for them."""
+
+    url: str
+    secret: str
+    host: str = "127.0.0.1"
+    port: int = 8080
+    path: str = "/telegram/webhook"
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where a message goes: the chat and, in a forum, the topic."""
+
+    chat_id: int
+    thread_id: int | None
+
+    @classmethod
+    def of(cls, conversation: ConversationKey) -> _Target:
+        try:
+            thread = None if conversation.thread_id is None else int(conversation.thread_id)
+            return cls(int(conversation.chat_id), thread)
+        except ValueError:
+            raise AdapterError(f"not a Telegram conversation: {conversation}") from None
+
+    @property
+    def private(self) -> bool:
+        """Private chats have positive ids; groups and channels negative ones."""
+        return self.chat_id > 0
+
+
+# --------------------------------------------------------------------------------- adapter
+
+
+class TelegramAdapter(BaseAdapter):
+    """One Telegram bot account: receives updates, sends replies and typing actions."""
+
+    #: Telegram has no idempotency key: a send that may have happened is never retried.
+    idempotent_send = False
+
+    def __init__(
+        self,
+        *,
+        bot_key: str,
+        token: str,
+        api_server: str | None = None,
+        group_trigger: GroupTrigger = "mention",
+        non_text: NonText = "placeholder",
+        webhook: WebhookSettings | None = None,
+        typing_interval: float = 4.0,
+        polling_timeout: int = 10,
+        flood_retries: int = 5,
+        max_flood_wait: float = 120.0,
+    ) -> None:
+        super().__init__(bot_key=bot_key)
+        server = PRODUCTION if api_server is None else TelegramAPIServer.from_base(api_server)
+        self._session = _RedactingSession(api=server)
+        try:
+            self._bot = Bot(token, session=self._session)
+        except TokenValidationError:
+            raise ConfigError([f"telegram bot {bot_key!r}: the token is malformed"]) from None
+        self._token = token
+        self._group_trigger: GroupTrigger = group_trigger
+        self._non_text: NonText = non_text
+        self._webhook = webhook
+        self._typing_interval = typing_interval
+        self._polling_timeout = polling_timeout
+        self._flood_retries = flood_retries
+        self._max_flood_wait = max_flood_wait
+        self._rules = InboundRules(bot_key, BotIdentity(self._bot.id, ""))
+        self._seen: OrderedDict[int, None] = OrderedDict()
+        self._prepared: Dispatcher | None = None
+        #: The port the webhook server listens on (known once it started; useful with port 0).
+        self.webhook_port: int | None = None
+
+    @property
+    def exclusive(self) -> bool:
+        """Polling: Telegram allows one ``getUpdates`` per token, so one process polls."""
+        return self._webhook is None
+
+    @property
+    def connected(self) -> bool:
+        """Started (identified, webhook served) and Telegram answered the last request."""
+        serving = self._webhook is None or self.webhook_port is not None
+        return bool(self._rules.me.username) and serving and self._session.reachable
+
+    @property
+    def identity(self) -> BotIdentity:
+        """The bot's id and username (the username is known once ``run`` started)."""
+        return self._rules.me
+
+    # ---------------------------------------------------------------------- receiving
+
+    async def prepare(self, handler: InboundHandler) -> None:
+        """Identify the bot and register its commands (no updates are received yet).
+
+        A standby process does this before it is elected to poll, so that a takeover only
+        has to start polling.
+        """
+        self._prepared = await self._identify(handler)
+
+    async def run(self, handler: InboundHandler) -> None:
+        """Identify the bot (unless prepared), then poll or serve the webhook until cancelled."""
+        dispatcher = self._prepared or await self._identify(handler)
+        if self._webhook is None:
+            await self._poll(dispatcher, handler)
+        else:
+            await self._serve_webhook(dispatcher, self._webhook, handler)
+
+    async def _identify(self, handler: InboundHandler) -> Dispatcher:
+        """getMe, the inbound rules, setMyCommands and the dispatcher."""
+        me = await self._startup_call("getMe", self._bot.me)  # cached for the dispatcher
+        commands = frozenset(name for name, _ in handler.commands)
+        self._rules = InboundRules(
+            self.bot_key,
+            BotIdentity(me.id, me.username or ""),
+            self._group_trigger,
+            self._non_text,
+            commands,
+        )
+        await self._register_commands(handler.commands)
+        dispatcher = self._dispatcher(handler)
+        log.info("telegram bot %s is @%s", self.bot_key, self._rules.me.username)
+        return dispatcher
+
+    async def _startup_call(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
+        """A call the bot cannot start without: transient failures are retried with backoff."""
+        delay = 1.0
+        while True:
+            try:
+                return await call()
+            except TelegramUnauthorizedError as exc:
+                raise AdapterError(f"telegram bot {self.bot_key}: token rejected ({what})") from exc
+            except (TelegramNetworkError, TelegramServerError, TelegramRetryAfter) as exc:
+                if isinstance(exc, TelegramRetryAfter):
+                    delay = max(delay, float(exc.retry_after))
+                log.warning(
+                    "telegram bot %s: %s failed (%s); retrying in %.0fs",
+                    self.bot_key,
+                    what,
+                    self._redact(exc.message),
+                    delay,
+                )
+            except _TELEGRAM_ERRORS as exc:
+                raise AdapterError(
+                    f"telegram bot {self.bot_key}: {what} failed: {self._redact(str(exc))}"
+                ) from exc
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+    async def _register_commands(self, commands: Sequence[tuple[str, str]]) -> None:
+        """``setMyCommands`` from the handler's commands (a failure is logged, not fatal)."""
+        menu = [
+            BotCommand(command=name, description=description[:256])
+            for name, description in commands
+            if _COMMAND_NAME.match(name) and description
+        ]
+        try:
+            await self._bot.set_my_commands(menu)
+        except _TELEGRAM_ERRORS as exc:
+            log.warning(
+                "telegram bot %s: setMyCommands failed: %s", self.bot_key, self._redact(str(exc))
+            )
+
+    def _dispatcher(self, handler: InboundHandler) -> Dispatcher:
+        """An aiogram dispatcher whose only handlers turn messages into Inbound events."""
+        dispatcher = Dispatcher(disable_fsm=True, name=f"personabot-{self.bot_key}")
+
+        async def on_message(message: Message, event_update: Update) -> None:
+            await self._receive(handler, message, event_update.update_id, edited=False)
+
+        async def on_edit(edited_message: Message, event_update: Update) -> None:
+            await self._receive(handler, edited_message, event_update.update_id, edited=True)
+
+        dispatcher.message.register(on_message)
+        dispatcher.edited_message.register(on_edit)
+        return dispatcher
+
+    async def _receive(
+        self, handler: InboundHandler, message: Message, update_id: int, *, edited: bool
+    ) -> None:
+        """Normalize one message and hand it over; a redelivered update is handled once."""
+        if update_id in self._seen:
+            log.debug("telegram bot %s: update %d already handled", self.bot_key, update_id)
+            return
+        inbound = to_inbound(message, self._rules, edited=edited)
+        try:
+            if inbound is not None:
+                await handler(inbound)
+        except AdapterError as exc:  # a command's answer could not be sent: do not redo it
+            log.error(
+                "telegram bot %s: answer to update %d failed: %s", self.bot_key, update_id, exc
+            )
+        # Only now: an update whose handling raised is taken again when Telegram redelivers it.
+        self._seen[update_id] = None
+        while len(self._seen) > _SEEN_UPDATES:
+            self._seen.popitem(last=False)
+
+    async def _poll(self, dispatcher: Dispatcher, handler: InboundHandler) -> None:
+        """Long polling, one update at a time and in order, until cancelled.
+
+        Our loop, not aiogram's: each update is validated alone (:mod:`adapters.telegram.updates`)
+        and the offset moves past an update only once it was handled, so an update is never
+        acknowledged before it is stored. A store fault keeps the offset where it is and retries
+        the same update with backoff; later updates wait (order matters).
+        """
+        try:
+            await self._bot.delete_webhook(drop_pending_updates=False)
+        except _TELEGRAM_ERRORS as exc:
+            log.warning(
+                "telegram bot %s: deleteWebhook failed: %s", self.bot_key, self._redact(str(exc))
+            )
+        offset: int | None = None
+        delay = _POLL_BACKOFF_START
+        while True:
+            request = GetRawUpdates(
+                offset=offset,
+                timeout=self._polling_timeout,
+                allowed_updates=list(ALLOWED_UPDATES),
+            )
+            try:
+                raws = await self._bot(
+                    request, request_timeout=int(self._session.timeout + self._polling_timeout)
+                )
+            except _TELEGRAM_ERRORS as exc:
+                if isinstance(exc, TelegramRetryAfter):
+                    delay = max(delay, float(exc.retry_after))
+                log.warning(
+                    "telegram bot %s: getUpdates failed (%s); retrying in %.0fs",
+                    self.bot_key,
+                    self._redact(getattr(exc, "message", None) or str(exc)),
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _POLL_BACKOFF_MAX)
+                continue
+            before = offset
+            for raw in raws:
+                parsed = parse_update(raw, self._bot)
+                if parsed.update is not None:
+                    self._repaired(parsed)
+                    await self._feed_until_stored(dispatcher, parsed.update)
+                else:
+                    self._rejected(handler, parsed)
+                if parsed.update_id is not None:
+                    offset = max(offset or 0, parsed.update_id + 1)
+            if not raws or offset != before:
+                delay = _POLL_BACKOFF_START
+                continue
+            # Nothing could be confirmed (every entry lacked a readable update id): the server
+            # hands the same entries out again, so wait instead of spinning on them.
+            log.warning(
+                "telegram bot %s: getUpdates returned %d entries without a readable update id; "
+                "retrying in %.0fs",
+                self.bot_key,
+                len(raws),
+                delay,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_BACKOFF_MAX)
+
+    async def _feed_until_stored(self, dispatcher: Dispatcher, update: Update) -> None:
+        """Handle one update; a store fault is retried with backoff until it clears.
+
+        Any other failure is logged and the update skipped: one update never stops the bot.
+        """
+        delay = _POLL_BACKOFF_START
+        while True:
+            try:
+                await dispatcher.feed_update(self._bot, update)
+                return
+            except StoreError as exc:
+                log.error(
+                    "telegram bot %s: update %d not stored (%s); not acknowledged, retrying "
+                    "in %.0fs",
+                    self.bot_key,
+                    update.update_id,
+                    exc,
+                    delay,
+                )
+            except Exception:
+                log.exception(
+                    "telegram bot %s: handling update %d failed; skipped",
+                    self.bot_key,
+                    update.update_id,
+                )
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_BACKOFF_MAX)
+
+    def _rejected(self, handler: InboundHandler, parsed: ParsedUpdate) -> None:
+        """An update that cannot be read: logged once (no content), counted, skipped."""
+        log.warning(
+            "telegram bot %s: skipped an update aiogram cannot read: %s",
+            self.bot_key,
+            parsed.describe(),
+        )
+        handler.rejected("telegram", self.bot_key, parsed.kind)
+
+    def _repaired(self, parsed: ParsedUpdate) -> None:
+        if parsed.dropped:
+            log.warning(
+                "telegram bot %s: update %s kept without %s.%s (%s)",
+                self.bot_key,
+                parsed.update_id,
+                parsed.kind,
+                ", ".join(parsed.dropped),
+                "; ".join(parsed.errors),
+            )
+
+    async def _serve_webhook(
+        self, dispatcher: Dispatcher, hook: WebhookSettings, handler: InboundHandler
+    ) -> None:
+        """Serve ``hook.path``, then ``setWebhook`` with the secret; until cancelled."""
+
+        async def receive(request: web.Request) -> web.Response:
+            return await self._on_webhook(dispatcher, hook, request, handler)
+
+        app = web.Application()
+        app.router.add_post(hook.path, receive)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, hook.host, hook.port).start()
+            self.webhook_port = int(runner.addresses[0][1])
+            log.info(
+                "telegram bot %s: webhook on %s:%d%s",
+                self.bot_key,
+                hook.host,
+                self.webhook_port,
+                hook.path,
+            )
+            await self._startup_call(
+                "setWebhook",
+                lambda: self._bot.set_webhook(
+                    url=hook.url, secret_token=hook.secret, allowed_updates=list(ALLOWED_UPDATES)
+                ),
+            )
+            await asyncio.get_running_loop().create_future()  # serve until cancelled
+        finally:
+            await runner.cleanup()
+
+    async def _on_webhook(
+        self,
+        dispatcher: Dispatcher,
+        hook: WebhookSettings,
+        request: web.Request,
+        handler: InboundHandler,
+    ) -> web.Response:
+        """One update from Telegram: 401 without the right secret, nothing processed.
+
+        An update that cannot be read is answered 200 (logged once): redelivering it would
+        not help. A store fault answers 503 (any other failure 500), so Telegram delivers it again.
+        """
+        given = request.headers.get(SECRET_HEADER, "")
+        if not hmac.compare_digest(given.encode(), hook.secret.encode()):
+            log.warning("telegram bot %s: webhook call without the right secret", self.bot_key)
+            return web.Response(status=401, text="Unauthorized")
+        try:
+            raw = await request.json()
+        except ValueError:
+            return web.Response(status=400, text="Bad Request")
+        parsed = parse_update(raw, self._bot)
+        if parsed.update is None:
+            self._rejected(handler, parsed)
+            return web.json_response({})
+        self._repaired(parsed)
+        try:
+            await dispatcher.feed_update(self._bot, parsed.update)
+        except StoreError as exc:
+            # Not stored, so not acknowledged: any non-2xx answer makes Telegram redeliver.
+            log.error(
+                "telegram bot %s: update %d not stored (%s); answered 503, Telegram will "
+                "deliver it again",
+                self.bot_key,
+                parsed.update.update_id,
+                exc,
+            )
+            return web.Response(status=503, text="Service Unavailable")
+        return web.json_response({})
+
+    # ------------------------------------------------------------------------ sending
+
+    async def send(self, reply: Reply) -> None:
+        """Send a reply as HTML chunks of at most 4096 UTF-16 units, in order (or a file)."""
+        if reply.attachment is not None:
+            await self._send_document(reply)
+            return
+        target = _Target.of(reply.conversation)
+        # In groups the first message quotes the turn's last user message (if it still exists).
+        reply_to = None
+        if not target.private and (reply.reply_to_platform_message_id or "").isdigit():
+            reply_to = int(reply.reply_to_platform_message_id or "")
+        # Nothing the bot says may notify anyone (the model may write "@name" or a mention link).
+        chunks = split_message(without_mentions(reply.text))
+        try:
+            for index, chunk in enumerate(chunks):
+                first = reply_to if index == 0 else None
+                await self._send_chunk(target, chunk, first, MESSAGE_LIMIT)
+        except TelegramBadRequest as exc:
+            raise self._failure(target, exc) from exc
+        log.debug(
+            "telegram bot %s: %d message(s) to chat %s", self.bot_key, len(chunks), target.chat_id
+        )
+
+    async def _send_document(self, reply: Reply) -> None:
+        """``sendDocument``: the attachment as one file, the text as its plain caption."""
+        assert reply.attachment is not None
+        target = _Target.of(reply.conversation)
+        method = SendDocument(
+            chat_id=target.chat_id,
+            document=BufferedInputFile(reply.attachment.data, filename=reply.attachment.filename),
+            caption=reply.text[:CAPTION_LIMIT] or None,
+            message_thread_id=target.thread_id,
+        )
+        try:
+            await self._call(method, target)
+        except TelegramBadRequest as exc:
+            raise self._failure(target, exc) from exc
+
+    async def private_conversation(
+        self, conversation: ConversationKey, user_id: str
+    ) -> ConversationKey:
+        """A private chat's id is the user's; Telegram refuses it until they started the bot."""
+        return ConversationKey("telegram", user_id, None, conversation.bot)
+
+    async def _send_chunk(
+        self, target: _Target, chunk: Chunk, reply_to: int | None, limit: int
+    ) -> None:
+        """One chunk as HTML; as plain text if Telegram rejects the entities.
+
+        Raises TelegramBadRequest for any other bad request (``send`` translates it).
+        """
+        try:
+            await self._deliver(target, chunk.html, "HTML", reply_to)
+            return
+        except TelegramBadRequest as exc:
+            problem = exc.message.lower()
+            if "can't parse entities" in problem:
+                log.warning(
+                    "telegram bot %s: chat %s rejected the formatting (%s); sent as plain text",
+                    self.bot_key,
+                    target.chat_id,
+                    self._redact(exc.message),
+                )
+                for part in plain_chunks(chunk.markdown, limit):
+                    await self._deliver(target, part, None, reply_to)
+                    reply_to = None
+                return
+            if "message is too long" in problem and limit >= 512:
+                # Our measure disagreed with the server's (e.g. a self-hosted limit): halve.
+                for smaller in split_message(chunk.markdown, limit // 2):
+                    await self._send_chunk(target, smaller, reply_to, limit // 2)
+                    reply_to = None
+                return
+            raise
+
+    async def _deliver(
+        self, target: _Target, text: str, parse_mode: str | None, reply_to: int | None
+    ) -> None:
+        """``sendMessage``; a reply to a deleted message is sent without the reply."""
+        reply = None
+        if reply_to is not None:
+            reply = ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
+        method = SendMessage(
+            chat_id=target.chat_id,
+            text=text,
+            parse_mode=parse_mode,
+            message_thread_id=target.thread_id,
+            reply_parameters=reply,
+        )
+        await self._call(method, target)
+
+    async def _call(self, method: TelegramMethod[TelegramType], target: _Target) -> TelegramType:
+        """Call a method, waiting out flood limits a bounded number of times.
+
+        Raises TelegramBadRequest (the caller decides), DeliveryRefused or AdapterError.
+        """
+        attempt = 0
+        while True:
+            try:
+                return await self._bot(method)
+            except TelegramRetryAfter as exc:
+                attempt += 1
+                if attempt > self._flood_retries or exc.retry_after > self._max_flood_wait:
+                    raise self._failure(target, exc) from exc
+                log.warning(
+                    "telegram bot %s: flood limit in chat %s; retry %d in %ds",
+                    self.bot_key,
+                    target.chat_id,
+                    attempt,
+                    exc.retry_after,
+                )
+                await asyncio.sleep(exc.retry_after)
+            except TelegramBadRequest as exc:
+                if any(refusal in exc.message.lower() for refusal in _REFUSALS):
+                    raise self._failure(target, exc) from exc
+                raise
+            except _TELEGRAM_ERRORS as exc:
+                raise self._failure(target, exc) from exc
+
+    def _failure(self, target: _Target, exc: Exception) -> AdapterError:
+        """The framework's error for a failed send: DeliveryRefused when the chat refuses."""
+        detail = self._redact(getattr(exc, "message", None) or str(exc))
+        text = f"telegram bot {self.bot_key}: sending to chat {target.chat_id} failed: {detail}"
+        refused = isinstance(exc, TelegramForbiddenError) or any(
+            refusal in detail.lower() for refusal in _REFUSALS
+        )
+        return DeliveryRefused(text) if refused else AdapterError(text)
+
+    def _redact(self, text: str) -> str:
+        return _scrub(text, self._token)
+
+    # ------------------------------------------------------------------------- typing
+
+    @contextlib.asynccontextmanager
+    async def typing(self, conversation: ConversationKey) -> AsyncIterator[None]:
+        """Send ``typing`` every few seconds while the body runs; always stopped after."""
+        target = _Target.of(conversation)
+        async with running(self._keep_typing(target), name=f"telegram typing {target}"):
+            yield
+
+    async def _keep_typing(self, target: _Target) -> None:
+        """The typing loop: failures are logged and never end the turn."""
+        action = SendChatAction(
+            chat_id=target.chat_id, action="typing", message_thread_id=target.thread_id
+        )
+        while True:
+            pause = self._typing_interval
+            try:
+                await self._bot(action)
+            except TelegramRetryAfter as exc:
+                pause = max(pause, float(exc.retry_after))
+            except TelegramForbiddenError:
+                return  # the reply itself will report the refusal
+            except _TELEGRAM_ERRORS as exc:
+                log.debug(
+                    "telegram bot %s: typing failed: %s", self.bot_key, self._redact(str(exc))
+                )
+            await asyncio.sleep(pause)
+
+    async def aclose(self) -> None:
+        """Close the HTTP session."""
+        await self._bot.session.close()
+
+
+# ---------------------------------------------------------------------------------- factory
+
+
+def create_adapter(
+    entry: BotSettings, persona: PersonaSettings, secrets: Secrets
+) -> TelegramAdapter:
+    """The adapter of a ``[[bots]] platform = "telegram"`` entry (tokens from the environment)."""
+    if not isinstance(entry, TelegramBotSettings):
+        raise ConfigError([f"bots ({entry.key}): not a telegram entry"])
+    token = secrets.get(entry.token_variable)
+    if token is None:
+        raise ConfigError(
+            [f"{entry.token_variable}: not set in the environment (token of bot {entry.key!r})"]
+        )
+    return TelegramAdapter(
+        bot_key=entry.key,
+        token=token,
+        api_server=entry.api_server,
+        group_trigger=entry.group_trigger,
+        non_text=entry.non_text,
+        webhook=_webhook_settings(entry, secrets) if entry.mode == "webhook" else None,
+    )
+
+
+def _webhook_settings(entry: TelegramBotSettings, secrets: Secrets) -> WebhookSettings:
+    """Webhook mode needs a secret: without one anybody could post updates to the bot."""
+    where = f"bots ({entry.key})"
+    if entry.secret_token_env is None:
+        raise ConfigError([f"{where}.secret_token_env: required when mode = 'webhook'"])
+    secret = secrets.get(entry.secret_token_env)
+    if secret is None:
+        raise ConfigError(
+            [
+                f"{entry.secret_token_env}: not set in the environment (webhook secret of bot "
+                f"{entry.key!r})"
+            ]
+        )
+    if not _SECRET.match(secret):
+        raise ConfigError(
+            [
+                f"{entry.secret_token_env}: the webhook secret must be 1-256 characters of "
+                "A-Z, a-z, 0-9, _ and -"
+            ]
+        )
+    assert entry.webhook_url is not None  # the settings validator requires it in webhook mode
+    path = entry.webhook_path if entry.webhook_path.startswith("/") else f"/{entry.webhook_path}"
+    return WebhookSettings(
+        url=entry.webhook_url,
+        secret=secret,
+        host=entry.listen_host,
+        port=entry.listen_port,
+        path=path,
+    )

@@ -1,0 +1,203 @@
+"""Operator commands that read or change stored data: prompt preview, user memory."""
+
+from __future__ import annotations
+
+import json
+from typing import TextIO
+
+from bot.app.build import build_llm, build_retention, build_store, memory_policy, pin_for
+from bot.config import PersonaSettings, Secrets, Settings
+from bot.core.clock import SystemClock
+from bot.core.errors import ConfigError
+from bot.core.events import ConversationKey, StoredMessage, Turn, UserKey
+from bot.core.llm import BaseLLM
+from bot.llm.offline import OfflineLLM
+from bot.store.base import BaseStore
+from bot.store.sqlite import SQLiteStore
+from memory.retention.worker import RetentionPolicy
+from memory.service import Memory
+
+
+def _bot_for(settings: Settings, platform: str, bot: str | None) -> tuple[str, PersonaSettings]:
+    """The bot key and persona of a conversation on ``platform``."""
+    if platform == "console":
+        persona = settings.persona(None)
+        for p in settings.personas:
+            if bot in (p.id, f"console-{p.id}"):
+                persona = p
+        return f"console-{persona.id}", persona
+    entries = [b for b in settings.bots if b.platform == platform and bot in (None, b.key)]
+    if not entries:
+        raise ConfigError([f"--bot: no [[bots]] entry for platform {platform!r} named {bot!r}"])
+    if len(entries) > 1:
+        names = ", ".join(b.key for b in entries)
+        raise ConfigError([f"--bot: several {platform} bots ({names}); name one with --bot"])
+    return entries[0].key, settings.persona(entries[0].persona)
+
+
+async def show_prompt(
+    settings: Settings,
+    out: TextIO,
+    *,
+    platform: str,
+    chat: str,
+    thread: str | None,
+    bot: str | None,
+) -> int:
+    """Print the prompt the model would get now, layer by layer with token estimates."""
+    key, persona = _bot_for(settings, platform, bot)
+    conversation = ConversationKey(platform, chat, thread, key)
+    policy = memory_policy(settings, persona)
+    clock = SystemClock()
+    async with build_store(settings) as store:
+        session = await store.current_session(conversation)
+        if session is None:
+            print(f"no open session for {conversation}", file=out)
+            return 1
+        turn = await store.pending_turn(conversation)
+        if turn is None:
+            # No input pending: preview with a placeholder from the last person who spoke.
+            users = [m for m in await store.messages(session.key) if m.role == "user"]
+            author, name, private = (
+                (users[-1].author_id, users[-1].display_name, users[-1].is_private)
+                if users
+                else ("?", "?", True)
+            )
+            placeholder = StoredMessage(
+                0,
+                session.key,
+                0,
+                "user",
+                author,
+                name,
+                "(the next message)",
+                clock.now(),
+                is_private=private,
+            )
+            turn = Turn(session.key, 0, (placeholder,), clock.now())
+        memory = Memory(store=store, llm=OfflineLLM(), clock=clock, policy_for=lambda _: policy)
+        assembled = await memory.build(turn, pin_for(persona))
+    request = assembled.request
+    print(f"prompt for {turn.session} (model {request.model})", file=out)
+    for name, tokens in assembled.breakdown:
+        print(f"  {name:<8} ~{tokens:>6} tokens", file=out)
+    print(f"  {'total':<8} ~{assembled.total_tokens:>6} tokens\n", file=out)
+    for i, block in enumerate(request.system):
+        mark = "  [cache breakpoint]" if block.cache else ""
+        print(f"--- system block {i}{mark}\n{block.text}", file=out)
+    for message in request.messages:
+        mark = "  [cache breakpoint]" if any(b.cache for b in message.blocks) else ""
+        print(f"--- {message.role}{mark}\n{message.text}", file=out)
+    return 0
+
+
+async def user_memory(
+    settings: Settings, out: TextIO, *, action: str, platform: str, user: str
+) -> int:
+    """``memory show`` or ``memory forget`` for one user."""
+    key = UserKey(platform, user)
+    clock = SystemClock()
+    async with build_store(settings) as store:
+        policy = memory_policy(settings, settings.persona(None))
+        memory = Memory(store=store, llm=OfflineLLM(), clock=clock, policy_for=lambda _: policy)
+        record = await memory.user_memory(key)
+        if action == "show":
+            print(
+                record.render(f"user {user} on {platform}")
+                if record.items
+                else f"nothing is remembered about user {user} on {platform}",
+                file=out,
+            )
+            return 0
+        await memory.forget(key)
+        print(f"erased {len(record.items)} item(s) about user {user} on {platform}", file=out)
+        return 0
+
+
+async def retention_run(settings: Settings, out: TextIO, *, dry_run: bool) -> int:
+    """``retention run``: apply the policy now (or only report, with --dry-run)."""
+    clock = SystemClock()
+    async with build_store(settings) as store:
+        memory = _memory(settings, store, build_llm(settings, Secrets(), offline_fallback=True))
+        report = await build_retention(settings, store, memory, clock).run_once(dry_run=dry_run)
+    if report.skipped:
+        print(f"retention skipped: {report.skipped}", file=out)
+        return 0
+    verb = "would delete" if dry_run else "deleted"
+    for line in report.lines:
+        print(line, file=out)
+    print(
+        f"{verb} {report.deleted_messages} message(s); {report.expired_sessions} "
+        f"session(s) expired",
+        file=out,
+    )
+    return 0
+
+
+async def retention_audit(
+    settings: Settings, out: TextIO, *, days: float | None, mode: str | None, as_json: bool
+) -> int:
+    """``retention audit``: sessions that would lose turns no summary covers; exit 3 if any."""
+    configured = settings.retention
+    policy = RetentionPolicy(
+        mode="message" if (mode or configured.mode) == "message" else "session",
+        days=configured.days if days is None else days,
+        batch_size=configured.batch_size,
+    )
+    clock = SystemClock()
+    async with build_store(settings) as store:
+        memory = _memory(settings, store, OfflineLLM())
+        risks = await build_retention(settings, store, memory, clock).audit(policy)
+    if as_json:
+        rows = [
+            {
+                "conversation": str(r.session.conversation),
+                "session": r.session.session_id,
+                "first_turn": r.first_turn,
+                "last_turn": r.last_turn,
+                "age_days": round(r.age_days, 1),
+                "reason": r.reason,
+            }
+            for r in risks
+        ]
+        print(json.dumps({"mode": policy.mode, "days": policy.days, "at_risk": rows}), file=out)
+    else:
+        print(
+            f"retention audit (mode {policy.mode}, {policy.days:g} days): "
+            f"{len(risks)} session(s) at risk",
+            file=out,
+        )
+        for r in risks:
+            print(
+                f"  {r.session}: turns {r.first_turn}-{r.last_turn}, "
+                f"{r.age_days:.0f} days old: {r.reason}",
+                file=out,
+            )
+    return 3 if risks else 0
+
+
+def _memory(settings: Settings, store: BaseStore, llm: BaseLLM) -> Memory:
+    persona = settings.persona(None)
+    by_bot = {b.key: memory_policy(settings, settings.persona(b.persona)) for b in settings.bots}
+    default = memory_policy(settings, persona)
+    return Memory(
+        store=store, llm=llm, clock=SystemClock(), policy_for=lambda bot: by_bot.get(bot, default)
+    )
+
+
+async def db_command(settings: Settings, out: TextIO, action: str, args: object) -> int:
+    """``db migrate`` and ``db backup PATH``."""
+    store = build_store(settings)
+    async with store:
+        if action == "migrate":
+            print(f"schema is at version {await store.schema_version()}", file=out)
+            return 0
+        if not isinstance(store, SQLiteStore):
+            raise ConfigError(["db backup: only for SQLite; back up PostgreSQL with pg_dump"])
+        target = getattr(args, "path")  # noqa: B009 - argparse namespace
+        await store.backup(target)
+    print(f"backed up {store.path} to {target}", file=out)
+    return 0
+
+
+__all__ = ["db_command", "retention_audit", "retention_run", "show_prompt", "user_memory"]

@@ -1,0 +1,405 @@
+"""Composition root: the only place that reads Settings and wires the runtime together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+from adapters.base import BaseAdapter
+from bot.app.health import HealthServer
+from bot.config import PersonaSettings, Secrets, Settings
+from bot.core.clock import Clock, SystemClock
+from bot.core.errors import ConfigError
+from bot.core.events import QueuePolicy, SessionPolicy
+from bot.core.llm import BaseLLM
+from bot.llm.offline import OfflineLLM
+from bot.metrics import Metrics, Price
+from bot.queue import Ingestor, Scheduler
+from bot.runtime.access import AccessPolicy
+from bot.runtime.commands import Commands, export_document
+from bot.runtime.exports import ExportPolicy, Exports
+from bot.runtime.limits import LimitPolicy, Limits
+from bot.runtime.pipeline import BotProfile, GapPolicy, Pipeline
+from bot.runtime.router import Router
+from bot.runtime.stats import usage_report
+from bot.runtime.usage import Accounting
+from bot.store.base import BaseStore
+from bot.store.postgres import PostgresStore, is_postgres_url
+from bot.store.sqlite import SQLiteStore, sqlite_path
+from memory.assemble import Budget, PersonaPin
+from memory.retention.worker import Retention, RetentionPolicy
+from memory.service import Memory, MemoryPolicy
+
+log = logging.getLogger("personabot.app")
+
+
+def build_llm(settings: Settings, secrets: Secrets, *, offline_fallback: bool) -> BaseLLM:
+    """The configured model; without an API key, the offline model only if allowed."""
+    if settings.llm.provider == "offline":
+        return OfflineLLM()
+    key = secrets.anthropic_api_key
+    if key is None:
+        if offline_fallback:
+            return OfflineLLM()
+        raise ConfigError(
+            [
+                "ANTHROPIC_API_KEY: not set in the environment (needed by llm.provider = "
+                "'anthropic'; set llm.provider = 'offline' to run without Claude)"
+            ]
+        )
+    from bot.llm.anthropic import AnthropicLLM
+
+    return AnthropicLLM(
+        api_key=key,
+        base_url=settings.llm.base_url,
+        timeout_seconds=settings.llm.timeout_seconds,
+        max_retries=settings.llm.max_retries,
+    )
+
+
+def build_store(settings: Settings) -> BaseStore:
+    """The configured store backend.
+
+    PostgreSQL decides lease expiry by the database server's clock, so that processes on
+    several machines never disagree about who holds a conversation.
+    """
+    storage = settings.storage
+    url = storage.url
+    if url.startswith("sqlite:"):
+        return SQLiteStore(path=sqlite_path(url), busy_timeout_ms=storage.busy_timeout_ms)
+    if is_postgres_url(url):
+        return PostgresStore(
+            dsn=url,
+            min_pool=storage.min_pool_size,
+            max_pool=storage.max_pool_size,
+            use_db_clock=True,
+            connect_timeout=storage.connect_timeout_seconds,
+        )
+    scheme = url.split(":", 1)[0]
+    raise ConfigError(
+        [
+            f"storage.url: unsupported scheme {scheme!r} "
+            "(use sqlite:///path or postgresql://user@host/db)"
+        ]
+    )
+
+
+def session_policy(settings: Settings) -> SessionPolicy:
+    """Session lifecycle rules from [sessions]."""
+    s = settings.sessions
+    return SessionPolicy(
+        idle_seconds=s.idle_timeout_minutes * 60 if s.idle_timeout_minutes else None,
+        daily_reset_hour=s.daily_reset_hour,
+        utc_offset_hours=s.timezone_offset_hours,
+    )
+
+
+def pin_for(persona: PersonaSettings) -> PersonaPin:
+    """The persona's pinned layer."""
+    return PersonaPin(
+        name=persona.name,
+        system=persona.system,
+        first_message=tuple(persona.first_message),
+        model=persona.model,
+        max_tokens=persona.max_tokens,
+        temperature=persona.temperature,
+    )
+
+
+def memory_policy(settings: Settings, persona: PersonaSettings) -> MemoryPolicy:
+    """[memory] with the persona's override applied."""
+    memory = settings.memory_for(persona)
+    return MemoryPolicy(
+        budget=Budget(
+            window_messages=memory.window_messages,
+            prompt_tokens=memory.prompt_budget_tokens,
+            summary_tokens=memory.summary_budget_tokens,
+            memory_tokens=memory.user_memory_budget_tokens,
+            max_input_chars=settings.limits.max_input_chars,
+            turn_tokens=settings.queue_for(persona).max_turn_tokens,
+        ),
+        summary_model=memory.summary_model or persona.model,
+        private_memory_in_groups=memory.private_memory_in_groups,
+        share_across_groups=memory.share_across_groups,
+        extract_after_idle_seconds=memory.extract_after_idle_minutes * 60,
+    )
+
+
+def profile_for(
+    settings: Settings, persona: PersonaSettings, key: str, outlet: BaseAdapter
+) -> BotProfile:
+    """Everything a turn of this bot needs."""
+    queue = settings.queue_for(persona)
+    return BotProfile(
+        key=key,
+        pin=pin_for(persona),
+        queue=QueuePolicy(debounce=queue.debounce_seconds, max_wait=queue.max_wait_seconds),
+        memory=memory_policy(settings, persona),
+        outlet=outlet,
+        lease_seconds=queue.lease_seconds,
+        max_turn_messages=queue.max_turn_messages,
+        refusal_message=persona.refusal_message or settings.llm.refusal_message,
+        rejected_notice=settings.llm.rejected_notice,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """The wired runtime of one process."""
+
+    store: BaseStore
+    llm: BaseLLM
+    clock: Clock
+    pipeline: Pipeline
+    scheduler: Scheduler
+    router: Router
+    adapters: Mapping[str, BaseAdapter]
+    metrics: Metrics
+    health: HealthServer | None = None
+
+
+@contextlib.asynccontextmanager
+async def runtime(
+    settings: Settings,
+    *,
+    llm: BaseLLM,
+    adapters: Mapping[str, tuple[PersonaSettings, BaseAdapter]],
+    clock: Clock | None = None,
+    store: BaseStore | None = None,
+    with_retention: bool = False,
+) -> AsyncIterator[Runtime]:
+    """Open the store, wire queue, pipeline and router, run the scheduler; stop on exit."""
+    clock = clock or SystemClock()
+    store = store or build_store(settings)
+    profiles = {
+        key: profile_for(settings, persona, key, adapter)
+        for key, (persona, adapter) in adapters.items()
+    }
+    greetings = {key: "\n".join(p.first_message) for key, (p, _) in adapters.items()}
+    access = access_policies(settings, adapters)
+    prices = {m: Price(p.input, p.output) for m, p in settings.llm.prices.items()}
+    metrics = Metrics(personas={k: p.id for k, (p, _) in adapters.items()}, prices=prices)
+
+    def is_admin(bot: str, user: str) -> bool:
+        policy = access.get(bot)
+        return policy is not None and policy.is_admin(user)
+
+    # Everything opened is registered here as it is opened, so a failed start (a locked
+    # database, a port in use) closes exactly what it opened and never leaves the process
+    # hanging; on a normal exit the scheduler drains first and the store closes last.
+    async with contextlib.AsyncExitStack() as exits:
+        exits.push_async_callback(llm.aclose)
+        await exits.enter_async_context(store)
+        limits = settings.limits
+        spending = Limits(
+            store=store,
+            clock=clock,
+            policy=LimitPolicy(
+                limits.user_turns_per_hour,
+                limits.user_turns_per_day,
+                limits.bot_tokens_per_day,
+                limits.limit_message,
+                user_input_tokens_per_day=limits.user_input_tokens_per_day,
+            ),
+            is_admin=is_admin,
+        )
+        # Replies and memory tasks are charged and limited alike.
+        accounting = Accounting(store=store, clock=clock, metrics=metrics, limits=spending)
+        memory = Memory(
+            store=store,
+            llm=llm,
+            clock=clock,
+            policy_for=lambda bot: profiles[bot].memory,
+            account=accounting,
+        )
+        exits.push_async_callback(memory.aclose)
+        retention = settings.retention
+        pipeline = Pipeline(
+            store=store,
+            llm=llm,
+            clock=clock,
+            memory=memory,
+            profiles=profiles,
+            gap_policy=GapPolicy(
+                retention.gap_policy, retention.tell_user_message, retention.refuse_message
+            ),
+            limits=spending,
+            accounting=accounting,
+            metrics=metrics,
+            trouble_notice=settings.llm.trouble_notice,
+            retry_max_seconds=settings.llm.retry_max_seconds,
+        )
+        queue = settings.queue
+        scheduler = Scheduler(
+            store=store,
+            clock=clock,
+            run_turn=pipeline.run_turn,
+            bots=list(profiles),
+            scan_interval=queue.scan_interval_seconds,
+            max_concurrent=queue.max_concurrent_turns,
+            shutdown_grace=queue.shutdown_grace_seconds,
+            metrics=metrics,
+        )
+        ingestor = Ingestor(
+            store=store,
+            clock=clock,
+            policy_for=lambda bot: profiles[bot].queue,
+            sessions=session_policy(settings),
+            wake=scheduler.wake,
+        )
+        outlets = {k: a for k, (_, a) in adapters.items()}
+        exports = Exports(
+            store=store,
+            clock=clock,
+            outlet_for=outlets.get,
+            build=lambda user, conversation: export_document(memory, user, conversation),
+            policy=ExportPolicy(every_seconds=limits.export_every_minutes * 60),
+        )
+        exits.push_async_callback(exports.aclose)
+        commands = Commands(
+            store=store,
+            clock=clock,
+            greeting=lambda bot: greetings[bot],
+            memory=memory,
+            forget_deletes_messages=retention.forget_deletes_messages,
+            is_admin=is_admin,
+            usage_report=lambda bot: usage_report(store, clock, prices, bot),
+            exports=exports,
+        )
+        router = Router(
+            ingestor=ingestor,
+            commands=commands,
+            outlets=outlets,
+            store=store,
+            clock=clock,
+            access=access,
+            memory=memory,
+            metrics=metrics,
+        )
+        await pipeline.recover_outbox(older_than=clock.now())
+        listen = settings.observability.listen
+        health = None
+        if listen:
+            host, _, port = listen.rpartition(":")
+            health = await exits.enter_async_context(
+                HealthServer(
+                    host=host,
+                    port=int(port),
+                    metrics=metrics,
+                    readiness=lambda: readiness(store, [a for _, a in adapters.values()]),
+                )
+            )
+        background = [
+            asyncio.create_task(
+                _sweep_memory(
+                    memory, clock, list(profiles), settings.memory.sweep_interval_seconds
+                ),
+                name="memory sweeper",
+            )
+        ]
+        exits.push_async_callback(_cancel_all, background)
+        if with_retention:
+            worker = build_retention(settings, store, memory, clock, metrics)
+            background.append(
+                asyncio.create_task(
+                    _retain(worker, clock, retention.interval_minutes * 60), name="retention"
+                )
+            )
+        task = asyncio.create_task(scheduler.run(), name="scheduler")
+        exits.push_async_callback(_stop_scheduler, scheduler, task)
+        yield Runtime(
+            store=store,
+            llm=llm,
+            clock=clock,
+            pipeline=pipeline,
+            scheduler=scheduler,
+            router=router,
+            adapters={k: a for k, (_, a) in adapters.items()},
+            metrics=metrics,
+            health=health,
+        )
+
+
+async def _stop_scheduler(scheduler: Scheduler, task: asyncio.Task[None]) -> None:
+    """Stop taking work; running turns get the shutdown grace period (or an abort)."""
+    scheduler.stop()
+    await task
+
+
+async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    for job in tasks:
+        job.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def readiness(store: BaseStore, adapters: list[BaseAdapter]) -> str | None:
+    """None when the store answers and every platform is connected, else the reason."""
+    try:
+        await store.schema_version()
+    except Exception as exc:  # any failure means "not ready"; the reason is reported
+        return f"store unreachable: {type(exc).__name__}"
+    down = [a.bot_key for a in adapters if not a.connected]
+    return f"not connected: {', '.join(down)}" if down else None
+
+
+def build_retention(
+    settings: Settings,
+    store: BaseStore,
+    memory: Memory,
+    clock: Clock,
+    metrics: Metrics | None = None,
+) -> Retention:
+    """The retention worker of [retention]."""
+    r = settings.retention
+    return Retention(
+        store=store,
+        memory=memory,
+        clock=clock,
+        policy=RetentionPolicy(mode=r.mode, days=r.days, batch_size=r.batch_size),
+        metrics=metrics,
+    )
+
+
+def access_policies(
+    settings: Settings, adapters: Mapping[str, tuple[PersonaSettings, BaseAdapter]]
+) -> dict[str, AccessPolicy]:
+    """Each hosted bot's access rules: its own lists, else the [access] defaults."""
+    defaults = settings.access
+    entries = {b.key: b for b in settings.bots}
+    policies = {}
+    for key in adapters:
+        entry = entries.get(key)
+
+        def pick(own: list[str] | None, default: list[str]) -> frozenset[str]:
+            return frozenset(default if own is None else own)
+
+        policies[key] = AccessPolicy(
+            allow_users=pick(entry.allow_users if entry else None, defaults.allow_users),
+            allow_chats=pick(entry.allow_chats if entry else None, defaults.allow_chats),
+            admins=pick(entry.admins if entry else None, defaults.admins),
+            denied_reply=defaults.denied_reply,
+        )
+    return policies
+
+
+async def _retain(worker: Retention, clock: Clock, interval: float) -> None:
+    """Run retention on its schedule, forever (cancelled at shutdown)."""
+    while True:
+        try:
+            await worker.run_once()
+        except Exception:
+            log.exception("retention run failed")
+        await clock.sleep(interval)
+
+
+async def _sweep_memory(memory: Memory, clock: Clock, bots: list[str], interval: float) -> None:
+    """Learn user memory from quiet and closed sessions, forever (cancelled at shutdown)."""
+    while True:
+        try:
+            await memory.extract_due(bots)
+        except Exception:
+            log.exception("memory sweep failed")
+        await clock.sleep(interval)

@@ -1,0 +1,122 @@
+"""``personabot chat``: the console adapter on the same pipeline as a hosted bot."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import signal
+from collections.abc import Callable
+from typing import TextIO
+
+from adapters.console.adapter import ConsoleAdapter
+from bot.app.build import Runtime, build_llm, runtime, session_policy
+from bot.app.logs import redact_text
+from bot.config import Secrets, Settings
+from bot.core.clock import Clock
+from bot.core.llm import BaseLLM
+from bot.llm.offline import OfflineLLM
+from bot.runtime.router import Router
+from bot.store.postgres import redact_url
+
+
+async def wait_until_answered(rt: Runtime, bot: str, within: float) -> bool:
+    """Flush the console conversation's timer and wait until nothing of it is pending."""
+    adapter = rt.adapters[bot]
+    assert isinstance(adapter, ConsoleAdapter)
+    key = adapter.conversation
+    if await rt.store.timer(key) is not None:
+        # Input has ended: nothing more will join the burst, so answer it now.
+        await rt.store.rearm_timer(key, rt.clock.now())
+        rt.scheduler.wake()
+    deadline = asyncio.get_running_loop().time() + within
+    while asyncio.get_running_loop().time() < deadline:
+        if await rt.store.timer(key) is None and rt.scheduler.active == 0:
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def run_chat(
+    settings: Settings,
+    secrets: Secrets,
+    *,
+    persona_id: str | None,
+    stdin: TextIO,
+    stdout: TextIO,
+    interactive: bool,
+    llm: BaseLLM | None = None,
+    clock: Clock | None = None,
+    notice: Callable[[str], None] | None = None,
+) -> int:
+    """``personabot chat``: the console adapter on the full pipeline. Returns the exit code."""
+    say = notice or (lambda line: print(line, file=stdout, flush=True))
+    persona = settings.persona(persona_id)
+    if llm is None:
+        llm = build_llm(settings, secrets, offline_fallback=True)
+        if isinstance(llm, OfflineLLM) and settings.llm.provider == "anthropic":
+            say("No ANTHROPIC_API_KEY set: using the offline model (it echoes what it receives).")
+    user = _local_user()
+    bot_key = f"console-{persona.id}"
+    adapter = ConsoleAdapter(
+        bot_key=bot_key,
+        persona_name=persona.name,
+        user_id=user,
+        display_name=user,
+        stdin=stdin,
+        stdout=stdout,
+        interactive=interactive,
+    )
+    # A credential hidden anywhere in the URL (a token set in the environment) is masked too.
+    known = [*secrets.values(settings.secret_names()), *settings.credentials()]
+    where = redact_text(redact_url(settings.storage.url), known).removeprefix("sqlite:///")
+    say(f"personabot chat with {persona.name} ({persona.id}); store: {where}; /help, /quit")
+    async with runtime(
+        settings, llm=llm, adapters={bot_key: (persona, adapter)}, clock=clock
+    ) as rt:
+        session = await rt.store.open_session(
+            adapter.conversation, rt.clock.now(), session_policy(settings)
+        )
+        if not await rt.store.messages(session.key):
+            for line in persona.first_message:
+                adapter.write(f"{persona.name}: {line}")
+        if await _read_until_end_or_signal(adapter, rt.router):
+            # Stopped by a signal: running turns get the grace period; pending input stays
+            # stored with its timer armed and is answered on the next start.
+            return 0
+        limit = settings.queue_for(persona).max_wait_seconds + settings.llm.timeout_seconds
+        if not await wait_until_answered(rt, bot_key, limit):
+            say("Some messages are still unanswered; they are kept and answered next time.")
+    return 0
+
+
+async def _read_until_end_or_signal(adapter: ConsoleAdapter, router: Router) -> bool:
+    """Run the console until EOF or /quit (False) or SIGINT/SIGTERM (True)."""
+    loop = asyncio.get_running_loop()
+    reading = asyncio.create_task(adapter.run(router), name="console")
+    signalled = False
+
+    def stop() -> None:
+        nonlocal signalled
+        signalled = True
+        reading.cancel()
+
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop)
+            installed.append(sig)
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+    return signalled
+
+
+def _local_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "local"

@@ -1,0 +1,183 @@
+"""The ``personabot`` command line: chat, run, config check."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bot.app.logs import redact_text, setup_logging
+from bot.app.signals import EarlySignals
+from bot.config import Secrets, Settings, load_settings
+from bot.core.errors import ConfigError, PersonabotError
+from bot.core.redact import redact_url
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="personabot", description="LLM persona chat bots on Telegram and Discord."
+    )
+    parser.add_argument(
+        "--log-format", choices=["text", "json"], default=None, help="log line format"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument(
+            "--config",
+            type=Path,
+            default=None,
+            help="TOML file (default ./personabot.toml, else the bundled example values)",
+        )
+        return p
+
+    chat = with_config(sub.add_parser("chat", help="chat with a persona in the terminal"))
+    chat.add_argument("--persona", default=None, help="persona id (default: the first)")
+    with_config(sub.add_parser("run", help="run the configured Telegram/Discord bots"))
+    prompt = with_config(sub.add_parser("prompt", help="print the prompt the model would get now"))
+    prompt.add_argument("--platform", required=True, help="telegram, discord or console")
+    prompt.add_argument("--chat", required=True, help="chat id (console: your user name)")
+    prompt.add_argument("--thread", default=None, help="thread / forum topic id")
+    prompt.add_argument("--bot", default=None, help="bot id when several share the platform")
+    memory = sub.add_parser("memory", help="show or erase a user's long-term memory")
+    memory_sub = memory.add_subparsers(dest="memory_command", required=True)
+    for action in ("show", "forget"):
+        p = with_config(memory_sub.add_parser(action, help=f"{action} a user's memory"))
+        p.add_argument("--platform", required=True)
+        p.add_argument("--user", required=True, help="the platform's user id")
+    retention = sub.add_parser("retention", help="data retention: run it or audit a policy")
+    retention_sub = retention.add_subparsers(dest="retention_command", required=True)
+    run_now = with_config(retention_sub.add_parser("run", help="apply the policy now"))
+    run_now.add_argument("--dry-run", action="store_true", help="only report what would go")
+    audit = with_config(retention_sub.add_parser("audit", help="sessions that would lose turns"))
+    audit.add_argument("--days", type=float, default=None, help="proposed age limit")
+    audit.add_argument("--mode", choices=["session", "message"], default=None)
+    audit.add_argument("--json", action="store_true", help="machine-readable output")
+    db = sub.add_parser("db", help="database operations")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    backup = with_config(db_sub.add_parser("backup", help="online backup of the SQLite store"))
+    backup.add_argument("path", type=Path, help="file to write")
+    with_config(db_sub.add_parser("migrate", help="apply pending schema migrations"))
+    config = sub.add_parser("config", help="configuration tools")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    with_config(config_sub.add_parser("check", help="validate and summarise the configuration"))
+    return parser
+
+
+def summary(settings: Settings) -> str:
+    """A one-screen summary of a valid configuration."""
+    q, m = settings.queue, settings.memory
+    lines = [
+        "configuration OK",
+        f"  storage: {redact_url(settings.storage.url)}",
+        f"  model provider: {settings.llm.provider}"
+        + (f" (base_url {redact_url(settings.llm.base_url)})" if settings.llm.base_url else ""),
+        f"  queue: debounce {q.debounce_seconds}s, max wait {q.max_wait_seconds}s, "
+        f"lease {q.lease_seconds}s, {q.max_concurrent_turns} concurrent turns",
+        f"  memory: window {m.window_messages} messages, budget {m.prompt_budget_tokens} tokens",
+        f"  personas ({len(settings.personas)}):",
+    ]
+    lines += [f"    {p.id}: {p.name}, model {p.model}" for p in settings.personas]
+    lines.append(f"  bots ({len(settings.bots)}):")
+    lines += [f"    {b.key}: {b.platform}, persona {b.persona}" for b in settings.bots]
+    return "\n".join(lines)
+
+
+def _redacted(text: str, secrets: Sequence[str]) -> str:
+    """Belt and braces for the last line an operator sees: no known secret in it."""
+    return redact_text(text, secrets)
+
+
+def _early_signals() -> EarlySignals:
+    """From the first moment of ``run``: a signal while the bot starts is replayed once the
+    loop's handlers exist (a clean stop with a log line), never a kill by signal."""
+    early = EarlySignals()
+    early.install()
+    return early
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    early = _early_signals() if args.command == "run" else None
+    secrets = Secrets()
+    known: list[str] = secrets.values()
+    try:
+        settings = load_settings(args.config)
+        level = settings.logging.level
+        if args.command == "chat" and level == "INFO":
+            level = "WARNING"  # the terminal is the chat: keep routine INFO lines out of it
+        known = [*secrets.values(settings.secret_names()), *settings.credentials()]
+        setup_logging(level, known, fmt=args.log_format or settings.logging.format)
+        if args.command == "config":
+            print(_redacted(summary(settings), known))
+            return 0
+        if args.command == "chat":
+            from bot.app.chat import run_chat
+
+            return asyncio.run(
+                run_chat(
+                    settings,
+                    secrets,
+                    persona_id=args.persona,
+                    stdin=sys.stdin,
+                    stdout=sys.stdout,
+                    interactive=sys.stdin.isatty(),
+                )
+            )
+        if args.command == "prompt":
+            from bot.app.admin import show_prompt
+
+            return asyncio.run(
+                show_prompt(
+                    settings,
+                    sys.stdout,
+                    platform=args.platform,
+                    chat=args.chat,
+                    thread=args.thread,
+                    bot=args.bot,
+                )
+            )
+        if args.command == "memory":
+            from bot.app.admin import user_memory
+
+            return asyncio.run(
+                user_memory(
+                    settings,
+                    sys.stdout,
+                    action=args.memory_command,
+                    platform=args.platform,
+                    user=args.user,
+                )
+            )
+        if args.command == "db":
+            from bot.app.admin import db_command
+
+            return asyncio.run(db_command(settings, sys.stdout, args.db_command, args))
+        if args.command == "retention":
+            from bot.app.admin import retention_audit, retention_run
+
+            if args.retention_command == "run":
+                return asyncio.run(retention_run(settings, sys.stdout, dry_run=args.dry_run))
+            return asyncio.run(
+                retention_audit(
+                    settings, sys.stdout, days=args.days, mode=args.mode, as_json=args.json
+                )
+            )
+        from bot.app.serve import run_bots
+
+        return asyncio.run(run_bots(settings, secrets, early=early))
+    except ConfigError as exc:
+        print(_redacted(f"personabot: config error: {exc}", known), file=sys.stderr)
+        return 2
+    except PersonabotError as exc:
+        print(_redacted(f"personabot: {exc}", known), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

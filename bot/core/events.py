@@ -1,0 +1,342 @@
+"""Plain frozen types that cross layer boundaries: keys, inbound events, turns, replies.
+
+This module imports nothing from the rest of personabot, so every layer may depend on it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+
+class NotSet(enum.Enum):
+    """Marker for a read that found nothing, distinct from an empty value."""
+
+    NOT_SET = "not set"
+
+    def __repr__(self) -> str:
+        return "NOT_SET"
+
+
+NOT_SET: Final = NotSet.NOT_SET
+
+Role = Literal["user", "assistant"]
+InboundKind = Literal["message", "edit", "delete"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationKey:
+    """Where a conversation happens: a platform chat, optionally a thread inside it.
+
+    ``bot`` names the bot entry that talks there, so that two bots (two personas) in the same
+    Telegram group, or one person's private chats with two bots (Telegram gives both the same
+    chat id), stay two conversations. A display name is never part of a key.
+    """
+
+    platform: str
+    chat_id: str
+    thread_id: str | None = None
+    bot: str = "default"
+
+    def __str__(self) -> str:
+        thread = f"/{self.thread_id}" if self.thread_id is not None else ""
+        return f"{self.bot}:{self.platform}:{self.chat_id}{thread}"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    """One numbered session of a conversation; ``session_id`` is unique within it only."""
+
+    conversation: ConversationKey
+    session_id: int
+
+    def __str__(self) -> str:
+        return f"{self.conversation}#S{self.session_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class UserKey:
+    """A person on a platform: the key of user-scoped (long-term) memory."""
+
+    platform: str
+    user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """A normalized message from any platform adapter."""
+
+    conversation: ConversationKey
+    author_id: str
+    display_name: str
+    text: str
+    platform_message_id: str | None = None
+    is_private: bool = True
+    # False for group messages stored only as context (no mention): they never arm a timer.
+    triggers_reply: bool = True
+    reply_to_bot: bool = False
+    mentions_bot: bool = False
+    # "edit": new text for ``platform_message_id``; "delete": the user deleted it.
+    kind: InboundKind = "message"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A session as stored: its key, whether it is open, and its timestamps."""
+
+    key: SessionKey
+    status: Literal["open", "closed", "expired"]
+    opened_at: float
+    last_activity_at: float
+    closed_at: float | None = None
+    close_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One message of a session, user or assistant, with its turn number in the session."""
+
+    id: int
+    session: SessionKey
+    turn: int
+    role: Role
+    author_id: str
+    display_name: str
+    text: str
+    created_at: float
+    version: int = 0
+    platform_message_id: str | None = None
+    answered: bool = False
+    is_private: bool = True
+    # False for a group message stored only as context (the bot was not addressed).
+    addressed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSummary:
+    """A session's rolling summary as stored (JSON body) and the turns it covers."""
+
+    session: SessionKey
+    body: str
+    first_turn: int
+    last_turn: int
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What ingest did with one inbound message."""
+
+    stored: bool  # False for a duplicate delivery
+    message_id: int | None
+    session: SessionKey
+    version: int
+    due_at: float | None  # when the conversation's timer is due; None if no turn is armed
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A held lease: the fencing token grows on every acquisition."""
+
+    name: str
+    holder: str
+    token: int
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class DueTimer:
+    """A conversation whose debounce timer is due."""
+
+    conversation: ConversationKey
+    due_at: float
+    first_pending_at: float
+    armed_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """Pending user messages of one session merged into one model turn."""
+
+    session: SessionKey
+    version: int  # v0: the conversation version the turn was built at
+    messages: tuple[StoredMessage, ...]
+    first_pending_at: float
+
+    @property
+    def authors(self) -> tuple[str, ...]:
+        """Distinct author ids in order of first appearance."""
+        return tuple(dict.fromkeys(m.author_id for m in self.messages))
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    """A reply recorded by the final check, waiting to be (or already) sent."""
+
+    id: int
+    conversation: ConversationKey
+    session: SessionKey
+    text: str
+    reply_message_id: int
+    created_at: float
+    attempts: int = 0
+    reply_to_platform_message_id: str | None = None
+
+
+FinishOutcome = Literal["recorded", "discarded", "fenced"]
+EditOutcome = Literal["updated", "too_late", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class FinishResult:
+    """Outcome of the final check: recorded (send it), discarded (re-armed) or fenced (drop)."""
+
+    outcome: FinishOutcome
+    outbox: OutboxItem | None = None
+    current_version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file that goes out with a reply (a data export): its name, bytes and media type."""
+
+    filename: str
+    data: bytes = field(repr=False)
+    media_type: str = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A reply for an adapter to deliver; with an ``attachment``, ``text`` is its caption."""
+
+    conversation: ConversationKey
+    text: str
+    outbox_id: int | None = None
+    reply_to_platform_message_id: str | None = None
+    extra: tuple[tuple[str, str], ...] = field(default=())
+    attachment: Attachment | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """Debounce and hard cap, in seconds, for arming a conversation's timer."""
+
+    debounce: float = 1.5
+    max_wait: float = 8.0
+
+    def due_at(self, now: float, first_pending_at: float) -> float:
+        """``min(now + debounce, first_pending_at + max_wait)`` (docs/architecture.md#queue rule
+        1)."""
+        return min(now + self.debounce, first_pending_at + self.max_wait)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPolicy:
+    """When a session ends by itself: idle timeout and daily reset (None = never)."""
+
+    idle_seconds: float | None = None
+    daily_reset_hour: int | None = None
+    utc_offset_hours: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class OldMessages:
+    """Messages of a session older than a retention cutoff (answered or context only)."""
+
+    session: SessionKey
+    first_turn: int
+    last_turn: int
+    count: int
+    oldest_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionEntry:
+    """One line of the retention audit trail: what was deleted, never the content."""
+
+    at: float
+    session: SessionKey
+    first_turn: int
+    last_turn: int
+    messages: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A per-user turn reservation: ``id`` when granted, else when the user may continue."""
+
+    id: int | None
+    until: float | None = None
+
+    @property
+    def granted(self) -> bool:
+        """Whether the turn may call the model."""
+        return self.id is not None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageStats:
+    """Model usage over a period (for /stats and cost limits)."""
+
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    conversations: int = 0
+    by_model: tuple[tuple[str, int, int, int, int], ...] = ()
+    # (purpose, input, output, cache write, cache read): replies and memory tasks apart.
+    by_purpose: tuple[tuple[str, int, int, int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """Turns of a session that personabot deleted itself, and why (never the content)."""
+
+    session: SessionKey
+    first_turn: int
+    last_turn: int
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOutbox:
+    """An outbox row as stored, with its delivery status (for /export)."""
+
+    id: int
+    session: SessionKey
+    reply_message_id: int
+    text: str
+    status: str
+    created_at: float
+    finished_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UserData:
+    """Every stored row about one person on one platform, across all chats and bots."""
+
+    user: UserKey
+    memory: str | None  # the long-term memory record (JSON text), if any
+    messages: tuple[StoredMessage, ...]  # their own messages, every conversation
+    replies: tuple[StoredMessage, ...]  # the bot's replies to their messages
+    summaries: tuple[StoredSummary, ...]  # summaries that folded in their messages
+    outbox: tuple[StoredOutbox, ...]  # outbox rows of those replies
+    usage: tuple[tuple[str, float], ...]  # (bot, at) of each model turn counted for them
+    # (at, bot, purpose, model, input, output, cache write, cache read) charged to them
+    charges: tuple[tuple[float, str, str, str, int, int, int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    """What deleting a person's messages removed, and what it kept (for /forget)."""
+
+    messages: int = 0  # their own messages deleted
+    replies: int = 0  # bot replies that answered only them, deleted
+    outbox: int = 0  # outbox rows holding those replies (or finished shared ones), deleted
+    summaries: int = 0  # session summaries that folded in their messages, dropped
+    shared_replies: int = 0  # replies that also answered someone else: kept
+    pending: int = 0  # their messages still waiting for a reply: kept

@@ -1,0 +1,81 @@
+"""Ingest: store an inbound message, bump the conversation's version and arm its timer.
+
+Ingest returns at once and never calls the model; the scheduler runs the turn later. The rules
+are in docs/architecture.md ("The coalescing queue").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from bot.core.clock import Clock
+from bot.core.events import (
+    Inbound,
+    IngestResult,
+    QueuePolicy,
+    SessionPolicy,
+    StoredMessage,
+)
+from bot.store.base import BaseStore
+
+log = logging.getLogger("personabot.queue")
+
+
+class Ingestor:
+    """Stores inbound messages and arms timers; wakes the local scheduler."""
+
+    def __init__(
+        self,
+        *,
+        store: BaseStore,
+        clock: Clock,
+        policy_for: Callable[[str], QueuePolicy],
+        sessions: SessionPolicy | None = None,
+        wake: Callable[[float], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._policy_for = policy_for
+        self._sessions = sessions
+        self._wake = wake
+
+    async def ingest(self, inbound: Inbound) -> IngestResult:
+        """One short transaction; a duplicate delivery is a no-op."""
+        policy = self._policy_for(inbound.conversation.bot)
+        result = await self._store.ingest(inbound, self._clock.now(), policy, self._sessions)
+        if not result.stored:
+            log.debug("duplicate delivery %s ignored", inbound.platform_message_id)
+        elif result.due_at is not None and self._wake is not None:
+            self._wake(result.due_at)
+        return result
+
+    async def edit(self, inbound: Inbound) -> bool:
+        """Apply an edit of an unanswered message; False if unknown or already answered."""
+        if inbound.platform_message_id is None:
+            return False
+        policy = self._policy_for(inbound.conversation.bot)
+        outcome = await self._store.edit_message(
+            inbound.conversation,
+            inbound.platform_message_id,
+            inbound.text,
+            self._clock.now(),
+            policy,
+            author_id=inbound.author_id or None,
+        )
+        log.debug("edit of %s: %s", inbound.platform_message_id, outcome)
+        if outcome == "updated" and self._wake is not None:
+            self._wake(self._clock.now())
+        return outcome == "updated"
+
+    async def delete(self, inbound: Inbound) -> StoredMessage | None:
+        """Remove a message the user deleted on the platform; return what was removed."""
+        if inbound.platform_message_id is None:
+            return None
+        # Discord's delete events name no author (None: the platform removed it, whoever did).
+        return await self._store.delete_message(
+            inbound.conversation,
+            inbound.platform_message_id,
+            author_id=inbound.author_id or None,
+            now=self._clock.now(),
+        )

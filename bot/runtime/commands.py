@@ -1,0 +1,192 @@
+"""Chat commands: handled at once, never debounced and never sent to the model."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from bot.core.clock import Clock
+from bot.core.events import ConversationKey, Inbound, UserKey
+from bot.runtime.exports import Exports
+from bot.store.base import BaseStore
+from memory.service import Memory
+
+log = logging.getLogger("personabot.commands")
+
+_COMMAND = re.compile(
+    r"^/(?P<name>[A-Za-z][A-Za-z0-9_]{0,31})(?:@(?P<bot>\w+))?(?:\s+(?P<args>.*))?$", re.S
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A parsed chat command."""
+
+    name: str
+    args: str
+    addressed_to: str | None = None
+
+
+def parse_command(text: str) -> Command | None:
+    """``/name[@bot] args`` -> Command; anything else -> None."""
+    match = _COMMAND.match(text.strip())
+    if match is None:
+        return None
+    return Command(match["name"].lower(), (match["args"] or "").strip(), match["bot"])
+
+
+#: A command's answer in the chat it came from; None when it answers later by itself.
+Handler = Callable[[Inbound, Command], Awaitable[str | None]]
+
+GROUP_MEMORY_NOTE = (
+    "In a group I show only what may come up in this group. For everything I keep about "
+    "you, send /memory in a private chat with me."
+)
+
+
+async def export_document(memory: Memory, user: UserKey, conversation: ConversationKey) -> str:
+    """Everything stored about a person on this platform (every chat and kind of row), as JSON
+    text; ``conversation`` is where it was asked, which does not narrow it."""
+    return json.dumps(await memory.export_all(user), ensure_ascii=False, indent=1)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """A registered command: name, one-line description, handler."""
+
+    name: str
+    description: str
+    handler: Handler
+    admin: bool = False
+
+
+class Commands:
+    """The chat commands of a bot; more are registered by later features."""
+
+    def __init__(
+        self,
+        *,
+        store: BaseStore,
+        clock: Clock,
+        greeting: Callable[[str], str],
+        memory: Memory | None = None,
+        forget_deletes_messages: bool = False,
+        is_admin: Callable[[str, str], bool] | None = None,
+        usage_report: Callable[[str], Awaitable[str]] | None = None,
+        exports: Exports | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._greeting = greeting
+        self._memory = memory
+        self._forget_deletes_messages = forget_deletes_messages
+        self._is_admin = is_admin or (lambda bot, user: False)
+        self._usage_report = usage_report
+        self._exports = exports
+        self._specs: dict[str, CommandSpec] = {}
+        self.register("start", "say hello", self._start)
+        self.register("new", "start a new conversation (forget this chat's context)", self._new)
+        self.register("reset", "same as /new", self._new)
+        if memory is not None:
+            self.register("memory", "show what I remember about you", self._show_memory)
+            self.register("forget", "erase what I remember about you", self._forget)
+            if exports is not None:
+                self.register("export", "send you everything stored about you", self._export)
+        self.register("help", "list the commands", self._help)
+        if usage_report is not None:
+            self.register("stats", "usage and cost today (admins only)", self._stats, admin=True)
+
+    def register(
+        self, name: str, description: str, handler: Handler, *, admin: bool = False
+    ) -> None:
+        """Add a command (replaces one of the same name)."""
+        self._specs[name] = CommandSpec(name, description, handler, admin)
+
+    @property
+    def specs(self) -> tuple[CommandSpec, ...]:
+        """Registered commands everyone may use, in registration order."""
+        return tuple(spec for spec in self._specs.values() if not spec.admin)
+
+    def knows(self, name: str) -> bool:
+        """Whether a command of this name is registered."""
+        return name in self._specs
+
+    async def handle(self, inbound: Inbound, command: Command) -> str | None:
+        """Run a command; the text to answer with now, or None (it answers by itself)."""
+        spec = self._specs.get(command.name)
+        if spec is None:
+            return f"Unknown command /{command.name}. Send /help for the list."
+        if spec.admin and not self._is_admin(inbound.conversation.bot, inbound.author_id):
+            log.info("admin command /%s refused to user %s", command.name, inbound.author_id)
+            return f"/{command.name} is for the bot's admins."
+        log.info("command /%s in %s", command.name, inbound.conversation)
+        return await spec.handler(inbound, command)
+
+    async def _start(self, inbound: Inbound, command: Command) -> str:
+        # Telegram's first message to a bot: answered like any command, so after the access
+        # check (a person outside the allow lists gets the denied reply, once a day).
+        return self._greeting(inbound.conversation.bot)
+
+    async def _new(self, inbound: Inbound, command: Command) -> str:
+        session = await self._store.new_session(
+            inbound.conversation, self._clock.now(), reason=command.name
+        )
+        if self._memory is not None:
+            # The session just ended: learn from it now rather than at the next sweep.
+            self._memory.schedule_sweep([inbound.conversation.bot])
+        return (
+            f"New session started (#{session.key.session_id}); earlier messages of this chat "
+            f"are no longer part of the conversation.\n{self._greeting(inbound.conversation.bot)}"
+        )
+
+    async def _show_memory(self, inbound: Inbound, command: Command) -> str:
+        # Only ever the asker's own record, whoever else is in the chat; in a group only what
+        # may appear in that group's prompt. The group note never says whether anything is
+        # held back, so the group cannot tell whether the person talks to the bot privately.
+        assert self._memory is not None
+        user = UserKey(inbound.conversation.platform, inbound.author_id)
+        if inbound.is_private:
+            record = await self._memory.user_memory(user)  # only the person is there
+        else:
+            # The bot's own policy, exactly as its prompts apply it (share_across_groups too).
+            record = await self._memory.visible_memory(
+                user, inbound.conversation, private_chat=False
+            )
+        note = "" if inbound.is_private else f"\n\n{GROUP_MEMORY_NOTE}"
+        if not record.items:
+            if not inbound.is_private:
+                return "I have nothing about you to show in this group." + note
+            return (
+                "I don't keep any long-term memory about you yet. I learn what matters when a "
+                "conversation goes quiet for a while or ends (/new)."
+            )
+        return "What I remember about you:\n" + record.render(inbound.display_name) + note
+
+    async def _forget(self, inbound: Inbound, command: Command) -> str:
+        assert self._memory is not None
+        user = UserKey(inbound.conversation.platform, inbound.author_id)
+        # Memory (and, when enabled, messages, replies, outbox rows, summaries) in every chat;
+        # the report says exactly what went and what stays (memory/privacy.py).
+        report = await self._memory.erase(user, delete_messages=self._forget_deletes_messages)
+        session = await self._store.current_session(inbound.conversation)
+        if session is not None:
+            await self._store.delete_state(session.key)
+        return f"{report.describe()} This chat's saved choices were cleared too."
+
+    async def _export(self, inbound: Inbound, command: Command) -> str | None:
+        # Off the inbound path: one file, built and sent by Exports (privately from a group).
+        assert self._exports is not None
+        return await self._exports.request(inbound)
+
+    async def _stats(self, inbound: Inbound, command: Command) -> str:
+        assert self._usage_report is not None
+        return await self._usage_report(inbound.conversation.bot)
+
+    async def _help(self, inbound: Inbound, command: Command) -> str:
+        admin = self._is_admin(inbound.conversation.bot, inbound.author_id)
+        specs = [s for s in self._specs.values() if admin or not s.admin]
+        lines = [f"/{spec.name} - {spec.description}" for spec in specs]
+        return "Commands:\n" + "\n".join(lines)

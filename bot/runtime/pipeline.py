@@ -1,0 +1,425 @@
+"""One turn of a conversation: lease -> pending turn -> assemble -> model -> final check -> send.
+
+Invariants (docs/architecture.md#queue):
+- the model is called at most once per attempt, with the oldest pending messages up to v0
+  (at most ``max_turn_messages``; the rest wait for the next turn);
+- nothing is sent unless the final check (one store transaction) recorded the reply, so a
+  worker whose lease was taken over, or whose input went stale, never sends;
+- no empty, whitespace-only or invisible (zero-width) text is ever recorded or sent: a
+  refusal gets the persona's refusal line;
+- a turn is submitted until it is answered or closed out (the model rejected it, a limit holds
+  its author back): a closed-out message is never submitted again, so no conversation can get
+  stuck behind one bad turn, before or after /new;
+- the typing indicator and the lease are released on every path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Final, Literal
+
+from bot.core.clock import Clock
+from bot.core.errors import ModelRejected, ModelUnavailable, RateLimited, RequestRejected
+from bot.core.events import NOT_SET, ConversationKey, Lease, QueuePolicy, Reply, Turn
+from bot.core.llm import BaseLLM, Usage
+from bot.core.ports import Outlet
+from bot.core.shares import weights
+from bot.core.tasks import running
+from bot.core.visible import has_visible_text
+from bot.metrics import Metrics
+from bot.runtime.delivery import Delivery
+from bot.runtime.limits import Admission, Limits
+from bot.runtime.usage import Accounting
+from bot.store.base import BaseStore
+from memory.assemble import PersonaPin
+from memory.records import Summary
+from memory.retention.gaps import Gap, describe, gap_notice
+from memory.service import Memory, MemoryPolicy
+
+log = logging.getLogger("personabot.pipeline")
+
+TurnOutcome = Literal[
+    "sent", "discarded", "fenced", "busy", "idle", "failed", "retry", "limited", "closed"
+]
+GAP_TOLD_KEY = "personabot:gap_told"
+TROUBLE_KEY = "personabot:trouble_told"
+DEFAULT_REFUSAL: Final = "I'd rather not answer that. Shall we talk about something else?"
+DEFAULT_REJECTED: Final = (
+    "Sorry, I couldn't answer your last message (it was refused as too long or malformed). "
+    "It is kept; please write it again in shorter parts, or send /new to start over."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GapPolicy:
+    """What to do when turns of a session are missing (docs/architecture.md#retention rule 3); the
+    messages
+    may name ``{turns}`` (e.g. ``15-16, 39-40``) or ``{first}`` and ``{last}``."""
+
+    policy: Literal["note", "tell_user", "refuse"] = "note"
+    tell_user_message: str = "Some messages (turns {turns}) are no longer available."
+    refuse_message: str = "Part of this conversation (turns {turns}) is unavailable."
+
+
+@dataclass(frozen=True, slots=True)
+class BotProfile:
+    """What one bot entry needs per turn: persona pin, queue policy, budget, outlet."""
+
+    key: str
+    pin: PersonaPin
+    queue: QueuePolicy
+    memory: MemoryPolicy
+    outlet: Outlet
+    lease_seconds: float = 30.0
+    max_turn_messages: int = 50
+    refusal_message: str = DEFAULT_REFUSAL
+    rejected_notice: str = DEFAULT_REJECTED
+
+
+def lease_name(conversation: ConversationKey) -> str:
+    """The lease that serializes turns of one conversation across workers and processes."""
+    return f"turn:{conversation}"
+
+
+class Pipeline:
+    """Runs turns for the bots this process hosts."""
+
+    def __init__(
+        self,
+        *,
+        store: BaseStore,
+        llm: BaseLLM,
+        clock: Clock,
+        memory: Memory,
+        profiles: Mapping[str, BotProfile],
+        holder: str | None = None,
+        gap_policy: GapPolicy | None = None,
+        limits: Limits | None = None,
+        metrics: Metrics | None = None,
+        trouble_notice: str = "",
+        retry_max_seconds: float = 60.0,
+        accounting: Accounting | None = None,
+    ) -> None:
+        self._store = store
+        self._llm = llm
+        self._clock = clock
+        self._memory = memory
+        self._profiles = dict(profiles)
+        self.holder = holder or f"worker-{uuid.uuid4().hex[:12]}"
+        self._retry_max = retry_max_seconds
+        self._failures: dict[ConversationKey, int] = {}
+        self._gap_policy = gap_policy or GapPolicy()
+        self._limits = limits
+        self.metrics = metrics or Metrics()
+        self._trouble_notice = trouble_notice
+        self.counters: Counter[str] = Counter()
+        self._accounting = accounting or Accounting(
+            store=store, clock=clock, metrics=self.metrics, limits=limits
+        )
+        self.delivery = Delivery(store=store, clock=clock, outlet_for=self._outlet_for)
+
+    def _outlet_for(self, bot: str) -> Outlet | None:
+        profile = self._profiles.get(bot)
+        return None if profile is None else profile.outlet
+
+    @property
+    def bots(self) -> tuple[str, ...]:
+        """Keys of the bots hosted here."""
+        return tuple(self._profiles)
+
+    def profile(self, bot: str) -> BotProfile:
+        """The profile of a hosted bot."""
+        return self._profiles[bot]
+
+    async def run_turn(self, conversation: ConversationKey) -> TurnOutcome:
+        """Try to answer the conversation's pending input once."""
+        profile = self._profiles[conversation.bot]
+        lease = await self._store.acquire_lease(
+            lease_name(conversation), self.holder, profile.lease_seconds, self._clock.now()
+        )
+        labels = self.metrics.labels(conversation)
+        if lease is None:
+            self.metrics.lease_conflicts.labels(*labels).inc()
+            return "busy"  # another worker holds it: back off, do nothing
+        started = self._clock.now()
+        try:
+            outcome = await self._with_lease(conversation, profile, lease)
+        finally:
+            await self._store.release_lease(lease)
+        self.metrics.turns.labels(*labels, outcome).inc()
+        if outcome == "sent":
+            self.metrics.turn_latency.labels(*labels).observe(self._clock.now() - started)
+        elif outcome == "discarded":
+            self.metrics.discarded.labels(*labels).inc()
+        return outcome
+
+    async def _with_lease(
+        self, conversation: ConversationKey, profile: BotProfile, lease: Lease
+    ) -> TurnOutcome:
+        # The oldest session first: what was pending when /new closed a session is answered
+        # there, in a turn of its own; it never joins a turn of the new session.
+        turn = await self._store.pending_turn(conversation, profile.max_turn_messages)
+        if turn is None:
+            await self._store.clear_timer(
+                conversation, await self._store.conversation_version(conversation)
+            )
+            return "idle"
+        summary = await self._memory.summary(turn.session)  # read once for gaps and prompt
+        gaps = await self._memory.gaps(turn.session, summary)
+        if gaps and self._gap_policy.policy == "refuse":
+            self._count_gap(turn, gaps)
+            first, last = gaps[0].first, gaps[-1].last
+            text = self._gap_policy.refuse_message.format(
+                first=first, last=last, turns=describe(gaps)
+            )
+            return await self._record_and_send(turn, lease, profile, text, Usage(), None)
+        admission = Admission(True)
+        if self._limits is not None:
+            admission = await self._limits.admit(turn)
+            if not admission.granted:
+                return await self._limited(turn, lease, profile, admission)
+        held = _only(turn, admission.held) if admission.held else None
+        if held is not None:
+            # Only the limited people's messages wait; everyone else is answered. They are
+            # left out of this prompt (still pending, so not history) and closed out as
+            # context after the reply, so the model does not answer them in passing.
+            turn = _only(turn, tuple(a for a in turn.authors if a not in admission.held))
+        outcome = await self._generate(turn, lease, profile, gaps, summary)
+        if outcome != "sent" and self._limits is not None:
+            await self._limits.release(admission)
+        if (
+            held is not None
+            and outcome != "fenced"
+            and not await self._hold_back(held, lease, profile, admission)
+        ):
+            return "fenced"
+        return outcome
+
+    async def _close_out(
+        self, turn: Turn, lease: Lease, profile: BotProfile, reason: str, kind: str
+    ) -> bool:
+        """Mark the turn's messages handled without a reply, with the reason (stored, logged
+        and counted); False when fenced."""
+        conversation = turn.session.conversation
+        if not await self._store.skip_turn(
+            turn, lease, self._clock.now(), profile.queue, reason=reason
+        ):
+            return False
+        labels = self.metrics.labels(conversation)
+        self.metrics.closed_out.labels(*labels, kind).inc(len(turn.messages))
+        log.warning(
+            "%s: %d message(s) closed out without a reply (%s)",
+            turn.session,
+            len(turn.messages),
+            reason,
+        )
+        return True
+
+    async def _hold_back(
+        self, held: Turn, lease: Lease, profile: BotProfile, admission: Admission
+    ) -> bool:
+        """Keep limited people's messages as context, unanswered; tell each of them once."""
+        limit = admission.limit or "unknown"
+        if not await self._close_out(held, lease, profile, f"limited: {limit}", "limited"):
+            return False
+        labels = self.metrics.labels(held.session.conversation)
+        self.metrics.limit_hits.labels(*labels, limit).inc()
+        if admission.notice:
+            await profile.outlet.send(Reply(held.session.conversation, admission.notice))
+        return True
+
+    async def _limited(
+        self, turn: Turn, lease: Lease, profile: BotProfile, admission: Admission
+    ) -> TurnOutcome:
+        """A limit holds everyone back: keep the messages as context, tell once, no model call."""
+        if not await self._hold_back(turn, lease, profile, admission):
+            return "fenced"
+        return "limited"
+
+    def _count_gap(self, turn: Turn, gaps: tuple[Gap, ...]) -> None:
+        policy = self._gap_policy.policy
+        self.counters[f"gap_{policy}"] += 1
+        labels = self.metrics.labels(turn.session.conversation)
+        self.metrics.gap_notices.labels(*labels, policy).inc()
+        log.warning(
+            "%s: turns %s are missing (gap policy %s)", turn.session, describe(gaps), policy
+        )
+
+    async def _generate(
+        self,
+        turn: Turn,
+        lease: Lease,
+        profile: BotProfile,
+        gaps: tuple[Gap, ...],
+        summary: Summary | None,
+    ) -> TurnOutcome:
+        """Assemble, call the model once, and record and send its reply."""
+        conversation = turn.session.conversation
+        notice = None
+        if gaps:
+            self._count_gap(turn, gaps)
+            notice = gap_notice(gaps)
+            if self._gap_policy.policy == "tell_user":
+                await self._tell_once(turn, gaps, profile)
+        assembled = await self._memory.build(turn, profile.pin, gap_notice=notice, summary=summary)
+        log.debug(
+            "turn %s v0=%d messages=%d prompt~%d tokens",
+            turn.session,
+            turn.version,
+            len(turn.messages),
+            assembled.total_tokens,
+        )
+        try:
+            async with profile.outlet.typing(conversation), self._renewing(lease, profile):
+                result = await self._llm.complete(assembled.request)
+        except ModelUnavailable as exc:
+            return await self._retry_later(turn, profile, exc)
+        except RequestRejected as exc:
+            # This request can never succeed: close the turn out so that it is never sent
+            # again (the next message gets a turn of its own), and say so.
+            log.error("model rejected the turn of %s: %s", conversation, exc)
+            if not await self._close_out(turn, lease, profile, f"rejected: {exc}", "rejected"):
+                return "fenced"
+            if profile.rejected_notice:
+                await profile.outlet.send(Reply(conversation, profile.rejected_notice))
+            return "closed"
+        except ModelRejected as exc:
+            log.error("model rejected the turn of %s: %s", conversation, exc)
+            # Not about this turn (authentication, permission, unknown model): park these
+            # messages (they stay stored and pending; the next message's turn covers them
+            # again, once the operator fixed the cause) rather than loop.
+            await self._store.clear_timer(conversation, turn.version, only_if_idle=False)
+            return "failed"
+        await self._accounting.charge(conversation, "reply", result, weights(turn.messages))
+        await self._recovered(turn)
+        text = result.text
+        if result.stop_reason == "refusal" or not has_visible_text(text):
+            log.warning(
+                "model gave no answer for %s (stop_reason %s, %d characters); "
+                "sending the refusal line",
+                conversation,
+                result.stop_reason,
+                len(text),
+            )
+            self.metrics.refusals.labels(*self.metrics.labels(conversation)).inc()
+            text = profile.refusal_message
+        return await self._record_and_send(turn, lease, profile, text, result.usage, result.model)
+
+    async def _record_and_send(
+        self,
+        turn: Turn,
+        lease: Lease,
+        profile: BotProfile,
+        text: str,
+        usage: Usage,
+        model: str | None,
+    ) -> TurnOutcome:
+        """The final check, then delivery of a recorded reply."""
+        conversation = turn.session.conversation
+        if not has_visible_text(text):  # e.g. an operator's blank refusal_message
+            text = (
+                profile.refusal_message.strip()
+                if has_visible_text(profile.refusal_message)
+                else DEFAULT_REFUSAL
+            )
+        finished = await self._store.finish_turn(
+            turn, lease, text, self._clock.now(), profile.queue, usage, model
+        )
+        if finished.outcome == "fenced":
+            log.warning("lease on %s was taken over; reply dropped", conversation)
+            return "fenced"
+        if finished.outcome == "discarded":
+            log.debug(
+                "newer input in %s (v%d > v%d); reply discarded",
+                conversation,
+                finished.current_version,
+                turn.version,
+            )
+            return "discarded"
+        assert finished.outbox is not None
+        log.info(
+            "turn %s: %d message(s), in=%d out=%d cache_write=%d cache_read=%d, "
+            "%.2fs after the first message",
+            turn.session,
+            len(turn.messages),
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+            self._clock.now() - turn.first_pending_at,
+        )
+        self._memory.schedule_compaction(turn.session)
+        await self.delivery.deliver(finished.outbox)
+        return "sent"
+
+    async def _tell_once(self, turn: Turn, gaps: tuple[Gap, ...], profile: BotProfile) -> None:
+        """Tell the user about missing turns once per session (and again if the gap grows)."""
+        told = await self._store.get_state(turn.session, GAP_TOLD_KEY)
+        if told == describe(gaps):
+            return
+        text = self._gap_policy.tell_user_message.format(
+            first=gaps[0].first, last=gaps[-1].last, turns=describe(gaps)
+        )
+        await profile.outlet.send(Reply(turn.session.conversation, text))
+        await self._store.set_state(turn.session, GAP_TOLD_KEY, describe(gaps), self._clock.now())
+
+    async def _retry_later(
+        self, turn: Turn, profile: BotProfile, exc: ModelUnavailable
+    ) -> TurnOutcome:
+        """Keep the messages pending and retry with bounded exponential backoff; tell the user
+        once per outage that the answer is coming."""
+        conversation = turn.session.conversation
+        attempt = self._failures.get(conversation, 0)
+        self._failures[conversation] = attempt + 1
+        delay = min(self._retry_max, 2.0 * 2**attempt)
+        if isinstance(exc, RateLimited) and exc.retry_after is not None:
+            delay = max(delay, exc.retry_after)
+        log.warning("model unavailable for %s (%s); retry in %.1fs", conversation, exc, delay)
+        await self._store.rearm_timer(conversation, self._clock.now() + delay)
+        if self._trouble_notice:
+            # Session state, not process memory: another process that retries the same
+            # conversation during the same outage does not notify again.
+            told = await self._store.get_state(turn.session, TROUBLE_KEY)
+            if told is NOT_SET:
+                await self._store.set_state(turn.session, TROUBLE_KEY, "1", self._clock.now())
+                await profile.outlet.send(Reply(conversation, self._trouble_notice))
+        return "retry"
+
+    async def _recovered(self, turn: Turn) -> None:
+        """The model answered: the outage (if any) is over."""
+        self._failures.pop(turn.session.conversation, None)
+        if (
+            self._trouble_notice
+            and await self._store.get_state(turn.session, TROUBLE_KEY) != NOT_SET
+        ):
+            await self._store.delete_state(turn.session, TROUBLE_KEY)
+
+    @contextlib.asynccontextmanager
+    async def _renewing(self, lease: Lease, profile: BotProfile) -> AsyncIterator[None]:
+        """Renew the lease every third of its time while the body runs."""
+
+        async def renew() -> None:
+            current: Lease | None = lease
+            while current is not None:
+                await self._clock.sleep(profile.lease_seconds / 3)
+                current = await self._store.renew_lease(
+                    current, profile.lease_seconds, self._clock.now()
+                )
+            log.warning("lost lease %s while generating", lease.name)
+
+        async with running(renew(), name=f"renew {lease.name}"):
+            yield
+
+    async def recover_outbox(self, older_than: float) -> int:
+        """Deliver replies recorded but not sent before a crash (see bot.runtime.delivery)."""
+        return await self.delivery.recover(older_than)
+
+
+def _only(turn: Turn, authors: tuple[str, ...]) -> Turn:
+    """The part of a turn written by these authors."""
+    return replace(turn, messages=tuple(m for m in turn.messages if m.author_id in authors))

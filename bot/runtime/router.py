@@ -1,0 +1,115 @@
+"""Routes each inbound message: access check, then commands at once, everything else ingested."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Mapping
+
+from bot.core.clock import Clock
+from bot.core.events import Inbound, Reply, UserKey
+from bot.core.ports import Outlet
+from bot.metrics import Metrics
+from bot.queue import Ingestor
+from bot.runtime.access import AccessPolicy
+from bot.runtime.commands import Commands, parse_command
+from bot.store.base import BaseStore
+from memory.service import Memory
+
+log = logging.getLogger("personabot.router")
+
+DAY = 86400.0
+# NUL (PostgreSQL text cannot hold it) and lone surrogates (no encoding can): a store refuses
+# them every time, and an update that is never stored blocks every later one behind it.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+class Router:
+    """The InboundHandler every adapter of this process calls."""
+
+    def __init__(
+        self,
+        *,
+        ingestor: Ingestor,
+        commands: Commands,
+        outlets: Mapping[str, Outlet],
+        store: BaseStore,
+        clock: Clock,
+        access: Mapping[str, AccessPolicy] | None = None,
+        memory: Memory | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._ingestor = ingestor
+        self._commands = commands
+        self._outlets = dict(outlets)
+        self._store = store
+        self._clock = clock
+        self._access = dict(access or {})
+        self._memory = memory
+        self._metrics = metrics or Metrics()
+
+    @property
+    def commands(self) -> tuple[tuple[str, str], ...]:
+        """(name, description) of every chat command."""
+        return tuple((spec.name, spec.description) for spec in self._commands.specs)
+
+    def rejected(self, platform: str, bot: str, kind: str) -> None:
+        """Count an update an adapter could not read."""
+        self._metrics.rejected.labels(platform, bot, kind).inc()
+
+    async def __call__(self, inbound: Inbound) -> None:
+        """Handle one message in arrival order."""
+        inbound = _storable(inbound)
+        labels = self._metrics.labels(inbound.conversation)
+        if inbound.kind in ("edit", "delete"):
+            # Authorised by the stored message, not by the event (Discord's delete events
+            # carry no author): only a message that was let in is on record, and the store
+            # touches it only for its own author. An unknown message changes nothing.
+            await (self._ingestor.edit if inbound.kind == "edit" else self._delete)(inbound)
+            return
+        policy = self._access.get(inbound.conversation.bot)
+        if policy is not None and not policy.allows(inbound):
+            # Stored nowhere; at most one answer per chat per day.
+            self._metrics.denied.labels(*labels).inc()
+            await self._deny(inbound, policy)
+            return
+        if not inbound.text.strip():
+            return  # empty or whitespace-only: nothing to answer
+        if (command := parse_command(inbound.text) if inbound.triggers_reply else None) is not None:
+            answer = await self._commands.handle(inbound, command)
+            if answer is not None:
+                outlet = self._outlets[inbound.conversation.bot]
+                await outlet.send(Reply(inbound.conversation, answer))
+        else:
+            result = await self._ingestor.ingest(inbound)
+            counter = self._metrics.inbound if result.stored else self._metrics.duplicates
+            counter.labels(*labels).inc()
+
+    async def _delete(self, inbound: Inbound) -> None:
+        removed = await self._ingestor.delete(inbound)
+        if removed is not None and removed.role == "user" and self._memory is not None:
+            user = UserKey(inbound.conversation.platform, removed.author_id)
+            await self._memory.drop_sources(user, [removed.id])
+
+    async def _deny(self, inbound: Inbound, policy: AccessPolicy) -> None:
+        if not policy.denied_reply or inbound.kind != "message":
+            return
+        # A lease that lives a day remembers, across processes, that this chat was told.
+        now = self._clock.now()
+        lease = await self._store.acquire_lease(
+            f"denied:{inbound.conversation}", "access", DAY, now
+        )
+        if lease is not None:
+            await self._outlets[inbound.conversation.bot].send(
+                Reply(inbound.conversation, policy.denied_reply)
+            )
+
+
+def _storable(inbound: Inbound) -> Inbound:
+    """``inbound`` with characters no store can hold shown as U+FFFD (text and name)."""
+    text = _UNSTORABLE.sub("\ufffd", inbound.text)
+    name = _UNSTORABLE.sub("\ufffd", inbound.display_name)
+    if text == inbound.text and name == inbound.display_name:
+        return inbound
+    return dataclasses.replace(inbound, text=text, display_name=name)

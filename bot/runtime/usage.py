@@ -1,0 +1,62 @@
+"""What every model call costs and whom it is charged to: replies and memory tasks alike.
+
+Each call's usage is recorded in the store (so limits and /stats see it across processes) and
+counted in the metrics, split between the people whose messages it read in proportion to how
+much of them it read (in a group, the one who pasted a novel pays for it, not the others).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from bot.core.clock import Clock
+from bot.core.events import ConversationKey
+from bot.core.llm import ModelResult
+from bot.core.shares import split
+from bot.metrics import Metrics
+from bot.runtime.limits import Limits
+from bot.store.base import BaseStore
+
+log = logging.getLogger("personabot.usage")
+
+
+class Accounting:
+    """Charges model calls and asks the limits whether a memory task may run."""
+
+    def __init__(
+        self,
+        *,
+        store: BaseStore,
+        clock: Clock,
+        metrics: Metrics,
+        limits: Limits | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._metrics = metrics
+        self._limits = limits
+
+    async def allow(self, conversation: ConversationKey, authors: Sequence[str]) -> bool:
+        """Whether a memory task over these people's messages may call the model now."""
+        if self._limits is None:
+            return True
+        allowed = await self._limits.allow_task(conversation.bot, conversation.platform, authors)
+        if not allowed:
+            log.info("memory task of %s deferred: a token limit is reached", conversation)
+        return allowed
+
+    async def charge(
+        self,
+        conversation: ConversationKey,
+        purpose: str,
+        result: ModelResult,
+        by: Mapping[str, int],
+    ) -> None:
+        """Record one answered call: store rows (one per share), call count, tokens, cost."""
+        labels = self._metrics.labels(conversation)
+        self._metrics.model_calls.labels(*labels, purpose).inc()
+        self._metrics.usage(conversation, result.model, result.usage)
+        await self._store.record_usage(
+            conversation, purpose, result.model, split(result.usage, by), self._clock.now()
+        )

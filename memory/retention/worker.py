@@ -1,0 +1,244 @@
+"""The retention worker and audit (docs/architecture.md#retention): delete only what the policy
+allows,
+never leave a session half-compacted, and find sessions that would lose messages.
+
+Session mode: a closed session expires as a unit, ``days`` after it closed; an open session's
+messages never age. Message mode: messages older than ``days`` are deleted, open sessions'
+ones only after the summary covers them (summary first, then deletion: a crash in between
+leaves rows that the summary already covers, and the next run deletes them). Closed sessions
+expire as units in both modes, so no session ever keeps just a tail of its messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bot.core.clock import Clock
+from bot.core.events import SessionKey
+from bot.metrics import Metrics
+from bot.store.base import BaseStore
+from memory.retention.gaps import Gap
+from memory.service import Memory
+
+log = logging.getLogger("personabot.retention")
+
+DAY = 86400.0
+LEASE = "retention"
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """The retention rules in force."""
+
+    mode: Literal["session", "message"] = "session"
+    days: float = 30.0
+    batch_size: int = 500
+    # Pause between two write transactions: SQLite has no fair lock, and a worker writing
+    # back to back would starve other processes' writers (their busy handler sleeps 1-100 ms
+    # between tries). A few ms per batch leave the lock free most of the time.
+    pause_seconds: float = 0.005
+    # Delivered outbox rows are kept this long (for inspection), then pruned.
+    outbox_days: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionReport:
+    """What one run deleted (or would delete, in a dry run)."""
+
+    dry_run: bool
+    expired_sessions: int = 0
+    deleted_messages: int = 0
+    summarised_sessions: int = 0
+    skipped: str | None = None
+    lines: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class AtRisk:
+    """An open session whose prompt would miss turns that no summary covers."""
+
+    session: SessionKey
+    first_turn: int
+    last_turn: int
+    age_days: float
+    reason: str
+
+
+class Retention:
+    """Runs the policy against the store; one worker at a time across processes (lease)."""
+
+    def __init__(
+        self,
+        *,
+        store: BaseStore,
+        memory: Memory,
+        clock: Clock,
+        policy: RetentionPolicy,
+        holder: str = "retention",
+        lease_seconds: float = 600.0,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._store = store
+        self._memory = memory
+        self._clock = clock
+        self._policy = policy
+        self._holder = holder
+        self._lease_seconds = lease_seconds
+        self._metrics = metrics
+
+    async def run_once(self, *, dry_run: bool = False) -> RetentionReport:
+        """Apply the policy once; a dry run only reports."""
+        if self._policy.days <= 0:
+            return RetentionReport(dry_run, skipped="retention is disabled (days = 0)")
+        now = self._clock.now()
+        lease = await self._store.acquire_lease(LEASE, self._holder, self._lease_seconds, now)
+        if lease is None:
+            return RetentionReport(dry_run, skipped="another retention worker is running")
+        try:
+            cutoff = now - self._policy.days * DAY
+            expired, deleted, lines = await self._expire_closed(cutoff, dry_run)
+            summarised = 0
+            if self._policy.mode == "message":
+                more, summarised, more_lines = await self._age_open(cutoff, dry_run)
+                deleted += more
+                lines += more_lines
+            if not dry_run:
+                await self._store.prune_outbox(now - self._policy.outbox_days * DAY)
+        finally:
+            await self._store.release_lease(lease)
+        log.info(
+            "retention%s: %d session(s) expired, %d message(s) deleted",
+            " (dry run)" if dry_run else "",
+            expired,
+            deleted,
+        )
+        return RetentionReport(dry_run, expired, deleted, summarised, lines=tuple(lines))
+
+    async def _expire_closed(self, cutoff: float, dry_run: bool) -> tuple[int, int, list[str]]:
+        sessions = deleted = 0
+        lines: list[str] = []
+        seen: set[SessionKey] = set()
+        while batch := [
+            s for s in await self._store.expired_sessions(cutoff, 100) if s not in seen
+        ]:
+            for session in batch:
+                seen.add(session)
+                if dry_run:
+                    bounds = await self._store.session_bounds(session)
+                    count = 0 if bounds is None else bounds[1] - bounds[0] + 1
+                else:
+                    count = await self._store.expire_session(session, self._clock.now())
+                    await self._breathe()
+                sessions += 1
+                deleted += count
+                lines.append(f"{session}: session expired ({count} message(s))")
+            if dry_run:
+                break
+        return sessions, deleted, lines
+
+    async def _breathe(self) -> None:
+        await asyncio.sleep(self._policy.pause_seconds)
+
+    async def _age_open(self, cutoff: float, dry_run: bool) -> tuple[int, int, list[str]]:
+        deleted = summarised = 0
+        lines: list[str] = []
+        done: set[SessionKey] = set()
+        while True:
+            # Only open sessions are listed (closed ones expire as units, never by a prefix);
+            # page until every one was handled once.
+            page = [
+                s
+                for s in await self._store.sessions_with_old_messages(cutoff, len(done) + 500)
+                if s not in done
+            ]
+            if not page:
+                return deleted, summarised, lines
+            for session in page:
+                done.add(session)
+                result = await self._age_session(session, cutoff, dry_run)
+                deleted += result[0]
+                summarised += result[1]
+                lines += result[2]
+
+    async def _age_session(
+        self, session: SessionKey, cutoff: float, dry_run: bool
+    ) -> tuple[int, int, list[str]]:
+        """Summarise, then delete, one open session's old messages: (deleted, summarised,
+        report lines)."""
+        old = await self._store.old_messages(session, cutoff)
+        if old is None:
+            return 0, 0, []
+        if dry_run:
+            return (
+                old.count,
+                0,
+                [
+                    f"{session}: turns {old.first_turn}-{old.last_turn} would be summarised and "
+                    f"deleted ({old.count} message(s))"
+                ],
+            )
+        # Summary first: the rows go only once the summary covers them.
+        summarised = int(await self._memory.compact(session, through_turn=old.last_turn) > 0)
+        summary = await self._memory.summary(session)
+        covered = 0 if summary is None else min(summary.last_turn, old.last_turn)
+        if covered < old.first_turn:
+            log.warning(
+                "%s: old turns %d-%d kept: the summary does not cover them yet",
+                session,
+                old.first_turn,
+                old.last_turn,
+            )
+            return 0, summarised, []
+        count = 0
+        while n := await self._store.delete_old_messages(
+            session, covered, cutoff, self._clock.now(), self._policy.batch_size
+        ):
+            count += n
+            await self._breathe()
+        line = f"{session}: turns {old.first_turn}-{covered} summarised and deleted"
+        return count, summarised, [f"{line} ({count} message(s))"]
+
+    async def audit(self, policy: RetentionPolicy | None = None) -> list[AtRisk]:
+        """Open sessions whose next prompt would miss turns that no summary covers, under
+        ``policy`` (default: the one in force). Deletes nothing."""
+        policy = policy or self._policy
+        now = self._clock.now()
+        cutoff = now - policy.days * DAY if policy.days > 0 else None
+        risks: list[AtRisk] = []
+        cursor = 0
+        while True:
+            page, cursor = await self._store.sessions_page("open", cursor, 500)
+            for info in page:
+                risks += await self._session_risks(info.key, policy, cutoff, now)
+            if not cursor:
+                return risks
+
+    async def _session_risks(
+        self, session: SessionKey, policy: RetentionPolicy, cutoff: float | None, now: float
+    ) -> list[AtRisk]:
+        risks = [
+            AtRisk(session, gap.first, gap.last, 0.0, "already missing")
+            for gap in await self._memory.gaps(session)
+        ]
+        if policy.mode != "message" or cutoff is None:
+            return risks
+        old = await self._store.old_messages(session, cutoff)
+        if old is None:
+            return risks
+        summary = await self._memory.summary(session)
+        covered = 0 if summary is None else summary.last_turn
+        uncovered = Gap(max(old.first_turn, covered + 1), old.last_turn)
+        if uncovered.first <= uncovered.last:
+            risks.append(
+                AtRisk(
+                    session,
+                    uncovered.first,
+                    uncovered.last,
+                    (now - old.oldest_at) / DAY,
+                    "older than the policy, no summary",
+                )
+            )
+        return risks
