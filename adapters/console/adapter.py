@@ -48,16 +48,31 @@ class ConsoleAdapter(BaseAdapter):
         self._interactive = interactive
         self._counter = 0
         self.replies_sent = 0
+        self._prompting = False
 
     def write(self, text: str) -> None:
         """Print a line of the conversation."""
         self._stdout.write(text + "\n")
         self._stdout.flush()
+        self._prompting = False
 
     def _prompt(self) -> None:
-        if self._interactive:
+        if self._interactive and not self._prompting:
             self._stdout.write("> ")
             self._stdout.flush()
+            self._prompting = True
+
+    def inbound(self, text: str) -> Inbound:
+        """A line of the local user as an inbound message (``personabot chat`` greets with a
+        ``/start`` of its own, so the greeting takes the same path as every answer)."""
+        return Inbound(
+            conversation=self.conversation,
+            author_id=self._user_id,
+            display_name=self._display_name,
+            text=text,
+            platform_message_id=None,
+            is_private=True,
+        )
 
     async def run(self, handler: InboundHandler) -> None:
         """Read lines until EOF or /quit; each non-empty line is one inbound message."""
@@ -72,16 +87,8 @@ class ConsoleAdapter(BaseAdapter):
                 continue
             # The prompt comes back with the reply (send), not before it.
             self._counter += 1
-            await handler(
-                Inbound(
-                    conversation=self.conversation,
-                    author_id=self._user_id,
-                    display_name=self._display_name,
-                    text=text,
-                    platform_message_id=None,
-                    is_private=True,
-                )
-            )
+            self._prompting = False
+            await handler(self.inbound(text))
 
     async def send(self, reply: Reply) -> None:
         """Print the reply under the persona's name (an attachment: written, path printed)."""

@@ -78,8 +78,9 @@ async def run_chat(
             adapter.conversation, rt.clock.now(), session_policy(settings)
         )
         if not await rt.store.messages(session.key):
-            for line in persona.first_message:
-                adapter.write(f"{persona.name}: {line}")
+            # A /start of the local user: the greeting takes the one outbound path, after the
+            # access check (someone outside allow_users gets only the denied reply).
+            await rt.router(adapter.inbound("/start"))
         if await _read_until_end_or_signal(adapter, rt.router):
             # Stopped by a signal: running turns get the grace period; pending input stays
             # stored with its timer armed and is answered on the next start.

@@ -1,24 +1,41 @@
-"""Delivery of recorded replies through the outbox: claim, send, confirm; recovery at start.
+"""The one outbound path: every message the bot sends is an outbox row, claimed, sent, confirmed.
 
-A reply is in the outbox from the transaction that recorded it. Each send attempt is claimed
-with a compare-and-swap on the attempt count, so one process sends it. If a process dies
-after claiming but before confirming, the row is re-sent only through an outlet whose send is
-idempotent (Discord's nonce); elsewhere it is marked failed and logged: a rare lost reply,
+Model replies get their outbox row from the final check (in the transaction that records the
+reply); everything else the bot says (command answers, notices, greetings) through
+:meth:`Delivery.send`, which records a row of its own (``reply_message_id`` 0: it is not part
+of the transcript, so the model never sees it) and delivers it the same way. Two messages go
+out through Delivery without a row, because what they would store must not be stored: the
+denied reply (nothing of a chat outside the allow lists is kept; its once-a-day lease is its
+record, so a crash before the send loses that day's reply, never repeats it) and a file (a
+data export: a second copy of everything about a person).
+
+Each send attempt is claimed with a compare-and-swap on the attempt count, so one process sends
+it. If a process dies after recording but before claiming, the row is sent at the next start
+(a late command answer still answers the command the person sent: its effect happened). If it
+dies after claiming but before confirming, the row is re-sent only through an outlet whose send
+is idempotent (Discord's nonce); elsewhere it is marked failed and logged: a rare lost message,
 visible in the log, is preferred to a duplicate one (the failure the queue exists to prevent).
+Mention safety is the adapters' (docs/architecture.md#flow): every send of every kind passes
+through ``Outlet.send``, which never lets a text ping anyone.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Literal
 
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, DeliveryRefused
-from bot.core.events import OutboxItem, Reply
+from bot.core.events import Attachment, ConversationKey, OutboxItem, Reply
 from bot.core.ports import Outlet
+from bot.core.visible import has_visible_text
 from bot.store.base import BaseStore
 
 log = logging.getLogger("personabot.delivery")
+
+#: What a message is, for the log: only "reply" rows are part of the transcript.
+Kind = Literal["reply", "answer", "notice", "greeting", "denied"]
 
 
 class Delivery:
@@ -31,8 +48,56 @@ class Delivery:
         self._clock = clock
         self._outlet_for = outlet_for
 
-    async def deliver(self, item: OutboxItem) -> bool:
+    async def send(
+        self,
+        conversation: ConversationKey,
+        text: str,
+        *,
+        kind: Kind,
+        reply_to: str | None = None,
+    ) -> bool:
+        """Record a message that is not a model reply in the outbox, then deliver it; False
+        if not sent (nothing visible to say, not hosted here, or the platform failed)."""
+        if not has_visible_text(text):
+            # An operator's blank notice or greeting: the platforms refuse empty messages.
+            log.debug("nothing visible to send as %s to %s", kind, conversation)
+            return False
+        if self._outlet_for(conversation.bot) is None:
+            log.warning("%s to %s not sent: bot not hosted here", kind, conversation)
+            return False
+        item = await self._store.record_outbox(
+            conversation, text, self._clock.now(), reply_to=reply_to
+        )
+        return await self.deliver(item, kind=kind)
+
+    async def send_unrecorded(
+        self, conversation: ConversationKey, text: str, *, kind: Kind
+    ) -> bool:
+        """Send now without an outbox row, for a chat of which nothing may be stored (the
+        denied reply: its once-a-day lease is its record); False if not sent (logged)."""
+        outlet = self._outlet_for(conversation.bot)
+        if outlet is None or not has_visible_text(text):
+            return False
+        try:
+            await outlet.send(Reply(conversation, text))
+        except AdapterError as exc:
+            log.warning("could not deliver %s to %s: %s", kind, conversation, exc)
+            return False
+        return True
+
+    async def send_file(
+        self, conversation: ConversationKey, caption: str, attachment: Attachment
+    ) -> None:
+        """Send a file now, without an outbox row (it is never stored); raise AdapterError
+        (DeliveryRefused when the platform never will) for the caller to answer."""
+        outlet = self._outlet_for(conversation.bot)
+        if outlet is None:
+            raise AdapterError(f"bot {conversation.bot} is not hosted here")
+        await outlet.send(Reply(conversation, caption, attachment=attachment))
+
+    async def deliver(self, item: OutboxItem, *, kind: Kind | None = None) -> bool:
         """Claim the attempt, send, confirm; False if not sent."""
+        kind = kind or ("reply" if item.reply_message_id else "answer")
         outlet = self._outlet_for(item.conversation.bot)
         if outlet is None or not await self._store.begin_send(item, self._clock.now()):
             return False  # not hosted here, or another worker claimed this attempt
@@ -52,14 +117,14 @@ class Delivery:
             await self._store.set_conversation_status(item.conversation, False, str(exc))
             return False
         except AdapterError as exc:
-            log.error("could not deliver reply %d to %s: %s", item.id, item.conversation, exc)
+            log.error("could not deliver %s %d to %s: %s", kind, item.id, item.conversation, exc)
             await self._store.mark_failed(item.id, self._clock.now(), str(exc))
             return False
         await self._store.mark_sent(item.id, self._clock.now())
         return True
 
     async def recover(self, older_than: float) -> int:
-        """Deliver replies recorded but not sent before a crash; return how many were sent."""
+        """Deliver rows recorded but not sent before a crash; return how many were sent."""
         sent = 0
         for item in await self._store.unsent_outbox(older_than):
             sent += await self.deliver(item)
@@ -71,7 +136,7 @@ class Delivery:
                 sent += await self.deliver(item)
                 continue
             log.warning(
-                "reply %d to %s may not have been delivered (crash mid-send); "
+                "outbox row %d to %s may not have been delivered (crash mid-send); "
                 "not re-sent to avoid a duplicate",
                 item.id,
                 item.conversation,

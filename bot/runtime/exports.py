@@ -9,7 +9,10 @@ Invariants:
   to the full interval once the file was delivered, released when nothing was delivered (the
   person may try again at once; a process that dies mid-export blocks them for the claim only);
 - in a group nothing of the export is posted: the file goes to the person's private chat and
-  the group hears only whether that worked.
+  the group hears only whether that worked;
+- the file goes out through Delivery without an outbox row (a copy of everything about the
+  person must not sit in the store); a crash mid-export loses it, and the claim above lets
+  the person ask again. The answers in the chat are outbox rows like every command answer.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from typing import Final
 
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError
-from bot.core.events import Attachment, ConversationKey, Inbound, Lease, Reply, UserKey
+from bot.core.events import Attachment, ConversationKey, Inbound, Lease, UserKey
 from bot.core.ports import Outlet
+from bot.runtime.delivery import Delivery
 from bot.store.base import BaseStore
 
 log = logging.getLogger("personabot.exports")
@@ -63,10 +67,12 @@ class Exports:
         build: Builder,
         policy: ExportPolicy | None = None,
         holder: str | None = None,
+        delivery: Delivery | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._outlet_for = outlet_for
+        self._delivery = delivery or Delivery(store=store, clock=clock, outlet_for=outlet_for)
         self._build = build
         self._policy = policy or ExportPolicy()
         self._holder = holder or f"export-{uuid.uuid4().hex[:12]}"
@@ -122,7 +128,7 @@ class Exports:
             if lease is not None:
                 await self._settle_limit(lease, delivered)
         if answer is not None:
-            await self._tell(outlet, inbound, answer)
+            await self._tell(inbound, answer)
 
     async def _deliver(
         self, outlet: Outlet, inbound: Inbound, user: UserKey
@@ -137,7 +143,7 @@ class Exports:
                 target = await outlet.private_conversation(conversation, user.user_id)
             body = await self._build(user, conversation)
             attachment = Attachment(_filename(user, self._clock.now()), body.encode("utf-8"))
-            await outlet.send(Reply(target, CAPTION, attachment=attachment))
+            await self._delivery.send_file(target, CAPTION, attachment)
         except AdapterError as exc:
             log.warning("export for user %s not delivered: %s", user.user_id, exc)
             if inbound.is_private:
@@ -168,15 +174,15 @@ class Exports:
         except Exception:
             log.exception("export rate limit of %s not updated", lease.name)
 
-    async def _tell(self, outlet: Outlet, inbound: Inbound, text: str) -> None:
-        """A short answer in the chat the command came from (quoting it in groups)."""
-        reply = Reply(
-            inbound.conversation, text, reply_to_platform_message_id=inbound.platform_message_id
-        )
+    async def _tell(self, inbound: Inbound, text: str) -> None:
+        """A short answer in the chat the command came from (quoting it in groups), through
+        the outbox like every command answer (a failed send is logged by Delivery)."""
         try:
-            await outlet.send(reply)
-        except AdapterError as exc:
-            log.warning("could not answer /export in %s: %s", inbound.conversation, exc)
+            await self._delivery.send(
+                inbound.conversation, text, kind="answer", reply_to=inbound.platform_message_id
+            )
+        except Exception:  # a background task: nobody else would see it
+            log.exception("could not answer /export in %s", inbound.conversation)
 
     async def wait_idle(self) -> None:
         """Wait until no export is running (tests, benches)."""

@@ -25,7 +25,7 @@ from typing import Final, Literal
 
 from bot.core.clock import Clock
 from bot.core.errors import ModelRejected, ModelUnavailable, RateLimited, RequestRejected
-from bot.core.events import NOT_SET, ConversationKey, Lease, QueuePolicy, Reply, Turn
+from bot.core.events import NOT_SET, ConversationKey, Lease, QueuePolicy, Turn
 from bot.core.llm import BaseLLM, Usage
 from bot.core.ports import Outlet
 from bot.core.shares import weights
@@ -230,7 +230,7 @@ class Pipeline:
         labels = self.metrics.labels(held.session.conversation)
         self.metrics.limit_hits.labels(*labels, limit).inc()
         if admission.notice:
-            await profile.outlet.send(Reply(held.session.conversation, admission.notice))
+            await self.delivery.send(held.session.conversation, admission.notice, kind="notice")
         return True
 
     async def _limited(
@@ -286,7 +286,7 @@ class Pipeline:
             if not await self._close_out(turn, lease, profile, f"rejected: {exc}", "rejected"):
                 return "fenced"
             if profile.rejected_notice:
-                await profile.outlet.send(Reply(conversation, profile.rejected_notice))
+                await self.delivery.send(conversation, profile.rejected_notice, kind="notice")
             return "closed"
         except ModelRejected as exc:
             log.error("model rejected the turn of %s: %s", conversation, exc)
@@ -365,7 +365,7 @@ class Pipeline:
         text = self._gap_policy.tell_user_message.format(
             first=gaps[0].first, last=gaps[-1].last, turns=describe(gaps)
         )
-        await profile.outlet.send(Reply(turn.session.conversation, text))
+        await self.delivery.send(turn.session.conversation, text, kind="notice")
         await self._store.set_state(turn.session, GAP_TOLD_KEY, describe(gaps), self._clock.now())
 
     async def _retry_later(
@@ -387,7 +387,7 @@ class Pipeline:
             told = await self._store.get_state(turn.session, TROUBLE_KEY)
             if told is NOT_SET:
                 await self._store.set_state(turn.session, TROUBLE_KEY, "1", self._clock.now())
-                await profile.outlet.send(Reply(conversation, self._trouble_notice))
+                await self.delivery.send(conversation, self._trouble_notice, kind="notice")
         return "retry"
 
     async def _recovered(self, turn: Turn) -> None:

@@ -8,12 +8,13 @@ import re
 from collections.abc import Mapping
 
 from bot.core.clock import Clock
-from bot.core.events import Inbound, Reply, UserKey
+from bot.core.events import Inbound, UserKey
 from bot.core.ports import Outlet
 from bot.metrics import Metrics
 from bot.queue import Ingestor
 from bot.runtime.access import AccessPolicy
 from bot.runtime.commands import Commands, parse_command
+from bot.runtime.delivery import Delivery, Kind
 from bot.store.base import BaseStore
 from memory.service import Memory
 
@@ -39,10 +40,15 @@ class Router:
         access: Mapping[str, AccessPolicy] | None = None,
         memory: Memory | None = None,
         metrics: Metrics | None = None,
+        delivery: Delivery | None = None,
     ) -> None:
         self._ingestor = ingestor
         self._commands = commands
         self._outlets = dict(outlets)
+        # Every answer goes out as an outbox row, like replies (docs/architecture.md#flow).
+        self._delivery = delivery or Delivery(
+            store=store, clock=clock, outlet_for=self._outlets.get
+        )
         self._store = store
         self._clock = clock
         self._access = dict(access or {})
@@ -70,7 +76,8 @@ class Router:
             return
         policy = self._access.get(inbound.conversation.bot)
         if policy is not None and not policy.allows(inbound):
-            # Stored nowhere; at most one answer per chat per day.
+            # Stored nowhere (not even the answer: no outbox row); at most one answer per chat
+            # per day.
             self._metrics.denied.labels(*labels).inc()
             await self._deny(inbound, policy)
             return
@@ -79,8 +86,8 @@ class Router:
         if (command := parse_command(inbound.text) if inbound.triggers_reply else None) is not None:
             answer = await self._commands.handle(inbound, command)
             if answer is not None:
-                outlet = self._outlets[inbound.conversation.bot]
-                await outlet.send(Reply(inbound.conversation, answer))
+                kind: Kind = "greeting" if command.name == "start" else "answer"
+                await self._delivery.send(inbound.conversation, answer, kind=kind)
         else:
             result = await self._ingestor.ingest(inbound)
             counter = self._metrics.inbound if result.stored else self._metrics.duplicates
@@ -101,8 +108,8 @@ class Router:
             f"denied:{inbound.conversation}", "access", DAY, now
         )
         if lease is not None:
-            await self._outlets[inbound.conversation.bot].send(
-                Reply(inbound.conversation, policy.denied_reply)
+            await self._delivery.send_unrecorded(
+                inbound.conversation, policy.denied_reply, kind="denied"
             )
 
 

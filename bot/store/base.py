@@ -483,6 +483,15 @@ class BaseStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def record_outbox(
+        self, conversation: ConversationKey, text: str, now: float, reply_to: str | None = None
+    ) -> OutboxItem:
+        """An outbox row for a message that is not part of the transcript (a command answer,
+        notice, greeting or denied reply): ``reply_message_id`` 0, in the conversation's open
+        session (the conversation and a session are created when missing). Its text is
+        cleared once the row is sent or failed. Empty text raises StoreError."""
+
+    @abc.abstractmethod
     async def begin_send(self, item: OutboxItem, now: float) -> bool:
         """Claim a send attempt: CAS on the attempt count, so one process sends each attempt."""
 
@@ -496,8 +505,9 @@ class BaseStore(abc.ABC):
 
     @abc.abstractmethod
     async def mark_sent(self, outbox_id: int, now: float) -> None:
-        """Confirm delivery of an outbox row."""
+        """Confirm delivery of an outbox row (clearing the text of a non-transcript row)."""
 
     @abc.abstractmethod
     async def mark_failed(self, outbox_id: int, now: float, reason: str) -> None:
-        """Give up on an outbox row (logged and kept for the operator)."""
+        """Give up on an outbox row (logged and kept for the operator; the text of a
+        non-transcript row is cleared)."""

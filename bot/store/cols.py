@@ -33,6 +33,10 @@ OUTBOX_COLS: Final = (
     "o.id, c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, o.text, o.reply_message_id, "
     "o.created_at, o.attempts, o.reply_to"
 )
+# A non-transcript outbox row (reply_message_id 0: a command answer, notice, greeting or denied
+# reply) keeps its text only until it is sent or given up: an answer such as /memory's quotes
+# what /forget must be able to erase, and nothing reads it afterwards.
+FINISHED_TEXT: Final = "CASE WHEN reply_message_id = 0 THEN '' ELSE text END"
 # History (what prompts and summaries read) leaves out what the model rejected: a message
 # closed out as "rejected: ..." is never submitted again, not even as context.
 NOT_REJECTED: Final = " AND (m.closed_reason IS NULL OR m.closed_reason NOT LIKE 'rejected%')"

@@ -14,6 +14,7 @@ from bot.core.events import (
     OutboxItem,
     QueuePolicy,
     Reservation,
+    SessionKey,
     Turn,
     UsageStats,
     UserKey,
@@ -431,6 +432,35 @@ class QueuePart(PostgresCore):
 
     # -- outbox -------------------------------------------------------------------------------
 
+    async def record_outbox(
+        self, conversation: ConversationKey, text: str, now: float, reply_to: str | None = None
+    ) -> OutboxItem:
+        """A non-transcript row (reply_message_id 0) in the open session."""
+        if not text.strip():
+            raise StoreError("refusing to record an empty or whitespace-only message")
+        async with self._tx() as db:
+            conv_id = await self._lock_conv(db, conversation, now)
+            assert conv_id is not None
+            sid, number = await self._ensure_open(db, conv_id, now, None)
+            outbox_id = await db.fetchval(
+                "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
+                "reply_to, created_at) VALUES ($1, $2, 0, $3, $4, $5) RETURNING id",
+                conv_id,
+                sid,
+                text,
+                reply_to,
+                now,
+            )
+        return OutboxItem(
+            id=int(outbox_id),
+            conversation=conversation,
+            session=SessionKey(conversation, number),
+            text=text,
+            reply_message_id=0,
+            created_at=now,
+            reply_to_platform_message_id=reply_to,
+        )
+
     async def begin_send(self, item: OutboxItem, now: float) -> bool:
         """CAS on the attempt count: of two processes, one claims the attempt."""
         async with self._tx() as db:
@@ -469,7 +499,8 @@ class QueuePart(PostgresCore):
         """Confirm delivery."""
         async with self._tx() as db:
             await db.execute(
-                "UPDATE outbox SET status = 'sent', finished_at = $1 WHERE id = $2",
+                f"UPDATE outbox SET status = 'sent', finished_at = $1, text = {cols.FINISHED_TEXT} "
+                "WHERE id = $2",
                 now,
                 outbox_id,
             )
@@ -478,7 +509,8 @@ class QueuePart(PostgresCore):
         """Give up on a row."""
         async with self._tx() as db:
             await db.execute(
-                "UPDATE outbox SET status = 'failed', finished_at = $1, failure = $2 WHERE id = $3",
+                "UPDATE outbox SET status = 'failed', finished_at = $1, failure = $2, "
+                f"text = {cols.FINISHED_TEXT} WHERE id = $3",
                 now,
                 reason[:500],
                 outbox_id,

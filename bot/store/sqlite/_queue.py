@@ -16,6 +16,7 @@ from bot.core.events import (
     OutboxItem,
     QueuePolicy,
     Reservation,
+    SessionKey,
     Turn,
     UsageStats,
     UserKey,
@@ -437,6 +438,32 @@ class QueuePart(SQLiteCore):
 
     # -- outbox -------------------------------------------------------------------------------
 
+    async def record_outbox(
+        self, conversation: ConversationKey, text: str, now: float, reply_to: str | None = None
+    ) -> OutboxItem:
+        """A non-transcript row (reply_message_id 0) in the open session."""
+        if not text.strip():
+            raise StoreError("refusing to record an empty or whitespace-only message")
+        async with self._tx() as db:
+            conv_id = await self._conv_id(db, conversation, now)
+            assert conv_id is not None
+            sid, number = await self._ensure_open(db, conv_id, now, None)
+            cur = await db.execute(
+                "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
+                "reply_to, created_at) VALUES (?, ?, 0, ?, ?, ?)",
+                (conv_id, sid, text, reply_to, now),
+            )
+            outbox_id = int(cur.lastrowid or 0)
+        return OutboxItem(
+            id=outbox_id,
+            conversation=conversation,
+            session=SessionKey(conversation, number),
+            text=text,
+            reply_message_id=0,
+            created_at=now,
+            reply_to_platform_message_id=reply_to,
+        )
+
     async def begin_send(self, item: OutboxItem, now: float) -> bool:
         """CAS on the attempt count."""
         async with self._tx() as db:
@@ -473,7 +500,8 @@ class QueuePart(SQLiteCore):
         """Confirm delivery."""
         async with self._tx() as db:
             await db.execute(
-                "UPDATE outbox SET status = 'sent', finished_at = ? WHERE id = ?",
+                "UPDATE outbox SET status = 'sent', finished_at = ?, "
+                f"text = {cols.FINISHED_TEXT} WHERE id = ?",
                 (now, outbox_id),
             )
 
@@ -481,6 +509,7 @@ class QueuePart(SQLiteCore):
         """Give up on a row."""
         async with self._tx() as db:
             await db.execute(
-                "UPDATE outbox SET status = 'failed', finished_at = ?, failure = ? WHERE id = ?",
+                "UPDATE outbox SET status = 'failed', finished_at = ?, failure = ?, "
+                f"text = {cols.FINISHED_TEXT} WHERE id = ?",
                 (now, reason[:500], outbox_id),
             )
