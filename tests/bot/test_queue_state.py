@@ -59,7 +59,7 @@ from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.llm.offline import OfflineLLM
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.commands import Commands
-from bot.runtime.pipeline import BotProfile, Pipeline
+from bot.runtime.pipeline import DEFAULT_REJECTED, BotProfile, Pipeline
 from bot.runtime.router import Router
 from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore
@@ -103,6 +103,12 @@ MUST_REACH = (
 
 TOKEN = re.compile(r"\bm(\d+)\b")
 CALL_MARK = re.compile(r"«c(\d+)»")
+
+
+def _a_turns_reply(text: str) -> bool:
+    """Not a notice or a command answer (outbox rows too, but never in the transcript)."""
+    return text not in (TROUBLE, DEFAULT_REJECTED) and not text.startswith("New session started")
+
 
 Outcome = Literal["ok", "empty", "blank", "refusal", "unavailable", "ratelimited", "rejected"]
 # Two rules share the model's outcomes, so a fixed seed answers calls often enough to reach
@@ -767,9 +773,11 @@ class QueueMachine(RuleBasedStateMachine):
         for sent in self.sent:
             text = sent.reply.text
             assert text.strip(), f"{sent.process} sent an empty message: {sent.reply}"
-            if sent.reply.outbox_id is None:
-                continue  # a command answer or a notice, not a turn's reply
+            # One outbound path: notices and command answers are outbox rows too.
+            assert sent.reply.outbox_id is not None, f"sent outside the outbox: {text!r}"
             sent_ids[sent.reply.outbox_id] += 1
+            if not _a_turns_reply(text):
+                continue
             assert recorded[text] > 0, f"{sent.process} sent a reply never recorded: {text!r}"
             mark = CALL_MARK.search(text)
             call = calls[int(mark.group(1))] if mark else sent.context
@@ -821,7 +829,7 @@ class QueueMachine(RuleBasedStateMachine):
             for m in await self._user_messages(conversation, "closed"):
                 number = self._number(m)
                 assert number in explained, f"m{number} was closed out with no reason"
-        delivered = Counter(s.reply.text for s in self.sent if s.reply.outbox_id is not None)
+        delivered = Counter(s.reply.text for s in self.sent if _a_turns_reply(s.reply.text))
         assert delivered == recorded, (
             f"recorded replies not delivered exactly once: recorded {recorded}, sent {delivered}"
         )
