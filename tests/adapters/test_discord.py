@@ -407,6 +407,35 @@ async def test_model_output_pings_nobody(tmp_path: Path) -> None:
     assert FakeDiscord.pings({"content": text}) != set()  # the check itself can fail
 
 
+async def test_a_stranger_gets_only_the_denied_reply_and_answers_are_outbox_rows(
+    tmp_path: Path,
+) -> None:
+    """Issue 14.2: someone outside allow_users gets the denied reply once for every command,
+    pinging nobody, and nothing of theirs is stored; a permitted person's command answers are
+    outbox rows, posted with the row's nonce (a re-send after a crash is not posted twice)."""
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada = fake.add_user("Ada")
+        eve = fake.add_user("Eve")
+        access = {"allow_users": [ada.id], "denied_reply": "Private bot, @everyone."}
+        async with with_runtime(fake, tmp_path, access=access) as bot:
+            for text in ("/start", "/help", "/new", "/memory", "/export", "/nope"):
+                await fake.post(fake.dm(eve), eve, text)
+            await fake.post(fake.dm(ada), ada, "/start")
+            await fake.post(fake.dm(ada), ada, "/help")
+            # Events are handled one at a time in arrival order: Eve's all came first.
+            await fake.wait_for_bot_messages(fake.dm(ada), 2)
+            await bot.quiet()
+            rows = bot.rows("SELECT id, reply_message_id, status, text FROM outbox ORDER BY id")
+            chats = bot.rows("SELECT chat_id FROM conversations")
+            assert bot.rows("SELECT COUNT(*) FROM messages") == [(0,)]
+    assert [m["content"] for m in fake.bot_messages(fake.dm(eve))] == ["Private bot, @everyone."]
+    assert all(FakeDiscord.pings(post.body) == set() for post in fake.posts)
+    assert chats == [(str(fake.dm(ada)),)]  # the stranger's chat is stored nowhere
+    assert [row[1:] for row in rows] == [(0, "sent", ""), (0, "sent", "")]
+    answers = [p for p in fake.posts if p.body.get("content", "") != "Private bot, @everyone."]
+    assert [p.body["nonce"] for p in answers] == [f"{row[0]}-0" for row in rows]
+
+
 async def test_rate_limited_send_arrives_once_after_the_wait(tmp_path: Path) -> None:
     """A 429 on send: discord.py waits ``retry_after`` and retries; one message arrives."""
     async with FakeDiscord(token=TOKEN) as fake:

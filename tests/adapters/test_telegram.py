@@ -12,6 +12,7 @@ import contextlib
 import logging
 import re
 import socket
+import sqlite3
 import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -646,6 +647,36 @@ async def test_start_from_someone_outside_the_allow_list_gets_only_the_denied_re
         await rig.quiet(rig.key(TgChat.private(BOB)))
     assert rig.replies(TgChat.private(BOB)) == ["Private bot."]
     assert rig.replies(TgChat.private(ANN)) == ["Hi, I'm Mira."]
+
+
+async def test_commands_of_a_stranger_get_nothing_and_answers_go_through_the_outbox(
+    tmp_path: Path, api: FakeTelegramAPI
+) -> None:
+    """Issue 14.2: every command of someone outside allow_users gets only the denied reply
+    (once) and nothing of theirs is stored; a permitted person's /start and /help are answered
+    as outbox rows (sent, text cleared), never as messages of the transcript."""
+    settings = _settings(tmp_path, debounce=0.2, max_wait=2.0).model_copy(
+        update={"access": AccessSettings(allow_users=[ANN.id], denied_reply="Private bot.")}
+    )
+    async with running(tmp_path, api, settings=settings) as rig:
+        for text in ("/start", "/help", "/new", "/memory", "/export", "/stats", "/nope"):
+            rig.say(TgChat.private(BOB), BOB, text)
+        rig.say(TgChat.private(ANN), ANN, "/start")
+        rig.say(TgChat.private(ANN), ANN, "/help")
+        await api.wait_for(lambda: len(rig.replies(TgChat.private(ANN))) == 2, what="answers")
+        await rig.quiet(rig.key(TgChat.private(BOB)))
+    assert rig.replies(TgChat.private(BOB)) == ["Private bot."]
+    greeting, help_text = rig.replies(TgChat.private(ANN))
+    assert greeting == "Hi, I'm Mira." and help_text.startswith("Commands:\n/start")
+    with contextlib.closing(sqlite3.connect(tmp_path / "telegram.sqlite3")) as db:
+        assert db.execute("SELECT COUNT(*) FROM messages").fetchone() == (0,)
+        rows = db.execute(
+            "SELECT c.chat_id, o.reply_message_id, o.status, o.text FROM outbox o "
+            "JOIN conversations c ON c.id = o.conversation_id ORDER BY o.id"
+        ).fetchall()
+        chats = [row[0] for row in db.execute("SELECT chat_id FROM conversations")]
+    assert rows == [(str(ANN.id), 0, "sent", ""), (str(ANN.id), 0, "sent", "")]
+    assert chats == [str(ANN.id)]  # the stranger's chat is stored nowhere
 
 
 async def test_model_output_never_mentions_anyone_on_telegram(
