@@ -18,7 +18,11 @@ class Outlet(Protocol):
 
     async def send(self, reply: Reply) -> None:
         """Deliver a reply (a file too, when it has an attachment); raise AdapterError when it
-        cannot be delivered (DeliveryRefused when the platform never will)."""
+        cannot be delivered (DeliveryRefused when the platform never will).
+
+        Only bot.runtime.delivery calls it (the one outbound path); whatever the text says, it
+        never notifies anyone (no @everyone, no mention of a user or role).
+        """
         ...
 
     async def private_conversation(

@@ -7,6 +7,7 @@ comes before all of them, on every platform (Telegram and Discord: tests/adapter
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import getpass
@@ -164,6 +165,26 @@ async def test_memory_shown_by_a_command_does_not_outlive_forget_in_the_outbox(
         await h.say(DM, "/forget")
         assert "night train to Oslo" in h.outlet.texts()[0]
     assert all("Oslo" not in str(row) for row in await outbox(stores))
+
+
+def test_nothing_but_delivery_calls_an_outlets_send() -> None:
+    """Outside bot/runtime/delivery.py no code of the runtime sends by itself: every ``.send``
+    goes to a Delivery (a new notice sent straight to an outlet would skip the outbox)."""
+    root = Path(__file__).resolve().parents[2]
+    direct = []
+    sources = [*root.joinpath("bot").rglob("*.py"), *root.joinpath("memory").rglob("*.py")]
+    for path in sorted(sources):
+        if path.relative_to(root).as_posix() == "bot/runtime/delivery.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("send", "send_file")
+                and not ast.unparse(node.func.value).endswith("delivery")
+            ):
+                direct.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    assert direct == []
 
 
 # -- the console: `personabot chat`, the real entry point -------------------------------------
