@@ -13,7 +13,7 @@ from bot.core.ports import Outlet
 from bot.metrics import Metrics
 from bot.queue import Ingestor
 from bot.runtime.access import AccessPolicy
-from bot.runtime.commands import Commands, parse_command
+from bot.runtime.commands import Command, Commands, parse_command
 from bot.runtime.delivery import Delivery, Kind
 from bot.store.base import BaseStore
 from memory.service import Memory
@@ -84,14 +84,26 @@ class Router:
         if not inbound.text.strip():
             return  # empty or whitespace-only: nothing to answer
         if (command := parse_command(inbound.text) if inbound.triggers_reply else None) is not None:
-            answer = await self._commands.handle(inbound, command)
-            if answer is not None:
-                kind: Kind = "greeting" if command.name == "start" else "answer"
-                await self._delivery.send(inbound.conversation, answer, kind=kind)
+            await self._command(inbound, command)
         else:
             result = await self._ingestor.ingest(inbound)
             counter = self._metrics.inbound if result.stored else self._metrics.duplicates
             counter.labels(*labels).inc()
+
+    async def _command(self, inbound: Inbound, command: Command) -> None:
+        """Run a command once and answer it through the outbox, quoting it (in groups)."""
+        mid = inbound.platform_message_id
+        if mid is not None and await self._store.answered(inbound.conversation, mid):
+            # Delivered again (a Telegram redelivery, a Discord resume): its answer's outbox
+            # row exists, so it ran; the answer was sent, or is sent by recovery at start.
+            log.info(
+                "/%s in %s already answered; not run again", command.name, inbound.conversation
+            )
+            return
+        answer = await self._commands.handle(inbound, command)
+        if answer is not None:
+            kind: Kind = "greeting" if command.name == "start" else "answer"
+            await self._delivery.send(inbound.conversation, answer, kind=kind, reply_to=mid)
 
     async def _delete(self, inbound: Inbound) -> None:
         removed = await self._ingestor.delete(inbound)

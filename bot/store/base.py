@@ -492,6 +492,11 @@ class BaseStore(abc.ABC):
         cleared once the row is sent or failed. Empty text raises StoreError."""
 
     @abc.abstractmethod
+    async def answered(self, conversation: ConversationKey, platform_message_id: str) -> bool:
+        """Whether a non-transcript outbox row answers this platform message (a command
+        delivered again by the platform was already answered: it must not run twice)."""
+
+    @abc.abstractmethod
     async def begin_send(self, item: OutboxItem, now: float) -> bool:
         """Claim a send attempt: CAS on the attempt count, so one process sends each attempt."""
 

@@ -589,6 +589,35 @@ async def test_duplicate_message_create_on_resume_is_answered_once(tmp_path: Pat
     assert [r[0] for r in user_rows].count(message["id"]) == 1
 
 
+async def test_a_command_delivered_again_on_resume_is_run_and_answered_once(
+    tmp_path: Path,
+) -> None:
+    """The gateway replays an answered /new: no second session, no second answer (the
+    answer's outbox row names the command it answers). In a guild the answer quotes it."""
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada = fake.add_user("Ada")
+        guild = fake.add_guild("Cafe")
+        async with with_runtime(fake, tmp_path) as bot:
+            command = await fake.post(guild.general, ada, "/new")
+            await fake.wait_for_bot_messages(guild.general, 1)
+            await bot.quiet()
+            before = fake.sessions
+            await fake.reconnect(replay=[("MESSAGE_CREATE", command)])
+            await fake.wait_identified(after=before)
+            # A later command proves the replay was handled before we look (gateway order).
+            await fake.post(guild.general, ada, "/help")
+            await fake.wait_for_bot_messages(guild.general, 2)
+            await bot.quiet()
+            sessions = bot.rows("SELECT session_no FROM sessions")
+    answers = fake.bot_messages(guild.general)
+    assert [a["content"].split(" ", 2)[:2] for a in answers] == [
+        ["New", "session"],
+        ["Commands:\n/start", "-"],
+    ]
+    assert sessions == [(1,)]
+    assert str(fake.posts[0].body["message_reference"]["message_id"]) == command["id"]
+
+
 async def test_message_delete_removes_the_stored_message(tmp_path: Path) -> None:
     """MESSAGE_DELETE removes the message, also after a restart (nothing cached by discord.py)."""
     async with FakeDiscord(token=TOKEN) as fake:

@@ -131,6 +131,29 @@ async def test_a_command_answer_cut_off_by_a_crash_is_recovered_like_a_reply(
         assert await outbox(stores) == [(0, "failed", "")]
 
 
+async def test_a_command_delivered_again_after_a_crash_runs_and_is_answered_once(
+    stores: StoreFactory, store: BaseStore, clock: ManualClock
+) -> None:
+    """/new's answer was recorded, then the process died mid-send; the platform delivers the
+    unacknowledged update again after the restart (Telegram does): the answer goes out once,
+    through recovery, and /new does not open a second session."""
+    dying = DyingOutlet(clock, idempotent_send=True)
+    async with harness(store, clock, GatedLLM(), outlet=dying) as h:
+        answering = asyncio.create_task(h.say(DM, "/new", message_id="tg-7"))
+        await asyncio.wait_for(dying.entered.wait(), 5)
+        answering.cancel()
+        await asyncio.gather(answering, return_exceptions=True)
+    restarted = RecordingOutlet(clock, idempotent_send=True)
+    async with harness(store, clock, GatedLLM(), outlet=restarted) as h:
+        assert await h.pipeline.recover_outbox(older_than=clock.now()) == 1
+        await h.say(DM, "/new", message_id="tg-7")  # the same update, delivered again
+        await h.say(DM, "/new", message_id="tg-8")  # a new /new is a new command
+    first, second = restarted.texts()
+    assert first.startswith("New session started (#1)")
+    assert second.startswith("New session started (#2)")
+    assert [s.key.session_id for s in await store.list_sessions(DM)] == [1, 2]
+
+
 async def test_the_trouble_notice_is_an_outbox_row_the_model_never_sees(
     stores: StoreFactory, store: BaseStore, clock: ManualClock
 ) -> None:

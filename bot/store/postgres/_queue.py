@@ -22,6 +22,7 @@ from bot.core.events import (
 from bot.core.llm import Usage
 from bot.store import cols
 from bot.store.postgres._core import (
+    _CONV_WHERE,
     PostgresCore,
     _conv_args,
     _rowcount,
@@ -460,6 +461,18 @@ class QueuePart(PostgresCore):
             created_at=now,
             reply_to_platform_message_id=reply_to,
         )
+
+    async def answered(self, conversation: ConversationKey, platform_message_id: str) -> bool:
+        """A lookup through the outbox's session index."""
+        async with self._conn() as db:
+            found = await db.fetchval(
+                "SELECT 1 FROM outbox WHERE session_id IN (SELECT s.id FROM sessions s "
+                f"JOIN conversations c ON c.id = s.conversation_id WHERE {_CONV_WHERE}) "
+                "AND reply_message_id = 0 AND reply_to = $5 LIMIT 1",
+                *_conv_args(conversation),
+                platform_message_id,
+            )
+        return found is not None
 
     async def begin_send(self, item: OutboxItem, now: float) -> bool:
         """CAS on the attempt count: of two processes, one claims the attempt."""

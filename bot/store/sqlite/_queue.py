@@ -464,6 +464,19 @@ class QueuePart(SQLiteCore):
             reply_to_platform_message_id=reply_to,
         )
 
+    async def answered(self, conversation: ConversationKey, platform_message_id: str) -> bool:
+        """A lookup through the outbox's session index."""
+        async with self._read() as db:
+            conv_id = await self._conv_id(db, conversation)
+            found = conv_id is not None and await self._scalar(
+                db,
+                "SELECT 1 FROM outbox WHERE session_id IN "
+                "(SELECT id FROM sessions WHERE conversation_id = ?) "
+                "AND reply_message_id = 0 AND reply_to = ? LIMIT 1",
+                (conv_id, platform_message_id),
+            )
+        return bool(found)
+
     async def begin_send(self, item: OutboxItem, now: float) -> bool:
         """CAS on the attempt count."""
         async with self._tx() as db:
