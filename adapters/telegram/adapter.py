@@ -322,7 +322,7 @@ class TelegramAdapter(BaseAdapter):
         try:
             if inbound is not None:
                 await handler(inbound)
-        except AdapterError as exc:  # a command's answer could not be sent: do not redo it
+        except AdapterError as exc:  # a safety net: Delivery logs and records failed sends
             log.error(
                 "telegram bot %s: answer to update %d failed: %s", self.bot_key, update_id, exc
             )
