@@ -162,3 +162,40 @@ async def test_personabot_run_hosts_two_telegram_bots(tmp_path: Path) -> None:
         secret = token.split(":")[1]
         for path in tmp_path.iterdir():
             assert secret.encode() not in path.read_bytes(), path.name
+
+
+async def test_personabot_run_gives_a_stranger_nothing_but_the_denied_reply(
+    tmp_path: Path,
+) -> None:
+    """Issue 14 acceptance, through the config and ``personabot run``: a person outside
+    ``allow_users`` gets nothing from /start or any command (nor from a message), only the
+    denied reply, once; nothing of theirs is stored. The permitted person is greeted, through
+    the outbox."""
+    stranger = TgUser(6666, "Eve")
+    async with FakeTelegramAPI() as api:
+        api.add_bot(MIRA, "mira_bot")
+        bots = (
+            f'\n[[bots]]\nplatform = "telegram"\npersona = "mira"\ntoken_env = "MIRA_TG"\n'
+            f'api_server = "{api.base_url}"\n'
+        )
+        access = f'\n[access]\nallow_users = ["{USER.id}"]\ndenied_reply = "Private bot."\n'
+        config = _config(tmp_path, access + bots)
+        async with personabot_run(tmp_path, config, _env(MIRA_TG=MIRA)):
+            await api.wait_for(lambda: api.polls_started(MIRA), within=40, what="polling")
+            for text in ("/start", "/help", "/new", "/memory", "/export", "hello", "/start"):
+                api.push_message(MIRA, TgChat.private(stranger), stranger, text)
+            api.push_message(MIRA, TgChat.private(USER), USER, "/start")
+            # Updates are handled one at a time, in order: the stranger's all came first.
+            await api.wait_for(
+                lambda: api.sent_messages(MIRA, USER.id), within=30, what="the greeting"
+            )
+            await api.wait_for(lambda: _settled(tmp_path), what="the store to settle")
+        to_stranger = [c.visible_text for c in api.sent_messages(MIRA, stranger.id)]
+        assert to_stranger == ["Private bot."]
+        assert [c.visible_text for c in api.sent_messages(MIRA, USER.id)] == ["Hi, I'm Mira."]
+    with contextlib.closing(_db(tmp_path)) as db:
+        chats = db.execute("SELECT chat_id FROM conversations").fetchall()
+        outbox = db.execute("SELECT reply_message_id, status, text FROM outbox").fetchall()
+        assert db.execute("SELECT COUNT(*) FROM messages").fetchone() == (0,)
+    assert chats == [(str(USER.id),)]
+    assert outbox == [(0, "sent", "")]
