@@ -6,11 +6,12 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from bot.core.clock import Clock
+from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, Inbound, UserKey
 from bot.runtime.exports import Exports
+from bot.runtime.extensions import Command, CommandSpec, Extensions, Handler
 from bot.store.base import BaseStore
 from memory.service import Memory
 
@@ -21,15 +22,6 @@ _COMMAND = re.compile(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Command:
-    """A parsed chat command."""
-
-    name: str
-    args: str
-    addressed_to: str | None = None
-
-
 def parse_command(text: str) -> Command | None:
     """``/name[@bot] args`` -> Command; anything else -> None."""
     match = _COMMAND.match(text.strip())
@@ -38,8 +30,13 @@ def parse_command(text: str) -> Command | None:
     return Command(match["name"].lower(), (match["args"] or "").strip(), match["bot"])
 
 
-#: A command's answer in the chat it came from; None when it answers later by itself.
-Handler = Callable[[Inbound, Command], Awaitable[str | None]]
+#: Commands of personabot itself; a plugin cannot replace them (privacy and sessions).
+BUILTIN_COMMANDS = frozenset(
+    {"start", "new", "reset", "memory", "forget", "export", "help", "stats"}
+)
+
+#: What a user sees when a plugin's command handler raised (the error is logged).
+PLUGIN_FAILED = "Sorry, /{name} failed. Please try again later."
 
 GROUP_MEMORY_NOTE = (
     "In a group I show only what may come up in this group. For everything I keep about "
@@ -53,18 +50,8 @@ async def export_document(memory: Memory, user: UserKey, conversation: Conversat
     return json.dumps(await memory.export_all(user), ensure_ascii=False, indent=1)
 
 
-@dataclass(frozen=True, slots=True)
-class CommandSpec:
-    """A registered command: name, one-line description, handler."""
-
-    name: str
-    description: str
-    handler: Handler
-    admin: bool = False
-
-
 class Commands:
-    """The chat commands of a bot; more are registered by later features."""
+    """The chat commands of the bots of a process: built-in, then the plugins' (per bot)."""
 
     def __init__(
         self,
@@ -77,6 +64,7 @@ class Commands:
         is_admin: Callable[[str, str], bool] | None = None,
         usage_report: Callable[[str], Awaitable[str]] | None = None,
         exports: Exports | None = None,
+        extensions: Extensions = Extensions(),  # noqa: B008 - frozen, never mutated
     ) -> None:
         self._store = store
         self._clock = clock
@@ -98,6 +86,28 @@ class Commands:
         self.register("help", "list the commands", self._help)
         if usage_report is not None:
             self.register("stats", "usage and cost today (admins only)", self._stats, admin=True)
+        self._extensions = extensions
+        self._plugin: dict[str, dict[str, CommandSpec]] = {}
+        for scope in (extensions, *extensions.per_bot.values()):
+            for spec in scope.commands:
+                if spec.name in BUILTIN_COMMANDS:
+                    raise ConfigError([f"command /{spec.name}: a built-in command's name"])
+        self._global = {spec.name: spec for spec in extensions.commands}
+
+    def _plugin_specs(self, bot: str) -> dict[str, CommandSpec]:
+        """The plugin commands of ``bot``: global ones, then its own (cached)."""
+        specs = self._plugin.get(bot)
+        if specs is None:
+            specs = {s.name: s for s in self._extensions.for_bot(bot).commands}
+            self._plugin[bot] = specs
+        return specs
+
+    def _spec(self, bot: str, name: str) -> tuple[CommandSpec, bool] | None:
+        """The command ``name`` of ``bot`` and whether a plugin registered it."""
+        if name in self._specs:
+            return self._specs[name], False
+        spec = self._plugin_specs(bot).get(name)
+        return None if spec is None else (spec, True)
 
     def register(
         self, name: str, description: str, handler: Handler, *, admin: bool = False
@@ -107,23 +117,41 @@ class Commands:
 
     @property
     def specs(self) -> tuple[CommandSpec, ...]:
-        """Registered commands everyone may use, in registration order."""
-        return tuple(spec for spec in self._specs.values() if not spec.admin)
+        """Built-in and global plugin commands everyone may use, in registration order."""
+        specs = [*self._specs.values(), *self._global.values()]
+        return tuple(spec for spec in specs if not spec.admin)
 
-    def knows(self, name: str) -> bool:
-        """Whether a command of this name is registered."""
-        return name in self._specs
+    def specs_for(self, bot: str) -> tuple[CommandSpec, ...]:
+        """The commands everyone may use on ``bot`` (for /help and platform menus)."""
+        specs = [*self._specs.values(), *self._plugin_specs(bot).values()]
+        return tuple(spec for spec in specs if not spec.admin)
+
+    def knows(self, name: str, bot: str | None = None) -> bool:
+        """Whether a command of this name is registered (for ``bot``, or built-in/global)."""
+        if bot is not None:
+            return self._spec(bot, name) is not None
+        return name in self._specs or name in self._global
 
     async def handle(self, inbound: Inbound, command: Command) -> str | None:
         """Run a command; the text to answer with now, or None (it answers by itself)."""
-        spec = self._specs.get(command.name)
-        if spec is None:
+        found = self._spec(inbound.conversation.bot, command.name)
+        if found is None:
             return f"Unknown command /{command.name}. Send /help for the list."
+        spec, plugin = found
         if spec.admin and not self._is_admin(inbound.conversation.bot, inbound.author_id):
             log.info("admin command /%s refused to user %s", command.name, inbound.author_id)
             return f"/{command.name} is for the bot's admins."
         log.info("command /%s in %s", command.name, inbound.conversation)
-        return await spec.handler(inbound, command)
+        if not plugin:
+            # Built-in: a store fault propagates, so the adapter retries the update.
+            return await spec.handler(inbound, command)
+        try:
+            return await spec.handler(inbound, command)
+        except Exception:
+            # A plugin's bug must not block the platform's update stream (polling would
+            # retry the same update forever): logged, and the person hears it failed.
+            log.exception("plugin command /%s failed in %s", command.name, inbound.conversation)
+            return PLUGIN_FAILED.format(name=command.name)
 
     async def _start(self, inbound: Inbound, command: Command) -> str:
         # Telegram's first message to a bot: answered like any command, so after the access
@@ -186,7 +214,9 @@ class Commands:
         return await self._usage_report(inbound.conversation.bot)
 
     async def _help(self, inbound: Inbound, command: Command) -> str:
-        admin = self._is_admin(inbound.conversation.bot, inbound.author_id)
-        specs = [s for s in self._specs.values() if admin or not s.admin]
+        bot = inbound.conversation.bot
+        admin = self._is_admin(bot, inbound.author_id)
+        every = [*self._specs.values(), *self._plugin_specs(bot).values()]
+        specs = [s for s in every if admin or not s.admin]
         lines = [f"/{spec.name} - {spec.description}" for spec in specs]
         return "Commands:\n" + "\n".join(lines)

@@ -1,17 +1,42 @@
 """What plugins add to a bot (docs/plugins.md): commands, middleware, turn hooks and tools.
 
-The composition root (bot/app) collects registrations into one frozen ``Extensions`` per bot
-and hands it to the Router, Commands and Pipeline by constructor; nothing here is global.
+The composition root (bot/app) collects registrations into one frozen ``Extensions`` and
+hands it to the Router, Commands and Pipeline by constructor; nothing here is global. A
+plugin named in one ``[[bots]]`` entry applies to that bot only: its registrations sit in
+``per_bot`` and a consumer asks ``extensions.for_bot(key)`` for what applies to a bot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from bot.core.events import ConversationKey, Inbound, SessionKey, StoredMessage
-from bot.runtime.commands import CommandSpec
 from bot.runtime.tools import ToolRegistry
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A parsed chat command: ``/name[@bot] args``."""
+
+    name: str
+    args: str
+    addressed_to: str | None = None
+
+
+#: A command's answer in the chat it came from; None when it answers later by itself.
+Handler = Callable[[Inbound, Command], Awaitable[str | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """A registered command: name, one-line description, handler."""
+
+    name: str
+    description: str
+    handler: Handler
+    admin: bool = False
+
 
 #: Passes an inbound event on (to the next middleware, then to the router).
 CallNext = Callable[[Inbound], Awaitable[None]]
@@ -40,10 +65,31 @@ AfterReply = Callable[[TurnContext, str], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class Extensions:
-    """Everything plugins registered for one bot."""
+    """Everything plugins registered: for every bot, plus ``per_bot`` for one bot each."""
 
     commands: tuple[CommandSpec, ...] = ()
     middleware: tuple[Middleware, ...] = ()
     before_model: tuple[BeforeModel, ...] = ()
     after_reply: tuple[AfterReply, ...] = ()
     tools: ToolRegistry = field(default_factory=ToolRegistry)
+    per_bot: Mapping[str, Extensions] = field(default_factory=dict)
+
+    def for_bot(self, bot: str) -> Extensions:
+        """What applies to ``bot``: everything global, then that bot's own (no ``per_bot``)."""
+        own = self.per_bot.get(bot)
+        if own is None:
+            return self if not self.per_bot else _without_per_bot(self)
+        tools = self.tools
+        for tool in own.tools.tools:
+            tools = tools.with_tool(tool)
+        return Extensions(
+            commands=(*self.commands, *own.commands),
+            middleware=(*self.middleware, *own.middleware),
+            before_model=(*self.before_model, *own.before_model),
+            after_reply=(*self.after_reply, *own.after_reply),
+            tools=tools,
+        )
+
+
+def _without_per_bot(ext: Extensions) -> Extensions:
+    return Extensions(ext.commands, ext.middleware, ext.before_model, ext.after_reply, ext.tools)

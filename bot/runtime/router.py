@@ -1,11 +1,12 @@
-"""Routes each inbound message: access check, then commands at once, everything else ingested."""
+"""Routes each inbound message: access check, plugin middleware, then commands at once and
+everything else ingested."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from bot.core.clock import Clock
 from bot.core.events import Inbound, UserKey
@@ -13,8 +14,9 @@ from bot.core.ports import Outlet
 from bot.metrics import Metrics
 from bot.queue import Ingestor
 from bot.runtime.access import AccessPolicy
-from bot.runtime.commands import Command, Commands, parse_command
+from bot.runtime.commands import Commands, parse_command
 from bot.runtime.delivery import Delivery, Kind
+from bot.runtime.extensions import Command, Extensions, Middleware
 from bot.store.base import BaseStore
 from memory.service import Memory
 
@@ -41,6 +43,7 @@ class Router:
         memory: Memory | None = None,
         metrics: Metrics | None = None,
         delivery: Delivery | None = None,
+        extensions: Extensions = Extensions(),  # noqa: B008 - frozen, never mutated
     ) -> None:
         self._ingestor = ingestor
         self._commands = commands
@@ -54,11 +57,21 @@ class Router:
         self._access = dict(access or {})
         self._memory = memory
         self._metrics = metrics or Metrics()
+        self._extensions = extensions
+        self._middleware: dict[str, tuple[Middleware, ...]] = {}
 
     @property
     def commands(self) -> tuple[tuple[str, str], ...]:
-        """(name, description) of every chat command."""
+        """(name, description) of every built-in and global plugin chat command."""
         return tuple((spec.name, spec.description) for spec in self._commands.specs)
+
+    def commands_for(self, bot: str) -> tuple[tuple[str, str], ...]:
+        """(name, description) of every chat command of ``bot`` (for its platform menu)."""
+        return tuple((spec.name, spec.description) for spec in self._commands.specs_for(bot))
+
+    def for_bot(self, bot: str) -> BotHandler:
+        """The InboundHandler of one hosted bot: its own command menu (per-bot plugins)."""
+        return BotHandler(self, bot)
 
     def rejected(self, platform: str, bot: str, kind: str) -> None:
         """Count an update an adapter could not read."""
@@ -67,19 +80,36 @@ class Router:
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""
         inbound = _storable(inbound)
+        if inbound.kind == "message":
+            policy = self._access.get(inbound.conversation.bot)
+            if policy is not None and not policy.allows(inbound):
+                # Stored nowhere (not even the answer: no outbox row), and no plugin sees it;
+                # at most one answer per chat per day.
+                self._metrics.denied.labels(*self._metrics.labels(inbound.conversation)).inc()
+                await self._deny(inbound, policy)
+                return
+        await self._through_middleware(inbound)
+
+    async def _through_middleware(self, inbound: Inbound) -> None:
+        """Run the bot's middleware chain around ``_route`` (docs/plugins.md#middleware)."""
+        bot = inbound.conversation.bot
+        chain = self._middleware.get(bot)
+        if chain is None:
+            chain = self._extensions.for_bot(bot).middleware
+            self._middleware[bot] = chain
+        if not chain:
+            await self._route(inbound)
+            return
+        await _run_chain(chain, 0, inbound, self._route)
+
+    async def _route(self, inbound: Inbound) -> None:
+        inbound = _storable(inbound)  # a middleware may have put NUL back in
         labels = self._metrics.labels(inbound.conversation)
         if inbound.kind in ("edit", "delete"):
             # Authorised by the stored message, not by the event (Discord's delete events
             # carry no author): only a message that was let in is on record, and the store
             # touches it only for its own author. An unknown message changes nothing.
             await (self._ingestor.edit if inbound.kind == "edit" else self._delete)(inbound)
-            return
-        policy = self._access.get(inbound.conversation.bot)
-        if policy is not None and not policy.allows(inbound):
-            # Stored nowhere (not even the answer: no outbox row); at most one answer per chat
-            # per day.
-            self._metrics.denied.labels(*labels).inc()
-            await self._deny(inbound, policy)
             return
         if not inbound.text.strip():
             return  # empty or whitespace-only: nothing to answer
@@ -123,6 +153,88 @@ class Router:
             await self._delivery.send_unrecorded(
                 inbound.conversation, policy.denied_reply, kind="denied"
             )
+
+
+class BotHandler:
+    """One bot's view of the router: the same handling, that bot's command menu."""
+
+    def __init__(self, router: Router, bot: str) -> None:
+        self._router = router
+        self._bot = bot
+
+    @property
+    def commands(self) -> tuple[tuple[str, str], ...]:
+        """(name, description) of every chat command of this bot."""
+        return self._router.commands_for(self._bot)
+
+    def rejected(self, platform: str, bot: str, kind: str) -> None:
+        """Count an update an adapter could not read."""
+        self._router.rejected(platform, bot, kind)
+
+    async def __call__(self, inbound: Inbound) -> None:
+        """Handle one message in arrival order."""
+        await self._router(inbound)
+
+
+# What a middleware may not change: who wrote where, which message, and what kind of event
+# (changing them would let a plugin forge authorship, or show a group's /memory as private).
+_PINNED = ("conversation", "author_id", "platform_message_id", "is_private", "kind")
+
+
+async def _run_chain(
+    chain: tuple[Middleware, ...],
+    index: int,
+    inbound: Inbound,
+    route: Callable[[Inbound], Awaitable[None]],
+) -> None:
+    """Run ``chain[index:]`` around ``route``.
+
+    A store fault inside ``call_next`` always reaches the adapter (it retries the update), even
+    when a middleware swallowed it. A middleware that itself raises before passing the event
+    on is logged and skipped: the event goes on as it came, nothing acknowledged is lost.
+    """
+    if index == len(chain):
+        await route(inbound)
+        return
+    middleware = chain[index]
+    called = False
+    inner: BaseException | None = None
+
+    async def call_next(event: Inbound) -> None:
+        nonlocal called, inner
+        if called:
+            log.warning("middleware %s called call_next twice; ignored", _name(middleware))
+            return
+        called = True
+        try:
+            await _run_chain(chain, index + 1, _pinned(inbound, event, middleware), route)
+        except BaseException as exc:
+            inner = exc
+            raise
+
+    try:
+        await middleware(inbound, call_next)
+    except Exception:
+        if inner is not None or called:
+            raise
+        log.exception("middleware %s failed; the event is passed on without it", _name(middleware))
+        await _run_chain(chain, index + 1, inbound, route)
+        return
+    if inner is not None:
+        raise inner
+
+
+def _pinned(original: Inbound, changed: Inbound, middleware: Middleware) -> Inbound:
+    """``changed`` with the identity fields of ``original`` (a change there is logged)."""
+    moved = [f for f in _PINNED if getattr(changed, f) != getattr(original, f)]
+    if not moved:
+        return changed
+    log.error("middleware %s may not change %s; kept as received", _name(middleware), moved)
+    return dataclasses.replace(changed, **{f: getattr(original, f) for f in moved})
+
+
+def _name(middleware: Middleware) -> str:
+    return getattr(middleware, "__qualname__", None) or repr(middleware)
 
 
 def _storable(inbound: Inbound) -> Inbound:
