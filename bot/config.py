@@ -19,7 +19,9 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -39,6 +41,10 @@ DEFAULT_CONFIG_PATH = Path("personabot.toml")
 # Platform ids may be written as TOML integers (Telegram) or strings; both mean the same id.
 PlatformId = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, int) else v)]
 ENV_PREFIX = "PERSONABOT_"
+#: A registry name (platform, model provider): letters, digits, ``_``, ``.`` and ``-``.
+NAME_PATTERN: Final = r"^[A-Za-z0-9_.-]{1,64}$"
+#: A plugin: a module path (``package.module``) or an entry point's name.
+PluginName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")]
 
 
 def _env_name(value: str) -> str:
@@ -102,7 +108,10 @@ DEFAULT_PRICES: dict[str, PriceSettings] = {
 class LLMSettings(_Section):
     """How the model is reached."""
 
-    provider: Literal["anthropic", "offline"] = "anthropic"
+    # A registered model provider: "anthropic", "offline" or one a plugin adds.
+    provider: str = Field(default="anthropic", pattern=NAME_PATTERN)
+    # Keys for a plugin's provider (it validates them); the built-in ones take none.
+    options: dict[str, Any] = Field(default_factory=dict)
     base_url: str | None = None
     timeout_seconds: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=2, ge=0, le=10)
@@ -295,6 +304,10 @@ class _BotBase(_Section):
     allow_users: list[PlatformId] | None = None
     allow_chats: list[PlatformId] | None = None
     admins: list[PlatformId] | None = None
+    # Plugins of this bot only (their commands, middleware, hooks and tools): docs/plugins.md.
+    plugins: list[PluginName] = Field(default_factory=list)
+    # Options of plugins for this bot, by plugin name (over the top-level plugin_options).
+    plugin_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -344,9 +357,40 @@ class DiscordBotSettings(_BotBase):
         return self.token_env or "DISCORD_BOT_TOKEN"
 
 
-_BOT_URL_KEYS: Final = ("api_server", "webhook_url", "api_base", "gateway_url")
+class PluginBotSettings(_BotBase):
+    """A bot on a platform a plugin registers (``app.platform``); its keys go in ``options``."""
 
-BotSettings = Annotated[TelegramBotSettings | DiscordBotSettings, Field(discriminator="platform")]
+    platform: str = Field(pattern=NAME_PATTERN)
+    # The platform's own keys; its factory validates them (docs/plugins.md#platforms).
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def token_variable(self) -> str:
+        """Environment variable holding the bot token (default ``<PLATFORM>_BOT_TOKEN``)."""
+        return self.token_env or re.sub(r"\W", "_", self.platform).upper() + "_BOT_TOKEN"
+
+
+_BOT_URL_KEYS: Final = ("api_server", "webhook_url", "api_base", "gateway_url")
+#: Platforms whose keys this module knows; any other name is a plugin's (PluginBotSettings).
+BUILTIN_PLATFORMS: Final = ("telegram", "discord")
+_PLUGIN_TAG: Final = "plugin platform"
+
+
+def _platform_tag(value: Any) -> str | None:
+    platform = (
+        value.get("platform") if isinstance(value, dict) else getattr(value, "platform", None)
+    )
+    if platform is None:
+        return None
+    return platform if platform in BUILTIN_PLATFORMS else _PLUGIN_TAG
+
+
+BotSettings = Annotated[
+    Annotated[TelegramBotSettings, Tag("telegram")]
+    | Annotated[DiscordBotSettings, Tag("discord")]
+    | Annotated[PluginBotSettings, Tag(_PLUGIN_TAG)],
+    Discriminator(_platform_tag),
+]
 
 
 _DEFAULT_PERSONA = PersonaSettings(
@@ -383,6 +427,10 @@ class Settings(BaseSettings):
     logging: LoggingSettings = LoggingSettings()
     personas: list[PersonaSettings] = Field(default_factory=lambda: [_DEFAULT_PERSONA])
     bots: list[BotSettings] = Field(default_factory=list)
+    # Plugins of every bot (and of `personabot chat`): docs/plugins.md.
+    plugins: list[PluginName] = Field(default_factory=list)
+    # Each plugin's own options, by the name it is loaded as (app.options in its setup).
+    plugin_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @classmethod
     def settings_customise_sources(
@@ -559,6 +607,7 @@ def _loc(parts: Sequence[int | str]) -> str:
 _PLATFORM_MODELS: dict[str, type[BaseModel]] = {
     "telegram": TelegramBotSettings,
     "discord": DiscordBotSettings,
+    _PLUGIN_TAG: PluginBotSettings,
 }
 
 
@@ -575,7 +624,7 @@ def _problems(exc: ValidationError) -> list[str]:
         ]
         tag = next((p for p in raw if isinstance(p, str) and p in _PLATFORM_MODELS), None)
         where, kind = _loc(loc), err["type"]
-        known = " or ".join(map(repr, _PLATFORM_MODELS))
+        known = " or ".join(map(repr, BUILTIN_PLATFORMS)) + " or a plugin's platform"
         if kind == "extra_forbidden":
             problems.append(f"{where}: unknown key{_suggest(loc, tag)}")
         elif kind == "missing":

@@ -1,26 +1,36 @@
-"""A wired runtime (real store, queue, pipeline, router) driven by a manual clock."""
+"""The App's runtime (real store, queue, pipeline, router) driven by a manual clock."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from bot.app import App
+from bot.app.build import Seams
+from bot.config import (
+    AccessSettings,
+    LimitSettings,
+    LLMSettings,
+    MemorySettings,
+    PersonaSettings,
+    PriceSettings,
+    QueueSettings,
+    RetentionSettings,
+    Secrets,
+    Settings,
+)
 from bot.core.clock import Clock, ManualClock
-from bot.core.events import ConversationKey, Inbound, QueuePolicy
+from bot.core.events import ConversationKey, Inbound
 from bot.core.llm import BaseLLM
-from bot.metrics import Metrics, Price
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.access import AccessPolicy
-from bot.runtime.commands import Commands, export_document
-from bot.runtime.exports import ExportPolicy, Exports
-from bot.runtime.limits import LimitPolicy, Limits
-from bot.runtime.pipeline import BotProfile, GapPolicy, Pipeline
+from bot.runtime.exports import Exports
+from bot.runtime.limits import LimitPolicy
+from bot.runtime.pipeline import GapPolicy, Pipeline
 from bot.runtime.router import Router
-from bot.runtime.stats import usage_report
-from bot.runtime.usage import Accounting
 from bot.store.base import BaseStore
 from memory.assemble import Budget, PersonaPin
 from memory.service import Memory, MemoryPolicy
@@ -34,6 +44,10 @@ _MESSAGE_IDS = itertools.count(1)
 SHARED_STORES: list[BaseStore] = []
 PIN = PersonaPin(
     name="Mira", system="You are Mira.", first_message=("Hi, I'm Mira.",), model="test-model"
+)
+# The persona of PIN; its id is the bot key, as the metrics labels of these tests expect.
+PERSONA = PersonaSettings.model_construct(
+    id=BOT, name=PIN.name, system=PIN.system, first_message=list(PIN.first_message), model=PIN.model
 )
 
 
@@ -100,6 +114,77 @@ async def settle(*stores: BaseStore, quiet_polls: int = 4) -> None:
         quiet = quiet + 1 if all(s.in_flight == 0 for s in stores) else 0
 
 
+def harness_settings(
+    *,
+    debounce: float,
+    max_wait: float,
+    lease: float,
+    memory_policy: MemoryPolicy | None,
+    gap_policy: GapPolicy | None,
+    access: AccessPolicy | None,
+    limits: LimitPolicy | None,
+    trouble_notice: str,
+    forget_deletes_messages: bool,
+    export_every: float,
+    plugins: Sequence[str] = (),
+) -> Settings:
+    """The Settings that make the App wire what this harness describes.
+
+    Sections are built with ``model_construct``: tests use values the TOML would refuse (a
+    debounce past ``max_wait``, a window of 2) to reach edge cases quickly.
+    """
+    policy = memory_policy or MemoryPolicy(budget=Budget(), summary_model=PIN.model)
+    budget = policy.budget
+    gaps = gap_policy or GapPolicy()
+    spend = limits or LimitPolicy()
+    return Settings.model_construct(
+        llm=LLMSettings.model_construct(
+            trouble_notice=trouble_notice, prices={"gated": PriceSettings(input=3.0, output=15.0)}
+        ),
+        queue=QueueSettings.model_construct(
+            debounce_seconds=debounce,
+            max_wait_seconds=max_wait,
+            lease_seconds=lease,
+            scan_interval_seconds=0.5,
+            shutdown_grace_seconds=1.0,
+            max_turn_tokens=budget.turn_tokens,
+        ),
+        memory=MemorySettings.model_construct(
+            window_messages=budget.window_messages,
+            prompt_budget_tokens=budget.prompt_tokens,
+            summary_budget_tokens=budget.summary_tokens,
+            user_memory_budget_tokens=budget.memory_tokens,
+            summary_model=policy.summary_model,
+            private_memory_in_groups=policy.private_memory_in_groups,
+            share_across_groups=policy.share_across_groups,
+            extract_after_idle_minutes=policy.extract_after_idle_seconds / 60,
+        ),
+        retention=RetentionSettings.model_construct(
+            gap_policy=gaps.policy,
+            tell_user_message=gaps.tell_user_message,
+            refuse_message=gaps.refuse_message,
+            forget_deletes_messages=forget_deletes_messages,
+        ),
+        access=AccessSettings.model_construct(
+            allow_users=sorted(access.allow_users) if access else [],
+            allow_chats=sorted(access.allow_chats) if access else [],
+            admins=sorted(access.admins) if access else [],
+            denied_reply=access.denied_reply if access else "",
+        ),
+        limits=LimitSettings.model_construct(
+            user_turns_per_hour=spend.user_turns_per_hour,
+            user_turns_per_day=spend.user_turns_per_day,
+            bot_tokens_per_day=spend.bot_tokens_per_day,
+            user_input_tokens_per_day=spend.user_input_tokens_per_day,
+            limit_message=spend.message,
+            max_input_chars=budget.max_input_chars,
+            export_every_minutes=export_every / 60,
+        ),
+        personas=[PERSONA],
+        plugins=list(plugins),
+    )
+
+
 @contextlib.asynccontextmanager
 async def harness(
     store: BaseStore,
@@ -120,97 +205,41 @@ async def harness(
     trouble_notice: str = "",
     forget_deletes_messages: bool = False,
     export_every: float = 600.0,
+    plugins: Sequence[str] = (),
 ) -> AsyncIterator[Harness]:
-    """Start a scheduler on ``store``; stop it (and wait for turns) on exit."""
+    """The App's runtime on ``store`` (owned by the caller) with a manual clock and a
+    recording outlet; on exit the scheduler stops and waits for turns."""
     outlet = outlet or RecordingOutlet(clock)
-    profile = BotProfile(
-        key=BOT,
-        pin=PIN,
-        queue=QueuePolicy(debounce=debounce, max_wait=max_wait),
-        memory=memory_policy or MemoryPolicy(budget=Budget(), summary_model="test-model"),
-        outlet=outlet,
-        lease_seconds=lease,
-    )
-    spending = (
-        None
-        if limits is None
-        else Limits(
-            store=store,
-            clock=pipeline_clock or clock,
-            policy=limits,
-            is_admin=lambda _, user: access is not None and access.is_admin(user),
-        )
-    )
-    metrics = Metrics()
-    accounting = Accounting(
-        store=store, clock=pipeline_clock or clock, metrics=metrics, limits=spending
-    )
-    memory = Memory(
-        store=store,
-        llm=memory_llm or llm,
-        clock=pipeline_clock or clock,
-        policy_for=lambda _: profile.memory,
-        account=accounting,
-    )
-    pipeline = Pipeline(
-        store=store,
-        llm=llm,
-        clock=pipeline_clock or clock,
-        memory=memory,
-        profiles={BOT: profile},
-        holder=holder,
+    settings = harness_settings(
+        debounce=debounce,
+        max_wait=max_wait,
+        lease=lease,
+        memory_policy=memory_policy,
         gap_policy=gap_policy,
-        limits=spending,
-        metrics=metrics,
-        accounting=accounting,
+        access=access,
+        limits=limits,
         trouble_notice=trouble_notice,
-    )
-    scheduler = Scheduler(
-        store=store, clock=clock, run_turn=pipeline.run_turn, bots=[BOT], scan_interval=0.5
-    )
-    ingestor = Ingestor(
-        store=store, clock=clock, policy_for=lambda _: profile.queue, wake=scheduler.wake
-    )
-    exports = Exports(
-        store=store,
-        clock=pipeline_clock or clock,
-        outlet_for=lambda _: outlet,
-        build=lambda user, conversation: export_document(memory, user, conversation),
-        policy=ExportPolicy(every_seconds=export_every),
-        holder=holder,
-    )
-    commands = Commands(
-        store=store,
-        clock=clock,
-        greeting=lambda _: "\n".join(PIN.first_message),
-        memory=memory,
-        exports=exports,
         forget_deletes_messages=forget_deletes_messages,
-        is_admin=lambda _, user: access is not None and access.is_admin(user),
-        usage_report=lambda bot: usage_report(store, clock, {"gated": Price(3.0, 15.0)}, bot),
+        export_every=export_every,
+        plugins=plugins,
     )
-    router = Router(
-        ingestor=ingestor,
-        commands=commands,
-        outlets={BOT: outlet},
-        store=store,
-        clock=clock,
-        memory=memory,
-        access=None if access is None else {BOT: access},
-        metrics=pipeline.metrics,
-    )
-    task = asyncio.create_task(scheduler.run())
-    SHARED_STORES.append(store)
-    try:
-        yield Harness(
-            store, clock, llm, outlet, pipeline, scheduler, router, ingestor, memory, exports
-        )
-    finally:
-        SHARED_STORES.remove(store)
-        await exports.aclose(grace=1.0)
-        scheduler.stop()
-        await scheduler.drain(grace=1.0)
-        await memory.aclose()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    app = App(settings, Secrets({}), clock=clock, llm=llm)
+    seams = Seams(holder=holder, turn_clock=pipeline_clock, memory_llm=memory_llm, background=False)
+    async with app.running({BOT: (PERSONA, outlet)}, store=store, seams=seams) as rt:
+        assert rt.ingestor is not None and rt.memory is not None and rt.exports is not None
+        SHARED_STORES.append(store)
+        try:
+            yield Harness(
+                store,
+                clock,
+                llm,
+                outlet,
+                rt.pipeline,
+                rt.scheduler,
+                rt.router,
+                rt.ingestor,
+                rt.memory,
+                rt.exports,
+            )
+        finally:
+            SHARED_STORES.remove(store)

@@ -1,21 +1,26 @@
-"""Operator commands that read or change stored data: prompt preview, user memory."""
+"""Operator commands that read or change stored data: prompt preview, user memory.
+
+They open the store and the memory service through the App (``open_memory``), never the
+queue: nothing is answered while they run. They load no plugins, so that erasing a person's
+memory works even while a plugin is broken.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from bot.app.build import build_llm, build_retention, build_store, memory_policy, pin_for
-from bot.config import PersonaSettings, Secrets, Settings
+from bot.app.build import build_retention, build_store, memory_policy, pin_for
+from bot.config import PersonaSettings, Settings
 from bot.core.clock import SystemClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, StoredMessage, Turn, UserKey
-from bot.core.llm import BaseLLM
 from bot.llm.offline import OfflineLLM
-from bot.store.base import BaseStore
 from bot.store.sqlite import SQLiteStore
 from memory.retention.worker import RetentionPolicy
-from memory.service import Memory
+
+if TYPE_CHECKING:
+    from bot.app.app import App
 
 
 def _bot_for(settings: Settings, platform: str, bot: str | None) -> tuple[str, PersonaSettings]:
@@ -36,7 +41,7 @@ def _bot_for(settings: Settings, platform: str, bot: str | None) -> tuple[str, P
 
 
 async def show_prompt(
-    settings: Settings,
+    app: App,
     out: TextIO,
     *,
     platform: str,
@@ -45,11 +50,11 @@ async def show_prompt(
     bot: str | None,
 ) -> int:
     """Print the prompt the model would get now, layer by layer with token estimates."""
-    key, persona = _bot_for(settings, platform, bot)
+    key, persona = _bot_for(app.settings, platform, bot)
     conversation = ConversationKey(platform, chat, thread, key)
-    policy = memory_policy(settings, persona)
     clock = SystemClock()
-    async with build_store(settings) as store:
+    policy = memory_policy(app.settings, persona)
+    async with app.open_memory(policy_for=lambda _: policy) as (store, memory):
         session = await store.current_session(conversation)
         if session is None:
             print(f"no open session for {conversation}", file=out)
@@ -75,7 +80,6 @@ async def show_prompt(
                 is_private=private,
             )
             turn = Turn(session.key, 0, (placeholder,), clock.now())
-        memory = Memory(store=store, llm=OfflineLLM(), clock=clock, policy_for=lambda _: policy)
         assembled = await memory.build(turn, pin_for(persona))
     request = assembled.request
     print(f"prompt for {turn.session} (model {request.model})", file=out)
@@ -91,15 +95,10 @@ async def show_prompt(
     return 0
 
 
-async def user_memory(
-    settings: Settings, out: TextIO, *, action: str, platform: str, user: str
-) -> int:
+async def user_memory(app: App, out: TextIO, *, action: str, platform: str, user: str) -> int:
     """``memory show`` or ``memory forget`` for one user."""
     key = UserKey(platform, user)
-    clock = SystemClock()
-    async with build_store(settings) as store:
-        policy = memory_policy(settings, settings.persona(None))
-        memory = Memory(store=store, llm=OfflineLLM(), clock=clock, policy_for=lambda _: policy)
+    async with app.open_memory() as (_, memory):
         record = await memory.user_memory(key)
         if action == "show":
             print(
@@ -114,12 +113,11 @@ async def user_memory(
         return 0
 
 
-async def retention_run(settings: Settings, out: TextIO, *, dry_run: bool) -> int:
+async def retention_run(app: App, out: TextIO, *, dry_run: bool) -> int:
     """``retention run``: apply the policy now (or only report, with --dry-run)."""
     clock = SystemClock()
-    async with build_store(settings) as store:
-        memory = _memory(settings, store, build_llm(settings, Secrets(), offline_fallback=True))
-        report = await build_retention(settings, store, memory, clock).run_once(dry_run=dry_run)
+    async with app.open_memory(app.build_llm(offline_fallback=True)) as (store, memory):
+        report = await build_retention(app.settings, store, memory, clock).run_once(dry_run=dry_run)
     if report.skipped:
         print(f"retention skipped: {report.skipped}", file=out)
         return 0
@@ -135,9 +133,10 @@ async def retention_run(settings: Settings, out: TextIO, *, dry_run: bool) -> in
 
 
 async def retention_audit(
-    settings: Settings, out: TextIO, *, days: float | None, mode: str | None, as_json: bool
+    app: App, out: TextIO, *, days: float | None, mode: str | None, as_json: bool
 ) -> int:
     """``retention audit``: sessions that would lose turns no summary covers; exit 3 if any."""
+    settings = app.settings
     configured = settings.retention
     policy = RetentionPolicy(
         mode="message" if (mode or configured.mode) == "message" else "session",
@@ -145,8 +144,7 @@ async def retention_audit(
         batch_size=configured.batch_size,
     )
     clock = SystemClock()
-    async with build_store(settings) as store:
-        memory = _memory(settings, store, OfflineLLM())
+    async with app.open_memory(OfflineLLM()) as (store, memory):
         risks = await build_retention(settings, store, memory, clock).audit(policy)
     if as_json:
         rows = [
@@ -176,18 +174,9 @@ async def retention_audit(
     return 3 if risks else 0
 
 
-def _memory(settings: Settings, store: BaseStore, llm: BaseLLM) -> Memory:
-    persona = settings.persona(None)
-    by_bot = {b.key: memory_policy(settings, settings.persona(b.persona)) for b in settings.bots}
-    default = memory_policy(settings, persona)
-    return Memory(
-        store=store, llm=llm, clock=SystemClock(), policy_for=lambda bot: by_bot.get(bot, default)
-    )
-
-
-async def db_command(settings: Settings, out: TextIO, action: str, args: object) -> int:
+async def db_command(app: App, out: TextIO, action: str, args: object) -> int:
     """``db migrate`` and ``db backup PATH``."""
-    store = build_store(settings)
+    store = build_store(app.settings)
     async with store:
         if action == "migrate":
             print(f"schema is at version {await store.schema_version()}", file=out)

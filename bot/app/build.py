@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from adapters.base import BaseAdapter
 from bot.app.health import HealthServer
-from bot.config import PersonaSettings, Secrets, Settings
+from bot.config import BotSettings, LLMSettings, PersonaSettings, Secrets, Settings
 from bot.core.clock import Clock, SystemClock
 from bot.core.errors import ConfigError
 from bot.core.events import QueuePolicy, SessionPolicy
 from bot.core.llm import BaseLLM
+from bot.core.ports import Outlet
 from bot.llm.offline import OfflineLLM
 from bot.metrics import Metrics, Price
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.access import AccessPolicy
 from bot.runtime.commands import Commands, export_document
 from bot.runtime.exports import ExportPolicy, Exports
+from bot.runtime.extensions import Extensions
 from bot.runtime.limits import LimitPolicy, Limits
 from bot.runtime.pipeline import BotProfile, GapPolicy, Pipeline
 from bot.runtime.router import Router
@@ -35,15 +38,27 @@ from memory.service import Memory, MemoryPolicy
 
 log = logging.getLogger("personabot.app")
 
+#: Makes the adapter of one ``[[bots]]`` entry (docs/plugins.md#platforms).
+PlatformFactory = Callable[[BotSettings, PersonaSettings, Secrets], BaseAdapter]
+#: Makes the model client of ``[llm]`` (docs/plugins.md#model-providers).
+ProviderFactory = Callable[[LLMSettings, Secrets], BaseLLM]
 
-def build_llm(settings: Settings, secrets: Secrets, *, offline_fallback: bool) -> BaseLLM:
-    """The configured model; without an API key, the offline model only if allowed."""
-    if settings.llm.provider == "offline":
-        return OfflineLLM()
+
+def builtin_platform(name: str) -> PlatformFactory:
+    """The ``create_adapter`` of ``adapters.<name>``, imported only when a bot uses it."""
+
+    def create(entry: BotSettings, persona: PersonaSettings, secrets: Secrets) -> BaseAdapter:
+        module = importlib.import_module(f"adapters.{name}")
+        adapter: BaseAdapter = module.create_adapter(entry, persona, secrets)
+        return adapter
+
+    return create
+
+
+def anthropic_provider(llm: LLMSettings, secrets: Secrets) -> BaseLLM:
+    """Claude through the Messages API; ConfigError without ``ANTHROPIC_API_KEY``."""
     key = secrets.anthropic_api_key
     if key is None:
-        if offline_fallback:
-            return OfflineLLM()
         raise ConfigError(
             [
                 "ANTHROPIC_API_KEY: not set in the environment (needed by llm.provider = "
@@ -54,10 +69,51 @@ def build_llm(settings: Settings, secrets: Secrets, *, offline_fallback: bool) -
 
     return AnthropicLLM(
         api_key=key,
-        base_url=settings.llm.base_url,
-        timeout_seconds=settings.llm.timeout_seconds,
-        max_retries=settings.llm.max_retries,
+        base_url=llm.base_url,
+        timeout_seconds=llm.timeout_seconds,
+        max_retries=llm.max_retries,
     )
+
+
+def offline_provider(llm: LLMSettings, secrets: Secrets) -> BaseLLM:
+    """The offline model: no network, echoes what it received."""
+    return OfflineLLM()
+
+
+def builtin_platforms() -> dict[str, PlatformFactory]:
+    """The platforms personabot ships."""
+    return {name: builtin_platform(name) for name in ("telegram", "discord")}
+
+
+def builtin_providers() -> dict[str, ProviderFactory]:
+    """The model providers personabot ships."""
+    return {"anthropic": anthropic_provider, "offline": offline_provider}
+
+
+def unknown(kind: str, key: str, name: str, installed: Mapping[str, object]) -> ConfigError:
+    """The error for a platform or provider nobody registered, listing what is installed."""
+    names = ", ".join(sorted(installed)) or "none"
+    return ConfigError(
+        [f"{key}: unknown {kind} {name!r} (installed: {names}; a plugin can add more)"]
+    )
+
+
+def build_llm(
+    settings: Settings,
+    secrets: Secrets,
+    *,
+    offline_fallback: bool,
+    providers: Mapping[str, ProviderFactory] | None = None,
+) -> BaseLLM:
+    """The configured model; without an API key, the offline model only if allowed."""
+    providers = builtin_providers() if providers is None else providers
+    name = settings.llm.provider
+    factory = providers.get(name)
+    if factory is None:
+        raise unknown("model provider", "llm.provider", name, providers)
+    if name == "anthropic" and secrets.anthropic_api_key is None and offline_fallback:
+        return OfflineLLM()
+    return factory(settings.llm, secrets)
 
 
 def build_store(settings: Settings) -> BaseStore:
@@ -129,7 +185,7 @@ def memory_policy(settings: Settings, persona: PersonaSettings) -> MemoryPolicy:
 
 
 def profile_for(
-    settings: Settings, persona: PersonaSettings, key: str, outlet: BaseAdapter
+    settings: Settings, persona: PersonaSettings, key: str, outlet: Outlet
 ) -> BotProfile:
     """Everything a turn of this bot needs."""
     queue = settings.queue_for(persona)
@@ -146,6 +202,29 @@ def profile_for(
     )
 
 
+def build_memory(
+    settings: Settings,
+    store: BaseStore,
+    llm: BaseLLM,
+    clock: Clock,
+    *,
+    policy_for: Callable[[str], MemoryPolicy] | None = None,
+    account: Accounting | None = None,
+) -> Memory:
+    """The memory service; by default each bot's policy from its persona (the first
+    persona's for a bot not in ``[[bots]]``, e.g. the console)."""
+    if policy_for is None:
+        by_bot = {
+            b.key: memory_policy(settings, settings.persona(b.persona)) for b in settings.bots
+        }
+        default = memory_policy(settings, settings.persona(None))
+
+        def policy_for(bot: str) -> MemoryPolicy:
+            return by_bot.get(bot, default)
+
+    return Memory(store=store, llm=llm, clock=clock, policy_for=policy_for, account=account)
+
+
 @dataclass(frozen=True, slots=True)
 class Runtime:
     """The wired runtime of one process."""
@@ -156,9 +235,27 @@ class Runtime:
     pipeline: Pipeline
     scheduler: Scheduler
     router: Router
-    adapters: Mapping[str, BaseAdapter]
+    adapters: Mapping[str, Outlet]
     metrics: Metrics
     health: HealthServer | None = None
+    ingestor: Ingestor | None = None
+    memory: Memory | None = None
+    exports: Exports | None = None
+    extensions: Extensions = Extensions()  # noqa: RUF009 - frozen, never mutated
+
+
+@dataclass(frozen=True, slots=True)
+class Seams:
+    """Parts an embedding program or a test supplies instead of the configured ones."""
+
+    #: The process's name in leases (default: a random worker id).
+    holder: str | None = None
+    #: The clock of turns, memory, limits and exports (default: the runtime's clock).
+    turn_clock: Clock | None = None
+    #: The model of summaries and memory tasks (default: the reply model).
+    memory_llm: BaseLLM | None = None
+    #: Background work of a long-running process: outbox recovery at start, memory sweeps.
+    background: bool = True
 
 
 @contextlib.asynccontextmanager
@@ -166,19 +263,34 @@ async def runtime(
     settings: Settings,
     *,
     llm: BaseLLM,
-    adapters: Mapping[str, tuple[PersonaSettings, BaseAdapter]],
+    adapters: Mapping[str, tuple[PersonaSettings, Outlet]],
     clock: Clock | None = None,
     store: BaseStore | None = None,
     with_retention: bool = False,
+    extensions: Extensions = Extensions(),  # noqa: B008 - frozen, never mutated
+    seams: Seams = Seams(),
 ) -> AsyncIterator[Runtime]:
-    """Open the store, wire queue, pipeline and router, run the scheduler; stop on exit."""
+    """Open the store, wire queue, pipeline and router, run the scheduler; stop on exit.
+
+    The one place the runtime is assembled: ``personabot run`` and ``chat`` (through
+    ``App``), the admin commands (``open_memory``) and the tests' harness all come here. A
+    ``store`` passed in is opened (if it is not) but closed by its owner, not here.
+    """
     clock = clock or SystemClock()
+    turn_clock = seams.turn_clock or clock
+    owned = store is None
     store = store or build_store(settings)
     profiles = {
         key: profile_for(settings, persona, key, adapter)
         for key, (persona, adapter) in adapters.items()
     }
     greetings = {key: "\n".join(p.first_message) for key, (p, _) in adapters.items()}
+
+    def profile_of(bot: str) -> BotProfile:
+        # A conversation of a bot not hosted here (rows written by another process's bots,
+        # reached by a person's erasure or export) is handled with the first bot's policies.
+        return profiles.get(bot) or next(iter(profiles.values()))
+
     access = access_policies(settings, adapters)
     prices = {m: Price(p.input, p.output) for m, p in settings.llm.prices.items()}
     metrics = Metrics(personas={k: p.id for k, (p, _) in adapters.items()}, prices=prices)
@@ -192,11 +304,14 @@ async def runtime(
     # hanging; on a normal exit the scheduler drains first and the store closes last.
     async with contextlib.AsyncExitStack() as exits:
         exits.push_async_callback(llm.aclose)
-        await exits.enter_async_context(store)
+        if owned:
+            await exits.enter_async_context(store)
+        else:
+            await store.open()
         limits = settings.limits
         spending = Limits(
             store=store,
-            clock=clock,
+            clock=turn_clock,
             policy=LimitPolicy(
                 limits.user_turns_per_hour,
                 limits.user_turns_per_day,
@@ -207,12 +322,13 @@ async def runtime(
             is_admin=is_admin,
         )
         # Replies and memory tasks are charged and limited alike.
-        accounting = Accounting(store=store, clock=clock, metrics=metrics, limits=spending)
-        memory = Memory(
-            store=store,
-            llm=llm,
-            clock=clock,
-            policy_for=lambda bot: profiles[bot].memory,
+        accounting = Accounting(store=store, clock=turn_clock, metrics=metrics, limits=spending)
+        memory = build_memory(
+            settings,
+            store,
+            seams.memory_llm or llm,
+            turn_clock,
+            policy_for=lambda bot: profile_of(bot).memory,
             account=accounting,
         )
         exits.push_async_callback(memory.aclose)
@@ -220,9 +336,12 @@ async def runtime(
         pipeline = Pipeline(
             store=store,
             llm=llm,
-            clock=clock,
+            clock=turn_clock,
             memory=memory,
             profiles=profiles,
+            holder=seams.holder,
+            # The join with the tool loop: Pipeline(..., extensions=extensions) once it takes
+            # them (hooks and tools; docs/plugins.md#hooks).
             gap_policy=GapPolicy(
                 retention.gap_policy, retention.tell_user_message, retention.refuse_message
             ),
@@ -246,19 +365,21 @@ async def runtime(
         ingestor = Ingestor(
             store=store,
             clock=clock,
-            policy_for=lambda bot: profiles[bot].queue,
+            policy_for=lambda bot: profile_of(bot).queue,
             sessions=session_policy(settings),
             wake=scheduler.wake,
         )
         outlets = {k: a for k, (_, a) in adapters.items()}
         exports = Exports(
             store=store,
-            clock=clock,
+            clock=turn_clock,
             outlet_for=outlets.get,
             build=lambda user, conversation: export_document(memory, user, conversation),
             policy=ExportPolicy(every_seconds=limits.export_every_minutes * 60),
+            holder=seams.holder,
         )
-        exits.push_async_callback(exports.aclose)
+        # Exports still on the wire get the shutdown grace, at most 5 seconds.
+        exits.push_async_callback(exports.aclose, min(5.0, queue.shutdown_grace_seconds))
         commands = Commands(
             store=store,
             clock=clock,
@@ -268,6 +389,7 @@ async def runtime(
             is_admin=is_admin,
             usage_report=lambda bot: usage_report(store, clock, prices, bot),
             exports=exports,
+            extensions=extensions,
         )
         router = Router(
             ingestor=ingestor,
@@ -278,8 +400,10 @@ async def runtime(
             access=access,
             memory=memory,
             metrics=metrics,
+            extensions=extensions,
         )
-        await pipeline.recover_outbox(older_than=clock.now())
+        if seams.background:
+            await pipeline.recover_outbox(older_than=clock.now())
         listen = settings.observability.listen
         health = None
         if listen:
@@ -289,17 +413,21 @@ async def runtime(
                     host=host,
                     port=int(port),
                     metrics=metrics,
-                    readiness=lambda: readiness(store, [a for _, a in adapters.values()]),
+                    readiness=lambda: readiness(
+                        store, [a for _, a in adapters.values() if isinstance(a, BaseAdapter)]
+                    ),
                 )
             )
-        background = [
-            asyncio.create_task(
-                _sweep_memory(
-                    memory, clock, list(profiles), settings.memory.sweep_interval_seconds
-                ),
-                name="memory sweeper",
+        background: list[asyncio.Task[None]] = []
+        if seams.background:
+            background.append(
+                asyncio.create_task(
+                    _sweep_memory(
+                        memory, clock, list(profiles), settings.memory.sweep_interval_seconds
+                    ),
+                    name="memory sweeper",
+                )
             )
-        ]
         exits.push_async_callback(_cancel_all, background)
         if with_retention:
             worker = build_retention(settings, store, memory, clock, metrics)
@@ -317,9 +445,13 @@ async def runtime(
             pipeline=pipeline,
             scheduler=scheduler,
             router=router,
-            adapters={k: a for k, (_, a) in adapters.items()},
+            adapters=outlets,
             metrics=metrics,
             health=health,
+            ingestor=ingestor,
+            memory=memory,
+            exports=exports,
+            extensions=extensions,
         )
 
 
@@ -364,7 +496,7 @@ def build_retention(
 
 
 def access_policies(
-    settings: Settings, adapters: Mapping[str, tuple[PersonaSettings, BaseAdapter]]
+    settings: Settings, adapters: Mapping[str, tuple[PersonaSettings, Outlet]]
 ) -> dict[str, AccessPolicy]:
     """Each hosted bot's access rules: its own lists, else the [access] defaults."""
     defaults = settings.access

@@ -7,17 +7,17 @@ import contextlib
 import getpass
 import signal
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from adapters.console.adapter import ConsoleAdapter
-from bot.app.build import Runtime, build_llm, runtime, session_policy
+from bot.app.build import Runtime, session_policy
 from bot.app.logs import redact_text
-from bot.config import Secrets, Settings
-from bot.core.clock import Clock
-from bot.core.llm import BaseLLM
 from bot.llm.offline import OfflineLLM
-from bot.runtime.router import Router
+from bot.runtime.router import BotHandler
 from bot.store.postgres import redact_url
+
+if TYPE_CHECKING:
+    from bot.app.app import App
 
 
 async def wait_until_answered(rt: Runtime, bot: str, within: float) -> bool:
@@ -38,24 +38,22 @@ async def wait_until_answered(rt: Runtime, bot: str, within: float) -> bool:
 
 
 async def run_chat(
-    settings: Settings,
-    secrets: Secrets,
+    app: App,
     *,
     persona_id: str | None,
     stdin: TextIO,
     stdout: TextIO,
     interactive: bool,
-    llm: BaseLLM | None = None,
-    clock: Clock | None = None,
     notice: Callable[[str], None] | None = None,
 ) -> int:
     """``personabot chat``: the console adapter on the full pipeline. Returns the exit code."""
+    settings, secrets = app.settings, app.secrets
     say = notice or (lambda line: print(line, file=stdout, flush=True))
     persona = settings.persona(persona_id)
-    if llm is None:
-        llm = build_llm(settings, secrets, offline_fallback=True)
-        if isinstance(llm, OfflineLLM) and settings.llm.provider == "anthropic":
-            say("No ANTHROPIC_API_KEY set: using the offline model (it echoes what it receives).")
+    app.prepare()
+    llm = app.build_llm(offline_fallback=True)
+    if isinstance(llm, OfflineLLM) and settings.llm.provider == "anthropic":
+        say("No ANTHROPIC_API_KEY set: using the offline model (it echoes what it receives).")
     user = _local_user()
     bot_key = f"console-{persona.id}"
     adapter = ConsoleAdapter(
@@ -71,9 +69,7 @@ async def run_chat(
     known = [*secrets.values(settings.secret_names()), *settings.credentials()]
     where = redact_text(redact_url(settings.storage.url), known).removeprefix("sqlite:///")
     say(f"personabot chat with {persona.name} ({persona.id}); store: {where}; /help, /quit")
-    async with runtime(
-        settings, llm=llm, adapters={bot_key: (persona, adapter)}, clock=clock
-    ) as rt:
+    async with app.running({bot_key: (persona, adapter)}, llm=llm) as rt:
         session = await rt.store.open_session(
             adapter.conversation, rt.clock.now(), session_policy(settings)
         )
@@ -81,7 +77,7 @@ async def run_chat(
             # A /start of the local user: the greeting takes the one outbound path, after the
             # access check (someone outside allow_users gets only the denied reply).
             await rt.router(adapter.inbound("/start"))
-        if await _read_until_end_or_signal(adapter, rt.router):
+        if await _read_until_end_or_signal(adapter, rt.router.for_bot(bot_key)):
             # Stopped by a signal: running turns get the grace period; pending input stays
             # stored with its timer armed and is answered on the next start.
             return 0
@@ -91,7 +87,7 @@ async def run_chat(
     return 0
 
 
-async def _read_until_end_or_signal(adapter: ConsoleAdapter, router: Router) -> bool:
+async def _read_until_end_or_signal(adapter: ConsoleAdapter, router: BotHandler) -> bool:
     """Run the console until EOF or /quit (False) or SIGINT/SIGTERM (True)."""
     loop = asyncio.get_running_loop()
     reading = asyncio.create_task(adapter.run(router), name="console")

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bot.app.app import App
 from bot.app.logs import redact_text, setup_logging
 from bot.app.signals import EarlySignals
 from bot.config import Secrets, Settings, load_settings
@@ -66,8 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def summary(settings: Settings) -> str:
-    """A one-screen summary of a valid configuration."""
+def summary(settings: Settings, app: App | None = None) -> str:
+    """A one-screen summary of a valid configuration (with the App: its plugins too)."""
     q, m = settings.queue, settings.memory
     lines = [
         "configuration OK",
@@ -82,6 +83,10 @@ def summary(settings: Settings) -> str:
     lines += [f"    {p.id}: {p.name}, model {p.model}" for p in settings.personas]
     lines.append(f"  bots ({len(settings.bots)}):")
     lines += [f"    {b.key}: {b.platform}, persona {b.persona}" for b in settings.bots]
+    if app is not None:
+        lines.append(f"  plugins: {', '.join(app.plugins) or 'none'}")
+        lines.append(f"  platforms installed: {', '.join(app.platforms)}")
+        lines.append(f"  model providers installed: {', '.join(app.providers)}")
     return "\n".join(lines)
 
 
@@ -98,6 +103,58 @@ def _early_signals() -> EarlySignals:
     return early
 
 
+def _command(app: App, args: argparse.Namespace) -> int:
+    """Run ``chat`` or an admin command on the App."""
+    if args.command == "chat":
+        from bot.app.chat import run_chat
+
+        return asyncio.run(
+            run_chat(
+                app,
+                persona_id=args.persona,
+                stdin=sys.stdin,
+                stdout=sys.stdout,
+                interactive=sys.stdin.isatty(),
+            )
+        )
+    if args.command == "prompt":
+        from bot.app.admin import show_prompt
+
+        return asyncio.run(
+            show_prompt(
+                app,
+                sys.stdout,
+                platform=args.platform,
+                chat=args.chat,
+                thread=args.thread,
+                bot=args.bot,
+            )
+        )
+    if args.command == "memory":
+        from bot.app.admin import user_memory
+
+        return asyncio.run(
+            user_memory(
+                app,
+                sys.stdout,
+                action=args.memory_command,
+                platform=args.platform,
+                user=args.user,
+            )
+        )
+    if args.command == "db":
+        from bot.app.admin import db_command
+
+        return asyncio.run(db_command(app, sys.stdout, args.db_command, args))
+    from bot.app.admin import retention_audit, retention_run
+
+    if args.retention_command == "run":
+        return asyncio.run(retention_run(app, sys.stdout, dry_run=args.dry_run))
+    return asyncio.run(
+        retention_audit(app, sys.stdout, days=args.days, mode=args.mode, as_json=args.json)
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     args = _parser().parse_args(argv)
@@ -111,64 +168,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             level = "WARNING"  # the terminal is the chat: keep routine INFO lines out of it
         known = [*secrets.values(settings.secret_names()), *settings.credentials()]
         setup_logging(level, known, fmt=args.log_format or settings.logging.format)
+        # One composition root for every command; plugins load (and platform and provider
+        # names are checked) for those that run bots, not for the admin commands.
+        app = App(settings, secrets)
+        if args.command in ("config", "chat", "run"):
+            app.prepare()
         if args.command == "config":
-            print(_redacted(summary(settings), known))
+            print(_redacted(summary(settings, app), known))
             return 0
-        if args.command == "chat":
-            from bot.app.chat import run_chat
-
-            return asyncio.run(
-                run_chat(
-                    settings,
-                    secrets,
-                    persona_id=args.persona,
-                    stdin=sys.stdin,
-                    stdout=sys.stdout,
-                    interactive=sys.stdin.isatty(),
-                )
-            )
-        if args.command == "prompt":
-            from bot.app.admin import show_prompt
-
-            return asyncio.run(
-                show_prompt(
-                    settings,
-                    sys.stdout,
-                    platform=args.platform,
-                    chat=args.chat,
-                    thread=args.thread,
-                    bot=args.bot,
-                )
-            )
-        if args.command == "memory":
-            from bot.app.admin import user_memory
-
-            return asyncio.run(
-                user_memory(
-                    settings,
-                    sys.stdout,
-                    action=args.memory_command,
-                    platform=args.platform,
-                    user=args.user,
-                )
-            )
-        if args.command == "db":
-            from bot.app.admin import db_command
-
-            return asyncio.run(db_command(settings, sys.stdout, args.db_command, args))
-        if args.command == "retention":
-            from bot.app.admin import retention_audit, retention_run
-
-            if args.retention_command == "run":
-                return asyncio.run(retention_run(settings, sys.stdout, dry_run=args.dry_run))
-            return asyncio.run(
-                retention_audit(
-                    settings, sys.stdout, days=args.days, mode=args.mode, as_json=args.json
-                )
-            )
-        from bot.app.serve import run_bots
-
-        return asyncio.run(run_bots(settings, secrets, early=early))
+        if args.command == "run":
+            return asyncio.run(app.run(early=early))
+        return _command(app, args)
     except ConfigError as exc:
         print(_redacted(f"personabot: config error: {exc}", known), file=sys.stderr)
         return 2

@@ -3,59 +3,43 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from adapters.base import BaseAdapter
-from bot.app.build import Runtime, build_llm, runtime
+from bot.app.build import Runtime
 from bot.app.signals import EXIT_ABORTED, EarlySignals, ShutdownSignals
-from bot.config import BotSettings, PersonaSettings, Secrets, Settings
-from bot.core.clock import Clock
+from bot.config import PersonaSettings
 from bot.core.errors import ConfigError
 from bot.core.llm import BaseLLM
+from bot.core.ports import Outlet
 from bot.runtime.election import Exclusive
+
+if TYPE_CHECKING:
+    from bot.app.app import App
 
 log = logging.getLogger("personabot.serve")
 
 
-AdapterFactory = Callable[[BotSettings, PersonaSettings, Secrets], BaseAdapter]
-
-
-def adapter_factory(platform: str) -> AdapterFactory:
-    """The ``create_adapter`` function of ``adapters/<platform>.py``."""
-    try:
-        module = importlib.import_module(f"adapters.{platform}")
-    except ImportError as exc:
-        raise ConfigError([f"platform {platform!r} is not available: {exc}"]) from None
-    factory: AdapterFactory = module.create_adapter
-    return factory
-
-
 async def _receive(rt: Runtime, adapter: BaseAdapter, lease_seconds: float) -> None:
     """Run an adapter; one that must be unique across processes runs only when elected."""
+    handler = rt.router.for_bot(adapter.bot_key)  # its own command menu (per-bot plugins)
     if not adapter.exclusive:
-        await adapter.run(rt.router)
+        await adapter.run(handler)
         return
     # Identify and register commands while standing by: a takeover then only starts polling.
-    await adapter.prepare(rt.router)
+    await adapter.prepare(handler)
     election = Exclusive(
         store=rt.store, clock=rt.clock, name=f"receiver:{adapter.bot_key}", ttl=lease_seconds
     )
-    await election.run(lambda: adapter.run(rt.router))
+    await election.run(lambda: adapter.run(handler))
 
 
-async def run_bots(
-    settings: Settings,
-    secrets: Secrets,
-    *,
-    llm: BaseLLM | None = None,
-    clock: Clock | None = None,
-    early: EarlySignals | None = None,
-) -> int:
+async def run_bots(app: App, *, early: EarlySignals | None = None) -> int:
     """``personabot run``: host every configured bot until SIGINT/SIGTERM; return exit code
     (0 after a clean stop, 1 when a bot failed, ``EXIT_ABORTED`` after a second SIGINT)."""
-    llm = llm or build_llm(settings, secrets, offline_fallback=False)
+    settings = app.settings
+    llm = app.build_llm(offline_fallback=False)
     if not settings.bots:
         raise ConfigError(["bots: no [[bots]] entries; add one (see config.example.toml)"])
     adapters: dict[str, tuple[PersonaSettings, BaseAdapter]] = {}
@@ -66,12 +50,10 @@ async def run_bots(
     signals.install(early)
     try:
         for entry in settings.bots:
-            persona = settings.persona(entry.persona)
-            factory = adapter_factory(entry.platform)
-            adapters[entry.key] = (persona, factory(entry, persona, secrets))
+            adapters[entry.key] = (settings.persona(entry.persona), app.make_adapter(entry))
         if main is not None:
             signals.on_abort(main.cancel)  # during startup a second SIGINT gives up at once
-        code = await _serve(settings, adapters, signals, llm, clock)
+        code = await _serve(app, adapters, signals, llm)
     except asyncio.CancelledError:
         if not signals.aborted or main is None:
             raise
@@ -93,17 +75,16 @@ async def run_bots(
 
 
 async def _serve(
-    settings: Settings,
+    app: App,
     adapters: dict[str, tuple[PersonaSettings, BaseAdapter]],
     signals: ShutdownSignals,
     llm: BaseLLM,
-    clock: Clock | None,
 ) -> int:
     """Run the adapters on the runtime until a stop request or a bot fails."""
+    settings = app.settings
     code = 0
-    async with runtime(
-        settings, llm=llm, adapters=adapters, clock=clock, with_retention=True
-    ) as rt:
+    hosted: dict[str, tuple[PersonaSettings, Outlet]] = dict(adapters)
+    async with app.running(hosted, llm=llm, with_retention=True) as rt:
         signals.on_abort(rt.scheduler.abort)  # from now on: cancel running turns
         running = {
             asyncio.create_task(_receive(rt, a, settings.queue.lease_seconds), name=f"bot {k}"): k

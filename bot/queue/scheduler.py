@@ -138,6 +138,8 @@ class Scheduler:
         # runs (another connection, so the query may not see it) sets the event again, and
         # the wait returns at once instead of sleeping past it (a lost wake-up).
         self._wakeup.clear()
+        if self._stopping:
+            return  # stopped while the last tick ran: its wake-up was just cleared
         now = self._clock.now()
         # The earliest timer that this scheduler could start: a timer whose turn is running
         # here, or backing off after a lost CAS, must not hide a newer one that falls due

@@ -91,7 +91,7 @@ def test_example_documents_every_key_with_a_comment() -> None:
             '[[bots]]\nplatform = "telegram"\npersona = "companion"\nmdoe = "webhook"\n',
             "bots[0].mdoe: unknown key (did you mean 'mode'?)",
         ),
-        ('[[bots]]\nplatform = "slack"\npersona = "companion"\n', "bots[0].platform: must be"),
+        ('[[bots]]\npersona = "companion"\n', "bots[0].platform: field required"),
         (
             '[[bots]]\nplatform = "telegram"\npersona = "companion"\nmode = "webhook"\n',
             "bots[0].webhook_url: required when mode = 'webhook'",

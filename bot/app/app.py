@@ -1,0 +1,467 @@
+"""The App: personabot's public entry, the one composition root (docs/plugins.md).
+
+``personabot run``, ``chat``, the admin commands and the tests all start here::
+
+    app = App.from_toml("personabot.toml")
+    app.load_plugin("my_plugins.dice")
+    await app.run()
+
+Plugins register on the App (``setup(app)``): commands, middleware, turn hooks, tools,
+platforms and model providers. The wiring itself is ``bot.app.build.runtime``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import inspect
+import logging
+import re
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar, overload
+
+from adapters.base import BaseAdapter
+from bot.app import build
+from bot.app.build import PlatformFactory, ProviderFactory, Runtime, Seams
+from bot.config import BotSettings, PersonaSettings, Secrets, Settings, load_settings
+from bot.core.clock import Clock
+from bot.core.errors import ConfigError
+from bot.core.llm import BaseLLM
+from bot.core.ports import Outlet
+from bot.runtime.commands import BUILTIN_COMMANDS
+from bot.runtime.extensions import (
+    AfterReply,
+    BeforeModel,
+    CommandSpec,
+    Extensions,
+    Handler,
+    Middleware,
+)
+from bot.runtime.tools import Tool, ToolFunction, ToolRegistry
+from bot.store.base import BaseStore
+from memory.service import Memory, MemoryPolicy
+
+log = logging.getLogger("personabot.app")
+
+#: The entry-point group where installed packages offer plugins (loaded only when named).
+ENTRY_POINT_GROUP = "personabot.plugins"
+_COMMAND_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+_REGISTRY_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_ERROR_CHARS = 300
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class _Registrations:
+    """What the plugins of one scope (every bot, or one bot) registered, in order."""
+
+    commands: dict[str, CommandSpec] = field(default_factory=dict)
+    middleware: list[Middleware] = field(default_factory=list)
+    before_model: list[BeforeModel] = field(default_factory=list)
+    after_reply: list[AfterReply] = field(default_factory=list)
+    tools: ToolRegistry = field(default_factory=ToolRegistry)
+
+    def frozen(self) -> Extensions:
+        return Extensions(
+            commands=tuple(self.commands.values()),
+            middleware=tuple(self.middleware),
+            before_model=tuple(self.before_model),
+            after_reply=tuple(self.after_reply),
+            tools=self.tools,
+        )
+
+
+class App:
+    """One personabot process: settings, secrets, plugins, and the runtime they make."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        secrets: Secrets | None = None,
+        *,
+        clock: Clock | None = None,
+        llm: BaseLLM | None = None,
+    ) -> None:
+        self.settings = settings
+        self.secrets = secrets or Secrets()
+        self.clock = clock
+        self._llm = llm
+        self._platforms: dict[str, PlatformFactory] = build.builtin_platforms()
+        self._providers: dict[str, ProviderFactory] = build.builtin_providers()
+        self._global = _Registrations()
+        self._per_bot: dict[str, _Registrations] = {}
+        self._scope: str | None = None
+        self._options: Mapping[str, Any] = {}
+        self._loaded: set[tuple[str | None, str]] = set()
+        self._prepared = False
+        self._exits: contextlib.AsyncExitStack | None = None
+
+    @classmethod
+    def from_toml(
+        cls,
+        path: str | Path | None = None,
+        environ: Mapping[str, str] | None = None,
+        *,
+        clock: Clock | None = None,
+        llm: BaseLLM | None = None,
+    ) -> App:
+        """Load and check the TOML file (``None``: ./personabot.toml, else the bundled
+        example), then its plugins; ``environ`` supplies the secrets (default: the process
+        environment). ConfigError names every problem."""
+        settings = load_settings(None if path is None else Path(path))
+        app = cls(settings, Secrets(environ), clock=clock, llm=llm)
+        app.prepare()
+        return app
+
+    # ------------------------------------------------------------------ plugin registration
+
+    def command(self, name: str, *, help: str, admin: bool = False) -> Callable[[Handler], Handler]:
+        """Register a chat command: ``@app.command("roll", help="roll dice")`` on
+        ``async def roll(event: Inbound, command: Command) -> str | None``."""
+        if not _COMMAND_NAME.match(name):
+            raise ConfigError(
+                [f"command {name!r}: 1-32 lowercase letters, digits or '_', starting with a letter"]
+            )
+        if name in BUILTIN_COMMANDS:
+            raise ConfigError([f"command /{name}: a built-in command has this name"])
+        text = " ".join(help.split())
+        if not 3 <= len(text) <= 256:
+            raise ConfigError([f"command /{name}: help must be 3-256 characters"])
+
+        def register(handler: Handler) -> Handler:
+            _require_async(f"command /{name}", handler)
+            scope = self._current()
+            if any(name in s.commands for s in self._visible_from_scope()):
+                raise ConfigError([f"command /{name}: registered twice"])
+            scope.commands[name] = CommandSpec(name, text, handler, admin)
+            return handler
+
+        return register
+
+    def middleware(self, fn: Middleware) -> Middleware:
+        """Register ``async def mw(event, call_next)``: runs on every inbound event (after
+        the access check) before it is stored; drops it by not calling ``call_next``."""
+        _require_async("middleware", fn)
+        self._current().middleware.append(fn)
+        return fn
+
+    def before_model(self, fn: BeforeModel) -> BeforeModel:
+        """Register ``async def hook(turn) -> str | None``: an extra prompt layer's text."""
+        _require_async("before_model hook", fn)
+        self._current().before_model.append(fn)
+        return fn
+
+    def after_reply(self, fn: AfterReply) -> AfterReply:
+        """Register ``async def hook(turn, reply)``: runs after the reply is recorded."""
+        _require_async("after_reply hook", fn)
+        self._current().after_reply.append(fn)
+        return fn
+
+    @overload
+    def tool(self, fn: ToolFunction, /) -> ToolFunction: ...
+
+    @overload
+    def tool(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        side_effects: bool = False,
+    ) -> Callable[[ToolFunction], ToolFunction]: ...
+
+    def tool(
+        self,
+        fn: ToolFunction | None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        side_effects: bool = False,
+    ) -> ToolFunction | Callable[[ToolFunction], ToolFunction]:
+        """Register a tool the model may call: ``@app.tool`` or ``@app.tool(side_effects=True)``
+        on an ``async def`` with annotated parameters (its JSON schema)."""
+
+        def register(function: ToolFunction) -> ToolFunction:
+            made = Tool.from_function(
+                function, name=name, description=description, side_effects=side_effects
+            )
+            scope = self._current()
+            if any(s.tools.get(made.name) is not None for s in self._visible_from_scope()):
+                raise ConfigError([f"tool {made.name!r}: registered twice"])
+            scope.tools = scope.tools.with_tool(made)
+            return function
+
+        return register if fn is None else register(fn)
+
+    def platform(self, name: str, factory: PlatformFactory) -> None:
+        """Register a platform: ``factory(entry, persona, secrets)`` makes the adapter of a
+        ``[[bots]]`` entry with ``platform = name`` (its own keys in ``entry.options``)."""
+        self._register(self._platforms, "platform", name, factory)
+
+    def provider(self, name: str, factory: ProviderFactory) -> None:
+        """Register a model provider: ``factory(llm_settings, secrets)`` makes the model client
+        of ``[llm] provider = name`` (its own keys in ``llm_settings.options``)."""
+        self._register(self._providers, "model provider", name, factory)
+
+    def load_plugin(self, name: str) -> None:
+        """Import ``name`` (a module path, or an installed entry point of that name) and call
+        its ``setup(app)``; ConfigError naming it when it cannot be imported or fails."""
+        self._load(name, f"plugin {name!r}")
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """In a plugin's ``setup``: its ``[plugin_options.<name>]`` table (a per-bot plugin's
+        with that bot's ``plugin_options`` over it); elsewhere empty."""
+        return self._options
+
+    # ------------------------------------------------------------------ what plugins made
+
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        """Names of the installed platforms."""
+        return tuple(sorted(self._platforms))
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        """Names of the installed model providers."""
+        return tuple(sorted(self._providers))
+
+    @property
+    def plugins(self) -> tuple[str, ...]:
+        """Plugins loaded so far (``name`` or ``name (bot key)`` for one bot's)."""
+        return tuple(
+            n if bot is None else f"{n} ({bot})"
+            for bot, n in sorted(self._loaded, key=lambda item: (item[0] or "", item[1]))
+        )
+
+    def extensions(self) -> Extensions:
+        """Everything registered: for every bot, and per bot."""
+        per_bot = {bot: reg.frozen() for bot, reg in self._per_bot.items()}
+        return _with_per_bot(self._global.frozen(), per_bot)
+
+    def prepare(self) -> None:
+        """Load the plugins the settings name (global, then each bot's) and check that every
+        platform and the model provider is installed. Runs once; ``run`` calls it."""
+        if self._prepared:
+            return
+        for index, name in enumerate(self.settings.plugins):
+            self._load(name, f"plugins[{index}] {name!r}")
+        for b, entry in enumerate(self.settings.bots):
+            for index, name in enumerate(entry.plugins):
+                with self._scoped(entry.key):
+                    self._load(name, f"bots[{b}].plugins[{index}] {name!r}")
+        problems: list[str] = []
+        for b, entry in enumerate(self.settings.bots):
+            if entry.platform not in self._platforms:
+                problems += build.unknown(
+                    "platform", f"bots[{b}].platform", entry.platform, self._platforms
+                ).problems
+        if self._llm is None and self.settings.llm.provider not in self._providers:
+            problems += build.unknown(
+                "model provider", "llm.provider", self.settings.llm.provider, self._providers
+            ).problems
+        if problems:
+            raise ConfigError(problems)
+        self._prepared = True
+
+    # ------------------------------------------------------------------ running
+
+    def build_llm(self, *, offline_fallback: bool = False) -> BaseLLM:
+        """The model: the one given to the App, else the configured provider's."""
+        if self._llm is not None:
+            return self._llm
+        return build.build_llm(
+            self.settings,
+            self.secrets,
+            offline_fallback=offline_fallback,
+            providers=self._providers,
+        )
+
+    def make_adapter(self, entry: BotSettings) -> BaseAdapter:
+        """The adapter of one ``[[bots]]`` entry, from its platform's factory."""
+        factory = self._platforms.get(entry.platform)
+        if factory is None:
+            raise build.unknown("platform", "platform", entry.platform, self._platforms)
+        return factory(entry, self.settings.persona(entry.persona), self.secrets)
+
+    @contextlib.asynccontextmanager
+    async def running(
+        self,
+        bots: Mapping[str, tuple[PersonaSettings, Outlet]] | None = None,
+        *,
+        store: BaseStore | None = None,
+        llm: BaseLLM | None = None,
+        with_retention: bool = False,
+        offline_fallback: bool = False,
+        seams: Seams = Seams(),  # noqa: B008 - frozen, never mutated
+    ) -> AsyncIterator[Runtime]:
+        """Start the runtime (store, queue, pipeline, router) for ``bots`` (key -> persona and
+        outlet; default: an adapter for each ``[[bots]]`` entry, not yet receiving). The
+        caller runs the adapters; on exit running turns finish and everything closes."""
+        self.prepare()
+        made: list[BaseAdapter] = []
+        try:
+            if bots is None:
+                hosted: dict[str, tuple[PersonaSettings, Outlet]] = {}
+                for entry in self.settings.bots:
+                    adapter = self.make_adapter(entry)
+                    made.append(adapter)
+                    hosted[entry.key] = (self.settings.persona(entry.persona), adapter)
+                bots = hosted
+            async with build.runtime(
+                self.settings,
+                llm=llm or self.build_llm(offline_fallback=offline_fallback),
+                adapters=bots,
+                clock=self.clock,
+                store=store,
+                with_retention=with_retention,
+                extensions=self.extensions(),
+                seams=seams,
+            ) as rt:
+                yield rt
+        finally:
+            for adapter in made:  # after the runtime: replies of the grace period went out
+                await adapter.aclose()
+
+    async def __aenter__(self) -> Runtime:
+        """``async with app as rt``: ``running()`` with the configured bots."""
+        exits = contextlib.AsyncExitStack()
+        rt = await exits.enter_async_context(self.running())
+        self._exits = exits
+        return rt
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        exits, self._exits = self._exits, None
+        if exits is not None:
+            await exits.__aexit__(exc_type, exc, tb)
+
+    async def run(self, *, early: Any = None) -> int:
+        """``personabot run``: host every configured bot until SIGINT/SIGTERM; the exit code."""
+        from bot.app.serve import run_bots
+
+        self.prepare()
+        return await run_bots(self, early=early)
+
+    @contextlib.asynccontextmanager
+    async def open_memory(
+        self,
+        llm: BaseLLM | None = None,
+        *,
+        policy_for: Callable[[str], MemoryPolicy] | None = None,
+    ) -> AsyncIterator[tuple[BaseStore, Memory]]:
+        """The store and memory service alone (no queue, no turns): for admin commands."""
+        from bot.core.clock import SystemClock
+        from bot.llm.offline import OfflineLLM
+
+        async with build.build_store(self.settings) as store:
+            memory = build.build_memory(
+                self.settings,
+                store,
+                llm or OfflineLLM(),
+                self.clock or SystemClock(),
+                policy_for=policy_for,
+            )
+            yield store, memory
+
+    # ------------------------------------------------------------------ internals
+
+    def _current(self) -> _Registrations:
+        if self._scope is None:
+            return self._global
+        return self._per_bot.setdefault(self._scope, _Registrations())
+
+    def _visible_from_scope(self) -> list[_Registrations]:
+        """Scopes whose names would meet this scope's on some bot (for duplicate checks)."""
+        if self._scope is None:
+            return [self._global, *self._per_bot.values()]
+        return [self._global, self._current()]
+
+    @contextlib.contextmanager
+    def _scoped(self, bot: str) -> Iterator[None]:
+        """Registrations inside go to ``bot`` only (a ``[[bots]]`` entry's own plugins)."""
+        before, self._scope = self._scope, bot
+        try:
+            yield
+        finally:
+            self._scope = before
+
+    def _register(
+        self, registry: dict[str, Any], kind: str, name: str, factory: Callable[..., Any]
+    ) -> None:
+        if not _REGISTRY_NAME.match(name):
+            raise ConfigError([f"{kind} {name!r}: a name is 1-64 letters, digits, '_', '.', '-'"])
+        if name in registry:
+            raise ConfigError([f"{kind} {name!r}: registered twice"])
+        if not callable(factory):
+            raise ConfigError([f"{kind} {name!r}: the factory must be callable"])
+        registry[name] = factory
+
+    def _load(self, name: str, label: str) -> None:
+        key = (self._scope, name)
+        if key in self._loaded:
+            return  # named twice for the same scope: loaded once
+        setup = _resolve(name, label)
+        options = dict(self.settings.plugin_options.get(name, {}))
+        entry = next((b for b in self.settings.bots if b.key == self._scope), None)
+        if entry is not None:
+            options |= entry.plugin_options.get(name, {})
+        self._options = options
+        try:
+            setup(self)
+        except ConfigError as exc:
+            raise ConfigError([f"{label}: {p}" for p in exc.problems]) from None
+        except Exception as exc:
+            log.debug("setup of plugin %s failed", name, exc_info=True)
+            raise ConfigError([f"{label}: setup failed: {_describe(exc)}"]) from None
+        finally:
+            self._options = {}
+        self._loaded.add(key)
+
+
+def _resolve(name: str, label: str) -> Callable[[App], object]:
+    """The ``setup`` of a plugin: an entry point of that name, else the module of that path."""
+    try:
+        points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
+        target: object = next(iter(points)).load() if points else importlib.import_module(name)
+    except Exception as exc:
+        log.debug("plugin %s cannot be imported", name, exc_info=True)
+        raise ConfigError([f"{label}: cannot be imported: {_describe(exc)}"]) from None
+    setup = target if inspect.isfunction(target) else getattr(target, "setup", None)
+    if not callable(setup):
+        raise ConfigError([f"{label}: has no setup(app) function"])
+    return setup
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` on one line, cut short (a plugin's message is not ours to trust)."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= _ERROR_CHARS else text[: _ERROR_CHARS - 3] + "..."
+
+
+def _require_async(what: str, fn: object) -> None:
+    call = getattr(fn, "__call__", None)  # noqa: B004 - an async callable object counts too
+    if not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)):
+        raise ConfigError([f"{what} {getattr(fn, '__qualname__', fn)!r}: must be async def"])
+
+
+def _with_per_bot(ext: Extensions, per_bot: Mapping[str, Extensions]) -> Extensions:
+    return Extensions(
+        commands=ext.commands,
+        middleware=ext.middleware,
+        before_model=ext.before_model,
+        after_reply=ext.after_reply,
+        tools=ext.tools,
+        per_bot=dict(per_bot),
+    )
