@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from bot.app import App
@@ -206,6 +206,7 @@ async def harness(
     forget_deletes_messages: bool = False,
     export_every: float = 600.0,
     plugins: Sequence[str] = (),
+    extend: Callable[[App], None] | None = None,
 ) -> AsyncIterator[Harness]:
     """The App's runtime on ``store`` (owned by the caller) with a manual clock and a
     recording outlet; on exit the scheduler stops and waits for turns."""
@@ -224,6 +225,8 @@ async def harness(
         plugins=plugins,
     )
     app = App(settings, Secrets({}), clock=clock, llm=llm)
+    if extend is not None:
+        extend(app)  # registers as an embedding program would, before the runtime starts
     seams = Seams(holder=holder, turn_clock=pipeline_clock, memory_llm=memory_llm, background=False)
     async with app.running({BOT: (PERSONA, outlet)}, store=store, seams=seams) as rt:
         assert rt.ingestor is not None and rt.memory is not None and rt.exports is not None

@@ -1,0 +1,186 @@
+"""The plugin API on the App's runtime (tests/harness.py is a thin layer over App): what a
+middleware may and may not do, plugin commands behind the access rules, registration errors."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+
+import pytest
+
+from bot.app import App
+from bot.config import Settings
+from bot.core.clock import ManualClock
+from bot.core.errors import ConfigError
+from bot.core.events import ConversationKey, Inbound, SessionKey
+from bot.runtime.access import AccessPolicy
+from bot.runtime.extensions import CallNext, Command
+from bot.store.base import BaseStore
+from tests.fakes.llm import GatedLLM
+from tests.harness import BOT, harness
+
+DM = ConversationKey("telegram", "11", None, BOT)
+
+
+async def _stored(store: BaseStore, conversation: ConversationKey = DM) -> list[tuple[str, str]]:
+    session = await store.current_session(conversation)
+    if session is None:
+        return []
+    messages = await store.messages(SessionKey(conversation, session.key.session_id))
+    return [(m.author_id, m.text) for m in messages if m.role == "user"]
+
+
+async def test_a_failing_middleware_is_skipped_and_the_message_kept(
+    store: BaseStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A plugin's bug before call_next loses nothing: the event goes on as it came."""
+
+    def extend(app: App) -> None:
+        @app.middleware
+        async def broken(event: Inbound, call_next: CallNext) -> None:
+            raise ValueError("plugin bug")
+
+    llm = GatedLLM()
+    with caplog.at_level(logging.ERROR, logger="personabot.router"):
+        async with harness(store, clock, llm, extend=extend) as h:
+            await h.say(DM, "still here", author="11")
+            await h.advance(2)
+    assert await _stored(store) == [("11", "still here")]
+    assert llm.calls == 1
+    assert "middleware" in caplog.text and "plugin bug" in caplog.text
+
+
+async def test_a_middleware_changes_text_but_not_who_wrote_it(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Enrich, never forge: a changed author or privacy flag is kept as received."""
+
+    def extend(app: App) -> None:
+        @app.middleware
+        async def forge(event: Inbound, call_next: CallNext) -> None:
+            await call_next(
+                dataclasses.replace(
+                    event, text=event.text.upper(), author_id="admin", is_private=False
+                )
+            )
+
+    async with harness(store, clock, GatedLLM(), extend=extend, debounce=60) as h:
+        await h.say(DM, "hello", author="11")
+    assert await _stored(store) == [("11", "HELLO")]
+
+
+async def test_a_store_fault_inside_call_next_reaches_the_adapter_even_if_swallowed(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """The platform must deliver the update again: an outer middleware cannot hide the
+    failure of what runs inside its call_next."""
+
+    def extend(app: App) -> None:
+        @app.middleware
+        async def swallow(event: Inbound, call_next: CallNext) -> None:
+            with contextlib.suppress(RuntimeError):
+                await call_next(event)
+
+        @app.middleware
+        async def fails_after(event: Inbound, call_next: CallNext) -> None:
+            await call_next(event)
+            raise RuntimeError("failed after storing")
+
+    async with harness(store, clock, GatedLLM(), extend=extend, debounce=60) as h:
+        with pytest.raises(RuntimeError, match="failed after storing"):
+            await h.router(Inbound(DM, "11", "Ann", "hi", "m-fault"))
+
+
+async def test_a_dropped_message_is_not_stored_and_a_plugin_command_answers(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    def extend(app: App) -> None:
+        @app.middleware
+        async def drop(event: Inbound, call_next: CallNext) -> None:
+            if "spam" not in event.text:
+                await call_next(event)
+
+        @app.command("echo", help="say it back")
+        async def echo(event: Inbound, command: Command) -> str:
+            return f"echo: {command.args}"
+
+        @app.command("boom", help="always fails")
+        async def boom(event: Inbound, command: Command) -> str:
+            raise KeyError("bug")
+
+    async with harness(store, clock, GatedLLM(), extend=extend, debounce=60) as h:
+        await h.say(DM, "spam spam", author="11")
+        await h.say(DM, "/echo a b", author="11")
+        await h.say(DM, "/boom", author="11")
+        await h.say(DM, "/help", author="11")
+        await h.say(DM, "real words", author="11")
+    texts = h.outlet.texts(DM)
+    assert texts[:2] == ["echo: a b", "Sorry, /boom failed. Please try again later."]
+    assert "/echo - say it back" in texts[2]
+    assert await _stored(store) == [("11", "real words")]
+
+
+async def test_a_stranger_gets_nothing_from_a_plugin_and_no_plugin_sees_them(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    seen: list[str] = []
+
+    def extend(app: App) -> None:
+        @app.middleware
+        async def watch(event: Inbound, call_next: CallNext) -> None:
+            seen.append(event.author_id)
+            await call_next(event)
+
+        @app.command("secret", help="only for the allowed")
+        async def secret(event: Inbound, command: Command) -> str:
+            return "the secret"
+
+    policy = AccessPolicy(allow_users=frozenset({"11"}))
+    async with harness(store, clock, GatedLLM(), access=policy, extend=extend) as h:
+        await h.say(DM, "/secret", author="99", name="Eve")
+        await h.say(DM, "/secret", author="11")
+    assert h.outlet.texts(DM) == ["the secret"]
+    assert seen == ["11"]
+
+
+def _app() -> App:
+    return App(Settings.model_validate({"llm": {"provider": "offline"}}))
+
+
+async def _handler(event: Inbound, command: Command) -> str:
+    return "x"
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("help", "a built-in command has this name"),
+        ("Roll", "lowercase"),
+        ("x" * 33, "lowercase"),
+    ],
+)
+def test_bad_command_names_are_config_errors(name: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        _app().command(name, help="does things")(_handler)
+
+
+def test_registrations_are_checked() -> None:
+    app = _app()
+    app.command("roll", help="roll dice")(_handler)
+    with pytest.raises(ConfigError, match="registered twice"):
+        app.command("roll", help="roll again")(_handler)
+    with pytest.raises(ConfigError, match="must be async def"):
+        app.middleware(lambda event, call_next: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ConfigError, match="model provider 'offline': registered twice"):
+        app.provider("offline", lambda llm, secrets: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ConfigError, match="platform 'telegram': registered twice"):
+        app.platform("telegram", lambda e, p, s: None)  # type: ignore[arg-type,return-value]
+
+    async def when(utc: float) -> str:
+        """The time."""
+        return ""
+
+    app.tool(when)
+    with pytest.raises(ConfigError, match="tool 'when': registered twice"):
+        app.tool(name="when")(when)
