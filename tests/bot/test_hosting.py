@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.app.build import runtime
+from bot.app import App
 from bot.config import Settings
 from bot.core.clock import ManualClock
 from bot.core.errors import ModelUnavailable
@@ -146,7 +146,8 @@ async def test_metrics_and_readiness(tmp_path: Path) -> None:
     )
     persona = settings.persona(None)
     adapter = QueueAdapter(bot_key="tg")
-    async with runtime(settings, llm=OfflineLLM(), adapters={"tg": (persona, adapter)}) as rt:
+    app = App(settings, llm=OfflineLLM())
+    async with app.running({"tg": (persona, adapter)}) as rt:
         assert rt.health is not None
         base = f"http://127.0.0.1:{rt.health.port}"
         runner = asyncio.create_task(adapter.run(rt.router))

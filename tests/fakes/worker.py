@@ -4,7 +4,7 @@
 
     python -m tests.fakes.worker --config personabot.toml --port 0 --replies replies.jsonl
 
-Builds what ``personabot run`` builds (``bot.app.build.runtime`` with the store from ``[storage]``
+Builds what ``personabot run`` builds (``App.running`` with the store from ``[storage]``
 and the real Claude client from ``[llm]``, so ``ANTHROPIC_API_KEY`` must be set), but instead
 of Telegram or Discord it hosts one :class:`HttpTestAdapter` for the first persona:
 
@@ -36,7 +36,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters.base import BaseAdapter
-from bot.app.build import build_llm, runtime
+from bot.app import App
 from bot.app.logs import setup_logging
 from bot.config import Secrets, load_settings
 from bot.core.events import ConversationKey, Inbound, Reply
@@ -126,12 +126,13 @@ async def serve(config: Path, host: str, port: int, replies: Path) -> int:
     setup_logging(settings.logging.level, secrets.values())
     persona = settings.persona()
     adapter = HttpTestAdapter(bot_key=f"test-{persona.id}", host=host, port=port, replies=replies)
-    llm = build_llm(settings, secrets, offline_fallback=False)
+    app = App(settings, secrets)
+    llm = app.build_llm(offline_fallback=False)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with runtime(settings, llm=llm, adapters={adapter.bot_key: (persona, adapter)}) as rt:
+    async with app.running({adapter.bot_key: (persona, adapter)}, llm=llm) as rt:
         serving = asyncio.create_task(adapter.run(rt.router), name="http adapter")
         listening = asyncio.create_task(adapter.listening.wait())
         await asyncio.wait({serving, listening}, return_when=asyncio.FIRST_COMPLETED)
