@@ -278,3 +278,30 @@ async def test_a_broken_plugin_is_one_clear_line_without_secrets(tmp_path: Path)
         assert "Traceback" not in err
         assert secret not in err + out
         assert len(err.strip().splitlines()) == 1
+
+
+def _readme_block(start: str) -> str:
+    """The fenced code block of README.md whose first line begins with ``start``."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    at = text.index("```toml\n" + start) + len("```toml\n") if "=" in start else text.index(start)
+    return text[at : text.index("```", at)]
+
+
+async def test_the_readme_plugin_works_as_shown(tmp_path: Path) -> None:
+    """README's ten-line plugin and the TOML line next to it, as a user would copy them."""
+    package = tmp_path / "src" / "my_plugins"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    code = _readme_block("# my_plugins/dice.py")
+    assert len([line for line in code.splitlines() if line.strip()]) <= 11
+    (package / "dice.py").write_text(code, encoding="utf-8")
+    toml = _readme_block('plugins = ["my_plugins.dice"]')
+    config = _config(tmp_path, "", top=toml)
+    env = _env(tmp_path / "src")
+    code_, out, err = await _cli(
+        ["chat", "--config", str(config)], tmp_path, env, "/roll 20\n/help\n"
+    )
+    assert code_ == 0, err
+    (roll,) = [line for line in out.splitlines() if line.startswith("Mira: 🎲 ")]
+    assert 1 <= int(roll.removeprefix("Mira: 🎲 ")) <= 20
+    assert "/roll - roll a die: /roll or /roll 20" in out
