@@ -28,6 +28,7 @@ from bot.core.llm import BaseLLM
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.access import AccessPolicy
 from bot.runtime.exports import Exports
+from bot.runtime.extensions import Extensions
 from bot.runtime.limits import LimitPolicy
 from bot.runtime.pipeline import GapPolicy, Pipeline
 from bot.runtime.router import Router
@@ -207,6 +208,7 @@ async def harness(
     export_every: float = 600.0,
     plugins: Sequence[str] = (),
     extend: Callable[[App], None] | None = None,
+    extensions: Extensions | None = None,
 ) -> AsyncIterator[Harness]:
     """The App's runtime on ``store`` (owned by the caller) with a manual clock and a
     recording outlet; on exit the scheduler stops and waits for turns."""
@@ -225,6 +227,8 @@ async def harness(
         plugins=plugins,
     )
     app = App(settings, Secrets({}), clock=clock, llm=llm)
+    if extensions is not None:
+        app.extend(extensions)
     if extend is not None:
         extend(app)  # registers as an embedding program would, before the runtime starts
     seams = Seams(holder=holder, turn_clock=pipeline_clock, memory_llm=memory_llm, background=False)

@@ -210,6 +210,27 @@ class App:
         of ``[llm] provider = name`` (its own keys in ``llm_settings.options``)."""
         self._register(self._providers, "model provider", name, factory)
 
+    def extend(self, extensions: Extensions) -> None:
+        """Add what an ``Extensions`` holds (built by hand, e.g. by an embedding program or a
+        test) as if registered one by one here; its ``per_bot`` parts go to those bots."""
+        scopes: list[tuple[str | None, Extensions]] = [(None, extensions)]
+        scopes += list(extensions.per_bot.items())
+        for bot, own in scopes:
+            with self._scoped(bot):
+                for spec in own.commands:
+                    self.command(spec.name, help=spec.description, admin=spec.admin)(spec.handler)
+                for middleware in own.middleware:
+                    self.middleware(middleware)
+                for before in own.before_model:
+                    self.before_model(before)
+                for after in own.after_reply:
+                    self.after_reply(after)
+                for made in own.tools.tools:
+                    scope = self._current()
+                    if any(s.tools.get(made.name) is not None for s in self._visible_from_scope()):
+                        raise ConfigError([f"tool {made.name!r}: registered twice"])
+                    scope.tools = scope.tools.with_tool(made)
+
     def load_plugin(self, name: str) -> None:
         """Import ``name`` (a module path, or an installed entry point of that name) and call
         its ``setup(app)``; ConfigError naming it when it cannot be imported or fails."""
@@ -389,7 +410,7 @@ class App:
         return [self._global, self._current()]
 
     @contextlib.contextmanager
-    def _scoped(self, bot: str) -> Iterator[None]:
+    def _scoped(self, bot: str | None) -> Iterator[None]:
         """Registrations inside go to ``bot`` only (a ``[[bots]]`` entry's own plugins)."""
         before, self._scope = self._scope, bot
         try:

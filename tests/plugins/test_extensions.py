@@ -184,3 +184,25 @@ def test_registrations_are_checked() -> None:
     app.tool(when)
     with pytest.raises(ConfigError, match="tool 'when': registered twice"):
         app.tool(name="when")(when)
+
+
+async def test_extensions_built_by_hand_apply_per_bot(store: BaseStore, clock: ManualClock) -> None:
+    """``app.extend``: a program's own Extensions, a command of one bot only."""
+    from bot.runtime.extensions import CommandSpec, Extensions
+
+    async def hi(event: Inbound, command: Command) -> str:
+        return "hi from the extension"
+
+    mine = Extensions(
+        commands=(CommandSpec("hey", "says hey", hi),),
+        per_bot={"elsewhere": Extensions(commands=(CommandSpec("hi", "says hi", hi),))},
+    )
+    async with harness(store, clock, GatedLLM(), extensions=mine, debounce=60) as h:
+        await h.say(DM, "/hey", author="11")
+        await h.say(DM, "/hi", author="11")
+        assert [n for n, _ in h.router.commands_for("elsewhere")][-2:] == ["hey", "hi"]
+        assert "hi" not in {n for n, _ in h.router.commands_for(BOT)}
+    assert h.outlet.texts(DM) == [
+        "hi from the extension",
+        "Unknown command /hi. Send /help for the list.",
+    ]
