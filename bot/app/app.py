@@ -276,8 +276,13 @@ class App:
             self._load(name, f"plugins[{index}] {name!r}")
         for b, entry in enumerate(self.settings.bots):
             for index, name in enumerate(entry.plugins):
+                label = f"bots[{b}].plugins[{index}] {name!r}"
+                if name in self.settings.plugins:
+                    # Its registrations would meet the global ones: say so instead of a
+                    # "registered twice" about some command the operator never wrote.
+                    raise ConfigError([f"{label}: already in the top-level plugins (every bot)"])
                 with self._scoped(entry.key):
-                    self._load(name, f"bots[{b}].plugins[{index}] {name!r}")
+                    self._load(name, label)
         problems: list[str] = []
         for b, entry in enumerate(self.settings.bots):
             if entry.platform not in self._platforms:
@@ -423,6 +428,8 @@ class App:
     ) -> None:
         if not _REGISTRY_NAME.match(name):
             raise ConfigError([f"{kind} {name!r}: a name is 1-64 letters, digits, '_', '.', '-'"])
+        if registry.get(name) is factory:
+            return  # the same factory again: a plugin loaded for several bots
         if name in registry:
             raise ConfigError([f"{kind} {name!r}: registered twice"])
         if not callable(factory):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -206,3 +207,29 @@ async def test_extensions_built_by_hand_apply_per_bot(store: BaseStore, clock: M
         "hi from the extension",
         "Unknown command /hi. Send /help for the list.",
     ]
+
+
+def test_a_plugin_for_two_bots_and_one_named_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A per-bot plugin serves two bots, a platform plugin loaded twice is loaded once; the
+    same plugin both per bot and at the top level is one clear error."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "examples"))
+    bots = [
+        {"platform": "jsonl", "persona": "companion", "id": name, "plugins": ["personabot_dice"],
+         "options": {"inbox": str(tmp_path / f"{name}.in"), "outbox": str(tmp_path / "out")}}
+        for name in ("a", "b")
+    ]  # fmt: skip
+    settings = Settings.model_validate(
+        {"llm": {"provider": "offline"}, "plugins": ["personabot_extras.jsonl"], "bots": bots}
+    )
+    app = App(settings)
+    app.load_plugin("personabot_extras.jsonl")  # again, by hand: loaded once
+    app.prepare()
+    ext = app.extensions()
+    assert [s.name for s in ext.for_bot("a").commands] == ["roll"]
+    assert [s.name for s in ext.for_bot("b").commands] == ["roll"]
+    assert ext.for_bot("c").commands == ()
+    twice = settings.model_copy(update={"plugins": ["personabot_extras.jsonl", "personabot_dice"]})
+    with pytest.raises(ConfigError, match=r"bots\[0\].plugins\[0\] 'personabot_dice': already in"):
+        App(twice).prepare()
