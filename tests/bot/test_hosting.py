@@ -305,3 +305,13 @@ async def test_edits_and_deletions_are_authorised_by_the_stored_message(
         assert session is not None
         texts = [m.text for m in await store.messages(session.key)]
     assert texts == ["keep me"]
+
+
+async def test_the_runtime_stops_at_once_when_stopped_during_a_scan(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """A stop that lands while the scheduler reads due timers is not lost: with a manual
+    clock (and with a real one, for up to a scan interval) the stop used to wait for time."""
+    async with asyncio.timeout(5):
+        async with harness(store, clock, GatedLLM()):
+            await asyncio.sleep(0)  # the scheduler is now inside its first scan of the store
