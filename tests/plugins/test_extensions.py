@@ -3,8 +3,10 @@ middleware may and may not do, plugin commands behind the access rules, registra
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 from pathlib import Path
 
@@ -233,3 +235,33 @@ def test_a_plugin_for_two_bots_and_one_named_twice(
     twice = settings.model_copy(update={"plugins": ["personabot_extras.jsonl", "personabot_dice"]})
     with pytest.raises(ConfigError, match=r"bots\[0\].plugins\[0\] 'personabot_dice': already in"):
         App(twice).prepare()
+
+
+async def test_embedding_from_toml_and_async_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A program embeds personabot: ``App.from_toml`` with its own environment, then
+    ``async with app as rt`` starts the runtime with the configured bots; it feeds one
+    message in and the plugin provider's answer leaves through the plugin platform."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "examples"))
+    outbox = tmp_path / "out.jsonl"
+    config = tmp_path / "personabot.toml"
+    config.write_text(
+        'plugins = ["personabot_extras.jsonl", "personabot_extras.parrot"]\n'
+        f'[storage]\nurl = "sqlite:///{tmp_path / "e.sqlite3"}"\n'
+        '[llm]\nprovider = "parrot"\n'
+        "[queue]\ndebounce_seconds = 0.05\nmax_wait_seconds = 1\nscan_interval_seconds = 0.1\n"
+        '[[bots]]\nid = "j"\nplatform = "jsonl"\npersona = "companion"\ntoken_env = "J_TOKEN"\n'
+        f'options = {{ inbox = "{tmp_path / "in.jsonl"}", outbox = "{outbox}" }}\n'
+    )
+    app = App.from_toml(config, environ={"J_TOKEN": "embedded-secret-value"})
+    assert app.secrets.get("J_TOKEN") == "embedded-secret-value"
+    assert app.plugins == ("personabot_extras.jsonl", "personabot_extras.parrot")
+    async with app as rt:
+        await rt.router(Inbound(ConversationKey("jsonl", "c9", None, "j"), "u", "U", "ahoy", "1"))
+        async with asyncio.timeout(10):
+            while not outbox.exists():  # noqa: ASYNC110 - a file another task writes
+                await asyncio.sleep(0.02)
+    assert [json.loads(x) for x in outbox.read_text().splitlines()] == [
+        {"chat": "c9", "text": "Polly says: ahoy"}
+    ]
