@@ -7,13 +7,16 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bot.app.app import App
 from bot.app.logs import redact_text, setup_logging
 from bot.app.signals import EarlySignals
 from bot.config import Secrets, Settings, load_settings
 from bot.core.errors import ConfigError, PersonabotError
 from bot.core.redact import redact_url
+
+if TYPE_CHECKING:
+    from bot.app.app import App
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -169,7 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         known = [*secrets.values(settings.secret_names()), *settings.credentials()]
         setup_logging(level, known, fmt=args.log_format or settings.logging.format)
         # One composition root for every command; plugins load (and platform and provider
-        # names are checked) for those that run bots, not for the admin commands.
+        # names are checked) for those that run bots, not for the admin commands. Imported
+        # here: a signal during these imports is already recorded (EarlySignals).
+        from bot.app.app import App
+
         app = App(settings, secrets)
         if args.command in ("config", "chat", "run"):
             app.prepare()
