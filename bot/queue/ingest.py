@@ -17,7 +17,7 @@ from bot.core.events import (
     SessionPolicy,
     StoredMessage,
 )
-from bot.store.base import BaseStore
+from bot.store.contracts import MessageStore
 
 log = logging.getLogger("personabot.queue")
 
@@ -28,7 +28,7 @@ class Ingestor:
     def __init__(
         self,
         *,
-        store: BaseStore,
+        store: MessageStore,
         clock: Clock,
         policy_for: Callable[[str], QueuePolicy],
         sessions: SessionPolicy | None = None,

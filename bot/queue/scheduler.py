@@ -17,7 +17,7 @@ from bot.core.events import (
     ConversationKey,
 )
 from bot.metrics import Metrics
-from bot.store.base import BaseStore
+from bot.store.contracts import QueueStore
 
 log = logging.getLogger("personabot.queue")
 
@@ -30,7 +30,7 @@ class Scheduler:
     def __init__(
         self,
         *,
-        store: BaseStore,
+        store: QueueStore,
         clock: Clock,
         run_turn: RunTurn,
         bots: Sequence[str],

@@ -20,7 +20,7 @@ from typing import Any
 
 from bot.core.clock import Clock
 from bot.core.events import Lease
-from bot.store.base import BaseStore
+from bot.store.contracts import LeaseStore
 
 log = logging.getLogger("personabot.election")
 
@@ -36,7 +36,7 @@ class Exclusive:
     def __init__(
         self,
         *,
-        store: BaseStore,
+        store: LeaseStore,
         clock: Clock,
         name: str,
         ttl: float,

@@ -15,11 +15,11 @@ Invariants (docs/architecture.md#queue):
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
@@ -29,9 +29,10 @@ from bot.core.events import NOT_SET, ConversationKey, Lease, QueuePolicy, Turn
 from bot.core.llm import BaseLLM, Usage
 from bot.core.ports import Outlet
 from bot.core.shares import weights
-from bot.core.tasks import running
 from bot.core.visible import has_visible_text
 from bot.metrics import Metrics
+from bot.queue import lease as leases
+from bot.queue.lease import renewing
 from bot.runtime.delivery import Delivery
 from bot.runtime.limits import Admission, Limits
 from bot.runtime.usage import Accounting
@@ -139,8 +140,12 @@ class Pipeline:
     async def run_turn(self, conversation: ConversationKey) -> TurnOutcome:
         """Try to answer the conversation's pending input once."""
         profile = self._profiles[conversation.bot]
-        lease = await self._store.acquire_lease(
-            lease_name(conversation), self.holder, profile.lease_seconds, self._clock.now()
+        lease = await leases.acquire(
+            self._store,
+            lease_name(conversation),
+            holder=self.holder,
+            ttl=profile.lease_seconds,
+            clock=self._clock,
         )
         labels = self.metrics.labels(conversation)
         if lease is None:
@@ -150,7 +155,7 @@ class Pipeline:
         try:
             outcome = await self._with_lease(conversation, profile, lease)
         finally:
-            await self._store.release_lease(lease)
+            await leases.release(self._store, lease)
         self.metrics.turns.labels(*labels, outcome).inc()
         if outcome == "sent":
             self.metrics.turn_latency.labels(*labels).observe(self._clock.now() - started)
@@ -399,21 +404,9 @@ class Pipeline:
         ):
             await self._store.delete_state(turn.session, TROUBLE_KEY)
 
-    @contextlib.asynccontextmanager
-    async def _renewing(self, lease: Lease, profile: BotProfile) -> AsyncIterator[None]:
-        """Renew the lease every third of its time while the body runs."""
-
-        async def renew() -> None:
-            current: Lease | None = lease
-            while current is not None:
-                await self._clock.sleep(profile.lease_seconds / 3)
-                current = await self._store.renew_lease(
-                    current, profile.lease_seconds, self._clock.now()
-                )
-            log.warning("lost lease %s while generating", lease.name)
-
-        async with running(renew(), name=f"renew {lease.name}"):
-            yield
+    def _renewing(self, lease: Lease, profile: BotProfile) -> AbstractAsyncContextManager[None]:
+        """Renew the lease while the body runs (bot.queue.lease)."""
+        return renewing(self._store, lease, ttl=profile.lease_seconds, clock=self._clock)
 
     async def recover_outbox(self, older_than: float) -> int:
         """Deliver replies recorded but not sent before a crash (see bot.runtime.delivery)."""

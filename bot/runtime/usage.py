@@ -16,7 +16,7 @@ from bot.core.llm import ModelResult
 from bot.core.shares import split
 from bot.metrics import Metrics
 from bot.runtime.limits import Limits
-from bot.store.base import BaseStore
+from bot.store.contracts import UsageStore
 
 log = logging.getLogger("personabot.usage")
 
@@ -27,7 +27,7 @@ class Accounting:
     def __init__(
         self,
         *,
-        store: BaseStore,
+        store: UsageStore,
         clock: Clock,
         metrics: Metrics,
         limits: Limits | None = None,

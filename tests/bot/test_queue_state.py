@@ -540,15 +540,10 @@ class QueueMachine(RuleBasedStateMachine):
 
         Read through the observer's own connection, so that settle() waits for the read.
         """
-        sql = "SELECT id FROM messages WHERE pending"
         store = self.observer
-        if isinstance(store, SQLiteStore):
-            async with store._read() as db:
-                rows = list(await store._rows(db, sql))
-        else:
-            assert isinstance(store, PostgresStore)
-            async with store._conn() as conn:
-                rows = list(await conn.fetch(sql))
+        assert isinstance(store, SQLiteStore | PostgresStore)
+        async with store._read() as db:
+            rows = await db.fetch(f"SELECT id FROM messages WHERE pending = {store.dialect.true}")
         return {int(r[0]) for r in rows}
 
     @staticmethod

@@ -1,7 +1,7 @@
 """PostgreSQL store (asyncpg): the store for several processes or machines on one database.
 
-Semantics mirror the SQLite store (the reference) statement for statement; what differs is how
-atomicity is reached when several processes write at once:
+The parts are the shared ones (bot/store/sql), the same statements as on SQLite; what differs
+is how atomicity is reached when several processes write at once (the dialect's row locks):
 
 - Every write is one transaction (READ COMMITTED). Every transaction that changes a
   conversation's queue state (messages, version, timer, sessions) first takes the
@@ -40,15 +40,15 @@ it never appears in an error message or a log line of this module.
 from __future__ import annotations
 
 from bot.core.redact import redact_url
-from bot.store.postgres._core import is_postgres_url
-from bot.store.postgres._messages import MessagesPart
-from bot.store.postgres._people import PeoplePart
-from bot.store.postgres._queue import QueuePart
-from bot.store.postgres._retention import RetentionPart
-from bot.store.postgres._sessions import SessionsPart
+from bot.store.postgres._core import PostgresCore, is_postgres_url
+from bot.store.postgres._ingest import IngestPart
+from bot.store.sql.people import PeoplePart
+from bot.store.sql.queue import QueuePart
+from bot.store.sql.retention import RetentionPart
+from bot.store.sql.sessions import SessionsPart
 
 
-class PostgresStore(SessionsPart, MessagesPart, QueuePart, RetentionPart, PeoplePart):
+class PostgresStore(SessionsPart, IngestPart, QueuePart, RetentionPart, PeoplePart, PostgresCore):
     """The BaseStore contract on PostgreSQL; each part holds one concern."""
 
 

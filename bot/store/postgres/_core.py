@@ -1,44 +1,33 @@
-"""The PostgreSQL store's pool, transactions, migrations and shared helpers."""
+"""The PostgreSQL store's pool, its transactions and migrations."""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeAlias
 
 import asyncpg
 
 from bot.core.errors import StoreError
-from bot.core.events import (
-    ConversationKey,
-    SessionKey,
-    SessionPolicy,
-)
 from bot.core.redact import redact_url, url_secrets
-from bot.core.sessions import expiry_reason
-from bot.store import cols, tombstones
-from bot.store.base import BaseStore
 from bot.store.migrations.postgres import MIGRATION_LOCK, MIGRATIONS
+from bot.store.sql.conn import POSTGRES, Conn, Dialect
+from bot.store.sql.core import SQLCore
 
 log = logging.getLogger("personabot.store")
 
 if TYPE_CHECKING:
-    Conn: TypeAlias = asyncpg.pool.PoolConnectionProxy[asyncpg.Record]
+    Raw: TypeAlias = asyncpg.pool.PoolConnectionProxy[asyncpg.Record]
 
 _DRIVER_ERRORS: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
-_DB_NOW: Final = "extract(epoch FROM clock_timestamp())::float8"
-_CONV_WHERE: Final = "bot = $1 AND platform = $2 AND chat_id = $3 AND thread_id = $4"
+_DB_NOW: Final = "CAST(extract(epoch FROM clock_timestamp()) AS DOUBLE PRECISION)"
 
 
 def is_postgres_url(url: str) -> bool:
     """Whether ``url`` names a PostgreSQL database."""
     return url.startswith(("postgresql://", "postgres://"))
-
-
-def _conv_args(key: ConversationKey) -> tuple[str, str, str, str]:
-    return (key.bot, key.platform, key.chat_id, cols.thread_value(key))
 
 
 def _rowcount(status: str) -> int:
@@ -47,13 +36,44 @@ def _rowcount(status: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
+class PgConn(Conn):
+    """The shared connection interface on one asyncpg connection (placeholders are native)."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: Any) -> None:
+        self._db = db
+
+    async def fetch(self, sql: str, *args: Any) -> list[Any]:
+        """Every row."""
+        return list(await self._db.fetch(sql, *args))
+
+    async def fetchrow(self, sql: str, *args: Any) -> Any | None:
+        """The first row, or None."""
+        return await self._db.fetchrow(sql, *args)
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        """The first column of the first row, or None."""
+        return await self._db.fetchval(sql, *args)
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        """Run a statement; the rows it touched (from the command tag)."""
+        return _rowcount(await self._db.execute(sql, *args))
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run a statement for every row of arguments (pipelined)."""
+        await self._db.executemany(sql, [tuple(r) for r in rows])
+
+
 async def _keep_session_state(conn: object) -> None:
     """Pool reset hook: nothing to reset (no session state is ever set), saves a round trip."""
 
 
-class PostgresCore(BaseStore):
-    """Pool, transactions, migrations and helpers shared by the store's parts (the whole
-    contract is PostgresStore, on one database shared by any number of processes)."""
+class PostgresCore(SQLCore):
+    """The pool and its transactions under the shared parts (bot/store/sql); the whole
+    contract is PostgresStore, on one database shared by any number of processes."""
+
+    dialect: ClassVar[Dialect] = POSTGRES
 
     def __init__(
         self,
@@ -77,19 +97,8 @@ class PostgresCore(BaseStore):
         self.use_db_clock = use_db_clock
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
         self._in_flight = 0
-        now = _DB_NOW if use_db_clock else "$4::float8"
-        self._acquire_sql = (
-            "INSERT INTO leases (name, holder, token, expires_at) "
-            f"VALUES ($1, $2, 1, {now} + $3::float8) "
-            "ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, "
-            "token = leases.token + 1, expires_at = EXCLUDED.expires_at "
-            f"WHERE leases.expires_at <= {now} RETURNING token, expires_at"
-        )
-        self._renew_sql = (
-            f"UPDATE leases SET expires_at = {_DB_NOW if use_db_clock else '$5::float8'} "
-            "+ $4::float8 "
-            "WHERE name = $1 AND token = $2 AND holder = $3 RETURNING expires_at"
-        )
+        # Lease expiry by the database server's clock (see bot/store/postgres/__init__.py).
+        self._db_now = _DB_NOW if use_db_clock else None
 
     @property
     def dsn(self) -> str:
@@ -144,7 +153,7 @@ class PostgresCore(BaseStore):
         return self._in_flight
 
     @asynccontextmanager
-    async def _conn(self) -> AsyncIterator[Conn]:
+    async def _conn(self) -> AsyncIterator[Raw]:
         if self._pool is None:
             raise StoreError("store is not open")
         self._in_flight += 1
@@ -160,7 +169,7 @@ class PostgresCore(BaseStore):
     async def _tx(self) -> AsyncIterator[Conn]:
         """One write transaction (READ COMMITTED; callers take the row locks they need)."""
         async with self._conn() as conn, conn.transaction():
-            yield conn
+            yield PgConn(conn)
 
     @asynccontextmanager
     async def _snapshot(self) -> AsyncIterator[Conn]:
@@ -169,132 +178,28 @@ class PostgresCore(BaseStore):
             self._conn() as conn,
             conn.transaction(isolation="repeatable_read", readonly=True),
         ):
-            yield conn
+            yield PgConn(conn)
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[Conn]:
+        """A pooled connection for single-statement reads."""
+        async with self._conn() as conn:
+            yield PgConn(conn)
+
+    async def _serialize(self, db: Conn, key: str) -> None:
+        """A transaction-level advisory lock on ``key`` (others never wait)."""
+        await db.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
+
+    async def _run_script(self, db: Conn, script: str) -> None:
+        """The whole script in one call (simple query protocol)."""
+        await db.execute(script)
 
     async def _migrate(self) -> None:
         async with self._tx() as db:
             # Held to the end of this transaction: a second process waits here, then finds
             # the migrations applied.
             await db.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
-            await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            # Applied by membership (see the SQLite store): out-of-order versions still run.
-            applied = {int(r[0]) for r in await db.fetch("SELECT version FROM schema_version")}
-            current = max(applied, default=0)
-            latest = max(v for v, _ in MIGRATIONS)
-            if current > latest:
-                raise StoreError(
-                    f"database schema version {current} is newer than this personabot "
-                    f"({latest}); upgrade personabot"
-                )
-            for version, script in MIGRATIONS:
-                if version not in applied:
-                    await db.execute(script)
-                    await db.execute("INSERT INTO schema_version VALUES ($1)", version)
-                    log.info("applied schema migration %d", version)
-
-    async def schema_version(self) -> int:
-        """The applied schema version."""
-        async with self._conn() as db:
-            return int(await db.fetchval("SELECT MAX(version) FROM schema_version") or 0)
-
-    # -- helpers ------------------------------------------------------------------------------
-
-    @staticmethod
-    async def _lock_conv(db: Conn, key: ConversationKey, now: float | None = None) -> int | None:
-        """Lock the conversation's row for this transaction; create it when ``now`` is given.
-
-        Every transaction that changes queue state takes this lock first, which serializes
-        them per conversation across processes.
-        """
-        args = _conv_args(key)
-        lock = f"SELECT id FROM conversations WHERE {_CONV_WHERE} FOR UPDATE"
-        found = await db.fetchval(lock, *args)
-        if found is not None or now is None:
-            return None if found is None else int(found)
-        # A new row is locked by its inserter until commit; a racing inserter gets no row
-        # back (DO NOTHING) and then waits on the lock below.
-        created = await db.fetchval(
-            "INSERT INTO conversations (bot, platform, chat_id, thread_id, created_at) "
-            "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (bot, platform, chat_id, thread_id) "
-            "DO NOTHING RETURNING id",
-            *args,
-            now,
-        )
-        if created is None:
-            created = await db.fetchval(lock, *args)
-        return int(created)
-
-    @staticmethod
-    async def _bury(db: Conn, rows: Iterable[tuple[int, int]], reason: str, now: float) -> None:
-        """Tombstone (session row id, turn) pairs deleted in this transaction: the gap check
-        then knows personabot removed them, and why."""
-        await db.executemany(
-            "INSERT INTO tombstones (session_id, first_turn, last_turn, reason, at) "
-            "VALUES ($1, $2, $3, $4, $5)",
-            [(sid, first, last, reason, now) for sid, first, last in tombstones.runs(rows)],
-        )
-
-    async def _session_row(self, db: Conn, session: SessionKey) -> tuple[int, int] | None:
-        """(session row id, conversation row id) for a session key."""
-        row = await db.fetchrow(
-            "SELECT s.id, c.id FROM sessions s JOIN conversations c ON c.id = s.conversation_id "
-            "WHERE c.bot = $1 AND c.platform = $2 AND c.chat_id = $3 AND c.thread_id = $4 "
-            "AND s.session_no = $5",
-            *_conv_args(session.conversation),
-            session.session_id,
-        )
-        return None if row is None else (int(row[0]), int(row[1]))
-
-    @staticmethod
-    async def _open_row(db: Conn, conv_id: int) -> Any:
-        return await db.fetchrow(
-            f"SELECT id, {cols.SESSION_COLS} FROM sessions "
-            "WHERE conversation_id = $1 AND status = 'open'",
-            conv_id,
-        )
-
-    @staticmethod
-    async def _session_by_id(db: Conn, sid: int) -> Any:
-        return await db.fetchrow(f"SELECT {cols.SESSION_COLS} FROM sessions WHERE id = $1", sid)
-
-    @staticmethod
-    async def _rotate(db: Conn, conv_id: int, now: float, reason: str | None) -> tuple[int, int]:
-        """Close the open session (if ``reason``) and open the next one: (row id, number)."""
-        if reason is not None:
-            await db.execute(
-                "UPDATE sessions SET status = 'closed', closed_at = $1, close_reason = $2 "
-                "WHERE conversation_id = $3 AND status = 'open'",
-                now,
-                reason,
-                conv_id,
-            )
-        row = await db.fetchrow(
-            "INSERT INTO sessions (conversation_id, session_no, status, opened_at, "
-            "last_activity_at) SELECT $1, COALESCE(MAX(session_no), 0) + 1, 'open', $2::float8, $2 "
-            "FROM sessions WHERE conversation_id = $1 RETURNING id, session_no",
-            conv_id,
-            now,
-        )
-        assert row is not None
-        return int(row[0]), int(row[1])
-
-    async def _ensure_open(
-        self, db: Conn, conv_id: int, now: float, policy: SessionPolicy | None
-    ) -> tuple[int, int]:
-        """(session row id, session number) of the open session, rotating an expired one."""
-        row = await self._open_row(db, conv_id)
-        if row is None:
-            return await self._rotate(db, conv_id, now, None)
-        reason = (
-            None
-            if policy is None
-            else expiry_reason(
-                policy, opened_at=float(row[3]), last_activity_at=float(row[4]), now=now
-            )
-        )
-        if reason is None:
-            return int(row[0]), int(row[1])
-        return await self._rotate(db, conv_id, now, reason)
+            await self._apply_migrations(db, MIGRATIONS)
 
 
 def _no_nul(text: str) -> str:

@@ -2,20 +2,21 @@
 
 Every write runs in ``BEGIN IMMEDIATE``: the write lock is taken at the start of the
 transaction, so two processes on one file serialize their read-modify-write sequences
-(ingest, lease CAS, final check) instead of failing half-way on a lock upgrade.
+(ingest, lease CAS, final check) instead of failing half-way on a lock upgrade. The parts
+are the shared ones (bot/store/sql); this package adds the connection and ingest.
 """
 
 from __future__ import annotations
 
-from bot.store.sqlite._core import sqlite_path
-from bot.store.sqlite._messages import MessagesPart
-from bot.store.sqlite._people import PeoplePart
-from bot.store.sqlite._queue import QueuePart
-from bot.store.sqlite._retention import RetentionPart
-from bot.store.sqlite._sessions import SessionsPart
+from bot.store.sql.people import PeoplePart
+from bot.store.sql.queue import QueuePart
+from bot.store.sql.retention import RetentionPart
+from bot.store.sql.sessions import SessionsPart
+from bot.store.sqlite._core import SQLiteCore, sqlite_path
+from bot.store.sqlite._ingest import IngestPart
 
 
-class SQLiteStore(SessionsPart, MessagesPart, QueuePart, RetentionPart, PeoplePart):
+class SQLiteStore(SessionsPart, IngestPart, QueuePart, RetentionPart, PeoplePart, SQLiteCore):
     """The BaseStore contract on one SQLite file; each part holds one concern."""
 
 

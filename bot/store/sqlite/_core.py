@@ -1,29 +1,25 @@
-"""The SQLite store's connection, transactions, migrations and shared helpers."""
+"""The SQLite store's connection, its transactions and migrations."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
+import re
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import aiosqlite
 
 from bot.core.errors import StoreError
-from bot.core.events import (
-    ConversationKey,
-    SessionKey,
-    SessionPolicy,
-)
-from bot.core.sessions import expiry_reason
-from bot.store import cols, tombstones
-from bot.store.base import BaseStore
 from bot.store.migrations.sqlite import MIGRATIONS
+from bot.store.sql.conn import SQLITE, Conn, Dialect
+from bot.store.sql.core import SQLCore
 
 log = logging.getLogger("personabot.store")
 
@@ -39,8 +35,51 @@ def sqlite_path(url: str) -> str:
     return path if path == ":memory:" else str(Path(path))
 
 
-class SQLiteCore(BaseStore):
-    """Connection, transactions, migrations and helpers shared by the store's parts."""
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+
+
+@functools.lru_cache(maxsize=1024)
+def _sqlite_sql(sql: str) -> str:
+    """PostgreSQL's ``$1`` placeholders as SQLite's numbered ``?1`` (same meaning)."""
+    return _PLACEHOLDER.sub(r"?\1", sql)
+
+
+class SQLiteConn(Conn):
+    """The shared connection interface on the store's one aiosqlite connection."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self._db = db
+
+    async def fetch(self, sql: str, *args: Any) -> list[Any]:
+        """Every row (one hop to the connection's thread)."""
+        return list(await self._db.execute_fetchall(_sqlite_sql(sql), args))
+
+    async def fetchrow(self, sql: str, *args: Any) -> Any | None:
+        """The first row, or None."""
+        rows = await self._db.execute_fetchall(_sqlite_sql(sql), args)
+        return next(iter(rows), None)
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        """The first column of the first row, or None."""
+        row = await self.fetchrow(sql, *args)
+        return None if row is None else row[0]
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        """Run a statement; the rows it changed."""
+        cursor = await self._db.execute(_sqlite_sql(sql), args)
+        return int(cursor.rowcount)
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run a statement for every row of arguments."""
+        await self._db.executemany(_sqlite_sql(sql), [tuple(r) for r in rows])
+
+
+class SQLiteCore(SQLCore):
+    """The connection and its transactions under the shared parts (bot/store/sql)."""
+
+    dialect: ClassVar[Dialect] = SQLITE
 
     def __init__(self, *, path: str | Path, busy_timeout_ms: int = 5000) -> None:
         self._path = str(path)
@@ -55,7 +94,7 @@ class SQLiteCore(BaseStore):
 
     @property
     def path(self) -> str:
-        """Connection, transactions, migrations and helpers shared by the store's parts."""
+        """The database file."""
         return self._path
 
     async def open(self) -> None:
@@ -115,11 +154,12 @@ class SQLiteCore(BaseStore):
         return self._in_flight
 
     @asynccontextmanager
-    async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def _tx(self) -> AsyncIterator[Conn]:
+        """One write transaction (BEGIN IMMEDIATE: every writer of the file waits)."""
         self._in_flight += 1
         try:
             async with self._locked_tx() as db:
-                yield db
+                yield SQLiteConn(db)
         finally:
             self._in_flight -= 1
 
@@ -145,12 +185,12 @@ class SQLiteCore(BaseStore):
             )
 
     @asynccontextmanager
-    async def _snapshot(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def _snapshot(self) -> AsyncIterator[Conn]:
         """A read transaction (deferred BEGIN): its statements see one snapshot."""
         self._in_flight += 1
         try:
             async with self._locked_tx(write=False) as db:
-                yield db
+                yield SQLiteConn(db)
         finally:
             self._in_flight -= 1
 
@@ -182,35 +222,23 @@ class SQLiteCore(BaseStore):
                 await db.execute("COMMIT")
 
     @asynccontextmanager
-    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def _read(self) -> AsyncIterator[Conn]:
+        """The connection for plain reads (autocommit)."""
         self._in_flight += 1
         try:
             async with self._lock:
-                yield self._conn
+                yield SQLiteConn(self._conn)
         finally:
             self._in_flight -= 1
 
     async def _migrate(self) -> None:
         async with self._tx() as db:
-            await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            # Versions are applied by membership, not by "newer than the newest applied":
-            # versions merged out of order (a 3 after a 4) are still applied once.
-            applied = {
-                int(r[0]) for r in await self._rows(db, "SELECT version FROM schema_version")
-            }
-            current = max(applied, default=0)
-            latest = max(v for v, _ in MIGRATIONS)
-            if current > latest:
-                raise StoreError(
-                    f"database schema version {current} is newer than this personabot "
-                    f"({latest}); upgrade personabot"
-                )
-            for version, script in MIGRATIONS:
-                if version not in applied:
-                    for statement in _statements(script):
-                        await db.execute(statement)
-                    await db.execute("INSERT INTO schema_version VALUES (?)", (version,))
-                    log.info("applied schema migration %d", version)
+            await self._apply_migrations(db, MIGRATIONS)
+
+    async def _run_script(self, db: Conn, script: str) -> None:
+        """aiosqlite runs one statement per call: the script is split."""
+        for statement in _statements(script):
+            await db.execute(statement)
 
     async def backup(self, target: str | Path) -> None:
         """Copy the live database to ``target`` with SQLite's online backup API (consistent
@@ -225,142 +253,9 @@ class SQLiteCore(BaseStore):
             await self._conn.backup(dest)
         os.replace(tmp, path)  # never leave a half-written file under the final name
 
-    async def schema_version(self) -> int:
-        """The applied schema version."""
-        async with self._read() as db:
-            return int(await self._scalar(db, "SELECT MAX(version) FROM schema_version") or 0)
-
-    # -- helpers ------------------------------------------------------------------------------
-
-    @staticmethod
-    async def _scalar(db: aiosqlite.Connection, sql: str, args: Iterable[Any] = ()) -> Any:
-        async with db.execute(sql, tuple(args)) as cur:
-            row = await cur.fetchone()
-        return None if row is None else row[0]
-
-    @staticmethod
-    async def _row(db: aiosqlite.Connection, sql: str, args: Iterable[Any] = ()) -> Any:
-        async with db.execute(sql, tuple(args)) as cur:
-            return await cur.fetchone()
-
-    @staticmethod
-    async def _rows(db: aiosqlite.Connection, sql: str, args: Iterable[Any] = ()) -> list[Any]:
-        async with db.execute(sql, tuple(args)) as cur:
-            return list(await cur.fetchall())
-
-    async def _conv_id(
-        self, db: aiosqlite.Connection, key: ConversationKey, now: float | None = None
-    ) -> int | None:
-        """The conversation's row id; created when ``now`` is given."""
-        args = (key.bot, key.platform, key.chat_id, cols.thread_value(key))
-        where = "bot = ? AND platform = ? AND chat_id = ? AND thread_id = ?"
-        found = await self._scalar(db, f"SELECT id FROM conversations WHERE {where}", args)
-        if found is not None or now is None:
-            return None if found is None else int(found)
-        await db.execute(
-            "INSERT INTO conversations (bot, platform, chat_id, thread_id, created_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (*args, now),
-        )
-        return int(await self._scalar(db, f"SELECT id FROM conversations WHERE {where}", args))
-
-    async def _session_row(
-        self, db: aiosqlite.Connection, session: SessionKey
-    ) -> tuple[int, int] | None:
-        """(session row id, conversation row id) for a session key."""
-        conv_id = await self._conv_id(db, session.conversation)
-        if conv_id is None:
-            return None
-        sid = await self._scalar(
-            db,
-            "SELECT id FROM sessions WHERE conversation_id = ? AND session_no = ?",
-            (conv_id, session.session_id),
-        )
-        return None if sid is None else (int(sid), conv_id)
-
-    async def _open_row(self, db: aiosqlite.Connection, conv_id: int) -> Any:
-        return await self._row(
-            db,
-            f"SELECT id, {cols.SESSION_COLS} FROM sessions "
-            "WHERE conversation_id = ? AND status = 'open'",
-            (conv_id,),
-        )
-
-    async def _rotate(
-        self, db: aiosqlite.Connection, conv_id: int, now: float, reason: str | None
-    ) -> int:
-        """Close the open session (if ``reason``) and open the next one; return its row id."""
-        if reason is not None:
-            await db.execute(
-                "UPDATE sessions SET status = 'closed', closed_at = ?, close_reason = ? "
-                "WHERE conversation_id = ? AND status = 'open'",
-                (now, reason, conv_id),
-            )
-        last = await self._scalar(
-            db, "SELECT MAX(session_no) FROM sessions WHERE conversation_id = ?", (conv_id,)
-        )
-        cur = await db.execute(
-            "INSERT INTO sessions (conversation_id, session_no, status, opened_at, "
-            "last_activity_at) VALUES (?, ?, 'open', ?, ?)",
-            (conv_id, int(last or 0) + 1, now, now),
-        )
-        return int(cur.lastrowid or 0)
-
-    async def _ensure_open(
-        self,
-        db: aiosqlite.Connection,
-        conv_id: int,
-        now: float,
-        policy: SessionPolicy | None,
-    ) -> tuple[int, int]:
-        """(session row id, session number) of the open session, rotating an expired one."""
-        row = await self._open_row(db, conv_id)
-        if row is None:
-            sid = await self._rotate(db, conv_id, now, None)
-        else:
-            reason = (
-                None
-                if policy is None
-                else expiry_reason(
-                    policy, opened_at=float(row[3]), last_activity_at=float(row[4]), now=now
-                )
-            )
-            if reason is None:
-                return int(row[0]), int(row[1])
-            sid = await self._rotate(db, conv_id, now, reason)
-        number = await self._scalar(db, "SELECT session_no FROM sessions WHERE id = ?", (sid,))
-        return sid, int(number)
-
-    @staticmethod
-    async def _bury(
-        db: aiosqlite.Connection, rows: Iterable[tuple[int, int]], reason: str, now: float
-    ) -> None:
-        """Tombstone (session row id, turn) pairs about to be deleted, in the same
-        transaction: the gap check then knows personabot removed them, and why."""
-        await db.executemany(
-            "INSERT INTO tombstones (session_id, first_turn, last_turn, reason, at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [(sid, first, last, reason, now) for sid, first, last in tombstones.runs(rows)],
-        )
-
-    @staticmethod
-    def _bots_filter(bots: Sequence[str] | None) -> tuple[str, list[str]]:
-        if bots is None:
-            return "", []
-        return f" AND c.bot IN ({','.join('?' * len(bots))})", list(bots)
-
-
-def _conv_args(key: ConversationKey) -> tuple[str, str, str, str]:
-    return (key.bot, key.platform, key.chat_id, cols.thread_value(key))
-
 
 def _same_file(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _qualified(alias: str, columns: str) -> str:
-    """``a, b`` -> ``s.a, s.b``: column lists reused in joins stay unambiguous."""
-    return ", ".join(f"{alias}.{c.strip()}" for c in columns.split(","))
 
 
 def _statements(script: str) -> list[str]:

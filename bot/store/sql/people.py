@@ -1,16 +1,13 @@
-"""PostgreSQL: one person's rows across every chat, for /forget (erase) and /export (gather)."""
+"""One person's rows across every chat, for /forget (erase) and /export (gather)."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from bot.core.events import Erasure, UserData, UserKey
 from bot.store import cols, tombstones
-from bot.store.postgres._core import PostgresCore, _rowcount
-
-if TYPE_CHECKING:
-    from bot.store.postgres._core import Conn
+from bot.store.sql.conn import Conn, Dialect
+from bot.store.sql.core import SQLCore
 
 # The person's user messages on the platform (every bot, chat and session): $1 platform, $2 id.
 _MINE = (
@@ -36,24 +33,26 @@ _KEYED_MESSAGE = (
 )
 
 
-class PeoplePart(PostgresCore):
+class PeoplePart(SQLCore):
     """A person's rows across conversations: erasure and export."""
 
     async def erase_user_messages(self, user: UserKey) -> Erasure:
         """Delete their messages, replies only to them, outbox rows and summaries: one step."""
+        d = self.dialect
         who = (user.platform, user.user_id)
         async with self._tx() as db:
-            # Lock every session that holds their messages or a summary of them, in id order
-            # (no deadlock between two erasures): a summary save (which takes the same lock)
-            # either committed before, and is dropped below, or runs after and finds its
-            # sources gone.
-            await db.execute(
-                "SELECT id FROM sessions WHERE id IN (SELECT session_id FROM messages "
-                f"WHERE id IN ({_MINE}) UNION {_SUMMARIES}) ORDER BY id FOR UPDATE",
-                *who,
-            )
-            mine = await _ids(db, _MINE + " AND NOT m.pending", who)
-            pending = len(await _ids(db, _MINE + " AND m.pending", who))
+            if d.for_update:
+                # Lock every session that holds their messages or a summary of them, in id
+                # order (no deadlock between two erasures): a summary save (which takes the
+                # same lock) either committed before, and is dropped below, or runs after and
+                # finds its sources gone. (SQLite: the write transaction serializes them.)
+                await db.execute(
+                    "SELECT id FROM sessions WHERE id IN (SELECT session_id FROM messages "
+                    f"WHERE id IN ({_MINE}) UNION {_SUMMARIES}) ORDER BY id{d.for_update}",
+                    *who,
+                )
+            mine = await _ids(db, _MINE + f" AND m.pending = {d.false}", who)
+            pending = len(await _ids(db, _MINE + f" AND m.pending = {d.true}", who))
             replies = set(await _ids(db, _REPLIES, who))
             only = await _ids(db, _ONLY, who)
             shared = sorted(replies - set(only))
@@ -71,25 +70,26 @@ class PeoplePart(PostgresCore):
             drop = sorted(sessions)
             # Tombstoned first: the gap check knows personabot removed these turns (/forget).
             buried = await db.fetch(
-                f"SELECT session_id, turn FROM messages WHERE id IN ({_MINE} AND NOT m.pending) "
-                f"OR id IN ({_ONLY})",
+                "SELECT session_id, turn FROM messages "
+                f"WHERE id IN ({_MINE} AND m.pending = {d.false}) OR id IN ({_ONLY})",
                 *who,
             )
             await self._bury(
                 db, ((int(r[0]), int(r[1])) for r in buried), tombstones.FORGET, time.time()
             )
-            outbox = _rowcount(
-                await db.execute(
-                    "DELETE FROM outbox WHERE reply_message_id = ANY($1::bigint[]) "
-                    "OR (reply_message_id = ANY($2::bigint[]) AND status <> 'pending')",
-                    only,
-                    shared,
-                )
+            outbox = await db.execute(
+                "DELETE FROM outbox WHERE reply_message_id"
+                + d.any_of("$1")
+                + " OR (reply_message_id"
+                + d.any_of("$2")
+                + " AND status <> 'pending')",
+                d.list_arg(only),
+                d.list_arg(shared),
             )
-            removed_replies = await _delete(db, "messages", "id", only)
-            summaries = await _delete(db, "summaries", "session_id", drop)
-            await _delete(db, "summary_authors", "session_id", drop)
-            messages = await _delete(db, "messages", "id", mine)
+            removed_replies = await _delete(db, d, "messages", "id", only)
+            summaries = await _delete(db, d, "summaries", "session_id", drop)
+            await _delete(db, d, "summary_authors", "session_id", drop)
+            messages = await _delete(db, d, "messages", "id", mine)
         return Erasure(
             messages=messages,
             replies=removed_replies,
@@ -143,9 +143,7 @@ async def _ids(db: Conn, sql: str, who: tuple[str, str]) -> list[int]:
     return [int(r[0]) for r in await db.fetch(sql, *who)]
 
 
-async def _delete(db: Conn, table: str, column: str, ids: list[int]) -> int:
+async def _delete(db: Conn, d: Dialect, table: str, column: str, ids: list[int]) -> int:
     if not ids:
         return 0
-    return _rowcount(
-        await db.execute(f"DELETE FROM {table} WHERE {column} = ANY($1::bigint[])", ids)
-    )
+    return await db.execute(f"DELETE FROM {table} WHERE {column}" + d.any_of("$1"), d.list_arg(ids))

@@ -1,4 +1,4 @@
-"""SQLite: sessions and the session and user scopes (docs/architecture.md#keys)."""
+"""Sessions and the session and user scopes (docs/architecture.md#keys)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,10 @@ from bot.core.events import (
     UserKey,
 )
 from bot.store import cols
-from bot.store.sqlite._core import (
-    SQLiteCore,
-)
+from bot.store.sql.core import CONV_WHERE, SQLCore, conv_args
 
 
-class SessionsPart(SQLiteCore):
+class SessionsPart(SQLCore):
     """Sessions and the session and user scopes (docs/architecture.md#keys)."""
 
     # -- sessions -----------------------------------------------------------------------------
@@ -31,17 +29,18 @@ class SessionsPart(SQLiteCore):
             conv_id = await self._conv_id(db, conversation, now)
             assert conv_id is not None
             sid, _ = await self._ensure_open(db, conv_id, now, policy)
-            row = await self._row(
-                db, f"SELECT {cols.SESSION_COLS} FROM sessions WHERE id = ?", (sid,)
-            )
+            row = await self._session_by_id(db, sid)
         return cols.session_info(conversation, row)
 
     async def current_session(self, conversation: ConversationKey) -> SessionInfo | None:
         """The open session or None."""
         async with self._read() as db:
-            conv_id = await self._conv_id(db, conversation)
-            row = None if conv_id is None else await self._open_row(db, conv_id)
-        return None if row is None else cols.session_info(conversation, row[1:])
+            row = await db.fetchrow(
+                f"SELECT {cols.SESSION_COLS} FROM sessions WHERE status = 'open' "
+                f"AND conversation_id = (SELECT id FROM conversations WHERE {CONV_WHERE})",
+                *conv_args(conversation),
+            )
+        return None if row is None else cols.session_info(conversation, row)
 
     async def new_session(
         self, conversation: ConversationKey, now: float, reason: str = "new"
@@ -50,10 +49,8 @@ class SessionsPart(SQLiteCore):
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation, now)
             assert conv_id is not None
-            sid = await self._rotate(db, conv_id, now, reason)
-            row = await self._row(
-                db, f"SELECT {cols.SESSION_COLS} FROM sessions WHERE id = ?", (sid,)
-            )
+            sid, _ = await self._rotate(db, conv_id, now, reason)
+            row = await self._session_by_id(db, sid)
         return cols.session_info(conversation, row)
 
     async def close_session(
@@ -61,46 +58,32 @@ class SessionsPart(SQLiteCore):
     ) -> SessionInfo | None:
         """Close the open session, if any."""
         async with self._tx() as db:
-            conv_id = await self._conv_id(db, conversation)
-            row = None if conv_id is None else await self._open_row(db, conv_id)
-            if row is None:
+            conv_id = await self._conv_id(db, conversation, lock=True)
+            if conv_id is None:
                 return None
-            await db.execute(
-                "UPDATE sessions SET status = 'closed', closed_at = ?, close_reason = ? "
-                "WHERE id = ?",
-                (now, reason, row[0]),
+            row = await db.fetchrow(
+                "UPDATE sessions SET status = 'closed', closed_at = $1, close_reason = $2 "
+                f"WHERE conversation_id = $3 AND status = 'open' RETURNING {cols.SESSION_COLS}",
+                now,
+                reason,
+                conv_id,
             )
-            row = await self._row(
-                db, f"SELECT {cols.SESSION_COLS} FROM sessions WHERE id = ?", (row[0],)
-            )
-        return cols.session_info(conversation, row)
+        return None if row is None else cols.session_info(conversation, row)
 
     async def get_session(self, session: SessionKey) -> SessionInfo | None:
         """A session by key."""
         async with self._read() as db:
             found = await self._session_row(db, session)
-            row = (
-                None
-                if found is None
-                else await self._row(
-                    db, f"SELECT {cols.SESSION_COLS} FROM sessions WHERE id = ?", (found[0],)
-                )
-            )
+            row = None if found is None else await self._session_by_id(db, found[0])
         return None if row is None else cols.session_info(session.conversation, row)
 
     async def list_sessions(self, conversation: ConversationKey) -> list[SessionInfo]:
         """All sessions, oldest first."""
         async with self._read() as db:
-            conv_id = await self._conv_id(db, conversation)
-            rows = (
-                []
-                if conv_id is None
-                else await self._rows(
-                    db,
-                    f"SELECT {cols.SESSION_COLS} FROM sessions WHERE conversation_id = ? "
-                    "ORDER BY session_no",
-                    (conv_id,),
-                )
+            rows = await db.fetch(
+                f"SELECT {cols.SESSION_COLS} FROM sessions WHERE conversation_id = "
+                f"(SELECT id FROM conversations WHERE {CONV_WHERE}) ORDER BY session_no",
+                *conv_args(conversation),
             )
         return [cols.session_info(conversation, r) for r in rows]
 
@@ -113,10 +96,10 @@ class SessionsPart(SQLiteCore):
             value = (
                 None
                 if found is None
-                else await self._scalar(
-                    db,
-                    "SELECT value FROM session_state WHERE session_id = ? AND key = ?",
-                    (found[0], name),
+                else await db.fetchval(
+                    "SELECT value FROM session_state WHERE session_id = $1 AND key = $2",
+                    found[0],
+                    name,
                 )
             )
         return NOT_SET if value is None else str(value)
@@ -129,9 +112,12 @@ class SessionsPart(SQLiteCore):
                 raise StoreError(f"unknown session {session}")
             await db.execute(
                 "INSERT INTO session_state (session_id, key, value, updated_at) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (session_id, key) "
+                "VALUES ($1, $2, $3, $4) ON CONFLICT (session_id, key) "
                 "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-                (found[0], name, value, now),
+                found[0],
+                name,
+                value,
+                now,
             )
 
     async def delete_state(self, session: SessionKey, name: str | None = None) -> int:
@@ -141,66 +127,75 @@ class SessionsPart(SQLiteCore):
             if found is None:
                 return 0
             if name is None:
-                cur = await db.execute(
-                    "DELETE FROM session_state WHERE session_id = ?", (found[0],)
-                )
-            else:
-                cur = await db.execute(
-                    "DELETE FROM session_state WHERE session_id = ? AND key = ?",
-                    (found[0], name),
-                )
-            return int(cur.rowcount)
+                return await db.execute("DELETE FROM session_state WHERE session_id = $1", found[0])
+            return await db.execute(
+                "DELETE FROM session_state WHERE session_id = $1 AND key = $2", found[0], name
+            )
 
     # -- user scope ---------------------------------------------------------------------------
 
     async def get_user_memory(self, user: UserKey) -> str | NotSet:
         """A user's memory record or NOT_SET."""
         async with self._read() as db:
-            value = await self._scalar(
-                db,
-                "SELECT record FROM user_memory WHERE platform = ? AND user_id = ?",
-                (user.platform, user.user_id),
+            value = await db.fetchval(
+                "SELECT record FROM user_memory WHERE platform = $1 AND user_id = $2",
+                user.platform,
+                user.user_id,
             )
         return NOT_SET if value is None else str(value)
 
     async def read_user_memory(self, user: UserKey) -> tuple[str | None, int]:
-        """A user's memory record and its version."""
+        """A user's memory record and its version, read together."""
         async with self._read() as db:
-            row = await self._row(
-                db,
-                "SELECT record, version FROM user_memory WHERE platform = ? AND user_id = ?",
-                (user.platform, user.user_id),
+            row = await db.fetchrow(
+                "SELECT record, version FROM user_memory WHERE platform = $1 AND user_id = $2",
+                user.platform,
+                user.user_id,
             )
         return (None, 0) if row is None else (str(row[0]), int(row[1]))
 
     async def set_user_memory(
         self, user: UserKey, record: str, now: float, *, expected_version: int | None = None
     ) -> bool:
-        """Replace a user's memory record (compare-and-swap with ``expected_version``)."""
-        args = (user.platform, user.user_id)
+        """Replace a user's memory record (compare-and-swap with ``expected_version``).
+
+        One statement each: the UPDATE's row lock (SQLite: the write transaction) makes the
+        version check and the write atomic across processes; a racing first INSERT loses on
+        the primary key.
+        """
+        args = (user.platform, user.user_id, record, now)
         async with self._tx() as db:
-            # BEGIN IMMEDIATE holds the write lock: the read and the write below are one step
-            # for every process on the file.
-            if expected_version is not None:
-                current = await self._scalar(
-                    db, "SELECT version FROM user_memory WHERE platform = ? AND user_id = ?", args
+            if expected_version is None:
+                await db.execute(
+                    "INSERT INTO user_memory (platform, user_id, record, updated_at, version) "
+                    "VALUES ($1, $2, $3, $4, 1) ON CONFLICT (platform, user_id) "
+                    "DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at, "
+                    "version = user_memory.version + 1",
+                    *args,
                 )
-                if int(current or 0) != expected_version:
-                    return False
-            await db.execute(
-                "INSERT INTO user_memory (platform, user_id, record, updated_at, version) "
-                "VALUES (?, ?, ?, ?, 1) ON CONFLICT (platform, user_id) "
-                "DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at, "
-                "version = user_memory.version + 1",
-                (*args, record, now),
-            )
-            return True
+                return True
+            if expected_version == 0:
+                won = await db.fetchval(
+                    "INSERT INTO user_memory (platform, user_id, record, updated_at, version) "
+                    "VALUES ($1, $2, $3, $4, 1) ON CONFLICT (platform, user_id) DO NOTHING "
+                    "RETURNING version",
+                    *args,
+                )
+            else:
+                won = await db.fetchval(
+                    "UPDATE user_memory SET record = $3, updated_at = $4, version = version + 1 "
+                    "WHERE platform = $1 AND user_id = $2 AND version = $5 RETURNING version",
+                    *args,
+                    expected_version,
+                )
+        return won is not None
 
     async def delete_user_memory(self, user: UserKey) -> bool:
         """Erase a user's memory."""
         async with self._tx() as db:
-            cur = await db.execute(
-                "DELETE FROM user_memory WHERE platform = ? AND user_id = ?",
-                (user.platform, user.user_id),
+            removed = await db.execute(
+                "DELETE FROM user_memory WHERE platform = $1 AND user_id = $2",
+                user.platform,
+                user.user_id,
             )
-            return cur.rowcount > 0
+        return removed > 0

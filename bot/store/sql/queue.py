@@ -1,9 +1,14 @@
-"""PostgreSQL: timers, leases, the final check, the outbox, limits and usage."""
+"""Timers, leases, the final check, the outbox, limits and usage (docs/architecture.md#queue).
+
+The rules (when a timer is due, what stays armed after a turn, what the final check
+decides) are the pure functions of ``bot.core.rules``; this part reads what they need and
+writes what they decide, inside one transaction each.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bot.core.errors import StoreError
 from bot.core.events import (
@@ -20,21 +25,18 @@ from bot.core.events import (
     UserKey,
 )
 from bot.core.llm import Usage
+from bot.core.rules import final_verdict
 from bot.store import cols
-from bot.store.postgres._core import (
-    _CONV_WHERE,
-    PostgresCore,
-    _conv_args,
-    _rowcount,
+from bot.store.sql.core import CONV_WHERE_C, SQLCore, conv_args
+
+_SUMS = (
+    "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
+    "COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(cache_read_tokens), 0)"
 )
 
-if TYPE_CHECKING:
-    from bot.store.postgres._core import Conn
 
-
-class QueuePart(PostgresCore):
-    """Timers, leases, the final check, the outbox, limits and usage
-    (docs/architecture.md#queue)."""
+class QueuePart(SQLCore):
+    """Timers, leases, the final check, the outbox, limits and usage."""
 
     # -- limits and usage -----------------------------------------------------------------------
 
@@ -47,13 +49,9 @@ class QueuePart(PostgresCore):
         per_hour: int = 0,
         per_day: int = 0,
     ) -> Reservation:
-        """Count and record under a per-user advisory lock: two processes cannot both pass."""
+        """Count and record in one serialized step: two processes cannot both pass."""
         async with self._tx() as db:
-            # Serializes reservations of this user (released at commit); others never wait.
-            await db.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                f"turn_usage:{user.platform}:{user.user_id}",
-            )
+            await self._serialize(db, f"turn_usage:{user.platform}:{user.user_id}")
             for limit, window in ((per_hour, 3600.0), (per_day, 86400.0)):
                 if not limit:
                     continue
@@ -113,7 +111,7 @@ class QueuePart(PostgresCore):
 
     async def input_tokens_since(self, user: UserKey, since: float) -> int:
         """Input tokens (cached or not) charged to the person since ``since``."""
-        async with self._conn() as db:
+        async with self._read() as db:
             value = await db.fetchval(
                 "SELECT COALESCE(SUM(input_tokens + cache_write_tokens + cache_read_tokens), 0) "
                 "FROM model_usage WHERE platform = $1 AND user_id = $2 AND at >= $3",
@@ -127,11 +125,7 @@ class QueuePart(PostgresCore):
         """Turns from the recorded replies; tokens from every model call (memory tasks too)."""
         where = " AND bot = $2" if bot is not None else ""
         args: tuple[object, ...] = (since, bot) if bot is not None else (since,)
-        sums = (
-            "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
-            "COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(cache_read_tokens), 0)"
-        )
-        async with self._conn() as db:
+        async with self._read() as db:
             turns = await db.fetchrow(
                 "SELECT COUNT(*), COUNT(DISTINCT m.conversation_id) FROM messages m "
                 "JOIN conversations c ON c.id = m.conversation_id WHERE m.role = 'assistant' "
@@ -139,34 +133,35 @@ class QueuePart(PostgresCore):
                 *args,
             )
             total = await db.fetchrow(
-                f"SELECT {sums} FROM model_usage WHERE at >= $1{where}", *args
+                f"SELECT {_SUMS} FROM model_usage WHERE at >= $1{where}", *args
             )
             models = await db.fetch(
-                f"SELECT COALESCE(model, ''), {sums} FROM model_usage WHERE at >= $1{where} "
+                f"SELECT COALESCE(model, ''), {_SUMS} FROM model_usage WHERE at >= $1{where} "
                 "GROUP BY model",
                 *args,
             )
             purposes = await db.fetch(
-                f"SELECT purpose, {sums} FROM model_usage WHERE at >= $1{where} GROUP BY purpose",
+                f"SELECT purpose, {_SUMS} FROM model_usage WHERE at >= $1{where} GROUP BY purpose",
                 *args,
             )
         return cols.model_usage_stats(turns, total, models, purposes)
+
+    # -- turns ----------------------------------------------------------------------------------
 
     async def skip_turn(
         self, turn: Turn, lease: Lease, now: float, queue: QueuePolicy, reason: str = "limited"
     ) -> bool:
         """Handle the turn without a reply, under the same locks and fencing as finish_turn."""
+        d = self.dialect
         async with self._tx() as db:
-            conv_id = await self._lock_conv(db, turn.session.conversation)
-            token = await db.fetchval(
-                "SELECT token FROM leases WHERE name = $1 FOR UPDATE", lease.name
-            )
+            conv_id = await self._conv_id(db, turn.session.conversation, lock=True)
+            token = await self._lease_token(db, lease.name)
             if token != lease.token or conv_id is None:
                 return False
             await db.execute(
-                "UPDATE messages SET pending = FALSE, closed_reason = $2 "
-                "WHERE id = ANY($1::bigint[])",
-                [m.id for m in turn.messages],
+                f"UPDATE messages SET pending = {d.false}, closed_reason = $2 WHERE id"
+                + d.any_of("$1"),
+                d.list_arg(m.id for m in turn.messages),
                 reason[:500],
             )
             await self._settle_timer(db, conv_id, turn.version, queue)
@@ -177,23 +172,24 @@ class QueuePart(PostgresCore):
     ) -> Turn | None:
         """The oldest pending messages of the oldest session with some, plus v0, from one
         snapshot."""
+        d = self.dialect
         async with self._snapshot() as db:
             head = await db.fetchrow(
                 "SELECT c.id, c.version, t.first_pending_at, (SELECT MIN(session_id) FROM "
-                "messages WHERE conversation_id = c.id AND pending) FROM conversations c "
-                "LEFT JOIN timers t ON t.conversation_id = c.id "
-                "WHERE c.bot = $1 AND c.platform = $2 AND c.chat_id = $3 AND c.thread_id = $4",
-                *_conv_args(conversation),
+                f"messages WHERE conversation_id = c.id AND pending = {d.true}) "
+                "FROM conversations c LEFT JOIN timers t ON t.conversation_id = c.id "
+                f"WHERE {CONV_WHERE_C}",
+                *conv_args(conversation),
             )
             if head is None or head[3] is None:
                 return None
             version, first_pending = int(head[1]), head[2]
             rows = await db.fetch(
-                cols.MESSAGE_SELECT + "WHERE m.session_id = $1 AND m.pending AND m.version <= $2 "
-                "ORDER BY m.turn LIMIT $3",
+                cols.MESSAGE_SELECT + f"WHERE m.session_id = $1 AND m.pending = {d.true} "
+                "AND m.version <= $2 ORDER BY m.turn LIMIT $3",
                 head[3],
                 version,
-                limit,
+                d.no_limit if limit is None else limit,
             )
         messages = tuple(cols.message(conversation, r) for r in rows)
         if not messages:
@@ -207,13 +203,16 @@ class QueuePart(PostgresCore):
             else float(first_pending),
         )
 
+    # -- timers -------------------------------------------------------------------------------
+
     async def due_timers(
         self, now: float, limit: int = 100, bots: Sequence[str] | None = None
     ) -> list[DueTimer]:
         """Due timers, earliest first (the lease CAS decides who runs each)."""
-        bots_filter = "" if bots is None else " AND c.bot = ANY($3::text[])"
-        args: list[Any] = [now, limit] + ([] if bots is None else [list(bots)])
-        async with self._conn() as db:
+        d = self.dialect
+        bots_filter = "" if bots is None else " AND c.bot" + d.any_of("$3", "TEXT")
+        args: list[Any] = [now, limit] + ([] if bots is None else [d.list_arg(bots)])
+        async with self._read() as db:
             rows = await db.fetch(
                 cols.TIMER_SELECT + f"WHERE t.due_at <= $1{bots_filter} ORDER BY t.due_at LIMIT $2",
                 *args,
@@ -222,37 +221,37 @@ class QueuePart(PostgresCore):
 
     async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:
         """Earliest due time."""
-        async with self._conn() as db:
+        d = self.dialect
+        async with self._read() as db:
             if bots is None:
                 value = await db.fetchval("SELECT MIN(due_at) FROM timers")
             else:
                 value = await db.fetchval(
                     "SELECT MIN(t.due_at) FROM timers t JOIN conversations c "
-                    "ON c.id = t.conversation_id WHERE c.bot = ANY($1::text[])",
-                    list(bots),
+                    "ON c.id = t.conversation_id WHERE c.bot" + d.any_of("$1", "TEXT"),
+                    d.list_arg(bots),
                 )
         return None if value is None else float(value)
 
     async def timer(self, conversation: ConversationKey) -> DueTimer | None:
         """The conversation's timer."""
-        async with self._conn() as db:
+        async with self._read() as db:
             row = await db.fetchrow(
-                cols.TIMER_SELECT
-                + "WHERE c.bot = $1 AND c.platform = $2 AND c.chat_id = $3 AND c.thread_id = $4",
-                *_conv_args(conversation),
+                cols.TIMER_SELECT + f"WHERE {CONV_WHERE_C}", *conv_args(conversation)
             )
         return None if row is None else cols.timer(row)
 
     async def rearm_timer(self, conversation: ConversationKey, due_at: float) -> None:
         """Move (or arm) the conversation's timer."""
         async with self._tx() as db:
-            conv_id = await self._lock_conv(db, conversation)
+            conv_id = await self._conv_id(db, conversation, lock=True)
             if conv_id is None:
                 return
             await db.execute(
                 "INSERT INTO timers (conversation_id, due_at, first_pending_at, armed_version) "
-                "SELECT id, $2::float8, $2::float8, version FROM conversations WHERE id = $1 "
-                "ON CONFLICT (conversation_id) DO UPDATE SET due_at = EXCLUDED.due_at",
+                "SELECT id, CAST($2 AS DOUBLE PRECISION), CAST($2 AS DOUBLE PRECISION), version "
+                "FROM conversations WHERE id = $1 "
+                "ON CONFLICT (conversation_id) DO UPDATE SET due_at = excluded.due_at",
                 conv_id,
                 due_at,
             )
@@ -261,38 +260,59 @@ class QueuePart(PostgresCore):
         self, conversation: ConversationKey, armed_version: int, *, only_if_idle: bool = True
     ) -> bool:
         """Remove the timer unless newer input re-armed it (or, by default, input is pending)."""
-        idle = " AND NOT EXISTS (SELECT 1 FROM messages WHERE conversation_id = $1 AND pending)"
+        # `pending = 1` matches SQLite's partial index messages_pending (a bare `pending`
+        # would not).
+        idle = (
+            " AND NOT EXISTS (SELECT 1 FROM messages WHERE conversation_id = $1 "
+            f"AND pending = {self.dialect.true})"
+        )
         async with self._tx() as db:
             # The lock orders this after any ingest in flight: that ingest's message and timer
             # are then visible to the checks below.
-            conv_id = await self._lock_conv(db, conversation)
+            conv_id = await self._conv_id(db, conversation, lock=True)
             if conv_id is None:
                 return False
-            status = await db.execute(
+            removed = await db.execute(
                 "DELETE FROM timers WHERE conversation_id = $1 AND armed_version <= $2"
                 + (idle if only_if_idle else ""),
                 conv_id,
                 armed_version,
             )
-        return _rowcount(status) > 0
+        return removed > 0
 
     # -- leases -------------------------------------------------------------------------------
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
-        """CAS in one statement: succeeds only if free or expired; the token always grows."""
-        args: list[Any] = [name, holder, ttl] + ([] if self.use_db_clock else [now])
+        """CAS in one statement: succeeds only if free or expired; the token always grows.
+
+        On PostgreSQL the conflicting row is locked and the WHERE evaluated on its latest
+        version, so of two racing workers exactly one wins (SQLite: one writer at a time).
+        """
+        clock = self._db_now or "CAST($4 AS DOUBLE PRECISION)"
+        args: list[Any] = [name, holder, ttl] + ([] if self._db_now else [now])
         async with self._tx() as db:
-            row = await db.fetchrow(self._acquire_sql, *args)
+            row = await db.fetchrow(
+                "INSERT INTO leases (name, holder, token, expires_at) "
+                f"VALUES ($1, $2, 1, {clock} + CAST($3 AS DOUBLE PRECISION)) "
+                "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
+                "token = leases.token + 1, expires_at = excluded.expires_at "
+                f"WHERE leases.expires_at <= {clock} RETURNING token, expires_at",
+                *args,
+            )
         if row is None:
             return None
         return Lease(name=name, holder=holder, token=int(row[0]), expires_at=float(row[1]))
 
     async def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease | None:
         """Extend a lease still held under the same token."""
+        clock = self._db_now or "CAST($5 AS DOUBLE PRECISION)"
         args: list[Any] = [lease.name, lease.token, lease.holder, ttl]
         async with self._tx() as db:
             expires = await db.fetchval(
-                self._renew_sql, *args, *([] if self.use_db_clock else [now])
+                f"UPDATE leases SET expires_at = {clock} + CAST($4 AS DOUBLE PRECISION) "
+                "WHERE name = $1 AND token = $2 AND holder = $3 RETURNING expires_at",
+                *args,
+                *([] if self._db_now else [now]),
             )
         if expires is None:
             return None
@@ -310,7 +330,7 @@ class QueuePart(PostgresCore):
 
     async def lease_expires_at(self, name: str) -> float | None:
         """Read the lease's expiry (a rate limit's "until when")."""
-        async with self._conn() as db:
+        async with self._read() as db:
             value = await db.fetchval("SELECT expires_at FROM leases WHERE name = $1", name)
         return None if value is None else float(value)
 
@@ -326,67 +346,96 @@ class QueuePart(PostgresCore):
         usage: Usage | None = None,
         model: str | None = None,
     ) -> FinishResult:
-        """Fencing check, version check, then record reply + outbox atomically."""
+        """Fencing check, version check (rules.final_verdict), then reply + outbox, atomically.
+
+        The conversation is locked, then the lease row: a worker cannot take over an expired
+        lease, read the pending messages and answer them again while this transaction
+        commits; the takeover waits for it and then finds nothing pending.
+        """
         if not reply.strip():
             # An empty assistant message would make every later request of the session fail.
             raise StoreError("refusing to record an empty or whitespace-only reply")
+        d = self.dialect
         key = turn.session.conversation
         async with self._tx() as db:
-            conv_id = await self._lock_conv(db, key)
-            # The lease row stays locked until commit: a takeover of an expired lease waits
-            # for this transaction and then sees the messages answered.
-            token = await db.fetchval(
-                "SELECT token FROM leases WHERE name = $1 FOR UPDATE", lease.name
-            )
+            conv_id = await self._conv_id(db, key, lock=True)
+            token = await self._lease_token(db, lease.name)
             found = await self._session_row(db, turn.session)
-            if token != lease.token or conv_id is None or found is None:
-                return FinishResult("fenced")
-            sid = found[0]
-            row = await db.fetchrow(
-                "SELECT c.version, (SELECT COUNT(*) FROM messages WHERE session_id = $2 "
-                "AND pending AND version > $3) FROM conversations c WHERE c.id = $1",
-                conv_id,
-                sid,
-                turn.version,
+            leased = token == lease.token and conv_id is not None and found is not None
+            version = newer = 0
+            if leased:
+                assert found is not None
+                row = await db.fetchrow(
+                    "SELECT c.version, (SELECT COUNT(*) FROM messages WHERE session_id = $1 "
+                    f"AND pending = {d.true} AND version > $2) FROM conversations c "
+                    "WHERE c.id = $3",
+                    found[0],
+                    turn.version,
+                    conv_id,
+                )
+                assert row is not None
+                version, newer = int(row[0]), int(row[1])
+            verdict = final_verdict(
+                queue,
+                still_leased=leased,
+                newer_pending=newer > 0,
+                first_pending_at=turn.first_pending_at,
+                now=now,
             )
-            assert row is not None
-            version, newer = int(row[0]), int(row[1])
-            cap_passed = now >= turn.first_pending_at + queue.max_wait
-            if newer and not cap_passed:
+            if verdict == "fenced":
+                return FinishResult("fenced")
+            if verdict == "discarded":
                 # Newer input joined this session while we generated: the timer it armed
                 # stays; the next attempt will cover everything.
                 return FinishResult("discarded", current_version=version)
+            assert conv_id is not None
+            assert found is not None
+            sid = found[0]
             reply_to = turn.messages[-1].platform_message_id if turn.messages else None
-            u = usage or Usage()
-            recorded = await db.fetchrow(
-                "WITH t AS (UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = $3 "
-                "WHERE id = $2 RETURNING next_turn - 1 AS turn), "
-                "r AS (INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
-                "display_name, text, version, pending, created_at, input_tokens, output_tokens, "
-                "cache_write_tokens, cache_read_tokens, model) "
-                "SELECT $1, $2, t.turn, 'assistant', 'assistant', '', $4::text, $5::bigint, "
-                "FALSE, $3, $8::integer, $9::integer, $10::integer, $11::integer, $12::text FROM t "
-                "RETURNING id), "
-                "a AS (UPDATE messages SET pending = FALSE, answered_by = (SELECT id FROM r) "
-                "WHERE id = ANY($6::bigint[])) "
-                "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
-                "reply_to, created_at) SELECT $1, $2, r.id, $4, $7::text, $3 FROM r "
-                "RETURNING id, reply_message_id",
-                conv_id,
-                sid,
-                now,
-                reply,
-                turn.version,
-                [m.id for m in turn.messages],
-                reply_to,
-                u.input_tokens,
-                u.output_tokens,
-                u.cache_creation_input_tokens,
-                u.cache_read_input_tokens,
-                model,
+            reply_turn = int(
+                await db.fetchval(
+                    "UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = $1 "
+                    "WHERE id = $2 RETURNING next_turn - 1",
+                    now,
+                    sid,
+                )
             )
-            assert recorded is not None
-            outbox_id, reply_id = int(recorded[0]), int(recorded[1])
+            u = usage or Usage()
+            reply_id = int(
+                await db.fetchval(
+                    "INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
+                    "display_name, text, version, pending, created_at, model, input_tokens, "
+                    "output_tokens, cache_write_tokens, cache_read_tokens) VALUES ($1, $2, $3, "
+                    f"'assistant', 'assistant', '', $4, $5, {d.false}, $6, $7, $8, $9, $10, $11) "
+                    "RETURNING id",
+                    conv_id,
+                    sid,
+                    reply_turn,
+                    reply,
+                    turn.version,
+                    now,
+                    model,
+                    *cols.usage_values(u),
+                )
+            )
+            await db.execute(
+                f"UPDATE messages SET pending = {d.false}, answered_by = $1 WHERE id"
+                + d.any_of("$2"),
+                reply_id,
+                d.list_arg(m.id for m in turn.messages),
+            )
+            outbox_id = int(
+                await db.fetchval(
+                    "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
+                    "reply_to, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                    conv_id,
+                    sid,
+                    reply_id,
+                    reply,
+                    reply_to,
+                    now,
+                )
+            )
             await self._settle_timer(db, conv_id, turn.version, queue)
         item = OutboxItem(
             id=outbox_id,
@@ -399,38 +448,6 @@ class QueuePart(PostgresCore):
         )
         return FinishResult("recorded", outbox=item, current_version=version)
 
-    @staticmethod
-    async def _settle_timer(db: Conn, conv_id: int, v0: int, queue: QueuePolicy) -> None:
-        """After a recorded turn, the timer reflects what is still pending.
-
-        Nothing pending: drop the timer unless input newer than v0 armed it. Something
-        pending (newer input, or messages of a newer session): the timer restarts from those
-        messages' own times, so a new burst gets its own debounce and its own hard cap.
-        """
-        remaining = await db.fetchrow(
-            "SELECT MIN(created_at), MAX(created_at), MAX(version) FROM messages "
-            "WHERE conversation_id = $1 AND pending",
-            conv_id,
-        )
-        if remaining is None or remaining[0] is None:
-            await db.execute(
-                "DELETE FROM timers WHERE conversation_id = $1 AND armed_version <= $2",
-                conv_id,
-                v0,
-            )
-            return
-        first, last = float(remaining[0]), float(remaining[1])
-        await db.execute(
-            "INSERT INTO timers (conversation_id, due_at, first_pending_at, armed_version) "
-            "VALUES ($1, $2, $3, $4) ON CONFLICT (conversation_id) DO UPDATE SET "
-            "due_at = EXCLUDED.due_at, first_pending_at = EXCLUDED.first_pending_at, "
-            "armed_version = GREATEST(timers.armed_version, EXCLUDED.armed_version)",
-            conv_id,
-            queue.due_at(last, first),
-            first,
-            int(remaining[2]),
-        )
-
     # -- outbox -------------------------------------------------------------------------------
 
     async def record_outbox(
@@ -440,7 +457,7 @@ class QueuePart(PostgresCore):
         if not text.strip():
             raise StoreError("refusing to record an empty or whitespace-only message")
         async with self._tx() as db:
-            conv_id = await self._lock_conv(db, conversation, now)
+            conv_id = await self._conv_id(db, conversation, now)
             assert conv_id is not None
             sid, number = await self._ensure_open(db, conv_id, now, None)
             outbox_id = await db.fetchval(
@@ -464,12 +481,12 @@ class QueuePart(PostgresCore):
 
     async def answered(self, conversation: ConversationKey, platform_message_id: str) -> bool:
         """A lookup through the outbox's session index."""
-        async with self._conn() as db:
+        async with self._read() as db:
             found = await db.fetchval(
                 "SELECT 1 FROM outbox WHERE session_id IN (SELECT s.id FROM sessions s "
-                f"JOIN conversations c ON c.id = s.conversation_id WHERE {_CONV_WHERE}) "
+                f"JOIN conversations c ON c.id = s.conversation_id WHERE {CONV_WHERE_C}) "
                 "AND reply_message_id = 0 AND reply_to = $5 LIMIT 1",
-                *_conv_args(conversation),
+                *conv_args(conversation),
                 platform_message_id,
             )
         return found is not None
@@ -477,18 +494,18 @@ class QueuePart(PostgresCore):
     async def begin_send(self, item: OutboxItem, now: float) -> bool:
         """CAS on the attempt count: of two processes, one claims the attempt."""
         async with self._tx() as db:
-            status = await db.execute(
+            claimed = await db.execute(
                 "UPDATE outbox SET attempts = attempts + 1, attempted_at = $1 "
                 "WHERE id = $2 AND status = 'pending' AND attempts = $3",
                 now,
                 item.id,
                 item.attempts,
             )
-        return _rowcount(status) == 1
+        return claimed == 1
 
     async def unsent_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
         """Never-attempted rows."""
-        async with self._conn() as db:
+        async with self._read() as db:
             rows = await db.fetch(
                 cols.OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts = 0 "
                 "AND o.created_at <= $1 ORDER BY o.id LIMIT $2",
@@ -499,7 +516,7 @@ class QueuePart(PostgresCore):
 
     async def uncertain_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
         """Attempted but unconfirmed rows."""
-        async with self._conn() as db:
+        async with self._read() as db:
             rows = await db.fetch(
                 cols.OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts > 0 "
                 "AND o.attempted_at <= $1 ORDER BY o.id LIMIT $2",

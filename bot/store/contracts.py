@@ -1,0 +1,537 @@
+"""The store contracts, split by consumer; a backend implements all of them (BaseStore).
+
+Every method that writes is one transaction. Methods that the coalescing queue relies on
+(``ingest``, ``acquire_lease``, ``finish_turn``) are atomic across processes, not just
+coroutines: docs/architecture.md#queue must hold with several processes on one database.
+A consumer annotates the narrowest contract it uses (e.g. ``Delivery`` takes an OutboxStore).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Self
+
+from bot.core.events import (
+    ConversationKey,
+    DueTimer,
+    EditOutcome,
+    Erasure,
+    FinishResult,
+    Inbound,
+    IngestResult,
+    Lease,
+    NotSet,
+    OldMessages,
+    OutboxItem,
+    QueuePolicy,
+    Reservation,
+    RetentionEntry,
+    SessionInfo,
+    SessionKey,
+    SessionPolicy,
+    StoredMessage,
+    StoredSummary,
+    Tombstone,
+    Turn,
+    UsageStats,
+    UserData,
+    UserKey,
+)
+from bot.core.llm import Usage
+
+
+class StoreLifecycle(abc.ABC):
+    """Opening and closing a store (every consumer's store has these)."""
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @property
+    @abc.abstractmethod
+    def in_flight(self) -> int:
+        """Store operations running or queued in this process right now."""
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and apply pending schema migrations."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close connections."""
+
+    @abc.abstractmethod
+    async def schema_version(self) -> int:
+        """The applied schema version."""
+
+
+class SessionStore(abc.ABC):
+    """Sessions of a conversation and their session-scoped values (docs/architecture.md#keys)."""
+
+    @abc.abstractmethod
+    async def open_session(
+        self, conversation: ConversationKey, now: float, policy: SessionPolicy | None = None
+    ) -> SessionInfo:
+        """The conversation's open session; opens the next one if none is open or it expired."""
+
+    @abc.abstractmethod
+    async def current_session(self, conversation: ConversationKey) -> SessionInfo | None:
+        """The open session, or None (no conversation, or its last session was closed)."""
+
+    @abc.abstractmethod
+    async def new_session(
+        self, conversation: ConversationKey, now: float, reason: str = "new"
+    ) -> SessionInfo:
+        """Close the open session (if any) and open the next one, atomically."""
+
+    @abc.abstractmethod
+    async def close_session(
+        self, conversation: ConversationKey, now: float, reason: str = "closed"
+    ) -> SessionInfo | None:
+        """Close the open session; return it, or None if none was open. Deletes nothing."""
+
+    @abc.abstractmethod
+    async def get_session(self, session: SessionKey) -> SessionInfo | None:
+        """A session by key, open or closed."""
+
+    @abc.abstractmethod
+    async def list_sessions(self, conversation: ConversationKey) -> list[SessionInfo]:
+        """All sessions of a conversation, oldest first."""
+
+    @abc.abstractmethod
+    async def get_state(self, session: SessionKey, name: str) -> str | NotSet:
+        """A session-scoped value, or NOT_SET."""
+
+    @abc.abstractmethod
+    async def set_state(self, session: SessionKey, name: str, value: str, now: float) -> None:
+        """Set a session-scoped value; raises StoreError for an unknown session."""
+
+    @abc.abstractmethod
+    async def delete_state(self, session: SessionKey, name: str | None = None) -> int:
+        """Delete one value (or all of the session's, with None); return how many."""
+
+
+class MessageStore(abc.ABC):
+    """Messages as they arrive, change and are read back (ingest is the queue's entry)."""
+
+    @abc.abstractmethod
+    async def ingest(
+        self,
+        inbound: Inbound,
+        now: float,
+        queue: QueuePolicy,
+        sessions: SessionPolicy | None = None,
+    ) -> IngestResult:
+        """Store a message, bump the version and arm the timer, in one short transaction.
+
+        A second delivery of the same platform message id in the conversation is a no-op.
+        """
+
+    @abc.abstractmethod
+    async def edit_message(
+        self,
+        conversation: ConversationKey,
+        platform_message_id: str,
+        text: str,
+        now: float,
+        queue: QueuePolicy,
+        *,
+        author_id: str | None = None,
+    ) -> EditOutcome:
+        """Replace a user message's text if it has not been answered yet.
+
+        Editing a pending message bumps the version (a generation that read the old text is
+        discarded by the final check) and re-arms the timer like new input. An answered
+        message is left as it was (``too_late``). With ``author_id``, only a message of that
+        author is touched (someone else's is ``unknown``).
+        """
+
+    @abc.abstractmethod
+    async def delete_message(
+        self,
+        conversation: ConversationKey,
+        platform_message_id: str,
+        *,
+        author_id: str | None = None,
+        now: float | None = None,
+    ) -> StoredMessage | None:
+        """Remove a message deleted on the platform; the removed message or None.
+
+        With ``author_id``, only a message of that author is removed. The turn is tombstoned
+        (at ``now``), so the gap check knows why it is missing.
+        """
+
+    @abc.abstractmethod
+    async def set_conversation_status(
+        self, conversation: ConversationKey, active: bool, reason: str | None = None
+    ) -> None:
+        """Mark a conversation inactive (delivery refused) or active again."""
+
+    @abc.abstractmethod
+    async def conversation_active(self, conversation: ConversationKey) -> bool:
+        """False when the conversation was marked inactive (True if unknown)."""
+
+    @abc.abstractmethod
+    async def conversation_version(self, conversation: ConversationKey) -> int:
+        """The conversation's version counter (0 if it does not exist)."""
+
+    @abc.abstractmethod
+    async def history(
+        self,
+        session: SessionKey,
+        limit: int,
+        *,
+        after_turn: int = 0,
+        oldest_first: bool = False,
+    ) -> list[StoredMessage]:
+        """Answered or context messages of a session with ``turn > after_turn``.
+
+        The newest ``limit`` of them (or the oldest, with ``oldest_first``), in turn order.
+        Pending messages are not history: they are the next turn. Messages closed out because
+        the model rejected them are not history either: they are never submitted again.
+        """
+
+    @abc.abstractmethod
+    async def count_history(self, session: SessionKey, *, after_turn: int = 0) -> int:
+        """How many history messages have ``turn > after_turn``."""
+
+    @abc.abstractmethod
+    async def messages(self, session: SessionKey) -> list[StoredMessage]:
+        """Every stored message of a session in turn order."""
+
+
+class QueueStore(abc.ABC):
+    """The coalescing queue: pending turns, timers, the final check (docs/architecture.md#queue)."""
+
+    @abc.abstractmethod
+    async def pending_turn(
+        self, conversation: ConversationKey, limit: int | None = None
+    ) -> Turn | None:
+        """Pending user messages of the oldest session that has some, merged as one turn:
+        the oldest ``limit`` of them (all with None); the rest wait for the next turn.
+
+        ``Turn.version`` is the conversation version read in the same transaction (v0).
+        """
+
+    @abc.abstractmethod
+    async def due_timers(
+        self, now: float, limit: int = 100, bots: Sequence[str] | None = None
+    ) -> list[DueTimer]:
+        """Timers due at ``now``, earliest first (only of these bots, when given)."""
+
+    @abc.abstractmethod
+    async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:
+        """The earliest armed timer's due time (of these bots, when given), or None."""
+
+    @abc.abstractmethod
+    async def timer(self, conversation: ConversationKey) -> DueTimer | None:
+        """The conversation's armed timer, or None."""
+
+    @abc.abstractmethod
+    async def rearm_timer(self, conversation: ConversationKey, due_at: float) -> None:
+        """Move the conversation's timer (e.g. retry after a model failure); arm if missing."""
+
+    @abc.abstractmethod
+    async def clear_timer(
+        self, conversation: ConversationKey, armed_version: int, *, only_if_idle: bool = True
+    ) -> bool:
+        """Remove the timer unless input newer than ``armed_version`` re-armed it.
+
+        With ``only_if_idle`` (the default) the timer also stays while any message of the
+        conversation is pending, checked in the same transaction: a message ingested between
+        a worker's reads can never be left without a timer.
+        """
+
+    @abc.abstractmethod
+    async def skip_turn(
+        self, turn: Turn, lease: Lease, now: float, queue: QueuePolicy, reason: str = "limited"
+    ) -> bool:
+        """Mark the turn's messages handled without a reply, storing ``reason`` (a limit was
+        hit, the model rejected the turn, its session was reset): they stay as context and
+        are never submitted again; fenced (False) when the lease is no longer ours."""
+
+    @abc.abstractmethod
+    async def finish_turn(
+        self,
+        turn: Turn,
+        lease: Lease,
+        reply: str,
+        now: float,
+        queue: QueuePolicy,
+        usage: Usage | None = None,
+        model: str | None = None,
+    ) -> FinishResult:
+        """The final check and, if it passes, recording of the reply, in one transaction.
+
+        Fenced: the lease token is no longer ours; nothing is written. Discarded: newer input
+        arrived in the turn's session and the hard cap has not passed; the timer stays armed.
+        Recorded: the reply is stored as the next turn, exactly the turn's messages are marked
+        answered, an outbox row is written, and the timer is removed unless newer input armed
+        it (a timer is kept or armed while any message of the conversation is pending).
+        An empty or whitespace-only ``reply`` raises StoreError: it is never recorded.
+        """
+
+
+class LeaseStore(abc.ABC):
+    """Fenced leases: turns of one conversation, elections and rate windows."""
+
+    @abc.abstractmethod
+    async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
+        """Compare-and-swap: take the lease if free or expired; the token grows every time."""
+
+    @abc.abstractmethod
+    async def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease | None:
+        """Extend a lease we still hold (same token); None if it was taken over."""
+
+    @abc.abstractmethod
+    async def release_lease(self, lease: Lease) -> None:
+        """Free a lease we hold (keeps the token so the next holder's is larger)."""
+
+    @abc.abstractmethod
+    async def lease_expires_at(self, name: str) -> float | None:
+        """When the lease of this name expires (in the past when free); None if never taken."""
+
+
+class OutboxStore(abc.ABC):
+    """The outbox: replies recorded by the final check, sent at least once."""
+
+    @abc.abstractmethod
+    async def record_outbox(
+        self, conversation: ConversationKey, text: str, now: float, reply_to: str | None = None
+    ) -> OutboxItem:
+        """An outbox row for a message that is not part of the transcript (a command answer,
+        notice, greeting or denied reply): ``reply_message_id`` 0, in the conversation's open
+        session (the conversation and a session are created when missing). Its text is
+        cleared once the row is sent or failed. Empty text raises StoreError."""
+
+    @abc.abstractmethod
+    async def answered(self, conversation: ConversationKey, platform_message_id: str) -> bool:
+        """Whether a non-transcript outbox row answers this platform message (a command
+        delivered again by the platform was already answered: it must not run twice)."""
+
+    @abc.abstractmethod
+    async def begin_send(self, item: OutboxItem, now: float) -> bool:
+        """Claim a send attempt: CAS on the attempt count, so one process sends each attempt."""
+
+    @abc.abstractmethod
+    async def unsent_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
+        """Pending rows never attempted, recorded at or before ``older_than``."""
+
+    @abc.abstractmethod
+    async def uncertain_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
+        """Rows attempted at or before ``older_than`` but never confirmed (died mid-send)."""
+
+    @abc.abstractmethod
+    async def mark_sent(self, outbox_id: int, now: float) -> None:
+        """Confirm delivery of an outbox row (clearing the text of a non-transcript row)."""
+
+    @abc.abstractmethod
+    async def mark_failed(self, outbox_id: int, now: float, reason: str) -> None:
+        """Give up on an outbox row (logged and kept for the operator; the text of a
+        non-transcript row is cleared)."""
+
+
+class UsageStore(abc.ABC):
+    """Per-person turn limits and model usage."""
+
+    @abc.abstractmethod
+    async def reserve_turn(
+        self,
+        user: UserKey,
+        bot: str,
+        now: float,
+        *,
+        per_hour: int = 0,
+        per_day: int = 0,
+    ) -> Reservation:
+        """Atomically count the user's turns in the last hour and day and, when both are under
+        their limits (0 = none), record one more; else say when the user may continue."""
+
+    @abc.abstractmethod
+    async def release_turn(self, reservation_id: int) -> None:
+        """Give back a reservation whose turn did not reach the user (discarded, failed)."""
+
+    @abc.abstractmethod
+    async def record_usage(
+        self,
+        conversation: ConversationKey,
+        purpose: str,
+        model: str | None,
+        charges: Sequence[tuple[str | None, Usage]],
+        now: float,
+    ) -> None:
+        """Record one model call's usage (a reply or a memory task), split into shares
+        charged to people (user id) or to the bot alone (None)."""
+
+    @abc.abstractmethod
+    async def input_tokens_since(self, user: UserKey, since: float) -> int:
+        """Input tokens (uncached, cache writes and cache reads) charged to a person since
+        ``since``, over every bot of the store."""
+
+    @abc.abstractmethod
+    async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
+        """Replies recorded and tokens of every model call since ``since`` (of one bot, when
+        given)."""
+
+
+class MemoryStore(abc.ABC):
+    """Long-term memory: user records, rolling summaries, extraction bookkeeping."""
+
+    @abc.abstractmethod
+    async def get_user_memory(self, user: UserKey) -> str | NotSet:
+        """A user's long-term memory record (JSON text), or NOT_SET."""
+
+    @abc.abstractmethod
+    async def read_user_memory(self, user: UserKey) -> tuple[str | None, int]:
+        """A user's record (None when there is none) and its version (0 when none)."""
+
+    @abc.abstractmethod
+    async def set_user_memory(
+        self, user: UserKey, record: str, now: float, *, expected_version: int | None = None
+    ) -> bool:
+        """Replace a user's record and bump its version; return whether it was written.
+
+        With ``expected_version`` it is a compare-and-swap: written only if the stored
+        version is still that one (0: no record yet). Without it the write always wins
+        (erasure): every writer that read the record before it then loses its CAS.
+        """
+
+    @abc.abstractmethod
+    async def delete_user_memory(self, user: UserKey) -> bool:
+        """Remove a user's record row; True if there was one.
+
+        The version restarts at 0, so a writer that read "no record" could still win its
+        CAS: erasure writes a tombstone with ``set_user_memory`` instead.
+        """
+
+    @abc.abstractmethod
+    async def get_summary(self, session: SessionKey) -> StoredSummary | None:
+        """The session's rolling summary, or None."""
+
+    @abc.abstractmethod
+    async def save_summary(
+        self,
+        session: SessionKey,
+        body: str,
+        first_turn: int,
+        last_turn: int,
+        now: float,
+        *,
+        expected_last_turn: int | None,
+        authors: Sequence[str] = (),
+        sources: Sequence[int] = (),
+    ) -> bool:
+        """Replace the summary if it still covers up to ``expected_last_turn`` (None: no
+        summary yet) and every message id in ``sources`` (what was folded) still exists;
+        False when another worker got there first or a source was deleted meanwhile.
+
+        ``authors`` (whose messages were folded) are added to the summary's author list,
+        which /forget and /export use to find the summaries that mention a person.
+        """
+
+    @abc.abstractmethod
+    async def sessions_to_extract(
+        self, quiet_before: float, limit: int = 20, bots: Sequence[str] | None = None
+    ) -> list[tuple[SessionKey, int]]:
+        """Sessions with user messages not yet learned from, that are closed or have been
+        quiet since ``quiet_before``: (session, last extracted turn)."""
+
+    @abc.abstractmethod
+    async def mark_extracted(self, session: SessionKey, turn: int) -> None:
+        """Record that user memory was learned from the session up to ``turn``."""
+
+
+class RetentionStore(abc.ABC):
+    """Retention and gaps: expiry, message age, tombstones (docs/architecture.md#retention)."""
+
+    @abc.abstractmethod
+    async def session_bounds(self, session: SessionKey) -> tuple[int, int] | None:
+        """(first, last) turn of the session's stored messages, or None when it has none."""
+
+    @abc.abstractmethod
+    async def missing_turns(
+        self, session: SessionKey, covered: tuple[int, int] | None = None
+    ) -> list[tuple[int, int]]:
+        """Ranges (inclusive) of the session's turns 1..next_turn-1 that are neither stored,
+        tombstoned nor inside ``covered`` (the summary's range): one indexed query."""
+
+    @abc.abstractmethod
+    async def tombstones(self, session: SessionKey) -> list[Tombstone]:
+        """Turns of the session that personabot deleted itself, with the reasons."""
+
+    @abc.abstractmethod
+    async def sessions_page(
+        self, status: str, cursor: int = 0, limit: int = 500
+    ) -> tuple[list[SessionInfo], int]:
+        """Sessions with this status in a stable order, from ``cursor``; and the next cursor
+        (0 when there are no more)."""
+
+    @abc.abstractmethod
+    async def expired_sessions(self, closed_before: float, limit: int = 100) -> list[SessionKey]:
+        """Closed sessions that closed at or before ``closed_before`` (not yet expired)."""
+
+    @abc.abstractmethod
+    async def expire_session(self, session: SessionKey, now: float) -> int:
+        """Delete a closed session's messages, state and summary in ONE transaction (none or
+        all of them go), mark it expired and log the deletion; return the messages deleted."""
+
+    @abc.abstractmethod
+    async def old_messages(self, session: SessionKey, cutoff: float) -> OldMessages | None:
+        """The session's answered/context messages created at or before ``cutoff``."""
+
+    @abc.abstractmethod
+    async def sessions_with_old_messages(self, cutoff: float, limit: int = 100) -> list[SessionKey]:
+        """Open sessions holding answered/context messages older than ``cutoff`` (closed
+        sessions are not listed: they expire as units)."""
+
+    @abc.abstractmethod
+    async def delete_old_messages(
+        self, session: SessionKey, through_turn: int, cutoff: float, now: float, limit: int
+    ) -> int:
+        """Delete up to ``limit`` answered/context messages with ``turn <= through_turn`` and
+        created at or before ``cutoff``, oldest first, logging the range (and tombstoning
+        the turns); return how many."""
+
+    @abc.abstractmethod
+    async def prune_outbox(self, finished_before: float) -> int:
+        """Delete outbox rows sent or failed at or before ``finished_before``; how many."""
+
+    @abc.abstractmethod
+    async def retention_log(self, limit: int = 100) -> list[RetentionEntry]:
+        """The newest entries of the retention audit trail."""
+
+    @abc.abstractmethod
+    async def delete_user_messages(
+        self, user: UserKey, *, closed_sessions_only: bool, now: float | None = None
+    ) -> int:
+        """Delete a person's messages (for /forget; tombstoned); return how many."""
+
+
+class PeopleStore(abc.ABC):
+    """A person's data across every chat (/forget, /export)."""
+
+    @abc.abstractmethod
+    async def erase_user_messages(self, user: UserKey) -> Erasure:
+        """Delete, in one transaction, everything message-shaped about a person on a platform.
+
+        Every conversation and bot, open sessions included: their own messages (except the
+        ones still waiting for a reply), the bot's replies that answered only them, the
+        outbox rows of those replies and the finished outbox rows of replies that also
+        answered others, and every summary that folded in their messages (dropped: history
+        still stored is summarised again when needed). A summary being written at the same
+        time loses its compare-and-swap (its sources are gone).
+        """
+
+    @abc.abstractmethod
+    async def user_data(self, user: UserKey) -> UserData:
+        """Every stored row about a person on a platform, across all chats and bots."""

@@ -1,0 +1,103 @@
+"""PostgreSQL's ingest: three statements under the conversation lock (a data-modifying CTE
+writes the version, the turn, the message and the timer at once; SQLite, which has none,
+writes the same as a short sequence, see its ``_ingest.py``)."""
+
+from __future__ import annotations
+
+from bot.core.events import Inbound, IngestResult, QueuePolicy, SessionKey, SessionPolicy
+from bot.core.rules import arm
+from bot.core.sessions import expiry_reason
+from bot.store.sql.messages import MessagesPart
+
+
+class IngestPart(MessagesPart):
+    """Store, bump the version, arm the timer: one transaction under the conversation lock."""
+
+    async def ingest(
+        self,
+        inbound: Inbound,
+        now: float,
+        queue: QueuePolicy,
+        sessions: SessionPolicy | None = None,
+    ) -> IngestResult:
+        """Store, bump the version, arm the timer: one transaction under the conversation lock.
+
+        Common case in three statements: the lock; one read (duplicate, open session, timer),
+        which must come after the lock so that it sees what a racing ingest committed; one
+        write (version, turn, message and timer together).
+        """
+        async with self._tx() as db:
+            conv_id = await self._conv_id(db, inbound.conversation, now)
+            assert conv_id is not None
+            state = await db.fetchrow(
+                "SELECT (SELECT s.session_no FROM messages m JOIN sessions s "
+                "ON s.id = m.session_id WHERE m.conversation_id = $1 "
+                "AND m.platform_message_id = $2), c.version, t.due_at, t.first_pending_at, "
+                "o.id, o.session_no, o.opened_at, o.last_activity_at FROM conversations c "
+                "LEFT JOIN timers t ON t.conversation_id = c.id "
+                "LEFT JOIN sessions o ON o.conversation_id = c.id AND o.status = 'open' "
+                "WHERE c.id = $1",
+                conv_id,
+                inbound.platform_message_id,
+            )
+            assert state is not None
+            timer_due = None if state[2] is None else float(state[2])
+            if state[0] is not None:  # a second delivery of a stored message: no-op
+                return IngestResult(
+                    stored=False,
+                    message_id=None,
+                    session=SessionKey(inbound.conversation, int(state[0])),
+                    version=int(state[1]),
+                    due_at=timer_due,
+                )
+            reason = (
+                None
+                if state[4] is None or sessions is None
+                else expiry_reason(
+                    sessions, opened_at=float(state[6]), last_activity_at=float(state[7]), now=now
+                )
+            )
+            if state[4] is None or reason is not None:
+                sid, number = await self._rotate(db, conv_id, now, reason)
+            else:
+                sid, number = int(state[4]), int(state[5])
+            # The armed version is the one the statement below writes (m.version).
+            timer = arm(queue, now, None if state[3] is None else float(state[3]), 0)
+            first_pending_at = timer.first_pending_at
+            due_at = timer.due_at if inbound.triggers_reply else timer_due
+            row = await db.fetchrow(
+                "WITH v AS (UPDATE conversations SET version = version + 1, status = 'active', "
+                "status_reason = NULL WHERE id = $1 RETURNING version), "
+                "t AS (UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = $3, "
+                "last_user_turn = next_turn WHERE id = $2 RETURNING next_turn - 1 AS turn), "
+                "m AS (INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
+                "display_name, text, platform_message_id, is_private, version, pending, "
+                "addressed, created_at) SELECT $1, $2, t.turn, 'user', $4::text, $5::text, "
+                "$6::text, $7::text, $8::boolean, v.version, $9::boolean, $9::boolean, $3 "
+                "FROM v, t RETURNING id, version), "
+                # Arm or extend the timer (only for a message that asks for a reply).
+                "a AS (INSERT INTO timers (conversation_id, due_at, first_pending_at, "
+                "armed_version) SELECT $1, $10::float8, $11::float8, m.version FROM m WHERE $9 "
+                "ON CONFLICT (conversation_id) DO UPDATE SET due_at = EXCLUDED.due_at, "
+                "armed_version = EXCLUDED.armed_version) "
+                "SELECT id, version FROM m",
+                conv_id,
+                sid,
+                now,
+                inbound.author_id,
+                inbound.display_name,
+                inbound.text,
+                inbound.platform_message_id,
+                inbound.is_private,
+                inbound.triggers_reply,
+                due_at,
+                first_pending_at,
+            )
+            assert row is not None
+        return IngestResult(
+            stored=True,
+            message_id=int(row[0]),
+            session=SessionKey(inbound.conversation, number),
+            version=int(row[1]),
+            due_at=due_at,
+        )

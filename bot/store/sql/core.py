@@ -1,0 +1,234 @@
+"""What every shared store part uses: transactions, conversation and session rows, the
+timer after a turn, tombstones and migrations (docs/architecture.md#queue, #keys)."""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, ClassVar
+
+from bot.core.errors import StoreError
+from bot.core.events import ConversationKey, QueuePolicy, SessionKey, SessionPolicy
+from bot.core.rules import settle
+from bot.core.sessions import expiry_reason
+from bot.store import cols, tombstones
+from bot.store.base import BaseStore
+from bot.store.sql.conn import Conn, Dialect
+
+log = logging.getLogger("personabot.store")
+
+CONV_WHERE = "bot = $1 AND platform = $2 AND chat_id = $3 AND thread_id = $4"
+CONV_WHERE_C = "c.bot = $1 AND c.platform = $2 AND c.chat_id = $3 AND c.thread_id = $4"
+
+
+def conv_args(key: ConversationKey) -> tuple[str, str, str, str]:
+    """The four key columns of a conversation, in CONV_WHERE order."""
+    return (key.bot, key.platform, key.chat_id, cols.thread_value(key))
+
+
+class SQLCore(BaseStore):
+    """The transactions a backend provides and the helpers written on top of them."""
+
+    dialect: ClassVar[Dialect]
+    #: The database's clock as epoch seconds, when leases follow it (PostgreSQL's
+    #: ``use_db_clock``); None: the caller's ``now``.
+    _db_now: str | None = None
+
+    async def _serialize(self, db: Conn, key: str) -> None:
+        """Serialize transactions that share ``key`` until commit (a backend whose write
+        transactions are not serialized anyway takes a lock here)."""
+
+    @abc.abstractmethod
+    def _tx(self) -> AbstractAsyncContextManager[Conn]:
+        """One write transaction; atomic across processes (see the backend for how)."""
+
+    @abc.abstractmethod
+    def _snapshot(self) -> AbstractAsyncContextManager[Conn]:
+        """A read transaction whose statements all see one snapshot."""
+
+    @abc.abstractmethod
+    def _read(self) -> AbstractAsyncContextManager[Conn]:
+        """A connection for single-statement reads (each sees committed data)."""
+
+    # -- migrations ----------------------------------------------------------------------------
+
+    async def _apply_migrations(self, db: Conn, migrations: Sequence[tuple[int, str]]) -> None:
+        """Apply the versions not applied yet, in one transaction (the caller's)."""
+        await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        # Versions are applied by membership, not by "newer than the newest applied":
+        # versions merged out of order (a 3 after a 4) are still applied once.
+        applied = {int(r[0]) for r in await db.fetch("SELECT version FROM schema_version")}
+        current = max(applied, default=0)
+        latest = max(v for v, _ in migrations)
+        if current > latest:
+            raise StoreError(
+                f"database schema version {current} is newer than this personabot "
+                f"({latest}); upgrade personabot"
+            )
+        for version, script in migrations:
+            if version not in applied:
+                await self._run_script(db, script)
+                await db.execute("INSERT INTO schema_version VALUES ($1)", version)
+                log.info("applied schema migration %d", version)
+
+    @abc.abstractmethod
+    async def _run_script(self, db: Conn, script: str) -> None:
+        """Run one migration script (several statements)."""
+
+    async def schema_version(self) -> int:
+        """The applied schema version."""
+        async with self._read() as db:
+            return int(await db.fetchval("SELECT MAX(version) FROM schema_version") or 0)
+
+    # -- conversations and sessions ------------------------------------------------------------
+
+    async def _conv_id(
+        self, db: Conn, key: ConversationKey, now: float | None = None, *, lock: bool = False
+    ) -> int | None:
+        """The conversation's row id; created when ``now`` is given; with ``lock`` (or
+        ``now``) its row is locked for the rest of the transaction.
+
+        Every transaction that changes a conversation's queue state takes this lock first,
+        which serializes them per conversation across processes (on SQLite the write
+        transaction itself does).
+        """
+        args = conv_args(key)
+        lock_sql = "SELECT id FROM conversations WHERE " + CONV_WHERE
+        if lock or now is not None:
+            lock_sql += self.dialect.for_update
+        found = await db.fetchval(lock_sql, *args)
+        if found is not None or now is None:
+            return None if found is None else int(found)
+        # A new row is locked by its inserter until commit; a racing inserter gets no row
+        # back (DO NOTHING) and then waits on the lock below.
+        created = await db.fetchval(
+            "INSERT INTO conversations (bot, platform, chat_id, thread_id, created_at) "
+            "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (bot, platform, chat_id, thread_id) "
+            "DO NOTHING RETURNING id",
+            *args,
+            now,
+        )
+        if created is None:
+            created = await db.fetchval(lock_sql, *args)
+        return int(created)
+
+    @staticmethod
+    async def _session_row(db: Conn, session: SessionKey) -> tuple[int, int] | None:
+        """(session row id, conversation row id) for a session key."""
+        row = await db.fetchrow(
+            "SELECT s.id, c.id FROM sessions s JOIN conversations c ON c.id = s.conversation_id "
+            f"WHERE {CONV_WHERE_C} AND s.session_no = $5",
+            *conv_args(session.conversation),
+            session.session_id,
+        )
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    @staticmethod
+    async def _open_row(db: Conn, conv_id: int) -> Any:
+        """(row id, SESSION_COLS...) of the conversation's open session, or None."""
+        return await db.fetchrow(
+            f"SELECT id, {cols.SESSION_COLS} FROM sessions "
+            "WHERE conversation_id = $1 AND status = 'open'",
+            conv_id,
+        )
+
+    @staticmethod
+    async def _session_by_id(db: Conn, sid: int) -> Any:
+        return await db.fetchrow(f"SELECT {cols.SESSION_COLS} FROM sessions WHERE id = $1", sid)
+
+    @staticmethod
+    async def _rotate(db: Conn, conv_id: int, now: float, reason: str | None) -> tuple[int, int]:
+        """Close the open session (if ``reason``) and open the next one: (row id, number)."""
+        if reason is not None:
+            await db.execute(
+                "UPDATE sessions SET status = 'closed', closed_at = $1, close_reason = $2 "
+                "WHERE conversation_id = $3 AND status = 'open'",
+                now,
+                reason,
+                conv_id,
+            )
+        row = await db.fetchrow(
+            "INSERT INTO sessions (conversation_id, session_no, status, opened_at, "
+            "last_activity_at) SELECT $1, COALESCE(MAX(session_no), 0) + 1, 'open', "
+            "CAST($2 AS DOUBLE PRECISION), $2 FROM sessions WHERE conversation_id = $1 "
+            "RETURNING id, session_no",
+            conv_id,
+            now,
+        )
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    async def _ensure_open(
+        self, db: Conn, conv_id: int, now: float, policy: SessionPolicy | None
+    ) -> tuple[int, int]:
+        """(session row id, session number) of the open session, rotating an expired one."""
+        row = await self._open_row(db, conv_id)
+        if row is None:
+            return await self._rotate(db, conv_id, now, None)
+        reason = (
+            None
+            if policy is None
+            else expiry_reason(
+                policy, opened_at=float(row[3]), last_activity_at=float(row[4]), now=now
+            )
+        )
+        if reason is None:
+            return int(row[0]), int(row[1])
+        return await self._rotate(db, conv_id, now, reason)
+
+    # -- the queue's timer ---------------------------------------------------------------------
+
+    async def _settle_timer(self, db: Conn, conv_id: int, v0: int, queue: QueuePolicy) -> None:
+        """After a turn closed, the timer reflects what is still pending (rules.settle)."""
+        remaining = await db.fetchrow(
+            "SELECT MIN(created_at), MAX(created_at), MAX(version) FROM messages "
+            f"WHERE conversation_id = $1 AND pending = {self.dialect.true}",
+            conv_id,
+        )
+        pending = (
+            None
+            if remaining is None or remaining[0] is None
+            else (float(remaining[0]), float(remaining[1]), int(remaining[2]))
+        )
+        timer = settle(queue, pending)
+        if timer is None:
+            # Kept when input newer than v0 armed it meanwhile.
+            await db.execute(
+                "DELETE FROM timers WHERE conversation_id = $1 AND armed_version <= $2",
+                conv_id,
+                v0,
+            )
+            return
+        await db.execute(
+            "INSERT INTO timers (conversation_id, due_at, first_pending_at, armed_version) "
+            "VALUES ($1, $2, $3, $4) ON CONFLICT (conversation_id) DO UPDATE SET "
+            "due_at = excluded.due_at, first_pending_at = excluded.first_pending_at, "
+            f"armed_version = {self.dialect.greatest}(timers.armed_version, "
+            "excluded.armed_version)",
+            conv_id,
+            timer.due_at,
+            timer.first_pending_at,
+            timer.armed_version,
+        )
+
+    async def _lease_token(self, db: Conn, name: str) -> int | None:
+        """The lease's current token, its row locked to the end of the transaction: a
+        takeover of an expired lease waits for this transaction (the final check)."""
+        token = await db.fetchval(
+            "SELECT token FROM leases WHERE name = $1" + self.dialect.for_update, name
+        )
+        return None if token is None else int(token)
+
+    # -- tombstones ----------------------------------------------------------------------------
+
+    @staticmethod
+    async def _bury(db: Conn, rows: Iterable[tuple[int, int]], reason: str, now: float) -> None:
+        """Tombstone (session row id, turn) pairs deleted in this transaction: the gap check
+        then knows personabot removed them, and why."""
+        await db.executemany(
+            "INSERT INTO tombstones (session_id, first_turn, last_turn, reason, at) "
+            "VALUES ($1, $2, $3, $4, $5)",
+            [(sid, first, last, reason, now) for sid, first, last in tombstones.runs(rows)],
+        )
