@@ -1,0 +1,276 @@
+"""The schema's versions, written once for both backends (append new ones; never edit one
+that was applied). Only the column types and boolean spellings differ: each ``{name}`` is
+filled from a backend's ``ColumnTypes`` (``migrations/sqlite.py``, ``migrations/postgres.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Final
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnTypes:
+    """How a backend spells what the two schemas write differently."""
+
+    serial: str  # an auto-assigned integer id (with PRIMARY KEY)
+    bigint: str  # ids and counters
+    real: str  # epoch seconds
+    boolean: str
+    true: str
+    false: str
+    is_pending: str  # the partial index's condition: messages waiting for a reply
+    not_private: str
+    not_pending: str
+    blank_text: str  # ``text`` holds only spaces, tabs and line breaks
+
+
+def render(types: ColumnTypes) -> tuple[tuple[int, str], ...]:
+    """The versions in one backend's SQL."""
+    values = asdict(types)
+    return tuple((version, script.format(**values)) for version, script in TEMPLATES)
+
+
+TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
+    (
+        1,
+        """
+        CREATE TABLE conversations (
+            id          {serial} PRIMARY KEY,
+            bot         TEXT NOT NULL,
+            platform    TEXT NOT NULL,
+            chat_id     TEXT NOT NULL,
+            thread_id   TEXT NOT NULL DEFAULT '',  -- '' = no thread (NULLs are never equal)
+            version     {bigint} NOT NULL DEFAULT 0,
+            created_at  {real} NOT NULL,
+            -- 'inactive' when the platform refuses delivery (e.g. the user blocked the bot);
+            -- the next inbound message makes it active again.
+            status      TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'inactive')),
+            status_reason TEXT,
+            UNIQUE (bot, platform, chat_id, thread_id)
+        );
+
+        CREATE TABLE sessions (
+            id               {serial} PRIMARY KEY,
+            conversation_id  {bigint} NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            session_no       INTEGER NOT NULL,
+            -- 'expired': closed and its messages deleted by retention (the row stays, so
+            -- session numbers are never reused)
+            status           TEXT NOT NULL CHECK (status IN ('open', 'closed', 'expired')),
+            opened_at        {real} NOT NULL,
+            last_activity_at {real} NOT NULL,
+            closed_at        {real},
+            close_reason     TEXT,
+            next_turn        INTEGER NOT NULL DEFAULT 1,
+            last_user_turn   INTEGER NOT NULL DEFAULT 0,
+            extracted_turn   INTEGER NOT NULL DEFAULT 0,  -- user memory learned up to here
+            UNIQUE (conversation_id, session_no)
+        );
+        CREATE INDEX sessions_to_extract ON sessions(last_activity_at)
+            WHERE extracted_turn < last_user_turn;
+        -- At most one open session per conversation, enforced by the database.
+        CREATE UNIQUE INDEX sessions_one_open ON sessions(conversation_id) WHERE status = 'open';
+
+        CREATE TABLE messages (
+            id                  {serial} PRIMARY KEY,
+            conversation_id     {bigint} NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            session_id          {bigint} NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            turn                INTEGER NOT NULL,
+            role                TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+            author_id           TEXT NOT NULL,
+            display_name        TEXT NOT NULL,
+            text                TEXT NOT NULL,
+            platform_message_id TEXT,
+            is_private          {boolean} NOT NULL DEFAULT {true},
+            version             {bigint} NOT NULL DEFAULT 0,
+            pending             {boolean} NOT NULL DEFAULT {false},
+            answered_by         {bigint},
+            created_at          {real} NOT NULL,
+            -- usage of the model call that produced an assistant message
+            model               TEXT,
+            input_tokens        INTEGER,
+            output_tokens       INTEGER,
+            cache_write_tokens  INTEGER,
+            cache_read_tokens   INTEGER,
+            UNIQUE (session_id, turn)
+        );
+        CREATE UNIQUE INDEX messages_platform_id
+            ON messages(conversation_id, platform_message_id)
+            WHERE platform_message_id IS NOT NULL;
+        CREATE INDEX messages_pending ON messages(conversation_id, session_id) WHERE {is_pending};
+        CREATE INDEX messages_created ON messages(created_at);
+        CREATE INDEX messages_author ON messages(author_id);
+
+        -- One row per person per model turn: per-user limits count these (across processes).
+        CREATE TABLE turn_usage (
+            id          {serial} PRIMARY KEY,
+            bot         TEXT NOT NULL,
+            platform    TEXT NOT NULL,
+            user_id     TEXT NOT NULL,
+            at          {real} NOT NULL
+        );
+        CREATE INDEX turn_usage_user ON turn_usage(platform, user_id, at);
+
+        -- What retention deleted: counts and turn ranges, never content.
+        CREATE TABLE retention_log (
+            id              {serial} PRIMARY KEY,
+            at              {real} NOT NULL,
+            conversation_id {bigint} NOT NULL,
+            session_no      INTEGER NOT NULL,
+            first_turn      INTEGER NOT NULL,
+            last_turn       INTEGER NOT NULL,
+            messages        INTEGER NOT NULL,
+            reason          TEXT NOT NULL
+        );
+
+        CREATE TABLE session_state (
+            session_id  {bigint} NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            key         TEXT NOT NULL,
+            value       TEXT NOT NULL,
+            updated_at  {real} NOT NULL,
+            PRIMARY KEY (session_id, key)
+        );
+
+        CREATE TABLE user_memory (
+            platform    TEXT NOT NULL,
+            user_id     TEXT NOT NULL,
+            record      TEXT NOT NULL,
+            updated_at  {real} NOT NULL,
+            PRIMARY KEY (platform, user_id)
+        );
+
+        CREATE TABLE summaries (
+            session_id  {bigint} PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+            body        TEXT NOT NULL,
+            first_turn  INTEGER NOT NULL,
+            last_turn   INTEGER NOT NULL,
+            updated_at  {real} NOT NULL
+        );
+
+        -- Timers live apart from conversation data (docs/architecture.md#queue rule 2): nothing
+        -- that writes
+        -- conversations, messages or memory touches this table.
+        CREATE TABLE timers (
+            conversation_id  {bigint} PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
+            due_at           {real} NOT NULL,
+            first_pending_at {real} NOT NULL,
+            armed_version    {bigint} NOT NULL
+        );
+        CREATE INDEX timers_due ON timers(due_at);
+
+        CREATE TABLE leases (
+            name        TEXT PRIMARY KEY,
+            holder      TEXT NOT NULL,
+            token       {bigint} NOT NULL,
+            expires_at  {real} NOT NULL
+        );
+
+        CREATE TABLE outbox (
+            id                  {serial} PRIMARY KEY,
+            conversation_id     {bigint} NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            session_id          {bigint} NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            reply_message_id    {bigint} NOT NULL,
+            text                TEXT NOT NULL,
+            reply_to            TEXT,
+            status              TEXT NOT NULL DEFAULT 'pending'
+                                CHECK (status IN ('pending', 'sent', 'failed')),
+            attempts            INTEGER NOT NULL DEFAULT 0,
+            created_at          {real} NOT NULL,
+            attempted_at        {real},
+            finished_at         {real},
+            failure             TEXT
+        );
+        CREATE INDEX outbox_pending ON outbox(status, attempts) WHERE status = 'pending';
+        CREATE INDEX outbox_session ON outbox(session_id);
+        CREATE INDEX outbox_finished ON outbox(finished_at) WHERE status != 'pending';
+        """,
+    ),
+    (
+        2,
+        """
+        -- User memory is written by compare-and-swap on this version (0 = no record yet):
+        -- /forget bumps it unconditionally, so nothing read before it can be written back.
+        ALTER TABLE user_memory ADD COLUMN version {bigint} NOT NULL DEFAULT 0;
+        UPDATE user_memory SET version = 1;
+
+        -- Whether a user message addressed the bot (private chat, mention, reply, command
+        -- trigger). Memory is learned only from addressed messages. Older rows: a group
+        -- message that was neither pending nor answered was stored as context only.
+        ALTER TABLE messages ADD COLUMN addressed {boolean} NOT NULL DEFAULT {true};
+        UPDATE messages SET addressed = {false} WHERE role = 'user' AND {not_private}
+            AND {not_pending} AND answered_by IS NULL;
+
+        -- Whose messages were folded into a session's summary (for /forget and /export).
+        CREATE TABLE summary_authors (
+            session_id  {bigint} NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            author_id   TEXT NOT NULL,
+            PRIMARY KEY (session_id, author_id)
+        );
+        CREATE INDEX summary_authors_author ON summary_authors(author_id);
+        -- /forget and /export find the replies to a person's messages and their outbox rows.
+        CREATE INDEX messages_answered_by ON messages(answered_by) WHERE answered_by IS NOT NULL;
+        CREATE INDEX outbox_reply ON outbox(reply_message_id);
+        -- Older summaries: everyone with a stored message in the session (best effort).
+        INSERT INTO summary_authors (session_id, author_id)
+            SELECT DISTINCT su.session_id, m.author_id FROM summaries su
+            JOIN messages m ON m.session_id = su.session_id AND m.role = 'user';
+        """,
+    ),
+    (
+        3,
+        """
+        -- Turns that personabot itself deleted (a platform deletion, /forget, retention by
+        -- message age): the gap check counts them as explained; any other hole in a
+        -- session's turns 1..next_turn-1 is reported by the gap policy. Ranges, inclusive.
+        CREATE TABLE tombstones (
+            session_id  {bigint} NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            first_turn  INTEGER NOT NULL,
+            last_turn   INTEGER NOT NULL,
+            reason      TEXT NOT NULL,
+            at          {real} NOT NULL
+        );
+        CREATE INDEX tombstones_session ON tombstones(session_id, last_turn);
+        """,
+    ),
+    (
+        4,
+        """
+        -- Why a user message was handled without a reply of its own (NULL: answered, or
+        -- pending): 'limited', 'rejected: <reason>', 'session closed by /new', ...
+        ALTER TABLE messages ADD COLUMN closed_reason TEXT;
+
+        -- Every model call's usage (replies and memory tasks), one row per person it is
+        -- charged to (user_id NULL: charged to the bot only). Limits and /stats read this.
+        CREATE TABLE model_usage (
+            id                  {serial} PRIMARY KEY,
+            at                  {real} NOT NULL,
+            bot                 TEXT NOT NULL,
+            platform            TEXT NOT NULL,
+            user_id             TEXT,
+            purpose             TEXT NOT NULL,
+            model               TEXT,
+            input_tokens        {bigint} NOT NULL DEFAULT 0,
+            output_tokens       {bigint} NOT NULL DEFAULT 0,
+            cache_write_tokens  {bigint} NOT NULL DEFAULT 0,
+            cache_read_tokens   {bigint} NOT NULL DEFAULT 0
+        );
+        CREATE INDEX model_usage_bot ON model_usage(bot, at);
+        CREATE INDEX model_usage_user ON model_usage(platform, user_id, at);
+
+        -- Replies recorded before this version kept their usage on the message row only.
+        INSERT INTO model_usage (at, bot, platform, user_id, purpose, model, input_tokens,
+            output_tokens, cache_write_tokens, cache_read_tokens)
+        SELECT m.created_at, c.bot, c.platform, NULL, 'reply', m.model,
+            COALESCE(m.input_tokens, 0), COALESCE(m.output_tokens, 0),
+            COALESCE(m.cache_write_tokens, 0), COALESCE(m.cache_read_tokens, 0)
+        FROM messages m JOIN conversations c ON c.id = m.conversation_id
+        WHERE m.role = 'assistant';
+
+        -- An empty assistant message makes every later request of its session fail (the
+        -- API refuses empty text blocks): repair the ones older versions recorded.
+        UPDATE messages SET text = '(no reply)'
+            WHERE role = 'assistant' AND {blank_text};
+        UPDATE outbox SET text = '(no reply)' WHERE {blank_text};
+        """,
+    ),
+)
