@@ -285,3 +285,22 @@ async def test_a_wake_up_during_the_schedulers_store_read_is_not_lost(
     scheduler.wake()  # an ingest armed a timer meanwhile
     # Without moving the clock: the wake-up must end the sleep.
     await asyncio.wait_for(sleeping, timeout=5.0)
+
+
+async def test_generation_longer_than_the_lease_keeps_it_by_renewal(
+    stores: StoreFactory, clock: ManualClock
+) -> None:
+    """bot.queue.lease.renewing: a healthy worker's slow generation (10 s on a 3 s lease) is
+    never taken over by another process, so the burst gets one model call and one reply."""
+    llm = GatedLLM(clock=clock, generation=10.0)
+    async with (
+        stores.new() as a,
+        stores.new() as b,
+        harness(a, clock, llm, lease=3, holder="slow") as slow,
+        harness(b, clock, llm, lease=3, holder="other") as other,
+    ):
+        await slow.say(C1, "take your time")
+        await slow.advance(16, step=0.5)
+        await other.advance(1)
+        assert llm.calls == 1
+        assert slow.outlet.texts() + other.outlet.texts() == ["reply to: take your time"]
