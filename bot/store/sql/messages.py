@@ -115,10 +115,13 @@ class MessagesPart(SQLCore):
             if row is None:
                 return None
             deleted = cols.message(conversation, row)
+            # Of two deletions racing for one message (two deliveries of the platform's
+            # event), one deletes it and tombstones its turn; the other finds nothing.
+            if not await db.execute("DELETE FROM messages WHERE id = $1", deleted.id):
+                return None
             await self._bury(
                 db, [(int(row[-1]), deleted.turn)], PLATFORM_DELETION, now or time.time()
             )
-            await db.execute("DELETE FROM messages WHERE id = $1", deleted.id)
         return deleted
 
     async def set_conversation_status(
