@@ -15,11 +15,11 @@ Invariants (docs/architecture.md#queue):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
@@ -404,9 +404,11 @@ class Pipeline:
         ):
             await self._store.delete_state(turn.session, TROUBLE_KEY)
 
-    def _renewing(self, lease: Lease, profile: BotProfile) -> AbstractAsyncContextManager[None]:
+    @contextlib.asynccontextmanager
+    async def _renewing(self, lease: Lease, profile: BotProfile) -> AsyncIterator[None]:
         """Renew the lease while the body runs (bot.queue.lease)."""
-        return renewing(self._store, lease, ttl=profile.lease_seconds, clock=self._clock)
+        async with renewing(self._store, lease, ttl=profile.lease_seconds, clock=self._clock):
+            yield
 
     async def recover_outbox(self, older_than: float) -> int:
         """Deliver replies recorded but not sent before a crash (see bot.runtime.delivery)."""
