@@ -5,7 +5,7 @@ writes the same as a short sequence, see its ``_ingest.py``)."""
 from __future__ import annotations
 
 from bot.core.events import Inbound, IngestResult, QueuePolicy, SessionKey, SessionPolicy
-from bot.core.rules import arm
+from bot.core.queue_rules import arm
 from bot.core.sessions import expiry_reason
 from bot.store.sql.messages import MessagesPart
 

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey, QueuePolicy, SessionKey, SessionPolicy
-from bot.core.rules import settle
+from bot.core.queue_rules import settle
 from bot.core.sessions import expiry_reason
 from bot.store import cols, tombstones
 from bot.store.base import BaseStore

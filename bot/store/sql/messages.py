@@ -16,7 +16,7 @@ from bot.core.events import (
     StoredMessage,
     StoredSummary,
 )
-from bot.core.rules import arm
+from bot.core.queue_rules import arm
 from bot.store import cols
 from bot.store.sql.conn import Conn
 from bot.store.sql.core import CONV_WHERE, SQLCore, conv_args

@@ -1,7 +1,7 @@
 """Timers, leases, the final check, the outbox, limits and usage (docs/architecture.md#queue).
 
 The rules (when a timer is due, what stays armed after a turn, what the final check
-decides) are the pure functions of ``bot.core.rules``; this part reads what they need and
+decides) are the pure functions of ``bot.core.queue_rules``; this part reads what they need and
 writes what they decide, inside one transaction each.
 """
 
@@ -25,7 +25,7 @@ from bot.core.events import (
     UserKey,
 )
 from bot.core.llm import Usage
-from bot.core.rules import final_verdict
+from bot.core.queue_rules import final_verdict
 from bot.store import cols
 from bot.store.sql.core import CONV_WHERE_C, SQLCore, conv_args
 
