@@ -53,6 +53,26 @@ async def test_racing_duplicate_deliveries_store_one_message(stores: StoreFactor
         assert await a.conversation_version(C1) == 5
 
 
+async def test_racing_deletions_of_one_message_remove_it_once(stores: StoreFactory) -> None:
+    """A platform delivers the deletion event twice (Telegram retry, Discord resume), handled by
+    two processes at once: one of them removes the message and tombstones its turn once."""
+    async with stores.new() as a, stores.new() as b:
+        pair = (a, b)
+        for round_ in range(5):
+            await a.ingest(_msg(round_, f"del-{round_}"), T0 + round_, POLICY)
+        for round_ in range(5):
+            removed = await asyncio.gather(
+                *(pair[i % 2].delete_message(C1, f"del-{round_}", now=T0 + 10) for i in range(6))
+            )
+            assert sum(r is not None for r in removed) == 1
+        session = await a.current_session(C1)
+        assert session is not None
+        assert await a.messages(session.key) == []
+        assert [(t.first_turn, t.last_turn) for t in await a.tombstones(session.key)] == [
+            (turn, turn) for turn in range(1, 6)
+        ]
+
+
 async def test_racing_lease_acquisitions_have_one_winner(stores: StoreFactory) -> None:
     async with stores.new() as a, stores.new() as b:
         pair = (a, b)
