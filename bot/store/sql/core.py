@@ -10,7 +10,8 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
 from bot.core.errors import StoreError
-from bot.core.events import ConversationKey, QueuePolicy, SessionKey, SessionPolicy
+from bot.core.events import ConversationKey, QueuePolicy, SessionKey, SessionPolicy, Turn
+from bot.core.llm import Usage
 from bot.core.queue_rules import settle
 from bot.core.sessions import expiry_reason
 from bot.store import cols, tombstones
@@ -212,6 +213,63 @@ class SQLCore(BaseStore):
             timer.first_pending_at,
             timer.armed_version,
         )
+
+    async def _record_reply(
+        self,
+        db: Conn,
+        conv_id: int,
+        sid: int,
+        turn: Turn,
+        reply: str,
+        now: float,
+        usage: Usage,
+        model: str | None,
+        reply_to: str | None,
+    ) -> tuple[int, int]:
+        """Write a reply that passed the final check: the next turn of its session, its
+        messages marked answered by it, its outbox row; (reply id, outbox id)."""
+        d = self.dialect
+        reply_turn = int(
+            await db.fetchval(
+                "UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = $1 "
+                "WHERE id = $2 RETURNING next_turn - 1",
+                now,
+                sid,
+            )
+        )
+        reply_id = int(
+            await db.fetchval(
+                "INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
+                "display_name, text, version, pending, created_at, model, input_tokens, "
+                "output_tokens, cache_write_tokens, cache_read_tokens) VALUES ($1, $2, $3, "
+                f"'assistant', 'assistant', '', $4, $5, {d.false}, $6, $7, $8, $9, $10, $11) "
+                "RETURNING id",
+                conv_id,
+                sid,
+                reply_turn,
+                reply,
+                turn.version,
+                now,
+                model,
+                *cols.usage_values(usage),
+            )
+        )
+        await db.execute(
+            f"UPDATE messages SET pending = {d.false}, answered_by = $1 WHERE id" + d.any_of("$2"),
+            reply_id,
+            d.list_arg(m.id for m in turn.messages),
+        )
+        outbox_id = await db.fetchval(
+            "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
+            "reply_to, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+            conv_id,
+            sid,
+            reply_id,
+            reply,
+            reply_to,
+            now,
+        )
+        return reply_id, int(outbox_id)
 
     async def _lease_token(self, db: Conn, name: str) -> int | None:
         """The lease's current token, its row locked to the end of the transaction: a

@@ -1,5 +1,5 @@
 """Edits and deletions, history and summaries (ingest itself is each backend's: one
-statement on PostgreSQL, a short sequence on SQLite; see ``_ingest.py`` there)."""
+statement on PostgreSQL, a short sequence on SQLite: postgres/_writes.py, sqlite/_ingest.py)."""
 
 from __future__ import annotations
 

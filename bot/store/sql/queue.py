@@ -360,25 +360,26 @@ class QueuePart(SQLCore):
         async with self._tx() as db:
             conv_id = await self._conv_id(db, key, lock=True)
             token = await self._lease_token(db, lease.name)
-            found = await self._session_row(db, turn.session)
-            leased = token == lease.token and conv_id is not None and found is not None
-            version = newer = 0
-            if leased:
-                assert found is not None
-                row = await db.fetchrow(
-                    "SELECT c.version, (SELECT COUNT(*) FROM messages WHERE session_id = $1 "
-                    f"AND pending = {d.true} AND version > $2) FROM conversations c "
-                    "WHERE c.id = $3",
-                    found[0],
-                    turn.version,
+            # The turn's session, the version and whether newer input joined it, in one read.
+            row = (
+                None
+                if conv_id is None
+                else await db.fetchrow(
+                    "SELECT s.id, c.version, (SELECT COUNT(*) FROM messages m WHERE "
+                    f"m.session_id = s.id AND m.pending = {d.true} AND m.version > $3) "
+                    "FROM sessions s JOIN conversations c ON c.id = s.conversation_id "
+                    "WHERE c.id = $1 AND s.session_no = $2",
                     conv_id,
+                    turn.session.session_id,
+                    turn.version,
                 )
-                assert row is not None
-                version, newer = int(row[0]), int(row[1])
+            )
+            leased = token == lease.token and row is not None
+            version = 0 if row is None else int(row[1])
             verdict = final_verdict(
                 queue,
                 still_leased=leased,
-                newer_pending=newer > 0,
+                newer_pending=row is not None and int(row[2]) > 0,
                 first_pending_at=turn.first_pending_at,
                 now=now,
             )
@@ -389,52 +390,10 @@ class QueuePart(SQLCore):
                 # stays; the next attempt will cover everything.
                 return FinishResult("discarded", current_version=version)
             assert conv_id is not None
-            assert found is not None
-            sid = found[0]
+            assert row is not None
             reply_to = turn.messages[-1].platform_message_id if turn.messages else None
-            reply_turn = int(
-                await db.fetchval(
-                    "UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = $1 "
-                    "WHERE id = $2 RETURNING next_turn - 1",
-                    now,
-                    sid,
-                )
-            )
-            u = usage or Usage()
-            reply_id = int(
-                await db.fetchval(
-                    "INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
-                    "display_name, text, version, pending, created_at, model, input_tokens, "
-                    "output_tokens, cache_write_tokens, cache_read_tokens) VALUES ($1, $2, $3, "
-                    f"'assistant', 'assistant', '', $4, $5, {d.false}, $6, $7, $8, $9, $10, $11) "
-                    "RETURNING id",
-                    conv_id,
-                    sid,
-                    reply_turn,
-                    reply,
-                    turn.version,
-                    now,
-                    model,
-                    *cols.usage_values(u),
-                )
-            )
-            await db.execute(
-                f"UPDATE messages SET pending = {d.false}, answered_by = $1 WHERE id"
-                + d.any_of("$2"),
-                reply_id,
-                d.list_arg(m.id for m in turn.messages),
-            )
-            outbox_id = int(
-                await db.fetchval(
-                    "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
-                    "reply_to, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-                    conv_id,
-                    sid,
-                    reply_id,
-                    reply,
-                    reply_to,
-                    now,
-                )
+            reply_id, outbox_id = await self._record_reply(
+                db, conv_id, int(row[0]), turn, reply, now, usage or Usage(), model, reply_to
             )
             await self._settle_timer(db, conv_id, turn.version, queue)
         item = OutboxItem(

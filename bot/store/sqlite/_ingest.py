@@ -1,5 +1,5 @@
 """SQLite's ingest: a short statement sequence inside BEGIN IMMEDIATE (SQLite has no
-data-modifying CTEs; PostgreSQL writes the same in one statement, see its ``_ingest.py``)."""
+data-modifying CTEs; PostgreSQL writes the same in one statement: postgres/_writes.py)."""
 
 from __future__ import annotations
 

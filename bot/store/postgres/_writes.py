@@ -1,17 +1,20 @@
-"""PostgreSQL's ingest: three statements under the conversation lock (a data-modifying CTE
-writes the version, the turn, the message and the timer at once; SQLite, which has none,
-writes the same as a short sequence, see its ``_ingest.py``)."""
+"""PostgreSQL's two hot writes as data-modifying CTEs (one round trip where SQLite, which has
+none, runs a short statement sequence in-process): ingest (the version, the turn, the message
+and the timer at once; SQLite's is ``bot/store/sqlite/_ingest.py``) and a reply that passed
+the final check (the shared sequence is ``SQLCore._record_reply``)."""
 
 from __future__ import annotations
 
-from bot.core.events import Inbound, IngestResult, QueuePolicy, SessionKey, SessionPolicy
+from bot.core.events import Inbound, IngestResult, QueuePolicy, SessionKey, SessionPolicy, Turn
+from bot.core.llm import Usage
 from bot.core.queue_rules import arm
 from bot.core.sessions import expiry_reason
+from bot.store.sql.conn import Conn
 from bot.store.sql.messages import MessagesPart
 
 
-class IngestPart(MessagesPart):
-    """Store, bump the version, arm the timer: one transaction under the conversation lock."""
+class WritesPart(MessagesPart):
+    """Ingest, and the recording of a reply, each in one statement after the locks."""
 
     async def ingest(
         self,
@@ -101,3 +104,46 @@ class IngestPart(MessagesPart):
             version=int(row[1]),
             due_at=due_at,
         )
+
+    async def _record_reply(
+        self,
+        db: Conn,
+        conv_id: int,
+        sid: int,
+        turn: Turn,
+        reply: str,
+        now: float,
+        usage: Usage,
+        model: str | None,
+        reply_to: str | None,
+    ) -> tuple[int, int]:
+        """The next turn, the reply, its messages answered and its outbox row in one statement."""
+        recorded = await db.fetchrow(
+            "WITH t AS (UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = $3 "
+            "WHERE id = $2 RETURNING next_turn - 1 AS turn), "
+            "r AS (INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
+            "display_name, text, version, pending, created_at, input_tokens, output_tokens, "
+            "cache_write_tokens, cache_read_tokens, model) "
+            "SELECT $1, $2, t.turn, 'assistant', 'assistant', '', $4::text, $5::bigint, "
+            "FALSE, $3, $8::integer, $9::integer, $10::integer, $11::integer, $12::text FROM t "
+            "RETURNING id), "
+            "a AS (UPDATE messages SET pending = FALSE, answered_by = (SELECT id FROM r) "
+            "WHERE id = ANY($6::bigint[])) "
+            "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
+            "reply_to, created_at) SELECT $1, $2, r.id, $4, $7::text, $3 FROM r "
+            "RETURNING reply_message_id, id",
+            conv_id,
+            sid,
+            now,
+            reply,
+            turn.version,
+            [m.id for m in turn.messages],
+            reply_to,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+            model,
+        )
+        assert recorded is not None
+        return int(recorded[0]), int(recorded[1])
