@@ -1,10 +1,18 @@
-"""The model interface the pipeline talks to: one request in, text and usage out."""
+"""The model interface the pipeline talks to: one request in, text (or tool calls) and usage out.
+
+A request may offer tools (``ModelRequest.tools``); the model then answers either with text or
+with ``ToolUse`` blocks (``ModelResult.tool_uses``, stop reason ``"tool_use"``), and the next
+request carries the assistant's ``ToolUse`` blocks and a user message of ``ToolResult`` blocks
+(bot/runtime/tools.py runs the loop). A provider without tool support ignores ``tools`` and
+answers text: a request without tools is exactly the text-only request it always was.
+"""
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,11 +24,44 @@ class TextBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolUse:
+    """The model asks for a tool call (an assistant block); ``input`` is unvalidated JSON."""
+
+    id: str
+    name: str
+    input: Mapping[str, Any]
+    cache: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool call gave (a user block answering the ``ToolUse`` of ``tool_use_id``)."""
+
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+    cache: bool = False
+
+
+#: A block of a chat message.
+ContentBlock = TextBlock | ToolUse | ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool offered to the model: its name, description and JSON schema of its input."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class ChatMessage:
     """One message of the conversation sent to the model."""
 
     role: Literal["user", "assistant"]
-    blocks: tuple[TextBlock, ...]
+    blocks: tuple[ContentBlock, ...]
 
     @classmethod
     def of(cls, role: Literal["user", "assistant"], text: str) -> ChatMessage:
@@ -29,8 +70,8 @@ class ChatMessage:
 
     @property
     def text(self) -> str:
-        """All blocks joined."""
-        return "\n\n".join(b.text for b in self.blocks)
+        """All text blocks joined (tool blocks left out)."""
+        return "\n\n".join(b.text for b in self.blocks if isinstance(b, TextBlock))
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +90,10 @@ class ModelRequest:
     layers: tuple[str, ...] = field(default=())
     # What the call is for: the offline model answers each kind in its own way.
     purpose: Literal["reply", "summary", "extract"] = "reply"
+    # Tools the model may call; "none" forbids calls (the tools stay defined because earlier
+    # messages of the request may hold tool blocks, which the API accepts only then).
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: Literal["auto", "none"] = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +105,25 @@ class Usage:
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
 
+    def __add__(self, other: Usage) -> Usage:
+        """The usage of both calls."""
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
+            self.cache_read_input_tokens + other.cache_read_input_tokens,
+        )
+
+    @property
+    def total(self) -> int:
+        """Every token of the call, cached or not."""
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_creation_input_tokens
+            + self.cache_read_input_tokens
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ModelResult:
@@ -69,6 +133,14 @@ class ModelResult:
     usage: Usage
     model: str
     stop_reason: str | None = None
+    # An answer that calls tools: its blocks in order (non-empty text and tool calls), sent
+    # back as the assistant message of the tool loop's next request; () for a text answer.
+    content: tuple[TextBlock | ToolUse, ...] = ()
+
+    @property
+    def tool_uses(self) -> tuple[ToolUse, ...]:
+        """The tool calls the model asked for (empty for a text answer)."""
+        return tuple(b for b in self.content if isinstance(b, ToolUse))
 
 
 class BaseLLM(abc.ABC):

@@ -15,11 +15,18 @@ import time
 import anthropic
 from anthropic.types import (
     AssistantMessageParam,
+    CacheControlEphemeralParam,
+    ContentBlockParam,
     MessageParam,
     TextBlockParam,
+    ToolChoiceNoneParam,
+    ToolParam,
+    ToolResultBlockParam,
+    ToolUseBlockParam,
     UserMessageParam,
 )
 from anthropic.types import TextBlock as SDKTextBlock
+from anthropic.types import ToolUseBlock as SDKToolUseBlock
 
 from bot.core.errors import (
     ConfigError,
@@ -29,13 +36,24 @@ from bot.core.errors import (
     RateLimited,
     RequestRejected,
 )
-from bot.core.llm import BaseLLM, ChatMessage, ModelRequest, ModelResult, TextBlock, Usage
+from bot.core.llm import (
+    BaseLLM,
+    ChatMessage,
+    ContentBlock,
+    ModelRequest,
+    ModelResult,
+    TextBlock,
+    ToolSpec,
+    ToolUse,
+    Usage,
+)
 
 __all__ = ["AnthropicLLM"]
 
 log = logging.getLogger("personabot.llm")
 
 _MAX_DETAIL = 500
+_EPHEMERAL: CacheControlEphemeralParam = {"type": "ephemeral"}
 
 
 def _blocks(blocks: tuple[TextBlock, ...]) -> list[TextBlockParam]:
@@ -43,16 +61,57 @@ def _blocks(blocks: tuple[TextBlock, ...]) -> list[TextBlockParam]:
     for block in blocks:
         param: TextBlockParam = {"type": "text", "text": block.text}
         if block.cache:
-            param["cache_control"] = {"type": "ephemeral"}
+            param["cache_control"] = _EPHEMERAL
         out.append(param)
     return out
 
 
+def _content(block: ContentBlock) -> ContentBlockParam:
+    if isinstance(block, TextBlock):
+        return _blocks((block,))[0]
+    if isinstance(block, ToolUse):
+        use: ToolUseBlockParam = {
+            "type": "tool_use",
+            "id": block.id,
+            "name": block.name,
+            "input": dict(block.input),
+        }
+        if block.cache:
+            use["cache_control"] = _EPHEMERAL
+        return use
+    result: ToolResultBlockParam = {
+        "type": "tool_result",
+        "tool_use_id": block.tool_use_id,
+        "content": block.content,
+        "is_error": block.is_error,
+    }
+    if block.cache:
+        result["cache_control"] = _EPHEMERAL
+    return result
+
+
 def _message(message: ChatMessage) -> MessageParam:
-    content = _blocks(message.blocks)
+    content = [_content(b) for b in message.blocks]
     if message.role == "user":
         return UserMessageParam(role="user", content=content)
     return AssistantMessageParam(role="assistant", content=content)
+
+
+def _tool(spec: ToolSpec) -> ToolParam:
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "input_schema": dict(spec.input_schema),
+    }
+
+
+def _answer(block: object) -> TextBlock | ToolUse | None:
+    """A response block we use; None for others (e.g. thinking) and for empty text."""
+    if isinstance(block, SDKTextBlock):
+        return TextBlock(block.text) if block.text else None
+    if isinstance(block, SDKToolUseBlock):
+        return ToolUse(block.id, block.name, dict(block.input))
+    return None
 
 
 def _retry_after(exc: anthropic.APIStatusError) -> float | None:
@@ -110,18 +169,25 @@ class AnthropicLLM(BaseLLM):
         system = _blocks(request.system)
         messages = [_message(m) for m in request.messages]
         log.debug(
-            "anthropic request: model=%s layers=%s system_blocks=%d messages=%d",
+            "anthropic request: model=%s layers=%s system_blocks=%d messages=%d tools=%d",
             request.model,
             ",".join(request.layers) or "-",
             len(system),
             len(messages),
+            len(request.tools),
         )
+        tools = [_tool(t) for t in request.tools]
+        # Only a request offering tools names a choice: a text-only request stays as it was.
+        no_tools: ToolChoiceNoneParam = {"type": "none"}
+        choice = no_tools if tools and request.tool_choice == "none" else anthropic.omit
         try:
             response = await self._client.messages.create(
                 model=request.model,
                 max_tokens=request.max_tokens,
                 messages=messages,
                 system=system if system else anthropic.omit,
+                tools=tools if tools else anthropic.omit,
+                tool_choice=choice,
             )
         except anthropic.AnthropicError as exc:
             error = self._translate(exc)
@@ -137,17 +203,26 @@ class AnthropicLLM(BaseLLM):
         )
         # May be empty (e.g. stop_reason "refusal"): callers must never record or send that.
         text = "".join(b.text for b in response.content if isinstance(b, SDKTextBlock))
+        content = tuple(b for b in map(_answer, response.content) if b is not None)
+        if not any(isinstance(b, ToolUse) for b in content):
+            content = ()  # a text answer is its text alone, as before tools existed
         log.debug(
-            "anthropic reply: model=%s stop=%s in=%d out=%d cache_write=%d cache_read=%d",
+            "anthropic reply: model=%s stop=%s tool_uses=%d in=%d out=%d cache_write=%d "
+            "cache_read=%d",
             response.model,
             response.stop_reason,
+            sum(isinstance(b, ToolUse) for b in content),
             usage.input_tokens,
             usage.output_tokens,
             usage.cache_creation_input_tokens,
             usage.cache_read_input_tokens,
         )
         return ModelResult(
-            text=text, usage=usage, model=str(response.model), stop_reason=response.stop_reason
+            text=text,
+            usage=usage,
+            model=str(response.model),
+            stop_reason=response.stop_reason,
+            content=content,
         )
 
     async def aclose(self) -> None:

@@ -25,8 +25,12 @@ Behaviour of ``POST /v1/messages``:
 * Like the real API at ``anthropic-version: 2026-10-21`` (what SDK 2.x sends), a body with
   ``temperature``, ``top_p`` or ``top_k`` is answered ``400 invalid_request_error``
   (set ``reject_sampling_params = False`` to disable).
+* Like the real API, a request whose messages hold ``tool_use`` or ``tool_result`` blocks but
+  that defines no ``tools``, whose ``tool_use`` blocks are not each answered by a
+  ``tool_result`` at the start of the next user message, or that holds an empty text block, is
+  answered ``400 invalid_request_error``.
 * Otherwise the next scripted outcome is popped from a FIFO queue (:meth:`fail_next`,
-  :meth:`reply_next`); with an empty queue the default reply is sent: one text block with
+  :meth:`reply_next`, :meth:`tool_use_next`); with an empty queue the default reply is sent: one text block with
   :attr:`reply_text` (or, when that is None, an echo of the last user message's text),
   ``stop_reason`` :attr:`stop_reason`, and :attr:`usage`.
 * :attr:`latency` seconds (``asyncio.sleep``) are waited before every answer; while
@@ -132,6 +136,29 @@ class RecordedRequest:
         return points
 
     @property
+    def tools(self) -> list[dict[str, Any]]:
+        """The ``tools`` field (tool definitions offered to the model)."""
+        return list(self.body.get("tools", []))
+
+    @property
+    def tool_results(self) -> list[dict[str, Any]]:
+        """The ``tool_result`` blocks of the last user message, in order."""
+        for message in reversed(self.messages):
+            if message.get("role") == "user":
+                return [b for b in message["content"] if b.get("type") == "tool_result"]
+        return []
+
+    def text_of(self, role: str) -> list[str]:
+        """Every text block of every message of ``role``, in order."""
+        return [
+            b.get("text", "")
+            for m in self.messages
+            if m.get("role") == role
+            for b in m["content"]
+            if b.get("type") == "text"
+        ]
+
+    @property
     def last_user_text(self) -> str:
         """The text of the last ``user`` message (text blocks joined by a blank line)."""
         for message in reversed(self.messages):
@@ -167,6 +194,35 @@ def _as_blocks(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     return [dict(b) for b in content]
+
+
+def _tool_protocol_error(recorded: RecordedRequest) -> str | None:
+    """What the real API would refuse about tool blocks and empty text, or None."""
+    messages = recorded.messages
+    kinds = {b.get("type") for m in messages for b in m["content"]}
+    if kinds & {"tool_use", "tool_result"} and not recorded.tools:
+        return "Requests which include `tool_use` or `tool_result` blocks must define tools."
+    for i, message in enumerate(messages):
+        for block in message["content"]:
+            if block.get("type") == "text" and not block.get("text"):
+                return f"messages.{i}: text content blocks must be non-empty"
+        if message.get("role") != "assistant":
+            continue
+        ids = [b.get("id") for b in message["content"] if b.get("type") == "tool_use"]
+        if not ids:
+            continue
+        following = messages[i + 1]["content"] if i + 1 < len(messages) else []
+        answered = []
+        for block in following:
+            if block.get("type") != "tool_result":
+                break
+            answered.append(block.get("tool_use_id"))
+        if sorted(map(str, answered)) != sorted(map(str, ids)):
+            return (
+                f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {', '.join(map(str, ids))}"
+            )
+    return None
 
 
 class FakeMessagesAPI:
@@ -260,6 +316,28 @@ class FakeMessagesAPI:
         self._script.append(
             CannedReply(text, dict(usage) if usage else None, stop_reason, model, content)
         )
+
+    def tool_use_next(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        text: str | None = None,
+        calls: list[tuple[str, Mapping[str, Any]]] | None = None,
+        usage: Mapping[str, int | None] | None = None,
+    ) -> list[str]:
+        """Queue one answer asking for tool calls (``stop_reason`` ``"tool_use"``).
+
+        The answer holds an optional ``text`` block, then a ``tool_use`` block calling
+        ``name`` with ``arguments`` and one more for each of ``calls``; returns their ids.
+        """
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        ids = []
+        for tool, args in [(name, arguments), *(calls or [])]:
+            ids.append(f"toolu_fake_{next(self._ids)}")
+            content.append({"type": "tool_use", "id": ids[-1], "name": tool, "input": dict(args)})
+        self.reply_next(content=content, stop_reason="tool_use", usage=usage)
+        return ids
 
     # ---------------------------------------------------------------- inspection
 
@@ -363,6 +441,8 @@ class FakeMessagesAPI:
         if sampling and self.reject_sampling_params and recorded.api_version >= "2026-10-21":
             detail = f"{sampling[0]}: Extra inputs are not permitted"
             return self._error(CannedError(400, "invalid_request_error", detail))
+        if problem := _tool_protocol_error(recorded):
+            return self._error(CannedError(400, "invalid_request_error", problem))
         step = self._script.popleft() if self._script else CannedReply()
         if isinstance(step, CannedError):
             return self._error(step)

@@ -17,7 +17,16 @@ from bot.core.errors import (
     RateLimited,
     RequestRejected,
 )
-from bot.core.llm import ChatMessage, ModelRequest, ModelResult, TextBlock, Usage
+from bot.core.llm import (
+    ChatMessage,
+    ModelRequest,
+    ModelResult,
+    TextBlock,
+    ToolResult,
+    ToolSpec,
+    ToolUse,
+    Usage,
+)
 from bot.llm.anthropic import AnthropicLLM
 from tests.fakes.messages_api import FakeMessagesAPI
 
@@ -373,3 +382,84 @@ async def test_a_refusal_comes_back_as_empty_text_with_its_stop_reason(
     api.reply_next(content=[], stop_reason="refusal")
     result = await make_llm().complete(_request())
     assert (result.text, result.stop_reason) == ("", "refusal")
+
+
+# ----------------------------------------------------------------------------- tool use
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+
+
+async def test_a_text_request_sends_no_tool_fields(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    await make_llm().complete(_request())
+    assert not {"tools", "tool_choice"} & api.last_request.body.keys()
+
+
+async def test_tools_are_offered_and_a_tool_use_answer_is_returned(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    [call_id] = api.tool_use_next("weather", {"city": "Oslo"}, text="Let me look.")
+    request = _request(tools=(ToolSpec("weather", "Weather in a city.", SCHEMA),))
+    result = await make_llm().complete(request)
+    seen = api.last_request
+    assert seen.tools == [
+        {"name": "weather", "description": "Weather in a city.", "input_schema": SCHEMA}
+    ]
+    assert "tool_choice" not in seen.body  # "auto" is the API's default
+    assert result.stop_reason == "tool_use"
+    assert result.text == "Let me look."
+    assert result.tool_uses == (ToolUse(call_id, "weather", {"city": "Oslo"}),)
+    assert result.content == (TextBlock("Let me look."), result.tool_uses[0])
+
+
+async def test_tool_blocks_go_back_in_order_and_none_forbids_calls(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    base = _request()
+    request = _request(
+        tools=(ToolSpec("weather", "Weather in a city.", SCHEMA),),
+        tool_choice="none",
+        messages=(
+            *base.messages,
+            ChatMessage("assistant", (TextBlock("Let me look."), ToolUse("t1", "weather", {}))),
+            ChatMessage("user", (ToolResult("t1", "city: Field required", is_error=True),)),
+        ),
+    )
+    api.reply_next("It is sunny.")
+    result = await make_llm().complete(request)
+    seen = api.last_request
+    assert seen.body["tool_choice"] == {"type": "none"}
+    assert seen.messages[-2]["content"] == [
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "t1", "name": "weather", "input": {}},
+    ]
+    assert seen.messages[-1]["content"] == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "t1",
+            "content": "city: Field required",
+            "is_error": True,
+        }
+    ]
+    assert result.text == "It is sunny." and result.tool_uses == () and result.content == ()
+
+
+async def test_a_thinking_block_is_not_sent_back(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    api.reply_next(
+        content=[
+            {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+            {"type": "tool_use", "id": "t9", "name": "weather", "input": {"city": "Rome"}},
+        ],
+        stop_reason="tool_use",
+    )
+    request = _request(tools=(ToolSpec("weather", "Weather in a city.", SCHEMA),))
+    result = await make_llm().complete(request)
+    assert result.content == (ToolUse("t9", "weather", {"city": "Rome"}),)
