@@ -135,6 +135,18 @@ class LLMSettings(_Section):
         return _shown(text)
 
 
+class ToolSettings(_Section):
+    """Bounds of the tool loop of one turn and of turn hooks (bot/runtime/tools.py)."""
+
+    max_steps: int = Field(default=6, ge=1, le=100)
+    max_calls: int = Field(default=12, ge=1, le=1000)
+    max_seconds: float = Field(default=60.0, gt=0, le=3600)
+    max_tokens: int = Field(default=100_000, ge=1, le=10**9)
+    call_timeout_seconds: float = Field(default=15.0, gt=0, le=3600)
+    max_result_chars: int = Field(default=16_000, ge=100, le=1_000_000)
+    hook_timeout_seconds: float = Field(default=5.0, gt=0, le=600)
+
+
 class QueueSettings(_Section):
     """Coalescing of rapid-fire messages into one turn (docs/architecture.md#queue)."""
 
@@ -417,6 +429,7 @@ class Settings(BaseSettings):
 
     storage: StorageSettings = StorageSettings()
     llm: LLMSettings = LLMSettings()
+    tools: ToolSettings = ToolSettings()
     queue: QueueSettings = QueueSettings()
     sessions: SessionSettings = SessionSettings()
     memory: MemorySettings = MemorySettings()

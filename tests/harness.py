@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from bot.config import (
     RetentionSettings,
     Secrets,
     Settings,
+    ToolSettings,
 )
 from bot.core.clock import Clock, ManualClock
 from bot.core.events import ConversationKey, Inbound
@@ -32,6 +34,7 @@ from bot.runtime.extensions import Extensions
 from bot.runtime.limits import LimitPolicy
 from bot.runtime.pipeline import GapPolicy, Pipeline
 from bot.runtime.router import Router
+from bot.runtime.tools import ToolPolicy
 from bot.store.base import BaseStore
 from memory.assemble import Budget, PersonaPin
 from memory.service import Memory, MemoryPolicy
@@ -128,6 +131,7 @@ def harness_settings(
     forget_deletes_messages: bool,
     export_every: float,
     plugins: Sequence[str] = (),
+    tool_policy: ToolPolicy | None = None,
 ) -> Settings:
     """The Settings that make the App wire what this harness describes.
 
@@ -183,6 +187,7 @@ def harness_settings(
         ),
         personas=[PERSONA],
         plugins=list(plugins),
+        tools=ToolSettings.model_construct(**dataclasses.asdict(tool_policy or ToolPolicy())),
     )
 
 
@@ -209,6 +214,7 @@ async def harness(
     plugins: Sequence[str] = (),
     extend: Callable[[App], None] | None = None,
     extensions: Extensions | None = None,
+    tool_policy: ToolPolicy | None = None,
 ) -> AsyncIterator[Harness]:
     """The App's runtime on ``store`` (owned by the caller) with a manual clock and a
     recording outlet; on exit the scheduler stops and waits for turns."""
@@ -225,6 +231,7 @@ async def harness(
         forget_deletes_messages=forget_deletes_messages,
         export_every=export_every,
         plugins=plugins,
+        tool_policy=tool_policy,
     )
     app = App(settings, Secrets({}), clock=clock, llm=llm)
     if extensions is not None:

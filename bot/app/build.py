@@ -28,6 +28,7 @@ from bot.runtime.limits import LimitPolicy, Limits
 from bot.runtime.pipeline import BotProfile, GapPolicy, Pipeline
 from bot.runtime.router import Router
 from bot.runtime.stats import usage_report
+from bot.runtime.tools import ToolPolicy
 from bot.runtime.usage import Accounting
 from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore, is_postgres_url
@@ -199,6 +200,7 @@ def profile_for(
         max_turn_messages=queue.max_turn_messages,
         refusal_message=persona.refusal_message or settings.llm.refusal_message,
         rejected_notice=settings.llm.rejected_notice,
+        persona_id=persona.id,
     )
 
 
@@ -350,6 +352,7 @@ async def runtime(
             metrics=metrics,
             trouble_notice=settings.llm.trouble_notice,
             retry_max_seconds=settings.llm.retry_max_seconds,
+            tool_policy=ToolPolicy(**settings.tools.model_dump()),
         )
         queue = settings.queue
         scheduler = Scheduler(

@@ -1,11 +1,16 @@
-"""Background work tied to a block: started on entry, always cancelled and awaited on exit."""
+"""Background work tied to a block (started on entry, cancelled and awaited on exit), and work
+bounded by a clock."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Coroutine
+from typing import Any, TypeVar
+
+from bot.core.clock import Clock
+
+T = TypeVar("T")
 
 
 @contextlib.asynccontextmanager
@@ -19,3 +24,29 @@ async def running(work: Coroutine[Any, Any, None], *, name: str) -> AsyncIterato
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def within(clock: Clock, seconds: float, work: Awaitable[T]) -> T:
+    """The result of ``work``, or TimeoutError once ``seconds`` passed on ``clock``.
+
+    On a timeout (or when the caller is cancelled) ``work`` is cancelled and not awaited: a
+    coroutine that ignores cancellation must not hold up the caller. Its late outcome is
+    retrieved, so nothing is reported as never retrieved.
+    """
+    task = asyncio.ensure_future(work)
+    timer = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        timer.cancel()
+        if not task.done():
+            task.cancel()
+            task.add_done_callback(_retrieve)
+    if not task.done():
+        raise TimeoutError(f"not done within {seconds:g} s")
+    return task.result()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()

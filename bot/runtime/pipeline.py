@@ -1,8 +1,14 @@
 """One turn of a conversation: lease -> pending turn -> assemble -> model -> final check -> send.
 
+With plugins (bot/runtime/extensions.py), ``before_model`` hooks add a context layer to the
+prompt, the model step is the tool loop (bot/runtime/tools.py: model and tool calls until a
+text answer, bounded, all inside the lease and before the final check), and once the final
+check recorded the reply its deferred side effects run, then the ``after_reply`` hooks.
+
 Invariants (docs/architecture.md#queue):
-- the model is called at most once per attempt, with the oldest pending messages up to v0
-  (at most ``max_turn_messages``; the rest wait for the next turn);
+- the model is asked once per attempt (a tool loop's calls are that one answer's steps), with
+  the oldest pending messages up to v0 (at most ``max_turn_messages``; the rest wait for the
+  next turn);
 - nothing is sent unless the final check (one store transaction) recorded the reply, so a
   worker whose lease was taken over, or whose input went stale, never sends;
 - no empty, whitespace-only or invisible (zero-width) text is ever recorded or sent: a
@@ -10,6 +16,8 @@ Invariants (docs/architecture.md#queue):
 - a turn is submitted until it is answered or closed out (the model rejected it, a limit holds
   its author back): a closed-out message is never submitted again, so no conversation can get
   stuck behind one bad turn, before or after /new;
+- a tool's side effect, and the ``after_reply`` hooks, happen only for a recorded reply: never
+  for a turn the final check discarded or fenced;
 - the typing indicator and the lease are released on every path.
 """
 
@@ -19,14 +27,14 @@ import contextlib
 import logging
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
 from bot.core.clock import Clock
 from bot.core.errors import ModelRejected, ModelUnavailable, RateLimited, RequestRejected
 from bot.core.events import NOT_SET, ConversationKey, Lease, QueuePolicy, Turn
-from bot.core.llm import BaseLLM, Usage
+from bot.core.llm import BaseLLM, ModelResult, Usage
 from bot.core.ports import Outlet
 from bot.core.shares import weights
 from bot.core.visible import has_visible_text
@@ -34,10 +42,13 @@ from bot.metrics import Metrics
 from bot.queue import lease as leases
 from bot.queue.lease import renewing
 from bot.runtime.delivery import Delivery
+from bot.runtime.extensions import Extensions, TurnContext
+from bot.runtime.hooks import after_reply, context_layers
 from bot.runtime.limits import Admission, Limits
+from bot.runtime.tools import Effect, ToolLoop, ToolPolicy, apply
 from bot.runtime.usage import Accounting
 from bot.store.base import BaseStore
-from memory.assemble import PersonaPin
+from memory.assemble import PersonaPin, with_context
 from memory.records import Summary
 from memory.retention.gaps import Gap, describe, gap_notice
 from memory.service import Memory, MemoryPolicy
@@ -80,6 +91,7 @@ class BotProfile:
     max_turn_messages: int = 50
     refusal_message: str = DEFAULT_REFUSAL
     rejected_notice: str = DEFAULT_REJECTED
+    persona_id: str = ""  # the persona's id, for turn hooks and tools ("" = the pin's name)
 
 
 def lease_name(conversation: ConversationKey) -> str:
@@ -105,6 +117,8 @@ class Pipeline:
         trouble_notice: str = "",
         retry_max_seconds: float = 60.0,
         accounting: Accounting | None = None,
+        extensions: Extensions | None = None,
+        tool_policy: ToolPolicy | None = None,
     ) -> None:
         self._store = store
         self._llm = llm
@@ -123,6 +137,22 @@ class Pipeline:
             store=store, clock=clock, metrics=self.metrics, limits=limits
         )
         self.delivery = Delivery(store=store, clock=clock, outlet_for=self._outlet_for)
+        self._extensions = extensions or Extensions()
+        self._tool_policy = tool_policy or ToolPolicy()
+
+    def _extensions_for(self, bot: str) -> Extensions:
+        """What plugins registered that applies to ``bot``."""
+        return self._extensions
+
+    def _context(self, turn: Turn, profile: BotProfile) -> TurnContext:
+        return TurnContext(
+            conversation=turn.session.conversation,
+            session=turn.session,
+            bot=profile.key,
+            persona_id=profile.persona_id or profile.pin.name,
+            messages=turn.messages,
+            now=self._clock.now(),
+        )
 
     def _outlet_for(self, bot: str) -> Outlet | None:
         profile = self._profiles.get(bot)
@@ -263,7 +293,7 @@ class Pipeline:
         gaps: tuple[Gap, ...],
         summary: Summary | None,
     ) -> TurnOutcome:
-        """Assemble, call the model once, and record and send its reply."""
+        """Assemble, get the model's answer (through the tool loop), record and send it."""
         conversation = turn.session.conversation
         notice = None
         if gaps:
@@ -279,9 +309,32 @@ class Pipeline:
             len(turn.messages),
             assembled.total_tokens,
         )
+        context = self._context(turn, profile)
+        extensions = self._extensions_for(conversation.bot)
+        policy = self._tool_policy
+        by = weights(turn.messages)
+
+        async def charge(result: ModelResult) -> None:
+            # Each step of the loop is charged as it answers, like any reply.
+            await self._accounting.charge(conversation, "reply", result, by)
+
+        loop = ToolLoop(
+            llm=self._llm,
+            clock=self._clock,
+            registry=extensions.tools,
+            policy=policy,
+            context=context,
+            charge=charge,
+        )
         try:
             async with profile.outlet.typing(conversation), self._renewing(lease, profile):
-                result = await self._llm.complete(assembled.request)
+                layers = await context_layers(
+                    extensions.before_model,
+                    context,
+                    clock=self._clock,
+                    seconds=policy.hook_timeout_seconds,
+                )
+                answered = await loop.run(with_context(assembled, layers).request)
         except ModelUnavailable as exc:
             return await self._retry_later(turn, profile, exc)
         except RequestRejected as exc:
@@ -300,8 +353,17 @@ class Pipeline:
             # again, once the operator fixed the cause) rather than loop.
             await self._store.clear_timer(conversation, turn.version, only_if_idle=False)
             return "failed"
-        await self._accounting.charge(conversation, "reply", result, weights(turn.messages))
         await self._recovered(turn)
+        result = answered.result
+        if answered.steps:
+            log.info(
+                "turn %s: %d tool step(s), %d call(s), %d deferred effect(s)%s",
+                turn.session,
+                answered.steps,
+                answered.calls,
+                len(answered.effects),
+                f"; stopped at the {answered.bound} bound" if answered.bound else "",
+            )
         text = result.text
         if result.stop_reason == "refusal" or not has_visible_text(text):
             log.warning(
@@ -313,7 +375,16 @@ class Pipeline:
             )
             self.metrics.refusals.labels(*self.metrics.labels(conversation)).inc()
             text = profile.refusal_message
-        return await self._record_and_send(turn, lease, profile, text, result.usage, result.model)
+        return await self._record_and_send(
+            turn,
+            lease,
+            profile,
+            text,
+            answered.usage,
+            result.model,
+            effects=answered.effects,
+            context=context,
+        )
 
     async def _record_and_send(
         self,
@@ -323,8 +394,14 @@ class Pipeline:
         text: str,
         usage: Usage,
         model: str | None,
+        *,
+        effects: Sequence[Effect] = (),
+        context: TurnContext | None = None,
     ) -> TurnOutcome:
-        """The final check, then delivery of a recorded reply."""
+        """The final check, then delivery of a recorded reply, its side effects and hooks.
+
+        Effects and ``after_reply`` hooks run only here, after ``finish_turn`` recorded the
+        reply: a discarded or fenced turn returns before them (bot/runtime/tools.py)."""
         conversation = turn.session.conversation
         if not has_visible_text(text):  # e.g. an operator's blank refusal_message
             text = (
@@ -360,6 +437,17 @@ class Pipeline:
         )
         self._memory.schedule_compaction(turn.session)
         await self.delivery.deliver(finished.outbox)
+        extensions = self._extensions_for(conversation.bot)
+        if effects or extensions.after_reply:
+            context = context or self._context(turn, profile)
+            await apply(effects, clock=self._clock, policy=self._tool_policy, context=context)
+            await after_reply(
+                extensions.after_reply,
+                context,
+                text,
+                clock=self._clock,
+                seconds=self._tool_policy.hook_timeout_seconds,
+            )
         return "sent"
 
     async def _tell_once(self, turn: Turn, gaps: tuple[Gap, ...], profile: BotProfile) -> None:

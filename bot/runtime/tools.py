@@ -1,25 +1,72 @@
-"""Tools the model may call (Claude tool use): typed functions turned into JSON schemas.
+"""Tools the model may call (Claude tool use): typed functions, and the bounded loop that runs them.
 
 A tool is registered by a plugin (``@app.tool``, docs/plugins.md). Its signature is the input
 schema: every parameter needs a type annotation; the docstring's first line is the description
-unless one is given. A tool with ``side_effects=True`` must not act before its turn's reply is
-recorded (docs/architecture.md#queue, the final check): the pipeline runs it only then.
+unless one is given. A parameter annotated ``TurnContext`` is not shown to the model: it gets
+the turn's context (who wrote, which conversation).
+
+The loop (:class:`ToolLoop`) runs inside the turn's lease, before the final check: model ->
+tool calls -> results -> model ... until a text answer. The model's arguments are validated
+against the signature; unknown tools, bad arguments, a raising tool (a :class:`ToolError`'s
+message is shown to the model, any other exception only by its type) and a tool that runs out
+of time all become ``is_error`` results the model sees, never a failed turn. It is bounded by
+:class:`ToolPolicy`: once a bound is reached no further tool runs and the model is asked once
+more, with tools forbidden, to answer from what it has; that answer is the reply.
+
+Side effects (the rule): a tool with ``side_effects=True`` never runs inside the loop. Its
+arguments are validated and the model is told the action will be carried out once its reply is
+sent; the call is kept as an :class:`Effect` and run by :func:`apply` only after the final
+check recorded the reply (docs/architecture.md#queue). A turn discarded by the final check
+(newer input arrived) or fenced (the lease was lost), or one whose model call failed, drops its
+effects: the next attempt decides again. Effects run at most once: a crash between the
+recorded reply and the effect loses the effect, never doubles it. A tool whose result the model
+must see therefore cannot have side effects: split it into a read-only lookup and an action.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, get_type_hints
+import logging
+import traceback
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Final, get_type_hints
 
 import pydantic
+import pydantic_core
 
-from bot.core.errors import ConfigError
+from bot.core.clock import Clock
+from bot.core.errors import ConfigError, PersonabotError
+from bot.core.llm import (
+    BaseLLM,
+    ChatMessage,
+    ModelRequest,
+    ModelResult,
+    ToolResult,
+    ToolSpec,
+    ToolUse,
+    Usage,
+)
+from bot.core.tasks import within
+
+if TYPE_CHECKING:
+    from bot.runtime.extensions import TurnContext
+
+log = logging.getLogger("personabot.tools")
 
 ToolFunction = Callable[..., Awaitable[Any]]
 
 _NAME = pydantic.TypeAdapter(pydantic.constr(pattern=r"^[a-zA-Z0-9_-]{1,64}$"))
+
+DEFERRED: Final = (
+    "Accepted. This action is carried out right after your reply is sent (and not at all if "
+    "your reply is not sent): do not say it is already done, and do not invent its result."
+)
+
+
+class ToolError(PersonabotError):
+    """Raised by a tool for the model to read: the message is the result it sees."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +79,8 @@ class Tool:
     side_effects: bool
     run: ToolFunction
     arguments: type[pydantic.BaseModel] = field(repr=False, compare=False)
+    # The parameter that receives the turn's context (hidden from the model), if any.
+    context_parameter: str | None = None
 
     @classmethod
     def from_function(
@@ -43,6 +92,8 @@ class Tool:
         side_effects: bool = False,
     ) -> Tool:
         """A tool from an ``async def`` with annotated parameters; ConfigError when unusable."""
+        from bot.runtime.extensions import TurnContext  # extensions imports this module
+
         tool_name = name or fn.__name__
         try:
             _NAME.validate_python(tool_name)
@@ -52,24 +103,50 @@ class Tool:
             ) from None
         if not inspect.iscoroutinefunction(fn):
             raise ConfigError([f"tool {tool_name!r}: must be an async function"])
-        hints = get_type_hints(fn)
+        try:
+            hints = get_type_hints(fn)
+        except (NameError, TypeError) as exc:
+            raise ConfigError([f"tool {tool_name!r}: unreadable annotation ({exc})"]) from None
         fields: dict[str, Any] = {}
+        context: str | None = None
         for param in inspect.signature(fn).parameters.values():
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise ConfigError([f"tool {tool_name!r}: *args and **kwargs cannot be typed"])
+            if param.kind is param.POSITIONAL_ONLY:
+                raise ConfigError(
+                    [f"tool {tool_name!r}: positional-only parameters cannot be named"]
+                )
             if param.name not in hints:
                 raise ConfigError(
                     [f"tool {tool_name!r}: parameter {param.name!r} needs a type annotation"]
                 )
+            if hints[param.name] is TurnContext:
+                context = param.name
+                continue
             default = ... if param.default is param.empty else param.default
             fields[param.name] = (hints[param.name], default)
-        model = pydantic.create_model(f"{tool_name}_arguments", **fields)
-        schema = model.model_json_schema()
+        try:
+            # Unknown arguments are refused, not ignored: the model learns the real schema.
+            model = pydantic.create_model(
+                f"{tool_name}_arguments",
+                __config__=pydantic.ConfigDict(extra="forbid"),
+                **fields,
+            )
+            schema = model.model_json_schema()
+        except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError) as exc:
+            raise ConfigError(
+                [f"tool {tool_name!r}: no JSON schema for its parameters ({exc})"]
+            ) from None
         schema.pop("title", None)
         text = description or (inspect.getdoc(fn) or "").split("\n\n")[0].strip()
         if not text:
             raise ConfigError([f"tool {tool_name!r}: give a description (or a docstring)"])
-        return cls(tool_name, text, schema, side_effects, fn, model)
+        return cls(tool_name, text, schema, side_effects, fn, model, context)
+
+    @property
+    def spec(self) -> ToolSpec:
+        """What the model is shown of this tool."""
+        return ToolSpec(self.name, self.description, self.input_schema)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,5 +165,245 @@ class ToolRegistry:
             raise ConfigError([f"tool {tool.name!r}: registered twice"])
         return ToolRegistry((*self.tools, tool))
 
+    def schemas(self) -> tuple[ToolSpec, ...]:
+        """Every tool as the model is shown it, in registration order."""
+        return tuple(t.spec for t in self.tools)
+
     def __bool__(self) -> bool:
         return bool(self.tools)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPolicy:
+    """Bounds of one turn's tool loop (``[tools]`` in the TOML) and of turn hooks."""
+
+    max_steps: int = 6  # model answers that call tools, per turn
+    max_calls: int = 12  # tool calls per turn, over all steps
+    max_seconds: float = 60.0  # no new step starts after this, from the first model call
+    max_tokens: int = 100_000  # tokens of all the turn's model calls, before the final one
+    call_timeout_seconds: float = 15.0  # one tool call (and one side effect)
+    max_result_chars: int = 16_000  # a longer tool result is cut, visibly
+    hook_timeout_seconds: float = 5.0  # one before_model / after_reply hook
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """A side-effecting call with validated arguments, to run once the reply is recorded."""
+
+    tool: Tool
+    kwargs: Mapping[str, Any] = field(repr=False)  # may hold personal data: never logged
+
+
+@dataclass(frozen=True, slots=True)
+class LoopResult:
+    """How a turn's tool loop ended."""
+
+    result: ModelResult  # the last answer: its text is the reply
+    usage: Usage  # of every model call of the loop
+    steps: int  # model answers that called tools
+    calls: int  # tool calls run or deferred
+    effects: tuple[Effect, ...]
+    bound: str | None = None  # "steps", "calls", "seconds" or "tokens" when one was reached
+
+
+_NOT_RUN: Final = {
+    "steps": "this turn's limit of tool steps",
+    "calls": "this turn's limit of tool calls",
+    "seconds": "this turn's time for tools",
+    "tokens": "this turn's token budget for tools",
+}
+
+
+class ToolLoop:
+    """Runs one turn's model calls and tool calls until a text answer, within bounds."""
+
+    def __init__(
+        self,
+        *,
+        llm: BaseLLM,
+        clock: Clock,
+        registry: ToolRegistry,
+        policy: ToolPolicy,
+        context: TurnContext,
+        charge: Callable[[ModelResult], Awaitable[None]],
+    ) -> None:
+        self._llm = llm
+        self._clock = clock
+        self._registry = registry
+        self._policy = policy
+        self._context = context
+        self._charge = charge  # every call is charged as soon as it answered
+
+    async def run(self, request: ModelRequest) -> LoopResult:
+        """The final answer; ModelError from the provider propagates (no effect survives)."""
+        if self._registry:
+            request = replace(request, tools=self._registry.schemas(), tool_choice="auto")
+        started = self._clock.now()
+        usage = Usage()
+        steps = calls = 0
+        effects: list[Effect] = []
+        bound: str | None = None
+        while True:
+            result = await self._llm.complete(request)
+            usage += result.usage
+            await self._charge(result)
+            uses = result.tool_uses
+            if not uses or request.tool_choice == "none" or not self._registry:
+                # A provider may ignore "none": its text is the answer all the same.
+                return LoopResult(result, usage, steps, calls, tuple(effects), bound)
+            bound = self._over(started, usage)
+            room = 0 if bound else max(0, self._policy.max_calls - calls)
+            outcomes = await asyncio.gather(*(self._call(u, steps + 1) for u in uses[:room]))
+            results = [r for r, _ in outcomes]
+            effects.extend(e for _, e in outcomes if e is not None)
+            calls += len(outcomes)
+            if len(uses) > room:
+                bound = bound or "calls"
+                results += [self._not_run(u, bound) for u in uses[room:]]
+            if outcomes:
+                steps += 1
+            if bound is None and steps >= self._policy.max_steps:
+                bound = "steps"
+            bound = bound or self._over(started, usage)
+            if bound is not None:
+                log.info(
+                    "%s: tool loop bound reached (%s) after %d step(s), %d call(s); "
+                    "asking for an answer without tools",
+                    self._context.session,
+                    bound,
+                    steps,
+                    calls,
+                )
+            request = replace(
+                request,
+                messages=(
+                    *request.messages,
+                    ChatMessage("assistant", result.content),
+                    ChatMessage("user", tuple(results)),
+                ),
+                tool_choice="none" if bound else "auto",
+            )
+
+    def _over(self, started: float, usage: Usage) -> str | None:
+        if self._clock.now() - started >= self._policy.max_seconds:
+            return "seconds"
+        if usage.total >= self._policy.max_tokens:
+            return "tokens"
+        return None
+
+    def _not_run(self, use: ToolUse, bound: str) -> ToolResult:
+        log.info("tool %s (%s): not run, %s reached", use.name, self._context.session, bound)
+        return ToolResult(
+            use.id,
+            f"Not run: {_NOT_RUN[bound]} is reached. Answer now with what you have.",
+            is_error=True,
+        )
+
+    async def _call(self, use: ToolUse, step: int) -> tuple[ToolResult, Effect | None]:
+        """One call's result for the model, and the effect to apply later, if deferred."""
+        start = self._clock.now()
+        tool = self._registry.get(use.name)
+
+        def done(outcome: str, content: str, *, error: bool = False) -> ToolResult:
+            # Never the arguments or the result at INFO: they may hold personal data.
+            log.info(
+                "tool %s (%s, step %d): %s in %.3fs",
+                use.name,
+                self._context.session,
+                step,
+                outcome,
+                self._clock.now() - start,
+            )
+            return ToolResult(use.id, self._shown(content), is_error=error)
+
+        if tool is None:
+            known = ", ".join(t.name for t in self._registry.tools)
+            text = f"No tool named {use.name!r}; tools: {known}."
+            return done("unknown tool", text, error=True), None
+        try:
+            kwargs = self._arguments(tool, use.input)
+        except pydantic.ValidationError as exc:
+            return done("bad arguments", f"Invalid arguments: {_problems(exc)}", error=True), None
+        if tool.side_effects:
+            return done("deferred until the reply is recorded", DEFERRED), Effect(tool, kwargs)
+        try:
+            value: object = await within(
+                self._clock, self._policy.call_timeout_seconds, tool.run(**kwargs)
+            )
+        except TimeoutError:
+            text = f"The tool did not finish within {self._policy.call_timeout_seconds:g} s."
+            return done("timed out", text, error=True), None
+        except ToolError as exc:
+            return done("tool error", str(exc) or "The tool failed.", error=True), None
+        except Exception as exc:  # a plugin's bug must not fail the turn
+            kind = type(exc).__name__
+            log.warning("tool %s raised %s at %s", use.name, kind, raised_at(exc))
+            return done(f"raised {kind}", f"The tool failed ({kind}).", error=True), None
+        return done("ok", _text(value)), None
+
+    def _arguments(self, tool: Tool, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """The validated keyword arguments (pydantic values, not their JSON dumps)."""
+        parsed = tool.arguments.model_validate(dict(raw))
+        kwargs = {name: getattr(parsed, name) for name in type(parsed).model_fields}
+        if tool.context_parameter is not None:
+            kwargs[tool.context_parameter] = self._context
+        return kwargs
+
+    def _shown(self, content: str) -> str:
+        limit = self._policy.max_result_chars
+        if len(content) <= limit:
+            return content
+        return f"{content[:limit]} [... cut: {len(content) - limit} more characters not shown]"
+
+
+def _text(value: object) -> str:
+    """A tool's return value as the text the model reads (never empty: the API refuses it)."""
+    if value is None:
+        return "(done; no output)"
+    text = value if isinstance(value, str) else pydantic_core.to_json(value, fallback=str).decode()
+    return text if text.strip() else "(empty)"
+
+
+def raised_at(exc: BaseException) -> str:
+    """Where an exception was raised (file:line of the innermost frame), without its message:
+    a plugin's exception text may hold personal data, its place does not."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "?"
+    last = frames[-1]
+    return f"{last.filename}:{last.lineno} in {last.name}"
+
+
+def _problems(exc: pydantic.ValidationError) -> str:
+    """What was wrong, by argument, without echoing the values."""
+    lines = []
+    for err in exc.errors(include_url=False, include_input=False, include_context=False):
+        where = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        lines.append(f"{where}: {err['msg']}")
+    return "; ".join(lines)
+
+
+async def apply(
+    effects: Sequence[Effect], *, clock: Clock, policy: ToolPolicy, context: TurnContext
+) -> None:
+    """Run a recorded turn's side effects, in the order the model asked for them.
+
+    Each is bounded by ``call_timeout_seconds``; a failure is logged and the next one still
+    runs (the reply is sent: nothing can be taken back).
+    """
+    for effect in effects:
+        start = clock.now()
+        try:
+            await within(clock, policy.call_timeout_seconds, effect.tool.run(**effect.kwargs))
+            outcome = "ok"
+        except TimeoutError:
+            outcome = "timed out"
+        except Exception as exc:  # a plugin's bug must not fail the turn
+            outcome = f"raised {type(exc).__name__} at {raised_at(exc)}"
+        log.info(
+            "tool %s (%s, effect after the reply): %s in %.3fs",
+            effect.tool.name,
+            context.session,
+            outcome,
+            clock.now() - start,
+        )

@@ -30,8 +30,9 @@ Behaviour of ``POST /v1/messages``:
   ``tool_result`` at the start of the next user message, or that holds an empty text block, is
   answered ``400 invalid_request_error``.
 * Otherwise the next scripted outcome is popped from a FIFO queue (:meth:`fail_next`,
-  :meth:`reply_next`, :meth:`tool_use_next`); with an empty queue the default reply is sent: one text block with
-  :attr:`reply_text` (or, when that is None, an echo of the last user message's text),
+  :meth:`reply_next`, :meth:`tool_use_next`); with an empty queue the default reply is sent:
+  one text block with :attr:`reply_text` (or, when that is None, an echo of the last user
+  message's text),
   ``stop_reason`` :attr:`stop_reason`, and :attr:`usage`.
 * :attr:`latency` seconds (``asyncio.sleep``) are waited before every answer; while
   :attr:`hold` is an unset ``asyncio.Event``, answers also wait for it (a held model call).
