@@ -432,7 +432,9 @@ async def test_a_before_model_layer_is_in_the_request_after_the_cached_prefix(
     assert second.cache_breakpoints[-1][0] == "messages"
     assert second.system_blocks == first.system_blocks
     assert [c.messages[-1].text for c in seen] == ["hello", "still there?"]
-    assert seen[0].bot == "default" and seen[0].persona_id == "Mira"
+    profile = h.pipeline.profile("default")
+    assert seen[0].bot == "default"
+    assert seen[0].persona_id == (profile.persona_id or profile.pin.name)
     assert h.outlet.texts()[0].startswith("<bot_context>")  # the echo shows what was sent
 
 
