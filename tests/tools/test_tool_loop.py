@@ -4,6 +4,7 @@ fake Messages API, tools registered as a plugin would (``Tool.from_function``)."
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -456,3 +457,87 @@ async def test_after_reply_sees_the_recorded_reply_and_a_raising_hook_fails_noth
     assert h.outlet.texts() == ["reply to: hi"]
     stored = await store.messages(SessionKey(C1, 1))
     assert seen == [("hi", stored[-1].text)] == [("hi", "reply to: hi")]
+
+
+async def test_the_time_bound_starts_no_new_step_once_the_turn_ran_long(
+    store: BaseStore, clock: ManualClock, api: FakeMessagesAPI, llm: AnthropicLLM
+) -> None:
+    async def slow_lookup(word: str) -> str:
+        """Look a word up (takes 6 s)."""
+        await clock.sleep(6)
+        return "found"
+
+    api.tool_use_next("slow_lookup", {"word": "a"})
+    api.reply_next("Found a; no time for more.")
+    policy = ToolPolicy(max_seconds=5)
+    ext = plugins(Tool.from_function(slow_lookup))
+    async with harness(
+        store, clock, llm, memory_llm=OfflineLLM(), extensions=ext, tool_policy=policy
+    ) as h:
+        await h.say(C1, "look up a, then b")
+        await h.advance(1.6)
+        await eventually(lambda: api.call_count == 1, "the first model call")
+        await h.advance(6.5)
+        await eventually(lambda: h.outlet.texts() != [], "the reply")
+    assert results(api.requests[1]) == [("found", False)]
+    assert api.requests[1].body["tool_choice"] == {"type": "none"}
+    assert h.outlet.texts() == ["Found a; no time for more."]
+
+
+async def test_the_lease_is_renewed_while_tools_run(
+    stores: StoreFactory, clock: ManualClock, api: FakeMessagesAPI, llm: AnthropicLLM
+) -> None:
+    async def slow_lookup(word: str) -> str:
+        """Look a word up (takes 25 s)."""
+        await clock.sleep(25)
+        return "found"
+
+    api.tool_use_next("slow_lookup", {"word": "a"})
+    api.reply_next("Found it.")
+    policy = ToolPolicy(call_timeout_seconds=60)
+    ext = plugins(Tool.from_function(slow_lookup))
+    other_llm = GatedLLM()
+    async with (
+        stores.new() as a,
+        stores.new() as b,
+        harness(
+            a, clock, llm, memory_llm=OfflineLLM(), lease=10, extensions=ext, tool_policy=policy
+        ) as h,
+    ):
+        await h.say(C1, "look up a")
+        await h.advance(1.6)
+        await eventually(lambda: api.call_count == 1, "the first model call")
+        # A second process starts while the tool runs, and would take an expired lease over.
+        async with harness(b, clock, other_llm, lease=10, holder="other") as other:
+            await other.advance(26)  # well past one lease: renewed every 10/3 s meanwhile
+            await eventually(lambda: h.outlet.texts() != [], "the reply")
+            await other.advance(5)
+    assert other_llm.calls == 0  # nobody took the conversation over
+    assert h.outlet.texts() == ["Found it."]
+    assert other.outlet.texts() == []
+
+
+async def test_tool_calls_are_logged_without_arguments_or_exception_text(
+    store: BaseStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def find(name: str) -> str:
+        """Find a person."""
+        raise RuntimeError(f"no such person: {name}")
+
+    api.tool_use_next("find", {"name": "Sasha Petrova"})
+    api.reply_next("I could not find her.")
+    caplog.set_level(logging.INFO, logger="personabot")
+    async with harness(
+        store, clock, llm, memory_llm=OfflineLLM(), extensions=plugins(Tool.from_function(find))
+    ) as h:
+        await h.say(C1, "find Sasha Petrova")
+        await answered(h)
+    lines = [r.getMessage() for r in caplog.records if r.name == "personabot.tools"]
+    assert any(
+        line.startswith("tool find (") and "raised RuntimeError in" in line for line in lines
+    )
+    assert not [line for line in lines if "Petrova" in line]
