@@ -1,7 +1,7 @@
 """A model that needs no network: deterministic, clearly labelled, built from its input.
 
 It lets a person see the pipeline work without an API key: replies quote the coalesced input
-and list the prompt layers that arrived; summaries are extractive (what the user said, cut
+and list the prompt layers that arrived (it calls no tools: plugins' tools are ignored); summaries are extractive (what the user said, cut
 short); memory extraction recognises a few plain statements ("my name is ...", "I work as
 ...", "I'm afraid of ..."). Tests and benchmarks use it as a model with a fixed latency.
 """
@@ -13,7 +13,7 @@ import json
 import re
 from typing import Final
 
-from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
+from bot.core.llm import BaseLLM, ModelRequest, ModelResult, TextBlock, Usage
 
 LABEL: Final = "[offline model]"
 
@@ -49,7 +49,9 @@ class OfflineLLM(BaseLLM):
         self.calls += 1
         if self._latency:
             await asyncio.sleep(self._latency)
-        last = request.messages[-1].text if request.messages else ""
+        # The new turn is the last message's last block (a context layer may come before it).
+        blocks = request.messages[-1].blocks if request.messages else ()
+        last = blocks[-1].text if blocks and isinstance(blocks[-1], TextBlock) else ""
         if request.purpose == "summary":
             text = _summary(last)
         elif request.purpose == "extract":
