@@ -43,6 +43,7 @@ from bot.core.llm import (
     ChatMessage,
     ModelRequest,
     ModelResult,
+    TextBlock,
     ToolResult,
     ToolSpec,
     ToolUse,
@@ -276,11 +277,7 @@ class ToolLoop:
                 )
             request = replace(
                 request,
-                messages=(
-                    *request.messages,
-                    ChatMessage("assistant", result.content),
-                    ChatMessage("user", tuple(results)),
-                ),
+                messages=_cached_step(request, result.content, results),
                 tool_choice="none" if bound else "auto",
             )
 
@@ -354,6 +351,43 @@ class ToolLoop:
         if len(content) <= limit:
             return content
         return f"{content[:limit]} [... cut: {len(content) - limit} more characters not shown]"
+
+
+#: Prompt-cache breakpoints a request may carry (the provider's limit).
+MAX_BREAKPOINTS: Final = 4
+
+
+def _cached_step(
+    request: ModelRequest,
+    answer: tuple[TextBlock | ToolUse, ...],
+    results: Sequence[ToolResult],
+) -> tuple[ChatMessage, ...]:
+    """The conversation with one more step, its last result a cache breakpoint.
+
+    The next call then reads the whole loop so far from the cache instead of paying for it
+    again. The assembled prompt's own breakpoints stay where they are (docs/architecture.md
+    #prompt); the loop keeps one of its own, moved to the newest step, within the limit.
+    """
+    previous = tuple(_uncached(m) for m in request.messages)
+    used = sum(b.cache for b in request.system) + sum(b.cache for m in previous for b in m.blocks)
+    last = results[-1]
+    if used < MAX_BREAKPOINTS:
+        last = replace(last, cache=True)
+    return (
+        *previous,
+        ChatMessage("assistant", answer),
+        ChatMessage("user", (*results[:-1], last)),
+    )
+
+
+def _uncached(message: ChatMessage) -> ChatMessage:
+    """The message without the loop's breakpoint of an earlier step (on a tool result)."""
+    if not any(isinstance(b, ToolResult) and b.cache for b in message.blocks):
+        return message
+    blocks = tuple(
+        replace(b, cache=False) if isinstance(b, ToolResult) else b for b in message.blocks
+    )
+    return ChatMessage(message.role, blocks)
 
 
 def _text(value: object) -> str:

@@ -6,16 +6,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey, SessionKey
+from bot.core.llm import BaseLLM, ChatMessage, ModelRequest, ModelResult, TextBlock, ToolUse, Usage
 from bot.llm.anthropic import AnthropicLLM
 from bot.llm.offline import OfflineLLM
 from bot.runtime.extensions import AfterReply, BeforeModel, Extensions, TurnContext
-from bot.runtime.tools import DEFERRED, Tool, ToolError, ToolPolicy, ToolRegistry
+from bot.runtime.tools import DEFERRED, Tool, ToolError, ToolLoop, ToolPolicy, ToolRegistry
 from bot.store.base import BaseStore
 from tests.backends import StoreFactory
 from tests.fakes.llm import GatedLLM
@@ -541,3 +543,78 @@ async def test_tool_calls_are_logged_without_arguments_or_exception_text(
         line.startswith("tool find (") and "raised RuntimeError in" in line for line in lines
     )
     assert not [line for line in lines if "Petrova" in line]
+
+
+async def test_each_step_is_a_cache_breakpoint_and_the_prompt_keeps_its_own(
+    store: BaseStore, clock: ManualClock, api: FakeMessagesAPI, llm: AnthropicLLM
+) -> None:
+    async def dice() -> int:
+        """Roll a die."""
+        return 4
+
+    ext = plugins(Tool.from_function(dice))
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), extensions=ext) as h:
+        await h.say(C1, "hello")
+        await answered(h)  # a window for the next turn, with its breakpoint
+        api.tool_use_next("dice", {})
+        api.tool_use_next("dice", {})
+        api.reply_next("4 and 4.")
+        await h.say(C1, "roll twice")
+        await answered(h, 2)
+    first, second, third = api.requests[1:]
+    assert first.cache_breakpoints == [("system", 0), ("messages", 1, 0)]
+    # The loop's own breakpoint sits on the newest result and moves with it.
+    assert second.cache_breakpoints == [("system", 0), ("messages", 1, 0), ("messages", 4, 0)]
+    assert third.cache_breakpoints == [("system", 0), ("messages", 1, 0), ("messages", 6, 0)]
+
+
+class _Scripted(BaseLLM):
+    """Answers with the given results in order, recording the requests."""
+
+    def __init__(self, *results: ModelResult) -> None:
+        self._results = list(results)
+        self.requests: list[ModelRequest] = []
+
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        self.requests.append(request)
+        return self._results.pop(0)
+
+
+async def test_the_loop_never_sends_more_than_four_breakpoints(clock: ManualClock) -> None:
+    async def dice() -> int:
+        """Roll a die."""
+        return 4
+
+    call = ModelResult("", Usage(1, 1), "m", "tool_use", (ToolUse("t1", "dice", {}),))
+    llm = _Scripted(
+        call, replace(call, content=(ToolUse("t2", "dice", {}),)), ModelResult("4", Usage(), "m")
+    )
+    cached = tuple(TextBlock(f"s{i}", cache=True) for i in range(3))
+    session = SessionKey(C1, 1)
+    context = TurnContext(C1, session, "default", "p", (), clock.now())
+    charged: list[ModelResult] = []
+
+    async def charge(result: ModelResult) -> None:
+        charged.append(result)
+
+    loop = ToolLoop(
+        llm=llm,
+        clock=clock,
+        registry=ToolRegistry((Tool.from_function(dice),)),
+        policy=ToolPolicy(),
+        context=context,
+        charge=charge,
+    )
+    request = ModelRequest(
+        model="m",
+        system=cached,
+        messages=(ChatMessage("user", (TextBlock("hi", cache=True),)),),
+    )
+    done = await loop.run(request)
+    assert done.result.text == "4" and done.steps == 2 and len(charged) == 3
+    assert done.usage == Usage(2, 2)
+    for sent in llm.requests:
+        marks = sum(b.cache for b in sent.system) + sum(
+            b.cache for m in sent.messages for b in m.blocks
+        )
+        assert marks == 4  # the prompt's 4, and no room for the loop's own
