@@ -1,9 +1,10 @@
 """A model that needs no network: deterministic, clearly labelled, built from its input.
 
 It lets a person see the pipeline work without an API key: replies quote the coalesced input
-and list the prompt layers that arrived (it calls no tools: plugins' tools are ignored); summaries are extractive (what the user said, cut
+and list the prompt layers that arrived; summaries are extractive (what the user said, cut
 short); memory extraction recognises a few plain statements ("my name is ...", "I work as
-...", "I'm afraid of ..."). Tests and benchmarks use it as a model with a fixed latency.
+...", "I'm afraid of ..."). It calls no tools (plugins' tools are ignored). Tests and
+benchmarks use it as a model with a fixed latency.
 """
 
 from __future__ import annotations

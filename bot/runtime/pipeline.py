@@ -145,6 +145,7 @@ class Pipeline:
         return self._extensions
 
     def _context(self, turn: Turn, profile: BotProfile) -> TurnContext:
+        """What turn hooks and tools see of this turn."""
         return TurnContext(
             conversation=turn.session.conversation,
             session=turn.session,
@@ -436,19 +437,36 @@ class Pipeline:
             self._clock.now() - turn.first_pending_at,
         )
         self._memory.schedule_compaction(turn.session)
-        await self.delivery.deliver(finished.outbox)
-        extensions = self._extensions_for(conversation.bot)
-        if effects or extensions.after_reply:
-            context = context or self._context(turn, profile)
-            await apply(effects, clock=self._clock, policy=self._tool_policy, context=context)
-            await after_reply(
-                extensions.after_reply,
-                context,
-                text,
-                clock=self._clock,
-                seconds=self._tool_policy.hook_timeout_seconds,
-            )
+        try:
+            await self.delivery.deliver(finished.outbox)
+        except Exception:
+            # The reply is recorded (the outbox sends it later): its effects happen all the same.
+            await self._after_recorded(turn, profile, text, effects, context)
+            raise
+        await self._after_recorded(turn, profile, text, effects, context)
         return "sent"
+
+    async def _after_recorded(
+        self,
+        turn: Turn,
+        profile: BotProfile,
+        text: str,
+        effects: Sequence[Effect],
+        context: TurnContext | None,
+    ) -> None:
+        """A recorded reply's side effects, then the ``after_reply`` hooks (none may raise)."""
+        extensions = self._extensions_for(profile.key)
+        if not effects and not extensions.after_reply:
+            return
+        context = context or self._context(turn, profile)
+        await apply(effects, clock=self._clock, policy=self._tool_policy, context=context)
+        await after_reply(
+            extensions.after_reply,
+            context,
+            text,
+            clock=self._clock,
+            seconds=self._tool_policy.hook_timeout_seconds,
+        )
 
     async def _tell_once(self, turn: Turn, gaps: tuple[Gap, ...], profile: BotProfile) -> None:
         """Tell the user about missing turns once per session (and again if the gap grows)."""

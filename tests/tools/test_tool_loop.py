@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bot.core.clock import ManualClock
-from bot.core.events import ConversationKey, SessionKey
+from bot.core.events import ConversationKey, Reply, SessionKey
 from bot.core.llm import BaseLLM, ChatMessage, ModelRequest, ModelResult, TextBlock, ToolUse, Usage
 from bot.llm.anthropic import AnthropicLLM
 from bot.llm.offline import OfflineLLM
@@ -22,6 +22,7 @@ from bot.store.base import BaseStore
 from tests.backends import StoreFactory
 from tests.fakes.llm import GatedLLM
 from tests.fakes.messages_api import FakeMessagesAPI, RecordedRequest
+from tests.fakes.outlet import RecordingOutlet
 from tests.harness import Harness, harness, settle
 
 C1 = ConversationKey("telegram", "100")
@@ -618,3 +619,34 @@ async def test_the_loop_never_sends_more_than_four_breakpoints(clock: ManualCloc
             b.cache for m in sent.messages for b in m.blocks
         )
         assert marks == 4  # the prompt's 4, and no room for the loop's own
+
+
+class _BrokenOutlet(RecordingOutlet):
+    """An adapter with a bug: every send raises something no adapter should."""
+
+    async def send(self, reply: Reply) -> None:
+        raise RuntimeError("adapter bug")
+
+
+async def test_a_recorded_reply_keeps_its_effect_when_the_send_breaks(
+    store: BaseStore, clock: ManualClock, api: FakeMessagesAPI, llm: AnthropicLLM
+) -> None:
+    notes: list[str] = []
+
+    async def save_note(text: str) -> None:
+        """Save a note."""
+        notes.append(text)
+
+    api.tool_use_next("save_note", {"text": "buy milk"})
+    api.reply_next("Noted.")
+    ext = plugins(Tool.from_function(save_note, side_effects=True))
+    outlet = _BrokenOutlet(clock)
+    async with harness(
+        store, clock, llm, memory_llm=OfflineLLM(), extensions=ext, outlet=outlet
+    ) as h:
+        await h.say(C1, "note: buy milk")
+        await h.advance(1.6)
+        await eventually(lambda: notes != [], "the effect")
+    assert notes == ["buy milk"]
+    stored = await store.messages(SessionKey(C1, 1))
+    assert [m.text for m in stored if m.role == "assistant"] == ["Noted."]  # the outbox has it
