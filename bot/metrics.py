@@ -65,6 +65,14 @@ class Metrics:
         self.denied = counter("personabot_access_denied", "Messages from people not allowed")
         self.turns = counter("personabot_turns", "Turns by outcome", "outcome")
         self.model_calls = counter("personabot_model_calls", "Model calls", "purpose")
+        self.tool_calls = counter(
+            "personabot_tool_calls",
+            "Tool calls of the model by outcome: ok, error, timeout, bad_arguments, unknown_tool, "
+            "not_run (a bound), deferred (a side effect), effect_ok/_error/_timeout (after the "
+            "reply)",
+            "tool",
+            "outcome",
+        )
         self.discarded = counter(
             "personabot_replies_discarded", "Replies thrown away by the final check"
         )

@@ -45,7 +45,7 @@ from bot.runtime.delivery import Delivery
 from bot.runtime.extensions import Extensions, TurnContext
 from bot.runtime.hooks import after_reply, context_layers
 from bot.runtime.limits import Admission, Limits
-from bot.runtime.tools import Effect, ToolLoop, ToolPolicy, apply
+from bot.runtime.tools import CountCall, Effect, ToolLoop, ToolPolicy, apply
 from bot.runtime.usage import Accounting
 from bot.store.base import BaseStore
 from memory.assemble import PersonaPin, with_context
@@ -143,6 +143,15 @@ class Pipeline:
     def _extensions_for(self, bot: str) -> Extensions:
         """What plugins registered that applies to ``bot``."""
         return self._extensions
+
+    def _counter(self, conversation: ConversationKey) -> CountCall:
+        """Counts a conversation's tool calls in the metrics."""
+        labels = self.metrics.labels(conversation)
+
+        def count(tool: str, outcome: str) -> None:
+            self.metrics.tool_calls.labels(*labels, tool, outcome).inc()
+
+        return count
 
     def _context(self, turn: Turn, profile: BotProfile) -> TurnContext:
         """What turn hooks and tools see of this turn."""
@@ -326,6 +335,7 @@ class Pipeline:
             policy=policy,
             context=context,
             charge=charge,
+            count=self._counter(conversation),
         )
         try:
             async with profile.outlet.typing(conversation), self._renewing(lease, profile):
@@ -459,7 +469,13 @@ class Pipeline:
         if not effects and not extensions.after_reply:
             return
         context = context or self._context(turn, profile)
-        await apply(effects, clock=self._clock, policy=self._tool_policy, context=context)
+        await apply(
+            effects,
+            clock=self._clock,
+            policy=self._tool_policy,
+            context=context,
+            count=self._counter(turn.session.conversation),
+        )
         await after_reply(
             extensions.after_reply,
             context,

@@ -57,6 +57,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("personabot.tools")
 
 ToolFunction = Callable[..., Awaitable[Any]]
+#: Counts one call by (tool name, outcome kind), e.g. for metrics.
+CountCall = Callable[[str, str], None]
+#: The tool label of calls of a name nobody registered (the model's invention).
+UNKNOWN: Final = "(unknown)"
 
 _NAME = pydantic.TypeAdapter(pydantic.constr(pattern=r"^[a-zA-Z0-9_-]{1,64}$"))
 
@@ -227,6 +231,7 @@ class ToolLoop:
         policy: ToolPolicy,
         context: TurnContext,
         charge: Callable[[ModelResult], Awaitable[None]],
+        count: CountCall | None = None,
     ) -> None:
         self._llm = llm
         self._clock = clock
@@ -234,6 +239,7 @@ class ToolLoop:
         self._policy = policy
         self._context = context
         self._charge = charge  # every call is charged as soon as it answered
+        self._count = count or _uncounted
 
     async def run(self, request: ModelRequest) -> LoopResult:
         """The final answer; ModelError from the provider propagates (no effect survives)."""
@@ -290,6 +296,7 @@ class ToolLoop:
 
     def _not_run(self, use: ToolUse, bound: str) -> ToolResult:
         log.info("tool %s (%s): not run, %s reached", use.name, self._context.session, bound)
+        self._count(use.name if self._registry.get(use.name) else UNKNOWN, "not_run")
         return ToolResult(
             use.id,
             f"Not run: {_NOT_RUN[bound]} is reached. Answer now with what you have.",
@@ -301,41 +308,47 @@ class ToolLoop:
         start = self._clock.now()
         tool = self._registry.get(use.name)
 
-        def done(outcome: str, content: str, *, error: bool = False) -> ToolResult:
+        def done(kind: str, content: str, *, error: bool = False, why: str = "") -> ToolResult:
             # Never the arguments or the result at INFO: they may hold personal data.
+            self._count(UNKNOWN if tool is None else tool.name, kind)
             log.info(
-                "tool %s (%s, step %d): %s in %.3fs",
+                "tool %s (%s, step %d): %s%s in %.3fs",
                 use.name,
                 self._context.session,
                 step,
-                outcome,
+                kind,
+                why,
                 self._clock.now() - start,
             )
             return ToolResult(use.id, self._shown(content), is_error=error)
 
         if tool is None:
             known = ", ".join(t.name for t in self._registry.tools)
-            text = f"No tool named {use.name!r}; tools: {known}."
-            return done("unknown tool", text, error=True), None
+            return done(
+                "unknown_tool", f"No tool named {use.name!r}; tools: {known}.", error=True
+            ), None
         try:
             kwargs = self._arguments(tool, use.input)
         except pydantic.ValidationError as exc:
-            return done("bad arguments", f"Invalid arguments: {_problems(exc)}", error=True), None
+            return done("bad_arguments", f"Invalid arguments: {_problems(exc)}", error=True), None
         if tool.side_effects:
-            return done("deferred until the reply is recorded", DEFERRED), Effect(tool, kwargs)
-        try:
-            value: object = await within(
-                self._clock, self._policy.call_timeout_seconds, tool.run(**kwargs)
+            return done("deferred", DEFERRED, why=" until the reply is recorded"), Effect(
+                tool, kwargs
             )
+        try:
+            limit = self._policy.call_timeout_seconds
+            value: object = await within(self._clock, limit, tool.run(**kwargs))
         except TimeoutError:
-            text = f"The tool did not finish within {self._policy.call_timeout_seconds:g} s."
-            return done("timed out", text, error=True), None
+            text = f"The tool did not finish within {limit:g} s."
+            return done("timeout", text, error=True), None
         except ToolError as exc:
-            return done("tool error", str(exc) or "The tool failed.", error=True), None
+            return done(
+                "error", str(exc) or "The tool failed.", error=True, why=" (ToolError)"
+            ), None
         except Exception as exc:  # a plugin's bug must not fail the turn
             kind = type(exc).__name__
             log.warning("tool %s raised %s at %s", use.name, kind, raised_at(exc))
-            return done(f"raised {kind}", f"The tool failed ({kind}).", error=True), None
+            return done("error", f"The tool failed ({kind}).", error=True, why=f" ({kind})"), None
         return done("ok", _text(value)), None
 
     def _arguments(self, tool: Tool, raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -398,6 +411,10 @@ def _text(value: object) -> str:
     return text if text.strip() else "(empty)"
 
 
+def _uncounted(tool: str, kind: str) -> None:
+    return None
+
+
 def raised_at(exc: BaseException) -> str:
     """Where an exception was raised (file:line of the innermost frame), without its message:
     a plugin's exception text may hold personal data, its place does not."""
@@ -418,7 +435,12 @@ def _problems(exc: pydantic.ValidationError) -> str:
 
 
 async def apply(
-    effects: Sequence[Effect], *, clock: Clock, policy: ToolPolicy, context: TurnContext
+    effects: Sequence[Effect],
+    *,
+    clock: Clock,
+    policy: ToolPolicy,
+    context: TurnContext,
+    count: CountCall | None = None,
 ) -> None:
     """Run a recorded turn's side effects, in the order the model asked for them.
 
@@ -429,11 +451,12 @@ async def apply(
         start = clock.now()
         try:
             await within(clock, policy.call_timeout_seconds, effect.tool.run(**effect.kwargs))
-            outcome = "ok"
+            kind, outcome = "effect_ok", "ok"
         except TimeoutError:
-            outcome = "timed out"
+            kind, outcome = "effect_timeout", "timed out"
         except Exception as exc:  # a plugin's bug must not fail the turn
-            outcome = f"raised {type(exc).__name__} at {raised_at(exc)}"
+            kind, outcome = "effect_error", f"raised {type(exc).__name__} at {raised_at(exc)}"
+        (count or _uncounted)(effect.tool.name, kind)
         log.info(
             "tool %s (%s, effect after the reply): %s in %.3fs",
             effect.tool.name,

@@ -74,6 +74,16 @@ async def answered(h: Harness, replies: int = 1) -> None:
     await settle(h.store)
 
 
+def tool_counts(h: Harness) -> dict[tuple[str, str], float]:
+    """The tool-call metric: count by (tool, outcome)."""
+    return {
+        (sample.labels["tool"], sample.labels["outcome"]): sample.value
+        for metric in h.pipeline.metrics.tool_calls.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    }
+
+
 def results(request: RecordedRequest) -> list[tuple[str, bool]]:
     """(content, is_error) of the request's tool results."""
     return [(r["content"], bool(r.get("is_error"))) for r in request.tool_results]
@@ -176,6 +186,13 @@ async def test_bad_arguments_a_raising_tool_and_a_slow_one_reach_the_model_as_er
             ("The tool did not finish within 5 s.", True),
             ("No tool named 'nope'; tools: weather, broken, picky, slow.", True),
         ]
+        assert tool_counts(h) == {
+            ("weather", "bad_arguments"): 1,
+            ("broken", "error"): 1,
+            ("picky", "error"): 1,
+            ("slow", "timeout"): 1,
+            ("(unknown)", "unknown_tool"): 1,
+        }
 
 
 async def test_the_loop_stops_at_max_steps_and_the_model_answers_without_tools(
@@ -301,6 +318,7 @@ async def test_a_side_effect_runs_once_after_the_reply_is_recorded(
     assert results(api.requests[1]) == [(DEFERRED, False)]
     assert notes == [("u7", "buy milk")]
     assert sent_before == [1]  # after the reply was recorded (and sent)
+    assert tool_counts(h) == {("save_note", "deferred"): 1, ("save_note", "effect_ok"): 1}
 
 
 async def test_newer_input_discards_the_turn_and_its_side_effect(
@@ -541,7 +559,7 @@ async def test_tool_calls_are_logged_without_arguments_or_exception_text(
         await answered(h)
     lines = [r.getMessage() for r in caplog.records if r.name == "personabot.tools"]
     assert any(
-        line.startswith("tool find (") and "raised RuntimeError in" in line for line in lines
+        line.startswith("tool find (") and "error (RuntimeError) in" in line for line in lines
     )
     assert not [line for line in lines if "Petrova" in line]
 
