@@ -342,8 +342,7 @@ async def runtime(
             memory=memory,
             profiles=profiles,
             holder=seams.holder,
-            # The join with the tool loop: Pipeline(..., extensions=extensions) once it takes
-            # them (hooks and tools; docs/plugins.md#hooks).
+            extensions=extensions,
             gap_policy=GapPolicy(
                 retention.gap_policy, retention.tell_user_message, retention.refuse_message
             ),

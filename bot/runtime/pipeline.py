@@ -138,11 +138,15 @@ class Pipeline:
         )
         self.delivery = Delivery(store=store, clock=clock, outlet_for=self._outlet_for)
         self._extensions = extensions or Extensions()
+        self._per_bot: dict[str, Extensions] = {}
         self._tool_policy = tool_policy or ToolPolicy()
 
     def _extensions_for(self, bot: str) -> Extensions:
-        """What plugins registered that applies to ``bot``."""
-        return self._extensions
+        """What plugins registered that applies to ``bot``: global ones and its own."""
+        found = self._per_bot.get(bot)
+        if found is None:
+            found = self._per_bot[bot] = self._extensions.for_bot(bot)
+        return found
 
     def _counter(self, conversation: ConversationKey) -> CountCall:
         """Counts a conversation's tool calls in the metrics."""

@@ -668,3 +668,26 @@ async def test_a_recorded_reply_keeps_its_effect_when_the_send_breaks(
     assert notes == ["buy milk"]
     stored = await store.messages(SessionKey(C1, 1))
     assert [m.text for m in stored if m.role == "assistant"] == ["Noted."]  # the outbox has it
+
+
+async def test_a_tool_of_another_bot_is_not_offered(
+    store: BaseStore, clock: ManualClock, api: FakeMessagesAPI, llm: AnthropicLLM
+) -> None:
+    async def mine() -> str:
+        """This bot's tool."""
+        return "mine"
+
+    async def theirs() -> str:
+        """Another bot's tool."""
+        return "theirs"
+
+    ext = Extensions(
+        per_bot={
+            "default": plugins(Tool.from_function(mine)),
+            "other": plugins(Tool.from_function(theirs)),
+        }
+    )
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), extensions=ext) as h:
+        await h.say(C1, "hello")
+        await answered(h)
+    assert [t["name"] for t in api.requests[0].tools] == ["mine"]
