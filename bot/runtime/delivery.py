@@ -15,7 +15,7 @@ it. If a process dies after recording but before claiming, the row is sent at th
 dies after claiming but before confirming, the row is re-sent only through an outlet whose send
 is idempotent (Discord's nonce); elsewhere it is marked failed and logged: a rare lost message,
 visible in the log, is preferred to a duplicate one (the failure the queue exists to prevent).
-Mention safety is the adapters' (docs/architecture.md#flow): every send of every kind passes
+Mention safety is the adapters' (docs/architecture.md#delivery): every send of every kind passes
 through ``Outlet.send``, which never lets a text ping anyone.
 """
 

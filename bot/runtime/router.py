@@ -48,7 +48,7 @@ class Router:
         self._ingestor = ingestor
         self._commands = commands
         self._outlets = dict(outlets)
-        # Every answer goes out as an outbox row, like replies (docs/architecture.md#flow).
+        # Every answer goes out as an outbox row, like replies (docs/architecture.md#delivery).
         self._delivery = delivery or Delivery(
             store=store, clock=clock, outlet_for=self._outlets.get
         )
