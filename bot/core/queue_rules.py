@@ -55,7 +55,7 @@ def final_verdict(
     first_pending_at: float,
     now: float,
 ) -> FinishOutcome:
-    """What the final check decides about a generated reply (rules 4 and 5).
+    """What the final check decides about a generated reply (queue rules 5 and 6).
 
     Fenced when the lease token is no longer ours (someone took the turn over): nothing is
     written. Discarded when newer input joined the turn's session while the model ran and the
