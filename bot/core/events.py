@@ -226,8 +226,8 @@ class QueuePolicy:
     max_wait: float = 8.0
 
     def due_at(self, now: float, first_pending_at: float) -> float:
-        """``min(now + debounce, first_pending_at + max_wait)`` (docs/architecture.md#queue rule
-        1)."""
+        """``min(now + debounce, first_pending_at + max_wait)``: docs/architecture.md#queue
+        rule 1."""
         return min(now + self.debounce, first_pending_at + self.max_wait)
 
 

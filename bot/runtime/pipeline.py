@@ -69,9 +69,8 @@ DEFAULT_REJECTED: Final = (
 
 @dataclass(frozen=True, slots=True)
 class GapPolicy:
-    """What to do when turns of a session are missing (docs/architecture.md#retention rule 3); the
-    messages
-    may name ``{turns}`` (e.g. ``15-16, 39-40``) or ``{first}`` and ``{last}``."""
+    """What to do when turns of a session are missing (docs/architecture.md#retention rule 3);
+    the messages may name ``{turns}`` (e.g. ``15-16, 39-40``) or ``{first}`` and ``{last}``."""
 
     policy: Literal["note", "tell_user", "refuse"] = "note"
     tell_user_message: str = "Some messages (turns {turns}) are no longer available."

@@ -1,6 +1,5 @@
 """The retention worker and audit (docs/architecture.md#retention): delete only what the policy
-allows,
-never leave a session half-compacted, and find sessions that would lose messages.
+allows, never leave a session half-compacted, and find sessions that would lose messages.
 
 Session mode: a closed session expires as a unit, ``days`` after it closed; an open session's
 messages never age. Message mode: messages older than ``days`` are deleted, open sessions'
