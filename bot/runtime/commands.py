@@ -146,12 +146,21 @@ class Commands:
             # Built-in: a store fault propagates, so the adapter retries the update.
             return await spec.handler(inbound, command)
         try:
-            return await spec.handler(inbound, command)
+            answer: object = await spec.handler(inbound, command)
         except Exception:
             # A plugin's bug must not block the platform's update stream (polling would
             # retry the same update forever): logged, and the person hears it failed.
             log.exception("plugin command /%s failed in %s", command.name, inbound.conversation)
             return PLUGIN_FAILED.format(name=command.name)
+        if answer is not None and not isinstance(answer, str):
+            # The same bug in another shape (an int, a dict): sending it would raise in Delivery.
+            log.error(
+                "plugin command /%s returned %s, not text or None",
+                command.name,
+                type(answer).__name__,
+            )
+            return PLUGIN_FAILED.format(name=command.name)
+        return answer
 
     async def _start(self, inbound: Inbound, command: Command) -> str:
         # Telegram's first message to a bot: answered like any command, so after the access

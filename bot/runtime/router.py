@@ -80,14 +80,19 @@ class Router:
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""
         inbound = _storable(inbound)
-        if inbound.kind == "message":
-            policy = self._access.get(inbound.conversation.bot)
-            if policy is not None and not policy.allows(inbound):
+        policy = self._access.get(inbound.conversation.bot)
+        if policy is not None and not _allowed(policy, inbound):
+            if inbound.kind == "message":
                 # Stored nowhere (not even the answer: no outbox row), and no plugin sees it;
                 # at most one answer per chat per day.
                 self._metrics.denied.labels(*self._metrics.labels(inbound.conversation)).inc()
                 await self._deny(inbound, policy)
                 return
+            # An edit or deletion from outside the allow lists: still applied to what is on
+            # record (a deletion must remove a message kept while its author was allowed; an
+            # unknown one changes nothing), but no plugin sees it (docs/plugins.md#middleware).
+            await self._route(inbound)
+            return
         await self._through_middleware(inbound)
 
     async def _through_middleware(self, inbound: Inbound) -> None:
@@ -235,6 +240,14 @@ def _pinned(original: Inbound, changed: Inbound, middleware: Middleware) -> Inbo
 
 def _name(middleware: Middleware) -> str:
     return getattr(middleware, "__qualname__", None) or repr(middleware)
+
+
+def _allowed(policy: AccessPolicy, inbound: Inbound) -> bool:
+    """Whether ``inbound`` comes from inside the allow lists (what plugins may see)."""
+    if inbound.kind == "delete" and not inbound.author_id:
+        # Discord's deletions carry no author (nor any text): only the chat rule can apply.
+        return not policy.allow_chats or inbound.conversation.chat_id in policy.allow_chats
+    return policy.allows(inbound)
 
 
 def _storable(inbound: Inbound) -> Inbound:

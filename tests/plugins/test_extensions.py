@@ -147,6 +147,48 @@ async def test_a_stranger_gets_nothing_from_a_plugin_and_no_plugin_sees_them(
     assert seen == ["11"]
 
 
+async def test_a_strangers_edits_and_deletions_reach_no_plugin(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """review14: an edit from outside allow_users reached every middleware (with its text)."""
+    seen: list[tuple[str, str, str]] = []
+
+    def extend(app: App) -> None:
+        @app.middleware
+        async def watch(event: Inbound, call_next: CallNext) -> None:
+            seen.append((event.kind, event.author_id, event.text))
+            await call_next(event)
+
+    policy = AccessPolicy(allow_users=frozenset({"11"}))
+    async with harness(store, clock, GatedLLM(), access=policy, extend=extend, debounce=60) as h:
+        await h.router(Inbound(DM, "99", "Eve", "what Eve wrote", "m-eve", kind="edit"))
+        await h.router(Inbound(DM, "99", "Eve", "", "m-eve", kind="delete"))
+        await h.router(Inbound(DM, "11", "Ann", "first", "m-ann"))
+        await h.router(Inbound(DM, "11", "Ann", "second", "m-ann", kind="edit"))
+        # Discord's deletions carry no author: only the chat rule applies (none here).
+        await h.router(Inbound(DM, "", "", "", "m-ann", kind="delete"))
+    assert seen == [("message", "11", "first"), ("edit", "11", "second"), ("delete", "", "")]
+    assert h.outlet.texts(DM) == []
+    assert await _stored(store) == []
+
+
+async def test_a_plugin_command_answering_with_no_text_is_told_as_failed(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """review14: a handler returning an int raised TypeError in Delivery, into the adapter
+    (Telegram skipped the update; its webhook answered 500 and the command ran again)."""
+
+    def extend(app: App) -> None:
+        @app.command("num", help="a number")
+        async def num(event: Inbound, command: Command) -> str:
+            return 42  # type: ignore[return-value] - the plugin author's mistake
+
+    async with harness(store, clock, GatedLLM(), extend=extend, debounce=60) as h:
+        await h.say(DM, "/num", author="11")
+        await h.say(DM, "/num", author="11")
+    assert h.outlet.texts(DM) == ["Sorry, /num failed. Please try again later."] * 2
+
+
 def _app() -> App:
     return App(Settings.model_validate({"llm": {"provider": "offline"}}))
 
