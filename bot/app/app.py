@@ -29,7 +29,7 @@ from bot.app import build
 from bot.app.build import PlatformFactory, ProviderFactory, Runtime, Seams
 from bot.config import BotSettings, PersonaSettings, Secrets, Settings, load_settings
 from bot.core.clock import Clock
-from bot.core.errors import ConfigError
+from bot.core.errors import ConfigError, PersonabotError
 from bot.core.llm import BaseLLM
 from bot.core.ports import Outlet
 from bot.runtime.commands import BUILTIN_COMMANDS
@@ -303,19 +303,36 @@ class App:
         """The model: the one given to the App, else the configured provider's."""
         if self._llm is not None:
             return self._llm
-        return build.build_llm(
-            self.settings,
-            self.secrets,
-            offline_fallback=offline_fallback,
-            providers=self._providers,
+        label = f"llm.provider {self.settings.llm.provider!r}"
+        llm = _made(
+            label,
+            lambda: build.build_llm(
+                self.settings,
+                self.secrets,
+                offline_fallback=offline_fallback,
+                providers=self._providers,
+            ),
         )
+        if not isinstance(llm, BaseLLM):
+            raise ConfigError(
+                [f"{label}: the factory returned {type(llm).__name__}, not a BaseLLM"]
+            )
+        return llm
 
     def make_adapter(self, entry: BotSettings) -> BaseAdapter:
         """The adapter of one ``[[bots]]`` entry, from its platform's factory."""
         factory = self._platforms.get(entry.platform)
         if factory is None:
             raise build.unknown("platform", "platform", entry.platform, self._platforms)
-        return factory(entry, self.settings.persona(entry.persona), self.secrets)
+        persona = self.settings.persona(entry.persona)
+        index = next((i for i, b in enumerate(self.settings.bots) if b is entry), None)
+        label = f"{'' if index is None else f'bots[{index}].'}platform {entry.platform!r}"
+        adapter = _made(label, lambda: factory(entry, persona, self.secrets))
+        if not isinstance(adapter, BaseAdapter):
+            raise ConfigError(
+                [f"{label}: the factory returned {type(adapter).__name__}, not a BaseAdapter"]
+            )
+        return adapter
 
     @contextlib.asynccontextmanager
     async def running(
@@ -470,6 +487,22 @@ def _resolve(name: str, label: str) -> Callable[[App], object]:
     if not callable(setup):
         raise ConfigError([f"{label}: has no setup(app) function"])
     return setup
+
+
+def _made(label: str, factory: Callable[[], object]) -> object:
+    """What a platform or provider factory made; its failure is one ConfigError line.
+
+    A plugin's factory raising anything else would end the process with a traceback whose
+    message may hold a token it read (printed unredacted, past the logging filters).
+    """
+    try:
+        made = factory()
+    except PersonabotError:
+        raise  # ours: already a clear message (the CLI masks secrets in it)
+    except Exception as exc:
+        log.debug("%s: the factory failed", label, exc_info=True)
+        raise ConfigError([f"{label}: the factory failed: {_describe(exc)}"]) from None
+    return made
 
 
 def _describe(exc: BaseException) -> str:

@@ -280,6 +280,46 @@ async def test_a_broken_plugin_is_one_clear_line_without_secrets(tmp_path: Path)
         assert len(err.strip().splitlines()) == 1
 
 
+async def test_a_failing_platform_or_provider_factory_is_one_line_without_secrets(
+    tmp_path: Path,
+) -> None:
+    """review14: a plugin factory that raised ended ``run``/``chat`` with a traceback (exit 1)
+    that printed the token in its message unmasked; one returning None crashed later."""
+    secret = "99:factory-secret-abcdefghijklmnop"
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "bad_factories.py").write_text(
+        "def broken_platform(entry, persona, secrets):\n"
+        "    raise RuntimeError('cannot log in with ' + secrets.get(entry.token_variable))\n\n"
+        "def broken_provider(llm, secrets):\n"
+        "    raise KeyError('region')\n\n"
+        "def setup(app):\n"
+        "    app.platform('broken', broken_platform)\n"
+        "    app.platform('nothing', lambda entry, persona, secrets: None)\n"
+        "    app.provider('broken-llm', broken_provider)\n"
+    )
+    top = 'plugins = ["bad_factories"]\n'
+    env = _env(plugins, BROKEN_BOT_TOKEN=secret)
+    cases = [
+        ("broken", "offline", ["run"], "bots[0].platform 'broken': the factory failed: "
+         "RuntimeError: cannot log in with"),
+        ("nothing", "offline", ["run"], "bots[0].platform 'nothing': the factory returned "
+         "NoneType, not a BaseAdapter"),
+        ("broken", "broken-llm", ["run"], "llm.provider 'broken-llm': the factory failed: "
+         "KeyError: 'region'"),
+        ("broken", "broken-llm", ["chat"], "llm.provider 'broken-llm': the factory failed"),
+    ]  # fmt: skip
+    for platform, provider, command, expected in cases:
+        body = f'\n[[bots]]\nplatform = "{platform}"\npersona = "mira"\n'
+        path = _config(tmp_path, body, top=top)
+        path.write_text(path.read_text().replace('"offline"', f'"{provider}"'))
+        code, out, err = await _cli([*command, "--config", str(path)], tmp_path, env, "hi\n")
+        assert code == 2, (platform, provider, out, err)
+        assert expected in err, err
+        assert "Traceback" not in err and secret not in err + out
+        assert len(err.strip().splitlines()) == 1, err
+
+
 def _readme_block(start: str) -> str:
     """The fenced code block of README.md whose first line begins with ``start``."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
