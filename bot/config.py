@@ -136,7 +136,8 @@ class LLMSettings(_Section):
 
 
 class ToolSettings(_Section):
-    """Bounds of the tool loop of one turn and of turn hooks (bot/runtime/tools.py)."""
+    """Bounds of the tool loop of one turn, of turn hooks and of plugin commands
+    (bot/runtime/tools.py, bot/runtime/commands.py)."""
 
     max_steps: int = Field(default=6, ge=1, le=100)
     max_calls: int = Field(default=12, ge=1, le=1000)
@@ -145,6 +146,7 @@ class ToolSettings(_Section):
     call_timeout_seconds: float = Field(default=15.0, gt=0, le=3600)
     max_result_chars: int = Field(default=16_000, ge=100, le=1_000_000)
     hook_timeout_seconds: float = Field(default=5.0, gt=0, le=600)
+    command_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
 
 
 class QueueSettings(_Section):

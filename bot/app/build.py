@@ -392,6 +392,7 @@ async def runtime(
             usage_report=lambda bot: usage_report(store, clock, prices, bot),
             exports=exports,
             extensions=extensions,
+            plugin_timeout=settings.tools.command_timeout_seconds,
         )
         router = Router(
             ingestor=ingestor,

@@ -11,8 +11,9 @@
     │   └── ModelRejected      permanent: authentication, permission, unknown model
     │       └── RequestRejected  this request can never succeed (400 bad request, 413 too
     │                            large): the turn is closed out, other requests may succeed
-    └── AdapterError           a platform adapter failed to deliver
-        └── DeliveryRefused    the platform will never deliver there (bot blocked, chat gone)
+    ├── AdapterError           a platform adapter failed to deliver
+    │   └── DeliveryRefused    the platform will never deliver there (bot blocked, chat gone)
+    └── SelfCancelled          a plugin's code raised CancelledError though nobody cancelled it
 
 Third-party exceptions are translated once, at the boundary that calls the library, with
 ``raise ... from exc``. Messages never contain secrets.
@@ -76,3 +77,11 @@ class AdapterError(PersonabotError):
 
 class DeliveryRefused(AdapterError):
     """The platform refuses delivery for good (blocked by the user, kicked, chat deleted)."""
+
+
+class SelfCancelled(PersonabotError):
+    """Plugin code raised ``CancelledError`` while its caller was not being cancelled.
+
+    Passed on as is, it would look like a shutdown to the turn or the update loop above it
+    (a turn retried silently, forever; an adapter's polling stopped), so it becomes a failure
+    of that code like any other (bot.core.tasks.within)."""

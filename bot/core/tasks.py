@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any, TypeVar
 
 from bot.core.clock import Clock
+from bot.core.errors import SelfCancelled
 
 T = TypeVar("T")
 
@@ -27,7 +28,8 @@ async def running(work: Coroutine[Any, Any, None], *, name: str) -> AsyncIterato
 
 
 async def within(clock: Clock, seconds: float, work: Awaitable[T]) -> T:
-    """The result of ``work``, or TimeoutError once ``seconds`` passed on ``clock``.
+    """The result of ``work``, or TimeoutError once ``seconds`` passed on ``clock``
+    (SelfCancelled when ``work`` raised CancelledError while the caller was not cancelled).
 
     On a timeout (or when the caller is cancelled) ``work`` is cancelled and not awaited: a
     coroutine that ignores cancellation must not hold up the caller. Its late outcome is
@@ -44,7 +46,17 @@ async def within(clock: Clock, seconds: float, work: Awaitable[T]) -> T:
             task.add_done_callback(_retrieve)
     if not task.done():
         raise TimeoutError(f"not done within {seconds:g} s")
+    if task.cancelled():
+        # The work cancelled itself (raised CancelledError, e.g. awaiting a cancelled task):
+        # the caller was not cancelled, so for it this is a failure, not a cancellation.
+        raise SelfCancelled("the work raised CancelledError without being cancelled")
     return task.result()
+
+
+def cancelling() -> bool:
+    """Whether the running task is being cancelled (a CancelledError is then really ours)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

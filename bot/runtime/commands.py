@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, Inbound, UserKey
+from bot.core.tasks import within
 from bot.runtime.exports import Exports
 from bot.runtime.extensions import Command, CommandSpec, Extensions, Handler
 from bot.store.base import BaseStore
@@ -65,8 +66,10 @@ class Commands:
         usage_report: Callable[[str], Awaitable[str]] | None = None,
         exports: Exports | None = None,
         extensions: Extensions = Extensions(),  # noqa: B008 - frozen, never mutated
+        plugin_timeout: float = 10.0,
     ) -> None:
         self._store = store
+        self._plugin_timeout = plugin_timeout
         self._clock = clock
         self._greeting = greeting
         self._memory = memory
@@ -146,7 +149,18 @@ class Commands:
             # Built-in: a store fault propagates, so the adapter retries the update.
             return await spec.handler(inbound, command)
         try:
-            answer: object = await spec.handler(inbound, command)
+            # Bounded: the bot's updates wait behind a command (they are handled in order).
+            answer: object = await within(
+                self._clock, self._plugin_timeout, spec.handler(inbound, command)
+            )
+        except TimeoutError:
+            log.error(
+                "plugin command /%s in %s did not answer within %gs; given up",
+                command.name,
+                inbound.conversation,
+                self._plugin_timeout,
+            )
+            return PLUGIN_FAILED.format(name=command.name)
         except Exception:
             # A plugin's bug must not block the platform's update stream (polling would
             # retry the same update forever): logged, and the person hears it failed.

@@ -3,14 +3,17 @@ everything else ingested."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 
 from bot.core.clock import Clock
+from bot.core.errors import SelfCancelled
 from bot.core.events import Inbound, UserKey
 from bot.core.ports import Outlet
+from bot.core.tasks import cancelling
 from bot.metrics import Metrics
 from bot.queue import Ingestor
 from bot.runtime.access import AccessPolicy
@@ -219,7 +222,15 @@ async def _run_chain(
 
     try:
         await middleware(inbound, call_next)
-    except Exception:
+    except (Exception, asyncio.CancelledError) as exc:
+        if isinstance(exc, asyncio.CancelledError):
+            if cancelling():
+                raise  # a real cancellation (shutdown): never swallowed
+            if inner is not None or called:
+                # Passed on as is, it would end the adapter's update loop like a shutdown.
+                raise SelfCancelled(
+                    f"middleware {_name(middleware)} raised CancelledError"
+                ) from exc
         if inner is not None or called:
             raise
         log.exception("middleware %s failed; the event is passed on without it", _name(middleware))

@@ -189,6 +189,7 @@ class ToolPolicy:
     call_timeout_seconds: float = 15.0  # one tool call (and one side effect)
     max_result_chars: int = 16_000  # a longer tool result is cut, visibly
     hook_timeout_seconds: float = 5.0  # one before_model / after_reply hook
+    command_timeout_seconds: float = 10.0  # one plugin chat command (bot.runtime.commands)
 
 
 @dataclass(frozen=True, slots=True)

@@ -189,6 +189,42 @@ async def test_a_plugin_command_answering_with_no_text_is_told_as_failed(
     assert h.outlet.texts(DM) == ["Sorry, /num failed. Please try again later."] * 2
 
 
+async def test_a_hanging_or_self_cancelling_plugin_command_answers_failed(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """review14: a plugin command that never returned held the bot's update stream (every
+    later message of every chat waited behind it); one raising CancelledError ended the
+    adapter's update loop like a shutdown. A middleware raising it lost nothing either."""
+
+    def extend(app: App) -> None:
+        @app.command("slow", help="never answers")
+        async def slow(event: Inbound, command: Command) -> str:
+            await asyncio.Event().wait()
+            return "never"
+
+        @app.command("quits", help="cancels itself")
+        async def quits(event: Inbound, command: Command) -> str:
+            raise asyncio.CancelledError
+
+        @app.middleware
+        async def quitter(event: Inbound, call_next: CallNext) -> None:
+            if event.text == "hello":
+                raise asyncio.CancelledError
+            await call_next(event)
+
+    async with harness(store, clock, GatedLLM(), extend=extend, debounce=60) as h:
+        waiting = asyncio.create_task(h.say(DM, "/slow", author="11"))
+        await h.advance(10.5)
+        await asyncio.wait_for(waiting, 5)
+        await h.say(DM, "/quits", author="11")
+        await h.say(DM, "hello", author="11")
+    assert h.outlet.texts(DM) == [
+        "Sorry, /slow failed. Please try again later.",
+        "Sorry, /quits failed. Please try again later.",
+    ]
+    assert await _stored(store) == [("11", "hello")]
+
+
 def _app() -> App:
     return App(Settings.model_validate({"llm": {"provider": "offline"}}))
 

@@ -321,6 +321,52 @@ async def test_a_side_effect_runs_once_after_the_reply_is_recorded(
     assert tool_counts(h) == {("save_note", "deferred"): 1, ("save_note", "effect_ok"): 1}
 
 
+async def test_a_tool_raising_cancelled_error_fails_that_call_not_the_turn(
+    store: BaseStore, clock: ManualClock, api: FakeMessagesAPI, llm: AnthropicLLM
+) -> None:
+    """review14: a tool (or effect, or hook) that raised CancelledError (e.g. it awaited a
+    task that was cancelled) looked like a shutdown: the turn ended silently, unlogged, and
+    ran again at the next scan (paid model calls, forever for a model that keeps asking)."""
+    ran: list[str] = []
+
+    async def lookup(city: str) -> str:
+        """Look a city up."""
+        ran.append("lookup")
+        raise asyncio.CancelledError
+
+    async def save(text: str) -> None:
+        """Save a note."""
+        ran.append("save")
+        raise asyncio.CancelledError
+
+    async def save_too(text: str) -> None:
+        """Save another note."""
+        ran.append("save_too")
+
+    async def hook(turn: TurnContext) -> str:
+        raise asyncio.CancelledError
+
+    api.tool_use_next("lookup", {"city": "Oslo"}, calls=[("save", {"text": "a"})])
+    api.tool_use_next("save_too", {"text": "b"})
+    api.reply_next("Done.")
+    ext = plugins(
+        *(Tool.from_function(f, side_effects=f is not lookup) for f in (lookup, save, save_too)),
+        before=(hook,),
+    )
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), extensions=ext) as h:
+        await h.say(C1, "note it")
+        await answered(h)
+        await eventually(lambda: "save_too" in ran, "the effects")
+        await h.advance(30)
+        assert h.outlet.texts() == ["Done."] and api.call_count == 3
+    assert results(api.requests[1]) == [
+        ("The tool failed (SelfCancelled).", True),
+        (DEFERRED, False),
+    ]
+    assert ran == ["lookup", "save", "save_too"]  # the loop ran once, every effect ran
+    assert tool_counts(h)[("save", "effect_error")] == 1
+
+
 async def test_newer_input_discards_the_turn_and_its_side_effect(
     store: BaseStore, clock: ManualClock, api: FakeMessagesAPI, llm: AnthropicLLM
 ) -> None:
