@@ -150,8 +150,8 @@ class Router:
             await self._memory.drop_sources(user, [removed.id])
 
     async def _deny(self, inbound: Inbound, policy: AccessPolicy) -> None:
-        if not policy.denied_reply or inbound.kind != "message":
-            return
+        if not policy.denied_reply or inbound.kind != "message" or not inbound.triggers_reply:
+            return  # in a group, only someone who addresses the bot hears it is not for them
         # A lease that lives a day remembers, across processes, that this chat was told.
         now = self._clock.now()
         lease = await self._store.acquire_lease(

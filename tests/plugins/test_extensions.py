@@ -225,6 +225,23 @@ async def test_a_hanging_or_self_cancelling_plugin_command_answers_failed(
     assert await _stored(store) == [("11", "hello")]
 
 
+async def test_a_stranger_chatting_in_a_group_is_not_told_the_bot_is_private(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """review14: any message of someone outside allow_users in a group, even one that did not
+    address the bot, made it post the denied reply there (once a day)."""
+    group = ConversationKey("telegram", "-100", None, BOT)
+    policy = AccessPolicy(allow_users=frozenset({"11"}), denied_reply="This bot is private.")
+    async with harness(store, clock, GatedLLM(), access=policy) as h:
+        chatter = Inbound(group, "99", "Eve", "lunch?", "g1", is_private=False)
+        await h.router(dataclasses.replace(chatter, triggers_reply=False))
+        assert h.outlet.texts(group) == []
+        await h.router(dataclasses.replace(chatter, platform_message_id="g2", mentions_bot=True))
+        await h.router(dataclasses.replace(chatter, platform_message_id="g3"))
+    assert h.outlet.texts(group) == ["This bot is private."]
+    assert await _stored(store, group) == []
+
+
 def _app() -> App:
     return App(Settings.model_validate({"llm": {"provider": "offline"}}))
 
