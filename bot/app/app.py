@@ -486,6 +486,10 @@ def _resolve(name: str, label: str) -> Callable[[App], object]:
     setup = target if inspect.isfunction(target) else getattr(target, "setup", None)
     if not callable(setup):
         raise ConfigError([f"{label}: has no setup(app) function"])
+    if inspect.iscoroutinefunction(setup):
+        # discord.py's extensions have `async def setup`; called here it would register
+        # nothing (a coroutine never awaited) while the plugin is listed as loaded.
+        raise ConfigError([f"{label}: setup(app) must be a plain def, not async def"])
     return setup
 
 

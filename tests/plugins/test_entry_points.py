@@ -263,11 +263,15 @@ async def test_a_broken_plugin_is_one_clear_line_without_secrets(tmp_path: Path)
         "    raise RuntimeError('cannot log in with ' + os.environ['LEAKY_TOKEN'])\n"
     )
     (plugins / "no_setup_plugin.py").write_text("X = 1\n")
+    # review14: an async setup (discord.py's habit) registered nothing, listed as loaded.
+    (plugins / "async_setup_plugin.py").write_text("async def setup(app):\n    pass\n")
     cases = {
         "no_such_plugin": "plugins[0] 'no_such_plugin': cannot be imported: "
         "ModuleNotFoundError: No module named 'no_such_plugin'",
         "leaky_plugin": "plugins[0] 'leaky_plugin': setup failed: RuntimeError: cannot log in",
         "no_setup_plugin": "plugins[0] 'no_setup_plugin': has no setup(app) function",
+        "async_setup_plugin": "plugins[0] 'async_setup_plugin': setup(app) must be a plain def, "
+        "not async def",
     }
     for name, expected in cases.items():
         config = _config(tmp_path, "", top=f'plugins = ["{name}"]\n')
