@@ -108,7 +108,19 @@ class Router:
         if not chain:
             await self._route(inbound)
             return
-        await _run_chain(chain, 0, inbound, self._route)
+        routed = False
+
+        async def route(event: Inbound) -> None:
+            nonlocal routed
+            routed = True
+            await self._route(event)
+
+        await _run_chain(chain, 0, inbound, route)
+        if inbound.kind == "delete" and not routed:
+            # A plugin may watch deletions, never veto one: what a person deleted on the
+            # platform leaves the store (docs/privacy.md), whatever a middleware decided.
+            log.warning("a middleware dropped a deletion in %s; applied", inbound.conversation)
+            await self._route(inbound)
 
     async def _route(self, inbound: Inbound) -> None:
         inbound = _storable(inbound)  # a middleware may have put NUL back in

@@ -268,6 +268,23 @@ async def test_a_hanging_middleware_does_not_hold_the_update_stream(
     assert done and await _stored(store) == [("11", "hang")]
 
 
+async def test_a_middleware_cannot_veto_a_deletion(store: BaseStore, clock: ManualClock) -> None:
+    """review14: a middleware that passed on only messages (``if not event.text: return``)
+    kept every message its author deleted on the platform in the store."""
+
+    def extend(app: App) -> None:
+        @app.middleware
+        async def text_only(event: Inbound, call_next: CallNext) -> None:
+            if event.text:
+                await call_next(event)
+
+    async with harness(store, clock, GatedLLM(), extend=extend, debounce=60) as h:
+        await h.router(Inbound(DM, "11", "Ann", "my address is ...", "m-del"))
+        await h.router(Inbound(DM, "11", "Ann", "still here", "m-keep"))
+        await h.router(Inbound(DM, "11", "Ann", "", "m-del", kind="delete"))
+    assert await _stored(store) == [("11", "still here")]
+
+
 def _app() -> App:
     return App(Settings.model_validate({"llm": {"provider": "offline"}}))
 
