@@ -540,6 +540,9 @@ class Secrets:
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ = os.environ if environ is None else environ
+        # Every name asked for is a secret, whatever it is called (a plugin's MY_LLM_KEY):
+        # values() includes them, so logs and error lines redact them too.
+        self._asked: set[str] = set()
 
     @property
     def anthropic_api_key(self) -> str | None:
@@ -548,15 +551,20 @@ class Secrets:
 
     def get(self, name: str) -> str | None:
         """A secret by environment variable name, or None when unset or blank."""
+        self._asked.add(name)
+        return self._value(name)
+
+    def _value(self, name: str) -> str | None:
         value = self._environ.get(name, "").strip()
         return value or None
 
     def values(self, extra_names: Iterable[str] = ()) -> list[str]:
         """Every secret currently set (for log redaction), including the variables that the
-        configuration names (``token_env``, ``secret_token_env``)."""
+        configuration names (``token_env``, ``secret_token_env``) and every one read so far."""
         names = ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "PGPASSWORD", *extra_names]
+        names += sorted(self._asked)
         names += [n for n in self._environ if n.endswith(("_TOKEN", "_SECRET", "_API_KEY"))]
-        return [v for v in (self.get(n) for n in names) if v and len(v) >= 6]
+        return [v for v in (self._value(n) for n in names) if v and len(v) >= 6]
 
 
 def bundled_example_path() -> Path:

@@ -163,13 +163,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     early = _early_signals() if args.command == "run" else None
     secrets = Secrets()
-    known: list[str] = secrets.values()
+    loaded: Settings | None = None
+
+    def known() -> list[str]:
+        # Asked anew at each use: a plugin's factory may read a secret of any name later.
+        if loaded is None:
+            return secrets.values()
+        return [*secrets.values(loaded.secret_names()), *loaded.credentials()]
+
     try:
-        settings = load_settings(args.config)
+        settings = loaded = load_settings(args.config)
         level = settings.logging.level
         if args.command == "chat" and level == "INFO":
             level = "WARNING"  # the terminal is the chat: keep routine INFO lines out of it
-        known = [*secrets.values(settings.secret_names()), *settings.credentials()]
         setup_logging(level, known, fmt=args.log_format or settings.logging.format)
         # One composition root for every command; plugins load (and platform and provider
         # names are checked) for those that run bots, not for the admin commands. Imported
@@ -180,16 +186,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("config", "chat", "run"):
             app.prepare()
         if args.command == "config":
-            print(_redacted(summary(settings, app), known))
+            print(_redacted(summary(settings, app), known()))
             return 0
         if args.command == "run":
             return asyncio.run(app.run(early=early))
         return _command(app, args)
     except ConfigError as exc:
-        print(_redacted(f"personabot: config error: {exc}", known), file=sys.stderr)
+        print(_redacted(f"personabot: config error: {exc}", known()), file=sys.stderr)
         return 2
     except PersonabotError as exc:
-        print(_redacted(f"personabot: {exc}", known), file=sys.stderr)
+        print(_redacted(f"personabot: {exc}", known()), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TextIO
 
 REDACTED = "[redacted]"
@@ -21,24 +21,31 @@ def redact_text(text: str, secrets: Iterable[str]) -> str:
 class RedactSecrets(logging.Filter):
     """Replaces any known secret value in a record's final message (and its traceback)."""
 
-    def __init__(self, secrets: Iterable[str]) -> None:
+    def __init__(self, secrets: Iterable[str] | Callable[[], Iterable[str]]) -> None:
         super().__init__()
-        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        # A callable is asked at every record: secrets read later (a plugin's factory) count.
+        self._source = secrets if callable(secrets) else None
+        self._fixed = [] if callable(secrets) else _longest_first(secrets)
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Render the message once with secrets replaced."""
-        if not self._secrets:
+        secrets = self._fixed if self._source is None else _longest_first(self._source())
+        if not secrets:
             return True
         message = record.getMessage()
-        for secret in self._secrets:
+        for secret in secrets:
             message = message.replace(secret, REDACTED)
         record.msg, record.args = message, None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            for secret in self._secrets:
+            for secret in secrets:
                 record.exc_text = record.exc_text.replace(secret, REDACTED)
         return True
+
+
+def _longest_first(secrets: Iterable[str]) -> list[str]:
+    return sorted({s for s in secrets if s}, key=len, reverse=True)
 
 
 class JsonFormatter(logging.Formatter):
@@ -58,7 +65,10 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup_logging(
-    level: str, secrets: Iterable[str], stream: TextIO | None = None, fmt: str = "text"
+    level: str,
+    secrets: Iterable[str] | Callable[[], Iterable[str]],
+    stream: TextIO | None = None,
+    fmt: str = "text",
 ) -> None:
     """Log ``personabot.*`` (and library warnings) to stderr, redacting secrets."""
     handler = logging.StreamHandler(stream or sys.stderr)

@@ -324,6 +324,31 @@ async def test_a_failing_platform_or_provider_factory_is_one_line_without_secret
         assert len(err.strip().splitlines()) == 1, err
 
 
+async def test_a_secret_a_plugin_reads_is_masked_whatever_its_name(tmp_path: Path) -> None:
+    """review14: only *_TOKEN, *_SECRET and *_API_KEY variables were masked; the key of the
+    provider in docs/plugins.md (MY_LLM_KEY) showed in plain text in logs and errors."""
+    secret = "my-llm-key-abcdefghijklmnop"
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "keyed_llm.py").write_text(
+        "import logging\n\n\n"
+        "def create_llm(llm, secrets):\n"
+        "    key = secrets.get('MY_LLM_KEY')\n"
+        "    logging.getLogger('personabot.keyed').warning('logging in with %s', key)\n"
+        "    raise RuntimeError('the provider refused ' + key)\n\n\n"
+        "def setup(app):\n"
+        "    app.provider('keyed-llm', create_llm)\n"
+    )
+    path = _config(tmp_path, "", top='plugins = ["keyed_llm"]\n')
+    path.write_text(path.read_text().replace('"offline"', '"keyed-llm"'))
+    env = _env(plugins, MY_LLM_KEY=secret)
+    code, out, err = await _cli(["chat", "--config", str(path)], tmp_path, env, "hi\n")
+    assert code == 2, (out, err)
+    assert "logging in with [redacted]" in err
+    assert "the factory failed: RuntimeError: the provider refused [redacted]" in err
+    assert secret not in err + out
+
+
 def _readme_block(start: str) -> str:
     """The fenced code block of README.md whose first line begins with ``start``."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
