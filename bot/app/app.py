@@ -297,6 +297,27 @@ class App:
             raise ConfigError(problems)
         self._prepared = True
 
+    def unused_options(self) -> list[str]:
+        """Problems of ``plugin_options`` tables whose plugin is not loaded (a typo in the
+        name would silently drop the operator's options). Checked by the CLI, where the TOML
+        names every plugin; an embedding program may still load more by hand."""
+        loaded = {name for _, name in self._loaded}
+        problems = [
+            f"plugin_options.{name}: no plugin of that name is loaded "
+            f"(plugins: {', '.join(sorted(loaded)) or 'none'})"
+            for name in self.settings.plugin_options
+            if name not in loaded
+        ]
+        for b, entry in enumerate(self.settings.bots):
+            own = {*self.settings.plugins, *entry.plugins}
+            problems += [
+                f"bots[{b}].plugin_options.{name}: not a plugin of this bot "
+                f"(its plugins: {', '.join(sorted(own)) or 'none'})"
+                for name in entry.plugin_options
+                if name not in own
+            ]
+        return problems
+
     # ------------------------------------------------------------------ running
 
     def build_llm(self, *, offline_fallback: bool = False) -> BaseLLM:

@@ -185,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         app = App(settings, secrets)
         if args.command in ("config", "chat", "run"):
             app.prepare()
+            if problems := app.unused_options():
+                raise ConfigError(problems)
         if args.command == "config":
             print(_redacted(summary(settings, app), known()))
             return 0

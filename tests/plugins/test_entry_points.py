@@ -349,6 +349,29 @@ async def test_a_secret_a_plugin_reads_is_masked_whatever_its_name(tmp_path: Pat
     assert secret not in err + out
 
 
+async def test_options_of_a_plugin_that_is_not_loaded_are_a_config_error(tmp_path: Path) -> None:
+    """review14: ``[plugin_options.personabot_dcie]`` (a typo) was ignored without a word: the
+    operator's drop_pattern never applied and config check said OK."""
+    top = (
+        'plugins = ["personabot_dice"]\n\n'
+        '[plugin_options.personabot_dcie]\ndrop_pattern = "(?i)buy now"\n'
+    )
+    body = (
+        '\n[[bots]]\nplatform = "telegram"\npersona = "mira"\n'
+        "plugin_options = { personabot_extras = { x = 1 } }\n"
+    )
+    config = _config(tmp_path, body, top=top)
+    for command in (["config", "check"], ["run"]):
+        code, out, err = await _cli([*command, "--config", str(config)], tmp_path, _env())
+        assert code == 2, (out, err)
+        assert (
+            "plugin_options.personabot_dcie: no plugin of that name is loaded "
+            "(plugins: personabot_dice)" in err
+        )
+        assert "bots[0].plugin_options.personabot_extras: not a plugin of this bot" in err
+        assert len(err.strip().splitlines()) == 1
+
+
 def _readme_block(start: str) -> str:
     """The fenced code block of README.md whose first line begins with ``start``."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
