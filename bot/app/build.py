@@ -404,6 +404,7 @@ async def runtime(
             memory=memory,
             metrics=metrics,
             extensions=extensions,
+            middleware_timeout=settings.tools.command_timeout_seconds,
         )
         if seams.background:
             await pipeline.recover_outbox(older_than=clock.now())

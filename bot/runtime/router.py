@@ -4,6 +4,7 @@ everything else ingested."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import re
@@ -47,6 +48,7 @@ class Router:
         metrics: Metrics | None = None,
         delivery: Delivery | None = None,
         extensions: Extensions = Extensions(),  # noqa: B008 - frozen, never mutated
+        middleware_timeout: float = 10.0,
     ) -> None:
         self._ingestor = ingestor
         self._commands = commands
@@ -62,6 +64,7 @@ class Router:
         self._metrics = metrics or Metrics()
         self._extensions = extensions
         self._middleware: dict[str, tuple[Middleware, ...]] = {}
+        self._decide_seconds = middleware_timeout
 
     @property
     def commands(self) -> tuple[tuple[str, str], ...]:
@@ -115,7 +118,7 @@ class Router:
             routed = True
             await self._route(event)
 
-        await _run_chain(chain, 0, inbound, route)
+        await _run_chain(_Chain(chain, route, self._clock, self._decide_seconds), 0, inbound)
         if inbound.kind == "delete" and not routed:
             # A plugin may watch deletions, never veto one: what a person deleted on the
             # platform leaves the store (docs/privacy.md), whatever a middleware decided.
@@ -201,24 +204,33 @@ class BotHandler:
 _PINNED = ("conversation", "author_id", "platform_message_id", "is_private", "kind")
 
 
-async def _run_chain(
-    chain: tuple[Middleware, ...],
-    index: int,
-    inbound: Inbound,
-    route: Callable[[Inbound], Awaitable[None]],
-) -> None:
-    """Run ``chain[index:]`` around ``route``.
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Chain:
+    """A bot's middleware around the route, with the time each may take to decide."""
+
+    middleware: tuple[Middleware, ...]
+    route: Callable[[Inbound], Awaitable[None]]
+    clock: Clock
+    decide_seconds: float
+
+
+async def _run_chain(chain: _Chain, index: int, inbound: Inbound) -> None:
+    """Run ``chain.middleware[index:]`` around the route.
 
     A store fault inside ``call_next`` always reaches the adapter (it retries the update), even
     when a middleware swallowed it. A middleware that itself raises before passing the event
-    on is logged and skipped: the event goes on as it came, nothing acknowledged is lost.
+    on is logged and skipped: the event goes on as it came, nothing acknowledged is lost. So is
+    one that neither passes the event on nor returns within ``decide_seconds`` (it would hold
+    the bot's whole update stream); once it called ``call_next`` it is never cut off, because
+    the store write runs inside that call.
     """
-    if index == len(chain):
-        await route(inbound)
+    if index == len(chain.middleware):
+        await chain.route(inbound)
         return
-    middleware = chain[index]
+    middleware = chain.middleware[index]
     called = False
     inner: BaseException | None = None
+    entered = asyncio.Event()
 
     async def call_next(event: Inbound) -> None:
         nonlocal called, inner
@@ -226,14 +238,23 @@ async def _run_chain(
             log.warning("middleware %s called call_next twice; ignored", _name(middleware))
             return
         called = True
+        entered.set()
         try:
-            await _run_chain(chain, index + 1, _pinned(inbound, event, middleware), route)
+            await _run_chain(chain, index + 1, _pinned(inbound, event, middleware))
         except BaseException as exc:
             inner = exc
             raise
 
     try:
-        await middleware(inbound, call_next)
+        await _decided(chain, middleware(inbound, call_next), entered)
+    except _Undecided:
+        log.error(
+            "middleware %s neither passed the event on nor returned within %g s; skipped",
+            _name(middleware),
+            chain.decide_seconds,
+        )
+        await _run_chain(chain, index + 1, inbound)
+        return
     except (Exception, asyncio.CancelledError) as exc:
         if isinstance(exc, asyncio.CancelledError):
             if cancelling():
@@ -246,10 +267,37 @@ async def _run_chain(
         if inner is not None or called:
             raise
         log.exception("middleware %s failed; the event is passed on without it", _name(middleware))
-        await _run_chain(chain, index + 1, inbound, route)
+        await _run_chain(chain, index + 1, inbound)
         return
     if inner is not None:
         raise inner
+
+
+class _Undecided(Exception):
+    """A middleware took too long to pass its event on or drop it."""
+
+
+async def _decided(chain: _Chain, work: Awaitable[None], entered: asyncio.Event) -> None:
+    """Await ``work``; raise _Undecided (``work`` cancelled) when it neither finished nor called
+    ``call_next`` (``entered``) within the chain's ``decide_seconds`` on its clock."""
+    task = asyncio.ensure_future(work)
+    passed = asyncio.ensure_future(entered.wait())
+    timer = asyncio.ensure_future(chain.clock.sleep(chain.decide_seconds))
+    try:
+        await asyncio.wait({task, passed, timer}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()  # shutdown: the middleware (and any store write inside it) with it
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        raise
+    finally:
+        passed.cancel()
+        timer.cancel()
+    if not task.done() and not entered.is_set():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        raise _Undecided
+    await task  # finished, or inside call_next: never cut off from here on
 
 
 def _pinned(original: Inbound, changed: Inbound, middleware: Middleware) -> Inbound:

@@ -220,8 +220,9 @@ async def test_per_bot_plugin_applies_to_that_bot_only_with_its_menu(tmp_path: P
     with contextlib.closing(sqlite3.connect(tmp_path / "bots.sqlite3")) as db:
         rows = db.execute(
             "SELECT c.bot, m.text FROM messages m JOIN conversations c "
-            "ON c.id = m.conversation_id WHERE m.role = 'user' ORDER BY m.id"
+            "ON c.id = m.conversation_id WHERE m.role = 'user' ORDER BY c.bot, m.id"
         ).fetchall()
+    # The two bots poll independently: only each bot's own order is defined.
     assert rows == [("telegram-mira", "hello"), ("telegram-sasha", "buy now!")]
 
 
