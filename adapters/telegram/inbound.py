@@ -20,8 +20,11 @@ PLATFORM: Final = "telegram"
 GroupTrigger = Literal["mention", "all"]
 NonText = Literal["placeholder", "ignore"]
 
+# A command ends where Telegram's ``bot_command`` entity ends: at any character that cannot
+# be part of a name (``/new@mira_bot, please`` is the command /new, like ``/new please``).
 _COMMAND = re.compile(
-    r"^/(?P<name>[A-Za-z0-9_]{1,32})(?:@(?P<bot>[A-Za-z0-9_]+))?(?P<rest>\s.*)?$", re.S
+    r"^/(?P<name>[A-Za-z0-9_]{1,32})(?:@(?P<bot>[A-Za-z0-9_]+))?(?P<rest>[^A-Za-z0-9_@].*)?$",
+    re.S,
 )
 
 
@@ -155,7 +158,9 @@ def _command(
         return False  # /cmd@OtherBot: not ours, not even as context
     if target is None and not private and name not in rules.commands:
         return False  # an unaddressed command some other bot in the group knows
-    return f"/{name}{match['rest'] or ''}"
+    rest = match["rest"] or ""
+    # The router reads arguments after whitespace: "/weather, Paris" becomes "/weather , Paris".
+    return f"/{name}{rest if not rest or rest[0].isspace() else ' ' + rest}"
 
 
 def _mentions_bot(text: str, entities: Sequence[MessageEntity], me: BotIdentity) -> bool:

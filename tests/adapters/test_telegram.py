@@ -276,6 +276,24 @@ async def test_group_context_is_kept_and_only_mentions_are_answered(
         assert len(_turns(llm)) == 2
 
 
+async def test_an_unknown_command_addressed_to_the_bot_in_a_group_is_answered(
+    tmp_path: Path, api: FakeTelegramAPI
+) -> None:
+    llm = GatedLLM(answer=lambda r: "should not be asked")
+    async with running(tmp_path, api, llm) as rig:
+        key = rig.key(GROUP)
+        rig.say(GROUP, BOB, "/weather@other_bot Paris")  # another bot's: ignored
+        asked = rig.say(GROUP, BOB, "/weather@mira_bot, Paris?")  # the entity ends at ","
+        await api.wait_for(rig.replies, what="the unknown-command answer")
+        rig.say(GROUP, ANN, "/weather@mira_bot")
+        await api.wait_for(lambda: len(rig.replies()) == 2, what="the second answer")
+        await rig.quiet(key)
+        unknown = "Unknown command /weather. Send /help for the list."
+        assert rig.replies() == [unknown, unknown]
+        assert api.sent_messages(TOKEN)[0].reply_to == asked
+        assert _turns(llm) == []
+
+
 async def _has(rig: Rig, key: ConversationKey, count: int) -> bool:
     return len(await rig.stored_texts(key)) >= count
 

@@ -107,6 +107,10 @@ def test_forum_topics_are_threads_but_reply_threads_are_not() -> None:
         (GROUP, "/new@other_bot", None),  # another bot's: not even context
         (GROUP, "/weather", None),  # an unknown unaddressed command is another bot's
         (GROUP, "/weather@mira_bot", "/weather"),  # ours, unknown: the router says so
+        (GROUP, "/weather@mira_bot, Paris?", "/weather , Paris?"),  # the entity ends at ","
+        (GROUP, "/weather@mira_bot?", "/weather ?"),
+        (GROUP, "/weather@other_bot, Paris", None),
+        (GROUP, "/weather@mira_botnik hi", None),  # another bot whose name starts like ours
         (TgChat.private(SASHA), "/weather", "/weather"),
         (TgChat.private(SASHA), "/start", "/start"),
     ],
