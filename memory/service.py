@@ -31,6 +31,7 @@ from bot.core.events import (
     StoredMessage,
     Turn,
     UserKey,
+    is_person,
 )
 from bot.core.llm import BaseLLM, ModelResult
 from bot.core.shares import weights
@@ -389,7 +390,10 @@ class Memory:
             if not messages:
                 return False
             ok = True
-            for author in dict.fromkeys(m.author_id for m in messages if m.addressed):
+            # A collective author (a group's anonymous admins, a channel) is no one person:
+            # nothing is learned of it, or all of a group's admins would share one memory.
+            learned = (m.author_id for m in messages if m.addressed and is_person(m.author_id))
+            for author in dict.fromkeys(learned):
                 ok = await self._learn(session, author, mark) and ok
             if ok or self._give_up(key):
                 await self._store.mark_extracted(session, max(m.turn for m in messages))

@@ -70,7 +70,14 @@ def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -
         return None
     mentions = _mentions_bot(body or "", entities, rules.me)
     replied = _replies_to_bot(message, rules.me)
+    if message.is_automatic_forward:
+        # The linked channel's post copied into its discussion group: context, never a turn
+        # of its own (with group_trigger = "all" the bot would answer every channel post,
+        # and a command or mention in it is the channel's, addressed to its subscribers).
+        mentions = replied = False
+        command = None
     triggers = private or rules.group_trigger == "all" or mentions or replied or bool(command)
+    triggers = triggers and not message.is_automatic_forward
     thread = message.message_thread_id if message.is_topic_message else None
     return Inbound(
         conversation=ConversationKey(
@@ -89,10 +96,18 @@ def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -
 
 
 def _author(message: Message, me: BotIdentity) -> tuple[str, str] | None:
-    """(author id, display name); None for bots. Posts "as a chat" belong to that chat."""
+    """(author id, display name); None for bots.
+
+    A post "as a chat" is never the chat's own id (a group's id is no person): the group's
+    anonymous admins are ``anon:<chat id>`` (Telegram hides which admin), a channel (its
+    automatic forwards, or someone posting as it) is ``channel:<channel id>``. Both are
+    collective authors (bot.core.events.is_person): no long-term memory is learned of them.
+    """
     if message.sender_chat is not None:  # anonymous admin, channel, or a user posting as one
         chat = message.sender_chat
-        return str(chat.id), chat.title or chat.username or str(chat.id)
+        if chat.id == message.chat.id:
+            return f"anon:{chat.id}", message.author_signature or "Anonymous admin"
+        return f"channel:{chat.id}", chat.title or chat.username or "Channel"
     user = message.from_user
     if user is None or user.is_bot or user.id == me.id:
         return None

@@ -63,6 +63,18 @@ class UserKey:
     user_id: str
 
 
+#: Author ids of someone who is not one person: a group's anonymous admins (``anon:<chat>``)
+#: and a channel posting or auto-forwarding into a group (``channel:<chat>``). Person ids are
+#: the platform's own user ids and never carry these prefixes; nothing is learned about these
+#: authors (docs/privacy.md).
+COLLECTIVE_AUTHOR_PREFIXES: Final = ("anon:", "channel:")
+
+
+def is_person(author_id: str) -> bool:
+    """Whether an author id names one person (long-term memory may learn about them)."""
+    return not author_id.startswith(COLLECTIVE_AUTHOR_PREFIXES)
+
+
 @dataclass(frozen=True, slots=True)
 class Inbound:
     """A normalized message from any platform adapter."""

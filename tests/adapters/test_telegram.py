@@ -294,6 +294,37 @@ async def test_an_unknown_command_addressed_to_the_bot_in_a_group_is_answered(
         assert _turns(llm) == []
 
 
+async def test_channel_forwards_are_context_and_anonymous_admins_their_own_author(
+    tmp_path: Path, api: FakeTelegramAPI
+) -> None:
+    llm = GatedLLM(answer=lambda r: "seen")
+    adapter = TelegramAdapter(
+        bot_key=BOT, token=TOKEN, api_server=api.base_url, group_trigger="all"
+    )
+    anonymous = TgUser(1087968824, "Group", username="GroupAnonymousBot", is_bot=True)
+    channel_bot = TgUser(136817688, "Channel", username="Channel_Bot", is_bot=True)
+    channel = TgChat(-1005550000001, "channel", title="Friends News")
+    forward = {"sender_chat": channel.to_dict(), "is_automatic_forward": True}
+    async with running(tmp_path, api, llm, adapter=adapter) as rig:
+        key = rig.key(GROUP)
+        rig.say(GROUP, channel_bot, "new mugs in the shop", extra=forward)
+        await eventually(lambda: _has(rig, key, 1), what="the forward stored")
+        await rig.quiet(key)
+        assert rig.replies() == [] and _turns(llm) == []  # every message counts, not this
+        rig.say(GROUP, anonymous, "what do you think?", extra={"sender_chat": GROUP.to_dict()})
+        await api.wait_for(rig.replies, what="the answer to the admin")
+        await rig.quiet(key)
+        prompt = _prompt(_turns(llm)[0])
+        assert "new mugs in the shop" in prompt and "Friends News" in prompt
+        assert "Anonymous admin" in prompt
+        session = await rig.rt.store.current_session(key)
+        assert session is not None
+        authors = {
+            m.author_id for m in await rig.rt.store.messages(session.key) if m.role == "user"
+        }
+        assert authors == {f"channel:{channel.id}", f"anon:{GROUP.id}"}
+
+
 async def _has(rig: Rig, key: ConversationKey, count: int) -> bool:
     return len(await rig.stored_texts(key)) >= count
 

@@ -8,7 +8,7 @@ import pytest
 from aiogram.types import Message
 
 from adapters.telegram.inbound import BotIdentity, InboundRules, to_inbound
-from bot.core.events import ConversationKey, Inbound
+from bot.core.events import ConversationKey, Inbound, is_person
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
 
 ME = BotIdentity(777, "mira_bot")
@@ -134,13 +134,36 @@ def test_bots_and_the_bot_itself_are_ignored() -> None:
     assert to_inbound(_message(GROUP, "my own words", user=BOT_USER), RULES) is None
 
 
-def test_a_post_as_the_group_belongs_to_the_group() -> None:
-    anonymous = TgUser(1087968824, "Group", username="GroupAnonymousBot", is_bot=True)
-    message = _message(
-        GROUP, "admins say hi", user=anonymous, extra={"sender_chat": GROUP.to_dict()}
-    )
-    inbound = _inbound(message)
-    assert inbound.author_id == str(GROUP.id) and inbound.display_name == "Friends"
+ANONYMOUS = TgUser(1087968824, "Group", username="GroupAnonymousBot", is_bot=True)
+CHANNEL_BOT = TgUser(136817688, "Channel", username="Channel_Bot", is_bot=True)
+CHANNEL = TgChat(-1005550000001, "channel", title="Friends News")
+
+
+def test_anonymous_admins_are_their_own_author_never_the_group() -> None:
+    extra = {"sender_chat": GROUP.to_dict()}
+    inbound = _inbound(_message(GROUP, "@mira_bot admins say hi", user=ANONYMOUS, extra=extra))
+    assert inbound.author_id == f"anon:{GROUP.id}" and inbound.display_name == "Anonymous admin"
+    assert inbound.triggers_reply  # an admin addressing the bot is answered
+    signed = _message(GROUP, "hi", user=ANONYMOUS, extra={**extra, "author_signature": "Owner"})
+    assert _inbound(signed).display_name == "Owner"
+    assert not is_person(inbound.author_id) and is_person(_inbound(_message(GROUP, "x")).author_id)
+
+
+def test_a_channel_is_its_own_author_and_its_automatic_forwards_never_trigger() -> None:
+    rules = InboundRules("mira", ME, group_trigger="all", commands=RULES.commands)
+    entities = [{"type": "mention", "offset": 0, "length": 9}]
+    extra = {"sender_chat": CHANNEL.to_dict(), "is_automatic_forward": True}
+    for text in ("news of the day", "@mira_bot read this", "/new"):
+        forward = _message(GROUP, text, user=CHANNEL_BOT, entities=entities, extra=extra)
+        inbound = _inbound(forward, rules)
+        assert inbound.author_id == f"channel:{CHANNEL.id}"
+        assert inbound.display_name == "Friends News" and inbound.text == text
+        assert not inbound.triggers_reply and not inbound.mentions_bot  # kept as context
+        assert not is_person(inbound.author_id)
+    # Someone posting as the channel (not an automatic forward) is the channel, and is heard.
+    posted = _message(GROUP, "hello", user=CHANNEL_BOT, extra={"sender_chat": CHANNEL.to_dict()})
+    inbound = _inbound(posted, rules)
+    assert inbound.author_id == f"channel:{CHANNEL.id}" and inbound.triggers_reply
 
 
 @pytest.mark.parametrize(

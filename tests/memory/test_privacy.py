@@ -197,6 +197,23 @@ async def test_a_bystander_who_never_addressed_the_bot_gets_no_profile(
         assert [(i.field, i.value) for i in ada.items] == [("name", "Ada")]  # not Oslo
 
 
+async def test_a_groups_anonymous_admins_and_channels_get_no_profile(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    # The Telegram adapter's collective authors (adapters/telegram/inbound.py): every
+    # anonymous admin of a group is one author, so nothing said as one may be learned.
+    async with harness(store, clock, GatedLLM(), memory_llm=OfflineLLM()) as h:
+        await say(h, GROUP_A, "my name is Bo", author="anon:-100", name="Anonymous admin")
+        await say(h, GROUP_A, "I live in Oslo", author="channel:-1009", name="Friends News")
+        await turn(h, GROUP_A, "my name is Ada")  # a person addressing the bot
+        await store.close_session(GROUP_A, clock.now(), "test")
+        await h.memory.extract_due()
+        for collective in ("anon:-100", "channel:-1009"):
+            assert (await h.memory.user_memory(UserKey("telegram", collective))).items == ()
+        ada = await h.memory.user_memory(ADA)
+        assert [(i.field, i.value) for i in ada.items] == [("name", "Ada")]
+
+
 def test_items_stored_before_scopes_existed_are_private() -> None:
     old = json.dumps(
         {
