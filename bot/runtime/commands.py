@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
-from bot.core.events import ConversationKey, Inbound, UserKey
+from bot.core.events import ConversationKey, Inbound, UserKey, is_person
 from bot.core.tasks import within
 from bot.runtime.exports import Exports
 from bot.runtime.extensions import Command, CommandSpec, Extensions, Handler
@@ -38,6 +38,15 @@ BUILTIN_COMMANDS = frozenset(
 
 #: What a user sees when a plugin's command handler raised (the error is logged).
 PLUGIN_FAILED = "Sorry, /{name} failed. Please try again later."
+
+#: Commands about one person's own data: a collective author (a group's anonymous admins, a
+#: channel) is no one person, so none of them may read, export or erase what "they" said.
+PERSONAL_COMMANDS = frozenset({"memory", "forget", "export"})
+
+NOT_A_PERSON = (
+    "/{name} is about one person's own data, and I cannot tell who wrote this (an anonymous "
+    "admin or a channel): send it as yourself."
+)
 
 GROUP_MEMORY_NOTE = (
     "In a group I show only what may come up in this group. For everything I keep about "
@@ -141,6 +150,8 @@ class Commands:
         if found is None:
             return f"Unknown command /{command.name}. Send /help for the list."
         spec, plugin = found
+        if not plugin and command.name in PERSONAL_COMMANDS and not is_person(inbound.author_id):
+            return NOT_A_PERSON.format(name=command.name)
         if spec.admin and not self._is_admin(inbound.conversation.bot, inbound.author_id):
             log.info("admin command /%s refused to user %s", command.name, inbound.author_id)
             return f"/{command.name} is for the bot's admins."

@@ -325,6 +325,24 @@ async def test_channel_forwards_are_context_and_anonymous_admins_their_own_autho
         assert authors == {f"channel:{channel.id}", f"anon:{GROUP.id}"}
 
 
+async def test_an_anonymous_admin_cannot_read_or_erase_the_shared_author(
+    tmp_path: Path, api: FakeTelegramAPI
+) -> None:
+    anonymous = TgUser(1087968824, "Group", username="GroupAnonymousBot", is_bot=True)
+    as_group = {"sender_chat": GROUP.to_dict()}
+    async with running(tmp_path, api) as rig:
+        key = rig.key(GROUP)
+        rig.say(GROUP, anonymous, "our secret plan", extra=as_group)
+        await eventually(lambda: _has(rig, key, 1), what="the admin's message stored")
+        for name in ("memory", "forget", "export"):
+            rig.say(GROUP, anonymous, f"/{name}@mira_bot", extra=as_group)
+        await api.wait_for(lambda: len(rig.replies()) == 3, what="three answers")
+        await rig.quiet(key)
+        for name, reply in zip(("memory", "forget", "export"), rig.replies(), strict=True):
+            assert reply.startswith(f"/{name} is about one person's own data")
+        assert "our secret plan" in await rig.stored_texts(key)  # another admin's words kept
+
+
 async def _has(rig: Rig, key: ConversationKey, count: int) -> bool:
     return len(await rig.stored_texts(key)) >= count
 
