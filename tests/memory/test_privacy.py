@@ -65,6 +65,13 @@ async def turn(h: Harness, conv: ConversationKey, text: str, **kw: object) -> No
     await h.advance(2, step=1.0)
 
 
+async def learn(h: Harness, conv: ConversationKey, text: str) -> None:
+    """A turn in ``conv``, then its session closed and memory learned from it."""
+    await turn(h, conv, text)
+    await h.store.close_session(conv, h.clock.now(), "test")
+    await h.memory.extract_due()
+
+
 async def until_called(llm: GatedLLM) -> None:
     """Wait until the gated model received its first call."""
     await asyncio.wait_for(llm.started.wait(), 5)
@@ -159,9 +166,7 @@ async def test_a_fact_said_in_one_group_stays_in_that_group(
 ) -> None:
     llm = GatedLLM()
     async with harness(store, clock, llm, memory_llm=OfflineLLM()) as h:
-        await turn(h, GROUP_A, "I work as a nurse")
-        await store.close_session(GROUP_A, clock.now(), "test")
-        await h.memory.extract_due()
+        await learn(h, GROUP_A, "I work as a nurse")
         assert [i.scope for i in (await h.memory.user_memory(ADA)).items] == ["-100"]
         await turn(h, GROUP_B, "hello everyone")
         assert "nurse" not in system_text(llm.requests[-1])
@@ -175,9 +180,7 @@ async def test_share_across_groups_opts_in(store: BaseStore, clock: ManualClock)
     llm = GatedLLM()
     policy = MemoryPolicy(budget=Budget(), summary_model="m", share_across_groups=True)
     async with harness(store, clock, llm, memory_llm=OfflineLLM(), memory_policy=policy) as h:
-        await turn(h, GROUP_A, "I work as a nurse")
-        await store.close_session(GROUP_A, clock.now(), "test")
-        await h.memory.extract_due()
+        await learn(h, GROUP_A, "I work as a nurse")
         await turn(h, GROUP_B, "hello everyone")
         assert "nurse" in system_text(llm.requests[-1])
 
@@ -189,9 +192,7 @@ async def test_a_bystander_who_never_addressed_the_bot_gets_no_profile(
         await say(h, GROUP_A, "my name is Bo", author="22", name="Bo", addressed=False)
         await say(h, GROUP_A, "I'm afraid of spiders", author="22", name="Bo", addressed=False)
         await say(h, GROUP_A, "I live in Oslo", author="11", addressed=False)
-        await turn(h, GROUP_A, "my name is Ada")  # Ada addresses the bot
-        await store.close_session(GROUP_A, clock.now(), "test")
-        await h.memory.extract_due()
+        await learn(h, GROUP_A, "my name is Ada")  # Ada addresses the bot
         assert (await h.memory.user_memory(BO)).items == ()
         ada = await h.memory.user_memory(ADA)
         assert [(i.field, i.value) for i in ada.items] == [("name", "Ada")]  # not Oslo
@@ -205,9 +206,7 @@ async def test_a_groups_anonymous_admins_and_channels_get_no_profile(
     async with harness(store, clock, GatedLLM(), memory_llm=OfflineLLM()) as h:
         await say(h, GROUP_A, "my name is Bo", author="anon:-100", name="Anonymous admin")
         await say(h, GROUP_A, "I live in Oslo", author="channel:-1009", name="Friends News")
-        await turn(h, GROUP_A, "my name is Ada")  # a person addressing the bot
-        await store.close_session(GROUP_A, clock.now(), "test")
-        await h.memory.extract_due()
+        await learn(h, GROUP_A, "my name is Ada")  # a person addressing the bot
         for collective in ("anon:-100", "channel:-1009"):
             assert (await h.memory.user_memory(UserKey("telegram", collective))).items == ()
         ada = await h.memory.user_memory(ADA)
@@ -425,9 +424,7 @@ async def test_memory_in_a_group_shows_what_that_groups_prompt_shows_with_sharin
     llm = GatedLLM()
     policy = MemoryPolicy(budget=Budget(), summary_model="m", share_across_groups=True)
     async with harness(store, clock, llm, memory_llm=OfflineLLM(), memory_policy=policy) as h:
-        await turn(h, GROUP_A, "I work as a nurse")
-        await store.close_session(GROUP_A, clock.now(), "test")
-        await h.memory.extract_due()
+        await learn(h, GROUP_A, "I work as a nurse")
         await turn(h, GROUP_B, "hello everyone")
         assert "nurse" in system_text(llm.requests[-1])
         await say(h, GROUP_B, "/memory")
