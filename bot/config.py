@@ -543,6 +543,7 @@ class Secrets:
         # Every name asked for is a secret, whatever it is called (a plugin's MY_LLM_KEY):
         # values() includes them, so logs and error lines redact them too.
         self._asked: set[str] = set()
+        self._values: tuple[tuple[tuple[str, ...], int], tuple[str, ...]] | None = None
 
     @property
     def anthropic_api_key(self) -> str | None:
@@ -561,10 +562,17 @@ class Secrets:
     def values(self, extra_names: Iterable[str] = ()) -> list[str]:
         """Every secret currently set (for log redaction), including the variables that the
         configuration names (``token_env``, ``secret_token_env``) and every one read so far."""
-        names = ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "PGPASSWORD", *extra_names]
+        # Asked at every log record: the environment is scanned again only when a new name was
+        # read or other names are asked for, not per record.
+        key = (tuple(extra_names), len(self._asked))
+        if self._values is not None and self._values[0] == key:
+            return list(self._values[1])
+        names = ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "PGPASSWORD", *key[0]]
         names += sorted(self._asked)
         names += [n for n in self._environ if n.endswith(("_TOKEN", "_SECRET", "_API_KEY"))]
-        return [v for v in (self._value(n) for n in names) if v and len(v) >= 6]
+        found = [v for v in (self._value(n) for n in names) if v and len(v) >= 6]
+        self._values = (key, tuple(found))
+        return found
 
 
 def bundled_example_path() -> Path:

@@ -13,7 +13,11 @@ REDACTED = "[redacted]"
 
 def redact_text(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every known secret value replaced (for lines printed outside logging)."""
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+    return _replace(text, _longest_first(secrets))
+
+
+def _replace(text: str, longest_first: list[str]) -> str:
+    for secret in longest_first:
         text = text.replace(secret, REDACTED)
     return text
 
@@ -32,15 +36,11 @@ class RedactSecrets(logging.Filter):
         secrets = self._fixed if self._source is None else _longest_first(self._source())
         if not secrets:
             return True
-        message = record.getMessage()
-        for secret in secrets:
-            message = message.replace(secret, REDACTED)
-        record.msg, record.args = message, None
+        record.msg, record.args = _replace(record.getMessage(), secrets), None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            for secret in secrets:
-                record.exc_text = record.exc_text.replace(secret, REDACTED)
+            record.exc_text = _replace(record.exc_text, secrets)
         return True
 
 
