@@ -85,3 +85,15 @@ class SelfCancelled(PersonabotError):
     Passed on as is, it would look like a shutdown to the turn or the update loop above it
     (a turn retried silently, forever; an adapter's polling stopped), so it becomes a failure
     of that code like any other (bot.core.tasks.within)."""
+
+
+class MediaError(PersonabotError):
+    """A piece of media could not be fetched, read or transcribed."""
+
+
+class MediaUnavailable(MediaError):
+    """Fetching or transcribing failed for now (network, 5xx, timeout): may work later."""
+
+
+class MediaRejected(MediaError):
+    """This media can never be used (too large, unsupported format, gone from the platform)."""

@@ -9,6 +9,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from bot.core.media import MediaRef, Quote, StoredMedia
+
 
 class NotSet(enum.Enum):
     """Marker for a read that found nothing, distinct from an empty value."""
@@ -91,6 +93,11 @@ class Inbound:
     mentions_bot: bool = False
     # "edit": new text for ``platform_message_id``; "delete": the user deleted it.
     kind: InboundKind = "message"
+    # What came with the text (photos, stickers, voice notes), in order; ``text`` is the
+    # caption only (bot/core/media.py).
+    media: tuple[MediaRef, ...] = ()
+    # The message this one replies to, quotes or forwards.
+    quote: Quote | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +130,13 @@ class StoredMessage:
     is_private: bool = True
     # False for a group message stored only as context (the bot was not addressed).
     addressed: bool = True
+    media: tuple[StoredMedia, ...] = ()
+    quote: Quote | None = None
+
+    @property
+    def was_voice(self) -> bool:
+        """Whether the person spoke this message (a voice or video note)."""
+        return any(m.ref.kind in ("voice", "video_note") for m in self.media)
 
 
 @dataclass(frozen=True, slots=True)

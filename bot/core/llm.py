@@ -24,6 +24,16 @@ class TextBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class ImageBlock:
+    """An image the model sees (user messages only): prepared bytes, within the API's limits
+    (bot/runtime/images.py); ``cache`` marks a prompt-cache breakpoint after it."""
+
+    media_type: str  # image/jpeg, image/png, image/gif or image/webp
+    data: bytes = field(repr=False)
+    cache: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ToolUse:
     """The model asks for a tool call (an assistant block); ``input`` is unvalidated JSON."""
 
@@ -44,7 +54,7 @@ class ToolResult:
 
 
 #: A block of a chat message.
-ContentBlock = TextBlock | ToolUse | ToolResult
+ContentBlock = TextBlock | ImageBlock | ToolUse | ToolResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +80,7 @@ class ChatMessage:
 
     @property
     def text(self) -> str:
-        """All text blocks joined (tool blocks left out)."""
+        """All text blocks joined (image and tool blocks left out)."""
         return "\n\n".join(b.text for b in self.blocks if isinstance(b, TextBlock))
 
 
