@@ -134,8 +134,8 @@ class Router:
             # touches it only for its own author. An unknown message changes nothing.
             await (self._ingestor.edit if inbound.kind == "edit" else self._delete)(inbound)
             return
-        if not inbound.text.strip():
-            return  # empty or whitespace-only: nothing to answer
+        if not inbound.text.strip() and not inbound.media and inbound.quote is None:
+            return  # empty or whitespace-only, nothing attached: nothing to answer
         if (command := parse_command(inbound.text) if inbound.triggers_reply else None) is not None:
             await self._command(inbound, command)
         else:
@@ -322,9 +322,23 @@ def _allowed(policy: AccessPolicy, inbound: Inbound) -> bool:
 
 
 def _storable(inbound: Inbound) -> Inbound:
-    """``inbound`` with characters no store can hold shown as U+FFFD (text and name)."""
-    text = _UNSTORABLE.sub("\ufffd", inbound.text)
-    name = _UNSTORABLE.sub("\ufffd", inbound.display_name)
-    if text == inbound.text and name == inbound.display_name:
+    """``inbound`` with characters no store can hold shown as U+FFFD (text, name, the quote
+    and media labels)."""
+    text = _clean(inbound.text)
+    name = _clean(inbound.display_name)
+    quote = inbound.quote
+    if quote is not None:
+        quote = dataclasses.replace(quote, author=_clean(quote.author), text=_clean(quote.text))
+    media = tuple(dataclasses.replace(m, label=_clean(m.label)) for m in inbound.media)
+    if (text, name, quote, media) == (
+        inbound.text,
+        inbound.display_name,
+        inbound.quote,
+        inbound.media,
+    ):
         return inbound
-    return dataclasses.replace(inbound, text=text, display_name=name)
+    return dataclasses.replace(inbound, text=text, display_name=name, quote=quote, media=media)
+
+
+def _clean(text: str) -> str:
+    return _UNSTORABLE.sub("\ufffd", text)
