@@ -149,6 +149,39 @@ class ToolSettings(_Section):
     command_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
 
 
+class MediaConfig(_Section):
+    """Photos, stickers and voice notes (docs/architecture.md#media)."""
+
+    # Images shown to the model per request at most, the newest (0 = never fetch or show any:
+    # the model reads a text stand-in such as "[photo]" instead).
+    max_images: int = Field(default=6, ge=0, le=100)
+    # Larger files are not downloaded (Telegram lets bots download up to 20 MB).
+    max_download_mb: float = Field(default=20.0, gt=0, le=500)
+    fetch_timeout_seconds: float = Field(default=20.0, gt=0, le=600)
+
+
+class TranscriptionConfig(_Section):
+    """An OpenAI-compatible ``/audio/transcriptions`` server for voice notes
+    (docs/transcription.md); ``url = ""`` (the default): none, the persona is told it cannot
+    listen to voice notes."""
+
+    url: str = ""  # e.g. "http://127.0.0.1:8000/v1"
+    model: str = Field(default="whisper-1", min_length=1)
+    api_key_env: EnvName | None = None
+    language: str | None = Field(default=None, pattern=r"^[a-z]{2,3}$")
+    prompt: str | None = Field(default=None, max_length=1000)
+    timeout_seconds: float = Field(default=60.0, gt=0, le=600)
+    # Voice notes longer than this are not transcribed (bounds what transcription costs).
+    max_seconds: float = Field(default=300.0, gt=0, le=7200)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if url and not url.startswith(("http://", "https://")):
+            raise ValueError('must be an http:// or https:// URL, or "" for none')
+        return url
+
+
 class QueueSettings(_Section):
     """Coalescing of rapid-fire messages into one turn (docs/architecture.md#queue)."""
 
@@ -432,6 +465,8 @@ class Settings(BaseSettings):
     storage: StorageSettings = StorageSettings()
     llm: LLMSettings = LLMSettings()
     tools: ToolSettings = ToolSettings()
+    media: MediaConfig = MediaConfig()
+    transcription: TranscriptionConfig = TranscriptionConfig()
     queue: QueueSettings = QueueSettings()
     sessions: SessionSettings = SessionSettings()
     memory: MemorySettings = MemorySettings()
@@ -516,12 +551,14 @@ class Settings(BaseSettings):
             secret = getattr(entry, "secret_token_env", None)
             if secret:
                 names.append(secret)
+        if self.transcription.api_key_env:
+            names.append(self.transcription.api_key_env)
         return names
 
     def credentials(self) -> list[str]:
         """Credentials written into configured URLs (user-info passwords, ``?password=``...),
         so that logs can redact them like the environment's secrets."""
-        urls = [self.storage.url, self.llm.base_url]
+        urls = [self.storage.url, self.llm.base_url, self.transcription.url]
         for entry in self.bots:
             urls += [getattr(entry, name, None) for name in _BOT_URL_KEYS]
         return sorted({s for url in urls if url for s in url_secrets(url)}, key=len, reverse=True)

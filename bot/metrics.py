@@ -62,6 +62,12 @@ class Metrics:
             ("platform", "bot", "kind"),
             registry=r,
         )
+        self.media = Counter(
+            "personabot_media",
+            "Media prepared for a turn by kind and outcome: ready, failed, skipped, retry",
+            ("kind", "outcome"),
+            registry=r,
+        )
         self.denied = counter("personabot_access_denied", "Messages from people not allowed")
         self.turns = counter("personabot_turns", "Turns by outcome", "outcome")
         self.model_calls = counter("personabot_model_calls", "Model calls", "purpose")

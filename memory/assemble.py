@@ -13,6 +13,10 @@ Layers, stable first so that the provider's prompt cache keeps working
    ``before_model`` hooks, see :func:`with_context`): after the last breakpoint, so a layer
    that changes every turn (the time of day) never invalidates the cached prefix.
 
+Each message reads as :func:`memory.content.spoken` renders it (its quote, media stand-ins,
+text); the images chosen for this request (``images``: the newest few, by media id) go as
+image blocks in front of their message's text (docs/architecture.md#media).
+
 The new turn is fitted first, within ``turn_tokens`` and what the pin leaves of the budget
 (long messages cut, each with a marker). Over budget, the window shrinks first (oldest messages
 go), then the summary and the memory are cut further; the pin and the new turn always stay.
@@ -26,12 +30,13 @@ forge (memory/quoting.py explains the two encodings and why).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
 from bot.core.events import StoredMessage, Turn
-from bot.core.llm import ChatMessage, ModelRequest, TextBlock
+from bot.core.llm import ChatMessage, ContentBlock, ImageBlock, ModelRequest, TextBlock
+from memory.content import spoken
 from memory.quoting import data_json, indented, tag_safe
 from memory.records import Summary, UserMemory, trim_memory, trim_summary
 from memory.tokens import estimate_tokens
@@ -86,6 +91,14 @@ class Participant:
 
 
 @dataclass(frozen=True, slots=True)
+class ShownImage:
+    """An image the request shows the model, and its estimated tokens."""
+
+    block: ImageBlock
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class Assembled:
     """The request plus estimated tokens per layer (for logs, metrics and `prompt`)."""
 
@@ -105,7 +118,9 @@ def cut(text: str, limit: int) -> str:
     return f"{text[:limit]} [... cut: {len(text) - limit} more characters not shown]"
 
 
-def render_turn(messages: Sequence[StoredMessage], limit: int = 8000) -> str:
+def render_turn(
+    messages: Sequence[StoredMessage], limit: int = 8000, shown: Collection[int] = ()
+) -> str:
     """Merge messages in order; in a group (or with several authors) each part names its author.
 
     A private chat's turn is the person's text as is. In a group each part is a header line
@@ -115,13 +130,13 @@ def render_turn(messages: Sequence[StoredMessage], limit: int = 8000) -> str:
     """
     authors = {m.author_id for m in messages}
     if len(authors) <= 1 and all(m.is_private for m in messages):
-        return "\n".join(cut(m.text, limit) for m in messages)
-    return "\n".join(_attributed(m, limit) for m in messages)
+        return "\n".join(cut(spoken(m, shown), limit) for m in messages)
+    return "\n".join(_attributed(m, limit, shown) for m in messages)
 
 
-def _attributed(message: StoredMessage, limit: int) -> str:
+def _attributed(message: StoredMessage, limit: int, shown: Collection[int]) -> str:
     header = f"{data_json(message.display_name)} (user {data_json(message.author_id)}):"
-    body = indented(cut(message.text, limit))
+    body = indented(cut(spoken(message, shown), limit))
     return f"{header}\n{body}" if body else header
 
 
@@ -151,31 +166,45 @@ def summary_block(summary: Summary | None, budget_tokens: int) -> str | None:
     return f"<conversation_summary>\n{trimmed.render()}\n</conversation_summary>"
 
 
-def _chat(history: Sequence[StoredMessage]) -> list[ChatMessage]:
+def _chat(history: Sequence[StoredMessage], images: Mapping[int, ShownImage]) -> list[ChatMessage]:
     """History as alternating chat messages (consecutive same-role runs merged)."""
     out: list[ChatMessage] = []
     run: list[StoredMessage] = []
     for message in history:
         if run and run[-1].role != message.role:
-            out.append(_run_message(run))
+            out.append(_run_message(run, images))
             run = []
         run.append(message)
     if run:
-        out.append(_run_message(run))
+        out.append(_run_message(run, images))
     return out
 
 
-def _run_message(run: list[StoredMessage]) -> ChatMessage:
-    text = render_turn(run) if run[0].role == "user" else "\n".join(m.text for m in run)
-    return ChatMessage.of(run[0].role, text)
+def _run_message(run: list[StoredMessage], images: Mapping[int, ShownImage]) -> ChatMessage:
+    if run[0].role == "assistant":
+        return ChatMessage.of("assistant", "\n".join(m.text for m in run))
+    return ChatMessage(
+        "user", (*_image_blocks(run, images), TextBlock(render_turn(run, shown=images)))
+    )
+
+
+def _image_blocks(
+    messages: Sequence[StoredMessage], images: Mapping[int, ShownImage]
+) -> tuple[ImageBlock, ...]:
+    """The chosen images of these messages, in message and attachment order."""
+    return tuple(images[m.id].block for msg in messages for m in msg.media if m.id in images)
+
+
+def _text_cost(message: StoredMessage) -> int:
+    return estimate_tokens(spoken(message))
 
 
 def _fit_window(history: Sequence[StoredMessage], limit: int, room: int) -> list[StoredMessage]:
     """The newest messages that fit ``room`` tokens (at most ``limit``), starting with a user."""
     window = list(history)[-limit:] if limit else []
-    tokens = sum(estimate_tokens(m.text) for m in window)
+    tokens = sum(_text_cost(m) for m in window)
     while window and tokens > room:
-        tokens -= estimate_tokens(window.pop(0).text)
+        tokens -= _text_cost(window.pop(0))
     while window and window[0].role == "assistant":
         window.pop(0)
     return window
@@ -190,13 +219,20 @@ def assemble(
     participants: Sequence[Participant] = (),
     summary: Summary | None = None,
     gap_notice: str | None = None,
+    images: Mapping[int, ShownImage] | None = None,
 ) -> Assembled:
-    """Build the model request for one turn, layer by layer, under the token budget."""
+    """Build the model request for one turn, layer by layer, under the token budget.
+
+    ``images`` (by media id) are shown as image blocks; they are bounded by count (the
+    caller's ``max_images``), not by ``prompt_tokens``, and reported as their own layer."""
+    images = images or {}
     pin_text = pin.text()
     turn_room = min(budget.turn_tokens, budget.prompt_tokens - estimate_tokens(pin_text))
     if gap_notice:
         turn_room -= estimate_tokens(gap_notice)
-    turn_text = fit_turn(turn.messages, budget.max_input_chars, max(_MIN_TURN_TOKENS, turn_room))
+    turn_text = fit_turn(
+        turn.messages, budget.max_input_chars, max(_MIN_TURN_TOKENS, turn_room), images
+    )
     memory_text = memory_block(participants, budget.memory_tokens)
     summary_text = summary_block(summary, budget.summary_tokens)
     fixed = estimate_tokens(pin_text) + estimate_tokens(turn_text)
@@ -209,7 +245,10 @@ def assemble(
     window = _fit_window(
         history, budget.window_messages * 2, budget.prompt_tokens - fixed - layers_cost
     )
-    room = budget.prompt_tokens - fixed - sum(estimate_tokens(m.text) for m in window)
+    room = budget.prompt_tokens - fixed - sum(_text_cost(m) for m in window)
+    # An image whose message left the window is not shown (its text stand-in says so).
+    present = {x.id for m in (*window, *turn.messages) for x in m.media}
+    images = {media_id: image for media_id, image in images.items() if media_id in present}
     if summary_text and layers_cost > room:
         summary_text = summary_block(summary, max(0, room - _cost(memory_text)))
         if summary_text and _cost(summary_text) > max(0, room - _cost(memory_text)):
@@ -220,14 +259,19 @@ def assemble(
             memory_text = None
 
     system = _system_blocks(pin_text, memory_text, summary_text, gap_notice)
-    messages = _chat(window)
+    messages = _chat(window, images)
+    turn_blocks: tuple[ContentBlock, ...] = _image_blocks(turn.messages, images)
     if messages and messages[-1].role == "user":
         # The new turn must follow an assistant message: fold a trailing user run into it.
-        turn_text = f"{messages.pop().text}\n{turn_text}"
+        folded = messages.pop()
+        turn_blocks = (*_images_of(folded), *turn_blocks)
+        turn_text = f"{folded.text}\n{turn_text}"
     if messages:
         last = messages[-1]
-        messages[-1] = ChatMessage(last.role, (TextBlock(last.text, cache=True),))
-    messages.append(ChatMessage.of("user", turn_text))
+        *head, tail = last.blocks
+        assert isinstance(tail, TextBlock)
+        messages[-1] = ChatMessage(last.role, (*head, replace(tail, cache=True)))
+    messages.append(ChatMessage("user", (*turn_blocks, TextBlock(turn_text))))
     layers = [
         name
         for name, present in (
@@ -236,6 +280,7 @@ def assemble(
             ("summary", summary_text is not None),
             ("gap", bool(gap_notice)),
             (f"window({len(window)})", bool(window)),
+            (f"images({len(images)})", bool(images)),
             ("turn", True),
         )
         if present
@@ -253,7 +298,8 @@ def assemble(
         ("memory", _cost(memory_text)),
         ("summary", _cost(summary_text)),
         ("gap", _cost(gap_notice)),
-        ("window", sum(estimate_tokens(m.text) for m in window)),
+        ("window", sum(_text_cost(m) for m in window)),
+        *((("images", sum(i.tokens for i in images.values())),) if images else ()),
         ("turn", estimate_tokens(turn_text)),
     )
     return Assembled(request=request, breakdown=breakdown)
@@ -294,7 +340,13 @@ def least_prompt_tokens(pin: PersonaPin) -> int:
 _MIN_MESSAGE_CHARS: Final = 150
 
 
-def fit_turn(messages: Sequence[StoredMessage], limit: int, room: int) -> str:
+def _images_of(message: ChatMessage) -> tuple[ImageBlock, ...]:
+    return tuple(b for b in message.blocks if isinstance(b, ImageBlock))
+
+
+def fit_turn(
+    messages: Sequence[StoredMessage], limit: int, room: int, images: Collection[int] = ()
+) -> str:
     """The turn rendered within ``room`` tokens, never silently shortened.
 
     First every message is cut to one common length (the longest that fits, so short
@@ -302,27 +354,27 @@ def fit_turn(messages: Sequence[StoredMessage], limit: int, room: int) -> str:
     ``_MIN_MESSAGE_CHARS`` per message is too much, the oldest messages are left out and a
     marker line says how many.
     """
-    text = render_turn(messages, limit)
+    text = render_turn(messages, limit, images)
     if estimate_tokens(text) <= room:
         return text
     low, high = _MIN_MESSAGE_CHARS, limit
     while low < high:
         mid = (low + high + 1) // 2
-        if estimate_tokens(render_turn(messages, mid)) <= room:
+        if estimate_tokens(render_turn(messages, mid, images)) <= room:
             low = mid
         else:
             high = mid - 1
-    text = render_turn(messages, low)
+    text = render_turn(messages, low, images)
     if estimate_tokens(text) <= room or len(messages) == 1:
         return text
-    shown = list(messages)
-    while len(shown) > 1:
-        shown.pop(0)
-        left_out = len(messages) - len(shown)
+    kept = list(messages)
+    while len(kept) > 1:
+        kept.pop(0)
+        left_out = len(messages) - len(kept)
         marker = (
             f"[... {left_out} earlier message(s) of this turn not shown: too long for one turn]"
         )
-        text = f"{marker}\n{render_turn(shown, _MIN_MESSAGE_CHARS)}"
+        text = f"{marker}\n{render_turn(kept, _MIN_MESSAGE_CHARS, images)}"
         if estimate_tokens(text) <= room:
             break
     return text

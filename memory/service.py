@@ -33,10 +33,10 @@ from bot.core.events import (
     UserKey,
     is_person,
 )
-from bot.core.llm import BaseLLM, ModelResult
+from bot.core.llm import BaseLLM, ImageBlock, ModelResult
 from bot.core.shares import weights
 from bot.store.base import BaseStore
-from memory.assemble import Assembled, Budget, Participant, PersonaPin, assemble
+from memory.assemble import Assembled, Budget, Participant, PersonaPin, ShownImage, assemble
 from memory.fit import fit_task
 from memory.privacy import ForgetReport, export_document
 from memory.records import (
@@ -56,6 +56,7 @@ from memory.tasks import (
     parse_summary_update,
     summary_request,
 )
+from memory.tokens import image_tokens
 
 log = logging.getLogger("personabot.memory")
 
@@ -69,6 +70,23 @@ class MemoryPolicy:
     private_memory_in_groups: bool = False
     extract_after_idle_seconds: float = 300.0
     share_across_groups: bool = False
+    # Images shown per request at most (the newest; 0 = none): docs/architecture.md#media.
+    max_images: int = 6
+
+
+class MediaPreparation(Protocol):
+    """Fetches and prepares the media a turn's prompt needs (bot.runtime.media.MediaPreparer):
+    the newest images (at most ``max_images``) and the turn's voice notes."""
+
+    async def __call__(
+        self,
+        turn: Sequence[StoredMessage],
+        history: Sequence[StoredMessage],
+        *,
+        max_images: int,
+    ) -> tuple[tuple[StoredMessage, ...], tuple[StoredMessage, ...]]:
+        """The turn's and the history's messages with their media rows as now stored."""
+        ...
 
 
 _CAS_ATTEMPTS = 3
@@ -124,6 +142,7 @@ class Memory:
         retry_after_failure: float = 60.0,
         on_model_call: Callable[[ConversationKey, str, ModelResult], None] | None = None,
         account: ModelAccount | None = None,
+        media: MediaPreparation | None = None,
     ) -> None:
         self._store = store
         self._llm = llm
@@ -134,6 +153,7 @@ class Memory:
         self._retry_after_failure = retry_after_failure
         self._on_model_call = on_model_call
         self._account = account
+        self._media = media
         self._tasks: dict[SessionKey, asyncio.Task[None]] = {}
         self._sweep: asyncio.Task[None] | None = None
         self._failed_until: dict[str, float] = {}
@@ -175,9 +195,14 @@ class Memory:
         if isinstance(summary, NotSet):
             summary = await self.summary(turn.session)
         after = 0 if summary is None else summary.last_turn
-        history = await self._store.history(
+        history: Sequence[StoredMessage] = await self._store.history(
             turn.session, policy.budget.window_messages * 2, after_turn=after
         )
+        if self._media is not None:
+            messages, history = await self._media(
+                turn.messages, history, max_images=policy.max_images
+            )
+            turn = replace(turn, messages=messages)
         participants = await self._participants(turn)
         return assemble(
             pin,
@@ -187,7 +212,27 @@ class Memory:
             participants=participants,
             summary=summary,
             gap_notice=gap_notice,
+            images=await self._images((*history, *turn.messages), policy.max_images),
         )
+
+    async def _images(self, messages: Sequence[StoredMessage], limit: int) -> dict[int, ShownImage]:
+        """The newest ``limit`` images of these messages that are ready, with their bytes."""
+        chosen = [
+            media
+            for message in reversed(messages)
+            for media in reversed(message.media)
+            if media.ref.kind == "image" and media.status == "ready" and media.media_type
+        ][: max(0, limit)]
+        if not chosen:
+            return {}
+        data = await self._store.media_data([m.id for m in chosen])
+        return {
+            m.id: ShownImage(
+                ImageBlock(m.media_type, data[m.id]), image_tokens(m.width or 0, m.height or 0)
+            )
+            for m in chosen
+            if m.id in data
+        }
 
     async def gaps(
         self, session: SessionKey, summary: Summary | NotSet | None = NOT_SET
@@ -304,9 +349,11 @@ class Memory:
     ) -> bool:
         key = f"summary:{session}"
         # Fitted under the prompt budget: what does not fit is folded by the next call.
+        shown = await self._images(chunk, policy.max_images)
+        images = {media_id: image.block for media_id, image in shown.items()}
         chunk, request = fit_task(
             chunk,
-            lambda part: summary_request(current, part, policy.summary_model),
+            lambda part: summary_request(current, part, policy.summary_model, images),
             policy.budget.prompt_tokens,
             keep="oldest",
         )

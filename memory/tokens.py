@@ -13,3 +13,8 @@ _PER_MESSAGE_OVERHEAD: Final = 4
 def estimate_tokens(text: str) -> int:
     """Estimated tokens of a text (never below the real count for typical input)."""
     return -(-len(text.encode("utf-8")) // _BYTES_PER_TOKEN) + _PER_MESSAGE_OVERHEAD
+
+
+def image_tokens(width: int, height: int) -> int:
+    """PLACEHOLDER until img15 lands."""
+    return -(-(width * height) // 750)

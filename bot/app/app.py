@@ -388,6 +388,7 @@ class App:
                 with_retention=with_retention,
                 extensions=self.extensions(),
                 seams=seams,
+                secrets=self.secrets,
             ) as rt:
                 yield rt
         finally:

@@ -16,8 +16,10 @@ from bot.core.clock import Clock, SystemClock
 from bot.core.errors import ConfigError
 from bot.core.events import QueuePolicy, SessionPolicy
 from bot.core.llm import BaseLLM
+from bot.core.media import MediaSource, Transcriber
 from bot.core.ports import Outlet
 from bot.llm.offline import OfflineLLM
+from bot.llm.transcription import OpenAITranscriber, TranscriptionSettings, transcriber_from
 from bot.metrics import Metrics, Price
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.access import AccessPolicy
@@ -25,6 +27,7 @@ from bot.runtime.commands import Commands, export_document
 from bot.runtime.exports import ExportPolicy, Exports
 from bot.runtime.extensions import Extensions
 from bot.runtime.limits import LimitPolicy, Limits
+from bot.runtime.media import MediaPreparer, MediaSettings
 from bot.runtime.pipeline import BotProfile, GapPolicy, Pipeline
 from bot.runtime.router import Router
 from bot.runtime.stats import usage_report
@@ -182,6 +185,7 @@ def memory_policy(settings: Settings, persona: PersonaSettings) -> MemoryPolicy:
         private_memory_in_groups=memory.private_memory_in_groups,
         share_across_groups=memory.share_across_groups,
         extract_after_idle_seconds=memory.extract_after_idle_minutes * 60,
+        max_images=settings.media.max_images,
     )
 
 
@@ -212,6 +216,7 @@ def build_memory(
     *,
     policy_for: Callable[[str], MemoryPolicy] | None = None,
     account: Accounting | None = None,
+    media: MediaPreparer | None = None,
 ) -> Memory:
     """The memory service; by default each bot's policy from its persona (the first
     persona's for a bot not in ``[[bots]]``, e.g. the console)."""
@@ -224,7 +229,65 @@ def build_memory(
         def policy_for(bot: str) -> MemoryPolicy:
             return by_bot.get(bot, default)
 
-    return Memory(store=store, llm=llm, clock=clock, policy_for=policy_for, account=account)
+    return Memory(
+        store=store, llm=llm, clock=clock, policy_for=policy_for, account=account, media=media
+    )
+
+
+def build_transcriber(settings: Settings, secrets: Secrets) -> OpenAITranscriber | None:
+    """The configured transcriber of voice notes, or None (``[transcription] url = ""``)."""
+    config = settings.transcription
+    if not config.url:
+        return None
+    key = secrets.get(config.api_key_env) if config.api_key_env else None
+    if config.api_key_env and key is None:
+        raise ConfigError(
+            [f"transcription.api_key_env: the environment variable {config.api_key_env} is unset"]
+        )
+    return transcriber_from(
+        TranscriptionSettings(
+            url=config.url,
+            model=config.model,
+            api_key_env=config.api_key_env,
+            language=config.language,
+            prompt=config.prompt,
+            timeout_seconds=config.timeout_seconds,
+            max_seconds=config.max_seconds,
+        ),
+        key,
+    )
+
+
+def media_source(outlet: object) -> MediaSource | None:
+    """The adapter's way to fetch the media it received (its ``media``), if it has one."""
+    source = getattr(outlet, "media", None)
+    return source if callable(getattr(source, "fetch", None)) else None
+
+
+def build_media(
+    settings: Settings,
+    store: BaseStore,
+    clock: Clock,
+    outlets: Mapping[str, Outlet],
+    *,
+    transcriber: Transcriber | None,
+    metrics: Metrics | None = None,
+) -> MediaPreparer:
+    """Fetching, downscaling and transcribing of each turn's media (bot/runtime/media.py)."""
+    media = settings.media
+    return MediaPreparer(
+        store=store,
+        sources=lambda bot: media_source(outlets.get(bot)),
+        settings=MediaSettings(
+            max_download_bytes=int(media.max_download_mb * 1024 * 1024),
+            fetch_timeout_seconds=media.fetch_timeout_seconds,
+            transcribe_max_seconds=settings.transcription.max_seconds,
+            transcribe_timeout_seconds=settings.transcription.timeout_seconds,
+        ),
+        clock=clock,
+        transcriber=transcriber,
+        metrics=metrics,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +321,9 @@ class Seams:
     memory_llm: BaseLLM | None = None
     #: Background work of a long-running process: outbox recovery at start, memory sweeps.
     background: bool = True
+    #: Transcribes voice notes instead of the configured ``[transcription]`` (closed by its
+    #: owner); e.g. one a plugin provides.
+    transcriber: Transcriber | None = None
 
 
 @contextlib.asynccontextmanager
@@ -271,6 +337,7 @@ async def runtime(
     with_retention: bool = False,
     extensions: Extensions = Extensions(),  # noqa: B008 - frozen, never mutated
     seams: Seams = Seams(),
+    secrets: Secrets | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open the store, wire queue, pipeline and router, run the scheduler; stop on exit.
 
@@ -325,6 +392,20 @@ async def runtime(
         )
         # Replies and memory tasks are charged and limited alike.
         accounting = Accounting(store=store, clock=turn_clock, metrics=metrics, limits=spending)
+        transcriber: Transcriber | None = seams.transcriber
+        if transcriber is None:
+            own = build_transcriber(settings, secrets or Secrets())
+            if own is not None:
+                exits.push_async_callback(own.aclose)
+            transcriber = own
+        media = build_media(
+            settings,
+            store,
+            turn_clock,
+            {key: outlet for key, (_, outlet) in adapters.items()},
+            transcriber=transcriber,
+            metrics=metrics,
+        )
         memory = build_memory(
             settings,
             store,
@@ -332,6 +413,7 @@ async def runtime(
             turn_clock,
             policy_for=lambda bot: profile_of(bot).memory,
             account=accounting,
+            media=media,
         )
         exits.push_async_callback(memory.aclose)
         retention = settings.retention
