@@ -161,10 +161,19 @@ class MediaConfig(_Section):
 
 
 class TranscriptionConfig(_Section):
-    """An OpenAI-compatible ``/audio/transcriptions`` server for voice notes
-    (docs/transcription.md); ``url = ""`` (the default): none, the persona is told it cannot
-    listen to voice notes."""
+    """Who transcribes voice notes (docs/transcription.md): by default an OpenAI-compatible
+    ``/audio/transcriptions`` server at ``url``; ``url = ""`` with the built-in provider (the
+    default): nobody, and the persona is told it cannot listen to voice notes."""
 
+    @property
+    def enabled(self) -> bool:
+        """Whether voice notes are transcribed at all."""
+        return self.provider != "openai" or bool(self.url)
+
+    # "openai": the built-in client of an OpenAI-compatible server; or one a plugin registers
+    # with app.transcriber (its own keys in ``options``).
+    provider: str = Field(default="openai", pattern=NAME_PATTERN)
+    options: dict[str, Any] = Field(default_factory=dict)
     url: str = ""  # e.g. "http://127.0.0.1:8000/v1"
     model: str = Field(default="whisper-1", min_length=1)
     api_key_env: EnvName | None = None

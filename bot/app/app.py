@@ -18,19 +18,20 @@ import importlib.metadata
 import inspect
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 from adapters.base import BaseAdapter
 from bot.app import build
-from bot.app.build import PlatformFactory, ProviderFactory, Runtime, Seams
+from bot.app.build import PlatformFactory, ProviderFactory, Runtime, Seams, TranscriberFactory
 from bot.config import BotSettings, PersonaSettings, Secrets, Settings, load_settings
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError, PersonabotError
 from bot.core.llm import BaseLLM
+from bot.core.media import Transcriber
 from bot.core.ports import Outlet
 from bot.runtime.commands import BUILTIN_COMMANDS
 from bot.runtime.extensions import (
@@ -93,6 +94,7 @@ class App:
         self._llm = llm
         self._platforms: dict[str, PlatformFactory] = build.builtin_platforms()
         self._providers: dict[str, ProviderFactory] = build.builtin_providers()
+        self._transcribers: dict[str, TranscriberFactory] = build.builtin_transcribers()
         self._global = _Registrations()
         self._per_bot: dict[str, _Registrations] = {}
         self._scope: str | None = None
@@ -210,6 +212,12 @@ class App:
         of ``[llm] provider = name`` (its own keys in ``llm_settings.options``)."""
         self._register(self._providers, "model provider", name, factory)
 
+    def transcriber(self, name: str, factory: TranscriberFactory) -> None:
+        """Register a transcriber of voice notes: ``factory(transcription_settings, secrets)``
+        makes the ``bot.core.media.Transcriber`` of ``[transcription] provider = name`` (its own
+        keys in ``transcription_settings.options``; an ``aclose()`` it has is called at exit)."""
+        self._register(self._transcribers, "transcription provider", name, factory)
+
     def extend(self, extensions: Extensions) -> None:
         """Add what an ``Extensions`` holds (built by hand, e.g. by an embedding program or a
         test) as if registered one by one here; its ``per_bot`` parts go to those bots."""
@@ -293,6 +301,11 @@ class App:
             problems += build.unknown(
                 "model provider", "llm.provider", self.settings.llm.provider, self._providers
             ).problems
+        provider = self.settings.transcription.provider
+        if provider not in self._transcribers:
+            problems += build.unknown(
+                "transcription provider", "transcription.provider", provider, self._transcribers
+            ).problems
         if problems:
             raise ConfigError(problems)
         self._prepared = True
@@ -340,6 +353,18 @@ class App:
             )
         return llm
 
+    def build_transcriber(self) -> Transcriber | None:
+        """The transcriber of voice notes ``[transcription]`` names, or None."""
+        label = f"transcription.provider {self.settings.transcription.provider!r}"
+        made = _made(
+            label, lambda: build.build_transcriber(self.settings, self.secrets, self._transcribers)
+        )
+        if made is not None and not callable(getattr(made, "transcribe", None)):
+            raise ConfigError(
+                [f"{label}: the factory returned {type(made).__name__}, not a Transcriber"]
+            )
+        return cast("Transcriber | None", made)
+
     def make_adapter(self, entry: BotSettings) -> BaseAdapter:
         """The adapter of one ``[[bots]]`` entry, from its platform's factory."""
         factory = self._platforms.get(entry.platform)
@@ -371,6 +396,7 @@ class App:
         caller runs the adapters; on exit running turns finish and everything closes."""
         self.prepare()
         made: list[BaseAdapter] = []
+        made_closers: list[Callable[[], Awaitable[object]]] = []
         try:
             if bots is None:
                 hosted: dict[str, tuple[PersonaSettings, Outlet]] = {}
@@ -379,6 +405,9 @@ class App:
                     made.append(adapter)
                     hosted[entry.key] = (self.settings.persona(entry.persona), adapter)
                 bots = hosted
+            transcriber = self.build_transcriber()
+            if transcriber is not None and callable(closer := getattr(transcriber, "aclose", None)):
+                made_closers.append(closer)
             async with build.runtime(
                 self.settings,
                 llm=llm or self.build_llm(offline_fallback=offline_fallback),
@@ -388,12 +417,14 @@ class App:
                 with_retention=with_retention,
                 extensions=self.extensions(),
                 seams=seams,
-                secrets=self.secrets,
+                transcriber=transcriber,
             ) as rt:
                 yield rt
         finally:
             for adapter in made:  # after the runtime: replies of the grace period went out
                 await adapter.aclose()
+            for close in made_closers:
+                await close()
 
     async def __aenter__(self) -> Runtime:
         """``async with app as rt``: ``running()`` with the configured bots."""

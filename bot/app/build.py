@@ -11,7 +11,14 @@ from dataclasses import dataclass
 
 from adapters.base import BaseAdapter
 from bot.app.health import HealthServer
-from bot.config import BotSettings, LLMSettings, PersonaSettings, Secrets, Settings
+from bot.config import (
+    BotSettings,
+    LLMSettings,
+    PersonaSettings,
+    Secrets,
+    Settings,
+    TranscriptionConfig,
+)
 from bot.core.clock import Clock, SystemClock
 from bot.core.errors import ConfigError
 from bot.core.events import QueuePolicy, SessionPolicy
@@ -46,6 +53,9 @@ log = logging.getLogger("personabot.app")
 PlatformFactory = Callable[[BotSettings, PersonaSettings, Secrets], BaseAdapter]
 #: Makes the model client of ``[llm]`` (docs/plugins.md#model-providers).
 ProviderFactory = Callable[[LLMSettings, Secrets], BaseLLM]
+#: Makes the transcriber of ``[transcription] provider = name`` (bot.core.media.Transcriber;
+#: one with an ``async aclose()`` is closed when the process stops).
+TranscriberFactory = Callable[[TranscriptionConfig, Secrets], Transcriber]
 
 
 def builtin_platform(name: str) -> PlatformFactory:
@@ -234,11 +244,8 @@ def build_memory(
     )
 
 
-def build_transcriber(settings: Settings, secrets: Secrets) -> OpenAITranscriber | None:
-    """The configured transcriber of voice notes, or None (``[transcription] url = ""``)."""
-    config = settings.transcription
-    if not config.url:
-        return None
+def openai_transcriber(config: TranscriptionConfig, secrets: Secrets) -> OpenAITranscriber:
+    """The built-in transcriber: an OpenAI-compatible ``/audio/transcriptions`` client."""
     key = secrets.get(config.api_key_env) if config.api_key_env else None
     if config.api_key_env and key is None:
         raise ConfigError(
@@ -256,6 +263,29 @@ def build_transcriber(settings: Settings, secrets: Secrets) -> OpenAITranscriber
         ),
         key,
     )
+
+
+def builtin_transcribers() -> dict[str, TranscriberFactory]:
+    """The transcription providers personabot ships."""
+    return {"openai": openai_transcriber}
+
+
+def build_transcriber(
+    settings: Settings,
+    secrets: Secrets,
+    transcribers: Mapping[str, TranscriberFactory] | None = None,
+) -> Transcriber | None:
+    """The configured transcriber of voice notes, or None when there is none."""
+    config = settings.transcription
+    if not config.enabled:
+        return None
+    transcribers = builtin_transcribers() if transcribers is None else transcribers
+    factory = transcribers.get(config.provider)
+    if factory is None:
+        raise unknown(
+            "transcription provider", "transcription.provider", config.provider, transcribers
+        )
+    return factory(config, secrets)
 
 
 def media_source(outlet: object) -> MediaSource | None:
@@ -321,9 +351,6 @@ class Seams:
     memory_llm: BaseLLM | None = None
     #: Background work of a long-running process: outbox recovery at start, memory sweeps.
     background: bool = True
-    #: Transcribes voice notes instead of the configured ``[transcription]`` (closed by its
-    #: owner); e.g. one a plugin provides.
-    transcriber: Transcriber | None = None
 
 
 @contextlib.asynccontextmanager
@@ -337,13 +364,14 @@ async def runtime(
     with_retention: bool = False,
     extensions: Extensions = Extensions(),  # noqa: B008 - frozen, never mutated
     seams: Seams = Seams(),
-    secrets: Secrets | None = None,
+    transcriber: Transcriber | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open the store, wire queue, pipeline and router, run the scheduler; stop on exit.
 
     The one place the runtime is assembled: ``personabot run`` and ``chat`` (through
     ``App``), the admin commands (``open_memory``) and the tests' harness all come here. A
-    ``store`` passed in is opened (if it is not) but closed by its owner, not here.
+    ``store`` passed in is opened (if it is not) but closed by its owner, not here; so is the
+    ``transcriber`` of voice notes (None: voice notes are not transcribed).
     """
     clock = clock or SystemClock()
     turn_clock = seams.turn_clock or clock
@@ -392,12 +420,6 @@ async def runtime(
         )
         # Replies and memory tasks are charged and limited alike.
         accounting = Accounting(store=store, clock=turn_clock, metrics=metrics, limits=spending)
-        transcriber: Transcriber | None = seams.transcriber
-        if transcriber is None:
-            own = build_transcriber(settings, secrets or Secrets())
-            if own is not None:
-                exits.push_async_callback(own.aclose)
-            transcriber = own
         media = build_media(
             settings,
             store,
