@@ -32,7 +32,7 @@ from PIL import Image, UnidentifiedImageError, features
 from bot.core.errors import MediaRejected
 from bot.core.media import PreparedImage
 
-__all__ = ["SUPPORTED_TYPES", "prepare_image", "prepare_image_async"]
+__all__ = ["MAX_INPUT_BYTES", "SUPPORTED_TYPES", "prepare_image", "prepare_image_async"]
 
 log = logging.getLogger("personabot.media")
 

@@ -100,6 +100,7 @@ _IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
     "image/gif": (b"GIF87a", b"GIF89a"),
     "image/webp": (b"RIFF",),  # and "WEBP" at offset 8
 }
+MAX_REQUEST_BYTES = 32 * 1024 * 1024  # the real API's body limit (aiohttp's default: 1 MB)
 MAX_IMAGES = 100
 MAX_IMAGE_BASE64 = 5 * 1024 * 1024
 MAX_IMAGE_EDGE = 8000
@@ -137,7 +138,7 @@ def _pixel_size(data: bytes) -> tuple[int, int] | None:
             return im.size
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         return (MAX_IMAGE_EDGE * 100, MAX_IMAGE_EDGE * 100)  # over every limit
-    except (OSError, SyntaxError, ValueError, EOFError, Warning):
+    except Exception:  # any decoder failure is "Could not process image", never a 500
         return None
 
 
@@ -499,7 +500,7 @@ class FakeMessagesAPI:
     # ----------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.router.add_post("/v1/messages", self._handle_messages)
         app.router.add_route("*", "/{tail:.*}", self._handle_unknown)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=self._shutdown_timeout)
