@@ -93,7 +93,7 @@ DEFAULT_ERROR_TYPES: dict[int, str] = {
 
 _SAMPLING_PARAMS = frozenset({"temperature", "top_p", "top_k"})
 
-# The real API's image limits (see /work/shared/REFERENCE.md).
+# The real API's limits for images (its vision documentation).
 _IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
     "image/jpeg": (b"\xff\xd8\xff",),
     "image/png": (b"\x89PNG\r\n\x1a\n",),
@@ -132,7 +132,7 @@ def _image_type_matches(media_type: str, data: bytes) -> bool:
 
 
 def _pixel_size(data: bytes) -> tuple[int, int] | None:
-    """Width and height from the image header, (inf, inf) for a bomb, None if unreadable."""
+    """Width and height from the image header (over every limit for a bomb), None if unreadable."""
     try:
         with Image.open(io.BytesIO(data)) as im:
             return im.size
