@@ -8,15 +8,19 @@ the final failure.
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import logging
 import time
+from typing import Literal, cast
 
 import anthropic
 from anthropic.types import (
     AssistantMessageParam,
+    Base64ImageSourceParam,
     CacheControlEphemeralParam,
     ContentBlockParam,
+    ImageBlockParam,
     MessageParam,
     TextBlockParam,
     ToolChoiceNoneParam,
@@ -40,6 +44,7 @@ from bot.core.llm import (
     BaseLLM,
     ChatMessage,
     ContentBlock,
+    ImageBlock,
     ModelRequest,
     ModelResult,
     TextBlock,
@@ -66,9 +71,29 @@ def _blocks(blocks: tuple[TextBlock, ...]) -> list[TextBlockParam]:
     return out
 
 
+_ImageType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+
+
+def _image(block: ImageBlock) -> ImageBlockParam:
+    # The media type is sent as given: bot/runtime/images.py only makes the API's four types,
+    # and the API itself refuses anything else (or bytes of another type) with a 400, which
+    # becomes RequestRejected like every other malformed request.
+    source: Base64ImageSourceParam = {
+        "type": "base64",
+        "media_type": cast(_ImageType, block.media_type),
+        "data": base64.b64encode(block.data).decode("ascii"),
+    }
+    param: ImageBlockParam = {"type": "image", "source": source}
+    if block.cache:
+        param["cache_control"] = _EPHEMERAL
+    return param
+
+
 def _content(block: ContentBlock) -> ContentBlockParam:
     if isinstance(block, TextBlock):
         return _blocks((block,))[0]
+    if isinstance(block, ImageBlock):
+        return _image(block)
     if isinstance(block, ToolUse):
         use: ToolUseBlockParam = {
             "type": "tool_use",
@@ -91,6 +116,9 @@ def _content(block: ContentBlock) -> ContentBlockParam:
 
 
 def _message(message: ChatMessage) -> MessageParam:
+    if message.role == "assistant" and any(isinstance(b, ImageBlock) for b in message.blocks):
+        # Only people send images; a model answer holding one is a bug of the prompt builder.
+        raise ValueError("an image block in an assistant message (images are user content)")
     content = [_content(b) for b in message.blocks]
     if message.role == "user":
         return UserMessageParam(role="user", content=content)
@@ -169,11 +197,12 @@ class AnthropicLLM(BaseLLM):
         system = _blocks(request.system)
         messages = [_message(m) for m in request.messages]
         log.debug(
-            "anthropic request: model=%s layers=%s system_blocks=%d messages=%d tools=%d",
+            "anthropic request: model=%s layers=%s system_blocks=%d messages=%d images=%d tools=%d",
             request.model,
             ",".join(request.layers) or "-",
             len(system),
             len(messages),
+            sum(isinstance(b, ImageBlock) for m in request.messages for b in m.blocks),
             len(request.tools),
         )
         tools = [_tool(t) for t in request.tools]

@@ -1,10 +1,10 @@
 """A model that needs no network: deterministic, clearly labelled, built from its input.
 
-It lets a person see the pipeline work without an API key: replies quote the coalesced input
-and list the prompt layers that arrived; summaries are extractive (what the user said, cut
-short); memory extraction recognises a few plain statements ("my name is ...", "I work as
-...", "I'm afraid of ..."). It calls no tools (plugins' tools are ignored). Tests and
-benchmarks use it as a model with a fixed latency.
+It lets a person see the pipeline work without an API key: replies quote the coalesced input,
+say how many images came with it and list the prompt layers that arrived; summaries are
+extractive (what the user said, cut short); memory extraction recognises a few plain
+statements ("my name is ...", "I work as ...", "I'm afraid of ..."). It calls no tools
+(plugins' tools are ignored). Tests and benchmarks use it as a model with a fixed latency.
 """
 
 from __future__ import annotations
@@ -14,7 +14,15 @@ import json
 import re
 from typing import Final
 
-from bot.core.llm import BaseLLM, ModelRequest, ModelResult, TextBlock, Usage
+from bot.core.llm import (
+    BaseLLM,
+    ContentBlock,
+    ImageBlock,
+    ModelRequest,
+    ModelResult,
+    TextBlock,
+    Usage,
+)
 
 LABEL: Final = "[offline model]"
 
@@ -73,10 +81,17 @@ def _reply(request: ModelRequest, last: str) -> str:
     quoted = " / ".join(lines) if lines else "(nothing)"
     layers = ", ".join(request.layers) if request.layers else "none"
     history = max(0, len(request.messages) - 1)
+    turn = request.messages[-1] if request.messages else None
+    images = 0 if turn is None or turn.role != "user" else _images(turn.blocks)
+    seen = f"\n(I got {images} image{'s' if images != 1 else ''})" if images else ""
     return (
-        f"{LABEL} You said: {quoted}\n"
+        f"{LABEL} You said: {quoted}{seen}\n"
         f"(prompt layers: {layers}; {history} earlier messages in the window)"
     )
+
+
+def _images(blocks: tuple[ContentBlock, ...]) -> int:
+    return sum(isinstance(b, ImageBlock) for b in blocks)
 
 
 def _summary(task: str) -> str:

@@ -29,6 +29,13 @@ Behaviour of ``POST /v1/messages``:
   that defines no ``tools``, whose ``tool_use`` blocks are not each answered by a
   ``tool_result`` at the start of the next user message, or that holds an empty text block, is
   answered ``400 invalid_request_error``.
+* ``image`` blocks (base64 sources) are checked like the real API checks them, with its
+  messages: more than 100 images; a media type other than image/jpeg, png, gif or webp; more
+  than 5 MB of base64; bytes whose magic number is not of the stated type; more than 8000 px
+  on an edge (2000 px when the request holds more than 20 images): ``400
+  invalid_request_error``. :attr:`RecordedRequest.images` gives what arrived (decoded bytes,
+  media type, pixel size), and the reply's ``input_tokens`` grow by each image's cost
+  (``memory.tokens.image_tokens``), so benchmarks see what images cost.
 * Otherwise the next scripted outcome is popped from a FIFO queue (:meth:`fail_next`,
   :meth:`reply_next`, :meth:`tool_use_next`); with an empty queue the default reply is sent:
   one text block with :attr:`reply_text` (or, when that is None, an echo of the last user
@@ -44,6 +51,9 @@ plus a ``request-id`` header. Any other path answers ``404 not_found_error``.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import io
 import itertools
 import json
 from collections import deque
@@ -53,12 +63,16 @@ from types import TracebackType
 from typing import Any
 
 from aiohttp import web
+from PIL import Image
+
+from memory.tokens import image_tokens
 
 __all__ = [
     "DEFAULT_ERROR_TYPES",
     "CannedError",
     "CannedReply",
     "FakeMessagesAPI",
+    "ReceivedImage",
     "RecordedRequest",
 ]
 
@@ -78,6 +92,54 @@ DEFAULT_ERROR_TYPES: dict[int, str] = {
 
 
 _SAMPLING_PARAMS = frozenset({"temperature", "top_p", "top_k"})
+
+# The real API's limits for images (its vision documentation).
+_IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),  # and "WEBP" at offset 8
+}
+MAX_REQUEST_BYTES = 32 * 1024 * 1024  # the real API's body limit (aiohttp's default: 1 MB)
+MAX_IMAGES = 100
+MAX_IMAGE_BASE64 = 5 * 1024 * 1024
+MAX_IMAGE_EDGE = 8000
+MANY_IMAGES = 20  # above this many, every image must fit MANY_IMAGES_EDGE
+MANY_IMAGES_EDGE = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedImage:
+    """An image block the fake received: where it was, and the decoded picture."""
+
+    message: int  # index in ``messages``
+    block: int  # index in that message's content
+    media_type: str
+    data: bytes
+    width: int
+    height: int
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self.width, self.height
+
+
+def _image_type_matches(media_type: str, data: bytes) -> bool:
+    magic = _IMAGE_MAGIC.get(media_type, ())
+    if not data.startswith(magic):
+        return False
+    return media_type != "image/webp" or data[8:12] == b"WEBP"
+
+
+def _pixel_size(data: bytes) -> tuple[int, int] | None:
+    """Width and height from the image header (over every limit for a bomb), None if unreadable."""
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return im.size
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        return (MAX_IMAGE_EDGE * 100, MAX_IMAGE_EDGE * 100)  # over every limit
+    except Exception:  # any decoder failure is "Could not process image", never a 500
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +210,25 @@ class RecordedRequest:
             if message.get("role") == "user":
                 return [b for b in message["content"] if b.get("type") == "tool_result"]
         return []
+
+    @property
+    def images(self) -> list[ReceivedImage]:
+        """Every well-formed base64 ``image`` block of the messages, in prompt order."""
+        found = []
+        for m, message in enumerate(self.messages):
+            for b, block in enumerate(message["content"]):
+                source = block.get("source") if block.get("type") == "image" else None
+                if not isinstance(source, dict) or source.get("type") != "base64":
+                    continue
+                try:
+                    data = base64.b64decode(str(source.get("data", "")), validate=True)
+                except (binascii.Error, ValueError):
+                    continue
+                size = _pixel_size(data)
+                if size is not None:
+                    media_type = str(source.get("media_type", ""))
+                    found.append(ReceivedImage(m, b, media_type, data, *size))
+        return found
 
     def text_of(self, role: str) -> list[str]:
         """Every text block of every message of ``role``, in order."""
@@ -222,6 +303,54 @@ def _tool_protocol_error(recorded: RecordedRequest) -> str | None:
             return (
                 f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks "
                 f"immediately after: {', '.join(map(str, ids))}"
+            )
+    return None
+
+
+def _image_error(recorded: RecordedRequest) -> str | None:
+    """What the real API would refuse about image blocks (its wording), or None."""
+    blocks = [
+        (m, b, block)
+        for m, message in enumerate(recorded.messages)
+        for b, block in enumerate(message["content"])
+        if block.get("type") == "image"
+    ]
+    if len(blocks) > MAX_IMAGES:
+        return f"too many images and documents: {len(blocks)} + 0 > {MAX_IMAGES}"
+    edge = MANY_IMAGES_EDGE if len(blocks) > MANY_IMAGES else MAX_IMAGE_EDGE
+    for m, b, block in blocks:
+        where = f"messages.{m}.content.{b}.image.source"
+        source = block.get("source")
+        if not isinstance(source, dict) or source.get("type") != "base64":
+            return f"{where}: the fake Messages API takes base64 image sources only"
+        media_type = source.get("media_type")
+        if media_type not in _IMAGE_MAGIC:
+            return (
+                f"{where}.base64.media_type: Input should be 'image/jpeg', 'image/png', "
+                "'image/gif' or 'image/webp'"
+            )
+        text = source.get("data")
+        if not isinstance(text, str) or not text:
+            return f"{where}.base64.data: Field required"
+        if len(text) > MAX_IMAGE_BASE64:
+            return (
+                f"{where}.base64: image exceeds 5 MB maximum: {len(text)} bytes > "
+                f"{MAX_IMAGE_BASE64} bytes"
+            )
+        try:
+            data = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            return f"{where}.base64.data: Invalid base64 data"
+        if not _image_type_matches(media_type, data):
+            return f"{where}.base64.data: Image does not match the provided media type {media_type}"
+        size = _pixel_size(data)
+        if size is None:
+            return f"{where}.base64.data: Could not process image"
+        if max(size) > edge:
+            many = " for many-image requests" if edge == MANY_IMAGES_EDGE else ""
+            return (
+                f"{where}.base64.data: At least one of the image dimensions exceed max "
+                f"allowed size{many}: {edge} pixels"
             )
     return None
 
@@ -371,7 +500,7 @@ class FakeMessagesAPI:
     # ----------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.router.add_post("/v1/messages", self._handle_messages)
         app.router.add_route("*", "/{tail:.*}", self._handle_unknown)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=self._shutdown_timeout)
@@ -442,7 +571,7 @@ class FakeMessagesAPI:
         if sampling and self.reject_sampling_params and recorded.api_version >= "2026-10-21":
             detail = f"{sampling[0]}: Extra inputs are not permitted"
             return self._error(CannedError(400, "invalid_request_error", detail))
-        if problem := _tool_protocol_error(recorded):
+        if problem := _tool_protocol_error(recorded) or _image_error(recorded):
             return self._error(CannedError(400, "invalid_request_error", problem))
         step = self._script.popleft() if self._script else CannedReply()
         if isinstance(step, CannedError):
@@ -456,6 +585,9 @@ class FakeMessagesAPI:
             **self.usage,
             **(step.usage or {}),
         }
+        if images := recorded.images:  # as the real API bills them (input, never cached here)
+            seen = sum(image_tokens(i.width, i.height) for i in images)
+            usage["input_tokens"] = (usage["input_tokens"] or 0) + seen
         if step.content is not None:
             content = step.content
         else:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from bot.core.errors import (
     ConfigError,
@@ -19,6 +22,7 @@ from bot.core.errors import (
 )
 from bot.core.llm import (
     ChatMessage,
+    ImageBlock,
     ModelRequest,
     ModelResult,
     TextBlock,
@@ -27,7 +31,10 @@ from bot.core.llm import (
     ToolUse,
     Usage,
 )
+from bot.core.media import PreparedImage
 from bot.llm.anthropic import AnthropicLLM
+from bot.runtime.images import prepare_image
+from memory.tokens import image_tokens
 from tests.fakes.messages_api import FakeMessagesAPI
 
 KEY = "sk-test-secret-4f9c2a7e1b3d5f60"
@@ -463,3 +470,138 @@ async def test_a_thinking_block_is_not_sent_back(
     request = _request(tools=(ToolSpec("weather", "Weather in a city.", SCHEMA),))
     result = await make_llm().complete(request)
     assert result.content == (ToolUse("t9", "weather", {"city": "Rome"}),)
+
+
+# -------------------------------------------------------------------------------- images
+
+
+def _png(width: int, height: int, color: str = "teal") -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), color).save(out, "PNG")
+    return out.getvalue()
+
+
+def _photo() -> PreparedImage:
+    """A real photo-like JPEG made ready by prepare_image, as the turn would make it."""
+    out = io.BytesIO()
+    Image.effect_noise((2400, 1600), 40).convert("RGB").save(out, "JPEG")
+    return prepare_image(out.getvalue())
+
+
+def _with_images(*images: ImageBlock, text: str = "What is in the picture?") -> ModelRequest:
+    base = _request()
+    turn = ChatMessage("user", (*images, TextBlock(text)))
+    return _request(messages=(*base.messages[:-1], turn))
+
+
+async def test_an_image_block_arrives_with_the_same_pixels(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    photo = _photo()
+    block = ImageBlock(photo.media_type, photo.data, cache=True)
+    result = await make_llm().complete(_with_images(block))
+
+    seen = api.last_request
+    assert seen.messages[-1]["content"][0] == {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": "image/jpeg",
+            "data": base64.b64encode(photo.data).decode("ascii"),
+        },
+        "cache_control": {"type": "ephemeral"},
+    }
+    assert seen.messages[-1]["content"][1] == {"type": "text", "text": "What is in the picture?"}
+    assert ("messages", 2, 0) in seen.cache_breakpoints
+    [got] = seen.images
+    assert (got.message, got.block, got.media_type) == (2, 0, "image/jpeg")
+    assert got.data == photo.data
+    assert got.size == (photo.width, photo.height)
+    # The fake bills images as the API does: 10 scripted input tokens plus the picture.
+    assert result.usage.input_tokens == 10 + image_tokens(photo.width, photo.height)
+    assert result.text == "What is in the picture?"
+
+
+async def test_an_uncached_image_has_no_breakpoint_and_several_keep_their_order(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    first, second = _png(40, 30, "red"), _png(30, 40, "blue")
+    await make_llm().complete(
+        _with_images(ImageBlock("image/png", first), ImageBlock("image/png", second))
+    )
+    seen = api.last_request
+    assert [i.data for i in seen.images] == [first, second]
+    assert [i.size for i in seen.images] == [(40, 30), (30, 40)]
+    assert all("cache_control" not in b for b in seen.messages[-1]["content"][:2])
+
+
+async def test_an_image_of_another_type_than_stated_is_rejected_by_the_api(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    photo = _photo()  # JPEG bytes
+    request = _with_images(ImageBlock("image/png", photo.data))
+    err = await _fails(make_llm(max_retries=2).complete(request), RequestRejected)
+    assert err.status == 400
+    assert "(400 invalid_request_error)" in str(err)
+    assert "Image does not match the provided media type image/png" in str(err)
+    assert api.call_count == 1, "a request the API refused is not sent again"
+
+
+@pytest.mark.parametrize(
+    ("images", "message"),
+    [
+        ([ImageBlock("image/bmp", b"BM" + bytes(64))], "Input should be 'image/jpeg'"),
+        ([ImageBlock("image/jpeg", b"\xff\xd8\xff" + bytes(4_000_000))], "exceeds 5 MB maximum"),
+        ([ImageBlock("image/png", _png(8001, 1))], "exceed max allowed size: 8000 pixels"),
+        (
+            [ImageBlock("image/png", _png(2001, 1)), *[ImageBlock("image/png", _png(4, 4))] * 20],
+            "exceed max allowed size for many-image requests: 2000 pixels",
+        ),
+        ([ImageBlock("image/png", _png(4, 4))] * 101, "too many images and documents: 101"),
+        ([ImageBlock("image/gif", b"GIF89a" + bytes(20))], "Could not process image"),
+    ],
+)
+async def test_images_outside_the_api_limits_are_request_rejected(
+    api: FakeMessagesAPI, make_llm: LLMFactory, images: list[ImageBlock], message: str
+) -> None:
+    err = await _fails(make_llm(max_retries=0).complete(_with_images(*images)), RequestRejected)
+    assert message in str(err)
+    assert err.status == 400
+
+
+async def test_an_image_in_an_assistant_message_is_a_bug_and_nothing_is_sent(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    base = _request()
+    picture = ImageBlock("image/png", _png(4, 4))
+    request = _request(
+        messages=(base.messages[0], ChatMessage("assistant", (picture,)), base.messages[2])
+    )
+    with pytest.raises(ValueError, match="assistant message"):
+        await make_llm().complete(request)
+    assert api.call_count == 0
+
+
+async def test_tool_blocks_still_work_next_to_an_image(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    picture = ImageBlock("image/png", _png(64, 64))
+    tools = (ToolSpec("weather", "Weather in a city.", SCHEMA),)
+    asked = ChatMessage("user", (picture, TextBlock("Weather where this was taken?")))
+    [call_id] = api.tool_use_next("weather", {"city": "Oslo"})
+    llm = make_llm()
+    first = await llm.complete(_request(tools=tools, messages=(asked,)))
+    assert first.tool_uses == (ToolUse(call_id, "weather", {"city": "Oslo"}),)
+
+    api.reply_next("Sunny in Oslo.")
+    request = _request(
+        tools=tools,
+        messages=(
+            asked,
+            ChatMessage("assistant", first.content),
+            ChatMessage("user", (ToolResult(call_id, "sunny"),)),
+        ),
+    )
+    result = await llm.complete(request)
+    assert result.text == "Sunny in Oslo."
+    assert [(i.message, i.data) for i in api.last_request.images] == [(0, picture.data)]
