@@ -90,6 +90,8 @@ class MediaPreparation(Protocol):
 
 
 _CAS_ATTEMPTS = 3
+#: Tokens of an image whose size is not on record: the most an image can cost.
+_IMAGE_TOKENS = 1640
 
 
 def _scoped(items: Sequence[MemoryItem], messages: Sequence[StoredMessage]) -> list[MemoryItem]:
@@ -228,7 +230,8 @@ class Memory:
         data = await self._store.media_data([m.id for m in chosen])
         return {
             m.id: ShownImage(
-                ImageBlock(m.media_type, data[m.id]), image_tokens(m.width or 0, m.height or 0)
+                ImageBlock(m.media_type, data[m.id]),
+                image_tokens(m.width, m.height) if m.width and m.height else _IMAGE_TOKENS,
             )
             for m in chosen
             if m.id in data
