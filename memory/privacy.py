@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.core.events import Erasure, SessionKey, StoredMessage, UserData
+from bot.core.media import Quote, StoredMedia
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,46 @@ def _message(m: StoredMessage) -> dict[str, Any]:
         "text": m.text,
         "private_chat": m.is_private,
         "addressed_to_the_bot": m.addressed,
+        "media": [_media(item) for item in m.media],
+        "quote": None if m.quote is None else _quote(m.quote),
+    }
+
+
+#: Media whose ``note`` is a transcript once ``ready`` (otherwise it says why not).
+_SPOKEN = ("voice", "video_note", "audio")
+
+
+def _media(item: StoredMedia) -> dict[str, Any]:
+    """What the export says of one piece of media: never its bytes, and never the platform's
+    reference (a Telegram file id or a Discord URL fetches the file: it is a key, not data
+    about the person); the stable ``unique_id`` names it."""
+    ref = item.ref
+    ready = item.status == "ready"
+    return {
+        "kind": ref.kind,
+        "label": ref.label,
+        "unique_id": ref.unique_id,
+        "media_type": ref.media_type,
+        "size": ref.size,
+        "width": ref.width,
+        "height": ref.height,
+        "duration": ref.duration,
+        "status": item.status,
+        # The copy kept for the model (an image after downscaling), if any.
+        "stored_copy": {"media_type": item.media_type, "width": item.width, "height": item.height}
+        if ready and item.media_type
+        else None,
+        "transcript": item.note if ready and ref.kind in _SPOKEN else None,
+    }
+
+
+def _quote(quote: Quote) -> dict[str, Any]:
+    return {
+        "origin": quote.origin,
+        "author": quote.author,
+        "author_id": quote.author_id,
+        "from_bot": quote.from_bot,
+        "text": quote.text,
     }
 
 

@@ -51,7 +51,12 @@ class Ingestor:
         return result
 
     async def edit(self, inbound: Inbound) -> bool:
-        """Apply an edit of an unanswered message; False if unknown or already answered."""
+        """Apply an edit of an unanswered message; False if unknown or already answered.
+
+        An edit that now addresses the bot (``triggers_reply``) of a message kept as context
+        only makes it pending and arms the timer, like a new message that addressed it
+        (docs/architecture.md#queue rule 1).
+        """
         if inbound.platform_message_id is None:
             return False
         policy = self._policy_for(inbound.conversation.bot)
@@ -62,6 +67,8 @@ class Ingestor:
             self._clock.now(),
             policy,
             author_id=inbound.author_id or None,
+            triggers_reply=inbound.triggers_reply,
+            sessions=self._sessions,
         )
         log.debug("edit of %s: %s", inbound.platform_message_id, outcome)
         if outcome == "updated" and self._wake is not None:

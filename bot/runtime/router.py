@@ -97,7 +97,8 @@ class Router:
             # An edit or deletion from outside the allow lists: still applied to what is on
             # record (a deletion must remove a message kept while its author was allowed; an
             # unknown one changes nothing), but no plugin sees it (docs/plugins.md#middleware).
-            await self._route(inbound)
+            # An edit never asks for a reply the person may no longer get.
+            await self._route(dataclasses.replace(inbound, triggers_reply=False))
             return
         await self._through_middleware(inbound)
 

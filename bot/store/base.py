@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bot.store.contracts import (
     LeaseStore,
+    MediaStore,
     MemoryStore,
     MessageStore,
     OutboxStore,
@@ -20,6 +21,7 @@ class BaseStore(
     StoreLifecycle,
     SessionStore,
     MessageStore,
+    MediaStore,
     QueueStore,
     LeaseStore,
     OutboxStore,
@@ -34,6 +36,7 @@ class BaseStore(
 __all__ = [
     "BaseStore",
     "LeaseStore",
+    "MediaStore",
     "MemoryStore",
     "MessageStore",
     "OutboxStore",

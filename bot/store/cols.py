@@ -6,8 +6,10 @@ the SQL dialect (placeholders, upserts, locking) differs between them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Final
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, get_args
 
 from bot.core.events import (
     ConversationKey,
@@ -24,11 +26,27 @@ from bot.core.events import (
     UserKey,
 )
 from bot.core.llm import Usage
+from bot.core.media import MediaKind, MediaRef, Quote, QuoteOrigin, StoredMedia
 
 MSG_COLS: Final = (
     "m.id, s.session_no, m.turn, m.role, m.author_id, m.display_name, m.text, m.created_at, "
-    "m.version, m.platform_message_id, m.pending, m.answered_by, m.is_private, m.addressed"
+    "m.version, m.platform_message_id, m.pending, m.answered_by, m.is_private, m.addressed, "
+    "m.quote, m.media_count"
 )
+#: Where ``m.media_count`` is in MSG_COLS (a read looks for media rows only when it is > 0).
+MEDIA_COUNT_AT: Final = 15
+MEDIA_COLS: Final = (
+    "id, message_id, position, kind, label, ref, unique_id, media_type, size, width, height, "
+    "duration, status, prepared_type, prepared_width, prepared_height, note"
+)
+#: The columns ingest writes for each of a message's media (``media_rows``), after message_id.
+MEDIA_INSERT_COLS: Final = (
+    "position, kind, label, ref, unique_id, media_type, size, width, height, duration, updated_at"
+)
+_KINDS: Final = frozenset(get_args(MediaKind))
+_ORIGINS: Final = frozenset(get_args(QuoteOrigin))
+# Integers a BIGINT column holds (both backends): a platform's value outside is unknown.
+_INT64: Final = (-(2**63), 2**63 - 1)
 OUTBOX_COLS: Final = (
     "o.id, c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, o.text, o.reply_message_id, "
     "o.created_at, o.attempts, o.reply_to"
@@ -74,8 +92,13 @@ def session_info(key: ConversationKey, row: Any) -> SessionInfo:
     )
 
 
-def message(key: ConversationKey, row: Any) -> StoredMessage:
-    """A StoredMessage from the MSG_COLS of a row."""
+_NO_MEDIA: Final[Mapping[int, tuple[StoredMedia, ...]]] = {}
+
+
+def message(
+    key: ConversationKey, row: Any, media: Mapping[int, tuple[StoredMedia, ...]] = _NO_MEDIA
+) -> StoredMessage:
+    """A StoredMessage from the MSG_COLS of a row, with its media from ``media`` (by id)."""
     return StoredMessage(
         id=int(row[0]),
         session=SessionKey(key, int(row[1])),
@@ -90,7 +113,122 @@ def message(key: ConversationKey, row: Any) -> StoredMessage:
         answered=row[3] == "user" and row[11] is not None,
         is_private=bool(row[12]),
         addressed=bool(row[13]),
+        media=media.get(int(row[0]), ()),
+        quote=quote_of(row[14]),
     )
+
+
+def quote_json(quote: Quote | None) -> str | None:
+    """The stored ``messages.quote`` of a quote (None: the message quotes nothing)."""
+    if quote is None:
+        return None
+    return json.dumps(
+        {
+            "origin": quote.origin,
+            "author": quote.author,
+            "text": quote.text,
+            "author_id": quote.author_id,
+            "from_bot": quote.from_bot,
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def quote_of(stored: Any) -> Quote | None:
+    """A Quote from ``messages.quote``; None when there is none or it cannot be read (a read
+    never fails over one damaged row)."""
+    if stored is None:
+        return None
+    try:
+        data = json.loads(stored)
+        origin = data["origin"]
+        author_id = data.get("author_id")
+        if origin not in _ORIGINS or not (author_id is None or isinstance(author_id, str)):
+            return None
+        return Quote(
+            origin=origin,
+            author=str(data.get("author", "")),
+            text=str(data.get("text", "")),
+            author_id=author_id,
+            from_bot=bool(data.get("from_bot", False)),
+        )
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _int_or_none(value: int | None) -> int | None:
+    """An integer a BIGINT holds, else None (unknown): a platform's absurd value never
+    fails the ingest of the message it came with."""
+    if value is None or not _INT64[0] <= value <= _INT64[1]:
+        return None
+    return int(value)
+
+
+def _seconds_or_none(value: float | None) -> float | None:
+    """A finite duration, else None (SQLite stores NaN as NULL: both backends agree)."""
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def media_rows(media: Sequence[MediaRef], now: float) -> list[tuple[Any, ...]]:
+    """The MEDIA_INSERT_COLS values of a message's media, in order (position from 0)."""
+    return [
+        (
+            position,
+            ref.kind,
+            ref.label,
+            ref.ref,
+            ref.unique_id,
+            ref.media_type,
+            _int_or_none(ref.size),
+            _int_or_none(ref.width),
+            _int_or_none(ref.height),
+            _seconds_or_none(ref.duration),
+            now,
+        )
+        for position, ref in enumerate(media)
+    ]
+
+
+def stored_media(row: Any) -> StoredMedia:
+    """A StoredMedia from the MEDIA_COLS of a row."""
+    kind: MediaKind = row[3] if row[3] in _KINDS else "file"
+    return StoredMedia(
+        id=int(row[0]),
+        message_id=int(row[1]),
+        position=int(row[2]),
+        ref=MediaRef(
+            kind=kind,
+            label=row[4],
+            ref=row[5],
+            unique_id=row[6],
+            media_type=row[7],
+            size=_opt_int(row[8]),
+            width=_opt_int(row[9]),
+            height=_opt_int(row[10]),
+            duration=None if row[11] is None else float(row[11]),
+        ),
+        status=row[12],
+        media_type=row[13],
+        width=_opt_int(row[14]),
+        height=_opt_int(row[15]),
+        note=row[16],
+    )
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def media_by_message(rows: Sequence[Any]) -> dict[int, tuple[StoredMedia, ...]]:
+    """MEDIA_COLS rows (ordered by message, position) grouped by message id."""
+    grouped: dict[int, list[StoredMedia]] = {}
+    for row in rows:
+        item = stored_media(row)
+        grouped.setdefault(item.message_id, []).append(item)
+    return {k: tuple(v) for k, v in grouped.items()}
 
 
 def timer(row: Any) -> DueTimer:
@@ -179,11 +317,12 @@ def user_data(
     outbox: Sequence[Any],
     usage: Sequence[Any],
     charges: Sequence[Any] = (),
+    media: Mapping[int, tuple[StoredMedia, ...]] = _NO_MEDIA,
 ) -> UserData:
     """UserData from the rows of ``user_data`` (the same columns on both backends)."""
 
     def keyed(row: Any) -> StoredMessage:
-        return message(conversation_key(row[0], row[1], row[2], row[3]), tuple(row)[4:])
+        return message(conversation_key(row[0], row[1], row[2], row[3]), tuple(row)[4:], media)
 
     def session(row: Any, at: int) -> SessionKey:
         return SessionKey(

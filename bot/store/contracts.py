@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Self
+from typing import Final, Self
 
 from bot.core.events import (
     ConversationKey,
@@ -40,6 +40,11 @@ from bot.core.events import (
     UserKey,
 )
 from bot.core.llm import Usage
+from bot.core.media import MediaStatus, StoredMedia
+
+#: The most bytes ``save_media`` caches for one media row (a prepared image is far smaller:
+#: bot/runtime/images.py keeps it under the Messages API's 5 MB per image).
+MAX_MEDIA_BYTES: Final = 20 * 1024 * 1024
 
 
 class StoreLifecycle(abc.ABC):
@@ -147,13 +152,21 @@ class MessageStore(abc.ABC):
         queue: QueuePolicy,
         *,
         author_id: str | None = None,
+        triggers_reply: bool = False,
+        sessions: SessionPolicy | None = None,
     ) -> EditOutcome:
-        """Replace a user message's text if it has not been answered yet.
+        """Replace a user message's text if it has not been answered yet (its media and quote
+        stay as they were).
 
         Editing a pending message bumps the version (a generation that read the old text is
-        discarded by the final check) and re-arms the timer like new input. An answered
-        message is left as it was (``too_late``). With ``author_id``, only a message of that
-        author is touched (someone else's is ``unknown``).
+        discarded by the final check) and re-arms the timer like new input. With
+        ``triggers_reply`` (the edited text now addresses the bot), a message stored as
+        context only (not addressed, never pending, not closed out) in the conversation's
+        open session becomes addressed and pending, exactly like a new triggering message:
+        the version is bumped and the timer armed (not when ``sessions`` says that session
+        has expired: the next message opens a new one). An answered message is left as it
+        was (``too_late``) and never triggers again. With ``author_id``, only a message of
+        that author is touched (someone else's is ``unknown``).
         """
 
     @abc.abstractmethod
@@ -208,6 +221,42 @@ class MessageStore(abc.ABC):
     @abc.abstractmethod
     async def messages(self, session: SessionKey) -> list[StoredMessage]:
         """Every stored message of a session in turn order."""
+
+
+class MediaStore(abc.ABC):
+    """Media of stored messages: what the turn made of them and their cached bytes
+    (bot/core/media.py). Ingest writes the rows with their message (status ``new``); they
+    are deleted with it (retention, /forget, a platform deletion)."""
+
+    @abc.abstractmethod
+    async def save_media(
+        self,
+        media_id: int,
+        *,
+        status: MediaStatus,
+        data: bytes | None = None,
+        media_type: str = "",
+        width: int | None = None,
+        height: int | None = None,
+        note: str = "",
+    ) -> None:
+        """Record what the turn made of one media row; every field given is replaced.
+
+        ``data``: the prepared bytes to cache (None: none, and any cached before are
+        dropped), with their ``media_type``, ``width`` and ``height``; ``note``: a
+        transcript, or why it failed or was skipped. No error when the row is gone (its
+        message was deleted meanwhile). An unknown status, or more than MAX_MEDIA_BYTES of
+        data, raises StoreError.
+        """
+
+    @abc.abstractmethod
+    async def media_data(self, ids: Sequence[int]) -> dict[int, bytes]:
+        """The cached bytes of those media rows (by media id) that have some."""
+
+    @abc.abstractmethod
+    async def media_of(self, message_ids: Sequence[int]) -> dict[int, tuple[StoredMedia, ...]]:
+        """The media of these messages by message id, each in order (without bytes);
+        messages without media are not in it."""
 
 
 class QueueStore(abc.ABC):

@@ -71,3 +71,22 @@ async def test_a_deletion_by_an_author_no_longer_allowed_still_applies(
     async with harness(store, clock, GatedLLM(), access=tightened, debounce=60) as h:
         await h.router(_change("delete", "f2", author="9"))
         assert await _texts(store) == ["first words"]
+
+
+async def test_an_edit_by_an_author_no_longer_allowed_asks_for_no_reply(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Issue 15 made an edit that mentions the bot arm a turn for a context-only message: from
+    outside the allow list it still changes the text, and still gets no answer."""
+    llm = GatedLLM()
+    async with harness(store, clock, llm, debounce=1) as h:
+        await h.router(
+            Inbound(GROUP, "9", "", "nice view", "c1", is_private=False, triggers_reply=False)
+        )
+    tightened = AccessPolicy(allow_users=frozenset({"7"}))
+    async with harness(store, clock, llm, access=tightened, debounce=1) as h:
+        edit = _change("edit", "c1", author="9", text="@Mira nice view?")
+        await h.router(edit)
+        await h.advance(5)
+        assert await _texts(store) == ["@Mira nice view?"]
+        assert llm.calls == 0 and await store.timer(GROUP) is None

@@ -4,12 +4,14 @@ person in the store, and nothing private posted to a group (both stores)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import stat
 from pathlib import Path
 
 from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey, Inbound, UserKey
+from bot.core.media import MediaRef, Quote
 from bot.llm.offline import OfflineLLM
 from bot.runtime.exports import SENT_PRIVATELY
 from bot.store.base import BaseStore
@@ -190,3 +192,114 @@ async def test_console_export_writes_a_private_file_and_prints_its_path(tmp_path
     data = json.loads(path.read_text())
     assert [m["text"] for m in data["messages"]] == ["my name is Ada"]
     assert "Mira: Your data export" in out
+
+
+async def test_export_lists_media_and_quotes_without_files_or_platform_references(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Issue 15: what came with a message is the person's data (kind, label, size, status, a
+    transcript); the cached copy's bytes and the reference that fetches the file are not."""
+    photo = MediaRef(
+        "image",
+        "photo",
+        ref="AgACAgIAAxkBAAIBQ2-file-id",
+        unique_id="AQADk7",
+        media_type="image/jpeg",
+        size=123_456,
+        width=1280,
+        height=960,
+    )
+    voice = MediaRef(
+        "voice",
+        "voice message",
+        ref="AwACAgIAAxkBAAIBRG-file-id",
+        unique_id="AgADl8",
+        media_type="audio/ogg",
+        size=9_000,
+        duration=3.5,
+    )
+    pdf = MediaRef(
+        "file",
+        "file plan.pdf",
+        ref="https://cdn.discordapp.com/attachments/1/2/plan.pdf?ex=65f&is=65e&hm=9a",
+        unique_id="1189",
+    )
+    quote = Quote("reply", "Bo", "are you coming tonight?", author_id="22")
+    copy = b"\x89PNG-downscaled-holiday-" * 50
+    async with harness(store, clock, GatedLLM(), debounce=60) as h:
+        await h.router(
+            Inbound(DM, "11", "Ada", "look", "m-photo", media=(photo, voice, pdf), quote=quote)
+        )
+        turn = await store.pending_turn(DM)
+        assert turn is not None
+        stored_photo, stored_voice, stored_pdf = turn.messages[0].media
+        await store.save_media(
+            stored_photo.id,
+            status="ready",
+            data=copy,
+            media_type="image/webp",
+            width=800,
+            height=600,
+        )
+        await store.save_media(stored_voice.id, status="ready", note="see you at eight")
+        await store.save_media(stored_pdf.id, status="skipped", note="not an image")
+        await h.say(DM, "/export", author="11", name="Ada")
+        await h.exports.wait_idle()
+        data = _export(h)
+    (reply,) = h.outlet.files()
+    assert reply.attachment is not None
+    raw = reply.attachment.data
+    for secret in (photo.ref, voice.ref, pdf.ref, "cdn.discordapp.com"):
+        assert secret.encode() not in raw
+    assert b"PNG-downscaled" not in raw and base64.b64encode(copy)[:40] not in raw
+    messages = data["messages"]
+    assert isinstance(messages, list)
+    [message] = messages
+    assert message["quote"] == {
+        "origin": "reply",
+        "author": "Bo",
+        "author_id": "22",
+        "from_bot": False,
+        "text": "are you coming tonight?",
+    }
+    assert message["media"] == [
+        {
+            "kind": "image",
+            "label": "photo",
+            "unique_id": "AQADk7",
+            "media_type": "image/jpeg",
+            "size": 123_456,
+            "width": 1280,
+            "height": 960,
+            "duration": None,
+            "status": "ready",
+            "stored_copy": {"media_type": "image/webp", "width": 800, "height": 600},
+            "transcript": None,
+        },
+        {
+            "kind": "voice",
+            "label": "voice message",
+            "unique_id": "AgADl8",
+            "media_type": "audio/ogg",
+            "size": 9_000,
+            "width": None,
+            "height": None,
+            "duration": 3.5,
+            "status": "ready",
+            "stored_copy": None,
+            "transcript": "see you at eight",
+        },
+        {
+            "kind": "file",
+            "label": "file plan.pdf",
+            "unique_id": "1189",
+            "media_type": "",
+            "size": None,
+            "width": None,
+            "height": None,
+            "duration": None,
+            "status": "skipped",
+            "stored_copy": None,
+            "transcript": None,
+        },
+    ]

@@ -304,3 +304,39 @@ async def test_generation_longer_than_the_lease_keeps_it_by_renewal(
         await other.advance(1)
         assert llm.calls == 1
         assert slow.outlet.texts() + other.outlet.texts() == ["reply to: take your time"]
+
+
+async def test_a_context_message_edited_to_mention_the_bot_gets_one_reply(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Issue 15: the edit went unanswered. It now arms the timer like a new mention; a later
+    edit of the answered message never triggers again."""
+    group = ConversationKey("telegram", "-100")
+    llm = GatedLLM()
+
+    def said(text: str, *, kind: str = "message", triggers: bool = False) -> Inbound:
+        return Inbound(
+            group,
+            "u1",
+            "Sasha",
+            text,
+            "g1",
+            is_private=False,
+            triggers_reply=triggers,
+            mentions_bot=triggers,
+            kind=kind,  # type: ignore[arg-type]
+        )
+
+    async with harness(store, clock, llm) as h:
+        await h.router(said("what does everyone think?"))
+        await h.advance(5)
+        assert llm.calls == 0  # context only
+        await h.router(said("@Mira what do you think?", kind="edit", triggers=True))
+        await h.advance(1.4)
+        assert llm.calls == 0  # the debounce of new input
+        await h.advance(1)
+        assert llm.calls == 1 and "@Mira what do you think?" in llm.last_input()
+        assert len(h.outlet.texts(group)) == 1
+        await h.router(said("@Mira what do you REALLY think?", kind="edit", triggers=True))
+        await h.advance(5)
+        assert llm.calls == 1 and len(h.outlet.texts(group)) == 1

@@ -95,3 +95,16 @@ async def test_version_1_data_gets_versions_addressed_flags_and_summary_authors(
     # The old summary is found for everyone who spoke in its session (best effort).
     assert [s.session for s in (await v1_store.user_data(ADA)).summaries] == [SessionKey(GROUP, 1)]
     assert len((await v1_store.user_data(BO)).summaries) == 1
+
+
+async def test_messages_stored_before_version_5_read_without_media_or_quote(
+    v1_store: BaseStore,
+) -> None:
+    """Version 5 (media, quotes) on old data: every read of old messages works as before."""
+    old = await v1_store.messages(SessionKey(GROUP, 1))
+    assert [(m.media, m.quote) for m in old] == [((), None)] * 4
+    turn = await v1_store.pending_turn(GROUP)
+    assert turn is not None and [(m.text, m.media) for m in turn.messages] == [
+        ("are you there?", ())
+    ]
+    assert [m.media for m in (await v1_store.user_data(ADA)).messages] == [(), ()]

@@ -24,6 +24,7 @@ TYPES: Final = ColumnTypes(
     not_private="NOT is_private",
     not_pending="NOT pending",
     blank_text="btrim(text, E' \\t\\n\\r') = ''",
+    blob="BYTEA",
 )
 
 MIGRATIONS: Final[tuple[tuple[int, str], ...]] = render(TYPES)

@@ -23,6 +23,7 @@ class ColumnTypes:
     not_private: str
     not_pending: str
     blank_text: str  # ``text`` holds only spaces, tabs and line breaks
+    blob: str  # bytes (a cached media file)
 
 
 def render(types: ColumnTypes) -> tuple[tuple[int, str], ...]:
@@ -271,6 +272,44 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         UPDATE messages SET text = '(no reply)'
             WHERE role = 'assistant' AND {blank_text};
         UPDATE outbox SET text = '(no reply)' WHERE {blank_text};
+        """,
+    ),
+    (
+        5,
+        """
+        -- Media of a message (photos, stickers, voice notes: bot/core/media.py), in order:
+        -- the platform's reference, what the turn made of it (status, the prepared bytes'
+        -- type and size, a transcript or why it failed) and the cached bytes themselves,
+        -- which go with their message (retention, /forget, a platform deletion).
+        CREATE TABLE media (
+            id              {serial} PRIMARY KEY,
+            message_id      {bigint} NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+            position        INTEGER NOT NULL,
+            kind            TEXT NOT NULL,
+            label           TEXT NOT NULL,
+            ref             TEXT NOT NULL DEFAULT '',
+            unique_id       TEXT NOT NULL DEFAULT '',
+            media_type      TEXT NOT NULL DEFAULT '',
+            size            {bigint},
+            width           {bigint},
+            height          {bigint},
+            duration        {real},
+            status          TEXT NOT NULL DEFAULT 'new'
+                            CHECK (status IN ('new', 'ready', 'failed', 'skipped')),
+            prepared_type   TEXT NOT NULL DEFAULT '',
+            prepared_width  {bigint},
+            prepared_height {bigint},
+            note            TEXT NOT NULL DEFAULT '',
+            data            {blob},
+            updated_at      {real} NOT NULL
+        );
+        -- Reads by message (one query per batch of messages) and the cascade.
+        CREATE UNIQUE INDEX media_message ON media(message_id, position);
+
+        -- The message this one replies to, quotes or forwards (JSON; NULL: none), and how
+        -- many media rows it has (0: a read never looks for them).
+        ALTER TABLE messages ADD COLUMN quote TEXT;
+        ALTER TABLE messages ADD COLUMN media_count INTEGER NOT NULL DEFAULT 0;
         """,
     ),
 )

@@ -17,6 +17,7 @@ TYPES: Final = ColumnTypes(
     not_private="is_private = 0",
     not_pending="pending = 0",
     blank_text="trim(text, ' ' || char(9, 10, 13)) = ''",
+    blob="BLOB",
 )
 
 MIGRATIONS: Final[tuple[tuple[int, str], ...]] = render(TYPES)

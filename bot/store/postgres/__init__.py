@@ -42,13 +42,16 @@ from __future__ import annotations
 from bot.core.redact import redact_url
 from bot.store.postgres._core import PostgresCore, is_postgres_url
 from bot.store.postgres._writes import WritesPart
+from bot.store.sql.media import MediaPart
 from bot.store.sql.people import PeoplePart
 from bot.store.sql.queue import QueuePart
 from bot.store.sql.retention import RetentionPart
 from bot.store.sql.sessions import SessionsPart
 
 
-class PostgresStore(SessionsPart, WritesPart, QueuePart, RetentionPart, PeoplePart, PostgresCore):
+class PostgresStore(
+    SessionsPart, WritesPart, QueuePart, MediaPart, RetentionPart, PeoplePart, PostgresCore
+):
     """The BaseStore contract on PostgreSQL; each part holds one concern."""
 
 

@@ -202,14 +202,16 @@ class PostgresCore(SQLCore):
             await self._apply_migrations(db, MIGRATIONS)
 
 
-def _no_nul(text: str) -> str:
+def no_nul(text: str) -> str:
+    """``text`` with U+0000 (which PostgreSQL text cannot hold) as U+FFFD."""
     return text.replace("\x00", "\ufffd")
 
 
 async def _text_without_nul(conn: asyncpg.Connection[asyncpg.Record]) -> None:
     """PostgreSQL text cannot hold U+0000 (SQLite can): every text parameter has it replaced by
     U+FFFD, so a name or message with a NUL is stored (visibly marked) instead of failing the
-    ingest, and lookups by such a value match what was stored."""
+    ingest, and lookups by such a value match what was stored. (Elements of text arrays
+    bypass this codec: their writers call ``no_nul`` themselves.)"""
     await conn.set_type_codec(
-        "text", schema="pg_catalog", encoder=_no_nul, decoder=str, format="text"
+        "text", schema="pg_catalog", encoder=no_nul, decoder=str, format="text"
     )

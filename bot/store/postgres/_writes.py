@@ -1,14 +1,18 @@
 """PostgreSQL's two hot writes as data-modifying CTEs (one round trip where SQLite, which has
-none, runs a short statement sequence in-process): ingest (the version, the turn, the message
-and the timer at once; SQLite's is ``bot/store/sqlite/_ingest.py``) and a reply that passed
-the final check (the shared sequence is ``SQLCore._record_reply``)."""
+none, runs a short statement sequence in-process): ingest (the version, the turn, the message,
+its media rows and the timer at once; SQLite's is ``bot/store/sqlite/_ingest.py``) and a reply
+that passed the final check (the shared sequence is ``SQLCore._record_reply``)."""
 
 from __future__ import annotations
+
+from typing import Any, Final
 
 from bot.core.events import Inbound, IngestResult, QueuePolicy, SessionKey, SessionPolicy, Turn
 from bot.core.llm import Usage
 from bot.core.queue_rules import arm
 from bot.core.sessions import expiry_reason
+from bot.store import cols
+from bot.store.postgres._core import no_nul
 from bot.store.sql.conn import Conn
 from bot.store.sql.messages import MessagesPart
 
@@ -27,7 +31,7 @@ class WritesPart(MessagesPart):
 
         Common case in three statements: the lock; one read (duplicate, open session, timer),
         which must come after the lock so that it sees what a racing ingest committed; one
-        write (version, turn, message and timer together).
+        write (version, turn, message, media and timer together).
         """
         async with self._tx() as db:
             conv_id = await self._conv_id(db, inbound.conversation, now)
@@ -68,6 +72,7 @@ class WritesPart(MessagesPart):
             timer = arm(queue, now, None if state[3] is None else float(state[3]), 0)
             first_pending_at = timer.first_pending_at
             due_at = timer.due_at if inbound.triggers_reply else timer_due
+            media_sql, media_args = _media_cte(inbound)
             row = await db.fetchrow(
                 "WITH v AS (UPDATE conversations SET version = version + 1, status = 'active', "
                 "status_reason = NULL WHERE id = $1 RETURNING version), "
@@ -75,9 +80,10 @@ class WritesPart(MessagesPart):
                 "last_user_turn = next_turn WHERE id = $2 RETURNING next_turn - 1 AS turn), "
                 "m AS (INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
                 "display_name, text, platform_message_id, is_private, version, pending, "
-                "addressed, created_at) SELECT $1, $2, t.turn, 'user', $4::text, $5::text, "
-                "$6::text, $7::text, $8::boolean, v.version, $9::boolean, $9::boolean, $3 "
-                "FROM v, t RETURNING id, version), "
+                "addressed, created_at, quote, media_count) SELECT $1, $2, t.turn, 'user', "
+                "$4::text, $5::text, $6::text, $7::text, $8::boolean, v.version, $9::boolean, "
+                "$9::boolean, $3, $12::text, $13::integer FROM v, t RETURNING id, version), "
+                f"{media_sql}"
                 # Arm or extend the timer (only for a message that asks for a reply).
                 "a AS (INSERT INTO timers (conversation_id, due_at, first_pending_at, "
                 "armed_version) SELECT $1, $10::float8, $11::float8, m.version FROM m WHERE $9 "
@@ -95,6 +101,9 @@ class WritesPart(MessagesPart):
                 inbound.triggers_reply,
                 due_at,
                 first_pending_at,
+                cols.quote_json(inbound.quote),
+                len(inbound.media),
+                *media_args,
             )
             assert row is not None
         return IngestResult(
@@ -147,3 +156,38 @@ class WritesPart(MessagesPart):
         )
         assert recorded is not None
         return int(recorded[0]), int(recorded[1])
+
+
+# The media columns as arrays (one element per media of the message), after $13.
+_MEDIA_ARRAYS: Final = (
+    "integer",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "bigint",
+    "bigint",
+    "bigint",
+    "float8",
+)
+
+
+def _media_cte(inbound: Inbound) -> tuple[str, list[list[Any]]]:
+    """The CTE that writes the message's media rows in the same statement (none without
+    media), and its arguments: one array per column, from $14."""
+    if not inbound.media:
+        return "", []
+    rows = cols.media_rows(inbound.media, 0.0)
+    columns = [
+        [no_nul(v) if t == "text" else v for v in column]
+        for t, column in zip(_MEDIA_ARRAYS, zip(*(r[:-1] for r in rows), strict=True), strict=True)
+    ]
+    arrays = ", ".join(f"${14 + i}::{t}[]" for i, t in enumerate(_MEDIA_ARRAYS))
+    names = cols.MEDIA_INSERT_COLS.removesuffix(", updated_at")
+    sql = (
+        f"md AS (INSERT INTO media (message_id, {cols.MEDIA_INSERT_COLS}) "
+        f"SELECT m.id, {', '.join('x.' + n.strip() for n in names.split(','))}, $3 "
+        f"FROM m, unnest({arrays}) AS x({names})), "
+    )
+    return sql, columns

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey, QueuePolicy, SessionKey, SessionPolicy, Turn
 from bot.core.llm import Usage
+from bot.core.media import StoredMedia
 from bot.core.queue_rules import settle
 from bot.core.sessions import expiry_reason
 from bot.store import cols, tombstones
@@ -178,6 +179,33 @@ class SQLCore(BaseStore):
         if reason is None:
             return int(row[0]), int(row[1])
         return await self._rotate(db, conv_id, now, reason)
+
+    # -- media ---------------------------------------------------------------------------------
+
+    async def _load_media(
+        self, db: Conn, message_ids: Iterable[int]
+    ) -> dict[int, tuple[StoredMedia, ...]]:
+        """The media of these messages (by message id, in order): one query for the batch."""
+        wanted = sorted(set(message_ids))
+        if not wanted:
+            return {}
+        rows = await db.fetch(
+            f"SELECT {cols.MEDIA_COLS} FROM media WHERE message_id"
+            + self.dialect.any_of("$1")
+            + " ORDER BY message_id, position",
+            self.dialect.list_arg(wanted),
+        )
+        return cols.media_by_message(rows)
+
+    async def _media_for(
+        self, db: Conn, rows: Iterable[Any], offset: int = 0
+    ) -> dict[int, tuple[StoredMedia, ...]]:
+        """The media of messages read as MSG_COLS rows (from column ``offset``): none is
+        looked for when no row counts any (the common case costs no query)."""
+        return await self._load_media(
+            db,
+            (int(r[offset]) for r in rows if r[offset + cols.MEDIA_COUNT_AT]),
+        )
 
     # -- the queue's timer ---------------------------------------------------------------------
 

@@ -13,10 +13,12 @@ from bot.core.events import (
     EditOutcome,
     QueuePolicy,
     SessionKey,
+    SessionPolicy,
     StoredMessage,
     StoredSummary,
 )
 from bot.core.queue_rules import arm
+from bot.core.sessions import expiry_reason
 from bot.store import cols
 from bot.store.sql.conn import Conn
 from bot.store.sql.core import CONV_WHERE, SQLCore, conv_args
@@ -55,17 +57,23 @@ class MessagesPart(SQLCore):
         queue: QueuePolicy,
         *,
         author_id: str | None = None,
+        triggers_reply: bool = False,
+        sessions: SessionPolicy | None = None,
     ) -> EditOutcome:
-        """Update an unanswered user message; bump the version if it was pending."""
+        """Update an unanswered user message; bump the version if it was pending, or if the
+        edit makes a context-only message of the open session address the bot."""
+        d = self.dialect
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation, lock=True)
             row = (
                 None
                 if conv_id is None
                 else await db.fetchrow(
-                    "SELECT id, pending, answered_by FROM messages WHERE conversation_id = $1 "
-                    "AND platform_message_id = $2 AND role = 'user' "
-                    "AND (CAST($3 AS TEXT) IS NULL OR author_id = $3)",
+                    "SELECT m.id, m.pending, m.answered_by, m.addressed, m.closed_reason, "
+                    "s.status, s.opened_at, s.last_activity_at FROM messages m "
+                    "JOIN sessions s ON s.id = m.session_id WHERE m.conversation_id = $1 "
+                    "AND m.platform_message_id = $2 AND m.role = 'user' "
+                    "AND (CAST($3 AS TEXT) IS NULL OR m.author_id = $3)",
                     conv_id,
                     platform_message_id,
                     author_id,
@@ -74,12 +82,30 @@ class MessagesPart(SQLCore):
             if row is None or conv_id is None:
                 return "unknown"
             if row[2] is not None:
-                return "too_late"
-            if not row[1]:
+                return "too_late"  # answered: never edited, never triggers again
+            wakes = bool(row[1]) or (
+                triggers_reply
+                and not row[3]
+                and row[4] is None
+                and row[5] == "open"
+                and (
+                    sessions is None
+                    or expiry_reason(
+                        sessions,
+                        opened_at=float(row[6]),
+                        last_activity_at=float(row[7]),
+                        now=now,
+                    )
+                    is None
+                )
+            )
+            if not wakes:
                 await db.execute("UPDATE messages SET text = $1 WHERE id = $2", text, row[0])
                 return "updated"
             # A pending message changed: a generation that read the old text is discarded by
             # the final check (its v0 is older), and the timer re-arms like for new input.
+            # A context-only message that now addresses the bot joins the pending input as
+            # if it had just arrived so (docs/architecture.md#queue rule 1).
             version = int(
                 await db.fetchval(
                     "UPDATE conversations SET version = version + 1 WHERE id = $1 "
@@ -88,7 +114,11 @@ class MessagesPart(SQLCore):
                 )
             )
             await db.execute(
-                "UPDATE messages SET text = $1, version = $2 WHERE id = $3", text, version, row[0]
+                f"UPDATE messages SET text = $1, version = $2, pending = {d.true}, "
+                f"addressed = {d.true} WHERE id = $3",
+                text,
+                version,
+                row[0],
             )
             await self._arm(db, conv_id, now, queue, version)
             return "updated"
@@ -114,7 +144,8 @@ class MessagesPart(SQLCore):
             )
             if row is None:
                 return None
-            deleted = cols.message(conversation, row)
+            # Read before the cascade removes them: the caller gets what was deleted.
+            deleted = cols.message(conversation, row, await self._media_for(db, [row]))
             # Of two deletions racing for one message (two deliveries of the platform's
             # event), one deletes it and tombstones its turn; the other finds nothing.
             if not await db.execute("DELETE FROM messages WHERE id = $1", deleted.id):
@@ -174,9 +205,10 @@ class MessagesPart(SQLCore):
                 after_turn,
                 limit,
             )
+            media = await self._media_for(db, rows)
         if not oldest_first:
             rows.reverse()
-        return [cols.message(session.conversation, r) for r in rows]
+        return [cols.message(session.conversation, r, media) for r in rows]
 
     async def count_history(self, session: SessionKey, *, after_turn: int = 0) -> int:
         """Count of non-pending messages after ``after_turn``."""
@@ -309,4 +341,5 @@ class MessagesPart(SQLCore):
                     cols.MESSAGE_SELECT + "WHERE m.session_id = $1 ORDER BY m.turn", found[0]
                 )
             )
-        return [cols.message(session.conversation, r) for r in rows]
+            media = await self._media_for(db, rows)
+        return [cols.message(session.conversation, r, media) for r in rows]

@@ -136,7 +136,8 @@ class PeoplePart(SQLCore):
                 "WHERE platform = $1 AND user_id = $2 ORDER BY at",
                 *who,
             )
-        return cols.user_data(user, record, own, replies, summaries, outbox, usage, charges)
+            media = await self._media_for(db, [*own, *replies], offset=4)
+        return cols.user_data(user, record, own, replies, summaries, outbox, usage, charges, media)
 
 
 async def _ids(db: Conn, sql: str, who: tuple[str, str]) -> list[int]:

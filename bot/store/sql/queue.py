@@ -191,7 +191,8 @@ class QueuePart(SQLCore):
                 version,
                 d.no_limit if limit is None else limit,
             )
-        messages = tuple(cols.message(conversation, r) for r in rows)
+            media = await self._media_for(db, rows)  # the same snapshot
+        messages = tuple(cols.message(conversation, r, media) for r in rows)
         if not messages:
             return None
         return Turn(

@@ -1,4 +1,5 @@
-"""SQLite store (aiosqlite): the embedded default. One file, WAL, foreign keys on.
+"""SQLite store (aiosqlite): the embedded default. One file, WAL, foreign keys on (media rows
+go with their message), secure_delete on (deleted rows are overwritten in the file).
 
 Every write runs in ``BEGIN IMMEDIATE``: the write lock is taken at the start of the
 transaction, so two processes on one file serialize their read-modify-write sequences
@@ -8,6 +9,7 @@ are the shared ones (bot/store/sql); this package adds the connection and ingest
 
 from __future__ import annotations
 
+from bot.store.sql.media import MediaPart
 from bot.store.sql.people import PeoplePart
 from bot.store.sql.queue import QueuePart
 from bot.store.sql.retention import RetentionPart
@@ -16,7 +18,9 @@ from bot.store.sqlite._core import SQLiteCore, sqlite_path
 from bot.store.sqlite._ingest import IngestPart
 
 
-class SQLiteStore(SessionsPart, IngestPart, QueuePart, RetentionPart, PeoplePart, SQLiteCore):
+class SQLiteStore(
+    SessionsPart, IngestPart, QueuePart, MediaPart, RetentionPart, PeoplePart, SQLiteCore
+):
     """The BaseStore contract on one SQLite file; each part holds one concern."""
 
 

@@ -115,6 +115,14 @@ class SQLiteCore(SQLCore):
             await db.execute("PRAGMA journal_mode = WAL")
             await db.execute("PRAGMA synchronous = NORMAL")
             await db.execute("PRAGMA foreign_keys = ON")
+            # Media rows (and their cached bytes) go with their message by ON DELETE CASCADE:
+            # a build that ignores the pragma would keep a deleted person's photos.
+            enforced = await db.execute_fetchall("PRAGMA foreign_keys")
+            if [tuple(r) for r in enforced] != [(1,)]:
+                raise StoreError("this SQLite build does not enforce foreign keys")
+            # What is deleted (a /forget, a platform deletion, retention) is overwritten in
+            # the file, not left in free pages for anyone who copies it to read.
+            await db.execute("PRAGMA secure_delete = ON")
             await self._migrate()
             if self._path != ":memory:":
                 st = os.stat(self._path)

@@ -1,9 +1,11 @@
 """SQLite's ingest: a short statement sequence inside BEGIN IMMEDIATE (SQLite has no
-data-modifying CTEs; PostgreSQL writes the same in one statement: postgres/_writes.py)."""
+data-modifying CTEs; PostgreSQL writes the same in one statement: postgres/_writes.py).
+The message's media rows and quote are written in the same transaction."""
 
 from __future__ import annotations
 
 from bot.core.events import Inbound, IngestResult, QueuePolicy, SessionKey, SessionPolicy
+from bot.store import cols
 from bot.store.sql.core import CONV_WHERE_C, conv_args
 from bot.store.sql.messages import MessagesPart
 
@@ -64,8 +66,8 @@ class IngestPart(MessagesPart):
                 await db.fetchval(
                     "INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
                     "display_name, text, platform_message_id, is_private, version, pending, "
-                    "addressed, created_at) VALUES ($1, $2, $3, 'user', $4, $5, $6, $7, $8, $9, "
-                    "$10, $10, $11) RETURNING id",
+                    "addressed, created_at, quote, media_count) VALUES ($1, $2, $3, 'user', $4, "
+                    "$5, $6, $7, $8, $9, $10, $10, $11, $12, $13) RETURNING id",
                     conv_id,
                     sid,
                     turn,
@@ -77,8 +79,16 @@ class IngestPart(MessagesPart):
                     version,
                     int(inbound.triggers_reply),  # pending, and addressed: memory may learn
                     now,
+                    cols.quote_json(inbound.quote),
+                    len(inbound.media),
                 )
             )
+            if inbound.media:
+                await db.executemany(
+                    f"INSERT INTO media (message_id, {cols.MEDIA_INSERT_COLS}) VALUES ($1, $2, "
+                    "$3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                    [(message_id, *row) for row in cols.media_rows(inbound.media, now)],
+                )
             due_at: float | None
             if inbound.triggers_reply:
                 due_at = await self._arm(db, conv_id, now, queue, version)
