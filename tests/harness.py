@@ -15,6 +15,7 @@ from bot.config import (
     AccessSettings,
     LimitSettings,
     LLMSettings,
+    MediaConfig,
     MemorySettings,
     PersonaSettings,
     PriceSettings,
@@ -23,6 +24,7 @@ from bot.config import (
     Secrets,
     Settings,
     ToolSettings,
+    TranscriptionConfig,
 )
 from bot.core.clock import Clock, ManualClock
 from bot.core.events import ConversationKey, Inbound
@@ -132,6 +134,8 @@ def harness_settings(
     export_every: float,
     plugins: Sequence[str] = (),
     tool_policy: ToolPolicy | None = None,
+    media: MediaConfig | None = None,
+    transcription: TranscriptionConfig | None = None,
 ) -> Settings:
     """The Settings that make the App wire what this harness describes.
 
@@ -188,6 +192,8 @@ def harness_settings(
         personas=[PERSONA],
         plugins=list(plugins),
         tools=ToolSettings.model_construct(**dataclasses.asdict(tool_policy or ToolPolicy())),
+        media=media or MediaConfig(),
+        transcription=transcription or TranscriptionConfig(),
     )
 
 
@@ -215,6 +221,8 @@ async def harness(
     extend: Callable[[App], None] | None = None,
     extensions: Extensions | None = None,
     tool_policy: ToolPolicy | None = None,
+    media: MediaConfig | None = None,
+    transcription: TranscriptionConfig | None = None,
 ) -> AsyncIterator[Harness]:
     """The App's runtime on ``store`` (owned by the caller) with a manual clock and a
     recording outlet; on exit the scheduler stops and waits for turns."""
@@ -232,6 +240,8 @@ async def harness(
         export_every=export_every,
         plugins=plugins,
         tool_policy=tool_policy,
+        media=media,
+        transcription=transcription,
     )
     app = App(settings, Secrets({}), clock=clock, llm=llm)
     if extensions is not None:

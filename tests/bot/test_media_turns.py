@@ -1,0 +1,242 @@
+"""Media in a turn, through the App's runtime on both stores (bot/runtime/media.py): photos
+reach the model as image blocks, albums are one call, big images are downscaled, failures are
+told honestly, cached copies survive a retry, voice notes are transcribed or declared."""
+
+from __future__ import annotations
+
+import io
+
+from PIL import Image
+
+from bot.config import MediaConfig, TranscriptionConfig
+from bot.core.clock import ManualClock
+from bot.core.errors import MediaUnavailable, ModelUnavailable
+from bot.core.events import ConversationKey, Inbound, SessionKey
+from bot.core.llm import ImageBlock, ModelRequest, ModelResult
+from bot.core.media import MediaRef, Quote
+from bot.store.base import BaseStore
+from tests.fakes.llm import GatedLLM
+from tests.fakes.media_source import FakeFiles, MediaOutlet
+from tests.fakes.transcription_api import FakeTranscriptionAPI
+from tests.harness import BOT, Harness, harness, settle
+
+DM = ConversationKey("telegram", "42", None, BOT)
+_IDS = iter(range(10_000, 20_000))
+
+
+def jpeg(width: int = 640, height: int = 480, color: str = "red") -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), color).save(out, "JPEG")
+    return out.getvalue()
+
+
+def photo(ref: str) -> MediaRef:
+    return MediaRef("image", "photo", ref=ref, unique_id=f"u-{ref}", media_type="image/jpeg")
+
+
+async def send(h: Harness, text: str = "", *media: MediaRef, quote: Quote | None = None) -> None:
+    await h.router(
+        Inbound(
+            conversation=DM,
+            author_id="42",
+            display_name="Ann",
+            text=text,
+            platform_message_id=f"p{next(_IDS)}",
+            media=media,
+            quote=quote,
+        )
+    )
+    await settle(h.store)
+
+
+def images(request: ModelRequest) -> list[ImageBlock]:
+    return [b for b in request.messages[-1].blocks if isinstance(b, ImageBlock)]
+
+
+async def test_a_photo_with_caption_reaches_the_model_as_an_image_and_text(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    files = FakeFiles(clock)
+    files.files["f1"] = jpeg()
+    llm = GatedLLM()
+    async with harness(store, clock, llm, outlet=MediaOutlet(clock, files)) as h:
+        await send(h, "look at my cat", photo("f1"))
+        await h.advance(2)
+    assert llm.calls == 1
+    (image,) = images(llm.requests[0])
+    assert image.media_type == "image/jpeg"
+    assert Image.open(io.BytesIO(image.data)).size == (640, 480)
+    assert llm.last_input() == "[photo]\nlook at my cat"
+    assert len(h.outlet.texts(DM)) == 1
+
+
+async def test_an_album_within_the_debounce_is_one_call_with_three_images(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    files = FakeFiles(clock)
+    for n, color in enumerate(("red", "green", "blue")):
+        files.files[f"a{n}"] = jpeg(color=color)
+    llm = GatedLLM()
+    async with harness(store, clock, llm, outlet=MediaOutlet(clock, files)) as h:
+        await send(h, "our trip", photo("a0"))
+        await h.advance(0.3)
+        await send(h, "", photo("a1"))
+        await h.advance(0.3)
+        await send(h, "", photo("a2"))
+        await h.advance(2)
+    assert llm.calls == 1
+    shown = images(llm.requests[0])
+    colors = [Image.open(io.BytesIO(b.data)).convert("RGB").getpixel((5, 5)) for b in shown]
+    assert [max(range(3), key=lambda i: c[i]) for c in colors] == [0, 1, 2]  # in order
+    assert len(h.outlet.texts(DM)) == 1
+
+
+async def test_an_oversized_image_is_downscaled_under_the_limits(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    files = FakeFiles(clock)
+    files.files["big"] = jpeg(4000, 3000)
+    llm = GatedLLM()
+    async with harness(store, clock, llm, outlet=MediaOutlet(clock, files)) as h:
+        await send(h, "", photo("big"))
+        await h.advance(2)
+    (image,) = images(llm.requests[0])
+    width, height = Image.open(io.BytesIO(image.data)).size
+    assert max(width, height) <= 1568 and width * height <= 1_150_000
+    assert abs(width / height - 4 / 3) < 0.01
+    assert len(image.data) * 4 / 3 < 5 * 1024 * 1024
+
+
+async def test_only_the_newest_images_are_sent_and_older_ones_say_so(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    files = FakeFiles(clock)
+    refs = [f"p{n}" for n in range(5)]
+    for ref in refs:
+        files.files[ref] = jpeg(64, 64)
+    llm = GatedLLM()
+    outlet = MediaOutlet(clock, files)
+    async with harness(store, clock, llm, outlet=outlet, media=MediaConfig(max_images=2)) as h:
+        for ref in refs:
+            await send(h, "", photo(ref))
+        await h.advance(2)
+    assert llm.calls == 1
+    assert len(images(llm.requests[0])) == 2
+    assert files.fetched == ["p4", "p3"]  # the older three are never downloaded
+    assert llm.last_input().count("[photo: not shown to you here]") == 3
+
+
+async def test_a_photo_that_cannot_be_loaded_is_told_and_tried_again_next_turn(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    files = FakeFiles(clock)
+    files.files["f1"] = jpeg()
+    files.faults["f1"] = [MediaUnavailable("connection reset")]
+    llm = GatedLLM()
+    async with harness(store, clock, llm, outlet=MediaOutlet(clock, files)) as h:
+        await send(h, "see?", photo("f1"))
+        await h.advance(2)
+        assert "could not be loaded" in llm.last_input()
+        assert images(llm.requests[0]) == []
+        await send(h, "and now?")
+        await h.advance(2)
+    assert llm.calls == 2
+    # The photo is in the window now, fetched this time and shown in the earlier message.
+    shown = [b for m in llm.requests[1].messages for b in m.blocks if isinstance(b, ImageBlock)]
+    assert len(shown) == 1
+    assert files.fetched == ["f1", "f1"]
+
+
+class FlakyLLM(GatedLLM):
+    """Fails its first call (an outage), then answers."""
+
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        if not self.requests:
+            self.requests.append(request)
+            raise ModelUnavailable("overloaded")
+        return await super().complete(request)
+
+
+async def test_a_retried_turn_uses_the_cached_copy_without_fetching_again(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    files = FakeFiles(clock)
+    files.files["f1"] = jpeg()
+    llm = FlakyLLM()
+    async with harness(store, clock, llm, outlet=MediaOutlet(clock, files)) as h:
+        await send(h, "hi", photo("f1"))
+        await h.advance(2)
+        files.files.clear()  # the platform forgot it (an expired Discord URL, say)
+        await h.advance(120, step=1)
+    assert llm.calls == 2
+    assert len(images(llm.requests[1])) == 1
+    assert files.fetched == ["f1"]
+    assert len(h.outlet.texts(DM)) == 1
+
+
+def voice(ref: str, seconds: float = 4.0) -> MediaRef:
+    return MediaRef("voice", "voice message", ref=ref, media_type="audio/ogg", duration=seconds)
+
+
+async def test_a_voice_note_is_transcribed_and_answered_once(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    files = FakeFiles(clock)
+    files.files["v1"] = b"OggS fake opus bytes"
+    llm = GatedLLM()
+    async with FakeTranscriptionAPI(transcript="remind me to call mum") as stt:
+        config = TranscriptionConfig(url=stt.base_url, model="whisper-1")
+        async with harness(
+            store, clock, llm, outlet=MediaOutlet(clock, files), transcription=config
+        ) as h:
+            await send(h, "", voice("v1"))
+            await h.advance(2)
+            await h.advance(1)
+    assert llm.calls == 1
+    assert llm.last_input() == "[voice message, transcribed] remind me to call mum"
+    assert len(stt.calls) == 1 and stt.calls[0].audio == b"OggS fake opus bytes"
+    assert len(h.outlet.texts(DM)) == 1
+    (message,) = [m for m in await h.store.history(SessionKey(DM, 1), 10) if m.role == "user"]
+    assert message.was_voice and message.media[0].note == "remind me to call mum"
+
+
+async def test_without_a_transcriber_the_persona_is_told_it_cannot_listen(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    files = FakeFiles(clock)
+    files.files["v1"] = b"OggS"
+    llm = GatedLLM()
+    async with harness(store, clock, llm, outlet=MediaOutlet(clock, files)) as h:
+        await send(h, "", voice("v1", 7))
+        await h.advance(2)
+    assert llm.calls == 1
+    assert "voice message (0:07): you cannot listen to it" in llm.last_input()
+    assert files.fetched == []  # nothing to do with the audio: never downloaded
+
+
+async def test_a_voice_note_over_the_length_bound_is_not_transcribed(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    files = FakeFiles(clock)
+    files.files["v1"] = b"OggS"
+    llm = GatedLLM()
+    async with FakeTranscriptionAPI(transcript="x") as stt:
+        config = TranscriptionConfig(url=stt.base_url, max_seconds=60)
+        async with harness(
+            store, clock, llm, outlet=MediaOutlet(clock, files), transcription=config
+        ) as h:
+            await send(h, "", voice("v1", 600))
+            await h.advance(2)
+    assert stt.calls == []
+    assert "you cannot listen to it" in llm.last_input()
+
+
+async def test_a_reply_to_an_old_message_carries_the_quoted_text(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    llm = GatedLLM()
+    async with harness(store, clock, llm) as h:
+        quote = Quote("reply", "Mira", "Tea or coffee?", from_bot=True)
+        await send(h, "tea, always", quote=quote)
+        await h.advance(2)
+    assert llm.last_input() == '[replying to your own message: "Tea or coffee?"]\ntea, always'
