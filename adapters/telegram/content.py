@@ -400,7 +400,7 @@ def _story(holder: _Holder) -> str:
 
 def _giveaway(holder: _Holder) -> str:
     if holder.giveaway is not None:
-        return f"[giveaway: {holder.giveaway.winner_count} winners]"
+        return f"[giveaway: {_count(holder.giveaway.winner_count, 'winner')}]"
     return "" if holder.giveaway_winners is None else "[giveaway winners]"
 
 
@@ -408,7 +408,8 @@ def _paid_media(holder: _Holder) -> str:
     paid = holder.paid_media
     if paid is None:
         return ""
-    return f"[paid media: {len(paid.paid_media)} items for {paid.star_count} stars]"
+    items = _count(len(paid.paid_media), "item")
+    return f"[paid media: {items} for {_count(paid.star_count, 'star')}]"
 
 
 _DESCRIBERS: Final = (
@@ -424,6 +425,10 @@ _DESCRIBERS: Final = (
     _giveaway,
     _paid_media,
 )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def chat_name(chat: Chat) -> str:

@@ -95,6 +95,9 @@ class TelegramMedia:
             raise MediaRejected(f"telegram {what}: {file.file_size} bytes, more than {max_bytes}")
         buffer = _CappedBuffer(max_bytes)
         try:
+            # _TooLarge leaves aiogram's download stream suspended: the event loop's
+            # async-generator finalizer closes it (and releases the connection) at once.
+
             await self._bot.download_file(
                 file.file_path, destination=buffer, timeout=math.ceil(self._timeout)
             )

@@ -225,7 +225,7 @@ _POLL = {
         ),
         (
             {"paid_media": {"star_count": 10, "paid_media": [{"type": "preview"}]}},
-            "[paid media: 1 items for 10 stars]",
+            "[paid media: 1 item for 10 stars]",
         ),
         (
             {
@@ -256,7 +256,7 @@ def test_a_caption_follows_the_description_and_service_messages_are_nothing(
 ) -> None:
     paid = {"paid_media": {"star_count": 5, "paid_media": [{"type": "preview"}]}}
     assert _inbound(api, extra=paid, caption="for you").text == (
-        "[paid media: 1 items for 5 stars] for you"
+        "[paid media: 1 item for 5 stars] for you"
     )
     pinned = {"pinned_message": {"message_id": 1, "date": 0, "chat": PRIVATE.to_dict()}}
     update = api.message_update(PRIVATE, SASHA, None, extra=pinned)
