@@ -224,9 +224,8 @@ async def test_an_edit_that_now_mentions_the_bot_reaches_the_runtime_as_a_trigge
     tmp_path: Path, api: FakeTelegramAPI
 ) -> None:
     llm = GatedLLM(answer=lambda r: "here")
-    async with tapped(tmp_path, api, llm) as (rig, tap):
+    async with tapped(tmp_path, api, llm) as (_rig, tap):
         first = api.push_message(TOKEN, GROUP, ANN, "anyone around?", message_id=77)
-        await rig.quiet(rig.key(GROUP), grace=0.1)
         api.push(
             TOKEN,
             api.message_update(
@@ -319,6 +318,9 @@ async def test_gone_files_are_rejected_and_faults_are_unavailable(api: FakeTeleg
             await _fetch(adapter, MediaRef("file", "animated sticker"))
         api.fail_download(status=404)
         with pytest.raises(MediaRejected, match="HTTP 404"):
+            await _fetch(adapter, good)
+        api.fail_download(status=400, description="Bad Request: file is too big")
+        with pytest.raises(MediaRejected, match="HTTP 400"):
             await _fetch(adapter, good)
         api.fail_download(status=500)
         with pytest.raises(MediaUnavailable, match="HTTP 500"):

@@ -353,6 +353,7 @@ class Download:
 @dataclass(frozen=True, slots=True)
 class _DownloadFault:
     status: int | None  # None: hang until the server closes
+    description: str
 
 
 def user_origin(user: TgUser) -> dict[str, Any]:
@@ -770,9 +771,13 @@ class FakeTelegramAPI:
         document = {k: gif[k] for k in ("file_id", "file_unique_id", "file_name", "mime_type")}
         return {"animation": gif, "document": document}
 
-    def fail_download(self, *, status: int | None = 500, times: int = 1) -> None:
-        """The next ``times`` file downloads answer ``status`` (None: hang until close)."""
-        self._download_faults.extend([_DownloadFault(status)] * times)
+    def fail_download(
+        self, *, status: int | None = 500, description: str | None = None, times: int = 1
+    ) -> None:
+        """The next ``times`` file downloads answer ``status`` with ``description`` in the
+        Bot API's error shape (None: hang until the server closes)."""
+        text = description or _DEFAULT_DESCRIPTIONS.get(status or 0, "Error")
+        self._download_faults.extend([_DownloadFault(status, text)] * times)
 
     async def deliver_webhook(
         self, token: str, update: Mapping[str, Any], *, secret: str | Literal[False] | None = None
@@ -924,26 +929,28 @@ class FakeTelegramAPI:
 
     async def _download(self, request: web.Request) -> web.StreamResponse:
         token, path = request.match_info["token"], request.match_info["path"]
-        status = await self._serve_file(token, path)
-        self.downloads.append(Download(token, path, status if isinstance(status, int) else 200))
-        if isinstance(status, int):
-            return _error_response(_ApiError(status, _DEFAULT_DESCRIPTIONS.get(status, "Error")))
-        return web.Response(body=status.data, content_type="application/octet-stream")
+        try:
+            file = await self._serve_file(token, path)
+        except _ApiError as exc:
+            self.downloads.append(Download(token, path, exc.status))
+            return _error_response(exc)
+        self.downloads.append(Download(token, path, 200))
+        return web.Response(body=file.data, content_type="application/octet-stream")
 
-    async def _serve_file(self, token: str, path: str) -> TgFile | int:
-        """The file to send, or the status of the error to answer."""
+    async def _serve_file(self, token: str, path: str) -> TgFile:
+        """The file to send; raises the error to answer."""
         if token not in self._accounts:
-            return 401
+            raise _ApiError(401, "Unauthorized")
         if self._download_faults:
             fault = self._download_faults.pop(0)
             if fault.status is None:
                 await self._released.wait()
-                return 503
-            return fault.status
+                raise _ApiError(503, "Service Unavailable")
+            raise _ApiError(fault.status, fault.description)
         for file in self._files.values():
             if file.file_path == path:
                 return file
-        return 404
+        raise _ApiError(404, "Not Found")
 
     def _get_file(self, account: _Account, params: dict[str, Any]) -> dict[str, Any]:
         file = self._files.get(str(params.get("file_id", "")))
