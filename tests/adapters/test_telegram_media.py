@@ -17,7 +17,7 @@ import pytest
 from adapters.telegram.adapter import TelegramAdapter
 from bot.app.build import runtime
 from bot.core.errors import MediaError, MediaRejected, MediaUnavailable
-from bot.core.events import Inbound
+from bot.core.events import ConversationKey, Inbound
 from bot.core.media import MediaRef, Quote
 from bot.runtime.router import Router
 from tests.adapters.test_telegram import (
@@ -32,6 +32,7 @@ from tests.adapters.test_telegram import (
     _free_port,
     _settings,
     _turns,
+    eventually,
 )
 from tests.fakes.llm import GatedLLM
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, user_origin
@@ -134,6 +135,12 @@ async def test_what_people_send_reaches_the_runtime_as_media_and_quotes(
         stored = await rig.stored_texts(key)
         assert "my mug" in stored and "[location: 52.52000, 13.40500]" in stored
         assert not any("[photo]" in text for text in stored)  # no placeholder in the text
+        session = await rig.rt.store.current_session(key)
+        assert session is not None
+        users = [m for m in await rig.rt.store.messages(session.key) if m.role == "user"]
+        assert [[m.ref for m in s.media] for s in users] == [list(i.media) for i in tap.received]
+        assert [s.quote for s in users] == [i.quote for i in tap.received]
+        assert users[2].was_voice and not users[0].was_voice
 
 
 async def test_a_reply_to_the_bot_carries_its_words(tmp_path: Path, api: FakeTelegramAPI) -> None:
@@ -220,24 +227,33 @@ async def test_a_private_album_is_one_turn(tmp_path: Path, api: FakeTelegramAPI)
 # --------------------------------------------------------------------------------- edits
 
 
-async def test_an_edit_that_now_mentions_the_bot_reaches_the_runtime_as_a_trigger(
+async def test_an_edit_that_now_mentions_the_bot_is_answered_once(
     tmp_path: Path, api: FakeTelegramAPI
 ) -> None:
+    """A context-only group message edited into a mention is an edit Inbound that triggers;
+    the store makes it pending: one turn, one answer, with the edited words."""
     llm = GatedLLM(answer=lambda r: "here")
-    async with tapped(tmp_path, api, llm) as (_rig, tap):
-        first = api.push_message(TOKEN, GROUP, ANN, "anyone around?", message_id=77)
-        api.push(
-            TOKEN,
-            api.message_update(
-                GROUP, ANN, f"anyone around, @{USERNAME}?", message_id=77, edited=True
-            ),
-        )
-        await api.wait_for(lambda: len(tap.received) == 2, what="the edit")
+    async with tapped(tmp_path, api, llm) as (rig, tap):
+        key = rig.key(GROUP)
+        api.push_message(TOKEN, GROUP, ANN, "anyone around?", message_id=77)
+        await eventually(lambda: _stored(rig, key, 1), what="the context message")
+        await rig.quiet(key)
+        assert rig.replies() == [] and _turns(llm) == []
+        edited = f"anyone around, @{USERNAME}?"
+        api.push(TOKEN, api.message_update(GROUP, ANN, edited, message_id=77, edited=True))
+        await api.wait_for(rig.replies, what="the answer to the edit")
+        await rig.quiet(key)
         message, edit = tap.received
-        assert str(first["message"]["message_id"]) == message.platform_message_id == "77"
-        assert not message.triggers_reply
+        assert not message.triggers_reply and message.platform_message_id == "77"
         assert (edit.kind, edit.platform_message_id) == ("edit", "77")
         assert edit.triggers_reply and edit.mentions_bot
+        assert rig.replies() == ["here"] and len(_turns(llm)) == 1
+        assert edited in _turns(llm)[0].messages[-1].text
+        assert api.sent_messages(TOKEN)[0].reply_to == 77
+
+
+async def _stored(rig: Rig, key: ConversationKey, count: int) -> bool:
+    return len(await rig.stored_texts(key)) >= count
 
 
 # ------------------------------------------------------------------------- MediaSource
