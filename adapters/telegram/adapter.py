@@ -1,8 +1,8 @@
 """Telegram through aiogram 3: long polling or a webhook; private chats, groups, forum topics.
 
-aiogram objects never leave this module: a Telegram message becomes an :class:`Inbound`
+aiogram objects never leave this package: a Telegram message becomes an :class:`Inbound`
 (:func:`to_inbound`), a :class:`Reply` goes out as HTML chunks
-(:mod:`adapters.telegram.format`).
+(:mod:`adapters.telegram.format`), media are fetched by :class:`TelegramMedia`.
 
 Invariants:
 - the bot token is part of every request URL; nothing this module logs or raises contains it
@@ -53,12 +53,14 @@ from adapters.telegram.format import (
     without_mentions,
 )
 from adapters.telegram.inbound import (
+    Albums,
     BotIdentity,
     GroupTrigger,
     InboundRules,
     NonText,
     to_inbound,
 )
+from adapters.telegram.media import TelegramMedia
 from adapters.telegram.updates import GetRawUpdates, ParsedUpdate, parse_update
 from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSettings
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
@@ -168,7 +170,13 @@ class _Target:
 
 
 class TelegramAdapter(BaseAdapter):
-    """One Telegram bot account: receives updates, sends replies and typing actions."""
+    r"""One Telegram bot account: receives updates, sends replies and typing actions.
+
+    ``media`` is the account's ``bot.core.media.MediaSource`` (:class:`TelegramMedia`): the
+    runtime fetches the files of the ``MediaRef``\ s this adapter put on its Inbound events
+    through it (``getFile`` and the download from the configured API server, each fetch
+    bounded by ``download_timeout`` seconds).
+    """
 
     #: Telegram has no idempotency key: a send that may have happened is never retried.
     idempotent_send = False
@@ -186,6 +194,7 @@ class TelegramAdapter(BaseAdapter):
         polling_timeout: int = 10,
         flood_retries: int = 5,
         max_flood_wait: float = 120.0,
+        download_timeout: float = 30.0,
     ) -> None:
         super().__init__(bot_key=bot_key)
         server = PRODUCTION if api_server is None else TelegramAPIServer.from_base(api_server)
@@ -204,6 +213,9 @@ class TelegramAdapter(BaseAdapter):
         self._max_flood_wait = max_flood_wait
         self._rules = InboundRules(bot_key, BotIdentity(self._bot.id, ""))
         self._seen: OrderedDict[int, None] = OrderedDict()
+        self._albums = Albums()
+        #: Fetches the files of this bot's media (``bot.core.media.MediaSource``).
+        self.media = TelegramMedia(self._bot, timeout=download_timeout)
         self._prepared: Dispatcher | None = None
         #: The port the webhook server listens on (known once it started; useful with port 0).
         self.webhook_port: int | None = None
@@ -319,6 +331,10 @@ class TelegramAdapter(BaseAdapter):
             log.debug("telegram bot %s: update %d already handled", self.bot_key, update_id)
             return
         inbound = to_inbound(message, self._rules, edited=edited)
+        if inbound is not None:
+            inbound = self._albums.apply(message, inbound)
+        else:
+            log.debug("telegram bot %s: update %d ignored", self.bot_key, update_id)
         try:
             if inbound is not None:
                 await handler(inbound)

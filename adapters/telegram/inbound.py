@@ -1,18 +1,24 @@
-"""Telegram messages as Inbound events: keys, authors, mentions, commands, placeholders.
+"""Telegram messages as Inbound events: keys, authors, mentions, commands, triggers.
 
-Pure functions over aiogram's ``Message``: the adapter (adapters/telegram/adapter.py) calls
-:func:`to_inbound` for every message and edit it receives.
+Pure functions over aiogram's ``Message`` (and :class:`Albums`, a small bounded memory): the
+adapter (adapters/telegram/adapter.py) calls :func:`to_inbound` for every message and edit it
+receives. What a message holds is read by :mod:`adapters.telegram.content`, who wrote it and
+what it quotes by :mod:`adapters.telegram.quotes`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from aiogram.types import Message, MessageEntity
 
+from adapters.telegram.content import content_of
+from adapters.telegram.quotes import forward_quote, reply_quote, sender_of
 from bot.core.events import ConversationKey, Inbound
 
 PLATFORM: Final = "telegram"
@@ -53,22 +59,42 @@ class InboundRules:
 def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -> Inbound | None:
     """A Telegram message as an Inbound event, or None when the bot must ignore it.
 
-    Ignored: messages of bots (this one included), service messages, non-text messages with
-    ``non_text = "ignore"``, commands addressed to another bot (``/new@OtherBot``), unknown
-    unaddressed commands in groups (they are another bot's), and edits that are commands.
+    ``text`` is what the person wrote (text or caption) with short descriptions of file-less
+    content (``[location: ...]``); media are ``Inbound.media`` (adapters/telegram/content.py);
+    a reply, quote or forward is ``Inbound.quote`` (adapters/telegram/quotes.py). A forward's
+    own text is "" (what was forwarded is the quote's). Ignored: messages of bots (this one
+    included), service messages, non-text content with ``non_text = "ignore"``, commands
+    addressed to another bot (``/new@OtherBot``), unknown unaddressed commands in groups (they
+    are another bot's), edits that are commands, and live location updates (edits).
     """
-    author = _author(message, rules.me)
-    body, entities = _body(message)
-    if author is None:
+    author = sender_of(message)
+    if author is None or author.is_bot or author.user_id == rules.me.id:
+        return None
+    if edited and message.location is not None:
+        return None  # a live location moving: an edit every few seconds, nothing said
+    content = content_of(message)
+    if content.service:
         return None
     private = message.chat.type == "private"
-    command = _command(message.text, rules, private=private)
+    forward = message.forward_origin is not None and not message.is_automatic_forward
+    command = None if forward else _command(message.text, rules, private=private)
     if command is False or (edited and command is not None):
         return None
-    text = command or _with_placeholder(message, body, rules.non_text)
-    if text is None:
-        return None
-    mentions = _mentions_bot(body or "", entities, rules.me)
+    body, entities = _body(message)
+    keep = rules.non_text == "placeholder"
+    said = " ".join(p for p in (content.description if keep else "", body or "") if p)
+    if not keep and not said.strip():
+        return None  # nothing but media, and the bot is told to ignore media
+    media = content.media if keep else ()
+    quote = forward_quote(message, rules.me.id, said)
+    text = "" if quote is not None else command or said
+    if quote is None:
+        quote = reply_quote(message, rules.me.id)
+    if not text.strip() and not media and quote is None:
+        if not private:
+            return None
+        text = "[an empty message]"  # never a silent drop in a private chat
+    mentions = not forward and _mentions_bot(body or "", entities, rules.me)
     replied = _replies_to_bot(message, rules.me)
     if message.is_automatic_forward:
         # The linked channel's post copied into its discussion group: context, never a turn
@@ -83,8 +109,8 @@ def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -
         conversation=ConversationKey(
             PLATFORM, str(message.chat.id), None if thread is None else str(thread), rules.bot_key
         ),
-        author_id=author[0],
-        display_name=author[1],
+        author_id=author.id,
+        display_name=author.name,
         text=text,
         platform_message_id=str(message.message_id),
         is_private=private,
@@ -92,26 +118,44 @@ def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -
         reply_to_bot=replied,
         mentions_bot=mentions,
         kind="edit" if edited else "message",
+        media=media,
+        quote=quote,
     )
 
 
-def _author(message: Message, me: BotIdentity) -> tuple[str, str] | None:
-    """(author id, display name); None for bots.
+class Albums:
+    """Which recent albums addressed the bot, so that all their items are one turn.
 
-    A post "as a chat" is never the chat's own id (a group's id is no person): the group's
-    anonymous admins are ``anon:<chat id>`` (Telegram hides which admin), a channel (its
-    automatic forwards, or someone posting as it) is ``channel:<channel id>``. Both are
-    collective authors (bot.core.events.is_person): no long-term memory is learned of them.
+    An album (several photos sent at once) is one update per item, sharing a
+    ``media_group_id``; only the captioned item (Telegram sends it first) carries the mention
+    that addresses the bot in a group. Later items of an album that triggered a reply trigger
+    too, so the queue's debounce merges them into the same turn. Items that arrived before
+    the triggering one stay context: they are stored just before it, so the turn still sees
+    them. The memory is per process and bounded (ids are unique: nothing expires but the
+    oldest); in a private chat every item triggers anyway.
     """
-    if message.sender_chat is not None:  # anonymous admin, channel, or a user posting as one
-        chat = message.sender_chat
-        if chat.id == message.chat.id:
-            return f"anon:{chat.id}", message.author_signature or "Anonymous admin"
-        return f"channel:{chat.id}", chat.title or chat.username or "Channel"
-    user = message.from_user
-    if user is None or user.is_bot or user.id == me.id:
-        return None
-    return str(user.id), user.full_name
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._capacity = capacity
+        self._triggered: OrderedDict[tuple[str, str | None, str], None] = OrderedDict()
+
+    def apply(self, message: Message, inbound: Inbound) -> Inbound:
+        """``inbound`` as its album decides: triggering when an earlier item of it did."""
+        group = message.media_group_id
+        if group is None or inbound.is_private or inbound.kind != "message":
+            return inbound
+        if message.is_automatic_forward:
+            return inbound  # a channel's album is context, whatever else happened
+        key = (inbound.conversation.chat_id, inbound.conversation.thread_id, group)
+        if inbound.triggers_reply:
+            self._triggered[key] = None
+            self._triggered.move_to_end(key)
+            while len(self._triggered) > self._capacity:
+                self._triggered.popitem(last=False)
+            return inbound
+        if key in self._triggered:
+            return dataclasses.replace(inbound, triggers_reply=True)
+        return inbound
 
 
 def _body(message: Message) -> tuple[str | None, list[MessageEntity]]:
@@ -119,46 +163,6 @@ def _body(message: Message) -> tuple[str | None, list[MessageEntity]]:
     if message.text is not None:
         return message.text, list(message.entities or [])
     return message.caption, list(message.caption_entities or [])
-
-
-def _placeholder(message: Message) -> str | None:
-    """A short bracketed stand-in for non-text content, or None for text and service messages."""
-    if message.sticker is not None:
-        return f"[sticker {message.sticker.emoji}]" if message.sticker.emoji else "[sticker]"
-    if message.document is not None and message.animation is None:
-        name = message.document.file_name
-        return f"[file {name}]" if name else "[file]"
-    if message.poll is not None:
-        return f"[poll: {message.poll.question}]"
-    if message.dice is not None:
-        return f"[dice {message.dice.emoji} {message.dice.value}]"
-    for attribute, label in _PLACEHOLDERS:
-        if getattr(message, attribute, None) is not None:
-            return label
-    return None
-
-
-_PLACEHOLDERS: Final = (
-    ("animation", "[GIF]"),
-    ("photo", "[photo]"),
-    ("video", "[video]"),
-    ("video_note", "[video message]"),
-    ("voice", "[voice message]"),
-    ("audio", "[audio]"),
-    ("venue", "[place]"),
-    ("location", "[location]"),
-    ("contact", "[contact]"),
-    ("story", "[story]"),
-    ("game", "[game]"),
-)
-
-
-def _with_placeholder(message: Message, body: str | None, non_text: NonText) -> str | None:
-    """The text to store: the body, with the media placeholder in front when configured."""
-    marker = _placeholder(message)
-    if marker is None or non_text == "ignore":
-        return body or None
-    return f"{marker} {body}" if body else marker
 
 
 def _command(

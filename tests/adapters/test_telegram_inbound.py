@@ -167,22 +167,27 @@ def test_a_channel_is_its_own_author_and_its_automatic_forwards_never_trigger() 
 
 
 @pytest.mark.parametrize(
-    ("extra", "placeholder", "ignored"),
+    ("extra", "label", "ignored"),
     [
-        ({"sticker": STICKER}, "[sticker 😀]", None),
-        ({"photo": PHOTO}, "[photo]", None),
-        ({"voice": VOICE}, "[voice message]", None),
-        ({"photo": PHOTO, "caption": "look at this"}, "[photo] look at this", "look at this"),
+        ({"sticker": STICKER}, "sticker 😀", None),
+        ({"photo": PHOTO}, "photo", None),
+        ({"voice": VOICE}, "voice message", None),
+        ({"photo": PHOTO, "caption": "look at this"}, "photo", "look at this"),
     ],
 )
-def test_non_text_messages_become_placeholders_or_are_ignored(
-    extra: dict[str, Any], placeholder: str, ignored: str | None
+def test_non_text_messages_carry_media_or_are_ignored(
+    extra: dict[str, Any], label: str, ignored: str | None
 ) -> None:
+    """The text is what the person wrote; the media ride along (no "[photo]" in the text),
+    unless the bot is told to ignore non-text content."""
     message = _message(TgChat.private(SASHA), None, extra=extra)
-    assert _inbound(message).text == placeholder
+    inbound = _inbound(message)
+    assert inbound.text == extra.get("caption", "")
+    assert [m.label for m in inbound.media] == [label]
     quiet = InboundRules("mira", ME, non_text="ignore")
-    inbound = to_inbound(message, quiet)
-    assert (inbound.text if inbound else None) == ignored
+    inbound_quiet = to_inbound(message, quiet)
+    assert (inbound_quiet.text if inbound_quiet else None) == ignored
+    assert inbound_quiet is None or inbound_quiet.media == ()
 
 
 def test_service_messages_are_ignored() -> None:
@@ -195,4 +200,5 @@ def test_a_caption_can_mention_the_bot() -> None:
     entities = [{"type": "mention", "offset": 0, "length": 9}]
     extra = {"photo": PHOTO, "caption": caption, "caption_entities": entities}
     inbound = _inbound(_message(GROUP, None, extra=extra))
-    assert inbound.mentions_bot and inbound.text == f"[photo] {caption}"
+    assert inbound.mentions_bot and inbound.triggers_reply and inbound.text == caption
+    assert [m.kind for m in inbound.media] == ["image"]

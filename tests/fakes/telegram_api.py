@@ -37,7 +37,17 @@ Behaviour:
   and ``deleteMessage`` are answered and recorded.
 * :meth:`FakeTelegramAPI.fail_next` scripts errors per method (and optionally per token):
   ``429`` with ``retry_after``, ``400`` with a description, ``403``, ``5xx``...
-* Every call, failed ones included, is recorded in :attr:`FakeTelegramAPI.calls`.
+* Files: :meth:`FakeTelegramAPI.add_file` registers bytes under a new ``file_id``;
+  ``getFile`` answers its ``file_path`` (``400 invalid file_id`` for an unknown id, ``400 file
+  is too big`` past the Bot API's 20 MB) and ``/file/bot<token>/<file_path>`` serves the bytes.
+  :meth:`FakeTelegramAPI.fail_download` scripts a download's failure (any status) or a hang
+  (until the server closes). Builders register files and return the message fields of a
+  photo (several sizes), document, sticker (static, animated, video), voice note, video note,
+  audio, video and GIF; :meth:`FakeTelegramAPI.album` builds an album's updates, and
+  :meth:`FakeTelegramAPI.message_update` takes captions, replies with a ``quote``, external
+  replies and forwards (:func:`user_origin` and the other origins).
+* Every call, failed ones included, is recorded in :attr:`FakeTelegramAPI.calls` (file
+  downloads in :attr:`FakeTelegramAPI.downloads`).
 """
 
 from __future__ import annotations
@@ -49,7 +59,7 @@ import itertools
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
@@ -314,6 +324,81 @@ class UploadedFile:
 
 
 @dataclass(frozen=True, slots=True)
+class TgFile:
+    """A file the fake serves: its ids, its bytes and the size Telegram reports."""
+
+    file_id: str
+    file_unique_id: str
+    data: bytes
+    file_size: int | None  # what updates and getFile claim (None: not reported)
+    file_path: str
+
+    def fields(self) -> dict[str, Any]:
+        """``file_id``, ``file_unique_id`` and (when reported) ``file_size``."""
+        data: dict[str, Any] = {"file_id": self.file_id, "file_unique_id": self.file_unique_id}
+        if self.file_size is not None:
+            data["file_size"] = self.file_size
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class Download:
+    """One request for a file's bytes and the HTTP status it got."""
+
+    token: str
+    path: str
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class _DownloadFault:
+    status: int | None  # None: hang until the server closes
+    description: str
+
+
+def user_origin(user: TgUser) -> dict[str, Any]:
+    """``forward_origin`` of a message a user wrote."""
+    return {"type": "user", "date": int(time.time()), "sender_user": user.to_dict()}
+
+
+def hidden_user_origin(name: str) -> dict[str, Any]:
+    """``forward_origin`` of a user who hides their account in forwards."""
+    return {"type": "hidden_user", "date": int(time.time()), "sender_user_name": name}
+
+
+def chat_origin(chat: TgChat, signature: str | None = None) -> dict[str, Any]:
+    """``forward_origin`` of a message sent on behalf of a chat (an anonymous admin)."""
+    origin: dict[str, Any] = {
+        "type": "chat",
+        "date": int(time.time()),
+        "sender_chat": chat.to_dict(),
+    }
+    if signature:
+        origin["author_signature"] = signature
+    return origin
+
+
+def channel_origin(
+    chat: TgChat, message_id: int = 1, signature: str | None = None
+) -> dict[str, Any]:
+    """``forward_origin`` of a channel post."""
+    origin: dict[str, Any] = {
+        "type": "channel",
+        "date": int(time.time()),
+        "chat": chat.to_dict(),
+        "message_id": message_id,
+    }
+    if signature:
+        origin["author_signature"] = signature
+    return origin
+
+
+#: The Bot API lets bots download files up to 20 MB.
+DOWNLOAD_LIMIT = 20 * 1024 * 1024
+DEFAULT_PHOTO_SIZES = ((90, 60), (320, 213), (800, 533), (1280, 853), (2560, 1706))
+
+
+@dataclass(frozen=True, slots=True)
 class _Failure:
     method: str
     status: int
@@ -363,6 +448,11 @@ class FakeTelegramAPI:
         self._message_ids: dict[int, itertools.count[int]] = {}
         self._update_ids = itertools.count(100)
         self._failures: list[_Failure] = []
+        self.downloads: list[Download] = []
+        self._files: dict[str, TgFile] = {}
+        self._file_ids = itertools.count(1)
+        self._download_faults: list[_DownloadFault] = []
+        self._released = asyncio.Event()  # set at close: hanging downloads end
         self._changed = asyncio.Event()
         self._closing = False
         self._shutdown_timeout = shutdown_timeout
@@ -409,12 +499,18 @@ class FakeTelegramAPI:
         reply_to_message_id: int | None = None,
         entities: list[dict[str, Any]] | None = None,
         edited: bool = False,
+        caption: str | None = None,
+        quote: str | None = None,
+        forward_origin: Mapping[str, Any] | None = None,
+        media_group_id: str | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Build a ``message`` (or ``edited_message``) update; the chat learns the message.
 
-        Entities for ``/commands`` and ``@mentions`` are added as Telegram does, unless given.
-        ``extra`` adds raw Message fields (``sticker``, ``photo``, ``caption``...).
+        Entities for ``/commands`` and ``@mentions`` are added as Telegram does, unless given
+        (in a ``caption`` too). ``quote`` is the part of the replied-to message the user quoted
+        (its text must contain it). ``extra`` adds raw Message fields (``sticker``,
+        ``photo``, ``external_reply``...).
         """
         self._chats[chat.id] = chat
         if message_id is None:
@@ -435,19 +531,41 @@ class FakeTelegramAPI:
             found = auto_entities(text) if entities is None else entities
             if found:
                 message["entities"] = found
+        if caption is not None:
+            message["caption"] = caption
+            found = auto_entities(caption)
+            if found:
+                message["caption_entities"] = found
         if reply_to_message_id is not None:
-            original = self._messages.get((chat.id, reply_to_message_id))
-            message["reply_to_message"] = original or {
-                "message_id": reply_to_message_id,
-                "date": int(time.time()),
-                "chat": chat.to_dict(),
-            }
+            message.update(self._reply_fields(chat, reply_to_message_id, quote))
+        if forward_origin is not None:
+            message["forward_origin"] = dict(forward_origin)
+        if media_group_id is not None:
+            message["media_group_id"] = media_group_id
         if edited:
             message["edit_date"] = int(time.time())
         message.update(extra or {})
         self._messages[(chat.id, message_id)] = message
         kind = "edited_message" if edited else "message"
         return {"update_id": next(self._update_ids), kind: message}
+
+    def _reply_fields(self, chat: TgChat, message_id: int, quote: str | None) -> dict[str, Any]:
+        """``reply_to_message`` (the chat's message, else a bare one) and the ``quote``."""
+        original = self._messages.get((chat.id, message_id)) or {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": chat.to_dict(),
+        }
+        # Telegram sends the replied-to message without its own reply (one level only).
+        fields: dict[str, Any] = {
+            "reply_to_message": {k: v for k, v in original.items() if k != "reply_to_message"}
+        }
+        if quote is not None:
+            said = str(original.get("text") or original.get("caption") or "")
+            assert quote in said, f"{quote!r} is not part of the replied-to message"
+            position = utf16_units(said[: said.index(quote)])
+            fields["quote"] = {"text": quote, "position": position}
+        return fields
 
     def push(self, token: str, update: Mapping[str, Any]) -> int:
         """Queue an update for ``getUpdates``; return its update id."""
@@ -487,6 +605,179 @@ class FakeTelegramAPI:
     def delete_message(self, chat_id: int, message_id: int) -> None:
         """The user deleted a message: replies to it now fail without the allow flag."""
         self._messages.pop((chat_id, message_id), None)
+
+    def album(
+        self,
+        chat: TgChat,
+        user: TgUser,
+        items: Sequence[Mapping[str, Any]],
+        *,
+        caption: str | None = None,
+        media_group_id: str | None = None,
+        **kwargs: Any,
+    ) -> list[dict[str, Any]]:
+        """The updates of an album: one per item (``photo``/``video``... fields), one shared
+        ``media_group_id``, the caption on the first item as Telegram sends it."""
+        group = media_group_id or f"album-{next(self._file_ids)}"
+        return [
+            self.message_update(
+                chat,
+                user,
+                caption=caption if index == 0 else None,
+                media_group_id=group,
+                extra=item,
+                **kwargs,
+            )
+            for index, item in enumerate(items)
+        ]
+
+    # ------------------------------------------------------------------------ files
+
+    def add_file(
+        self,
+        data: bytes,
+        *,
+        file_size: int | None = None,
+        report_size: bool = True,
+        suffix: str = "",
+    ) -> TgFile:
+        """Register bytes under a new file id; ``file_size`` is the size Telegram claims (the
+        real one unless given: a lying server; ``report_size=False``: none reported)."""
+        number = next(self._file_ids)
+        claimed = (len(data) if file_size is None else file_size) if report_size else None
+        file = TgFile(
+            f"AgAC-file-{number}", f"AQAD{number}", data, claimed, f"files/file_{number}{suffix}"
+        )
+        self._files[file.file_id] = file
+        return file
+
+    def file(self, file_id: str) -> TgFile:
+        """A registered file by its id."""
+        return self._files[file_id]
+
+    def photo(self, *sizes: tuple[int, int] | tuple[int, int, bytes]) -> list[dict[str, Any]]:
+        """The ``photo`` field: one registered file per size (bytes ``photo WxH`` unless
+        given), smallest first as Telegram sends them."""
+        found = []
+        for size in sizes or DEFAULT_PHOTO_SIZES:
+            width, height = size[0], size[1]
+            data = size[2] if len(size) == 3 else f"photo {width}x{height}".encode()
+            found.append(
+                {**self.add_file(data, suffix=".jpg").fields(), "width": width, "height": height}
+            )
+        return found
+
+    def document(
+        self,
+        data: bytes = b"%PDF-1.7 notes",
+        *,
+        file_name: str | None = "notes.pdf",
+        mime_type: str | None = "application/pdf",
+    ) -> dict[str, Any]:
+        """The ``document`` field of a file sent as a file."""
+        document = self.add_file(data).fields()
+        if file_name is not None:
+            document["file_name"] = file_name
+        if mime_type is not None:
+            document["mime_type"] = mime_type
+        return document
+
+    def sticker(
+        self,
+        kind: Literal["static", "animated", "video"] = "static",
+        *,
+        emoji: str | None = "😀",
+        thumbnail: bool = True,
+    ) -> dict[str, Any]:
+        """The ``sticker`` field: a static WebP, or an animated (TGS) / video (WebM) sticker
+        with (or without) its thumbnail."""
+        suffix = {"static": ".webp", "animated": ".tgs", "video": ".webm"}[kind]
+        sticker = {
+            **self.add_file(f"{kind} sticker".encode(), suffix=suffix).fields(),
+            "type": "regular",
+            "width": 512,
+            "height": 512,
+            "is_animated": kind == "animated",
+            "is_video": kind == "video",
+        }
+        if emoji is not None:
+            sticker["emoji"] = emoji
+        if thumbnail:
+            thumb = self.add_file(f"{kind} sticker thumbnail".encode(), suffix=".webp")
+            sticker["thumbnail"] = {**thumb.fields(), "width": 128, "height": 128}
+        return sticker
+
+    def voice(self, data: bytes = b"OggS voice", *, duration: int = 3) -> dict[str, Any]:
+        """The ``voice`` field of a voice note."""
+        return {
+            **self.add_file(data, suffix=".oga").fields(),
+            "duration": duration,
+            "mime_type": "audio/ogg",
+        }
+
+    def video_note(
+        self, data: bytes = b"mp4 round", *, duration: int = 5, length: int = 240
+    ) -> dict[str, Any]:
+        """The ``video_note`` field of a round video message."""
+        return {
+            **self.add_file(data, suffix=".mp4").fields(),
+            "duration": duration,
+            "length": length,
+        }
+
+    def audio(
+        self,
+        data: bytes = b"ID3 song",
+        *,
+        performer: str | None = "Band",
+        title: str | None = "Song",
+        duration: int = 200,
+    ) -> dict[str, Any]:
+        """The ``audio`` field of a music file."""
+        audio = {
+            **self.add_file(data, suffix=".mp3").fields(),
+            "duration": duration,
+            "mime_type": "audio/mpeg",
+        }
+        if performer is not None:
+            audio["performer"] = performer
+        if title is not None:
+            audio["title"] = title
+        return audio
+
+    def video(self, data: bytes = b"mp4 video", *, duration: int = 12) -> dict[str, Any]:
+        """The ``video`` field."""
+        return {
+            **self.add_file(data, suffix=".mp4").fields(),
+            "width": 1280,
+            "height": 720,
+            "duration": duration,
+            "mime_type": "video/mp4",
+        }
+
+    def animation(self, *, thumbnail: bool = True) -> dict[str, Any]:
+        """The ``animation`` and ``document`` fields of a GIF (an MP4, as Telegram sends it)."""
+        gif = {
+            **self.add_file(b"mp4 gif", suffix=".mp4").fields(),
+            "width": 320,
+            "height": 240,
+            "duration": 2,
+            "mime_type": "video/mp4",
+            "file_name": "funny.gif.mp4",
+        }
+        if thumbnail:
+            thumb = self.add_file(b"gif thumbnail", suffix=".jpg")
+            gif["thumbnail"] = {**thumb.fields(), "width": 320, "height": 240}
+        document = {k: gif[k] for k in ("file_id", "file_unique_id", "file_name", "mime_type")}
+        return {"animation": gif, "document": document}
+
+    def fail_download(
+        self, *, status: int | None = 500, description: str | None = None, times: int = 1
+    ) -> None:
+        """The next ``times`` file downloads answer ``status`` with ``description`` in the
+        Bot API's error shape (None: hang until the server closes)."""
+        text = description or _DEFAULT_DESCRIPTIONS.get(status or 0, "Error")
+        self._download_faults.extend([_DownloadFault(status, text)] * times)
 
     async def deliver_webhook(
         self, token: str, update: Mapping[str, Any], *, secret: str | Literal[False] | None = None
@@ -578,6 +869,7 @@ class FakeTelegramAPI:
         """Listen on 127.0.0.1 and a free port."""
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_route("GET", "/file/bot{token}/{path:.+}", self._download)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=self._shutdown_timeout)
         await self._runner.setup()
@@ -588,6 +880,7 @@ class FakeTelegramAPI:
     async def close(self) -> None:
         """Wake long polls and stop listening."""
         self._closing = True
+        self._released.set()
         self._notify()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -634,6 +927,39 @@ class FakeTelegramAPI:
         self.calls.append(ApiCall(token, method, params, 200, arrived, result))
         return web.json_response({"ok": True, "result": result})
 
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        token, path = request.match_info["token"], request.match_info["path"]
+        try:
+            file = await self._serve_file(token, path)
+        except _ApiError as exc:
+            self.downloads.append(Download(token, path, exc.status))
+            return _error_response(exc)
+        self.downloads.append(Download(token, path, 200))
+        return web.Response(body=file.data, content_type="application/octet-stream")
+
+    async def _serve_file(self, token: str, path: str) -> TgFile:
+        """The file to send; raises the error to answer."""
+        if token not in self._accounts:
+            raise _ApiError(401, "Unauthorized")
+        if self._download_faults:
+            fault = self._download_faults.pop(0)
+            if fault.status is None:
+                await self._released.wait()
+                raise _ApiError(503, "Service Unavailable")
+            raise _ApiError(fault.status, fault.description)
+        for file in self._files.values():
+            if file.file_path == path:
+                return file
+        raise _ApiError(404, "Not Found")
+
+    def _get_file(self, account: _Account, params: dict[str, Any]) -> dict[str, Any]:
+        file = self._files.get(str(params.get("file_id", "")))
+        if file is None:
+            raise _ApiError(400, "Bad Request: invalid file_id")
+        if max(file.file_size or 0, len(file.data)) > DOWNLOAD_LIMIT:
+            raise _ApiError(400, "Bad Request: file is too big")
+        return {**file.fields(), "file_path": file.file_path}
+
     def _scripted_failure(self, token: str, method: str) -> None:
         for failure in self._failures:
             if failure.method == method and failure.token in (None, token):
@@ -661,6 +987,7 @@ class FakeTelegramAPI:
                 "pending_update_count": len(a.updates),
             },
             "deleteMessage": self._delete_message,
+            "getFile": self._get_file,
             "close": lambda a, _: True,
             "logOut": lambda a, _: True,
         }
