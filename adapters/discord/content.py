@@ -116,7 +116,11 @@ def _timestamp(match: re.Match[str]) -> str:
 def poll_text(poll: discord.Poll) -> str:
     """``[poll: Lunch? (pizza / soup)]``: a poll has no file, so it is told in words."""
     answers = " / ".join(_answer(a) for a in poll.answers)
-    question = (poll.question or "").strip() or "(no question)"
+    try:
+        question = poll.question or ""
+    except AttributeError:  # discord.py keeps no question at all when its text is missing
+        question = ""
+    question = question.strip() or "(no question)"
     return f"[poll: {question} ({answers})]" if answers else f"[poll: {question}]"
 
 

@@ -77,6 +77,16 @@ class RecordingHandler:
             await self._changed.wait_for(lambda: len(self.events) >= count)
         return self.events
 
+    async def wait_for_message(self, message_id: str, within: float = 10.0) -> list[Inbound]:
+        """Wait until the event of message ``message_id`` arrived; every event so far."""
+
+        def arrived() -> bool:
+            return any(e.platform_message_id == message_id for e in self.events)
+
+        async with asyncio.timeout(within), self._changed:
+            await self._changed.wait_for(arrived)
+        return self.events
+
     async def next_event(self, fake: FakeDiscord, channel: int, author: FakeUser) -> Inbound:
         """Wait for the event of a sentinel message posted now.
 
