@@ -113,6 +113,15 @@ def _timestamp(match: re.Match[str]) -> str:
     return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
+def message_text(message: discord.Message, directory: Directory | None) -> str:
+    """What the person wrote, as the model reads it: content with mentions shown as names, and
+    a poll in words. Attachments and stickers are ``Inbound.media``, not text."""
+    parts = [readable(message.content or "", Names.of(message, directory))]
+    if message.poll is not None:
+        parts.append(poll_text(message.poll))
+    return "\n".join(p for p in parts if p)
+
+
 def poll_text(poll: discord.Poll) -> str:
     """``[poll: Lunch? (pizza / soup)]``: a poll has no file, so it is told in words."""
     answers = " / ".join(_answer(a) for a in poll.answers)

@@ -16,7 +16,7 @@ from typing import Final, Literal
 
 import discord
 
-from adapters.discord.content import Directory, Names, embed_text, poll_text, readable
+from adapters.discord.content import Directory, embed_text, message_text
 from adapters.discord.media import media_of
 from adapters.discord.quotes import forward_quote, reply_quote
 from bot.core.events import ConversationKey, Inbound
@@ -68,15 +68,6 @@ def known_place(channel: object) -> Place | None:
     if isinstance(channel, discord.abc.GuildChannel):
         return Place(str(channel.id), None, is_private=False)
     return None
-
-
-def message_text(message: discord.Message, directory: Directory | None) -> str:
-    """What the person wrote, as the model reads it: content with mentions shown as names, and
-    a poll in words. Attachments and stickers are ``Inbound.media``, not text."""
-    parts = [readable(message.content or "", Names.of(message, directory))]
-    if message.poll is not None:
-        parts.append(poll_text(message.poll))
-    return "\n".join(p for p in parts if p)
 
 
 def _strip_leading_mention(content: str, bot_id: int) -> str:

@@ -13,7 +13,7 @@ from typing import Final
 
 import discord
 
-from adapters.discord.content import Directory, Names, embed_text, poll_text, readable
+from adapters.discord.content import Directory, Names, embed_text, message_text, readable
 from adapters.discord.media import media_of, stand_ins
 from bot.core.media import Quote
 
@@ -66,10 +66,10 @@ def forward_quote(
 
 def message_words(message: discord.Message, directory: Directory | None) -> str:
     """A message told in words: its text, poll, media stand-ins and forwarded content."""
-    parts = [readable(message.content or "", Names.of(message, directory))]
-    if message.poll is not None:
-        parts.append(poll_text(message.poll))
-    parts.append(stand_ins(media_of(message.attachments, message.stickers)))
+    parts = [
+        message_text(message, directory),
+        stand_ins(media_of(message.attachments, message.stickers)),
+    ]
     for snapshot in message.message_snapshots[:1]:
         forwarded = readable(snapshot.content or "", Names(message.guild, directory=directory))
         media = stand_ins(media_of(snapshot.attachments, snapshot.stickers))

@@ -223,3 +223,19 @@ async def test_guild_mention_gating_context_and_threads(tmp_path: Path) -> None:
             conversations = bot.query("SELECT chat_id, thread_id FROM conversations ORDER BY id")
             assert conversations == [(str(guild.general), ""), (str(guild.general), str(thread))]
             assert all(FakeDiscord.pings(p.body) == set() for p in fake.posts)
+
+
+async def test_a_forward_in_a_dm_is_answered_once(tmp_path: Path) -> None:
+    """A forwarded message (an empty message with a snapshot) was dropped without a word;
+    now it is stored and answered, once."""
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada, bob = fake.add_user("Ada"), fake.add_user("Bob")
+        async with personabot_run(tmp_path, fake) as bot:
+            dm = fake.dm(ada)
+            source = await fake.post(fake.hidden_channel(), bob, "moved to 5pm", dispatch=False)
+            forward = await fake.forward(dm, ada, source)
+            await fake.wait_for_bot_messages(dm, 1)
+            await bot.quiet()
+            assert len(_offline_replies(fake, dm)) == 1
+            stored = bot.query("SELECT platform_message_id FROM messages WHERE role = 'user'")
+            assert stored == [(forward["id"],)]
