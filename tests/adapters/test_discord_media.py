@@ -5,6 +5,7 @@ fake Discord: attachments, voice messages and stickers as ``MediaRef``, replies 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from bot.core.events import Reply
@@ -264,7 +265,10 @@ async def test_a_forward_and_a_poll_in_a_dm_are_answered_once_each(tmp_path: Pat
         ada, bob = fake.add_user("Ada"), fake.add_user("Bob")
         dm = fake.dm(ada)
         async with with_runtime(fake, tmp_path) as bot:
-            source = await fake.post(fake.hidden_channel(), bob, "forward me", dispatch=False)
+            picture = Upload("map.png", "image/png", b"png", width=4, height=3)
+            source = await fake.post(
+                fake.hidden_channel(), bob, "forward me", attachments=(picture,), dispatch=False
+            )
             forward = await fake.forward(dm, ada, source)
             await fake.wait_for_bot_messages(dm, 1)
             await bot.quiet()
@@ -274,7 +278,17 @@ async def test_a_forward_and_a_poll_in_a_dm_are_answered_once_each(tmp_path: Pat
             rows = bot.rows(
                 "SELECT platform_message_id, text FROM messages WHERE role = 'user' ORDER BY id"
             )
+            (quote,) = bot.rows("SELECT quote FROM messages WHERE quote IS NOT NULL")
+            media = bot.rows("SELECT kind, label, unique_id, width, height FROM media")
     assert rows == [(forward["id"], ""), (poll["id"], "[poll: Tea or coffee? (tea / coffee)]")]
+    assert json.loads(quote[0]) == {
+        "origin": "forward",
+        "author": "",
+        "text": "forward me",
+        "author_id": None,
+        "from_bot": False,
+    }
+    assert media == [("image", "image map.png", _id(source), 4, 3)]
     replies = [m["content"] for m in fake.bot_messages(dm)]
     assert len(replies) == 2
     assert replies[1].startswith(f"{OFFLINE} [poll: Tea or coffee? (tea / coffee)]")
