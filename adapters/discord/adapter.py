@@ -12,7 +12,9 @@ Invariants:
 - a reply with an outbox id is sent with one nonce per chunk (``enforce_nonce``), so re-sending
   the same outbox row after a crash or retry returns the message already posted instead of
   posting it twice; that is why ``idempotent_send`` is True;
-- the typing indicator task is cancelled on every path out of ``typing()``.
+- the typing indicator task is cancelled on every path out of ``typing()``;
+- a replied-to message is looked up over REST at most once per message and for at most
+  ``REFERENCE_TIMEOUT`` seconds (events wait behind it, in gateway order).
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ import discord
 
 from adapters.base import BaseAdapter
 from adapters.discord.client import Event, QueueingClient, default_intents, quiet_voice_notes
+from adapters.discord.downloads import STALL_TIMEOUT, DiscordMedia
 from adapters.discord.endpoints import SharedEndpoints, endpoints_for
 from adapters.discord.inbound import GroupTrigger, InboundBuilder, Place, known_place
 from adapters.text import split_text
 from bot.config import BotSettings, DiscordBotSettings, PersonaSettings, Secrets
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
 from bot.core.events import ConversationKey, Inbound, Reply
+from bot.core.media import MediaSource
 from bot.core.ports import InboundHandler
 from bot.core.tasks import running
 
@@ -58,6 +62,8 @@ FATAL_CLOSE: Final = {
 _NETWORK_ERRORS: Final = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
 _STORE_RETRY_START: Final = 1.0
 _STORE_RETRY_MAX: Final = 30.0
+#: Seconds the lookup of a replied-to message that Discord did not include may take.
+REFERENCE_TIMEOUT: Final = 5.0
 
 
 def nonce_for(outbox_id: int | None, index: int) -> str | None:
@@ -71,7 +77,12 @@ def nonce_for(outbox_id: int | None, index: int) -> str | None:
 
 
 class DiscordAdapter(BaseAdapter):
-    """One Discord bot account: gateway events in, replies out through the REST API."""
+    """One Discord bot account: gateway events in, replies out through the REST API.
+
+    ``media`` is this account's ``MediaSource`` (bot/core/media.py): it downloads the
+    attachments and stickers its ``Inbound.media`` refer to (adapters/discord/downloads.py).
+    It works before ``run()`` (it logs in over REST when needed) and is closed by ``aclose()``.
+    """
 
     idempotent_send = True
 
@@ -85,6 +96,7 @@ class DiscordAdapter(BaseAdapter):
         guilds: Collection[int] = (),
         shard_id: int | None = None,
         shard_count: int | None = None,
+        media_stall_timeout: float = STALL_TIMEOUT,
     ) -> None:
         super().__init__(bot_key=bot_key)
         self._token = token
@@ -98,8 +110,13 @@ class DiscordAdapter(BaseAdapter):
         self._dm_channels: set[int] = set()
         self._handler: InboundHandler | None = None
         self._inbound = InboundBuilder(
-            bot_key=bot_key, group_trigger=group_trigger, guilds=guilds, fetch_place=self._fetch
+            bot_key=bot_key,
+            group_trigger=group_trigger,
+            guilds=guilds,
+            fetch_place=self._fetch,
+            fetch_message=self._fetch_message,
         )
+        self._media = DiscordMedia(client=self._logged_in_client, stall_timeout=media_stall_timeout)
 
     def __repr__(self) -> str:
         return f"DiscordAdapter(bot_key={self.bot_key!r})"  # never the token
@@ -119,6 +136,11 @@ class DiscordAdapter(BaseAdapter):
                 await consumer
 
     @property
+    def media(self) -> MediaSource:
+        """Downloads the media of this bot's inbound messages (see the class docstring)."""
+        return self._media
+
+    @property
     def connected(self) -> bool:
         """Whether the gateway session is up and discord.py's cache is ready (for /readyz)."""
         client = self._client
@@ -130,6 +152,7 @@ class DiscordAdapter(BaseAdapter):
             return
         self._closed = True
         try:
+            await self._media.aclose()
             if self._client is not None:
                 await self._client.close()
         finally:
@@ -246,12 +269,12 @@ class DiscordAdapter(BaseAdapter):
         if client is None or client.user is None:
             return []
         if isinstance(event, discord.Message):
-            found = await self._inbound.message(event, client.user)
+            found = await self._inbound.message(event, client.user, client)
             if found is not None and found.is_private:
                 self._dm_channels.add(event.channel.id)
             return [] if found is None else [found]
         if isinstance(event, discord.RawMessageUpdateEvent):
-            edited = await self._inbound.edit(event)
+            edited = await self._inbound.edit(event, client.user, client)
             return [] if edited is None else [edited]
         channel = client.get_channel(event.channel_id)
         if isinstance(event, discord.RawMessageDeleteEvent):
@@ -271,6 +294,19 @@ class DiscordAdapter(BaseAdapter):
             log.warning("could not look up Discord channel %d: %s", channel_id, exc)
             return None
         return known_place(channel)
+
+    async def _fetch_message(self, channel_id: int, message_id: int) -> discord.Message | None:
+        """A replied-to message Discord did not include; None when it cannot be read now."""
+        client = self._client
+        if client is None:
+            return None
+        try:
+            async with asyncio.timeout(REFERENCE_TIMEOUT):
+                channel = client.get_partial_messageable(channel_id)
+                return await channel.fetch_message(message_id)
+        except (discord.HTTPException, *_NETWORK_ERRORS) as exc:
+            log.info("replied-to Discord message %d unavailable: %r", message_id, exc)
+            return None
 
     # ------------------------------------------------------------------ outbound
 

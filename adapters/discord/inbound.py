@@ -16,7 +16,11 @@ from typing import Final, Literal
 
 import discord
 
+from adapters.discord.content import Directory, embed_text, message_text
+from adapters.discord.media import media_of
+from adapters.discord.quotes import forward_quote, reply_quote
 from bot.core.events import ConversationKey, Inbound
+from bot.core.media import Quote
 
 log = logging.getLogger("personabot.discord")
 
@@ -27,6 +31,10 @@ GroupTrigger = Literal["mention", "all"]
 _CHAT_TYPES: Final = frozenset({discord.MessageType.default, discord.MessageType.reply})
 _COMMAND: Final = re.compile(r"^/(?P<name>[A-Za-z][A-Za-z0-9_]{0,31})(?:@\S+)?(?:\s|$)")
 _PLACE_CACHE_SIZE: Final = 4096
+#: A private message with nothing personabot can show (no text, file, poll or forward).
+UNREADABLE: Final = "[a message with nothing the bot can read]"
+
+FetchMessage = Callable[[int, int], Awaitable[discord.Message | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,23 +70,6 @@ def known_place(channel: object) -> Place | None:
     return None
 
 
-def attachment_placeholder(attachment: discord.Attachment) -> str:
-    """``[image: cat.png]``; likewise ``video``, ``audio``, ``file``; or ``[voice message]``."""
-    if attachment.is_voice_message():
-        return "[voice message]"
-    kind = (attachment.content_type or "").split("/", 1)[0]
-    label = kind if kind in {"image", "video", "audio"} else "file"
-    return f"[{label}: {attachment.filename}]"
-
-
-def message_text(message: discord.Message) -> str:
-    """What the model reads: mentions shown as names, attachments and stickers as placeholders."""
-    parts = [message.clean_content.strip()] if message.content.strip() else []
-    parts += [attachment_placeholder(a) for a in message.attachments]
-    parts += [f"[sticker: {s.name}]" for s in message.stickers]
-    return "\n".join(parts)
-
-
 def _strip_leading_mention(content: str, bot_id: int) -> str:
     """``<@bot> /new`` -> ``/new``: a command addressed with a mention is still a command."""
     return re.sub(rf"^\s*<@!?{bot_id}>\s*", "", content, count=1)
@@ -89,6 +80,8 @@ class InboundBuilder:
 
     ``fetch_place`` resolves a guild channel that discord.py has not cached (it may be a
     thread, whose key needs the parent id); results are kept in a small LRU cache.
+    ``fetch_message(channel_id, message_id)`` looks up a replied-to message that neither the
+    payload nor discord.py's cache holds (bounded in time by the adapter; None: unavailable).
     """
 
     def __init__(
@@ -98,11 +91,13 @@ class InboundBuilder:
         group_trigger: GroupTrigger,
         guilds: Collection[int],
         fetch_place: Callable[[int], Awaitable[Place | None]],
+        fetch_message: FetchMessage,
     ) -> None:
         self._bot_key = bot_key
         self._group_trigger = group_trigger
         self._guilds = frozenset(guilds)
         self._fetch_place = fetch_place
+        self._fetch_message = fetch_message
         self._places: OrderedDict[int, Place] = OrderedDict()
         self.command_names: frozenset[str] = frozenset()
         self.message_content_intent = True
@@ -131,18 +126,28 @@ class InboundBuilder:
             self._places.popitem(last=False)
         return fetched
 
-    async def message(self, message: discord.Message, me: discord.ClientUser) -> Inbound | None:
+    async def message(
+        self, message: discord.Message, me: discord.ClientUser, directory: Directory | None
+    ) -> Inbound | None:
         """A new message, or None when it is not for personabot (bots, system, other guilds)."""
         if not self._is_chat(message):
             return None
-        text = message_text(message)
-        if not text:
-            self._warn_if_content_hidden(message)
-            return None
+        text = message_text(message, directory)
+        media = media_of(message.attachments, message.stickers)
+        quote, target = await self._quote(message, me, directory)
+        if forwarded := message.message_snapshots[:1]:
+            media += media_of(forwarded[0].attachments, forwarded[0].stickers)
         guild_id = message.guild.id if message.guild else None
+        if not text and not media and quote is None:
+            if guild_id is not None:
+                self._warn_if_content_hidden(message)
+                return None
+            # Never a silent drop in a private chat: say what arrived, honestly.
+            log.info("a Discord DM %d with nothing readable; told as a stand-in", message.id)
+            text = embed_text(message.embeds) or UNREADABLE
         place = await self.place(message.channel, message.channel.id, guild_id)
         mentions_bot = self._mentions_bot(message, me)
-        reply_to_bot = _replies_to(message, me.id)
+        reply_to_bot = target is not None and target.author.id == me.id
         command = self._command(message.content, me.id)
         if command is not None:
             text = command
@@ -163,20 +168,63 @@ class InboundBuilder:
             triggers_reply=triggers,
             reply_to_bot=reply_to_bot,
             mentions_bot=mentions_bot,
+            media=media,
+            quote=quote,
         )
 
-    async def edit(self, event: discord.RawMessageUpdateEvent) -> Inbound | None:
-        """An edit whose text changed (embed unfurls and pins change nothing we store)."""
+    async def _quote(
+        self, message: discord.Message, me: discord.ClientUser, directory: Directory | None
+    ) -> tuple[Quote | None, discord.Message | None]:
+        """The forward's or reply's quote, and the replied-to message when it could be read."""
+        reference = message.reference
+        if reference is None:
+            return None, None
+        if reference.type is discord.MessageReferenceType.forward:
+            return forward_quote(message, me_id=me.id, directory=directory), None
+        if message.type is not discord.MessageType.reply or reference.message_id is None:
+            return None, None
+        target = await self._reply_target(reference)
+        return reply_quote(target, me_id=me.id, directory=directory), target
+
+    async def _reply_target(self, reference: discord.MessageReference) -> discord.Message | None:
+        """The payload's resolved message, else the cached one, else one lookup over REST."""
+        resolved = reference.resolved
+        if isinstance(resolved, discord.DeletedReferencedMessage):
+            return None  # Discord says it was deleted
+        if isinstance(resolved, discord.Message):
+            return resolved
+        cached = reference.cached_message
+        if cached is not None or reference.message_id is None:
+            return cached
+        return await self._fetch_message(reference.channel_id, reference.message_id)
+
+    async def edit(
+        self,
+        event: discord.RawMessageUpdateEvent,
+        me: discord.ClientUser,
+        directory: Directory | None,
+    ) -> Inbound | None:
+        """An edit whose text changed (embed unfurls and pins change nothing we store).
+
+        It asks for a reply by the rules of a new message (an edit that now mentions the bot
+        does); the store decides whether an edit of an answered message may re-trigger.
+        """
         message = event.message
         # Only a person's edit sets edited_timestamp; unfurls, pins and flag changes do not,
         # which tells them apart even when the message is not cached.
         if not self._is_chat(message) or message.edited_at is None:
             return None
-        text = message_text(message)
+        text = message_text(message, directory)
+        media = media_of(message.attachments, message.stickers)
+        if not text and not media:
+            return None  # nothing readable (the content intent is off): not a change we know
         cached = event.cached_message
-        if not text or (cached is not None and message_text(cached) == text):
+        if cached is not None and message_text(cached, directory) == text:
             return None
         place = await self.place(message.channel, event.channel_id, event.guild_id)
+        mentions_bot = self._mentions_bot(message, me)
+        reply_to_bot = _replies_to(message, me.id)
+        triggers = place.is_private or self._group_trigger == "all" or mentions_bot or reply_to_bot
         return Inbound(
             conversation=place.key(self._bot_key),
             author_id=str(message.author.id),
@@ -184,7 +232,11 @@ class InboundBuilder:
             text=text,
             platform_message_id=str(message.id),
             is_private=place.is_private,
+            triggers_reply=triggers,
+            reply_to_bot=reply_to_bot,
+            mentions_bot=mentions_bot,
             kind="edit",
+            media=media,
         )
 
     async def deletions(

@@ -223,3 +223,46 @@ async def test_guild_mention_gating_context_and_threads(tmp_path: Path) -> None:
             conversations = bot.query("SELECT chat_id, thread_id FROM conversations ORDER BY id")
             assert conversations == [(str(guild.general), ""), (str(guild.general), str(thread))]
             assert all(FakeDiscord.pings(p.body) == set() for p in fake.posts)
+
+
+async def test_a_forward_in_a_dm_is_answered_once(tmp_path: Path) -> None:
+    """A forwarded message (an empty message with a snapshot) was dropped without a word;
+    now it is stored and answered, once."""
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada, bob = fake.add_user("Ada"), fake.add_user("Bob")
+        async with personabot_run(tmp_path, fake) as bot:
+            dm = fake.dm(ada)
+            source = await fake.post(fake.hidden_channel(), bob, "moved to 5pm", dispatch=False)
+            forward = await fake.forward(dm, ada, source)
+            await fake.wait_for_bot_messages(dm, 1)
+            await bot.quiet()
+            assert len(_offline_replies(fake, dm)) == 1
+            stored = bot.query("SELECT platform_message_id FROM messages WHERE role = 'user'")
+            assert stored == [(forward["id"],)]
+
+
+async def test_an_edit_that_now_mentions_the_bot_gets_one_reply(tmp_path: Path) -> None:
+    """A guild message kept as context, edited to mention the bot, is answered, once; an
+    unmentioned edit before it asked for nothing, and an edit after the answer changes nothing."""
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada = fake.add_user("Ada")
+        guild = fake.add_guild("Cafe")
+        async with personabot_run(tmp_path, fake) as bot:
+            message = await fake.post(guild.general, ada, "what time is it")
+            await fake.edit(message, "what time is it?")
+            await bot.until(
+                lambda: bot.query("SELECT text FROM messages") == [("what time is it?",)]
+            )
+            await bot.quiet()
+            assert fake.bot_messages(guild.general) == []
+            await fake.edit(message, "what time is it?", mention_bot=True)
+            await fake.wait_for_bot_messages(guild.general, 1)
+            await bot.quiet()
+            await fake.edit(message, "what time is it now?", mention_bot=True)
+            # A later message proves the last edit was handled (gateway order).
+            await fake.post(guild.general, ada, "thanks")
+            await bot.until(lambda: bot.query("SELECT COUNT(*) FROM messages") == [(3,)])
+            await bot.quiet()
+            replies = _offline_replies(fake, guild.general)
+    assert len(replies) == 1
+    assert replies[0].startswith(f"{OFFLINE} ") and "@Mira what time is it?" in replies[0]

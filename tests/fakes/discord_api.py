@@ -29,7 +29,19 @@ REST (under ``/api/v10``, ``Authorization: Bot <token>`` required, else 401):
   uploads files): the files are kept in :attr:`RecordedPost.files` and become the message's
   ``attachments``; a DM to a user in :attr:`FakeDiscord.closed_dms` answers 403 code 50007
   ("Cannot send messages to this user"), as Discord does when DMs from a server are off;
-* ``GET /users/{id}`` and ``POST /users/@me/channels`` (open the DM channel with a user).
+* ``GET /users/{id}`` and ``POST /users/@me/channels`` (open the DM channel with a user);
+* ``GET /channels/{id}/messages/{id}``: the stored message with freshly signed attachment URLs
+  (404 code 10008 once deleted), recorded in :attr:`FakeDiscord.message_fetches`.
+
+CDN (``/attachments/{channel}/{attachment}/{filename}?ex=...``, no token): serves the bytes
+of every :class:`Upload` (the ``url`` of the attachment objects), recorded in
+:attr:`FakeDiscord.downloads`. Faults: :meth:`expire` (the URL answers 404 until the message
+is fetched again), :meth:`fail_download` (a status, or ``"hang"``: no answer until the server
+closes), :meth:`serve_chunked` (no Content-Length).
+
+Payload kinds :meth:`post` can send besides text: attachments, voice messages
+(:meth:`voice`), stickers, polls, replies with or without ``referenced_message``; and
+:meth:`forward` (``message_snapshots``).
 
 Gateway (``/gateway``): HELLO (op 10) on connect; heartbeats (op 1) acknowledged (op 11);
 IDENTIFY (op 2) checked (token: close 4004; message-content intent while
@@ -46,6 +58,8 @@ Cloudflare ban and raises at once).
 from __future__ import annotations
 
 import asyncio
+import base64
+import copy
 import datetime
 import itertools
 import json
@@ -53,19 +67,38 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import quote
 
 from aiohttp import WSMsgType, web
 
-__all__ = ["FakeDiscord", "FakeGuild", "FakeUser", "RecordedPost", "ScriptedFailure"]
+__all__ = [
+    "FakeDiscord",
+    "FakeFile",
+    "FakeGuild",
+    "FakeUser",
+    "RecordedPost",
+    "ScriptedFailure",
+    "Upload",
+]
 
 JSON = dict[str, Any]
 MESSAGE_CONTENT_INTENT = 1 << 15
+VOICE_MESSAGE_FLAG = 1 << 13
+#: Whether a reply's payload includes the message it replies to (see :meth:`FakeDiscord.post`).
+Referenced = Literal["included", "absent", "deleted"]
+#: A scripted CDN answer: an HTTP status, or ``"hang"`` (headers never come).
+Fault = int | Literal["hang"]
 _EPOCH_MS = 1420070400000
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat()
+
+
+def _snowflake_time(snowflake: int) -> str:
+    moment = datetime.datetime.fromtimestamp(((snowflake >> 22) + _EPOCH_MS) / 1000, datetime.UTC)
+    return moment.isoformat()
 
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -134,6 +167,35 @@ class RecordedPost:
 
 
 @dataclass(frozen=True, slots=True)
+class Upload:
+    """A file a user attaches; the fake's CDN serves ``data`` at the attachment's URL."""
+
+    filename: str
+    content_type: str | None = "application/octet-stream"
+    data: bytes = b"fake file bytes"
+    width: int | None = None
+    height: int | None = None
+    duration: float | None = None
+    voice: bool = False  # a voice message: duration and waveform, as Discord's client sends
+
+
+@dataclass
+class FakeFile:
+    """An attachment on the fake CDN: its bytes, its URL's current signature, scripted faults.
+
+    :meth:`FakeDiscord.expire` changes the signature: the URL handed out before answers 404
+    (as Discord's expired signed URLs do) and the message fetched again carries the new one.
+    """
+
+    id: int
+    channel_id: int
+    upload: Upload
+    signature: int = 1
+    chunked: bool = False  # no Content-Length: the body's size is known only by reading it
+    faults: deque[Fault] = field(default_factory=deque)
+
+
+@dataclass(frozen=True, slots=True)
 class ScriptedFailure:
     """An error answer queued for the next send to a channel."""
 
@@ -171,6 +233,12 @@ class FakeDiscord:
         self.identifies: list[JSON] = []
         self.resumes: list[JSON] = []
         self.unknown_routes: list[str] = []
+        self.files: dict[int, FakeFile] = {}
+        #: CDN requests: (attachment id, status answered; 0 for a request left hanging).
+        self.downloads: list[tuple[int, int]] = []
+        #: ``GET /channels/{c}/messages/{m}``: (channel id, message id).
+        self.message_fetches: list[tuple[int, int]] = []
+        self._hung = asyncio.Event()
         self._failures: dict[int, deque[ScriptedFailure]] = {}
         self._nonces: dict[tuple[int, str], JSON] = {}
         self._sockets: set[web.WebSocketResponse] = set()
@@ -347,6 +415,27 @@ class FakeDiscord:
         failure = ScriptedFailure(status, code, message, retry_after)
         self._failures.setdefault(channel_id, deque()).extend([failure] * times)
 
+    def expire(self, attachment_id: int | str) -> None:
+        """The attachment's URL expires: it answers 404 until the message is fetched again."""
+        self.files[int(attachment_id)].signature += 1
+
+    def fail_download(self, attachment_id: int | str, fault: Fault, *, times: int = 1) -> None:
+        """Answer the next ``times`` downloads of the attachment with ``fault``."""
+        self.files[int(attachment_id)].faults.extend([fault] * times)
+
+    def serve_chunked(self, attachment_id: int | str) -> None:
+        """Serve the attachment without Content-Length (chunked), as some proxies do."""
+        self.files[int(attachment_id)].chunked = True
+
+    def file_url(self, attachment_id: int | str) -> str:
+        """The attachment's current URL (what a fetched message carries now)."""
+        file = self.files[int(attachment_id)]
+        name = quote(file.upload.filename)
+        return (
+            f"http://127.0.0.1:{self.port}/attachments/{file.channel_id}/{file.id}/{name}"
+            f"?ex={file.signature:08x}&hm=fake"
+        )
+
     async def dispatch(self, event: str, data: JSON) -> int:
         """Send a DISPATCH event on the live connection; returns its sequence number."""
         async with self._send_lock:
@@ -372,35 +461,98 @@ class FakeDiscord:
         *,
         mention_bot: bool = False,
         mention_roles: tuple[int, ...] = (),
+        mention_users: tuple[FakeUser, ...] = (),
         reply_to: JSON | None = None,
-        attachments: tuple[tuple[str, str], ...] = (),
+        referenced: Referenced = "included",
+        attachments: tuple[Upload | tuple[str, str], ...] = (),
+        stickers: tuple[tuple[str, int], ...] = (),
+        poll: tuple[str, tuple[str, ...]] | None = None,
+        flags: int = 0,
+        dispatch: bool = True,
     ) -> JSON:
-        """A user writes in a channel, thread or DM: MESSAGE_CREATE; returns the message."""
+        """A user writes in a channel, thread or DM: MESSAGE_CREATE; returns the message.
+
+        ``mention_users``: users in the payload's ``mentions`` (write ``<@id>`` in ``content``
+        yourself); ``attachments``: :class:`Upload` files (or ``(filename, content_type)``
+        pairs), served at 127.0.0.1 URLs; ``stickers``: ``(name, format_type)`` (1 PNG,
+        2 APNG, 3 Lottie, 4 GIF); ``poll``: question and answers; ``referenced`` says whether a
+        reply's payload includes the replied-to message (``absent``: Discord did not resolve
+        it, ``deleted``: it is null). ``dispatch=False`` keeps the message off the gateway (a
+        message in a channel the bot cannot see, for forwarding).
+        """
         if mention_bot:
             content = f"<@{self.bot.id}> {content}"
         for role in mention_roles:
             content = f"<@&{role}> {content}"
         message = self._message(channel_id, author, content, reply_to=reply_to)
+        if reply_to is not None and referenced == "absent":
+            del message["referenced_message"]
+        elif reply_to is not None and referenced == "deleted":
+            message["referenced_message"] = None
         if mention_bot:
             message["mentions"].append(self._mention(self.bot, channel_id))
+        message["mentions"] += [self._mention(user, channel_id) for user in mention_users]
         message["mention_roles"] = [str(r) for r in mention_roles]
-        message["attachments"] = [
-            {
-                "id": str(self._snowflake()),
-                "filename": name,
-                "content_type": kind,
-                "size": 1024,
-                "url": f"https://cdn.example/{name}",
-                "proxy_url": f"https://media.example/{name}",
-            }
-            for name, kind in attachments
-        ]
+        uploads = [a if isinstance(a, Upload) else Upload(a[0], a[1]) for a in attachments]
+        message["attachments"] = [self._attachment(channel_id, u) for u in uploads]
+        if any(u.voice for u in uploads):
+            flags |= VOICE_MESSAGE_FLAG
+        message["flags"] = flags
+        if stickers:
+            message["sticker_items"] = [
+                {"id": str(self._snowflake()), "name": name, "format_type": fmt}
+                for name, fmt in stickers
+            ]
+        if poll is not None:
+            message["poll"] = _poll(*poll)
+        self.messages.setdefault(channel_id, []).append(message)
+        if dispatch:
+            await self.dispatch("MESSAGE_CREATE", message)
+        return message
+
+    async def voice(
+        self, channel_id: int, author: FakeUser, data: bytes, *, duration: float = 3.5
+    ) -> JSON:
+        """A voice message: one OGG attachment with a duration and waveform, flag 1 << 13."""
+        upload = Upload("voice-message.ogg", "audio/ogg", data, duration=duration, voice=True)
+        return await self.post(channel_id, author, "", attachments=(upload,))
+
+    async def forward(self, channel_id: int, author: FakeUser, source: JSON) -> JSON:
+        """``author`` forwards ``source`` into a channel: an empty message whose reference has
+        type 1 (forward) and whose ``message_snapshots`` hold the source's content and files."""
+        message = self._message(channel_id, author, "")
+        message["message_reference"] = {
+            "type": 1,
+            "message_id": source["id"],
+            "channel_id": source["channel_id"],
+            **({"guild_id": source["guild_id"]} if "guild_id" in source else {}),
+        }
+        snapshot = {
+            key: copy.deepcopy(source[key])
+            for key in ("type", "content", "embeds", "attachments", "timestamp", "flags")
+        }
+        snapshot.update(edited_timestamp=source.get("edited_timestamp"), mentions=[])
+        snapshot["mention_roles"] = []
+        if "sticker_items" in source:
+            snapshot["sticker_items"] = copy.deepcopy(source["sticker_items"])
+        message["message_snapshots"] = [{"message": snapshot}]
+        message["flags"] = 1 << 14  # HAS_SNAPSHOT
         self.messages.setdefault(channel_id, []).append(message)
         await self.dispatch("MESSAGE_CREATE", message)
         return message
 
-    async def edit(self, message: JSON, content: str) -> JSON:
+    def hidden_channel(self) -> int:
+        """A channel id the bot knows nothing of (a server it is not in)."""
+        return self._snowflake()
+
+    async def edit(self, message: JSON, content: str, *, mention_bot: bool = False) -> JSON:
         """The author edits a message: MESSAGE_UPDATE with the whole new message."""
+        if mention_bot:
+            content = f"<@{self.bot.id}> {content}"
+            message["mentions"] = [
+                *message["mentions"],
+                self._mention(self.bot, int(message["channel_id"])),
+            ]
         message.update(content=content, edited_timestamp=_now())
         await self.dispatch("MESSAGE_UPDATE", message)
         return message
@@ -417,6 +569,8 @@ class FakeDiscord:
         data = {"id": message["id"], "channel_id": message["channel_id"]}
         if "guild_id" in message:
             data["guild_id"] = message["guild_id"]
+        channel = self.messages.get(int(message["channel_id"]), [])
+        channel[:] = [m for m in channel if m["id"] != message["id"]]
         await self.dispatch("MESSAGE_DELETE", data)
 
     async def reconnect(self, *, replay: list[tuple[str, JSON]]) -> None:
@@ -431,12 +585,13 @@ class FakeDiscord:
         self, channel_id: int, author: FakeUser, content: str, *, reply_to: JSON | None = None
     ) -> JSON:
         guild = self._guild_of(channel_id)
+        message_id = self._snowflake()
         message: JSON = {
-            "id": str(self._snowflake()),
+            "id": str(message_id),
             "channel_id": str(channel_id),
             "author": author.payload(),
             "content": content,
-            "timestamp": _now(),
+            "timestamp": _snowflake_time(message_id),  # as on Discord: the id's own time
             "edited_timestamp": None,
             "tts": False,
             "mention_everyone": "@everyone" in content or "@here" in content,
@@ -465,6 +620,39 @@ class FakeDiscord:
             }
             message["referenced_message"] = reply_to
         return message
+
+    def _attachment(self, channel_id: int, upload: Upload) -> JSON:
+        """An attachment object; its file is served by the fake CDN."""
+        file = FakeFile(self._snowflake(), channel_id, upload)
+        self.files[file.id] = file
+        data: JSON = {
+            "id": str(file.id),
+            "filename": upload.filename,
+            "size": len(upload.data),
+            "url": self.file_url(file.id),
+            "proxy_url": self.file_url(file.id).replace("/attachments/", "/proxy/attachments/"),
+        }
+        if upload.content_type is not None:
+            data["content_type"] = upload.content_type
+        if upload.width is not None:
+            data["width"] = upload.width
+        if upload.height is not None:
+            data["height"] = upload.height
+        if upload.duration is not None:
+            data["duration_secs"] = upload.duration
+        if upload.voice:
+            data["waveform"] = base64.b64encode(bytes(range(0, 256, 4))).decode()
+        return data
+
+    def _as_served(self, message: JSON) -> JSON:
+        """A stored message as Discord serves it now: attachment URLs freshly signed."""
+        fresh = copy.deepcopy(message)
+        snapshots = [s["message"] for s in fresh.get("message_snapshots") or []]
+        for holder in (fresh, *snapshots):
+            for attachment in holder.get("attachments") or []:
+                if int(attachment["id"]) in self.files:
+                    attachment["url"] = self.file_url(attachment["id"])
+        return fresh
 
     def _mention(self, user: FakeUser, channel_id: int) -> JSON:
         data = user.payload()
@@ -574,6 +762,12 @@ class FakeDiscord:
         app.router.add_get(api + "/channels/{channel_id:\\d+}", self._get_channel)
         app.router.add_post(api + "/channels/{channel_id:\\d+}/messages", self._create_message)
         app.router.add_post(api + "/channels/{channel_id:\\d+}/typing", self._typing)
+        app.router.add_get(
+            api + "/channels/{channel_id:\\d+}/messages/{message_id:\\d+}", self._get_message
+        )
+        app.router.add_get(
+            "/attachments/{channel_id:\\d+}/{attachment_id:\\d+}/{filename}", self._download
+        )
         app.router.add_get(api + "/users/{user_id:\\d+}", self._get_user)
         app.router.add_post(f"{api}/users/@me/channels", self._open_dm)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
@@ -584,7 +778,8 @@ class FakeDiscord:
         self._port = int(self._runner.addresses[0][1])
 
     async def close(self) -> None:
-        """Close every gateway connection and stop the server."""
+        """Close every gateway connection, end hanging downloads and stop the server."""
+        self._hung.set()
         for ws in list(self._sockets):
             await ws.close(code=1001)
         if self._runner is not None:
@@ -679,6 +874,51 @@ class FakeDiscord:
         await self._notify()
         return response
 
+    async def _get_message(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, "401: Unauthorized")
+        channel_id = int(request.match_info["channel_id"])
+        message_id = request.match_info["message_id"]
+        self.message_fetches.append((channel_id, int(message_id)))
+        await self._notify()
+        if self._channel_payload(channel_id) is None and channel_id not in self.messages:
+            return _error(404, "Unknown Channel", 10003)
+        for message in self.messages.get(channel_id, []):
+            if message["id"] == message_id:
+                return _json(self._as_served(message))
+        return _error(404, "Unknown Message", 10008)
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        """The CDN: no token needed; an outdated signature is a 404, as when a URL expired."""
+        file = self.files.get(int(request.match_info["attachment_id"]))
+        if file is None or request.query.get("ex") != f"{file.signature:08x}":
+            status = 404
+            answer: web.StreamResponse = web.Response(status=404, text="content not available")
+        elif file.faults:
+            fault = file.faults.popleft()
+            if fault == "hang":
+                self.downloads.append((file.id, 0))
+                await self._notify()
+                await self._hung.wait()  # until the server closes
+                return web.Response(status=503)
+            status, answer = fault, web.Response(status=fault, text="scripted failure")
+        elif file.chunked:
+            self.downloads.append((file.id, 200))
+            await self._notify()
+            stream = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+            stream.enable_chunked_encoding()
+            await stream.prepare(request)
+            for start in range(0, len(file.upload.data), 4096):
+                await stream.write(file.upload.data[start : start + 4096])
+            await stream.write_eof()
+            return stream
+        else:
+            kind = file.upload.content_type or "application/octet-stream"
+            status, answer = 200, web.Response(body=file.upload.data, content_type=kind)
+        self.downloads.append((file.id if file else 0, status))
+        await self._notify()
+        return answer
+
     async def _get_user(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
             return _error(401, "401: Unauthorized")
@@ -718,14 +958,7 @@ class FakeDiscord:
                 return _json(earlier)  # Discord: same nonce, same author -> the same message
         message = self._message(channel_id, self.bot, content)
         message["attachments"] = [
-            {
-                "id": str(self._snowflake()),
-                "filename": name,
-                "size": len(data),
-                "url": f"https://cdn.example/{name}",
-                "proxy_url": f"https://media.example/{name}",
-            }
-            for name, data in files or []
+            self._attachment(channel_id, Upload(name, None, data)) for name, data in files or []
         ]
         if nonce is not None:
             message["nonce"] = str(nonce)
@@ -830,6 +1063,19 @@ class FakeDiscord:
         self._connected.set()
         self._answered += 1
         await self._notify()
+
+
+def _poll(question: str, answers: tuple[str, ...]) -> JSON:
+    expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=24)
+    return {
+        "question": {"text": question},
+        "answers": [
+            {"answer_id": i + 1, "poll_media": {"text": text}} for i, text in enumerate(answers)
+        ],
+        "expiry": expiry.isoformat(),
+        "allow_multiselect": False,
+        "layout_type": 1,
+    }
 
 
 def _role(role_id: int, name: str, position: int) -> JSON:
