@@ -314,14 +314,6 @@ class Pipeline:
             notice = gap_notice(gaps)
             if self._gap_policy.policy == "tell_user":
                 await self._tell_once(turn, gaps, profile)
-        assembled = await self._memory.build(turn, profile.pin, gap_notice=notice, summary=summary)
-        log.debug(
-            "turn %s v0=%d messages=%d prompt~%d tokens",
-            turn.session,
-            turn.version,
-            len(turn.messages),
-            assembled.total_tokens,
-        )
         context = self._context(turn, profile)
         extensions = self._extensions_for(conversation.bot)
         policy = self._tool_policy
@@ -342,6 +334,18 @@ class Pipeline:
         )
         try:
             async with profile.outlet.typing(conversation), self._renewing(lease, profile):
+                # Built under the renewed lease and the typing indicator: fetching a photo or
+                # transcribing a voice note may take longer than the lease (bot/runtime/media.py).
+                assembled = await self._memory.build(
+                    turn, profile.pin, gap_notice=notice, summary=summary
+                )
+                log.debug(
+                    "turn %s v0=%d messages=%d prompt~%d tokens",
+                    turn.session,
+                    turn.version,
+                    len(turn.messages),
+                    assembled.total_tokens,
+                )
                 layers = await context_layers(
                     extensions.before_model,
                     context,

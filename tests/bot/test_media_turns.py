@@ -240,3 +240,19 @@ async def test_a_reply_to_an_old_message_carries_the_quoted_text(
         await send(h, "tea, always", quote=quote)
         await h.advance(2)
     assert llm.last_input() == '[replying to your own message: "Tea or coffee?"]\ntea, always'
+
+
+async def test_a_slow_download_keeps_the_turn_leased_so_no_other_process_repeats_it(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    files = FakeFiles(clock, latency=5.0)  # longer than the lease
+    files.files["f1"] = jpeg()
+    llm = GatedLLM()
+    async with (
+        harness(store, clock, llm, outlet=MediaOutlet(clock, files), lease=2.0, holder="a") as a,
+        harness(store, clock, llm, outlet=MediaOutlet(clock, files), lease=2.0, holder="b"),
+    ):
+        await send(a, "hi", photo("f1"))
+        await a.advance(12)
+    assert files.fetched == ["f1"]
+    assert llm.calls == 1
