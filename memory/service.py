@@ -37,6 +37,7 @@ from bot.core.llm import BaseLLM, ImageBlock, ModelResult
 from bot.core.shares import weights
 from bot.store.base import BaseStore
 from memory.assemble import Assembled, Budget, Participant, PersonaPin, ShownImage, assemble
+from memory.content import own_words
 from memory.fit import fit_task
 from memory.privacy import ForgetReport, export_document
 from memory.records import (
@@ -473,6 +474,9 @@ class Memory:
             and m.addressed
             and m.turn > mark
             and (forgotten_at is None or m.created_at > forgotten_at)
+            # Only their own words: a bare forward or a photo without a caption says nothing
+            # about them (memory/content.py).
+            and own_words(m)
         ]
 
     async def _learn(self, session: SessionKey, author: str, mark: int) -> bool:
@@ -489,7 +493,7 @@ class Memory:
                 messages = await self._learnable(session, author, mark, record.forgotten_at)
                 if not messages:
                     return True
-                seen = tuple((m.id, m.text) for m in messages)
+                seen = tuple((m.id, own_words(m)) for m in messages)
                 if seen != basis:
                     # First attempt, or the allowed messages changed (a /forget, a deletion,
                     # an edit): what the model said about the old set may not be kept.

@@ -121,7 +121,8 @@ def extraction_request(
     lines = "\n".join(
         data_json({"message_id": m.id, "text": own_words(m)}) for m in messages if own_words(m)
     )
-    text = f"<messages_of person={data_json(display_name)}>\n{lines}\n</messages_of>"
+    body = f"{lines}\n" if lines else ""
+    text = f"<messages_of person={data_json(display_name)}>\n{body}</messages_of>"
     return ModelRequest(
         model=model,
         system=(TextBlock(EXTRACT_SYSTEM),),
