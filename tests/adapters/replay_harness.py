@@ -530,7 +530,7 @@ class TelegramRig:
             TG_TOKEN, {**update, "update_id": next(self.update_ids)}
         )
 
-    async def answers(self, text: str, within: float = 10.0) -> None:
+    async def answers(self, text: str, within: float = 15.0) -> None:
         """A plain text message from ANN is answered (the bot still serves)."""
         update = self.api.message_update(self.chat, ANN, text)
         if self.mode == "polling":
@@ -615,7 +615,7 @@ class DiscordRig:
         """Dispatch one event on the live gateway connection."""
         await self.fake.dispatch(name, data)
 
-    async def answers(self, within: float = 10.0) -> None:
+    async def answers(self, within: float = 15.0) -> None:
         """A DM from the known user is answered (the bot still serves); in gateway order, so
         every event dispatched before it was handled by then."""
         text = f"still there? {next(self.sentinels)}"
