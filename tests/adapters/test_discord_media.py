@@ -5,10 +5,14 @@ fake Discord: attachments, voice messages and stickers as ``MediaRef``, replies 
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
+from PIL import Image
+
 from bot.core.events import Reply
+from bot.core.llm import ImageBlock
 from bot.core.media import MediaRef, Quote
 from tests.adapters.test_discord import (
     TOKEN,
@@ -18,6 +22,7 @@ from tests.adapters.test_discord import (
     with_runtime,
 )
 from tests.fakes.discord_api import FakeDiscord, Upload
+from tests.fakes.llm import GatedLLM
 
 __all__ = ["_endpoints_released"]  # the autouse fixture applies here too
 
@@ -307,3 +312,26 @@ async def test_stored_text_is_what_the_person_wrote(tmp_path: Path) -> None:
             (stored,) = bot.rows("SELECT text FROM messages WHERE role = 'user'")
     assert stored == ("@Mira @everyone look at #unknown-channel",)
     assert "\u200b" not in stored[0]
+
+
+async def test_an_image_attachment_in_a_dm_reaches_the_model_as_an_image(
+    tmp_path: Path,
+) -> None:
+    """Downloaded from the (fake) CDN, prepared, and sent as an image block with the caption."""
+    picture = io.BytesIO()
+    Image.new("RGB", (300, 200), "orange").save(picture, "PNG")
+    llm = GatedLLM(answer=lambda r: "an orange square")
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada = fake.add_user("Ada")
+        dm = fake.dm(ada)
+        async with with_runtime(fake, tmp_path, llm) as bot:
+            upload = Upload("art.png", "image/png", picture.getvalue(), width=300, height=200)
+            await fake.post(dm, ada, "my painting", attachments=(upload,))
+            await fake.wait_for_bot_messages(dm, 1)
+            await bot.quiet()
+    (turn,) = [r for r in llm.requests if r.purpose == "reply"]
+    blocks = turn.messages[-1].blocks
+    (image,) = [b for b in blocks if isinstance(b, ImageBlock)]
+    assert Image.open(io.BytesIO(image.data)).size == (300, 200)
+    assert turn.messages[-1].text == "[image art.png]\nmy painting"
+    assert [m["content"] for m in fake.bot_messages(dm)] == ["an orange square"]
