@@ -181,8 +181,11 @@ async def test_a_reply_to_an_old_message_carries_the_quoted_text(
         # Long after, and beyond any window: a reply to that first message.
         for n in range(3):
             rig.say(PRIVATE, ANN, f"filler {n}")
-            expected = n + 2
-            await api.wait_for(lambda: len(rig.replies()) == expected, what="a reply")
+
+            def replied(count: int = n + 2) -> bool:
+                return len(rig.replies()) == count
+
+            await api.wait_for(replied, what="a reply")
             await rig.quiet(rig.key(PRIVATE))
         rig.say(PRIVATE, ANN, "she visits tomorrow", reply_to_message_id=first)
         await api.wait_for(lambda: len(rig.replies()) == 5, what="the last reply")
