@@ -12,9 +12,10 @@ prompt, and how much latency fetching and downscaling them adds to a turn.
    (a) **re-sent**: every photo stays in every later prompt, as in a bot that keeps images in
        its history. Emulated from the captured requests: each is rebuilt with every earlier
        photo that it no longer carries (summarised away) put back as an image block, with a
-       one-line label, at the start of its first message, in the order they arrived. That is
-       the cheapest place a kept photo can have (right after the system prompt, never moving),
-       so (a) is a lower bound of what re-sending costs;
+       one-line label, at the start of its first message, in the order they arrived, and the
+       summary's image descriptions emptied (it needs none). That is the cheapest place a kept
+       photo has in this prompt layout (right after the system prompt, never moving), so (a)
+       is a lower bound of what re-sending costs;
    (b) **personabot**: the captured requests as they are: images only while their message is
        in the window (at most ``max_images`` = 6, the default), the summary describing them
        after (the summariser is shown the images it folds).
@@ -64,6 +65,7 @@ from typing import Any, Final
 
 from PIL import Image
 
+from adapters.telegram.adapter import TelegramAdapter
 from bench._report import (
     configure_logging,
     environment,
@@ -122,6 +124,7 @@ from bot.runtime.media import MediaPreparer, MediaSettings
 from bot.runtime.pipeline import BotProfile, Pipeline
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Assembled, PersonaPin
+from memory.quoting import data_json
 from memory.records import Summary
 from memory.service import MediaPreparation, Memory, MemoryPolicy
 from tests.fakes.telegram_api import FakeTelegramAPI
@@ -190,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--model-latency", type=positive_float, default=0.05, help="fake model latency, s"
     )
-    p.add_argument("--pool", type=positive_int, help="distinct photos per size (default 5)")
+    p.add_argument("--pool", type=positive_int, help="distinct photos per size (5, --quick 3)")
     p.add_argument("--seed", type=int, default=7, help="seed of the script and the photos")
     p.add_argument("--out", type=Path, default=Path("bench/results/media.json"))
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v INFO, -vv DEBUG")
@@ -315,8 +318,6 @@ class TelegramFiles:
 @contextlib.asynccontextmanager
 async def telegram_source() -> AsyncIterator[tuple[MediaSource, TelegramFiles]]:
     """The real Telegram adapter's MediaSource against a fresh fake Bot API server."""
-    from adapters.telegram.adapter import TelegramAdapter  # aiogram: only when measuring
-
     async with FakeTelegramAPI() as api:
         api.add_bot(TOKEN, "bench_media_bot", "Mira")
         adapter = TelegramAdapter(bot_key=BOT, token=TOKEN, api_server=api.base_url)
@@ -361,7 +362,7 @@ def _images(request: ModelRequest) -> list[ImageBlock]:
 def _without(system: TextBlock, entries: Sequence[str]) -> TextBlock:
     text = system.text
     for entry in entries:
-        text = text.replace(json.dumps(entry), '""')
+        text = text.replace(data_json(entry), '""')  # the summary's entries are data_json
     return dataclasses.replace(system, text=text)
 
 
@@ -422,8 +423,7 @@ SCENES: Final = (
 
 
 def description(turn: int, label: str, number: int) -> str:
-    """Summary entry ``number`` describing an image of ``turn`` (plain ASCII, so that JSON
-    leaves it as it is)."""
+    """Summary entry ``number`` describing an image of ``turn``."""
     return f"sent a {label} (turn {turn}) showing {SCENES[number % len(SCENES)]}"
 
 
