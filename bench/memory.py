@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import io
 import itertools
 import random
 import sqlite3
@@ -41,7 +42,9 @@ from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from PIL import Image
 
 from bench._report import (
     configure_logging,
@@ -54,7 +57,15 @@ from bench._report import (
 )
 from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey, Inbound, QueuePolicy, Reply, Turn
-from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
+from bot.core.llm import (
+    BaseLLM,
+    ContentBlock,
+    ImageBlock,
+    ModelRequest,
+    ModelResult,
+    TextBlock,
+    Usage,
+)
 from bot.llm.offline import OfflineLLM
 from bot.queue import Ingestor
 from bot.runtime.pipeline import BotProfile, Pipeline
@@ -62,7 +73,7 @@ from bot.store.sqlite import SQLiteStore
 from memory.assemble import Assembled, Budget, PersonaPin
 from memory.records import MemoryItem, Section, Summary, UserMemory, trim_summary
 from memory.service import Memory, MemoryPolicy
-from memory.tokens import estimate_tokens
+from memory.tokens import estimate_tokens, image_tokens
 
 BOT = "bench-memory"
 CONVERSATION = ConversationKey("bench", "chat-1", None, BOT)
@@ -184,12 +195,14 @@ class Pricing:
 @dataclass(frozen=True, slots=True)
 class Block:
     """One content block of a request: role ("system", "user", "assistant"), text, tokens,
-    and whether a cache breakpoint follows it."""
+    and whether a cache breakpoint follows it. An image block's ``text`` is its content key
+    (media type and a hash of its bytes: see ``image_block``)."""
 
     role: str
     text: str
     tokens: int
     breakpoint: bool = False
+    kind: Literal["text", "image"] = "text"
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,13 +229,32 @@ def block(role: str, text: str, breakpoint: bool = False) -> Block:
     return Block(role, text, estimate_tokens(text), breakpoint)
 
 
+def image_block(role: str, image: ImageBlock) -> Block:
+    """An image as a block: the tokens the API charges for its size, its bytes' hash as its
+    content (the same picture re-encoded is new content, as it is to the provider's cache)."""
+    with Image.open(io.BytesIO(image.data)) as im:
+        width, height = im.size
+    key = f"{image.media_type};sha256={hashlib.sha256(image.data).hexdigest()}"
+    return Block(role, key, image_tokens(width, height), image.cache, "image")
+
+
+def content_block(role: str, content: ContentBlock) -> Block:
+    """A captured text or image block as a priced block (tool blocks are not benchmarked)."""
+    if isinstance(content, TextBlock):
+        return block(role, content.text, content.cache)
+    if isinstance(content, ImageBlock):
+        return image_block(role, content)
+    raise TypeError(f"no price for a {type(content).__name__} block")
+
+
 def prefix_keys(blocks: Sequence[Block]) -> list[bytes]:
-    """Digest of the content of ``blocks[: i + 1]`` for every i (roles and texts, no flags)."""
+    """Digest of the content of ``blocks[: i + 1]`` for every i (roles, kinds and texts or
+    image keys, no flags)."""
     keys: list[bytes] = []
     digest = b""
     for b in blocks:
         h = hashlib.sha256(digest)
-        h.update(b.role.encode() + b"\0" + b.text.encode())
+        h.update(b.role.encode() + b"\0" + b.kind.encode() + b"\0" + b.text.encode())
         digest = h.digest()
         keys.append(digest)
     return keys
@@ -577,7 +609,7 @@ def request_blocks(request: ModelRequest) -> list[Block]:
     """A captured request as blocks, with exactly its own breakpoints."""
     blocks = [block("system", b.text, b.cache) for b in request.system]
     for message in request.messages:
-        blocks += [block(message.role, b.text, b.cache) for b in message.blocks]
+        blocks += [content_block(message.role, b) for b in message.blocks]
     return blocks
 
 
