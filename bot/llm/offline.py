@@ -58,13 +58,15 @@ class OfflineLLM(BaseLLM):
         self.calls += 1
         if self._latency:
             await asyncio.sleep(self._latency)
-        # The new turn is the last message's last block (a context layer may come before it).
+        # The new turn is the last message's last text (a context layer and images may come
+        # before it); a memory task's transcript is its first text (images may follow it).
         blocks = request.messages[-1].blocks if request.messages else ()
-        last = blocks[-1].text if blocks and isinstance(blocks[-1], TextBlock) else ""
+        texts = [b.text for b in blocks if isinstance(b, TextBlock)]
+        last = texts[-1] if texts else ""
         if request.purpose == "summary":
-            text = _summary(last)
+            text = _summary(texts[0] if texts else "")
         elif request.purpose == "extract":
-            text = _extract(last)
+            text = _extract(texts[0] if texts else "")
         else:
             text = _reply(request, last)
         prompt = "".join(b.text for b in request.system) + "".join(m.text for m in request.messages)

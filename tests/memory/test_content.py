@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from bot.core.events import StoredMessage
 from bot.core.llm import ImageBlock, TextBlock
 from bot.core.media import MediaRef, MediaStatus, Quote, StoredMedia
+from bot.llm.offline import OfflineLLM
 from memory.assemble import Budget, ShownImage, assemble
 from memory.content import media_line, own_words, quote_line, spoken
-from memory.tasks import extraction_request, summary_request
+from memory.tasks import extraction_request, parse_summary_update, summary_request
 from tests.memory.test_assemble import PIN, msg, turn_of
 
 PHOTO = MediaRef("image", "photo", ref="f1")
@@ -151,4 +152,12 @@ def test_the_summariser_sees_the_images_it_folds_and_is_asked_to_describe_them()
     assert any(isinstance(b, ImageBlock) for b in blocks)
     assert any(isinstance(b, TextBlock) and "Image of turn 4" in b.text for b in blocks)
     assert "describe" in request.system[0].text or "showed" in request.system[0].text
-    assert "[photo" in request.messages[0].text
+    transcript = request.messages[0].blocks[0]
+    assert isinstance(transcript, TextBlock)
+    assert "[photo]" in transcript.text and "not shown" not in transcript.text
+
+
+async def test_the_offline_summariser_still_reads_a_chunk_that_carries_images() -> None:
+    chunk = [with_media(msg(4, "my new bike is red"), media(9, PHOTO, "ready", message=4))]
+    result = await OfflineLLM().complete(summary_request(None, chunk, "m", {9: image(9).block}))
+    assert "my new bike is red" in str(parse_summary_update(result.text))
