@@ -15,6 +15,7 @@ from bot.config import PersonaSettings, Settings
 from bot.core.clock import SystemClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, StoredMessage, Turn, UserKey
+from bot.core.llm import ImageBlock
 from bot.llm.offline import OfflineLLM
 from bot.store.sqlite import SQLiteStore
 from memory.retention.worker import RetentionPolicy
@@ -91,6 +92,10 @@ async def show_prompt(
         print(f"--- system block {i}{mark}\n{block.text}", file=out)
     for message in request.messages:
         mark = "  [cache breakpoint]" if any(b.cache for b in message.blocks) else ""
+        shown = [b for b in message.blocks if isinstance(b, ImageBlock)]
+        if shown:
+            sizes = ", ".join(f"{b.media_type} {len(b.data) // 1024} KB" for b in shown)
+            mark += f"  [{len(shown)} image(s): {sizes}]"
         print(f"--- {message.role}{mark}\n{message.text}", file=out)
     return 0
 
