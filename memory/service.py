@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -93,6 +94,9 @@ class MediaPreparation(Protocol):
 _CAS_ATTEMPTS = 3
 #: Tokens of an image whose size is not on record: the most an image can cost.
 _IMAGE_TOKENS = 1640
+#: Image bytes of one request at most, as base64: the Messages API refuses a body over 32 MB,
+#: and a few prepared images of up to 5 MB each would pass it whatever ``max_images`` says.
+_IMAGE_REQUEST_BYTES = 24 * 1024 * 1024
 
 
 def _scoped(items: Sequence[MemoryItem], messages: Sequence[StoredMessage]) -> list[MemoryItem]:
@@ -219,7 +223,8 @@ class Memory:
         )
 
     async def _images(self, messages: Sequence[StoredMessage], limit: int) -> dict[int, ShownImage]:
-        """The newest ``limit`` images of these messages that are ready, with their bytes."""
+        """The newest ``limit`` images of these messages that are ready, with their bytes
+        (fewer when their bytes would pass ``_IMAGE_REQUEST_BYTES``)."""
         chosen = [
             media
             for message in reversed(messages)
@@ -229,14 +234,17 @@ class Memory:
         if not chosen:
             return {}
         data = await self._store.media_data([m.id for m in chosen])
-        return {
-            m.id: ShownImage(
-                ImageBlock(m.media_type, data[m.id]),
-                image_tokens(m.width, m.height) if m.width and m.height else _IMAGE_TOKENS,
-            )
-            for m in chosen
-            if m.id in data
-        }
+        shown: dict[int, ShownImage] = {}
+        room = _IMAGE_REQUEST_BYTES
+        for m in chosen:  # newest first: older ones go first when the bytes run out
+            if m.id not in data:
+                continue
+            room -= 4 * math.ceil(len(data[m.id]) / 3)  # base64 of the bytes
+            if room < 0:
+                break
+            tokens = image_tokens(m.width, m.height) if m.width and m.height else _IMAGE_TOKENS
+            shown[m.id] = ShownImage(ImageBlock(m.media_type, data[m.id]), tokens)
+        return shown
 
     async def gaps(
         self, session: SessionKey, summary: Summary | NotSet | None = NOT_SET
