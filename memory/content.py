@@ -12,9 +12,9 @@ renders it with :func:`spoken`, so all of them read the same thing:
 
 The quoted text and author are someone else's words (or a channel's), so they are JSON-quoted
 (``data_json``): they stay on one line and can never pass for the person's own words or for a
-header. A transcript is the person's own words and reads like their text. Media the model
-does not get as an image say so plainly, so the persona never answers a picture it cannot see
-as if it had seen it.
+header. A transcript is the person's own words and reads like their text (a forwarded voice
+note's is quoted like the forward's). Media the model does not get as an image say so
+plainly, so the persona never answers a picture it cannot see as if it had seen it.
 
 :func:`own_words` is what the person said themselves (text and transcripts, never a quote or a
 forward): long-term memory learns from that only.
@@ -38,15 +38,17 @@ def spoken(message: StoredMessage, shown: Collection[int] = ()) -> str:
     lines = []
     if message.quote is not None:
         lines.append(quote_line(message.quote))
-    lines.extend(media_line(m, shown=m.id in shown) for m in message.media)
+    forwarded = _forwarded(message)
+    lines.extend(media_line(m, shown=m.id in shown, forwarded=forwarded) for m in message.media)
     if message.text:
         lines.append(message.text)
     return "\n".join(lines)
 
 
 def own_words(message: StoredMessage) -> str:
-    """What the person said themselves: the text and the transcripts of their voice notes."""
-    parts = [m.note for m in message.media if _transcribed(m)]
+    """What the person said themselves: the text and the transcripts of their voice notes
+    (a forwarded voice note is its owner's words, like the forward's text)."""
+    parts = [] if _forwarded(message) else [m.note for m in message.media if _transcribed(m)]
     if message.text:
         parts.append(message.text)
     return "\n".join(parts)
@@ -68,8 +70,9 @@ def quote_line(quote: Quote) -> str:
     return f"[{verb} {who}, who wrote: {body}]"
 
 
-def media_line(media: StoredMedia, *, shown: bool = False) -> str:
-    """The stand-in of one piece of media (``[photo]``; what happened when it is not shown)."""
+def media_line(media: StoredMedia, *, shown: bool = False, forwarded: bool = False) -> str:
+    """The stand-in of one piece of media (``[photo]``; what happened when it is not shown);
+    ``forwarded``: it came with a forward, so a transcript is quoted as someone else's."""
     label = media.ref.label or media.ref.kind
     kind = media.ref.kind
     if kind == "image":
@@ -80,6 +83,8 @@ def media_line(media: StoredMedia, *, shown: bool = False) -> str:
         return f"[{label}: not shown to you here]"
     if kind in ("voice", "video_note"):
         if _transcribed(media):
+            if forwarded:
+                return f"[forwarded {label}, transcribed: {data_json(media.note)}]"
             return f"[{label}, transcribed] {media.note}"
         if media.status == "ready":
             return f"[{label}: nothing could be heard in it]"
@@ -90,6 +95,10 @@ def media_line(media: StoredMedia, *, shown: bool = False) -> str:
             )
         return f"[{label}{length}: you cannot listen to it; only this note says it arrived]"
     return f"[{label}]"
+
+
+def _forwarded(message: StoredMessage) -> bool:
+    return message.quote is not None and message.quote.origin == "forward"
 
 
 def _failed(media: StoredMedia) -> bool:
