@@ -74,7 +74,12 @@ class DiscordMedia:
         try:
             return await self._download(media.ref, max_bytes)
         except _Expired as first:
-            log.debug("Discord CDN answered %d for %s; asking for a fresh URL", first.status, media)
+            log.debug(
+                "Discord CDN answered %d for %s (attachment %s); asking for a fresh URL",
+                first.status,
+                media.label,
+                media.unique_id,
+            )
         fresh = await self._fresh_url(media, chat_id, platform_message_id)
         try:
             return await self._download(fresh, max_bytes)
@@ -97,7 +102,7 @@ class DiscordMedia:
     async def _download(self, url: str, max_bytes: int) -> bytes:
         """GET ``url``, never reading more than ``max_bytes + 1`` bytes of its body."""
         if not url.startswith(("https://", "http://")):
-            raise MediaRejected(f"not a web address: {url[:60]!r}")
+            raise MediaRejected("not a web address")
         try:
             async with self._http().get(url) as response:
                 if response.status in _EXPIRED:
@@ -110,10 +115,14 @@ class DiscordMedia:
                 if declared is not None and declared > max_bytes:
                     raise MediaRejected(f"the file is {declared} bytes, over {max_bytes}")
                 return await _bounded(response.content, max_bytes)
-        except aiohttp.InvalidURL as exc:
-            raise MediaRejected(f"not a valid address: {exc}") from exc
+        # Never the error's text: aiohttp puts the URL in it (a connection timeout, a redirect),
+        # and a signed CDN URL lets whoever reads the log or the media row download the file.
+        except aiohttp.InvalidURL:
+            raise MediaRejected("not a valid address") from None
         except _NETWORK as exc:
-            raise MediaUnavailable(f"download from Discord's CDN failed: {exc!r}") from exc
+            raise MediaUnavailable(
+                f"download from Discord's CDN failed ({type(exc).__name__})"
+            ) from None
 
     async def _fresh_url(self, media: MediaRef, chat_id: str, message_id: str | None) -> str:
         """The attachment's current URL, from the message fetched again; MediaRejected if gone."""
