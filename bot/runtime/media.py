@@ -16,7 +16,8 @@ Runs inside the turn, under its lease, before the prompt is built (``Memory.buil
 A permanent failure (too large, unsupported, gone) marks the row ``failed`` with the reason; a
 transient one (network, timeout) leaves it ``new`` with the reason, so a later turn tries
 again while this one tells the model the image could not be loaded. Either way the turn goes
-on: media never hold a conversation up for longer than the fetch timeout.
+on: media never hold a conversation up for longer than the fetch timeout (plus the
+transcription timeout when it has voice notes), however many files it has.
 """
 
 from __future__ import annotations
@@ -105,7 +106,12 @@ class MediaPreparer:
         work = self._work(turn, history, max_images)
         if not work:
             return tuple(turn), tuple(history)
-        done = await asyncio.gather(*(self._one(message, media) for message, media in work))
+        # One deadline for the whole turn, not one per file: fetches run a few at a time, so
+        # per-file timeouts would add up round after round (an album from a slow server).
+        deadline = self._clock.now() + self._settings.fetch_timeout_seconds
+        done = await asyncio.gather(
+            *(self._one(message, media, deadline) for message, media in work)
+        )
         updated = {media.id: media for media in done}
 
         def fresh(message: StoredMessage) -> StoredMessage:
@@ -137,13 +143,15 @@ class MediaPreparer:
                     work.append((message, media))
         return work
 
-    async def _one(self, message: StoredMessage, media: StoredMedia) -> StoredMedia:
+    async def _one(
+        self, message: StoredMessage, media: StoredMedia, deadline: float
+    ) -> StoredMedia:
         async with self._slots:
             try:
                 if media.ref.kind == "image":
-                    outcome = await self._image(message, media)
+                    outcome = await self._image(message, media, deadline)
                 else:
-                    outcome = await self._voice(message, media)
+                    outcome = await self._voice(message, media, deadline)
             except MediaRejected as exc:
                 outcome = _Outcome("failed", note=_reason(exc))
             except (MediaUnavailable, TimeoutError) as exc:
@@ -176,8 +184,8 @@ class MediaPreparer:
             note=outcome.note,
         )
 
-    async def _image(self, message: StoredMessage, media: StoredMedia) -> _Outcome:
-        data = await self._fetch(message, media)
+    async def _image(self, message: StoredMessage, media: StoredMedia, deadline: float) -> _Outcome:
+        data = await self._fetch(message, media, deadline)
         image = await prepare_image_async(data)
         return _Outcome(
             "ready",
@@ -187,29 +195,29 @@ class MediaPreparer:
             height=image.height,
         )
 
-    async def _voice(self, message: StoredMessage, media: StoredMedia) -> _Outcome:
+    async def _voice(self, message: StoredMessage, media: StoredMedia, deadline: float) -> _Outcome:
         if self._transcriber is None:
             return _Outcome("skipped", note="no transcriber is configured")
         limit = self._settings.transcribe_max_seconds
         if media.ref.duration is not None and media.ref.duration > limit:
             return _Outcome("skipped", note=f"longer than {limit:g} s: not transcribed")
-        data = await self._fetch(message, media)
+        data = await self._fetch(message, media, deadline)
         media_type = media.ref.media_type or "audio/ogg"
         filename = f"{media.ref.kind}.{_EXTENSIONS.get(media_type, 'ogg')}"
         text = await within(
             self._clock,
-            self._settings.transcribe_timeout_seconds,
+            self._left(deadline + self._settings.transcribe_timeout_seconds),
             self._transcriber.transcribe(data, filename=filename, media_type=media_type),
         )
         return _Outcome("ready", note=text.strip())
 
-    async def _fetch(self, message: StoredMessage, media: StoredMedia) -> bytes:
+    async def _fetch(self, message: StoredMessage, media: StoredMedia, deadline: float) -> bytes:
         source = self._sources(message.session.conversation.bot)
         if source is None or not media.ref.ref:
             raise MediaRejected("this platform gives no way to fetch it")
         return await within(
             self._clock,
-            self._settings.fetch_timeout_seconds,
+            self._left(deadline),
             source.fetch(
                 media.ref,
                 chat_id=message.session.conversation.chat_id,
@@ -217,6 +225,13 @@ class MediaPreparer:
                 max_bytes=self._settings.max_download_bytes,
             ),
         )
+
+    def _left(self, deadline: float) -> float:
+        """Seconds until ``deadline``; a wait begun after it times out at once."""
+        left = deadline - self._clock.now()
+        if left <= 0:
+            raise TimeoutError
+        return left
 
     def _count(self, media: StoredMedia, outcome: _Outcome) -> None:
         if self._metrics is not None:
