@@ -10,6 +10,7 @@ import difflib
 import os
 import re
 import tomllib
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -186,8 +187,16 @@ class TranscriptionConfig(_Section):
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        if url and not url.startswith(("http://", "https://")):
+        if not url:
+            return url
+        if not url.startswith(("http://", "https://")):
             raise ValueError('must be an http:// or https:// URL, or "" for none')
+        # What the client refuses at start (bot/llm/transcription.py), said here already.
+        parts = urllib.parse.urlsplit(url)
+        if not parts.hostname:
+            raise ValueError("must name a host, e.g. http://127.0.0.1:8000/v1")
+        if parts.query or parts.fragment:
+            raise ValueError("must not have a query or fragment")
         return url
 
 
