@@ -189,7 +189,9 @@ def _prepare(data: bytes, limits: _Limits) -> PreparedImage:
                 im.draft(None, (target[1], target[0]) if turned else target)
             _check_decodable(im.size, fmt)
         im.load()  # decodes everything: a truncated or corrupt file fails here, even if kept
-        if keep:
+        # XMP holds a location as often as EXIF does (exif:GPSLatitude); re-encoding writes
+        # none. Read after load(): a PNG may carry it in a chunk after the pixels.
+        if keep and "xmp" not in im.info:
             return PreparedImage(data, SUPPORTED_TYPES[fmt], width, height)
         frame = _normalized(im)  # the first frame of an animation: frame 0 is loaded
         icc = _icc_profile(im, frame)
