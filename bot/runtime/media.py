@@ -35,7 +35,7 @@ from bot.core.events import StoredMessage
 from bot.core.media import MediaSource, MediaStatus, StoredMedia, Transcriber
 from bot.core.tasks import within
 from bot.metrics import Metrics
-from bot.runtime.images import prepare_image_async
+from bot.runtime.images import MAX_INPUT_BYTES, prepare_image_async
 from bot.store.contracts import MediaStore
 
 log = logging.getLogger("personabot.media")
@@ -215,6 +215,11 @@ class MediaPreparer:
         source = self._sources(message.session.conversation.bot)
         if source is None or not media.ref.ref:
             raise MediaRejected("this platform gives no way to fetch it")
+        limit = self._settings.max_download_bytes
+        if media.ref.kind == "image":
+            # Never read more than the preparation reads: a bigger "image" is refused there,
+            # after it was held in memory whole (max_download_mb allows 500).
+            limit = min(limit, MAX_INPUT_BYTES)
         return await within(
             self._clock,
             self._left(deadline),
@@ -222,7 +227,7 @@ class MediaPreparer:
                 media.ref,
                 chat_id=message.session.conversation.chat_id,
                 platform_message_id=message.platform_message_id,
-                max_bytes=self._settings.max_download_bytes,
+                max_bytes=limit,
             ),
         )
 
