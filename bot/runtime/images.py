@@ -77,10 +77,12 @@ _ORIENTATIONS: Final = {
 }
 
 # Pillow's decoders raise all of these on broken input (truncation is OSError, a bad PNG
-# chunk SyntaxError, a bad header struct.error...); Warning covers Pillow's warnings about
-# corrupt data when the process turns warnings into errors (the test suite does).
+# chunk SyntaxError, a bad header struct.error, a broken AVIF RuntimeError...); Warning covers
+# Pillow's warnings about corrupt data when the process turns warnings into errors (the test
+# suite does).
 _DECODE_ERRORS: Final = (
     OSError,
+    RuntimeError,
     SyntaxError,
     ValueError,
     EOFError,

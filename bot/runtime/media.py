@@ -156,6 +156,11 @@ class MediaPreparer:
                 outcome = _Outcome("failed", note=_reason(exc))
             except (MediaUnavailable, TimeoutError) as exc:
                 outcome = _Outcome("new", note=f"could not be loaded: {_reason(exc)}")
+            except Exception:
+                # A bug, or a file some library chokes on in a way nobody foresaw: never the
+                # turn's failure, or every later turn of the chat would fail on it again.
+                log.exception("%s of message %d: unexpected failure", media.ref.kind, message.id)
+                outcome = _Outcome("failed", note="it could not be read (unexpected error)")
         if outcome.status != "ready":
             log.warning(
                 "%s of message %d in %s: %s (%s)",
