@@ -9,6 +9,7 @@ are the shared ones (bot/store/sql); this package adds the connection and ingest
 
 from __future__ import annotations
 
+from bot.core.events import ConversationKey, Erasure, SessionKey, StoredMessage, UserKey
 from bot.store.sql.media import MediaPart
 from bot.store.sql.people import PeoplePart
 from bot.store.sql.queue import QueuePart
@@ -21,7 +22,62 @@ from bot.store.sqlite._ingest import IngestPart
 class SQLiteStore(
     SessionsPart, IngestPart, QueuePart, MediaPart, RetentionPart, PeoplePart, SQLiteCore
 ):
-    """The BaseStore contract on one SQLite file; each part holds one concern."""
+    """The BaseStore contract on one SQLite file; each part holds one concern.
+
+    Every deletion that may remove a person's content (a platform deletion, /forget,
+    retention) ends with an emptied write-ahead log: secure_delete overwrites the pages of the
+    main file, but the -wal file keeps the page images written earlier (a photo's bytes) until
+    a checkpoint reuses them, and a copy of a running bot's files must not hold them.
+    """
+
+    async def delete_message(
+        self,
+        conversation: ConversationKey,
+        platform_message_id: str,
+        *,
+        author_id: str | None = None,
+        now: float | None = None,
+    ) -> StoredMessage | None:
+        """The shared deletion, then the log emptied when a message went."""
+        deleted = await super().delete_message(
+            conversation, platform_message_id, author_id=author_id, now=now
+        )
+        if deleted is not None:
+            await self._empty_log()
+        return deleted
+
+    async def erase_user_messages(self, user: UserKey) -> Erasure:
+        """The shared erasure, then the log emptied."""
+        erased = await super().erase_user_messages(user)
+        await self._empty_log()
+        return erased
+
+    async def delete_user_messages(
+        self, user: UserKey, *, closed_sessions_only: bool, now: float | None = None
+    ) -> int:
+        """The shared deletion, then the log emptied when messages went."""
+        count = await super().delete_user_messages(
+            user, closed_sessions_only=closed_sessions_only, now=now
+        )
+        if count:
+            await self._empty_log()
+        return count
+
+    async def expire_session(self, session: SessionKey, now: float) -> int:
+        """The shared expiry, then the log emptied when messages went."""
+        count = await super().expire_session(session, now)
+        if count:
+            await self._empty_log()
+        return count
+
+    async def delete_old_messages(
+        self, session: SessionKey, through_turn: int, cutoff: float, now: float, limit: int
+    ) -> int:
+        """The shared batch, then the log emptied when messages went."""
+        count = await super().delete_old_messages(session, through_turn, cutoff, now, limit)
+        if count:
+            await self._empty_log()
+        return count
 
 
 __all__ = ["SQLiteStore", "sqlite_path"]

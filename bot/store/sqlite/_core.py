@@ -239,6 +239,15 @@ class SQLiteCore(SQLCore):
         finally:
             self._in_flight -= 1
 
+    async def _empty_log(self) -> None:
+        """Checkpoint the write-ahead log into the file and truncate it (best effort: a
+        checkpoint another process's reader blocks is done by a later one)."""
+        async with self._read():
+            try:
+                await self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as exc:
+                log.warning("SQLite checkpoint after a deletion failed: %s", exc)
+
     async def _migrate(self) -> None:
         async with self._tx() as db:
             await self._apply_migrations(db, MIGRATIONS)
