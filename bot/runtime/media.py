@@ -41,6 +41,11 @@ from bot.store.contracts import MediaStore
 log = logging.getLogger("personabot.media")
 
 _MB: Final = 1024 * 1024
+#: Voice notes transcribed per turn at most (the newest), and the size bound of one: bytes
+#: per second of the longest note allowed (256 kbit/s; Opus voice uses about 32) plus a floor.
+_VOICES_PER_TURN: Final = 10
+_VOICE_RATE: Final = 32_000
+_VOICE_FLOOR: Final = 256 * 1024
 #: Fetches and transcriptions of one turn running at once.
 _PARALLEL: Final = 4
 _EXTENSIONS: Final = {
@@ -137,10 +142,15 @@ class MediaPreparer:
                     images += 1
                     if media.status == "new":
                         work.append((message, media))
-        for message in turn:
+        voices = 0
+        for message in reversed(turn):
             for media in message.media:
                 if media.ref.kind in ("voice", "video_note") and media.status == "new":
-                    work.append((message, media))
+                    # The newest few: the durations that bound the bill are the sender's
+                    # claim, so the count per turn is bounded too.
+                    voices += 1
+                    if voices <= _VOICES_PER_TURN:
+                        work.append((message, media))
         return work
 
     async def _one(
@@ -225,6 +235,12 @@ class MediaPreparer:
             # Never read more than the preparation reads: a bigger "image" is refused there,
             # after it was held in memory whole (max_download_mb allows 500).
             limit = min(limit, MAX_INPUT_BYTES)
+        elif media.ref.kind == "voice":
+            # A voice note's claimed duration may lie; its size cannot: at most what
+            # transcribe_max_seconds of audio takes at a generous bitrate.
+            limit = min(
+                limit, _VOICE_FLOOR + int(self._settings.transcribe_max_seconds * _VOICE_RATE)
+            )
         return await within(
             self._clock,
             self._left(deadline),

@@ -256,3 +256,40 @@ async def test_a_slow_download_keeps_the_turn_leased_so_no_other_process_repeats
         await a.advance(12)
     assert files.fetched == ["f1"]
     assert llm.calls == 1
+
+
+async def test_a_voice_note_larger_than_its_allowed_length_can_be_is_not_transcribed(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """The sender claims 5 s; 5 MB of audio is far more than max_seconds of speech."""
+    files = FakeFiles(clock)
+    files.files["v1"] = b"O" * (5 * 1024 * 1024)
+    llm = GatedLLM()
+    async with FakeTranscriptionAPI(transcript="x") as stt:
+        config = TranscriptionConfig(url=stt.base_url, max_seconds=60)
+        async with harness(
+            store, clock, llm, outlet=MediaOutlet(clock, files), transcription=config
+        ) as h:
+            await send(h, "", voice("v1", 5))
+            await h.advance(2)
+    assert stt.calls == []
+    assert "could not be transcribed" in llm.last_input()
+
+
+async def test_at_most_ten_voice_notes_of_a_turn_are_transcribed(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    files = FakeFiles(clock)
+    for n in range(12):
+        files.files[f"v{n}"] = f"OggS {n}".encode()
+    llm = GatedLLM()
+    async with FakeTranscriptionAPI() as stt:  # the transcript is the audio's bytes
+        config = TranscriptionConfig(url=stt.base_url)
+        async with harness(
+            store, clock, llm, outlet=MediaOutlet(clock, files), transcription=config
+        ) as h:
+            for n in range(12):
+                await send(h, "", voice(f"v{n}"))
+            await h.advance(2)
+    assert sorted(c.audio for c in stt.calls) == sorted(f"OggS {n}".encode() for n in range(2, 12))
+    assert llm.last_input().count("you cannot listen to it") == 2
