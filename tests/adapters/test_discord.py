@@ -537,6 +537,9 @@ async def test_typing_is_kept_alive_and_always_stopped(tmp_path: Path) -> None:
             await fake.post(dm, ada, "think hard")
             await fake.wait_for(lambda: any(ch == dm for ch, _ in fake.typing))
             assert _typing_tasks() == 1
+            # Typing starts before the prompt is built (photos may be fetched first): release
+            # the model once it was called.
+            await asyncio.wait_for(llm.started.wait(), 10)
             llm.release()
             await fake.wait_for_bot_messages(dm, 1)
             await bot.quiet()
