@@ -402,7 +402,25 @@ class Memory:
                 merged.first_turn,
                 merged.last_turn,
             )
+            await self._drop_cached_images(chunk)
         return saved
+
+    async def _drop_cached_images(self, chunk: Sequence[StoredMessage]) -> None:
+        """Images of summarised messages are never shown again (the window starts after the
+        summary, which describes them): their cached copies go, the rows stay (``ready``, so
+        nothing fetches them again; /export still lists them)."""
+        for message in chunk:
+            for media in message.media:
+                if media.ref.kind == "image" and media.status == "ready":
+                    await self._store.save_media(
+                        media.id,
+                        status="ready",
+                        data=None,
+                        media_type=media.media_type,
+                        width=media.width,
+                        height=media.height,
+                        note=media.note,
+                    )
 
     # -- long-term user memory ------------------------------------------------------------------
 

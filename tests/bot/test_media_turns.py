@@ -14,7 +14,10 @@ from bot.core.errors import MediaUnavailable, ModelUnavailable
 from bot.core.events import ConversationKey, Inbound, SessionKey
 from bot.core.llm import ImageBlock, ModelRequest, ModelResult
 from bot.core.media import MediaRef, Quote
+from bot.llm.offline import OfflineLLM
 from bot.store.base import BaseStore
+from memory.assemble import Budget
+from memory.service import MemoryPolicy
 from tests.fakes.llm import GatedLLM
 from tests.fakes.media_source import FakeFiles, MediaOutlet
 from tests.fakes.transcription_api import FakeTranscriptionAPI
@@ -293,3 +296,34 @@ async def test_at_most_ten_voice_notes_of_a_turn_are_transcribed(
             await h.advance(2)
     assert sorted(c.audio for c in stt.calls) == sorted(f"OggS {n}".encode() for n in range(2, 12))
     assert llm.last_input().count("you cannot listen to it") == 2
+
+
+async def test_a_photo_leaving_the_window_is_shown_to_the_summariser_then_its_copy_goes(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    files = FakeFiles(clock)
+    files.files["f1"] = jpeg()
+    llm = GatedLLM()
+    memory_llm = GatedLLM(delegate=OfflineLLM())
+    policy = MemoryPolicy(budget=Budget(window_messages=2), summary_model="m")
+    async with harness(
+        store,
+        clock,
+        llm,
+        outlet=MediaOutlet(clock, files),
+        memory_policy=policy,
+        memory_llm=memory_llm,
+    ) as h:
+        await send(h, "my bike", photo("f1"))
+        await h.advance(2)
+        for n in range(3):
+            await send(h, f"more {n}")
+            await h.advance(2)
+        await h.memory.wait_idle()
+        (first,) = [m for m in await h.store.history(SessionKey(DM, 1), 1, oldest_first=True)]
+        (media,) = first.media
+        summaries = [r for r in memory_llm.requests if r.purpose == "summary"]
+        stored = await h.store.media_data([media.id])
+    assert any(isinstance(b, ImageBlock) for b in summaries[0].messages[-1].blocks)
+    assert media.status == "ready" and stored == {}  # described, and the copy is gone
+    assert files.fetched == ["f1"]
