@@ -25,6 +25,7 @@ from aiogram.types import (
     Sticker,
 )
 
+from adapters.telegram.updates import UNREADABLE_FIELDS
 from bot.core.media import MediaKind, MediaRef
 
 #: Bots may download files up to 20 MB (``getFile``); a larger one can never be fetched.
@@ -34,9 +35,33 @@ USEFUL_EDGE: Final = 1568
 #: A description or label is a stand-in, never a copy of a whole payload.
 _DESCRIPTION_LIMIT: Final = 300
 _NAME_LIMIT: Final = 100
-#: Said for a message that holds nothing aiogram could read (a kind newer than aiogram, or a
-#: field dropped because it failed validation, adapters/telegram/updates.py).
+#: Said for a message that holds nothing aiogram could read (a kind newer than aiogram).
 UNREADABLE: Final = "[a message of a kind this bot cannot read]"
+#: What a content field dropped because it failed validation (adapters/telegram/updates.py)
+#: was: said as ``[a photo this bot could not read]``, so a file there is never silent.
+_DROPPED_KINDS: Final = {
+    "photo": "a photo",
+    "live_photo": "a live photo",
+    "sticker": "a sticker",
+    "animation": "a GIF",
+    "document": "a file",
+    "voice": "a voice message",
+    "video_note": "a video message",
+    "audio": "an audio file",
+    "video": "a video",
+    "location": "a location",
+    "venue": "a place",
+    "contact": "a contact",
+    "dice": "a dice",
+    "poll": "a poll",
+    "checklist": "a checklist",
+    "game": "a game",
+    "invoice": "an invoice",
+    "story": "a story",
+    "giveaway": "a giveaway",
+    "giveaway_winners": "giveaway winners",
+    "paid_media": "paid media",
+}
 
 #: Fields of service messages: events in the chat, nothing a person said to anyone.
 _SERVICE: Final = (
@@ -121,7 +146,7 @@ def content_of(holder: Message | ExternalReplyInfo) -> Content:
     :data:`UNREADABLE` (so a private chat never drops it silently); text alone is no content.
     """
     media = _media(holder)
-    described = [d for d in _descriptions(holder) if d]
+    described = [*_descriptions(holder), *_dropped(holder)]
     if media or described:
         return Content(media, " ".join(described))
     if isinstance(holder, Message):
@@ -340,6 +365,21 @@ def _descriptions(holder: Message | ExternalReplyInfo) -> list[str]:
 
 
 _Holder = Message | ExternalReplyInfo
+
+
+def unreadable(holder: _Holder) -> tuple[str, ...]:
+    """The fields the update's repair dropped from this message (adapters/telegram/updates.py
+    names them in the message's extra field :data:`UNREADABLE_FIELDS`)."""
+    names = (holder.model_extra or {}).get(UNREADABLE_FIELDS)
+    if not isinstance(names, list):
+        return ()
+    return tuple(name for name in names if isinstance(name, str))
+
+
+def _dropped(holder: _Holder) -> list[str]:
+    """Stand-ins for the dropped content fields (formatting, replies and such are no content)."""
+    kinds = [_DROPPED_KINDS.get(name) for name in unreadable(holder)]
+    return [f"[{kind} this bot could not read]" for kind in dict.fromkeys(kinds) if kind]
 
 
 def _location(holder: _Holder) -> str:

@@ -17,11 +17,14 @@ from aiogram.types import (
     MessageOriginUser,
 )
 
-from adapters.telegram.content import chat_name, content_of
+from adapters.telegram.content import chat_name, content_of, unreadable
 from bot.core.media import Quote, QuoteOrigin
 
 #: Quoted text is context, not a second copy of a long message (docs/architecture.md#media).
 QUOTE_LIMIT: Final = 1000
+#: The quote of a reply whose replied-to message this bot could not read.
+UNREADABLE_REPLY: Final = "[a message this bot could not read]"
+_REPLIES: Final = frozenset({"reply_to_message", "external_reply"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,9 @@ def reply_quote(message: Message, me_id: int) -> Quote | None:
         return Quote("reply", chat_name(message.reply_to_story.chat), "[story]")
     if part:
         return Quote("quote", "", cut(part))
+    if _REPLIES & set(unreadable(message)):
+        # The replied-to message failed validation and was dropped (updates.py): still a reply.
+        return Quote("reply", "", UNREADABLE_REPLY)
     return None
 
 

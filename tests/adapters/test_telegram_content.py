@@ -7,13 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from aiogram import Bot
 from aiogram.types import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters.telegram.content import DOWNLOAD_LIMIT, UNREADABLE
 from adapters.telegram.inbound import BotIdentity, InboundRules, to_inbound
-from adapters.telegram.quotes import QUOTE_LIMIT
+from adapters.telegram.quotes import QUOTE_LIMIT, UNREADABLE_REPLY
+from adapters.telegram.updates import parse_update
 from bot.core.events import Inbound
 from bot.core.media import MediaRef, Quote
 from tests.fakes.telegram_api import (
@@ -26,6 +28,7 @@ from tests.fakes.telegram_api import (
     user_origin,
 )
 
+TOKEN = "777:AAH-content-tests"
 ME = BotIdentity(777, "mira_bot")
 RULES = InboundRules("mira", ME, commands=frozenset({"new", "help"}))
 SASHA = TgUser(1001, "Sasha", "Petrova")
@@ -48,6 +51,18 @@ def _inbound(
     update = api.message_update(chat, user, text, **kwargs)
     message = Message.model_validate(update.get("message") or update["edited_message"])
     inbound = to_inbound(message, rules, edited="edited_message" in update)
+    assert inbound is not None
+    return inbound
+
+
+def _from_server(
+    api: FakeTelegramAPI, chat: TgChat = PRIVATE, text: str | None = None, **kwargs: Any
+) -> Inbound:
+    """The Inbound of an update as it comes off the wire: read by parse_update (which brings
+    an older Bot API server's update to today's shape), then normalized."""
+    parsed = parse_update(api.message_update(chat, SASHA, text, **kwargs), Bot(TOKEN))
+    assert parsed.update is not None and parsed.update.message is not None, parsed.describe()
+    inbound = to_inbound(parsed.update.message, RULES)
     assert inbound is not None
     return inbound
 
@@ -152,6 +167,119 @@ def test_a_file_name_is_one_short_line(api: FakeTelegramAPI) -> None:
     name = "a]\n\tb " + "x" * 500 + ".pdf"
     label = _media(api, document=api.document(file_name=name)).label
     assert label.startswith("file a) b xxx") and len(label) <= 110 and "\n" not in label
+
+
+# ------------------------------------------------------------------- older servers
+
+
+def _old(file: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """A file object as a Bot API 3.x server sent it: no file_unique_id, ``thumb``."""
+    old = {k: v for k, v in file.items() if k not in ("file_unique_id", "thumbnail")}
+    if "thumbnail" in file:
+        old["thumb"] = _old(file["thumbnail"])
+    return {**old, **fields}
+
+
+def test_an_older_servers_files_are_media_not_lost(api: FakeTelegramAPI) -> None:
+    """Files without ``file_unique_id`` (Bot API before 4.5) are MediaRefs fetched by their
+    file_id; ``thumb`` (before 6.6) is the thumbnail; a sticker from before animated and
+    video stickers (no type, is_animated, is_video) is a static one."""
+    sizes = [_old(s) for s in api.photo((320, 240), (1600, 1200))]
+    photo = _from_server(api, caption="my cat", extra={"photo": sizes})
+    assert photo.text == "my cat"
+    assert [(m.kind, m.ref, m.unique_id) for m in photo.media] == [
+        ("image", sizes[1]["file_id"], sizes[1]["file_id"])
+    ]
+    sticker = _old(api.sticker("static"))
+    for key in ("type", "is_animated", "is_video"):
+        del sticker[key]
+    (media,) = _from_server(api, extra={"sticker": sticker}).media
+    assert (media.kind, media.label, media.ref) == ("image", "sticker 😀", sticker["file_id"])
+    animated = _old(api.sticker("animated"), type="regular")
+    del animated["is_video"]  # Bot API 4.5 to 5.4: animated stickers, no video ones yet
+    (media,) = _from_server(api, extra={"sticker": animated}).media
+    assert (media.label, media.ref) == ("animated sticker 😀", animated["thumb"]["file_id"])
+    gif = api.animation()
+    old_gif = {"animation": _old(gif["animation"]), "document": _old(gif["document"])}
+    (media,) = _from_server(api, extra=old_gif).media
+    assert (media.label, media.ref) == ("GIF", old_gif["animation"]["thumb"]["file_id"])
+    for field, file, kind in (
+        ("document", api.document(), "file"),
+        ("voice", api.voice(), "voice"),
+        ("audio", api.audio(), "audio"),
+        ("video", api.video(), "video"),
+        ("video_note", api.video_note(), "video_note"),
+    ):
+        (media,) = _from_server(api, extra={field: _old(file)}).media
+        assert (media.kind, media.ref, media.unique_id) == (kind, file["file_id"], file["file_id"])
+
+
+def test_an_older_servers_game_keeps_its_title(api: FakeTelegramAPI) -> None:
+    """A 2017 game: photo sizes without file_unique_id, an animation without the width,
+    height and duration Bot API 4.0 added. The animation alone is dropped; the game is told."""
+    animation = _old(api.animation()["animation"])
+    for key in ("width", "height", "duration"):
+        animation.pop(key, None)
+    game = {
+        "title": "Karate Kido",
+        "description": "No trees were harmed",
+        "photo": [_old(s) for s in api.photo((320, 180))],
+        "animation": animation,
+    }
+    assert _from_server(api, extra={"game": game}).text == "[game: Karate Kido]"
+
+
+def test_media_that_cannot_be_repaired_is_still_said(api: FakeTelegramAPI) -> None:
+    """A field no repair can save is dropped, with a stand-in: never a caption alone as if no
+    file were there, never "a message this bot cannot read"."""
+    sizes = api.photo((320, 240))
+    del sizes[0]["width"]
+    photo = _from_server(api, caption="my cat", extra={"photo": sizes})
+    assert (photo.text, photo.media) == ("[a photo this bot could not read] my cat", ())
+    voice = {"file_id": "AwAD-old"}  # no duration
+    assert (
+        _from_server(api, extra={"voice": voice}).text
+        == "[a voice message this bot could not read]"
+    )
+    venue = {"title": "Cafe", "address": "Main St 1", "location": {"latitude": 1.0}}
+    assert _from_server(api, extra={"venue": venue}).text == "[a place this bot could not read]"
+    original = api.message_update(PRIVATE, SASHA, "the plan")["message"]
+    del original["chat"]["type"]
+    reply = _from_server(api, text="yes", extra={"reply_to_message": original})
+    assert reply.quote == Quote("reply", "", UNREADABLE_REPLY)
+
+
+@pytest.mark.parametrize(
+    ("legacy", "author", "author_id"),
+    [
+        ({"forward_from": ANN.to_dict()}, "Ann", str(ANN.id)),
+        ({"forward_sender_name": "Secret Sam"}, "Secret Sam", None),
+        (
+            {
+                "forward_from_chat": CHANNEL.to_dict(),
+                "forward_from_message_id": 7,
+                "forward_signature": "Boss",
+            },
+            "Mug News (Boss)",
+            f"channel:{CHANNEL.id}",
+        ),
+        ({"forward_from_chat": GROUP.to_dict()}, "Friends", f"anon:{GROUP.id}"),
+        ({}, "", None),  # a forward date alone: a forward from nobody the server named
+    ],
+)
+def test_an_older_servers_forward_is_a_quote_of_its_origin(
+    api: FakeTelegramAPI, legacy: dict[str, Any], author: str, author_id: str | None
+) -> None:
+    """The forward fields Bot API 7.0 replaced by ``forward_origin`` mean the same quote."""
+    extra = {**legacy, "forward_date": 1508912176}
+    inbound = _from_server(api, text="@mira_bot /new look", extra=extra)
+    assert inbound.text == ""
+    assert inbound.quote == Quote("forward", author, "@mira_bot /new look", author_id)
+    in_group = _from_server(api, GROUP, "@mira_bot look", extra=extra)
+    assert not in_group.mentions_bot and not in_group.triggers_reply  # someone else's mention
+    both = {**extra, "forward_origin": hidden_user_origin("Today's name")}
+    today = _from_server(api, text="look", extra=both).quote
+    assert today is not None and today.author == "Today's name"  # the current field wins
 
 
 # --------------------------------------------------------------------------- file-less

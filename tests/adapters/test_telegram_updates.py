@@ -16,7 +16,7 @@ import pytest
 from aiogram import Bot
 
 from adapters.telegram.adapter import TelegramAdapter, create_adapter
-from adapters.telegram.updates import parse_update
+from adapters.telegram.updates import UNREADABLE_FIELDS, parse_update
 from bot.config import QueueSettings, Secrets, Settings, StorageSettings, TelegramBotSettings
 from tests.adapters.test_telegram import (
     ANN,
@@ -53,6 +53,14 @@ def _old_photo(api: FakeTelegramAPI, caption: str) -> dict[str, Any]:
     )
 
 
+def _broken_photo(api: FakeTelegramAPI, caption: str) -> dict[str, Any]:
+    """A photo message whose sizes lack their width: no repair can save the photo."""
+    sizes = [{"file_id": "AgAD-broken", "file_unique_id": "broken", "height": 90}]
+    return api.message_update(
+        TgChat.private(BOB), BOB, None, extra={"photo": sizes, "caption": caption}
+    )
+
+
 def _rejected_count(rig: Any, kind: str = "message") -> float:
     value = rig.rt.metrics.registry.get_sample_value(
         "personabot_inbound_rejected_total", {"platform": "telegram", "bot": BOT, "kind": kind}
@@ -72,14 +80,55 @@ async def test_an_update_missing_an_essential_field_is_rejected_without_its_cont
     assert "secret words" not in parsed.describe()
 
 
-async def test_a_photo_without_file_unique_id_keeps_its_caption() -> None:
+async def test_a_photo_without_file_unique_id_is_repaired_not_dropped() -> None:
+    """An older server's photo keeps its sizes (the file_id still fetches the file)."""
     async with FakeTelegramAPI() as api:
         raw = _old_photo(api, "look at my cat")
         parsed = parse_update(raw, _bot())
     assert parsed.update is not None and parsed.update.message is not None
-    assert parsed.update.message.caption == "look at my cat"
+    message = parsed.update.message
+    assert message.caption == "look at my cat" and parsed.dropped == ()
+    assert [(s.file_id, s.file_unique_id) for s in message.photo or []] == [("AgAD-old",) * 2]
+    assert raw["message"]["photo"] == [{"file_id": "AgAD-old", "width": 90, "height": 90}]
+
+
+async def test_a_photo_no_repair_saves_is_dropped_and_named_on_the_message() -> None:
+    async with FakeTelegramAPI() as api:
+        raw = _broken_photo(api, "look at my cat")
+        parsed = parse_update(raw, _bot())
+    assert parsed.update is not None and parsed.update.message is not None
+    message = parsed.update.message
+    assert message.caption == "look at my cat" and message.photo is None
     assert parsed.dropped == ("photo",)
-    assert "photo" in raw["message"]  # the raw update itself is left as it was
+    assert (message.model_extra or {})[UNREADABLE_FIELDS] == ["photo"]  # for its stand-in
+    assert "photo" in raw["message"] and UNREADABLE_FIELDS not in raw["message"]  # untouched
+
+
+def test_a_broken_part_of_a_field_is_dropped_alone_unless_the_field_needs_it() -> None:
+    """A sticker keeps its image without its broken thumbnail; a venue cannot do without
+    its location, so the venue goes (both rounds reported); essential fields never go."""
+    sticker = {
+        "file_id": "CAAD",
+        "file_unique_id": "u",
+        "type": "regular",
+        "width": 512,
+        "height": 512,
+        "is_animated": False,
+        "is_video": False,
+        "thumbnail": {"file_id": "AAQ"},  # no size
+    }
+    venue = {"title": "Cafe", "address": "Main St 1", "location": {"latitude": 1.0}}
+    message = {"message_id": 1, "date": 0, "chat": {"id": 5, "type": "private"}}
+    parsed = parse_update(
+        {"update_id": 3, "message": {**message, "sticker": sticker, "venue": venue}}, _bot()
+    )
+    assert parsed.update is not None and parsed.update.message is not None
+    assert parsed.dropped == ("sticker.thumbnail", "venue.location", "venue")
+    kept = parsed.update.message.sticker
+    assert kept is not None and kept.file_id == "CAAD" and kept.thumbnail is None
+    assert parsed.update.message.venue is None
+    broken_chat = {**message, "chat": {"id": 5}, "sticker": sticker}
+    assert parse_update({"update_id": 4, "message": broken_chat}, _bot()).update is None
 
 
 def test_an_update_of_another_kind_that_fails_is_rejected() -> None:
@@ -110,7 +159,7 @@ async def test_one_unreadable_update_in_a_batch_does_not_stop_polling(
             # One batch: a normal message, an update aiogram rejects, a normal message.
             api.push_message(TOKEN, TgChat.private(ANN), ANN, "before the bad one")
             bad_id = api.push(TOKEN, _unreadable(api))
-            api.push(TOKEN, _old_photo(api, "after the bad one"))
+            api.push(TOKEN, _broken_photo(api, "after the bad one"))
             await api.wait_for(lambda: len(rig.replies()) == 2, what="both replies")
             assert any("before the bad one" in r for r in rig.replies(TgChat.private(ANN)))
             assert any("after the bad one" in r for r in rig.replies(TgChat.private(BOB)))
