@@ -2,7 +2,10 @@
 
 discord.py calls ``dispatch`` synchronously while it parses each gateway event; overriding it
 (as discord.py's own ``commands.Bot`` does) is how events are captured in order, before the
-next event is parsed.
+next event is parsed. Its parsers are guarded: a frame discord.py cannot read is logged once
+(its kind, its ids and the error, never its content) and skipped. A message event is first
+brought to today's shape (:func:`modernized`): discord.py reads a message's stickers only
+from ``sticker_items``, and older payloads name them ``stickers``.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ import asyncio
 import copy
 import functools
 import logging
+import re
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Final
 
 import discord
@@ -23,6 +27,20 @@ log = logging.getLogger("personabot.discord")
 #: Reconnects after unreadable frames wait 2**n seconds (n: such frames in the last window).
 _FRAME_WINDOW: Final = 300.0
 _FRAME_WAIT_MAX: Final = 30.0
+#: The ids a skipped frame is named by (whichever its ``d`` has), as ``(key, word)``.
+_FRAME_IDS: Final = (
+    ("id", "id"),
+    ("message_id", "message"),
+    ("channel_id", "channel"),
+    ("guild_id", "guild"),
+)
+#: A logged error is one short line.
+_ERROR_LIMIT: Final = 200
+#: A value an error message quotes (Python's repr), and a name such a value may be.
+_QUOTED: Final = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+#: Message events whose payload :func:`modernized` brings to today's shape.
+_MESSAGE_EVENTS: Final = frozenset({"MESSAGE_CREATE", "MESSAGE_UPDATE"})
 
 Event = (
     discord.Message
@@ -71,6 +89,7 @@ class QueueingClient(discord.Client):
     ) -> None:
         self._on_unreadable = on_unreadable
         self._frame_faults: list[float] = []
+        self._failed_event: tuple[str, Any] | None = None
         super().__init__(**options)
         self._queue = queue
         # discord.py calls these parsers from its gateway loop: an exception in one (a frame
@@ -113,9 +132,13 @@ class QueueingClient(discord.Client):
                 self._frame_faults = [*recent, now]
                 wait = min(_FRAME_WAIT_MAX, 2.0 ** (len(recent)))
                 resume = ws.session_id is not None and self.user is not None
+                event, self._failed_event = self._failed_event, None
+                what = error_text(exc, event[1] if event else None)
+                if event is not None:  # a READY its parser could not read
+                    what = f"{event_name(*event)}: {what}"
                 log.warning(
                     "a Discord gateway frame discord.py cannot read (%s); %s in %.0fs",
-                    type(exc).__name__,
+                    what,
                     "resuming" if resume else "reconnecting",
                     wait,
                 )
@@ -131,16 +154,18 @@ class QueueingClient(discord.Client):
         @functools.wraps(parse)
         def guarded(data: Any) -> None:
             try:
-                parse(data)
+                parse(modernized(data) if name in _MESSAGE_EVENTS else data)
             except Exception as exc:  # anything discord.py raises while parsing one frame
                 if name == "READY":
                     # Without READY the client has no user and would drop every message:
-                    # the frame reader reconnects and identifies anew (_guarded_frames).
+                    # the frame reader reconnects and identifies anew (_guarded_frames),
+                    # and logs it (once) with this event's name and ids.
+                    self._failed_event = (name, data)
                     raise
                 log.warning(
-                    "skipped a Discord %s event discord.py cannot read (%s)",
-                    name,
-                    type(exc).__name__,
+                    "skipped a Discord %s discord.py cannot read (%s)",
+                    event_name(name, data),
+                    error_text(exc, data),
                 )
                 if self._on_unreadable is not None:
                     self._on_unreadable(name)
@@ -168,3 +193,101 @@ class QueueingClient(discord.Client):
     async def on_ready(self) -> None:
         """Log the connection (guild count only: names are the operators' business)."""
         log.info("connected to Discord as %s (%d guilds)", self.user, len(self.guilds))
+
+
+# ---------------------------------------------------------------------------- payloads
+
+
+def modernized(data: Any) -> Any:
+    """A message payload as discord.py reads it today: ``stickers`` (sticker objects, before
+    Discord sent ``sticker_items``) become ``sticker_items``, in the message, its replied-to
+    message and its forwarded snapshots. ``data`` itself when nothing is to change (it is
+    never changed); an entry without a readable id is left out, one without a known format
+    becomes a sticker of an unknown format (told by name, never fetched)."""
+    if not isinstance(data, dict):
+        return data
+    changed: dict[str, Any] = {}
+    stickers = data.get("stickers")
+    if "sticker_items" not in data and isinstance(stickers, list):
+        changed["sticker_items"] = list(_sticker_items(stickers))
+    replied = data.get("referenced_message")
+    if isinstance(replied, dict) and (new := modernized(replied)) is not replied:
+        changed["referenced_message"] = new
+    snapshots = data.get("message_snapshots")
+    if isinstance(snapshots, list):
+        fresh = [_snapshot_modernized(s) for s in snapshots]
+        if any(new is not old for new, old in zip(fresh, snapshots, strict=True)):
+            changed["message_snapshots"] = fresh
+    return {**data, **changed} if changed else data
+
+
+def _snapshot_modernized(snapshot: Any) -> Any:
+    if not isinstance(snapshot, dict) or not isinstance(snapshot.get("message"), dict):
+        return snapshot
+    message = modernized(snapshot["message"])
+    return snapshot if message is snapshot["message"] else {**snapshot, "message": message}
+
+
+def _sticker_items(stickers: list[Any]) -> Iterator[dict[str, Any]]:
+    for sticker in stickers:
+        if not isinstance(sticker, dict) or not _snowflake(sticker.get("id")):
+            continue
+        name = sticker.get("name")
+        fmt = sticker.get("format_type")
+        yield {
+            "id": str(sticker["id"]),
+            "name": name if isinstance(name, str) else "",
+            "format_type": fmt if isinstance(fmt, int) and not isinstance(fmt, bool) else 0,
+        }
+
+
+def event_name(name: str, data: Any) -> str:
+    """``MESSAGE_UPDATE event (id 1, channel 2, guild 3)``: the kind and whichever ids ``d``
+    has (no content; an id that is no id is left out)."""
+    ids = []
+    if isinstance(data, dict):
+        ids = [f"{word} {data[key]}" for key, word in _FRAME_IDS if _snowflake(data.get(key))]
+    return f"{name} event ({', '.join(ids)})" if ids else f"{name} event"
+
+
+def error_text(exc: BaseException, data: Any) -> str:
+    """``KeyError: 'author'``: the error's kind and message on one short line, never the
+    frame's words. An error may quote the value it failed on: a quoted value is kept only when
+    it is a name (a missing key) that is no text of the frame, and any text of the frame left
+    in the message is taken out."""
+    texts = set(_texts(data))
+
+    def quoted(match: re.Match[str]) -> str:
+        inner, mark = match[0][1:-1], match[0][0]
+        return match[0] if _NAME.fullmatch(inner) and inner not in texts else f"{mark}…{mark}"
+
+    message = _QUOTED.sub(quoted, " ".join(str(exc).split()))
+    for text in sorted(texts, key=len, reverse=True):
+        message = message.replace(text, "…")
+    message = message if len(message) <= _ERROR_LIMIT else message[: _ERROR_LIMIT - 1] + "…"
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _texts(value: Any, depth: int = 0) -> Iterator[str]:
+    """The frame's strings that could be someone's words (ids and tiny tokens are not)."""
+    if depth > 8:
+        return
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _texts(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(item, depth + 1)
+    elif isinstance(value, str):
+        line = " ".join(value.split())  # as the error's message is read: one line
+        if len(line) >= 3 and not line.isdigit():
+            yield line
+
+
+def _snowflake(value: Any) -> bool:
+    """A Discord id as a payload carries it (a string of digits, or an int)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return 0 <= value < 2**64
+    return isinstance(value, str) and value.isdigit() and len(value) <= 20

@@ -37,6 +37,7 @@ with warnings.catch_warnings():
         "ignore", message="'audioop' is deprecated", category=DeprecationWarning
     )
     from adapters.discord.adapter import DiscordAdapter, create_adapter, nonce_for
+    from adapters.discord.client import error_text, event_name
     from adapters.discord.endpoints import SharedEndpoints
 
 TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4.GfAkEt.in-process-token-never-logged"
@@ -797,8 +798,62 @@ async def test_a_gateway_frame_discord_py_cannot_parse_never_stops_the_bot(
     replies = [m["content"] for m in fake.bot_messages(dm)]
     assert "before the bad frame" in replies[0] and "after the bad frame" in replies[1]
     skipped = [r.getMessage() for r in caplog.records if "cannot read" in r.getMessage()]
-    assert skipped == ["skipped a Discord MESSAGE_CREATE event discord.py cannot read (KeyError)"]
+    assert skipped == [
+        "skipped a Discord MESSAGE_CREATE event (id 1) discord.py cannot read "
+        "(KeyError: 'channel_id')"
+    ]
     assert "secret words" not in caplog.text
+
+
+async def test_a_skipped_event_is_logged_once_with_its_kind_ids_and_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator can find the frame discord.py could not read: the log line names its kind,
+    the ids its ``d`` holds and the error's message (never the message's words, even where
+    the error quotes the value it failed on); one line per frame, and the bot goes on."""
+    caplog.set_level(logging.WARNING, "personabot.discord")
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada = fake.add_user("Ada")
+        guild = fake.add_guild("Cafe")
+        dm = fake.dm(ada)
+        async with with_runtime(fake, tmp_path):
+            sent = await fake.post(guild.general, ada, "my secret plan")
+            edit = {
+                **sent,
+                "content": "my secret plan, edited",
+                "edited_timestamp": "my secret plan",  # no time: discord.py fails on it
+            }
+            await fake.dispatch("MESSAGE_UPDATE", edit)
+            await fake.post(dm, ada, "after the bad frame")
+            await fake.wait_for_bot_messages(dm, 1)
+    skipped = [r.getMessage() for r in caplog.records if "cannot read" in r.getMessage()]
+    assert skipped == [
+        f"skipped a Discord MESSAGE_UPDATE event (id {sent['id']}, channel {guild.general}, "
+        f"guild {guild.id}) discord.py cannot read (ValueError: Invalid isoformat string: '…')"
+    ]
+    assert "secret" not in caplog.text
+
+
+def test_a_frames_ids_and_error_are_told_without_its_words() -> None:
+    """The pieces of that log line, on payloads the gateway could send."""
+    interaction = {"id": "1234567890123456789", "guild_id": 42, "channel_id": "not an id"}
+    assert event_name("INTERACTION_CREATE", interaction) == (
+        "INTERACTION_CREATE event (id 1234567890123456789, guild 42)"
+    )
+    assert event_name("MESSAGE_REACTION_ADD", {"message_id": "7", "user_id": "8"}) == (
+        "MESSAGE_REACTION_ADD event (message 7)"
+    )
+    assert event_name("RESUMED", None) == "RESUMED event"
+    words = {"content": "call me at\nnine tonight", "embeds": [{"title": "Plans for later"}]}
+    quoting = ValueError(f"invalid literal for int() with base 10: {words['content']!r}")
+    assert error_text(quoting, words) == "ValueError: invalid literal for int() with base 10: '…'"
+    unquoted = TypeError("cannot read Plans for later as a date")
+    assert error_text(unquoted, words) == "TypeError: cannot read … as a date"
+    assert error_text(KeyError("author"), words) == "KeyError: 'author'"  # a missing key
+    assert error_text(KeyError("author"), {"content": "author"}) == "KeyError: '…'"
+    long = error_text(TypeError("x" * 500), {})
+    assert len(long) == len("TypeError: ") + 200 and long.endswith("…")
+    assert error_text(RuntimeError(), {}) == "RuntimeError"
 
 
 async def test_a_message_that_cannot_be_stored_is_retried_until_it_is(
@@ -828,20 +883,25 @@ async def test_a_message_that_cannot_be_stored_is_retried_until_it_is(
 
 
 @pytest.mark.parametrize(
-    "frame",
+    ("frame", "said"),
     [
-        pytest.param([1, 2], id="not-an-object"),
-        pytest.param("hello", id="a-string"),
-        pytest.param({"op": 10, "d": None}, id="hello-without-interval"),
-        pytest.param({"op": 0, "t": "READY", "s": 90, "d": {}}, id="ready-without-session"),
+        pytest.param([1, 2], "AttributeError: 'list' object", id="not-an-object"),
+        pytest.param("hello", "AttributeError: 'str' object", id="a-string"),
+        pytest.param({"op": 10, "d": None}, "TypeError", id="hello-without-interval"),
+        pytest.param(
+            {"op": 0, "t": "READY", "s": 90, "d": {}},
+            "KeyError: 'session_id'",
+            id="ready-without-session",
+        ),
         pytest.param(
             {"op": 0, "t": "READY", "s": 90, "d": {"session_id": "s", "resume_gateway_url": ""}},
+            "(READY event: KeyError: 'user')",  # its parser failed: the event is named
             id="ready-without-user",
         ),
     ],
 )
 async def test_a_gateway_frame_that_breaks_outside_a_parser_never_stops_the_bot(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, frame: Any
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, frame: Any, said: str
 ) -> None:
     """Frames discord.py fails on before (or in) READY's parser ended ``connect()`` and the
     bot (or left it without a user, dropping every message): now the bot logs, counts and
@@ -866,4 +926,5 @@ async def test_a_gateway_frame_that_breaks_outside_a_parser_never_stops_the_bot(
             assert counted == 1
     replies = [m["content"] for m in fake.bot_messages(dm)]
     assert "after the bad frame" in replies[1]
-    assert "gateway frame discord.py cannot read" in caplog.text
+    (warned,) = [r.getMessage() for r in caplog.records if "cannot read" in r.getMessage()]
+    assert warned.startswith("a Discord gateway frame discord.py cannot read (") and said in warned

@@ -5,9 +5,12 @@ fake Discord: attachments, voice messages and stickers as ``MediaRef``, replies 
 
 from __future__ import annotations
 
+import copy
 import io
 import json
+import warnings
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
@@ -23,6 +26,12 @@ from tests.adapters.test_discord import (
 )
 from tests.fakes.discord_api import FakeDiscord, Upload
 from tests.fakes.llm import GatedLLM
+
+with warnings.catch_warnings():  # discord.py imports the deprecated audioop (test_discord.py)
+    warnings.filterwarnings(
+        "ignore", message="'audioop' is deprecated", category=DeprecationWarning
+    )
+    from adapters.discord.client import modernized
 
 __all__ = ["_endpoints_released"]  # the autouse fixture applies here too
 
@@ -107,6 +116,57 @@ async def test_stickers_are_images_except_lottie() -> None:
             "image/gif",
         ),
     )
+
+
+def _legacy_stickers(message: dict[str, Any]) -> None:
+    """``message`` as Discord sent it before ``sticker_items``: whole sticker objects."""
+    message["stickers"] = [
+        {**item, "pack_id": "847199849233514549", "description": "", "tags": "wave", "asset": ""}
+        for item in message.pop("sticker_items")
+    ]
+
+
+async def test_stickers_of_an_older_payload_are_media_too() -> None:
+    """A payload naming its stickers ``stickers`` (discord.py reads only ``sticker_items``):
+    the stickers are MediaRefs, a reply to such a message names them, an edit keeps them."""
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada = fake.add_user("Ada")
+        dm = fake.dm(ada)
+        async with inbound_only(fake) as (_, handler):
+            sent = await fake.post(dm, ada, "", stickers=(("wave", 1), ("cat", 3)), dispatch=False)
+            _legacy_stickers(sent)
+            await fake.dispatch("MESSAGE_CREATE", sent)
+            original = copy.deepcopy(sent)
+            reply = await fake.post(dm, ada, "this one", reply_to=sent)
+            assert "stickers" in reply["referenced_message"]  # the replied-to message, as sent
+            await fake.edit(sent, "now with words")
+            created, replied, edited = await handler.wait(3)
+    ids = [item["id"] for item in original["stickers"]]
+    wave = MediaRef(
+        "image", "sticker wave", f"https://cdn.discordapp.com/stickers/{ids[0]}.png", ids[0],
+        "image/png",
+    )  # fmt: skip
+    cat = MediaRef("file", "sticker cat", "", ids[1])  # Lottie: told, never fetched
+    assert (created.text, created.media) == ("", (wave, cat))
+    assert replied.quote is not None and replied.quote.text == "[sticker wave] [sticker cat]"
+    assert (edited.kind, edited.text, edited.media) == ("edit", "now with words", (wave, cat))
+
+
+def test_an_older_payloads_malformed_stickers_never_break_the_message() -> None:
+    """Entries without a readable id are left out; a missing format is an unknown one."""
+    data = {"id": "1", "stickers": [None, {"name": "x"}, {"id": "12", "name": 5}, {"id": 13}]}
+    assert modernized(data)["sticker_items"] == [
+        {"id": "12", "name": "", "format_type": 0},
+        {"id": "13", "name": "", "format_type": 0},
+    ]
+    assert "sticker_items" not in data  # the payload itself is left as it was
+    sticker = {"id": "14", "name": "hi", "format_type": 1, "pack_id": "2", "tags": "hi"}
+    forward = {"id": "2", "message_snapshots": [{"message": {"stickers": [sticker]}}, None]}
+    (item,) = modernized(forward)["message_snapshots"][0]["message"]["sticker_items"]
+    assert item == {"id": "14", "name": "hi", "format_type": 1}
+    current = {"id": "1", "sticker_items": [], "stickers": [{"id": "12"}]}
+    assert modernized(current) is current  # today's payload is read as it is
+    assert modernized("no object") == "no object"
 
 
 # ---------------------------------------------------------------------- text fidelity

@@ -13,10 +13,13 @@ import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Final
 
 import pytest
 import pytest_asyncio
+from aiogram.types import Message
 
+from adapters.telegram.content import UNREADABLE
 from tests.adapters.replay_harness import (
     ANN,
     DATA,
@@ -37,6 +40,7 @@ from tests.adapters.replay_harness import (
     telegram_expectation,
     telegram_rig,
     tg_cases,
+    tg_message,
     tg_replay,
     used,
 )
@@ -90,10 +94,47 @@ def test_the_corpus_is_big_enough_and_every_payload_has_its_source_listed() -> N
 # --------------------------------------------------------------------------- Telegram
 
 
+#: Message fields that hold a file the model may get (as a MediaRef naming one of its files).
+TG_FILES: Final = (
+    "photo",
+    "live_photo",
+    "sticker",
+    "animation",
+    "document",
+    "voice",
+    "video_note",
+    "audio",
+    "video",
+)
+#: Forward fields of Bot API 7.0 and of the servers before it.
+TG_FORWARDS: Final = (
+    "forward_origin",
+    "forward_from",
+    "forward_from_chat",
+    "forward_sender_name",
+    "forward_date",
+)
+#: Every field name aiogram's Message reads ("from", not "from_user").
+TG_KNOWN: Final = frozenset(f.alias or n for n, f in Message.model_fields.items())
+
+
+def file_ids(value: object) -> set[str]:
+    """Every ``file_id`` in a payload's field (photo sizes, a file and its thumbnail)."""
+    if isinstance(value, list):
+        return set().union(*(file_ids(v) for v in value))
+    if not isinstance(value, dict):
+        return set()
+    found = {value["file_id"]} if isinstance(value.get("file_id"), str) else set()
+    return found.union(*(file_ids(v) for v in value.values()))
+
+
 def _check_telegram(
     rig: TelegramRig, case: Case, update: dict[str, object], message_id: int
 ) -> None:
-    """A private chat's message reached the runtime, non-empty (or is on the allowlist)."""
+    """A private chat's message reached the runtime, non-empty (or is on the allowlist), with
+    what it holds: each file as a MediaRef naming that file (an old server's file too), a
+    forward (legacy fields too) as a forward quote, and no "cannot read" for a kind aiogram
+    knows."""
     expect = telegram_expectation(update)
     if not expect.required:
         return
@@ -102,6 +143,20 @@ def _check_telegram(
     assert got, f"{case.id}: a private {kind} was dropped silently (nothing reached the runtime)"
     assert [i.kind for i in got] == [expect.kind], [describe(i) for i in got]
     assert not is_empty(got[0]), f"{case.id}: an empty turn reached the runtime: {describe(got[0])}"
+    found = tg_message(update)
+    assert found is not None
+    message, inbound = found[1], got[0]
+    refs = {m.ref for m in inbound.media}
+    for name in TG_FILES:
+        # A MediaRef names one of the field's files, or says what it was without one (ref "":
+        # an animated sticker without a thumbnail, a photo too big to download).
+        if name in message and file_ids(message[name]):
+            kept = refs & (file_ids(message[name]) | {""})
+            assert kept, f"{case.id}: {name} lost: {describe(inbound)}"
+    if not message.get("is_automatic_forward") and any(message.get(f) for f in TG_FORWARDS):
+        assert inbound.quote is not None and inbound.quote.origin == "forward", describe(inbound)
+    if not set(message) - TG_KNOWN:
+        assert UNREADABLE not in inbound.text, f"{case.id}: {describe(inbound)}"
 
 
 @IN_MODULE_LOOP
@@ -149,6 +204,11 @@ async def test_discord_event_through_the_gateway(case: Case, discord: Pool[Disco
         assert [i.kind for i in got] == [expect.kind], [describe(i) for i in got]
         if expect.kind != "delete":
             assert not is_empty(got[0]), f"{case.id}: an empty turn: {describe(got[0])}"
+            # Each attachment and sticker (an older payload's ``stickers`` too) is a MediaRef.
+            ids = {m.unique_id for m in got[0].media}
+            for key in ("attachments", "sticker_items", "stickers"):
+                for item in data.get(key) or ():
+                    assert str(item["id"]) in ids, f"{case.id}: {key} lost: {describe(got[0])}"
 
 
 # -------------------------------------------------------------- both in one process
