@@ -128,16 +128,50 @@ def render_turn(
     with every line indented: only our headers start at the margin, so no text can pass a
     line off as said by someone else.
     """
+    return "\n".join(_parts(messages, limit, shown))
+
+
+def _parts(messages: Sequence[StoredMessage], limit: int, shown: Collection[int]) -> list[str]:
+    """Each message as :func:`render_turn` renders it, one string per message."""
     authors = {m.author_id for m in messages}
     if len(authors) <= 1 and all(m.is_private for m in messages):
-        return "\n".join(cut(spoken(m, shown), limit) for m in messages)
-    return "\n".join(_attributed(m, limit, shown) for m in messages)
+        return [cut(spoken(m, shown), limit) for m in messages]
+    return [_attributed(m, limit, shown) for m in messages]
+
+
+def _blocks(
+    messages: Sequence[StoredMessage],
+    images: Mapping[int, ShownImage],
+    limit: int = 8000,
+    marker: str | None = None,
+) -> tuple[ContentBlock, ...]:
+    """The messages as content blocks: each one's images right in front of its own part (in a
+    group, its author's header), so every image sits with its author; text without an image
+    between stays one block, as :func:`render_turn` renders it."""
+    out: list[ContentBlock] = []
+    lines: list[str] = [] if marker is None else [marker]
+    for message, part in zip(messages, _parts(messages, limit, images), strict=True):
+        shown = [images[m.id].block for m in message.media if m.id in images]
+        if shown:
+            if lines:
+                out.append(TextBlock("\n".join(lines)))
+                lines = []
+            out.extend(shown)
+        lines.append(part)
+    if lines:
+        out.append(TextBlock("\n".join(lines)))
+    return tuple(out)
 
 
 def _attributed(message: StoredMessage, limit: int, shown: Collection[int]) -> str:
     header = f"{data_json(message.display_name)} (user {data_json(message.author_id)}):"
     body = indented(cut(spoken(message, shown), limit))
     return f"{header}\n{body}" if body else header
+
+
+def _joined(blocks: Sequence[ContentBlock]) -> str:
+    """The text of these blocks, as one rendering of the messages."""
+    return "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
 
 
 def memory_block(participants: Sequence[Participant], budget_tokens: int) -> str | None:
@@ -183,16 +217,7 @@ def _chat(history: Sequence[StoredMessage], images: Mapping[int, ShownImage]) ->
 def _run_message(run: list[StoredMessage], images: Mapping[int, ShownImage]) -> ChatMessage:
     if run[0].role == "assistant":
         return ChatMessage.of("assistant", "\n".join(m.text for m in run))
-    return ChatMessage(
-        "user", (*_image_blocks(run, images), TextBlock(render_turn(run, shown=images)))
-    )
-
-
-def _image_blocks(
-    messages: Sequence[StoredMessage], images: Mapping[int, ShownImage]
-) -> tuple[ImageBlock, ...]:
-    """The chosen images of these messages, in message and attachment order."""
-    return tuple(images[m.id].block for msg in messages for m in msg.media if m.id in images)
+    return ChatMessage("user", _blocks(run, images))
 
 
 def _text_cost(message: StoredMessage) -> int:
@@ -230,9 +255,10 @@ def assemble(
     turn_room = min(budget.turn_tokens, budget.prompt_tokens - estimate_tokens(pin_text))
     if gap_notice:
         turn_room -= estimate_tokens(gap_notice)
-    turn_text = fit_turn(
+    turn_blocks, shown_turn = fit_turn(
         turn.messages, budget.max_input_chars, max(_MIN_TURN_TOKENS, turn_room), images
     )
+    turn_text = _joined(turn_blocks)
     memory_text = memory_block(participants, budget.memory_tokens)
     summary_text = summary_block(summary, budget.summary_tokens)
     fixed = estimate_tokens(pin_text) + estimate_tokens(turn_text)
@@ -247,7 +273,7 @@ def assemble(
     )
     room = budget.prompt_tokens - fixed - sum(_text_cost(m) for m in window)
     # An image whose message left the window is not shown (its text stand-in says so).
-    present = {x.id for m in (*window, *turn.messages) for x in m.media}
+    present = {x.id for m in (*window, *shown_turn) for x in m.media}
     images = {media_id: image for media_id, image in images.items() if media_id in present}
     if summary_text and layers_cost > room:
         summary_text = summary_block(summary, max(0, room - _cost(memory_text)))
@@ -260,18 +286,22 @@ def assemble(
 
     system = _system_blocks(pin_text, memory_text, summary_text, gap_notice)
     messages = _chat(window, images)
-    turn_blocks: tuple[ContentBlock, ...] = _image_blocks(turn.messages, images)
     if messages and messages[-1].role == "user":
         # The new turn must follow an assistant message: fold a trailing user run into it.
         folded = messages.pop()
-        turn_blocks = (*_images_of(folded), *turn_blocks)
-        turn_text = f"{folded.text}\n{turn_text}"
+        *head, tail = folded.blocks
+        first, *rest = turn_blocks
+        if isinstance(tail, TextBlock) and isinstance(first, TextBlock):
+            turn_blocks = (*head, TextBlock(f"{tail.text}\n{first.text}"), *rest)
+        else:
+            turn_blocks = (*folded.blocks, *turn_blocks)
+        turn_text = f"{_joined(folded.blocks)}\n{turn_text}"
     if messages:
         last = messages[-1]
         *head, tail = last.blocks
         assert isinstance(tail, TextBlock)
         messages[-1] = ChatMessage(last.role, (*head, replace(tail, cache=True)))
-    messages.append(ChatMessage("user", (*turn_blocks, TextBlock(turn_text))))
+    messages.append(ChatMessage("user", turn_blocks))
     layers = [
         name
         for name, present in (
@@ -340,23 +370,24 @@ def least_prompt_tokens(pin: PersonaPin) -> int:
 _MIN_MESSAGE_CHARS: Final = 150
 
 
-def _images_of(message: ChatMessage) -> tuple[ImageBlock, ...]:
-    return tuple(b for b in message.blocks if isinstance(b, ImageBlock))
-
-
 def fit_turn(
-    messages: Sequence[StoredMessage], limit: int, room: int, images: Collection[int] = ()
-) -> str:
-    """The turn rendered within ``room`` tokens, never silently shortened.
+    messages: Sequence[StoredMessage],
+    limit: int,
+    room: int,
+    images: Mapping[int, ShownImage] | None = None,
+) -> tuple[tuple[ContentBlock, ...], tuple[StoredMessage, ...]]:
+    """The turn's blocks within ``room`` tokens, never silently shortened, and the messages
+    they show.
 
     First every message is cut to one common length (the longest that fits, so short
     messages stay whole and only long ones are cut, each with its marker); if even
     ``_MIN_MESSAGE_CHARS`` per message is too much, the oldest messages are left out and a
-    marker line says how many.
+    marker line says how many (their images go with them: an image is never sent without
+    its message).
     """
-    text = render_turn(messages, limit, images)
-    if estimate_tokens(text) <= room:
-        return text
+    images = images or {}
+    if estimate_tokens(render_turn(messages, limit, images)) <= room:
+        return _blocks(messages, images, limit), tuple(messages)
     low, high = _MIN_MESSAGE_CHARS, limit
     while low < high:
         mid = (low + high + 1) // 2
@@ -366,8 +397,9 @@ def fit_turn(
             high = mid - 1
     text = render_turn(messages, low, images)
     if estimate_tokens(text) <= room or len(messages) == 1:
-        return text
+        return _blocks(messages, images, low), tuple(messages)
     kept = list(messages)
+    marker = ""
     while len(kept) > 1:
         kept.pop(0)
         left_out = len(messages) - len(kept)
@@ -377,7 +409,7 @@ def fit_turn(
         text = f"{marker}\n{render_turn(kept, _MIN_MESSAGE_CHARS, images)}"
         if estimate_tokens(text) <= room:
             break
-    return text
+    return _blocks(kept, images, _MIN_MESSAGE_CHARS, marker), tuple(kept)
 
 
 def _cost(text: str | None) -> int:
