@@ -510,7 +510,14 @@ class TelegramAdapter(BaseAdapter):
         try:
             raw = await request.json()
         except ValueError:
-            return web.Response(status=400, text="Bad Request")
+            # Not Telegram's doing (it sends JSON): nothing to redeliver, so acknowledged.
+            log.warning(
+                "telegram bot %s: webhook body is not JSON (%d bytes); acknowledged, skipped",
+                self.bot_key,
+                request.content_length or 0,
+            )
+            handler.rejected("telegram", self.bot_key, "not_json")
+            return web.json_response({})
         parsed = parse_update(raw, self._bot)
         if parsed.update is None:
             self._rejected(handler, parsed)

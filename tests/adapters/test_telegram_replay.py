@@ -4,6 +4,7 @@ none stops the bot, and every one that carries text or a caption is answered (is
 from __future__ import annotations
 
 import copy
+import logging
 import json
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,7 @@ async def test_recorded_updates_replayed_through_polling_never_stop_the_bot(
 
 
 async def test_recorded_updates_replayed_through_the_webhook_are_all_acknowledged(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     port = _free_port()
     secrets = Secrets({"TELEGRAM_BOT_TOKEN": TOKEN, "TG_WEBHOOK_SECRET": "hook-secret"})
@@ -88,6 +89,10 @@ async def test_recorded_updates_replayed_through_the_webhook_are_all_acknowledge
                 update["update_id"] = 500 + index
                 assert await api.deliver_webhook(TOKEN, update) == 200, update
             await api.wait_for(lambda: _said(rig.replies()) == set(SAID), what="every text")
+            # A body that is no JSON at all: acknowledged (redelivery would not help), logged.
+            with caplog.at_level(logging.WARNING, logger="personabot"):
+                assert await api.deliver_raw_webhook(TOKEN, b"\xff{not json") == 200
+            assert any("not JSON" in r.getMessage() for r in caplog.records)
             last = api.message_update(TgChat.private(ANN), ANN, "still there?")
             assert await api.deliver_webhook(TOKEN, last) == 200
             await api.wait_for(

@@ -798,6 +798,20 @@ class FakeTelegramAPI:
             await resp.read()
             return resp.status
 
+    async def deliver_raw_webhook(self, token: str, body: bytes) -> int:
+        """POST any body (not JSON, say) to the token's webhook with its secret; the status."""
+        account = self._accounts[token]
+        assert account.webhook_url, "no webhook set for this token"
+        headers = {"Content-Type": "application/json"}
+        if account.webhook_secret:
+            headers[WEBHOOK_SECRET_HEADER] = account.webhook_secret
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(account.webhook_url, data=body, headers=headers) as resp,
+        ):
+            await resp.read()
+            return resp.status
+
     # -------------------------------------------------------------------- scripting
 
     def fail_next(
