@@ -4,8 +4,8 @@ none stops the bot, and every one that carries text or a caption is answered (is
 from __future__ import annotations
 
 import copy
-import logging
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
