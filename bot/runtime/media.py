@@ -42,9 +42,10 @@ log = logging.getLogger("personabot.media")
 
 _MB: Final = 1024 * 1024
 #: Voice notes transcribed per turn at most (the newest), and the size bound of one: bytes
-#: per second of the longest note allowed (256 kbit/s; Opus voice uses about 32) plus a floor.
+#: per second of the longest note allowed, plus a floor. Voice: 256 kbit/s (Opus voice uses
+#: about 32); video notes: 2 Mbit/s (Telegram's are about 1).
 _VOICES_PER_TURN: Final = 10
-_VOICE_RATE: Final = 32_000
+_RATES: Final = {"voice": 32_000, "video_note": 256_000}
 _VOICE_FLOOR: Final = 256 * 1024
 #: Fetches and transcriptions of one turn running at once.
 _PARALLEL: Final = 4
@@ -235,12 +236,11 @@ class MediaPreparer:
             # Never read more than the preparation reads: a bigger "image" is refused there,
             # after it was held in memory whole (max_download_mb allows 500).
             limit = min(limit, MAX_INPUT_BYTES)
-        elif media.ref.kind == "voice":
-            # A voice note's claimed duration may lie; its size cannot: at most what
-            # transcribe_max_seconds of audio takes at a generous bitrate.
-            limit = min(
-                limit, _VOICE_FLOOR + int(self._settings.transcribe_max_seconds * _VOICE_RATE)
-            )
+        elif media.ref.kind in _RATES:
+            # A note's claimed duration may lie; its size cannot: at most what
+            # transcribe_max_seconds of it takes at a generous bitrate.
+            seconds = self._settings.transcribe_max_seconds
+            limit = min(limit, _VOICE_FLOOR + int(seconds * _RATES[media.ref.kind]))
         return await within(
             self._clock,
             self._left(deadline),

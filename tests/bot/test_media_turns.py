@@ -328,3 +328,21 @@ async def test_a_photo_leaving_the_window_is_shown_to_the_summariser_then_its_co
     assert any(isinstance(b, ImageBlock) for b in summaries[0].messages[-1].blocks)
     assert media.status == "ready" and stored == {}  # described, and the copy is gone
     assert files.fetched == ["f1"]
+
+
+async def test_a_video_note_larger_than_its_allowed_length_can_be_is_not_transcribed(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    files = FakeFiles(clock)
+    files.files["n1"] = b"\0" * (18 * 1024 * 1024)  # "5 s", 18 MB: far over 60 s at 2 Mbit/s
+    llm = GatedLLM()
+    note = MediaRef("video_note", "video note", ref="n1", media_type="video/mp4", duration=5)
+    async with FakeTranscriptionAPI(transcript="x") as stt:
+        config = TranscriptionConfig(url=stt.base_url, max_seconds=60)
+        async with harness(
+            store, clock, llm, outlet=MediaOutlet(clock, files), transcription=config
+        ) as h:
+            await send(h, "", note)
+            await h.advance(2)
+    assert stt.calls == []
+    assert "could not be transcribed" in llm.last_input()
