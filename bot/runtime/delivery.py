@@ -113,8 +113,10 @@ class Delivery:
             log.warning(
                 "%s refuses delivery (%s); conversation marked inactive", item.conversation, exc
             )
-            await self._store.mark_failed(item.id, self._clock.now(), str(exc))
+            # Inactive first: a row seen as failed always has its conversation marked (a
+            # crash in between re-sends the row, and the refusal marks it again).
             await self._store.set_conversation_status(item.conversation, False, str(exc))
+            await self._store.mark_failed(item.id, self._clock.now(), str(exc))
             return False
         except AdapterError as exc:
             log.error("could not deliver %s %d to %s: %s", kind, item.id, item.conversation, exc)
