@@ -138,6 +138,8 @@ async def test_killing_the_poller_hands_polling_to_another_process(
             if not k.startswith(("ANTHROPIC_", "PERSONABOT_", "TELEGRAM_"))
         }
         env["TELEGRAM_BOT_TOKEN"] = TOKEN
+        # Each process's log, for the failure message: which one did what, and when.
+        logs = [(tmp_path / f"process-{n}.log").open("wb") for n in range(2)]
         procs = [
             await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -149,9 +151,9 @@ async def test_killing_the_poller_hands_polling_to_another_process(
                 cwd=tmp_path,
                 env=env,
                 stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
+                stderr=log,
             )
-            for _ in range(2)
+            for log in logs
         ]
         try:
             await _wait_holder(db_url, within=40)
@@ -166,9 +168,21 @@ async def test_killing_the_poller_hands_polling_to_another_process(
             polls = api.polls_started(TOKEN)
             victim.send_signal(signal.SIGKILL)
             killed_at = time.monotonic()
-            await api.wait_for(
-                lambda: api.polls_started(TOKEN) > polls, within=10, what="the standby to poll"
-            )
+            try:
+                await api.wait_for(
+                    lambda: api.polls_started(TOKEN) > polls, within=10, what="the standby to poll"
+                )
+            except AssertionError as exc:
+                tails = [
+                    f"process {n} (pid {p.pid}, exit {p.returncode}):\n"
+                    + "\n".join(
+                        (tmp_path / f"process-{n}.log")
+                        .read_text(errors="replace")
+                        .splitlines()[-15:]
+                    )
+                    for n, p in enumerate(procs)
+                ]
+                raise AssertionError(f"{exc}\n" + "\n".join(tails)) from None
             took = time.monotonic() - killed_at
             assert took <= 2 + 1.0, took  # within lease_seconds (+ process scheduling)
             survivor = next(p for p in procs if p is not victim)
@@ -189,3 +203,5 @@ async def test_killing_the_poller_hands_polling_to_another_process(
                     proc.send_signal(signal.SIGTERM)
             for proc in procs:
                 await asyncio.wait_for(proc.wait(), timeout=20)
+            for log in logs:
+                log.close()
