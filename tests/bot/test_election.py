@@ -118,6 +118,15 @@ async def _holder_pid(url: str) -> int | None:
         await conn.close()
 
 
+async def _until_logged(tmp_path: Path, line: str, within: float) -> None:
+    """Wait until every process's log holds ``line``."""
+    deadline = time.monotonic() + within
+    logs = [tmp_path / f"process-{n}.log" for n in range(2)]
+    while not all(line in log.read_text(errors="replace") for log in logs):
+        assert time.monotonic() < deadline, f"not every process logged {line!r}"
+        await asyncio.sleep(0.05)
+
+
 async def _wait_holder(url: str, within: float) -> int:
     deadline = time.monotonic() + within
     while (pid := await _holder_pid(url)) is None:
@@ -161,6 +170,10 @@ async def test_killing_the_poller_hands_polling_to_another_process(
             chat = TgChat.private(USER)
             api.push_message(TOKEN, chat, USER, "before")
             await api.wait_for(lambda: api.sent_messages(TOKEN), what="a reply")
+            # The standby must be up (standing by for the lease) before the leader dies: its
+            # start-up may lag the leader's by seconds on a loaded machine, and that is not
+            # takeover time.
+            await _until_logged(tmp_path, "is @elect_bot", within=40)
             leader = await _holder_pid(db_url)
             victim = next(p for p in procs if p.pid == leader)
             # While both processes live, only one ever polls (Telegram would answer 409).
