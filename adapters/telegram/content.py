@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from aiogram.types import (
     Animation,
@@ -188,61 +188,88 @@ def _media(holder: Message | ExternalReplyInfo) -> tuple[MediaRef, ...]:
     if holder.voice is not None:
         voice = holder.voice
         found.append(
-            MediaRef(
+            _file(
                 "voice",
                 "voice message",
-                voice.file_id,
-                voice.file_unique_id,
+                voice,
                 voice.mime_type or "audio/ogg",
-                voice.file_size,
-                duration=float(voice.duration),
+                duration=voice.duration,
             )
         )
     if holder.video_note is not None:
         note = holder.video_note
         found.append(
-            MediaRef(
+            _file(
                 "video_note",
                 "video message",
-                note.file_id,
-                note.file_unique_id,
+                note,
                 "video/mp4",
-                note.file_size,
-                note.length,
-                note.length,
-                float(note.duration),
+                width=note.length,
+                height=note.length,
+                duration=note.duration,
             )
         )
     if holder.audio is not None:
         audio = holder.audio
         title = " - ".join(p for p in (audio.performer, audio.title) if p) or audio.file_name
         found.append(
-            MediaRef(
+            _file(
                 "audio",
                 _labelled("audio", title),
-                audio.file_id,
-                audio.file_unique_id,
+                audio,
                 audio.mime_type or "",
-                audio.file_size,
-                duration=float(audio.duration),
+                duration=audio.duration,
             )
         )
     if holder.video is not None:
         video = holder.video
         found.append(
-            MediaRef(
+            _file(
                 "video",
                 _labelled("video", video.file_name),
-                video.file_id,
-                video.file_unique_id,
+                video,
                 video.mime_type or "",
-                video.file_size,
-                video.width,
-                video.height,
-                float(video.duration),
+                width=video.width,
+                height=video.height,
+                duration=video.duration,
             )
         )
     return tuple(found)
+
+
+class _File(Protocol):
+    """What every Telegram file object has."""
+
+    @property
+    def file_id(self) -> str: ...
+    @property
+    def file_unique_id(self) -> str: ...
+    @property
+    def file_size(self) -> int | None: ...
+
+
+def _file(
+    kind: MediaKind,
+    label: str,
+    file: _File,
+    media_type: str,
+    *,
+    width: int | None = None,
+    height: int | None = None,
+    duration: float | None = None,
+) -> MediaRef:
+    """The reference of one Telegram file (fetched by its ``file_id``)."""
+    return MediaRef(
+        kind,
+        label,
+        file.file_id,
+        file.file_unique_id,
+        media_type,
+        file.file_size,
+        width,
+        height,
+        None if duration is None else float(duration),
+    )
 
 
 def _photo(sizes: Sequence[PhotoSize], label: str) -> MediaRef:
@@ -250,32 +277,22 @@ def _photo(sizes: Sequence[PhotoSize], label: str) -> MediaRef:
     size = choose_photo(sizes)
     if size is None:
         return MediaRef("image", label)
-    return MediaRef(
-        "image",
-        label,
-        size.file_id,
-        size.file_unique_id,
-        "image/jpeg",  # Telegram re-encodes every photo it stores as JPEG
-        size.file_size,
-        size.width,
-        size.height,
-    )
+    # Telegram re-encodes every photo it stores as JPEG.
+    return _file("image", label, size, "image/jpeg", width=size.width, height=size.height)
 
 
 def _live_photo(live: LivePhoto) -> MediaRef:
     """A live photo: its still photo, else the short video."""
     if live.photo and choose_photo(live.photo) is not None:
         return _photo(live.photo, "live photo")
-    return MediaRef(
+    return _file(
         "video",
         "live photo",
-        live.file_id,
-        live.file_unique_id,
+        live,
         live.mime_type or "",
-        live.file_size,
-        live.width,
-        live.height,
-        float(live.duration),
+        width=live.width,
+        height=live.height,
+        duration=live.duration,
     )
 
 
@@ -283,15 +300,13 @@ def _sticker(sticker: Sticker) -> MediaRef:
     """A static sticker is its image (WebP); an animated or video one is its thumbnail."""
     emoji = f" {sticker.emoji}" if sticker.emoji else ""
     if not (sticker.is_animated or sticker.is_video):
-        return MediaRef(
+        return _file(
             "image",
             f"sticker{emoji}",
-            sticker.file_id,
-            sticker.file_unique_id,
+            sticker,
             "image/webp",
-            sticker.file_size,
-            sticker.width,
-            sticker.height,
+            width=sticker.width,
+            height=sticker.height,
         )
     label = f"{'video' if sticker.is_video else 'animated'} sticker{emoji}"
     return _thumbnail(sticker.thumbnail, label)
@@ -301,16 +316,14 @@ def _animation(animation: Animation) -> MediaRef:
     """A GIF (Telegram sends MP4): its thumbnail shows the model what it is of."""
     if animation.thumbnail is not None:
         return _thumbnail(animation.thumbnail, "GIF")
-    return MediaRef(
+    return _file(
         "video",
         "GIF",
-        animation.file_id,
-        animation.file_unique_id,
+        animation,
         animation.mime_type or "",
-        animation.file_size,
-        animation.width,
-        animation.height,
-        float(animation.duration),
+        width=animation.width,
+        height=animation.height,
+        duration=animation.duration,
     )
 
 
@@ -318,29 +331,16 @@ def _thumbnail(thumbnail: PhotoSize | None, label: str) -> MediaRef:
     """A still of something the model cannot watch; without one a label only (ref "")."""
     if thumbnail is None:
         return MediaRef("file", label)
-    return MediaRef(
-        "image",
-        label,
-        thumbnail.file_id,
-        thumbnail.file_unique_id,
-        "",  # Telegram's thumbnails are JPEG or WebP; the preparation reads the bytes
-        thumbnail.file_size,
-        thumbnail.width,
-        thumbnail.height,
-    )
+    # Telegram's thumbnails are JPEG or WebP: the preparation reads the bytes.
+    return _file("image", label, thumbnail, "", width=thumbnail.width, height=thumbnail.height)
 
 
 def _document(document: Document) -> MediaRef:
     """A file; one whose MIME type is an image (sent "as a file", uncompressed) is an image."""
     mime = (document.mime_type or "").lower()
     kind: MediaKind = "image" if mime.startswith("image/") else "file"
-    return MediaRef(
-        kind,
-        _labelled("image" if kind == "image" else "file", document.file_name),
-        document.file_id,
-        document.file_unique_id,
-        mime,
-        document.file_size,
+    return _file(
+        kind, _labelled("image" if kind == "image" else "file", document.file_name), document, mime
     )
 
 
