@@ -218,19 +218,33 @@ async def test_without_a_transcriber_the_persona_is_told_it_cannot_listen(
     assert files.fetched == []  # nothing to do with the audio: never downloaded
 
 
+async def voice_turn(
+    store: BaseStore,
+    clock: ManualClock,
+    files: FakeFiles,
+    *notes: MediaRef,
+    transcript: str | None = "x",
+    max_seconds: float = 300.0,
+) -> tuple[GatedLLM, FakeTranscriptionAPI]:
+    """One turn of these voice notes with the fake whisper server as the transcriber."""
+    llm = GatedLLM()
+    async with FakeTranscriptionAPI(transcript=transcript) as stt:
+        config = TranscriptionConfig(url=stt.base_url, max_seconds=max_seconds)
+        async with harness(
+            store, clock, llm, outlet=MediaOutlet(clock, files), transcription=config
+        ) as h:
+            for note in notes:
+                await send(h, "", note)
+            await h.advance(2)
+    return llm, stt
+
+
 async def test_a_voice_note_over_the_length_bound_is_not_transcribed(
     store: BaseStore, clock: ManualClock
 ) -> None:
     files = FakeFiles(clock)
     files.files["v1"] = b"OggS"
-    llm = GatedLLM()
-    async with FakeTranscriptionAPI(transcript="x") as stt:
-        config = TranscriptionConfig(url=stt.base_url, max_seconds=60)
-        async with harness(
-            store, clock, llm, outlet=MediaOutlet(clock, files), transcription=config
-        ) as h:
-            await send(h, "", voice("v1", 600))
-            await h.advance(2)
+    llm, stt = await voice_turn(store, clock, files, voice("v1", 600), max_seconds=60)
     assert stt.calls == []
     assert "you cannot listen to it" in llm.last_input()
 
@@ -268,14 +282,7 @@ async def test_a_voice_note_larger_than_its_allowed_length_can_be_is_not_transcr
     """The sender claims 5 s; 5 MB of audio is far more than max_seconds of speech."""
     files = FakeFiles(clock)
     files.files["v1"] = b"O" * (5 * 1024 * 1024)
-    llm = GatedLLM()
-    async with FakeTranscriptionAPI(transcript="x") as stt:
-        config = TranscriptionConfig(url=stt.base_url, max_seconds=60)
-        async with harness(
-            store, clock, llm, outlet=MediaOutlet(clock, files), transcription=config
-        ) as h:
-            await send(h, "", voice("v1", 5))
-            await h.advance(2)
+    llm, stt = await voice_turn(store, clock, files, voice("v1", 5), max_seconds=60)
     assert stt.calls == []
     assert "could not be transcribed" in llm.last_input()
 
@@ -286,15 +293,9 @@ async def test_at_most_ten_voice_notes_of_a_turn_are_transcribed(
     files = FakeFiles(clock)
     for n in range(12):
         files.files[f"v{n}"] = f"OggS {n}".encode()
-    llm = GatedLLM()
-    async with FakeTranscriptionAPI() as stt:  # the transcript is the audio's bytes
-        config = TranscriptionConfig(url=stt.base_url)
-        async with harness(
-            store, clock, llm, outlet=MediaOutlet(clock, files), transcription=config
-        ) as h:
-            for n in range(12):
-                await send(h, "", voice(f"v{n}"))
-            await h.advance(2)
+    notes = [voice(f"v{n}") for n in range(12)]
+    # No transcript set: the fake answers with the audio's bytes, so calls tell apart.
+    llm, stt = await voice_turn(store, clock, files, *notes, transcript=None)
     assert sorted(c.audio for c in stt.calls) == sorted(f"OggS {n}".encode() for n in range(2, 12))
     assert llm.last_input().count("you cannot listen to it") == 2
 
@@ -335,14 +336,7 @@ async def test_a_video_note_larger_than_its_allowed_length_can_be_is_not_transcr
 ) -> None:
     files = FakeFiles(clock)
     files.files["n1"] = b"\0" * (18 * 1024 * 1024)  # "5 s", 18 MB: far over 60 s at 2 Mbit/s
-    llm = GatedLLM()
     note = MediaRef("video_note", "video note", ref="n1", media_type="video/mp4", duration=5)
-    async with FakeTranscriptionAPI(transcript="x") as stt:
-        config = TranscriptionConfig(url=stt.base_url, max_seconds=60)
-        async with harness(
-            store, clock, llm, outlet=MediaOutlet(clock, files), transcription=config
-        ) as h:
-            await send(h, "", note)
-            await h.advance(2)
+    llm, stt = await voice_turn(store, clock, files, note, max_seconds=60)
     assert stt.calls == []
     assert "could not be transcribed" in llm.last_input()
