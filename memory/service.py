@@ -58,7 +58,7 @@ from memory.tasks import (
     parse_summary_update,
     summary_request,
 )
-from memory.tokens import image_tokens
+from memory.tokens import MAX_IMAGE_TOKENS, image_tokens
 
 log = logging.getLogger("personabot.memory")
 
@@ -92,8 +92,6 @@ class MediaPreparation(Protocol):
 
 
 _CAS_ATTEMPTS = 3
-#: Tokens of an image whose size is not on record: the most an image can cost.
-_IMAGE_TOKENS = 1640
 #: Image bytes of one request at most, as base64: the Messages API refuses a body over 32 MB,
 #: and a few prepared images of up to 5 MB each would pass it whatever ``max_images`` says.
 _IMAGE_REQUEST_BYTES = 24 * 1024 * 1024
@@ -242,7 +240,7 @@ class Memory:
             room -= 4 * math.ceil(len(data[m.id]) / 3)  # base64 of the bytes
             if room < 0:
                 break
-            tokens = image_tokens(m.width, m.height) if m.width and m.height else _IMAGE_TOKENS
+            tokens = image_tokens(m.width, m.height) if m.width and m.height else MAX_IMAGE_TOKENS
             shown[m.id] = ShownImage(ImageBlock(m.media_type, data[m.id]), tokens)
         return shown
 

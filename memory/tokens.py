@@ -23,6 +23,8 @@ def estimate_tokens(text: str) -> int:
 _IMAGE_PIXELS_PER_TOKEN: Final = 750
 _IMAGE_LONG_EDGE: Final = 1568
 _IMAGE_MAX_PIXELS: Final = 1568 * 784
+#: The most one image costs (an image of unknown size is budgeted at this).
+MAX_IMAGE_TOKENS: Final = -(-_IMAGE_MAX_PIXELS // _IMAGE_PIXELS_PER_TOKEN)
 
 
 def image_tokens(width: int, height: int) -> int:
