@@ -79,6 +79,20 @@ class DeliveryRefused(AdapterError):
     """The platform refuses delivery for good (blocked by the user, kicked, chat deleted)."""
 
 
+class PreviewThrottled(AdapterError):
+    """The platform rate-limited a streamed preview (a draft or an edit): skip updates for
+    ``retry_after`` seconds; the final message is never delayed by it."""
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class PreviewUnavailable(AdapterError):
+    """This chat cannot show a streamed preview (e.g. a draft in a group): stop trying for
+    this turn; the reply is delivered the usual way."""
+
+
 class SelfCancelled(PersonabotError):
     """Plugin code raised ``CancelledError`` while its caller was not being cancelled.
 

@@ -242,6 +242,9 @@ class Reply:
     reply_to_platform_message_id: str | None = None
     extra: tuple[tuple[str, str], ...] = field(default=())
     attachment: Attachment | None = None
+    # A streamed preview message (edit mode, docs/architecture.md#streaming) that this reply
+    # replaces: its first chunk is an edit of that platform message, the rest are new messages.
+    replaces: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

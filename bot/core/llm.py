@@ -10,7 +10,7 @@ answers text: a request without tools is exactly the text-only request it always
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -153,6 +153,10 @@ class ModelResult:
         return tuple(b for b in self.content if isinstance(b, ToolUse))
 
 
+#: Receives each piece of an answer's text as the model writes it (docs/architecture.md#streaming).
+TextSink = Callable[[str], None]
+
+
 class BaseLLM(abc.ABC):
     """A language model. Implementations translate their own errors into ModelError."""
 
@@ -161,6 +165,18 @@ class BaseLLM(abc.ABC):
     @abc.abstractmethod
     async def complete(self, request: ModelRequest) -> ModelResult:
         """Run one request; raise ModelUnavailable/RateLimited/ModelRejected on failure."""
+
+    async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelResult:
+        """Like :meth:`complete`, calling ``on_text`` with each piece of text as it arrives.
+
+        The joined pieces equal the result's ``text``. A stream that fails midway raises
+        ModelUnavailable (never a partial result): the caller treats it as a failed attempt.
+        The default answers in one piece: providers that cannot stream still work.
+        """
+        result = await self.complete(request)
+        if result.text:
+            on_text(result.text)
+        return result
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, default no-op
         """Release network resources."""

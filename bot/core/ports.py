@@ -3,9 +3,80 @@
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
 
 from bot.core.events import ConversationKey, Inbound, Reply
+
+#: How a bot shows a reply while it is written (docs/architecture.md#streaming): ``auto`` =
+#: Telegram drafts in private chats, nothing elsewhere; ``draft`` = the same, Telegram only;
+#: ``edit`` = drafts in Telegram private chats, a posted message edited in place elsewhere;
+#: ``off`` = the typing indicator only.
+StreamMode = Literal["auto", "off", "draft", "edit"]
+#: What the stop button of a Telegram draft does: ``keep`` records and sends what the person
+#: saw, ``discard`` records nothing, ``off`` shows no button.
+StopButton = Literal["keep", "discard", "off"]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSettings:
+    """One bot's streaming settings."""
+
+    mode: StreamMode = "auto"
+    interval: float = 1.0  # seconds between two updates of a preview
+    stop: StopButton = "keep"
+
+
+class Preview(Protocol):
+    """A reply shown while it is being written: a Telegram draft, or a posted message that is
+    edited in place. Only bot.runtime.streaming calls it, one call at a time; like ``send``,
+    nothing it shows ever notifies anyone."""
+
+    @property
+    def kind(self) -> Literal["draft", "edit", "console"]:
+        """What the person sees: an ephemeral draft, a real message, or terminal output."""
+        ...
+
+    @property
+    def draft_id(self) -> int | None:
+        """The id a stop update names (a Telegram draft with a stop button), else None."""
+        ...
+
+    @property
+    def message_id(self) -> str | None:
+        """The platform message posted so far (``edit``), which the final reply replaces
+        (``Reply.replaces``); None while nothing is posted, and always for drafts."""
+        ...
+
+    async def show(self, text: str) -> None:
+        """Show ``text`` (the whole answer so far; the preview shows its tail when too long).
+
+        Raise PreviewThrottled (skip updates for a while), PreviewUnavailable (stop
+        previewing this turn) or AdapterError (this update failed; later ones may work).
+        """
+        ...
+
+    async def discard(self) -> None:
+        """Take back what was shown (delete the posted message; a draft is left to expire).
+        Never raises: a failure is logged."""
+        ...
+
+
+@runtime_checkable
+class Streams(Protocol):
+    """An outlet that can show replies while they are written."""
+
+    def preview(
+        self,
+        conversation: ConversationKey,
+        settings: StreamSettings,
+        *,
+        reply_to: str | None = None,
+    ) -> Preview | None:
+        """A preview for one generation in ``conversation``, or None when this chat streams
+        nothing under ``settings`` (then the typing indicator is all the person sees).
+        ``reply_to`` is the platform message a posted preview quotes (groups)."""
+        ...
 
 
 class Outlet(Protocol):
@@ -51,6 +122,10 @@ class InboundHandler(Protocol):
 
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message (a command at once; anything else is ingested)."""
+        ...
+
+    async def stopped(self, conversation: ConversationKey, draft_id: int) -> None:
+        """The person pressed the stop button of draft ``draft_id`` (Telegram drafts)."""
         ...
 
     def rejected(self, platform: str, bot: str, kind: str) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from bot.core.clock import Clock
 from bot.core.errors import SelfCancelled
-from bot.core.events import Inbound, UserKey
+from bot.core.events import ConversationKey, Inbound, UserKey
 from bot.core.ports import Outlet
 from bot.core.tasks import cancelling
 from bot.metrics import Metrics
@@ -21,6 +21,7 @@ from bot.runtime.access import AccessPolicy
 from bot.runtime.commands import Commands, parse_command
 from bot.runtime.delivery import Delivery, Kind
 from bot.runtime.extensions import Command, Extensions, Middleware
+from bot.runtime.streaming import StopSignals
 from bot.store.base import BaseStore
 from memory.service import Memory
 
@@ -49,7 +50,9 @@ class Router:
         delivery: Delivery | None = None,
         extensions: Extensions = Extensions(),  # noqa: B008 - frozen, never mutated
         middleware_timeout: float = 10.0,
+        stops: StopSignals | None = None,
     ) -> None:
+        self._stops = stops
         self._ingestor = ingestor
         self._commands = commands
         self._outlets = dict(outlets)
@@ -82,6 +85,12 @@ class Router:
     def rejected(self, platform: str, bot: str, kind: str) -> None:
         """Count an update an adapter could not read."""
         self._metrics.rejected.labels(platform, bot, kind).inc()
+
+    async def stopped(self, conversation: ConversationKey, draft_id: int) -> None:
+        """A person pressed a draft's stop button: tell the turn writing it, in whichever
+        process it runs (bot/runtime/streaming.py)."""
+        if self._stops is not None:
+            await self._stops.request(conversation, draft_id)
 
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""
@@ -194,6 +203,10 @@ class BotHandler:
     def rejected(self, platform: str, bot: str, kind: str) -> None:
         """Count an update an adapter could not read."""
         self._router.rejected(platform, bot, kind)
+
+    async def stopped(self, conversation: ConversationKey, draft_id: int) -> None:
+        """A person pressed a draft's stop button."""
+        await self._router.stopped(conversation, draft_id)
 
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""
