@@ -373,6 +373,13 @@ class _BotBase(_Section):
     plugins: list[PluginName] = Field(default_factory=list)
     # Options of plugins for this bot, by plugin name (over the top-level plugin_options).
     plugin_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # Replies shown while written (docs/architecture.md#streaming): auto = Telegram drafts in
+    # private chats, nothing elsewhere; draft = the same (Telegram only); edit = drafts in
+    # Telegram private chats, a message edited in place in groups and on Discord; off.
+    stream: Literal["auto", "off", "draft", "edit"] = "auto"
+    stream_interval_seconds: float = Field(default=1.0, ge=0.2, le=30)
+    # A Telegram draft's stop button: keep (send what was shown), discard, off (no button).
+    stop_button: Literal["keep", "discard", "off"] = "keep"
 
     @property
     def key(self) -> str:
@@ -420,6 +427,14 @@ class DiscordBotSettings(_BotBase):
     def token_variable(self) -> str:
         """Environment variable holding the bot token."""
         return self.token_env or "DISCORD_BOT_TOKEN"
+
+    @model_validator(mode="after")
+    def _no_drafts(self) -> DiscordBotSettings:
+        if self.stream == "draft":
+            raise ValueError(
+                "stream: Discord has no drafts; use 'edit' (a message edited in place) or 'off'"
+            )
+        return self
 
 
 class PluginBotSettings(_BotBase):

@@ -12,12 +12,12 @@ import os
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Literal, TextIO
 
 from adapters.base import BaseAdapter
 from bot.core.errors import AdapterError
 from bot.core.events import Attachment, ConversationKey, Inbound, Reply
-from bot.core.ports import InboundHandler
+from bot.core.ports import InboundHandler, Preview, StreamSettings
 
 QUIT_COMMANDS = frozenset({"/quit", "/exit"})
 
@@ -49,6 +49,7 @@ class ConsoleAdapter(BaseAdapter):
         self._counter = 0
         self.replies_sent = 0
         self._prompting = False
+        self._streamed: str | None = None  # the reply printed so far while it is written
 
     def write(self, text: str) -> None:
         """Print a line of the conversation."""
@@ -90,9 +91,49 @@ class ConsoleAdapter(BaseAdapter):
             self._prompting = False
             await handler(self.inbound(text))
 
+    def preview(
+        self,
+        conversation: ConversationKey,
+        settings: StreamSettings,
+        *,
+        reply_to: str | None = None,
+    ) -> Preview | None:
+        """Print the reply as it is written (``bot.core.ports.Streams``), unless ``off``."""
+        return None if settings.mode == "off" else _ConsolePreview(self)
+
+    def _stream(self, text: str) -> None:
+        """Print the part of ``text`` not printed yet (a new model step starts a new line)."""
+        printed = self._streamed
+        if printed is None or not text.startswith(printed):
+            if printed is not None:
+                self._stdout.write("\n")
+            self._stdout.write(f"{self._persona_name}: ")
+            printed = ""
+        self._stdout.write(text[len(printed) :])
+        self._stdout.flush()
+        self._streamed = text
+        self._prompting = False
+
+    def _dropped(self) -> None:
+        """A streamed reply was taken back (newer input arrived, or the model failed)."""
+        if self._streamed is not None:
+            self._stdout.write(" [dropped]\n")
+            self._stdout.flush()
+            self._streamed = None
+
     async def send(self, reply: Reply) -> None:
-        """Print the reply under the persona's name (an attachment: written, path printed)."""
+        """Print the reply under the persona's name (an attachment: written, path printed).
+
+        After a streamed preview the reply completes the printed line when it continues it.
+        """
         self.replies_sent += 1
+        streamed, self._streamed = self._streamed, None
+        if streamed is not None and reply.attachment is None:
+            if reply.text.startswith(streamed):
+                self.write(reply.text[len(streamed) :])
+                self._prompt()
+                return
+            self._stdout.write("\n")
         if reply.attachment is not None:
             path = self._save(reply.attachment)
             self.write(f"{self._persona_name}: {reply.text}\n  saved to {path}")
@@ -127,6 +168,36 @@ class ConsoleAdapter(BaseAdapter):
     async def typing(self, conversation: ConversationKey) -> AsyncIterator[None]:
         """No indicator on a terminal: replies appear when ready."""
         yield
+
+
+class _ConsolePreview:
+    """A reply printed as it comes; the final reply completes the line."""
+
+    def __init__(self, adapter: ConsoleAdapter) -> None:
+        self._adapter = adapter
+
+    @property
+    def kind(self) -> Literal["console"]:
+        """Terminal output."""
+        return "console"
+
+    @property
+    def draft_id(self) -> None:
+        """No stop button."""
+        return None
+
+    @property
+    def message_id(self) -> None:
+        """Nothing to replace: the reply completes the printed line."""
+        return None
+
+    async def show(self, text: str) -> None:
+        """Print what is new."""
+        self._adapter._stream(text)
+
+    async def discard(self) -> None:
+        """Mark the printed reply as dropped."""
+        self._adapter._dropped()
 
 
 async def _threaded_lines(stream: TextIO) -> AsyncIterator[str]:

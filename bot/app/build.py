@@ -24,7 +24,7 @@ from bot.core.errors import ConfigError
 from bot.core.events import QueuePolicy, SessionPolicy
 from bot.core.llm import BaseLLM
 from bot.core.media import MediaSource, Transcriber
-from bot.core.ports import Outlet
+from bot.core.ports import Outlet, StreamSettings
 from bot.llm.offline import OfflineLLM
 from bot.llm.transcription import OpenAITranscriber, TranscriptionSettings, transcriber_from
 from bot.metrics import Metrics, Price
@@ -204,6 +204,12 @@ def profile_for(
 ) -> BotProfile:
     """Everything a turn of this bot needs."""
     queue = settings.queue_for(persona)
+    entry = next((b for b in settings.bots if b.key == key), None)
+    stream = (
+        StreamSettings(interval=0.2)  # the terminal chat: the stream is printed as it comes
+        if entry is None
+        else StreamSettings(entry.stream, entry.stream_interval_seconds, entry.stop_button)
+    )
     return BotProfile(
         key=key,
         pin=pin_for(persona),
@@ -215,6 +221,7 @@ def profile_for(
         refusal_message=persona.refusal_message or settings.llm.refusal_message,
         rejected_notice=settings.llm.rejected_notice,
         persona_id=persona.id,
+        stream=stream,
     )
 
 
@@ -509,6 +516,7 @@ async def runtime(
             metrics=metrics,
             extensions=extensions,
             middleware_timeout=settings.tools.command_timeout_seconds,
+            stops=pipeline.stops,
         )
         if seams.background:
             await pipeline.recover_outbox(older_than=clock.now())

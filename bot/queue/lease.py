@@ -7,6 +7,7 @@ its lease (paused, partitioned) can never record or send.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -34,19 +35,23 @@ async def release(store: LeaseStore, lease: Lease) -> None:
 @contextlib.asynccontextmanager
 async def renewing(
     store: LeaseStore, lease: Lease, *, ttl: float, clock: Clock
-) -> AsyncIterator[None]:
-    """Renew the lease every third of ``ttl`` while the body runs.
+) -> AsyncIterator[asyncio.Event]:
+    """Renew the lease every third of ``ttl`` while the body runs; yields an event set once
+    the lease is lost.
 
     Two renewals may fail before the lease expires. A lost lease only stops the renewal:
-    the body goes on, and the final check then fences its result.
+    the body goes on (the event lets it stop showing a streamed preview), and the final
+    check then fences its result.
     """
+    lost = asyncio.Event()
 
     async def renew() -> None:
         current: Lease | None = lease
         while current is not None:
             await clock.sleep(ttl / 3)
             current = await store.renew_lease(current, ttl, clock.now())
+        lost.set()
         log.warning("lost lease %s while generating", lease.name)
 
     async with running(renew(), name=f"renew {lease.name}"):
-        yield
+        yield lost

@@ -30,6 +30,7 @@ from bot.core.errors import AdapterError, DeliveryRefused
 from bot.core.events import Attachment, ConversationKey, OutboxItem, Reply
 from bot.core.ports import Outlet
 from bot.core.visible import has_visible_text
+from bot.runtime.streaming import PREVIEW_KEY
 from bot.store.base import BaseStore
 
 log = logging.getLogger("personabot.delivery")
@@ -95,8 +96,11 @@ class Delivery:
             raise AdapterError(f"bot {conversation.bot} is not hosted here")
         await outlet.send(Reply(conversation, caption, attachment=attachment))
 
-    async def deliver(self, item: OutboxItem, *, kind: Kind | None = None) -> bool:
-        """Claim the attempt, send, confirm; False if not sent."""
+    async def deliver(
+        self, item: OutboxItem, *, kind: Kind | None = None, replaces: str | None = None
+    ) -> bool:
+        """Claim the attempt, send, confirm; False if not sent. ``replaces``: a streamed
+        preview message the reply's first chunk is edited into (docs/architecture.md#streaming)."""
         kind = kind or ("reply" if item.reply_message_id else "answer")
         outlet = self._outlet_for(item.conversation.bot)
         if outlet is None or not await self._store.begin_send(item, self._clock.now()):
@@ -106,6 +110,7 @@ class Delivery:
             text=item.text,
             outbox_id=item.id,
             reply_to_platform_message_id=item.reply_to_platform_message_id,
+            replaces=replaces,
         )
         try:
             await outlet.send(reply)
@@ -129,13 +134,13 @@ class Delivery:
         """Deliver rows recorded but not sent before a crash; return how many were sent."""
         sent = 0
         for item in await self._store.unsent_outbox(older_than):
-            sent += await self.deliver(item)
+            sent += await self._recover(item)
         for item in await self._store.uncertain_outbox(older_than):
             outlet = self._outlet_for(item.conversation.bot)
             if outlet is None:
                 continue
             if outlet.idempotent_send:
-                sent += await self.deliver(item)
+                sent += await self._recover(item)
                 continue
             log.warning(
                 "outbox row %d to %s may not have been delivered (crash mid-send); "
@@ -144,4 +149,16 @@ class Delivery:
                 item.conversation,
             )
             await self._store.mark_failed(item.id, self._clock.now(), "uncertain delivery")
+        return sent
+
+    async def _recover(self, item: OutboxItem) -> bool:
+        """Deliver a row left by a crash; a reply whose streamed preview is still posted
+        replaces it (the preview's id is session state until then: bot/runtime/streaming.py)."""
+        if not item.reply_message_id:
+            return await self.deliver(item)
+        preview = await self._store.get_state(item.session, PREVIEW_KEY)
+        replaces = preview if isinstance(preview, str) else None
+        sent = await self.deliver(item, replaces=replaces)
+        if sent and replaces is not None:
+            await self._store.delete_state(item.session, PREVIEW_KEY)
         return sent

@@ -23,6 +23,7 @@ Invariants (docs/architecture.md#queue):
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
@@ -32,10 +33,16 @@ from dataclasses import dataclass, replace
 from typing import Final, Literal
 
 from bot.core.clock import Clock
-from bot.core.errors import ModelRejected, ModelUnavailable, RateLimited, RequestRejected
+from bot.core.errors import (
+    ModelError,
+    ModelUnavailable,
+    RateLimited,
+    RequestRejected,
+    StoreError,
+)
 from bot.core.events import NOT_SET, ConversationKey, Lease, QueuePolicy, Turn
-from bot.core.llm import BaseLLM, ModelResult, Usage
-from bot.core.ports import Outlet
+from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
+from bot.core.ports import Outlet, Streams, StreamSettings
 from bot.core.shares import weights
 from bot.core.visible import has_visible_text
 from bot.metrics import Metrics
@@ -45,19 +52,31 @@ from bot.runtime.delivery import Delivery
 from bot.runtime.extensions import Extensions, TurnContext
 from bot.runtime.hooks import after_reply, context_layers
 from bot.runtime.limits import Admission, Limits
-from bot.runtime.tools import CountCall, Effect, ToolLoop, ToolPolicy, apply
+from bot.runtime.streaming import PREVIEW_KEY, Relay, StopSignals
+from bot.runtime.tools import CountCall, Effect, LoopResult, ToolLoop, ToolPolicy, apply
 from bot.runtime.usage import Accounting
 from bot.store.base import BaseStore
 from memory.assemble import PersonaPin, with_context
 from memory.records import Summary
 from memory.retention.gaps import Gap, describe, gap_notice
 from memory.service import Memory, MemoryPolicy
+from memory.tokens import estimate_tokens
 
 log = logging.getLogger("personabot.pipeline")
 
 TurnOutcome = Literal[
-    "sent", "discarded", "fenced", "busy", "idle", "failed", "retry", "limited", "closed"
+    "sent",
+    "discarded",
+    "fenced",
+    "busy",
+    "idle",
+    "failed",
+    "retry",
+    "limited",
+    "closed",
+    "stopped",
 ]
+NO_STREAM: Final = StreamSettings(mode="off")
 GAP_TOLD_KEY = "personabot:gap_told"
 TROUBLE_KEY = "personabot:trouble_told"
 DEFAULT_REFUSAL: Final = "I'd rather not answer that. Shall we talk about something else?"
@@ -91,6 +110,8 @@ class BotProfile:
     refusal_message: str = DEFAULT_REFUSAL
     rejected_notice: str = DEFAULT_REJECTED
     persona_id: str = ""  # the persona's id, for turn hooks and tools ("" = the pin's name)
+    # Replies shown while written, where the outlet can (docs/architecture.md#streaming).
+    stream: StreamSettings = NO_STREAM
 
 
 def lease_name(conversation: ConversationKey) -> str:
@@ -118,6 +139,7 @@ class Pipeline:
         accounting: Accounting | None = None,
         extensions: Extensions | None = None,
         tool_policy: ToolPolicy | None = None,
+        stops: StopSignals | None = None,
     ) -> None:
         self._store = store
         self._llm = llm
@@ -139,6 +161,8 @@ class Pipeline:
         self._extensions = extensions or Extensions()
         self._per_bot: dict[str, Extensions] = {}
         self._tool_policy = tool_policy or ToolPolicy()
+        #: Stop requests of streamed drafts (shared with the router, which hears of them).
+        self.stops = stops or StopSignals(store=store, clock=clock)
 
     def _extensions_for(self, bot: str) -> Extensions:
         """What plugins registered that applies to ``bot``: global ones and its own."""
@@ -332,8 +356,12 @@ class Pipeline:
             charge=charge,
             count=self._counter(conversation),
         )
+        relay: Relay | None = None
         try:
-            async with profile.outlet.typing(conversation), self._renewing(lease, profile):
+            async with (
+                profile.outlet.typing(conversation),
+                self._renewing(lease, profile) as lost,
+            ):
                 # Built under the renewed lease and the typing indicator: fetching a photo or
                 # transcribing a voice note may take longer than the lease (bot/runtime/media.py).
                 assembled = await self._memory.build(
@@ -352,25 +380,23 @@ class Pipeline:
                     clock=self._clock,
                     seconds=policy.hook_timeout_seconds,
                 )
-                answered = await loop.run(with_context(assembled, layers).request)
-        except ModelUnavailable as exc:
-            return await self._retry_later(turn, profile, exc)
-        except RequestRejected as exc:
-            # This request can never succeed: close the turn out so that it is never sent
-            # again (the next message gets a turn of its own), and say so.
-            log.error("model rejected the turn of %s: %s", conversation, exc)
-            if not await self._close_out(turn, lease, profile, f"rejected: {exc}", "rejected"):
-                return "fenced"
-            if profile.rejected_notice:
-                await self.delivery.send(conversation, profile.rejected_notice, kind="notice")
-            return "closed"
-        except ModelRejected as exc:
-            log.error("model rejected the turn of %s: %s", conversation, exc)
-            # Not about this turn (authentication, permission, unknown model): park these
-            # messages (they stay stored and pending; the next message's turn covers them
-            # again, once the operator fixed the cause) rather than loop.
-            await self._store.clear_timer(conversation, turn.version, only_if_idle=False)
-            return "failed"
+                request = with_context(assembled, layers).request
+                relay = await self._relay(turn, profile, lost)
+                if relay is None:
+                    answered = await loop.run(request)
+                else:
+                    streamed = await self._streamed(loop, request, relay)
+                    if streamed is None:
+                        return await self._stopped(turn, lease, profile, relay, request, by)
+                    answered = streamed
+        except ModelError as exc:
+            await _discard(relay)
+            return await self._model_failed(turn, lease, profile, exc)
+        except BaseException:
+            await _discard(relay)  # cancelled (shutdown) or a bug: nothing half-written stays
+            raise
+        if relay is not None:
+            await relay.close()  # nothing more is shown: the final message comes next
         await self._recovered(turn)
         result = answered.result
         if answered.steps:
@@ -402,7 +428,115 @@ class Pipeline:
             result.model,
             effects=answered.effects,
             context=context,
+            relay=relay,
         )
+
+    async def _model_failed(
+        self, turn: Turn, lease: Lease, profile: BotProfile, exc: ModelError
+    ) -> TurnOutcome:
+        """The model gave no answer: retry later, close the turn out, or park it."""
+        conversation = turn.session.conversation
+        if isinstance(exc, ModelUnavailable):
+            return await self._retry_later(turn, profile, exc)
+        log.error("model rejected the turn of %s: %s", conversation, exc)
+        if isinstance(exc, RequestRejected):
+            # This request can never succeed: close the turn out so that it is never sent
+            # again (the next message gets a turn of its own), and say so.
+            if not await self._close_out(turn, lease, profile, f"rejected: {exc}", "rejected"):
+                return "fenced"
+            if profile.rejected_notice:
+                await self.delivery.send(conversation, profile.rejected_notice, kind="notice")
+            return "closed"
+        # Not about this turn (authentication, permission, unknown model): park these
+        # messages (they stay stored and pending; the next message's turn covers them again,
+        # once the operator fixed the cause) rather than loop.
+        await self._store.clear_timer(conversation, turn.version, only_if_idle=False)
+        return "failed"
+
+    async def _relay(self, turn: Turn, profile: BotProfile, lost: asyncio.Event) -> Relay | None:
+        """The preview of this generation, when the bot streams in this chat (else None)."""
+        outlet = profile.outlet
+        if profile.stream.mode == "off" or not isinstance(outlet, Streams):
+            return None
+        conversation = turn.session.conversation
+        reply_to = turn.messages[-1].platform_message_id if turn.messages else None
+        preview = outlet.preview(conversation, profile.stream, reply_to=reply_to)
+        if preview is None:
+            return None
+        session = turn.session
+
+        async def posted(message_id: str) -> None:
+            # A posted preview is on record until the reply replaces it or it is deleted, so
+            # that a crash in between leaves no half reply behind (bot/runtime/delivery.py).
+            try:
+                await self._store.set_state(session, PREVIEW_KEY, message_id, self._clock.now())
+            except StoreError as exc:
+                log.warning("%s: preview %s not on record: %s", session, message_id, exc)
+
+        relay = Relay(
+            preview,
+            clock=self._clock,
+            interval=profile.stream.interval,
+            conversation=conversation,
+            stops=self.stops if profile.stream.stop != "off" else None,
+            lost=lost,
+            on_posted=posted,
+        )
+        relay.start()
+        return relay
+
+    async def _streamed(
+        self, loop: ToolLoop, request: ModelRequest, relay: Relay
+    ) -> LoopResult | None:
+        """The tool loop with its text shown as it comes; None when the person stopped it."""
+        work = asyncio.ensure_future(loop.run(request, stream=relay.text))
+        stop = asyncio.ensure_future(relay.stopped.wait())
+        try:
+            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not work.done():
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+        if not work.cancelled():
+            return work.result()  # the whole answer arrived (or its error is raised here)
+        return None
+
+    async def _stopped(
+        self,
+        turn: Turn,
+        lease: Lease,
+        profile: BotProfile,
+        relay: Relay,
+        request: ModelRequest,
+        by: Mapping[str, int],
+    ) -> TurnOutcome:
+        """The person pressed stop: keep what they saw (``stop = "keep"``) or nothing; the
+        turn is answered either way, so it does not run again."""
+        await relay.close()
+        conversation = turn.session.conversation
+        kept = relay.shown if profile.stream.stop == "keep" else ""
+        # The cancelled call reported no usage: charge an estimate, so that stopping early
+        # never makes generations free (the limits still bound them).
+        prompt = sum(estimate_tokens(b.text) for b in request.system) + sum(
+            estimate_tokens(m.text) for m in request.messages
+        )
+        usage = Usage(input_tokens=prompt, output_tokens=estimate_tokens(relay.shown))
+        await self._accounting.charge(
+            conversation, "reply", ModelResult(kept, usage, request.model, "stopped"), by
+        )
+        log.info(
+            "%s: generation stopped by the person (%d characters kept)", turn.session, len(kept)
+        )
+        if has_visible_text(kept):
+            outcome = await self._record_and_send(
+                turn, lease, profile, kept, usage, request.model, relay=relay
+            )
+            return "stopped" if outcome == "sent" else outcome
+        await relay.discard()
+        if not await self._close_out(turn, lease, profile, "stopped by the person", "stopped"):
+            return "fenced"
+        return "stopped"
 
     async def _record_and_send(
         self,
@@ -415,6 +549,7 @@ class Pipeline:
         *,
         effects: Sequence[Effect] = (),
         context: TurnContext | None = None,
+        relay: Relay | None = None,
     ) -> TurnOutcome:
         """The final check, then delivery of a recorded reply, its side effects and hooks.
 
@@ -430,6 +565,11 @@ class Pipeline:
         finished = await self._store.finish_turn(
             turn, lease, text, self._clock.now(), profile.queue, usage, model
         )
+        if finished.outcome != "recorded" and relay is not None:
+            # Not this generation's reply: take back what it showed (docs/architecture.md
+            # #streaming); the next generation shows its own.
+            await relay.discard()
+            await self._forget_preview(turn, relay)
         if finished.outcome == "fenced":
             log.warning("lease on %s was taken over; reply dropped", conversation)
             return "fenced"
@@ -454,14 +594,22 @@ class Pipeline:
             self._clock.now() - turn.first_pending_at,
         )
         self._memory.schedule_compaction(turn.session)
+        replaces = None if relay is None else relay.preview.message_id
         try:
-            await self.delivery.deliver(finished.outbox)
+            await self.delivery.deliver(finished.outbox, replaces=replaces)
+            if relay is not None:
+                await self._forget_preview(turn, relay)
         except Exception:
             # The reply is recorded (the outbox sends it later): its effects happen all the same.
             await self._after_recorded(turn, profile, text, effects, context)
             raise
         await self._after_recorded(turn, profile, text, effects, context)
         return "sent"
+
+    async def _forget_preview(self, turn: Turn, relay: Relay) -> None:
+        """The posted preview was replaced or deleted: no longer on record."""
+        if relay.preview.message_id is not None:
+            await self._store.delete_state(turn.session, PREVIEW_KEY)
 
     async def _after_recorded(
         self,
@@ -534,14 +682,22 @@ class Pipeline:
             await self._store.delete_state(turn.session, TROUBLE_KEY)
 
     @contextlib.asynccontextmanager
-    async def _renewing(self, lease: Lease, profile: BotProfile) -> AsyncIterator[None]:
-        """Renew the lease while the body runs (bot.queue.lease)."""
-        async with renewing(self._store, lease, ttl=profile.lease_seconds, clock=self._clock):
-            yield
+    async def _renewing(self, lease: Lease, profile: BotProfile) -> AsyncIterator[asyncio.Event]:
+        """Renew the lease while the body runs (bot.queue.lease); yields "lost"."""
+        async with renewing(
+            self._store, lease, ttl=profile.lease_seconds, clock=self._clock
+        ) as lost:
+            yield lost
 
     async def recover_outbox(self, older_than: float) -> int:
         """Deliver replies recorded but not sent before a crash (see bot.runtime.delivery)."""
         return await self.delivery.recover(older_than)
+
+
+async def _discard(relay: Relay | None) -> None:
+    """Take back a failed generation's preview (nothing when there is none)."""
+    if relay is not None:
+        await relay.discard()
 
 
 def _only(turn: Turn, authors: tuple[str, ...]) -> Turn:

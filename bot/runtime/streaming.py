@@ -10,15 +10,21 @@ is told at once through an in-process event as well.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from typing import Final
+from collections.abc import Awaitable, Callable
+from typing import Final, Literal
 
 from bot.core.clock import Clock
+from bot.core.errors import AdapterError, PreviewThrottled, PreviewUnavailable, StoreError
 from bot.core.events import ConversationKey
+from bot.core.ports import Preview
 from bot.store.contracts import LeaseStore
 
 log = logging.getLogger("personabot.streaming")
 
+#: Session state naming a posted preview message (``edit``) not yet replaced or deleted.
+PREVIEW_KEY: Final = "personabot:preview"
 #: How long a stop request is kept: far longer than any generation.
 STOP_SECONDS: Final = 3600.0
 
@@ -61,3 +67,191 @@ class StopSignals:
             return True
         expires = await self._store.lease_expires_at(stop_lease(conversation, draft_id))
         return expires is not None and expires > self._clock.now()
+
+
+#: How long closing a relay waits for a preview call already in flight before cancelling it,
+#: so a slow or rate-limited preview never holds up the final message for long.
+CLOSE_WAIT: Final = 2.0
+#: Failed preview updates (other than throttling) after which a turn stops previewing.
+MAX_FAILURES: Final = 3
+#: A posted preview (``edit``) waits for this much text, so one word is never a message.
+MIN_POSTED: Final = 24
+
+
+class Relay:
+    """Shows one generation's text on a Preview while the model writes it.
+
+    Invariants (docs/architecture.md#streaming):
+    - at most one preview call is in flight, and at most one starts per ``interval``; the
+      deltas that arrive meanwhile are coalesced into the next update (the newest text wins);
+    - a throttled preview (the platform's ``retry_after``, our own rate limiter) only skips
+      updates: the final message never waits for it;
+    - after :meth:`close` returns, no preview call is running or will start, so nothing
+      shown can land after the final message;
+    - the first update goes out as soon as there is text to show (``MIN_POSTED`` characters
+      for a posted message), the first token is never throttled;
+    - a lost lease (another worker took the turn over) stops all updates at once.
+    """
+
+    def __init__(
+        self,
+        preview: Preview,
+        *,
+        clock: Clock,
+        interval: float,
+        conversation: ConversationKey,
+        stops: StopSignals | None = None,
+        lost: asyncio.Event | None = None,
+        on_posted: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
+        self.preview = preview
+        self._clock = clock
+        self._interval = max(0.0, interval)
+        self._conversation = conversation
+        self._stops = stops
+        self._lost = lost
+        self._on_posted = on_posted
+        self._step = 0
+        self._text = ""
+        self._shown = ""
+        self._wake = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        #: Set when the person pressed the draft's stop button.
+        self.stopped = asyncio.Event()
+        self._stop_event: asyncio.Event | None = None
+        #: Preview calls made (shown, throttled or failed), for metrics and benchmarks.
+        self.calls = 0
+        self._throttled_until = -float("inf")
+
+    @property
+    def shown(self) -> str:
+        """The whole text as of the last update the person saw ("" when none)."""
+        return self._shown
+
+    def text(self, step: int, delta: str) -> None:
+        """The sink of ``ToolLoop.run``: a new model step starts its preview afresh."""
+        if step != self._step:
+            self._step, self._text = step, ""
+        self._text += delta
+        self._wake.set()
+
+    def start(self) -> None:
+        """Start the updater (idempotent)."""
+        draft = self.preview.draft_id
+        if self._stops is not None and draft is not None:
+            self._stop_event = self._stops.watch(self._conversation, draft)
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"preview {self._conversation}")
+
+    async def close(self) -> None:
+        """Stop updating: an update in flight gets ``CLOSE_WAIT`` seconds, then is cancelled."""
+        self._closing.set()
+        self._wake.set()
+        task, self._task = self._task, None
+        if task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(task), CLOSE_WAIT)
+            except TimeoutError:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            except Exception:  # a bug in a preview must never fail the turn
+                log.exception("%s: the preview updater failed", self._conversation)
+        draft = self.preview.draft_id
+        if self._stops is not None and draft is not None:
+            self._stops.forget(self._conversation, draft)
+
+    async def discard(self) -> None:
+        """Close, then take back what was shown (a posted message is deleted)."""
+        await self.close()
+        if self._shown or self.preview.message_id is not None:
+            await self.preview.discard()
+
+    def _gone(self) -> bool:
+        return self._closing.is_set() or (self._lost is not None and self._lost.is_set())
+
+    def _ready(self, text: str) -> bool:
+        """Whether ``text`` is worth an update (new, visible, long enough to post)."""
+        if text == self._shown or not text.strip():
+            return False
+        posting = self.preview.kind == "edit" and self.preview.message_id is None
+        return not posting or len(text.strip()) >= MIN_POSTED
+
+    async def _run(self) -> None:
+        last = -float("inf")  # when the last update started
+        not_before = -float("inf")  # throttled until
+        failures = 0
+        while not self._gone():
+            await self._wake.wait()
+            self._wake.clear()
+            wait = max(last + self._interval, not_before) - self._clock.now()
+            if wait > 0:
+                await self._sleep(wait)
+            if self._gone():
+                return
+            text = self._text
+            if not self._ready(text):
+                continue  # the next delta wakes us again
+            last = self._clock.now()
+            outcome = await self._update(text)
+            if outcome == "throttled":
+                not_before = self._throttled_until
+                self._wake.set()  # try again once the wait is over
+            elif outcome == "failed":
+                failures += 1
+                if failures >= MAX_FAILURES:
+                    return
+            elif outcome == "unavailable":
+                return
+            elif await self._stop_requested():
+                self.stopped.set()
+                return
+
+    async def _update(self, text: str) -> Literal["shown", "throttled", "failed", "unavailable"]:
+        """One preview call."""
+        self.calls += 1
+        posted = self.preview.message_id
+        try:
+            await self.preview.show(text)
+        except PreviewThrottled as exc:
+            self._throttled_until = self._clock.now() + max(0.0, exc.retry_after)
+            log.debug("%s: preview throttled for %.1fs", self._conversation, exc.retry_after)
+            return "throttled"
+        except PreviewUnavailable as exc:
+            log.info("%s: no preview in this chat (%s)", self._conversation, exc)
+            return "unavailable"
+        except AdapterError as exc:
+            log.warning("%s: preview update failed: %s", self._conversation, exc)
+            return "failed"
+        self._shown = text
+        message = self.preview.message_id
+        if posted is None and message is not None and self._on_posted is not None:
+            await self._on_posted(message)
+        return "shown"
+
+    async def _sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` on the clock, or less when the relay is closed meanwhile."""
+        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
+        waiters = [sleeper, asyncio.ensure_future(self._closing.wait())]
+        if self._lost is not None:
+            waiters.append(asyncio.ensure_future(self._lost.wait()))
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waiters:
+                task.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+
+    async def _stop_requested(self) -> bool:
+        """Whether the person stopped this draft (checked after each update: one read)."""
+        draft = self.preview.draft_id
+        if draft is None or self._stops is None:
+            return False
+        if self._stop_event is not None and self._stop_event.is_set():
+            return True
+        try:
+            return await self._stops.requested(self._conversation, draft)
+        except StoreError as exc:
+            log.warning("%s: could not check for a stop request: %s", self._conversation, exc)
+            return False
