@@ -101,6 +101,9 @@ class ConsoleAdapter(BaseAdapter):
         """Print the reply as it is written (``bot.core.ports.Streams``), unless ``off``."""
         return None if settings.mode == "off" else _ConsolePreview(self)
 
+    async def retract(self, conversation: ConversationKey, message_id: str) -> None:
+        """Nothing printed can be taken back (and the console posts no preview messages)."""
+
     def _stream(self, text: str) -> None:
         """Print the part of ``text`` not printed yet (a new model step starts a new line)."""
         printed = self._streamed

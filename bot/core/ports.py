@@ -78,6 +78,10 @@ class Streams(Protocol):
         ``reply_to`` is the platform message a posted preview quotes (groups)."""
         ...
 
+    async def retract(self, conversation: ConversationKey, message_id: str) -> None:
+        """Delete a posted preview a crashed process left behind; never raises."""
+        ...
+
 
 class Outlet(Protocol):
     """Delivers replies to one platform account and shows typing."""

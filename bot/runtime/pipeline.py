@@ -459,6 +459,8 @@ class Pipeline:
         if profile.stream.mode == "off" or not isinstance(outlet, Streams):
             return None
         conversation = turn.session.conversation
+        if profile.stream.mode == "edit":
+            await self._retract_orphan(turn, outlet)
         reply_to = turn.messages[-1].platform_message_id if turn.messages else None
         preview = outlet.preview(conversation, profile.stream, reply_to=reply_to)
         if preview is None:
@@ -484,6 +486,15 @@ class Pipeline:
         )
         relay.start()
         return relay
+
+    async def _retract_orphan(self, turn: Turn, outlet: Streams) -> None:
+        """A preview still on record here was left by a generation that never finished (a
+        crash before its final check): delete it, so no half reply stays in the chat."""
+        orphan = await self._store.get_state(turn.session, PREVIEW_KEY)
+        if isinstance(orphan, str):
+            log.info("%s: deleting preview %s left by an earlier attempt", turn.session, orphan)
+            await outlet.retract(turn.session.conversation, orphan)
+            await self._store.delete_state(turn.session, PREVIEW_KEY)
 
     async def _streamed(
         self, loop: ToolLoop, request: ModelRequest, relay: Relay
@@ -595,10 +606,12 @@ class Pipeline:
         )
         self._memory.schedule_compaction(turn.session)
         replaces = None if relay is None else relay.preview.message_id
+        if relay is not None:
+            # Off the record before the send: a crash after it may leave the preview
+            # beside a re-sent reply, but the next turn can never delete a delivered reply.
+            await self._forget_preview(turn, relay)
         try:
             await self.delivery.deliver(finished.outbox, replaces=replaces)
-            if relay is not None:
-                await self._forget_preview(turn, relay)
         except Exception:
             # The reply is recorded (the outbox sends it later): its effects happen all the same.
             await self._after_recorded(turn, profile, text, effects, context)
