@@ -206,7 +206,7 @@ def profile_for(
     queue = settings.queue_for(persona)
     entry = next((b for b in settings.bots if b.key == key), None)
     stream = (
-        StreamSettings(interval=0.2)  # the terminal chat: the stream is printed as it comes
+        StreamSettings()  # the terminal chat (no bot entry): the stream is printed as it comes
         if entry is None
         else StreamSettings(entry.stream, entry.stream_interval_seconds, entry.stop_button)
     )
