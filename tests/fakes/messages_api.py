@@ -44,6 +44,37 @@ Behaviour of ``POST /v1/messages``:
 * :attr:`latency` seconds (``asyncio.sleep``) are waited before every answer; while
   :attr:`hold` is an unset ``asyncio.Event``, answers also wait for it (a held model call).
 
+Streaming (a body with ``"stream": true``, what ``client.messages.stream(...)`` sends): every
+check and scripted error above still answers before the stream starts, as a plain HTTP error
+(the SDK retries it as usual). A successful answer is sent as ``text/event-stream`` in the wire
+format of the real API: ``message_start`` (empty content, input usage), ``ping``, then per
+content block ``content_block_start``, ``content_block_delta`` events and
+``content_block_stop``, then ``message_delta`` (``stop_reason``, ``usage.output_tokens``) and
+``message_stop``. A text block streams as ``text_delta`` tokens: the text cut into word-ish
+pieces that keep their whitespace (:func:`tokens`; joined, they are the text); a ``tool_use``
+block starts with ``input: {}`` and streams its arguments as ``input_json_delta`` pieces of
+partial JSON; a ``thinking`` block as ``thinking_delta`` and ``signature_delta``. A *token* is
+one ``content_block_delta`` event.
+
+* :attr:`token_interval` seconds are waited between two tokens (not before the first one).
+* :meth:`fail_midstream_next` makes the next streamed answer break after ``after_tokens``
+  tokens: ``kind="overloaded_error"`` sends an SSE ``event: error`` with Anthropic's error
+  payload and ends the body (as the real API does when it is overloaded mid-answer);
+  ``kind="disconnect"`` closes the connection without ending the chunked body;
+  ``kind="truncate"`` ends the body cleanly but early, without ``message_stop`` (a proxy that
+  cut the answer at an event boundary).
+* :meth:`pause_after_tokens` holds the next streamed answer once it has sent ``n`` tokens:
+  it returns a :class:`StreamPause`; ``await pause.reached.wait()`` until the tokens are sent,
+  then ``pause.release()`` lets the stream go on.
+* :attr:`RecordedRequest.streamed` says whether a request asked for a stream;
+  :attr:`RecordedRequest.token_times` holds the ``time.monotonic()`` at which each token was
+  written, :attr:`RecordedRequest.received_at` when the request arrived (so a benchmark can
+  measure time to first token).
+
+A streamed answer consumes the scripted answer it streams like any other call; midstream
+failures and pauses are kept in their own FIFO queues, each consumed by the next streamed
+answer (a non-streamed call leaves them queued).
+
 Errors use Anthropic's error shape: ``{"type": "error", "error": {"type": ..., "message": ...}}``
 plus a ``request-id`` header. Any other path answers ``404 not_found_error``.
 """
@@ -53,14 +84,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import io
 import itertools
 import json
+import re
+import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 from PIL import Image
@@ -72,8 +106,11 @@ __all__ = [
     "CannedError",
     "CannedReply",
     "FakeMessagesAPI",
+    "MidstreamFailure",
     "ReceivedImage",
     "RecordedRequest",
+    "StreamPause",
+    "tokens",
 ]
 
 #: The ``error.type`` Anthropic uses for each status, used when ``fail_next`` gets none.
@@ -150,6 +187,15 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    received_at: float = 0.0  # time.monotonic() when the request arrived
+    # time.monotonic() of each token written to a streamed answer, in order (the list fills
+    # while the answer streams).
+    token_times: list[float] = field(default_factory=list)
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the request asked for a streamed answer (``"stream": true``)."""
+        return self.body.get("stream") is True
 
     @property
     def api_key(self) -> str | None:
@@ -272,6 +318,112 @@ class CannedReply:
     content: list[dict[str, Any]] | None = None
 
 
+StreamFailureKind = Literal["overloaded_error", "disconnect", "truncate"]
+
+
+@dataclass(frozen=True, slots=True)
+class MidstreamFailure:
+    """A scripted break of a streamed answer (see :meth:`FakeMessagesAPI.fail_midstream_next`)."""
+
+    after_tokens: int
+    kind: StreamFailureKind
+    message: str
+
+
+class StreamPause:
+    """Holds a streamed answer once it sent ``after_tokens`` tokens, until :meth:`release`.
+
+    ``reached`` is set when the tokens are written (with fewer tokens in the answer: before
+    its ``message_delta``); the stream then waits, before its next token, for ``release()``.
+    """
+
+    def __init__(self, after_tokens: int) -> None:
+        self.after_tokens = after_tokens
+        self.reached = asyncio.Event()
+        self._released = asyncio.Event()
+
+    def release(self) -> None:
+        """Let the held stream go on (also before it was reached: it then does not stop)."""
+        self._released.set()
+
+    async def _hold(self) -> None:
+        self.reached.set()
+        await self._released.wait()
+
+
+_TOKEN = re.compile(r"\s*\S+|\s+")
+
+
+def tokens(text: str) -> list[str]:
+    """``text`` cut into word-ish tokens, each with the whitespace before it; joined: ``text``."""
+    return _TOKEN.findall(text)
+
+
+def _sse(event: str, data: Mapping[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _block_events(index: int, block: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """One content block as the real API streams it: start, deltas, stop."""
+
+    def delta(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        return "content_block_delta", {
+            "type": "content_block_delta",
+            "index": index,
+            "delta": payload,
+        }
+
+    kind = block.get("type")
+    start: dict[str, Any] = dict(block)
+    deltas: list[tuple[str, dict[str, Any]]] = []
+    if kind == "text":
+        start["text"] = ""
+        deltas = [delta({"type": "text_delta", "text": t}) for t in tokens(str(block["text"]))]
+    elif kind == "tool_use":
+        start["input"] = {}
+        # Cut at whitespace (after json.dumps' ", " and ": " and inside strings), never
+        # inside an escape: every prefix is partial JSON the SDK's accumulator can read.
+        dumped = json.dumps(block.get("input", {}))
+        deltas = [delta({"type": "input_json_delta", "partial_json": t}) for t in tokens(dumped)]
+    elif kind == "thinking":
+        start["thinking"], start["signature"] = "", ""
+        deltas = [
+            delta({"type": "thinking_delta", "thinking": t})
+            for t in tokens(str(block.get("thinking", "")))
+        ]
+        deltas.append(delta({"type": "signature_delta", "signature": block.get("signature", "")}))
+    yield (
+        "content_block_start",
+        {
+            "type": "content_block_start",
+            "index": index,
+            "content_block": start,
+        },
+    )
+    yield from deltas
+    yield "content_block_stop", {"type": "content_block_stop", "index": index}
+
+
+def _stream_events(message: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A whole message as the real API streams it (event name, data)."""
+    usage = dict(message["usage"])
+    output_tokens = usage.get("output_tokens") or 0
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    yield "message_start", {"type": "message_start", "message": start}
+    yield "ping", {"type": "ping"}
+    for index, block in enumerate(message["content"]):
+        yield from _block_events(index, block)
+    yield (
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+            "usage": {"output_tokens": output_tokens},
+        },
+    )
+    yield "message_stop", {"type": "message_stop"}
+
+
 def _as_blocks(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
@@ -365,6 +517,7 @@ class FakeMessagesAPI:
       may override single keys).
     * ``stop_reason``: of default replies, ``"end_turn"``.
     * ``latency``: seconds to wait before answering any request, 0 by default.
+    * ``token_interval``: seconds between two tokens of a streamed answer, 0 by default.
     * ``require_api_key``: answer 401 when no API key header is present, True by default.
     * ``reject_sampling_params``: answer 400 to sampling parameters, True by default.
     """
@@ -389,11 +542,15 @@ class FakeMessagesAPI:
         )
         self.stop_reason = "end_turn"
         self.latency = latency
+        self.token_interval = 0.0
         self.hold: asyncio.Event | None = None
         self.require_api_key = True
         self.reject_sampling_params = True
         self.requests: list[RecordedRequest] = []
         self._script: deque[CannedError | CannedReply] = deque()
+        self._breaks: deque[MidstreamFailure] = deque()
+        self._pauses: deque[StreamPause] = deque()
+        self._all_pauses: list[StreamPause] = []  # released on close: no handler stays held
         self._ids = itertools.count(1)
         self._shutdown_timeout = shutdown_timeout
         self._runner: web.AppRunner | None = None
@@ -469,6 +626,32 @@ class FakeMessagesAPI:
         self.reply_next(content=content, stop_reason="tool_use", usage=usage)
         return ids
 
+    def fail_midstream_next(
+        self,
+        *,
+        after_tokens: int,
+        kind: StreamFailureKind = "overloaded_error",
+        message: str = "Overloaded",
+    ) -> None:
+        """Break the next streamed answer once it sent ``after_tokens`` tokens.
+
+        ``"overloaded_error"``: an SSE ``error`` event (``{"type": "error", "error": {"type":
+        "overloaded_error", "message": message}}``), then the body ends; ``"disconnect"``: the
+        connection is closed in the middle of the chunked body; ``"truncate"``: the body ends
+        properly but without the rest of the answer. With fewer tokens in the answer
+        it breaks before ``message_delta``. The HTTP status was 200 either way.
+        """
+        if after_tokens < 0:
+            raise ValueError("after_tokens must be >= 0")
+        self._breaks.append(MidstreamFailure(after_tokens, kind, message))
+
+    def pause_after_tokens(self, n: int) -> StreamPause:
+        """Hold the next streamed answer after ``n`` tokens (see :class:`StreamPause`)."""
+        pause = StreamPause(n)
+        self._pauses.append(pause)
+        self._all_pauses.append(pause)
+        return pause
+
     # ---------------------------------------------------------------- inspection
 
     @property
@@ -510,6 +693,8 @@ class FakeMessagesAPI:
         self._port = int(self._runner.addresses[0][1])
 
     async def close(self) -> None:
+        for pause in self._all_pauses:
+            pause.release()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -540,6 +725,7 @@ class FakeMessagesAPI:
             path=request.path,
             headers={k.lower(): v for k, v in request.headers.items()},
             body=body if isinstance(body, dict) else {"_json": body},
+            received_at=time.monotonic(),
         )
         self.requests.append(recorded)
         return recorded
@@ -555,7 +741,7 @@ class FakeMessagesAPI:
             CannedError(404, "not_found_error", f"{request.method} {request.path} not found")
         )
 
-    async def _handle_messages(self, request: web.Request) -> web.Response:
+    async def _handle_messages(self, request: web.Request) -> web.StreamResponse:
         recorded = await self._record(request)
         if self.latency > 0:
             await asyncio.sleep(self.latency)
@@ -603,4 +789,72 @@ class FakeMessagesAPI:
             "stop_sequence": None,
             "usage": usage,
         }
-        return web.json_response(payload, headers={"request-id": f"req_fake_{n}"})
+        headers = {"request-id": f"req_fake_{n}"}
+        if recorded.streamed:
+            return await self._stream(request, recorded, payload, headers)
+        return web.json_response(payload, headers=headers)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        recorded: RecordedRequest,
+        message: Mapping[str, Any],
+        headers: Mapping[str, str],
+    ) -> web.StreamResponse:
+        """Send ``message`` as an event stream, with the next scripted break and pause."""
+        failure = self._breaks.popleft() if self._breaks else None
+        pause = self._pauses.popleft() if self._pauses else None
+        response = web.StreamResponse(
+            headers={**headers, "content-type": "text/event-stream", "cache-control": "no-cache"}
+        )
+        await response.prepare(request)
+        # The client may go away (e.g. its read timeout): then there is nothing more to send.
+        with contextlib.suppress(ConnectionResetError):
+            await self._send_events(request, recorded, message, response, failure, pause)
+        return response
+
+    async def _send_events(
+        self,
+        request: web.Request,
+        recorded: RecordedRequest,
+        message: Mapping[str, Any],
+        response: web.StreamResponse,
+        failure: MidstreamFailure | None,
+        pause: StreamPause | None,
+    ) -> None:
+        sent = 0
+        for event, data in _stream_events(message):
+            token = event == "content_block_delta"
+            # "After n tokens" is before the next token, or before message_delta for an answer
+            # with fewer tokens: a scripted pause or break always happens in its stream.
+            if token or event == "message_delta":
+                last = not token
+                if pause is not None and (last or sent >= pause.after_tokens):
+                    await pause._hold()
+                    pause = None
+                if failure is not None and (last or sent >= failure.after_tokens):
+                    await self._break(request, response, failure)
+                    return
+                if token and sent and self.token_interval > 0:
+                    await asyncio.sleep(self.token_interval)
+            await response.write(_sse(event, data))
+            if token:
+                sent += 1
+                recorded.token_times.append(time.monotonic())
+        await response.write_eof()
+
+    async def _break(
+        self, request: web.Request, response: web.StreamResponse, failure: MidstreamFailure
+    ) -> None:
+        if failure.kind == "overloaded_error":
+            error = {"type": "overloaded_error", "message": failure.message}
+            await response.write(_sse("error", {"type": "error", "error": error}))
+            await response.write_eof()
+            return
+        if failure.kind == "truncate":
+            await response.write_eof()
+            return
+        # close(), not abort(): the tokens written so far reach the client first; the chunked
+        # body never gets its terminating chunk, so the client sees a cut-off body.
+        assert request.transport is not None
+        request.transport.close()
