@@ -3,7 +3,8 @@
 SDK objects and exceptions stay inside this module: callers get a ModelResult, or one of
 ModelUnavailable / RateLimited / ModelRejected translated once, here, with ``raise ... from``.
 The SDK does its own retries (``max_retries``, honouring ``retry-after``); what reaches us is
-the final failure.
+the final failure. A streamed answer (:meth:`AnthropicLLM.stream`) is retried by the SDK only
+until it starts; a failure after that is ModelUnavailable (docs/architecture.md#streaming).
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ import base64
 import email.utils
 import logging
 import time
-from typing import Literal, cast
+from typing import Literal, TypedDict, cast
 
 import anthropic
+import httpx2
+from anthropic.lib.streaming import AsyncMessageStream
 from anthropic.types import (
     AssistantMessageParam,
     Base64ImageSourceParam,
     CacheControlEphemeralParam,
     ContentBlockParam,
     ImageBlockParam,
+    Message,
     MessageParam,
     TextBlockParam,
     ToolChoiceNoneParam,
@@ -48,6 +52,7 @@ from bot.core.llm import (
     ModelRequest,
     ModelResult,
     TextBlock,
+    TextSink,
     ToolSpec,
     ToolUse,
     Usage,
@@ -159,6 +164,63 @@ def _retry_after(exc: anthropic.APIStatusError) -> float | None:
         return None if parsed is None else max(0.0, email.utils.mktime_tz(parsed) - time.time())
 
 
+class _Call(TypedDict):
+    """What ``messages.create`` and ``messages.stream`` are called with (the same request)."""
+
+    model: str
+    max_tokens: int
+    messages: list[MessageParam]
+    system: list[TextBlockParam] | anthropic.Omit
+    tools: list[ToolParam] | anthropic.Omit
+    tool_choice: ToolChoiceNoneParam | anthropic.Omit
+
+
+# What reading a started stream may raise (docs/architecture.md#streaming): an SSE `error`
+# event (APIStatusError), a dropped connection or a read timeout (httpx errors the SDK lets
+# through unwrapped once the response is open), and events it cannot parse or order.
+_BROKEN: tuple[type[Exception], ...] = (
+    anthropic.AnthropicError,
+    httpx2.HTTPError,
+    httpx2.StreamError,
+    ValueError,
+    RuntimeError,
+)
+
+
+def _result(response: Message, how: str) -> ModelResult:
+    """Our result of a whole answer (of ``create``, or a stream's final message)."""
+    raw = response.usage
+    usage = Usage(
+        input_tokens=raw.input_tokens or 0,
+        output_tokens=raw.output_tokens or 0,
+        cache_creation_input_tokens=raw.cache_creation_input_tokens or 0,
+        cache_read_input_tokens=raw.cache_read_input_tokens or 0,
+    )
+    # May be empty (e.g. stop_reason "refusal"): callers must never record or send that.
+    text = "".join(b.text for b in response.content if isinstance(b, SDKTextBlock))
+    content = tuple(b for b in map(_answer, response.content) if b is not None)
+    if not any(isinstance(b, ToolUse) for b in content):
+        content = ()  # a text answer is its text alone, as before tools existed
+    log.debug(
+        "anthropic %s: model=%s stop=%s tool_uses=%d in=%d out=%d cache_write=%d cache_read=%d",
+        how,
+        response.model,
+        response.stop_reason,
+        sum(isinstance(b, ToolUse) for b in content),
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_creation_input_tokens,
+        usage.cache_read_input_tokens,
+    )
+    return ModelResult(
+        text=text,
+        usage=usage,
+        model=str(response.model),
+        stop_reason=response.stop_reason,
+        content=content,
+    )
+
+
 class AnthropicLLM(BaseLLM):
     """Claude via ``anthropic.AsyncAnthropic``.
 
@@ -187,6 +249,35 @@ class AnthropicLLM(BaseLLM):
         )
 
     async def complete(self, request: ModelRequest) -> ModelResult:
+        call = self._call(request)
+        try:
+            response = await self._client.messages.create(**call)
+        except anthropic.AnthropicError as exc:
+            error = self._translate(exc)
+            log.warning("anthropic call failed: %s", error)
+            raise error from exc
+        return _result(response, "reply")
+
+    async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelResult:
+        """The request of :meth:`complete`, answered as a stream (docs/architecture.md#streaming).
+
+        Until the response headers arrived, errors are those of ``complete`` (and the SDK
+        retries them). Once the answer streams, any failure is ModelUnavailable: the SDK does
+        not retry a stream, and pieces already given to ``on_text`` cannot be taken back.
+        """
+        call = self._call(request)
+        try:
+            async with self._client.messages.stream(**call) as live:
+                message = await self._read(live, on_text)
+        except anthropic.AnthropicError as exc:
+            # Only the opening call gets here: _read turns every later error into ModelError.
+            error = self._translate(exc)
+            log.warning("anthropic stream failed before it started: %s", error)
+            raise error from exc
+        return _result(message, "stream")
+
+    def _call(self, request: ModelRequest) -> _Call:
+        """The keyword arguments of the SDK call, the same for a plain and a streamed answer."""
         if request.temperature is not None and not self._warned_temperature:
             # SDK 2.x sends anthropic-version 2026-10-21, which has no sampling parameters:
             # the SDK dropped `temperature` and the API answers 400 to any value of it.
@@ -208,51 +299,63 @@ class AnthropicLLM(BaseLLM):
         tools = [_tool(t) for t in request.tools]
         # Only a request offering tools names a choice: a text-only request stays as it was.
         no_tools: ToolChoiceNoneParam = {"type": "none"}
-        choice = no_tools if tools and request.tool_choice == "none" else anthropic.omit
-        try:
-            response = await self._client.messages.create(
-                model=request.model,
-                max_tokens=request.max_tokens,
-                messages=messages,
-                system=system if system else anthropic.omit,
-                tools=tools if tools else anthropic.omit,
-                tool_choice=choice,
-            )
-        except anthropic.AnthropicError as exc:
-            error = self._translate(exc)
-            log.warning("anthropic call failed: %s", error)
-            raise error from exc
+        return _Call(
+            model=request.model,
+            max_tokens=request.max_tokens,
+            messages=messages,
+            system=system if system else anthropic.omit,
+            tools=tools if tools else anthropic.omit,
+            tool_choice=no_tools if tools and request.tool_choice == "none" else anthropic.omit,
+        )
 
-        raw = response.usage
-        usage = Usage(
-            input_tokens=raw.input_tokens or 0,
-            output_tokens=raw.output_tokens or 0,
-            cache_creation_input_tokens=raw.cache_creation_input_tokens or 0,
-            cache_read_input_tokens=raw.cache_read_input_tokens or 0,
-        )
-        # May be empty (e.g. stop_reason "refusal"): callers must never record or send that.
-        text = "".join(b.text for b in response.content if isinstance(b, SDKTextBlock))
-        content = tuple(b for b in map(_answer, response.content) if b is not None)
-        if not any(isinstance(b, ToolUse) for b in content):
-            content = ()  # a text answer is its text alone, as before tools existed
-        log.debug(
-            "anthropic reply: model=%s stop=%s tool_uses=%d in=%d out=%d cache_write=%d "
-            "cache_read=%d",
-            response.model,
-            response.stop_reason,
-            sum(isinstance(b, ToolUse) for b in content),
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.cache_creation_input_tokens,
-            usage.cache_read_input_tokens,
-        )
-        return ModelResult(
-            text=text,
-            usage=usage,
-            model=str(response.model),
-            stop_reason=response.stop_reason,
-            content=content,
-        )
+    async def _read(self, live: AsyncMessageStream[None], on_text: TextSink) -> Message:
+        """The whole streamed message, its text pieces given to ``on_text`` as they arrive.
+
+        Errors of the stream itself become ModelUnavailable; an exception of ``on_text`` is
+        the caller's and propagates unchanged (it is raised outside the guarded read).
+        """
+        finished = False
+        while True:
+            try:
+                event = await anext(live)
+            except StopAsyncIteration:
+                break
+            except _BROKEN as exc:
+                error = self._broken(exc)
+                log.warning("anthropic stream failed: %s", error)
+                raise error from exc
+            if event.type == "text" and event.text:
+                on_text(event.text)
+            elif event.type == "message_stop":
+                finished = True
+        if not finished:
+            # A body that ended cleanly but early: what arrived is only part of an answer.
+            error = ModelUnavailable("Claude's answer stream ended before message_stop")
+            log.warning("anthropic stream failed: %s", error)
+            raise error
+        return await live.get_final_message()
+
+    def _broken(self, exc: Exception) -> ModelUnavailable:
+        """A stream that failed after it started: always transient, never a partial result."""
+        if isinstance(exc, anthropic.APIStatusError):
+            # An SSE `error` event: the SDK builds the error from the 200 response it came in,
+            # so status_code is 200 and only the event's error.type tells what happened.
+            kind = exc.type or "error"
+            detail = exc.api_message or (str(exc.body) if exc.body else type(exc).__name__)
+            detail = self._redact(detail[:_MAX_DETAIL])
+            return ModelUnavailable(f"Claude's answer broke off mid-stream ({kind}): {detail}")
+        if isinstance(exc, httpx2.TimeoutException):
+            return ModelUnavailable(
+                f"Claude's stream stalled for {self._timeout:g} s mid-answer (read timeout)"
+            )
+        if isinstance(exc, httpx2.TransportError):  # e.g. the connection dropped mid-body
+            return ModelUnavailable(
+                f"Claude's stream was cut off mid-answer ({type(exc).__name__})"
+            )
+        if isinstance(exc, anthropic.AnthropicError):
+            return ModelUnavailable(self._redact(f"Claude's stream failed: {type(exc).__name__}"))
+        # Other httpx errors, or events the SDK could not read (ValueError, RuntimeError).
+        return ModelUnavailable(f"Claude's stream could not be read ({type(exc).__name__})")
 
     async def aclose(self) -> None:
         await self._client.close()
