@@ -5,6 +5,7 @@ say how many images came with it and list the prompt layers that arrived; summar
 extractive (what the user said, cut short); memory extraction recognises a few plain
 statements ("my name is ...", "I work as ...", "I'm afraid of ..."). It calls no tools
 (plugins' tools are ignored). Tests and benchmarks use it as a model with a fixed latency.
+Streamed, it gives its answer in word-sized pieces (docs/architecture.md#streaming).
 """
 
 from __future__ import annotations
@@ -21,10 +22,14 @@ from bot.core.llm import (
     ModelRequest,
     ModelResult,
     TextBlock,
+    TextSink,
     Usage,
 )
 
 LABEL: Final = "[offline model]"
+
+# A word with the whitespace before it (or trailing whitespace): the pieces join to the text.
+_PIECE: Final = re.compile(r"\s*\S+|\s+")
 
 _PATTERNS: Final = (
     ("semantic", "name", re.compile(r"\bmy name is ([\w' -]{1,40})", re.I)),
@@ -76,6 +81,19 @@ class OfflineLLM(BaseLLM):
             model="offline",
             stop_reason="end_turn",
         )
+
+    async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelResult:
+        """The answer of :meth:`complete`, given to ``on_text`` one word at a time."""
+        result = await self.complete(request)
+        for piece in _pieces(result.text):
+            on_text(piece)
+            await asyncio.sleep(0)  # let the stream's consumer run between pieces
+        return result
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` in word-sized pieces, each with the whitespace before it; joined: ``text``."""
+    return _PIECE.findall(text)
 
 
 def _reply(request: ModelRequest, last: str) -> str:

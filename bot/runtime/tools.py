@@ -26,6 +26,7 @@ must see therefore cannot have side effects: split it into a read-only lookup an
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import traceback
@@ -57,6 +58,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("personabot.tools")
 
 ToolFunction = Callable[..., Awaitable[Any]]
+#: Receives each piece of text of a streamed loop with the 0-based index of the model call it
+#: belongs to (docs/architecture.md#streaming): a new index starts a new answer, and the last
+#: call's text is the reply.
+StepTextSink = Callable[[int, str], None]
 #: Counts one call by (tool name, outcome kind), e.g. for metrics.
 CountCall = Callable[[str, str], None]
 #: The tool label of calls of a name nobody registered (the model's invention).
@@ -242,17 +247,26 @@ class ToolLoop:
         self._charge = charge  # every call is charged as soon as it answered
         self._count = count or _uncounted
 
-    async def run(self, request: ModelRequest) -> LoopResult:
-        """The final answer; ModelError from the provider propagates (no effect survives)."""
+    async def run(self, request: ModelRequest, *, stream: StepTextSink | None = None) -> LoopResult:
+        """The final answer; ModelError from the provider propagates (no effect survives).
+
+        With ``stream`` every model call streams (``llm.stream``) and its pieces go to
+        ``stream(i, piece)``, ``i`` counting this loop's model calls from 0; without it the
+        calls are plain ``llm.complete``.
+        """
         if self._registry:
             request = replace(request, tools=self._registry.schemas(), tool_choice="auto")
         started = self._clock.now()
         usage = Usage()
-        steps = calls = 0
+        steps = calls = asked = 0
         effects: list[Effect] = []
         bound: str | None = None
         while True:
-            result = await self._llm.complete(request)
+            if stream is None:
+                result = await self._llm.complete(request)
+            else:
+                result = await self._llm.stream(request, functools.partial(stream, asked))
+            asked += 1
             usage += result.usage
             await self._charge(result)
             uses = result.tool_uses
