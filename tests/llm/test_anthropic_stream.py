@@ -269,6 +269,23 @@ async def test_a_failing_sink_is_the_callers_error_not_a_model_outage(
         await make_llm().stream(_request(), sink)
 
 
+async def test_a_cancelled_stream_closes_its_connection_and_the_next_call_works(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    """A stop button cancels the model call: the stream must end there, not linger."""
+    llm = make_llm()
+    pause = api.pause_after_tokens(2)
+    call = asyncio.create_task(llm.stream(_request(), lambda _: None))
+    await pause.reached.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    pause.release()  # the fake finds the client gone and stops sending
+    pieces: list[str] = []
+    result = await llm.stream(_request(), pieces.append)
+    assert "".join(pieces) == result.text == REPLY
+
+
 # ---------------------------------------------------------------- failures before the stream
 
 
