@@ -31,7 +31,27 @@ REST (under ``/api/v10``, ``Authorization: Bot <token>`` required, else 401):
   ("Cannot send messages to this user"), as Discord does when DMs from a server are off;
 * ``GET /users/{id}`` and ``POST /users/@me/channels`` (open the DM channel with a user);
 * ``GET /channels/{id}/messages/{id}``: the stored message with freshly signed attachment URLs
-  (404 code 10008 once deleted), recorded in :attr:`FakeDiscord.message_fetches`.
+  (404 code 10008 once deleted), recorded in :attr:`FakeDiscord.message_fetches`;
+* ``PATCH /channels/{id}/messages/{id}`` (edit one of the bot's messages: its ``content``
+  replaced, ``MESSAGE_UPDATE`` on the gateway with the whole message, as Discord sends) and
+  ``DELETE /channels/{id}/messages/{id}`` (204, ``MESSAGE_DELETE``): 404 code 10008 for a
+  message that does not exist (any more), 403 code 50005 for editing another user's message;
+  scripted failures with :meth:`fail_next_edit` and :meth:`fail_next_delete`; a create or an
+  edit carried out at once but answered late with :meth:`answer_late`.
+
+Every REST request is recorded in :attr:`FakeDiscord.requests` with its body and the loop's
+(monotonic) time it arrived, so tests and benchmarks can measure rates (:meth:`creates`,
+:meth:`edits`,
+:meth:`deletes`, :meth:`throttled`).
+
+Rate limits, per route and channel as Discord's (:class:`Bucket`): message edits have Discord's
+5 requests per 5 s per channel unless told otherwise (``edit_limit``); creates and deletions
+are unlimited unless given a bucket (``create_limit``, ``delete_limit``; Discord's creates are
+5 per 5 s too, but tests that answer many messages in one channel would then wait on
+discord.py's buckets). A fixed window starts with the first request; every answer of a
+limited route carries ``X-RateLimit-Limit``, ``-Remaining``, ``-Reset``, ``-Reset-After`` and
+``-Bucket``, and a request beyond the limit gets a 429 with ``retry_after`` in its JSON body
+(the time left in the window) and the same headers, changing nothing.
 
 CDN (``/attachments/{channel}/{attachment}/{filename}?ex=...``, no token): serves the bytes
 of every :class:`Upload` (the ``url`` of the attachment objects), recorded in
@@ -63,8 +83,11 @@ import copy
 import datetime
 import itertools
 import json
+import math
 import re
+import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
@@ -73,11 +96,13 @@ from urllib.parse import quote
 from aiohttp import WSMsgType, web
 
 __all__ = [
+    "Bucket",
     "FakeDiscord",
     "FakeFile",
     "FakeGuild",
     "FakeUser",
     "RecordedPost",
+    "RecordedRequest",
     "ScriptedFailure",
     "Upload",
 ]
@@ -89,6 +114,10 @@ VOICE_MESSAGE_FLAG = 1 << 13
 Referenced = Literal["included", "absent", "deleted"]
 #: A scripted CDN answer: an HTTP status, or ``"hang"`` (headers never come).
 Fault = int | Literal["hang"]
+#: The routes on messages that have their own rate-limit bucket and scripted failures.
+MessageRoute = Literal["create", "edit", "delete"]
+#: Where a handler leaves the JSON body it read, for :attr:`FakeDiscord.requests`.
+_BODY: web.RequestKey[Any] = web.RequestKey("fake_discord_body", object)
 _EPOCH_MS = 1420070400000
 
 
@@ -167,6 +196,32 @@ class RecordedPost:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """One REST request (``/api/v10/...``) as received, and the status it was answered."""
+
+    method: str
+    path: str
+    status: int
+    at: float  # the event loop's (monotonic) time when it arrived
+    body: JSON | None = None  # the JSON body, when the handler read one
+    channel_id: int | None = None
+    message_id: int | None = None
+
+    @property
+    def content(self) -> str:
+        """The message text sent (creates and edits)."""
+        return str((self.body or {}).get("content") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """A per-route, per-channel rate limit: ``limit`` requests per ``window`` seconds."""
+
+    limit: int = 5
+    window: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
 class Upload:
     """A file a user attaches; the fake's CDN serves ``data`` at the attachment's URL."""
 
@@ -215,10 +270,23 @@ class FakeDiscord:
         bot_name: str = "Mira",
         allow_message_content: bool = True,
         heartbeat_interval_ms: int = 41250,
+        create_limit: Bucket | None = None,
+        edit_limit: Bucket | None = Bucket(),
+        delete_limit: Bucket | None = None,
     ) -> None:
         self.token = token
         self.allow_message_content = allow_message_content
         self._heartbeat_ms = heartbeat_interval_ms
+        #: The rate limit of each message route (``None``: unlimited, no headers).
+        self.limits: dict[MessageRoute, Bucket | None] = {
+            "create": create_limit,
+            "edit": edit_limit,
+            "delete": delete_limit,
+        }
+        #: (route, channel) -> (start of the current window, requests counted in it).
+        self._windows: dict[tuple[MessageRoute, int], tuple[float, int]] = {}
+        #: Every REST request, in arrival order (see :class:`RecordedRequest`).
+        self.requests: list[RecordedRequest] = []
         self._ids = itertools.count(1)
         self.bot = FakeUser(self._snowflake(), bot_name, bot=True)
         self.application_id = self._snowflake()
@@ -239,7 +307,8 @@ class FakeDiscord:
         #: ``GET /channels/{c}/messages/{m}``: (channel id, message id).
         self.message_fetches: list[tuple[int, int]] = []
         self._hung = asyncio.Event()
-        self._failures: dict[int, deque[ScriptedFailure]] = {}
+        self._failures: dict[tuple[MessageRoute, int], deque[ScriptedFailure]] = {}
+        self._late: dict[tuple[MessageRoute, int], deque[float]] = {}
         self._nonces: dict[tuple[int, str], JSON] = {}
         self._sockets: set[web.WebSocketResponse] = set()
         self._current: web.WebSocketResponse | None = None
@@ -412,8 +481,54 @@ class FakeDiscord:
         times: int = 1,
     ) -> None:
         """Answer the next ``times`` sends to ``channel_id`` with an error."""
-        failure = ScriptedFailure(status, code, message, retry_after)
-        self._failures.setdefault(channel_id, deque()).extend([failure] * times)
+        self._script(
+            "create", channel_id, ScriptedFailure(status, code, message, retry_after), times
+        )
+
+    def fail_next_edit(
+        self,
+        channel_id: int,
+        status: int,
+        *,
+        code: int = 0,
+        message: str = "scripted failure",
+        retry_after: float | None = None,
+        times: int = 1,
+    ) -> None:
+        """Answer the next ``times`` message edits in ``channel_id`` with an error."""
+        self._script("edit", channel_id, ScriptedFailure(status, code, message, retry_after), times)
+
+    def fail_next_delete(
+        self,
+        channel_id: int,
+        status: int,
+        *,
+        code: int = 0,
+        message: str = "scripted failure",
+        times: int = 1,
+    ) -> None:
+        """Answer the next ``times`` message deletions in ``channel_id`` with an error."""
+        self._script("delete", channel_id, ScriptedFailure(status, code, message), times)
+
+    def answer_late(self, route: MessageRoute, channel_id: int, seconds: float) -> None:
+        """The next request of ``route`` in ``channel_id`` is carried out at once, but its answer
+        comes ``seconds`` later (a slow network: the client may give up before it arrives)."""
+        self._late.setdefault((route, channel_id), deque()).append(seconds)
+
+    async def _answered_late(self, route: MessageRoute, channel_id: int) -> None:
+        late = self._late.get((route, channel_id))
+        if late:
+            await asyncio.sleep(late.popleft())
+
+    def _script(
+        self, route: MessageRoute, channel_id: int, failure: ScriptedFailure, times: int
+    ) -> None:
+        self._failures.setdefault((route, channel_id), deque()).extend([failure] * times)
+
+    def _scripted(self, route: MessageRoute, channel_id: int) -> web.Response | None:
+        """The scripted failure due for this request, if any (consumed)."""
+        failures = self._failures.get((route, channel_id))
+        return self._failure(failures.popleft()) if failures else None
 
     def expire(self, attachment_id: int | str) -> None:
         """The attachment's URL expires: it answers 404 until the message is fetched again."""
@@ -671,6 +786,25 @@ class FakeDiscord:
             m for m in self.messages.get(channel_id, []) if m["author"]["id"] == str(self.bot.id)
         ]
 
+    def edits(self, channel_id: int) -> list[RecordedRequest]:
+        """Message edits (``PATCH``) requested in a channel, in order, whatever the answer."""
+        return self._requests("PATCH", channel_id)
+
+    def deletes(self, channel_id: int) -> list[RecordedRequest]:
+        """Message deletions requested in a channel, in order, whatever the answer."""
+        return self._requests("DELETE", channel_id)
+
+    def creates(self, channel_id: int) -> list[RecordedRequest]:
+        """Message creates (``POST .../messages``) requested in a channel, in order."""
+        return [r for r in self._requests("POST", channel_id) if r.path.endswith("/messages")]
+
+    def throttled(self) -> list[RecordedRequest]:
+        """Every request answered 429 (rate limited), in order."""
+        return [r for r in self.requests if r.status == 429]
+
+    def _requests(self, method: str, channel_id: int) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.method == method and r.channel_id == channel_id]
+
     async def wait_for(self, predicate: Any, within: float = 15.0) -> None:
         """Wait until ``predicate()`` holds (re-checked on every request or event)."""
         async with asyncio.timeout(within), self._changed:
@@ -753,7 +887,7 @@ class FakeDiscord:
 
     async def start(self) -> None:
         """Listen on a free port of 127.0.0.1."""
-        app = web.Application()
+        app = web.Application(middlewares=[self._record])
         api = "/api/v10"
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get(f"{api}/users/@me", self._me)
@@ -762,9 +896,10 @@ class FakeDiscord:
         app.router.add_get(api + "/channels/{channel_id:\\d+}", self._get_channel)
         app.router.add_post(api + "/channels/{channel_id:\\d+}/messages", self._create_message)
         app.router.add_post(api + "/channels/{channel_id:\\d+}/typing", self._typing)
-        app.router.add_get(
-            api + "/channels/{channel_id:\\d+}/messages/{message_id:\\d+}", self._get_message
-        )
+        message = api + "/channels/{channel_id:\\d+}/messages/{message_id:\\d+}"
+        app.router.add_get(message, self._get_message)
+        app.router.add_patch(message, self._edit_message)
+        app.router.add_delete(message, self._delete_message)
         app.router.add_get(
             "/attachments/{channel_id:\\d+}/{attachment_id:\\d+}/{filename}", self._download
         )
@@ -803,6 +938,30 @@ class FakeDiscord:
             self._changed.notify_all()
 
     # ------------------------------------------------------------------ REST handlers
+
+    @web.middleware
+    async def _record(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """Record every REST request with the time it arrived (gateway and CDN aside)."""
+        at = asyncio.get_running_loop().time()
+        response = await handler(request)
+        if request.path.startswith("/api/"):
+            ids = request.match_info
+            channel, message = ids.get("channel_id"), ids.get("message_id")
+            self.requests.append(
+                RecordedRequest(
+                    request.method,
+                    request.path,
+                    response.status,
+                    at,
+                    request.get(_BODY),
+                    None if channel is None else int(channel),
+                    None if message is None else int(message),
+                )
+            )
+            await self._notify()
+        return response
 
     def _authorized(self, request: web.Request) -> bool:
         return request.headers.get("Authorization") == f"Bot {self.token}"
@@ -868,6 +1027,7 @@ class FakeDiscord:
                     files.append((value.filename, value.file.read()))
         else:
             body = await request.json()
+        request[_BODY] = body
         response = await self._answer_create(channel_id, body, files)
         at = asyncio.get_running_loop().time()
         self.posts.append(RecordedPost(channel_id, body, response.status, at, tuple(files)))
@@ -940,9 +1100,20 @@ class FakeDiscord:
     async def _answer_create(
         self, channel_id: int, body: JSON, files: list[tuple[str, bytes]] | None = None
     ) -> web.Response:
-        failures = self._failures.get(channel_id)
-        if failures:
-            return self._failure(failures.popleft())
+        scripted = self._scripted("create", channel_id)
+        if scripted is not None:
+            return scripted
+        throttled, limits = self._take("create", channel_id)
+        if throttled is not None:
+            return throttled
+        response = await self._create(channel_id, body, files)
+        response.headers.update(limits)
+        await self._answered_late("create", channel_id)
+        return response
+
+    async def _create(
+        self, channel_id: int, body: JSON, files: list[tuple[str, bytes]] | None
+    ) -> web.Response:
         if self._channel_payload(channel_id) is None:
             return _error(404, "Unknown Channel", 10003)
         recipient = self.dm_channels.get(channel_id)
@@ -970,6 +1141,106 @@ class FakeDiscord:
         if self._current is not None and not self._current.closed:
             await self.dispatch("MESSAGE_CREATE", message)  # the bot hears itself
         return _json(message)
+
+    async def _edit_message(self, request: web.Request) -> web.Response:
+        """PATCH a message: only ``content`` is applied (what the bot edits)."""
+        if not self._authorized(request):
+            return _error(401, "401: Unauthorized")
+        channel_id = int(request.match_info["channel_id"])
+        body = await request.json()
+        request[_BODY] = body
+        scripted = self._scripted("edit", channel_id)
+        if scripted is not None:
+            return scripted
+        throttled, limits = self._take("edit", channel_id)
+        if throttled is not None:
+            return throttled
+        response = await self._edit(channel_id, request.match_info["message_id"], body)
+        response.headers.update(limits)
+        await self._answered_late("edit", channel_id)
+        return response
+
+    async def _edit(self, channel_id: int, message_id: str, body: JSON) -> web.Response:
+        if self._channel_payload(channel_id) is None:
+            return _error(404, "Unknown Channel", 10003)
+        message = self._stored(channel_id, message_id)
+        if message is None:
+            return _error(404, "Unknown Message", 10008)
+        if message["author"]["id"] != str(self.bot.id):
+            return _error(403, "Cannot edit a message authored by another user", 50005)
+        if "content" in body:
+            content = str(body["content"] or "")
+            if len(content) > 2000:
+                return _error(400, "Invalid Form Body", 50035)
+            if not content and not message["attachments"]:
+                return _error(400, "Cannot send an empty message", 50006)
+            everyone = "@everyone" in self.pings({**body, "content": content})
+            message.update(content=content, mention_everyone=everyone)
+        message["edited_timestamp"] = _now()
+        if self._current is not None and not self._current.closed:
+            await self.dispatch("MESSAGE_UPDATE", message)  # the whole message, as Discord does
+        return _json(self._as_served(message))
+
+    async def _delete_message(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, "401: Unauthorized")
+        channel_id = int(request.match_info["channel_id"])
+        scripted = self._scripted("delete", channel_id)
+        if scripted is not None:
+            return scripted
+        throttled, limits = self._take("delete", channel_id)
+        if throttled is not None:
+            return throttled
+        message = self._stored(channel_id, request.match_info["message_id"])
+        if message is None:
+            response = _error(404, "Unknown Message", 10008)
+        else:
+            await self.delete(message)  # MESSAGE_DELETE, as when anyone deletes it
+            response = web.Response(status=204)
+        response.headers.update(limits)
+        return response
+
+    def _stored(self, channel_id: int, message_id: str) -> JSON | None:
+        for message in self.messages.get(channel_id, []):
+            if message["id"] == message_id:
+                return message
+        return None
+
+    def _take(
+        self, route: MessageRoute, channel_id: int
+    ) -> tuple[web.Response | None, dict[str, str]]:
+        """Count a request against its bucket: (a 429 when over the limit, the headers)."""
+        bucket = self.limits[route]
+        if bucket is None:
+            return None, {}
+        now = asyncio.get_running_loop().time()
+        start, used = self._windows.get((route, channel_id), (now, 0))
+        if now >= start + bucket.window:
+            start, used = now, 0  # the window is over: a new one starts with this request
+        allowed = used < bucket.limit
+        if allowed:
+            used += 1
+        self._windows[(route, channel_id)] = (start, used)
+        reset_after = max(0.0, start + bucket.window - now)
+        headers = {
+            "X-RateLimit-Limit": str(bucket.limit),
+            "X-RateLimit-Remaining": str(bucket.limit - used),
+            "X-RateLimit-Reset": f"{time.time() + reset_after:.3f}",
+            "X-RateLimit-Reset-After": f"{reset_after:.3f}",
+            "X-RateLimit-Bucket": f"fake-{route}-bucket",
+        }
+        if allowed:
+            return None, headers
+        body = {"message": "You are being rate limited.", "retry_after": round(reset_after, 3)}
+        body["global"] = False
+        headers.update(
+            {
+                "Via": "1.1 google",
+                "Retry-After": str(max(1, math.ceil(reset_after))),
+                "X-RateLimit-Scope": "user",
+            }
+        )
+        return _json(body, 429, headers), headers
 
     def _failure(self, failure: ScriptedFailure) -> web.Response:
         if failure.status == 429:
