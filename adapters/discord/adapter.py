@@ -8,10 +8,16 @@ Invariants:
   ``Reply`` objects;
 - gateway events are handled one at a time in arrival order (one consumer task), so a burst
   is stored in the order people wrote it;
-- every send carries ``AllowedMentions.none()``: model output never pings anyone;
+- every send and every edit carries ``AllowedMentions.none()``: model output never pings
+  anyone;
 - a reply with an outbox id is sent with one nonce per chunk (``enforce_nonce``), so re-sending
   the same outbox row after a crash or retry returns the message already posted instead of
-  posting it twice; that is why ``idempotent_send`` is True;
+  posting it twice; that is why ``idempotent_send`` is True. A reply that replaces a streamed
+  preview (``Reply.replaces``) edits its first chunk into that message, which is idempotent as
+  it is, and posts that chunk with its nonce when the message is gone;
+- a streamed preview (``stream = "edit"``) is a posted message edited in place
+  (adapters/discord/preview.py); it never waits on discord.py's rate-limit buckets and leaves
+  the last request of each bucket window to the final reply;
 - the typing indicator task is cancelled on every path out of ``typing()``;
 - a replied-to message is looked up over REST at most once per message and for at most
   ``REFERENCE_TIMEOUT`` seconds (events wait behind it, in gateway order).
@@ -24,9 +30,8 @@ import contextlib
 import io
 import logging
 from collections.abc import AsyncIterator, Collection
-from typing import Any, Final
+from typing import Any, Final, Literal
 
-import aiohttp
 import discord
 
 from adapters.base import BaseAdapter
@@ -34,23 +39,30 @@ from adapters.discord.client import Event, QueueingClient, default_intents, quie
 from adapters.discord.downloads import STALL_TIMEOUT, DiscordMedia
 from adapters.discord.endpoints import SharedEndpoints, endpoints_for
 from adapters.discord.inbound import GroupTrigger, InboundBuilder, Place, known_place
+from adapters.discord.preview import (
+    MESSAGE_LIMIT,
+    NETWORK_ERRORS,
+    PREVIEW_TIMEOUT,
+    EditPreview,
+    delete_message,
+)
 from adapters.text import split_text
 from bot.config import BotSettings, DiscordBotSettings, PersonaSettings, Secrets
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
 from bot.core.events import ConversationKey, Inbound, Reply
 from bot.core.media import MediaSource
-from bot.core.ports import InboundHandler
+from bot.core.ports import InboundHandler, Preview, StreamSettings
 from bot.core.tasks import running
 
 log = logging.getLogger("personabot.discord")
 
-#: Discord counts message length in Unicode code points (its API is Python), as ``len`` does.
-MESSAGE_LIMIT: Final = 2000
 #: Discord shows "typing" for 10 s after each trigger; re-trigger before it lapses.
 TYPING_INTERVAL: Final = 8.0
 NONCE_LIMIT: Final = 25
 #: Discord error code for a channel that no longer exists.
 UNKNOWN_CHANNEL: Final = 10003
+#: Discord error code when no more edits of messages older than an hour are allowed for now.
+OLD_MESSAGE_EDITS: Final = 30046
 #: Gateway close codes that no reconnect can fix, with what the operator should do.
 FATAL_CLOSE: Final = {
     4004: "Discord rejected the bot token",
@@ -59,7 +71,7 @@ FATAL_CLOSE: Final = {
     "(one process per shard)",
     4013: "invalid gateway intents",
 }
-_NETWORK_ERRORS: Final = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+_NETWORK_ERRORS: Final = NETWORK_ERRORS
 _STORE_RETRY_START: Final = 1.0
 _STORE_RETRY_MAX: Final = 30.0
 #: Seconds the lookup of a replied-to message that Discord did not include may take.
@@ -97,11 +109,13 @@ class DiscordAdapter(BaseAdapter):
         shard_id: int | None = None,
         shard_count: int | None = None,
         media_stall_timeout: float = STALL_TIMEOUT,
+        preview_timeout: float = PREVIEW_TIMEOUT,
     ) -> None:
         super().__init__(bot_key=bot_key)
         self._token = token
         self._token_variable = token_variable
         self._shard = (shard_id, shard_count)
+        self._preview_timeout = preview_timeout
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._client: QueueingClient | None = None
         self._logged_in = False
@@ -318,14 +332,55 @@ class DiscordAdapter(BaseAdapter):
         client = await self._logged_in_client()
         channel_id = _channel_id(reply.conversation)
         channel = client.get_partial_messageable(channel_id)
-        reference = self._reference(reply, channel_id)
+        reference = self._reference(reply.reply_to_platform_message_id, channel_id)
+        replaces = reply.replaces if reply.replaces and reply.replaces.isdigit() else None
+        stale: int | None = None  # a preview that could not become the reply: deleted after
         for index, chunk in enumerate(split_text(reply.text, MESSAGE_LIMIT)):
+            if index == 0 and replaces is not None:
+                outcome = await self._replace(channel, int(replaces), chunk)
+                if outcome == "edited":
+                    continue
+                if outcome == "stale":
+                    stale = int(replaces)
             await self._post(
                 channel,
                 chunk,
                 nonce=nonce_for(reply.outbox_id, index),
                 reference=reference if index == 0 else None,
             )
+        if stale is not None:
+            await delete_message(self._logged_in_client, channel_id, stale)
+
+    async def _replace(
+        self, channel: discord.PartialMessageable, message_id: int, text: str
+    ) -> Literal["edited", "gone", "stale"]:
+        """Edit a streamed preview into a reply's first chunk. ``gone``: it was deleted
+        meanwhile (or is no message the bot may edit); ``stale``: Discord allows no more edits
+        of old messages for now (error 30046, e.g. a reply recovered long after a crash).
+        Either way the chunk is posted instead, and that post decides whether the channel
+        refuses the bot; a stale preview is deleted after, so no half reply stays."""
+        message = channel.get_partial_message(message_id)
+        try:
+            await message.edit(content=text, allowed_mentions=discord.AllowedMentions.none())
+        except discord.HTTPException as exc:
+            gone = isinstance(exc, discord.Forbidden) or (
+                isinstance(exc, discord.NotFound) and exc.code != UNKNOWN_CHANNEL
+            )
+            if gone:
+                log.info(
+                    "preview %d in channel %d cannot become the reply: %s",
+                    message_id,
+                    channel.id,
+                    exc,
+                )
+                return "gone"
+            if exc.code == OLD_MESSAGE_EDITS:
+                log.info("preview %d in channel %d cannot be edited now", message_id, channel.id)
+                return "stale"
+            raise _send_error(channel, exc) from exc
+        except _NETWORK_ERRORS as exc:
+            raise AdapterError(f"Discord send to channel {channel.id} failed: {exc!r}") from exc
+        return "edited"
 
     async def _send_file(self, reply: Reply) -> None:
         """One message with the attachment as a file and the text (cut to fit) as content."""
@@ -353,9 +408,8 @@ class DiscordAdapter(BaseAdapter):
         self._dm_channels.add(channel.id)
         return ConversationKey("discord", str(channel.id), None, conversation.bot)
 
-    def _reference(self, reply: Reply, channel_id: int) -> discord.MessageReference | None:
+    def _reference(self, target: str | None, channel_id: int) -> discord.MessageReference | None:
         """Quote the triggering message in guilds (never in DMs); a deleted one is no error."""
-        target = reply.reply_to_platform_message_id
         if target is None or channel_id in self._dm_channels:
             return None
         return discord.MessageReference(
@@ -382,18 +436,39 @@ class DiscordAdapter(BaseAdapter):
             options["mention_author"] = False
         try:
             await channel.send(text, **options)
-        except discord.Forbidden as exc:
-            raise DeliveryRefused(
-                f"Discord refuses messages to channel {channel.id}: {exc.text or exc.status}"
-            ) from exc
-        except discord.NotFound as exc:
-            if exc.code == UNKNOWN_CHANNEL:
-                raise DeliveryRefused(f"Discord channel {channel.id} no longer exists") from exc
-            raise AdapterError(f"Discord send to channel {channel.id} failed: {exc}") from exc
         except discord.HTTPException as exc:
-            raise AdapterError(f"Discord send to channel {channel.id} failed: {exc}") from exc
+            raise _send_error(channel, exc) from exc
         except _NETWORK_ERRORS as exc:
             raise AdapterError(f"Discord send to channel {channel.id} failed: {exc!r}") from exc
+
+    # ------------------------------------------------------------------ streaming
+
+    def preview(
+        self,
+        conversation: ConversationKey,
+        settings: StreamSettings,
+        *,
+        reply_to: str | None = None,
+    ) -> Preview | None:
+        """A message edited in place while the reply is written (``edit`` mode; Discord has no
+        drafts, so any other mode shows the typing indicator only). It quotes ``reply_to`` in
+        guilds, as the reply would (``bot.core.ports.Streams``)."""
+        if settings.mode != "edit":
+            return None
+        channel_id = _channel_id(conversation)
+        return EditPreview(
+            client=self._logged_in_client,
+            channel_id=channel_id,
+            reference=self._reference(reply_to, channel_id),
+            timeout=self._preview_timeout,
+        )
+
+    async def retract(self, conversation: ConversationKey, message_id: str) -> None:
+        """Delete a preview a crashed process left behind; never raises (failures logged)."""
+        if not message_id.isdigit():
+            log.warning("not a Discord message id: %r", message_id)
+            return
+        await delete_message(self._logged_in_client, _channel_id(conversation), int(message_id))
 
     @contextlib.asynccontextmanager
     async def typing(self, conversation: ConversationKey) -> AsyncIterator[None]:
@@ -412,6 +487,17 @@ class DiscordAdapter(BaseAdapter):
                 await asyncio.sleep(TYPING_INTERVAL)
         except (AdapterError, discord.HTTPException, *_NETWORK_ERRORS) as exc:
             log.debug("typing indicator in channel %d stopped: %s", channel_id, exc)
+
+
+def _send_error(channel: discord.PartialMessageable, exc: discord.HTTPException) -> AdapterError:
+    """A send's or an edit's HTTP error, translated (DeliveryRefused when it will never work)."""
+    if isinstance(exc, discord.Forbidden):
+        return DeliveryRefused(
+            f"Discord refuses messages to channel {channel.id}: {exc.text or exc.status}"
+        )
+    if isinstance(exc, discord.NotFound) and exc.code == UNKNOWN_CHANNEL:
+        return DeliveryRefused(f"Discord channel {channel.id} no longer exists")
+    return AdapterError(f"Discord send to channel {channel.id} failed: {exc}")
 
 
 def _channel_id(conversation: ConversationKey) -> int:
