@@ -41,8 +41,7 @@ REST (under ``/api/v10``, ``Authorization: Bot <token>`` required, else 401):
 
 Every REST request is recorded in :attr:`FakeDiscord.requests` with its body and the loop's
 (monotonic) time it arrived, so tests and benchmarks can measure rates (:meth:`creates`,
-:meth:`edits`,
-:meth:`deletes`, :meth:`throttled`).
+:meth:`edits`, :meth:`deletes`, :meth:`throttled`).
 
 Rate limits, per route and channel as Discord's (:class:`Bucket`): message edits have Discord's
 5 requests per 5 s per channel unless told otherwise (``edit_limit``); creates and deletions
