@@ -15,18 +15,23 @@ import logging
 import time
 import warnings
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bot.app.build import runtime
+from bot.config import Secrets, Settings
 from bot.core.clock import SystemClock
 from bot.core.errors import AdapterError, PreviewThrottled, PreviewUnavailable
 from bot.core.events import Reply
+from bot.core.llm import BaseLLM, ModelRequest, ModelResult, TextSink, Usage
 from bot.core.ports import Preview, Streams, StreamSettings
 from bot.runtime.streaming import Relay
 from tests.adapters.test_discord import (
     TOKEN,
     RecordingHandler,
+    Running,
     _endpoints_released,
     _key,
 )
@@ -36,7 +41,7 @@ with warnings.catch_warnings():  # discord.py imports the deprecated audioop (te
     warnings.filterwarnings(
         "ignore", message="'audioop' is deprecated", category=DeprecationWarning
     )
-    from adapters.discord.adapter import DiscordAdapter
+    from adapters.discord.adapter import DiscordAdapter, create_adapter
     from adapters.discord.endpoints import SharedEndpoints, endpoints_for
     from adapters.discord.preview import PREVIEW_TIMEOUT
 
@@ -453,3 +458,116 @@ async def test_a_preview_too_old_to_edit_is_replaced_by_a_new_message(
     assert message["content"] == "The recovered reply."
     assert [d.message_id for d in fake.deletes(guild.general)] == [int(str(preview.message_id))]
     assert "cannot be edited now" in caplog.text
+
+
+# ---------------------------------------------------------------------- in the runtime
+
+
+class Storyteller(BaseLLM):
+    """Streams its answer: the first piece at once, the rest when the test says ``go``."""
+
+    name = "storyteller"
+
+    def __init__(self, pieces: list[str]) -> None:
+        self.pieces = pieces
+        self.go = asyncio.Event()
+        self.calls = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        return ModelResult("".join(self.pieces), Usage(10, 5), "storyteller")
+
+    async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelResult:
+        self.calls += 1
+        on_text(self.pieces[0])
+        await self.go.wait()
+        for piece in self.pieces[1:]:
+            on_text(piece)
+            await asyncio.sleep(0)
+        return await self.complete(request)
+
+
+@contextlib.asynccontextmanager
+async def streaming_bot(fake: FakeDiscord, tmp_path: Path, llm: BaseLLM) -> AsyncIterator[Running]:
+    """A Discord bot entry with ``stream = "edit"`` inside the wired runtime (SQLite file)."""
+    db = tmp_path / "personabot.sqlite3"
+    entry = {
+        "platform": "discord",
+        "persona": "companion",
+        "id": "mira",
+        "api_base": fake.api_base,
+        "gateway_url": fake.gateway_url,
+        "stream": "edit",
+        "stream_interval_seconds": 0.2,
+    }
+    settings = Settings.model_validate(
+        {
+            "bots": [entry],
+            "storage": {"url": f"sqlite:///{db}"},
+            "queue": {"debounce_seconds": 0.2, "max_wait_seconds": 2.0},
+        }
+    )
+    persona = settings.persona()
+    adapter = create_adapter(settings.bots[0], persona, Secrets({"DISCORD_BOT_TOKEN": TOKEN}))
+    try:
+        async with runtime(settings, llm=llm, adapters={"mira": (persona, adapter)}) as rt:
+            before = fake.sessions
+            task = asyncio.create_task(adapter.run(rt.router))
+            try:
+                await fake.wait_identified(after=before)
+                yield Running(fake, adapter, rt, db)
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+    finally:
+        await adapter.aclose()
+
+
+async def test_a_streamed_reply_grows_in_one_message_that_becomes_the_reply(
+    tmp_path: Path,
+) -> None:
+    """In a guild with ``stream = "edit"``: the reply appears as a message quoting the person
+    while the model writes, and that same message ends as the whole reply; nothing pings."""
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada = fake.add_user("Ada")
+        guild = fake.add_guild("Cafe")
+        loud = LOUD.format(user=ada.id, role=guild.bot_role)
+        llm = Storyteller([loud, " Once upon a time", " there was a cafe.", " The end."])
+        async with streaming_bot(fake, tmp_path, llm) as bot:
+            asked = await _asked(fake, guild, ada)
+            (preview,) = await fake.wait_for_bot_messages(guild.general, 1)
+            assert preview["content"] == loud  # shown before the model finished
+            llm.go.set()
+            await bot.until(lambda: bot.rows("SELECT status FROM outbox") == [("sent",)])
+    (message,) = fake.bot_messages(guild.general)
+    assert message["id"] == preview["id"]
+    assert message["content"] == "".join(llm.pieces)
+    (create,) = fake.creates(guild.general)
+    assert create.body and create.body["message_reference"]["message_id"] == int(asked)
+    edits = fake.edits(guild.general)
+    assert edits[-1].content == "".join(llm.pieces)
+    assert all(_quiet(r.body) for r in [create, *edits])
+    assert fake.deletes(guild.general) == []
+
+
+async def test_a_discarded_generation_takes_its_preview_back(tmp_path: Path) -> None:
+    """Ada writes again while the first answer is being shown: the final check discards it,
+    its preview is deleted, and the next generation's message becomes the one reply."""
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada = fake.add_user("Ada")
+        guild = fake.add_guild("Cafe")
+        llm = Storyteller(["A first answer, soon out of date,", " and its end."])
+        async with streaming_bot(fake, tmp_path, llm) as bot:
+            await _asked(fake, guild, ada)
+            (first,) = await fake.wait_for_bot_messages(guild.general, 1)
+            again = await fake.post(guild.general, ada, "a poem, please", mention_bot=True)
+            stored = "SELECT platform_message_id FROM messages WHERE role = 'user'"
+            await bot.until(lambda: (again["id"],) in bot.rows(stored))
+            llm.go.set()
+            await bot.until(lambda: bot.rows("SELECT status FROM outbox") == [("sent",)])
+    (reply,) = fake.bot_messages(guild.general)
+    assert reply["id"] != first["id"]
+    assert reply["content"] == "".join(llm.pieces)
+    assert [(d.message_id, d.status) for d in fake.deletes(guild.general)] == [
+        (int(first["id"]), 204)
+    ]
+    assert llm.calls == 2
