@@ -9,7 +9,11 @@ Invariants:
   (:class:`_RedactingSession` re-raises transport errors with the token scrubbed);
 - a reply is sent chunk by chunk, in order; a flood limit (429) retries only the chunk it hit,
   so no chunk is ever sent twice by this adapter;
-- the typing task is cancelled on every exit of :meth:`TelegramAdapter.typing`.
+- the typing task is cancelled on every exit of :meth:`TelegramAdapter.typing`;
+- a reply that ``replaces`` a streamed preview edits that message into its first chunk
+  (posted anew when the preview is gone), so the chat never shows the answer twice.
+
+Streamed previews (drafts, edited messages) are :mod:`adapters.telegram.preview`.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import contextlib
 import hmac
 import logging
 import re
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -38,9 +43,16 @@ from aiogram.exceptions import (
     TelegramServerError,
     TelegramUnauthorizedError,
 )
-from aiogram.methods import SendChatAction, SendDocument, SendMessage
+from aiogram.methods import EditMessageText, SendChatAction, SendDocument, SendMessage
 from aiogram.methods.base import TelegramMethod, TelegramType
-from aiogram.types import BotCommand, BufferedInputFile, Message, ReplyParameters, Update
+from aiogram.types import (
+    BotCommand,
+    BufferedInputFile,
+    Message,
+    MessageGenerationStopped,
+    ReplyParameters,
+    Update,
+)
 from aiogram.utils.token import TokenValidationError
 from aiohttp import web
 
@@ -58,20 +70,31 @@ from adapters.telegram.inbound import (
     GroupTrigger,
     InboundRules,
     NonText,
+    stop_conversation,
     to_inbound,
 )
 from adapters.telegram.media import TelegramMedia
+from adapters.telegram.preview import (
+    NOT_EDITABLE,
+    NOT_MODIFIED,
+    REFUSALS,
+    DraftPreview,
+    EditLimiter,
+    EditPreview,
+    PreviewContext,
+)
 from adapters.telegram.updates import GetRawUpdates, ParsedUpdate, parse_update
 from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSettings
+from bot.core.clock import Clock
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
 from bot.core.events import ConversationKey, Reply
-from bot.core.ports import InboundHandler
+from bot.core.ports import InboundHandler, Preview, StreamSettings
 from bot.core.tasks import running
 
 log = logging.getLogger("personabot.telegram")
 
 SECRET_HEADER: Final = "X-Telegram-Bot-Api-Secret-Token"
-ALLOWED_UPDATES: Final = ("message", "edited_message")
+ALLOWED_UPDATES: Final = ("message", "edited_message", "stopped_message_generation")
 REDACTED: Final = "[redacted]"
 #: Telegram's limit for a document's caption, in characters.
 CAPTION_LIMIT: Final = 1024
@@ -80,9 +103,9 @@ CAPTION_LIMIT: Final = 1024
 _TELEGRAM_ERRORS: Final = (TelegramAPIError, ClientDecodeError)
 _COMMAND_NAME = re.compile(r"^[a-z0-9_]{1,32}$")
 _SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
-# 400 descriptions that mean "this chat will not take messages from us" (like a 403).
-_REFUSALS: Final = ("chat not found", "not enough rights", "have no rights", "topic_closed")
+_REFUSALS: Final = REFUSALS
 _SEEN_UPDATES: Final = 2048
+_DRAFTLESS_CHATS: Final = 4096
 _POLL_BACKOFF_START: Final = 1.0
 _POLL_BACKOFF_MAX: Final = 30.0
 _T = TypeVar("_T")
@@ -195,6 +218,7 @@ class TelegramAdapter(BaseAdapter):
         flood_retries: int = 5,
         max_flood_wait: float = 120.0,
         download_timeout: float = 30.0,
+        clock: Clock | None = None,
     ) -> None:
         super().__init__(bot_key=bot_key)
         server = PRODUCTION if api_server is None else TelegramAPIServer.from_base(api_server)
@@ -217,6 +241,10 @@ class TelegramAdapter(BaseAdapter):
         #: Fetches the files of this bot's media (``bot.core.media.MediaSource``).
         self.media = TelegramMedia(self._bot, timeout=download_timeout)
         self._prepared: Dispatcher | None = None
+        self._previews = PreviewContext(self._bot, bot_key, self._redact)
+        # Group chats' posts and edits (previews and final replies); ``clock`` for tests.
+        self._limiter = EditLimiter(now=time.monotonic if clock is None else clock.now)
+        self._draftless: OrderedDict[int, None] = OrderedDict()  # chats that refused drafts
         #: The port the webhook server listens on (known once it started; useful with port 0).
         self.webhook_port: int | None = None
 
@@ -319,9 +347,25 @@ class TelegramAdapter(BaseAdapter):
         async def on_edit(edited_message: Message, event_update: Update) -> None:
             await self._receive(handler, edited_message, event_update.update_id, edited=True)
 
+        async def on_stop(
+            stopped_message_generation: MessageGenerationStopped, event_update: Update
+        ) -> None:
+            await self._stopped(handler, stopped_message_generation, event_update.update_id)
+
         dispatcher.message.register(on_message)
         dispatcher.edited_message.register(on_edit)
+        dispatcher.stopped_message_generation.register(on_stop)
         return dispatcher
+
+    async def _stopped(
+        self, handler: InboundHandler, stopped: MessageGenerationStopped, update_id: int
+    ) -> None:
+        """A draft's stop button: tell the handler once (a StoreError leaves it unacknowledged,
+        so it is taken again)."""
+        if update_id in self._seen:
+            return
+        await handler.stopped(stop_conversation(stopped, self.bot_key), stopped.draft_id)
+        self._handled(update_id)
 
     async def _receive(
         self, handler: InboundHandler, message: Message, update_id: int, *, edited: bool
@@ -343,6 +387,9 @@ class TelegramAdapter(BaseAdapter):
                 "telegram bot %s: answer to update %d failed: %s", self.bot_key, update_id, exc
             )
         # Only now: an update whose handling raised is taken again when Telegram redelivers it.
+        self._handled(update_id)
+
+    def _handled(self, update_id: int) -> None:
         self._seen[update_id] = None
         while len(self._seen) > _SEEN_UPDATES:
             self._seen.popitem(last=False)
@@ -551,10 +598,14 @@ class TelegramAdapter(BaseAdapter):
             reply_to = int(reply.reply_to_platform_message_id or "")
         # Nothing the bot says may notify anyone (the model may write "@name" or a mention link).
         chunks = split_message(without_mentions(reply.text))
+        # A streamed preview (docs/architecture.md#streaming) becomes the first chunk.
+        edit = _message_number(reply.replaces)
         try:
             for index, chunk in enumerate(chunks):
                 first = reply_to if index == 0 else None
-                await self._send_chunk(target, chunk, first, MESSAGE_LIMIT)
+                await self._send_chunk(
+                    target, chunk, first, MESSAGE_LIMIT, edit if index == 0 else None
+                )
         except TelegramBadRequest as exc:
             raise self._failure(target, exc) from exc
         log.debug(
@@ -583,14 +634,20 @@ class TelegramAdapter(BaseAdapter):
         return ConversationKey("telegram", user_id, None, conversation.bot)
 
     async def _send_chunk(
-        self, target: _Target, chunk: Chunk, reply_to: int | None, limit: int
+        self,
+        target: _Target,
+        chunk: Chunk,
+        reply_to: int | None,
+        limit: int,
+        edit: int | None = None,
     ) -> None:
-        """One chunk as HTML; as plain text if Telegram rejects the entities.
+        """One chunk as HTML; as plain text if Telegram rejects the entities. With ``edit``,
+        its first message is an edit of that message (a preview) instead of a new one.
 
         Raises TelegramBadRequest for any other bad request (``send`` translates it).
         """
         try:
-            await self._deliver(target, chunk.html, "HTML", reply_to)
+            await self._deliver(target, chunk.html, "HTML", reply_to, edit)
             return
         except TelegramBadRequest as exc:
             problem = exc.message.lower()
@@ -602,21 +659,31 @@ class TelegramAdapter(BaseAdapter):
                     self._redact(exc.message),
                 )
                 for part in plain_chunks(chunk.markdown, limit):
-                    await self._deliver(target, part, None, reply_to)
-                    reply_to = None
+                    await self._deliver(target, part, None, reply_to, edit)
+                    reply_to = edit = None
                 return
             if "message is too long" in problem and limit >= 512:
                 # Our measure disagreed with the server's (e.g. a self-hosted limit): halve.
                 for smaller in split_message(chunk.markdown, limit // 2):
-                    await self._send_chunk(target, smaller, reply_to, limit // 2)
-                    reply_to = None
+                    await self._send_chunk(target, smaller, reply_to, limit // 2, edit)
+                    reply_to = edit = None
                 return
             raise
 
     async def _deliver(
-        self, target: _Target, text: str, parse_mode: str | None, reply_to: int | None
+        self,
+        target: _Target,
+        text: str,
+        parse_mode: str | None,
+        reply_to: int | None,
+        edit: int | None = None,
     ) -> None:
-        """``sendMessage``; a reply to a deleted message is sent without the reply."""
+        """``sendMessage`` (or, with ``edit``, ``editMessageText`` of that message, sent as a
+        new message when it is gone); a reply to a deleted message is sent without the reply."""
+        if not target.private:
+            self._limiter.record(target.chat_id)  # the group's budget, which previews share
+        if edit is not None and await self._edit(target, edit, text, parse_mode):
+            return
         reply = None
         if reply_to is not None:
             reply = ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
@@ -628,6 +695,32 @@ class TelegramAdapter(BaseAdapter):
             reply_parameters=reply,
         )
         await self._call(method, target)
+
+    async def _edit(
+        self, target: _Target, message_id: int, text: str, parse_mode: str | None
+    ) -> bool:
+        """Edit a message to ``text``: True when it shows that text now, False when it can no
+        longer be edited (deleted, too old)."""
+        method = EditMessageText(
+            chat_id=target.chat_id, message_id=message_id, text=text, parse_mode=parse_mode
+        )
+        try:
+            await self._call(method, target)
+        except TelegramBadRequest as exc:
+            problem = exc.message.lower()
+            if NOT_MODIFIED in problem:
+                return True  # the preview already showed exactly this
+            if any(gone in problem for gone in NOT_EDITABLE):
+                log.info(
+                    "telegram bot %s: preview %d in chat %s is gone (%s); sending anew",
+                    self.bot_key,
+                    message_id,
+                    target.chat_id,
+                    self._redact(exc.message),
+                )
+                return False
+            raise
+        return True
 
     async def _call(self, method: TelegramMethod[TelegramType], target: _Target) -> TelegramType:
         """Call a method, waiting out flood limits a bounded number of times.
@@ -669,6 +762,50 @@ class TelegramAdapter(BaseAdapter):
     def _redact(self, text: str) -> str:
         return _scrub(text, self._token)
 
+    # ---------------------------------------------------------------------- streaming
+
+    def preview(
+        self,
+        conversation: ConversationKey,
+        settings: StreamSettings,
+        *,
+        reply_to: str | None = None,
+    ) -> Preview | None:
+        """A draft in a private chat (any mode but ``off``); in a group, a posted message
+        edited in place (mode ``edit`` only; Telegram has no drafts there), else None."""
+        if settings.mode == "off":
+            return None
+        target = _Target.of(conversation)
+        if target.private:
+            if target.chat_id in self._draftless:
+                return None
+            return DraftPreview(
+                self._previews,
+                target.chat_id,
+                target.thread_id,
+                settings,
+                on_refused=lambda: self._refuse_drafts(target.chat_id),
+            )
+        if settings.mode != "edit":
+            return None
+        quoted = _message_number(reply_to)
+        return EditPreview(
+            self._previews,
+            target.chat_id,
+            target.thread_id,
+            reply_to=quoted,
+            limiter=self._limiter,
+        )
+
+    def _refuse_drafts(self, chat_id: int) -> None:
+        """Telegram refused drafts in this chat: no more previews there (bounded memory)."""
+        if chat_id not in self._draftless:
+            log.info("telegram bot %s: chat %s refuses drafts", self.bot_key, chat_id)
+        self._draftless[chat_id] = None
+        self._draftless.move_to_end(chat_id)
+        while len(self._draftless) > _DRAFTLESS_CHATS:
+            self._draftless.popitem(last=False)
+
     # ------------------------------------------------------------------------- typing
 
     @contextlib.asynccontextmanager
@@ -700,6 +837,11 @@ class TelegramAdapter(BaseAdapter):
     async def aclose(self) -> None:
         """Close the HTTP session."""
         await self._bot.session.close()
+
+
+def _message_number(message_id: str | None) -> int | None:
+    """A platform message id as Telegram's integer (None when absent or not one)."""
+    return int(message_id) if message_id is not None and message_id.isdigit() else None
 
 
 # ---------------------------------------------------------------------------------- factory

@@ -17,10 +17,12 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from adapters.text import split_text, utf16_len
+from adapters.text import Measure, split_text, utf16_len
 
 #: Telegram's limit for one message, in UTF-16 code units after entity parsing.
 MESSAGE_LIMIT: Final = 4096
+#: What a preview shows in place of the start it had to cut.
+ELLIPSIS: Final = "…"
 
 _FENCE: Final = "```"
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
@@ -69,6 +71,69 @@ def split_message(markdown: str, limit: int = MESSAGE_LIMIT) -> list[Chunk]:
 def plain_chunks(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
     """Split text sent without formatting (the fallback) by its own UTF-16 length."""
     return split_text(text, limit, measure=utf16_len)
+
+
+def html_tail(markdown: str, limit: int = MESSAGE_LIMIT) -> Chunk:
+    """The end of ``markdown`` whose rendered HTML fits ``limit`` UTF-16 units (a streamed
+    preview shows the latest words), "…" first when the start was cut."""
+    part = tail(markdown, limit, lambda text: utf16_len(render_html(text)))
+    return Chunk(part, render_html(part))
+
+
+def tail(text: str, limit: int, measure: Measure = utf16_len) -> str:
+    """The longest end of ``text`` with ``measure(end) <= limit``, starting at a word (at a
+    character only when the last word alone is too long), "…" first when anything was cut.
+
+    Cut inside a code block, the tail reopens the block's fence, so it still shows as code.
+    The measure is assumed to grow with the text (true of rendered HTML, as good as true).
+    """
+    if measure(text) <= limit:
+        return text
+    # A suffix longer than the limit in characters is longer in UTF-16 units and in HTML.
+    floor = max(0, len(text) - limit)
+    words = [i for i in range(floor, len(text)) if _word_start(text, i)]
+    found = _longest(text, words, limit, measure)
+    if found is None:
+        found = _longest(text, list(range(floor, len(text))), limit, measure)
+    return "" if found is None else found
+
+
+def _word_start(text: str, index: int) -> bool:
+    return not text[index].isspace() and (index == 0 or text[index - 1].isspace())
+
+
+def _longest(text: str, starts: list[int], limit: int, measure: Measure) -> str | None:
+    """The cut tail from the earliest of ``starts`` (ascending) that fits (binary search)."""
+    low, high, best = 0, len(starts) - 1, None
+    while low <= high:
+        middle = (low + high) // 2
+        candidate = _cut_at(text, starts[middle])
+        if measure(candidate) <= limit:
+            best, high = candidate, middle - 1
+        else:
+            low = middle + 1
+    return best
+
+
+def _cut_at(text: str, start: int) -> str:
+    """``text`` from ``start`` on, after "…" (and the open code fence, when cut inside one)."""
+    fence = _open_fence(text[:start])
+    if fence is None:
+        return ELLIPSIS + text[start:]
+    return f"{ELLIPSIS}\n{fence}\n{text[start:]}"
+
+
+def _open_fence(before: str) -> str | None:
+    """The fence line of a code block still open at the end of ``before`` (whole lines
+    only), read as :func:`render_html` reads fences."""
+    fence = None
+    for line in before.split("\n")[:-1]:
+        stripped = line.strip()
+        if fence is None and stripped.startswith(_FENCE):
+            fence = stripped
+        elif fence is not None and stripped.startswith(_FENCE) and stripped.strip("`") == "":
+            fence = None
+    return fence
 
 
 def render_html(markdown: str) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from aiogram.types import Message, MessageEntity
+from aiogram.types import Message, MessageEntity, MessageGenerationStopped
 
 from adapters.telegram.content import content_of
 from adapters.telegram.quotes import forward_quote, reply_quote, sender_of
@@ -106,9 +106,7 @@ def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -
     triggers = triggers and not message.is_automatic_forward
     thread = message.message_thread_id if message.is_topic_message else None
     return Inbound(
-        conversation=ConversationKey(
-            PLATFORM, str(message.chat.id), None if thread is None else str(thread), rules.bot_key
-        ),
+        conversation=_key(message.chat.id, thread, rules.bot_key),
         author_id=author.id,
         display_name=author.name,
         text=text,
@@ -121,6 +119,19 @@ def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -
         media=media,
         quote=quote,
     )
+
+
+def stop_conversation(stopped: MessageGenerationStopped, bot_key: str) -> ConversationKey:
+    """The conversation of a draft's stop button, keyed as :func:`to_inbound` keys the chat's
+    messages: the thread only when it is a topic (the update has no ``is_topic_message``, but
+    a private chat has no reply threads, and in a group only a forum has topics)."""
+    chat = stopped.chat
+    topics = chat.type == "private" or bool(chat.is_forum)
+    return _key(chat.id, stopped.message_thread_id if topics else None, bot_key)
+
+
+def _key(chat_id: int, thread: int | None, bot_key: str) -> ConversationKey:
+    return ConversationKey(PLATFORM, str(chat_id), None if thread is None else str(thread), bot_key)
 
 
 class Albums:

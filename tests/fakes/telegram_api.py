@@ -28,6 +28,14 @@ Behaviour:
   long``). A ``reply_parameters`` message that does not exist (never sent, or deleted with
   :meth:`FakeTelegramAPI.delete_message`) gives ``400 message to be replied not found``
   unless ``allow_sending_without_reply`` is set.
+* ``sendMessageDraft`` (Bot API 10.3) is checked like ``sendMessage`` (HTML, 4096 units after
+  parsing; an empty text is Telegram's "Thinking…" placeholder) and needs a non-zero integer
+  ``draft_id``; a chat that is not private answers ``400 TEXTDRAFT_PEER_INVALID``. The latest
+  draft of each (chat, draft id) is kept (:meth:`FakeTelegramAPI.draft_text`); successful calls
+  are :meth:`FakeTelegramAPI.drafts`. :meth:`FakeTelegramAPI.push_stop` queues the
+  ``stopped_message_generation`` update of the draft's stop button.
+* ``editMessageText`` with the text (and formatting) the message already has answers ``400
+  message is not modified``, as Telegram does.
 * ``sendDocument`` takes a multipart upload (kept as :class:`UploadedFile`; ``attach://name``
   references resolved, and ``params["document"]`` of the recorded call is the file) with an optional
   ``caption`` (at most 1024 characters). A private chat the user never opened (the user was
@@ -313,6 +321,17 @@ class ApiCall:
         """Whether the reply may be sent if the replied-to message is gone."""
         return _reply_target(self.params)[1]
 
+    @property
+    def draft_id(self) -> int | None:
+        """The ``draft_id`` parameter (``sendMessageDraft``) as an int."""
+        value = self.params.get("draft_id")
+        return None if value is None else int(value)
+
+    def flag(self, name: str) -> bool | None:
+        """A boolean parameter (``can_stop``, ``keep_on_stop``...); None when not sent."""
+        value = self.params.get(name)
+        return None if value is None else str(value).lower() in {"1", "true"}
+
 
 @dataclass(frozen=True, slots=True)
 class UploadedFile:
@@ -445,6 +464,9 @@ class FakeTelegramAPI:
         self._chats: dict[int, TgChat] = {}
         self._users: set[int] = set()
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}
+        # What each bot message was sent as (text, parse_mode): "not modified" compares it.
+        self._sources: dict[tuple[int, int], tuple[str, str | None]] = {}
+        self._drafts: dict[tuple[int, int], str] = {}
         self._message_ids: dict[int, itertools.count[int]] = {}
         self._update_ids = itertools.count(100)
         self._failures: list[_Failure] = []
@@ -583,6 +605,23 @@ class FakeTelegramAPI:
         self.push(token, update)
         return update
 
+    def stop_update(
+        self, chat: TgChat, draft_id: int, thread_id: int | None = None
+    ) -> dict[str, Any]:
+        """Build the ``stopped_message_generation`` update of a draft's stop button."""
+        stopped: dict[str, Any] = {"chat": chat.to_dict(), "draft_id": draft_id}
+        if thread_id is not None:
+            stopped["message_thread_id"] = thread_id
+        return {"update_id": next(self._update_ids), "stopped_message_generation": stopped}
+
+    def push_stop(
+        self, token: str, chat: TgChat, draft_id: int, thread_id: int | None = None
+    ) -> dict[str, Any]:
+        """The person pressed the stop button of draft ``draft_id``: queue the update, return it."""
+        update = self.stop_update(chat, draft_id, thread_id)
+        self.push(token, update)
+        return update
+
     def push_raw(self, token: str, entry: Any) -> int:
         """Queue any JSON value as one entry of ``getUpdates`` (as a broken server or proxy
         might send it); it takes the next update id's place, so a later update's offset
@@ -603,8 +642,14 @@ class FakeTelegramAPI:
         return len(self._accounts[token].updates)
 
     def delete_message(self, chat_id: int, message_id: int) -> None:
-        """The user deleted a message: replies to it now fail without the allow flag."""
+        """The user deleted a message: replies to it now fail without the allow flag, edits of
+        it with ``message to edit not found``."""
         self._messages.pop((chat_id, message_id), None)
+        self._sources.pop((chat_id, message_id), None)
+
+    def message(self, chat_id: int, message_id: int) -> dict[str, Any] | None:
+        """A message as the chat shows it now (None once deleted)."""
+        return self._messages.get((chat_id, message_id))
 
     def album(
         self,
@@ -856,6 +901,18 @@ class FakeTelegramAPI:
             c for c in self.calls_of("sendDocument", token) if c.ok and chat_id in (None, c.chat_id)
         ]
 
+    def drafts(self, token: str | None = None, chat_id: int | None = None) -> list[ApiCall]:
+        """Successful ``sendMessageDraft`` calls, in order."""
+        return [
+            c
+            for c in self.calls_of("sendMessageDraft", token)
+            if c.ok and chat_id in (None, c.chat_id)
+        ]
+
+    def draft_text(self, chat_id: int, draft_id: int) -> str | None:
+        """The text (as the user sees it) of the latest draft with this id in the chat."""
+        return self._drafts.get((chat_id, draft_id))
+
     def chat_actions(self, token: str | None = None) -> list[ApiCall]:
         """Successful ``sendChatAction`` calls, in order."""
         return [c for c in self.calls_of("sendChatAction", token) if c.ok]
@@ -989,6 +1046,7 @@ class FakeTelegramAPI:
                 "supports_inline_queries": False,
             },
             "sendMessage": self._send_message,
+            "sendMessageDraft": self._send_message_draft,
             "sendDocument": self._send_document,
             "editMessageText": self._edit_message_text,
             "sendChatAction": _send_chat_action,
@@ -1048,7 +1106,7 @@ class FakeTelegramAPI:
                 await asyncio.wait_for(self._changed.wait(), remaining)
         return []
 
-    def _checked_text(self, params: dict[str, Any]) -> str:
+    def _checked_text(self, params: dict[str, Any], *, empty: bool = False) -> str:
         text = str(params.get("text", ""))
         visible = text
         if str(params.get("parse_mode", "")).upper() == "HTML":
@@ -1056,7 +1114,7 @@ class FakeTelegramAPI:
                 visible = parse_telegram_html(text)
             except EntityParseError as exc:
                 raise _ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
-        if not visible.strip():
+        if not visible.strip() and not empty:
             raise _ApiError(400, "Bad Request: message text is empty")
         if utf16_units(visible) > MESSAGE_LIMIT:
             raise _ApiError(400, "Bad Request: message is too long")
@@ -1123,21 +1181,44 @@ class FakeTelegramAPI:
         if reply is not None and (chat_id, reply) in self._messages:
             message["reply_to_message"] = self._messages[(chat_id, reply)]
         self._messages[(chat_id, message["message_id"])] = message
+        self._sources[(chat_id, message["message_id"])] = _source(params)
         return message
+
+    def _send_message_draft(self, account: _Account, params: dict[str, Any]) -> bool:
+        chat_id = int(params["chat_id"])
+        chat = self._chat(chat_id)
+        try:
+            draft_id = int(params.get("draft_id", 0))
+        except ValueError:
+            draft_id = 0
+        if draft_id == 0:
+            raise _ApiError(400, "Bad Request: DRAFT_ID_INVALID")
+        if chat.type != "private":
+            raise _ApiError(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        self._drafts[(chat_id, draft_id)] = self._checked_text(params, empty=True)
+        return True
 
     def _edit_message_text(self, account: _Account, params: dict[str, Any]) -> dict[str, Any]:
         key = (int(params["chat_id"]), int(params["message_id"]))
         if key not in self._messages:
             raise _ApiError(400, "Bad Request: message to edit not found")
         visible = self._checked_text(params)
+        if self._sources.get(key) == _source(params):
+            raise _ApiError(
+                400,
+                "Bad Request: message is not modified: specified new message content and reply "
+                "markup are exactly the same as a current content and reply markup of the message",
+            )
         message = {**self._messages[key], "text": visible, "edit_date": int(time.time())}
         self._messages[key] = message
+        self._sources[key] = _source(params)
         return message
 
     def _delete_message(self, account: _Account, params: dict[str, Any]) -> bool:
         key = (int(params["chat_id"]), int(params["message_id"]))
         if self._messages.pop(key, None) is None:
             raise _ApiError(400, "Bad Request: message to delete not found")
+        self._sources.pop(key, None)
         return True
 
 
@@ -1176,6 +1257,12 @@ def _delete_webhook(account: _Account, params: dict[str, Any]) -> bool:
     if str(params.get("drop_pending_updates", "")).lower() in {"1", "true"}:
         account.updates.clear()
     return True
+
+
+def _source(params: Mapping[str, Any]) -> tuple[str, str | None]:
+    """What a text message is sent as: its text and parse mode."""
+    mode = params.get("parse_mode")
+    return str(params.get("text", "")), None if mode is None else str(mode).upper()
 
 
 def _reply_target(params: Mapping[str, Any]) -> tuple[int | None, bool]:

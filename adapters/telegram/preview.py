@@ -1,0 +1,353 @@
+"""Replies shown while they are written (docs/architecture.md#streaming): a draft in a private
+chat (``sendMessageDraft``), a posted message edited in place in a group (``edit`` mode).
+
+Both implement ``bot.core.ports.Preview``. They call the Bot directly, never the adapter's
+flood-waiting path: a preview must not delay the turn, so a flood limit is reported at once
+(``PreviewThrottled``) and the runtime skips updates; the final reply is sent the usual way.
+
+Invariants:
+- what a preview shows notifies nobody (``without_mentions``, as every send);
+- a preview shows the tail of the answer that fits one message ("…" first when cut), formatted
+  as the final message is; a chat that rejects the formatting gets plain text from then on;
+- in a group, previews of one bot post and edit at most :data:`GROUP_EDITS` times per
+  :data:`GROUP_WINDOW` seconds per chat (Telegram's limit, shared by all previews of the chat:
+  :class:`EditLimiter`), refused *before* calling Telegram.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from aiogram import Bot
+from aiogram.exceptions import (
+    ClientDecodeError,
+    TelegramAPIError,
+    TelegramBadRequest,
+    TelegramForbiddenError,
+    TelegramMigrateToChat,
+    TelegramNotFound,
+    TelegramRetryAfter,
+)
+from aiogram.methods import DeleteMessage, EditMessageText, SendMessage, SendMessageDraft
+from aiogram.types import Message, ReplyParameters
+
+from adapters.telegram.format import MESSAGE_LIMIT, html_tail, tail, without_mentions
+from bot.core.errors import AdapterError, PreviewThrottled, PreviewUnavailable
+from bot.core.ports import StreamSettings
+
+log = logging.getLogger("personabot.telegram")
+
+#: Telegram's limit for messages and edits in one group: this many per window.
+GROUP_EDITS: Final = 20
+GROUP_WINDOW: Final = 60.0
+#: 400 descriptions that mean "this chat will not take messages from us" (like a 403).
+REFUSALS: Final = ("chat not found", "not enough rights", "have no rights", "topic_closed")
+#: 400 descriptions that mean the posted message can no longer be edited (deleted, too old).
+NOT_EDITABLE: Final = (
+    "message to edit not found",
+    "message can't be edited",
+    "message_id_invalid",
+)
+NOT_MODIFIED: Final = "message is not modified"
+_BAD_ENTITIES: Final = "can't parse entities"
+_ERRORS: Final = (TelegramAPIError, ClientDecodeError)
+_MAX_DRAFT_ID: Final = 2**31 - 1
+_MAX_CHATS: Final = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewContext:
+    """What every preview of one bot account needs: its Bot and how to word errors."""
+
+    bot: Bot
+    bot_key: str
+    redact: Callable[[str], str]  # scrubs the token from any text
+
+    def failure(self, chat_id: int, exc: Exception) -> AdapterError:
+        """The framework's error for a failed preview update (never the token)."""
+        detail = self.redact(getattr(exc, "message", None) or str(exc))
+        text = f"telegram bot {self.bot_key}: preview in chat {chat_id} failed: {detail}"
+        if isinstance(exc, TelegramRetryAfter):
+            return PreviewThrottled(text, retry_after=float(exc.retry_after))
+        refused = isinstance(exc, TelegramForbiddenError | TelegramMigrateToChat)
+        lowered = detail.lower()
+        if refused or any(words in lowered for words in REFUSALS + NOT_EDITABLE):
+            return PreviewUnavailable(text)
+        return AdapterError(text)
+
+
+class EditLimiter:
+    """At most ``limit`` posts and edits per ``window`` seconds in each chat.
+
+    One per bot account, shared by all its previews: two turns streaming into one group draw
+    from the same budget. ``now`` is a monotonic time in seconds (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        limit: int = GROUP_EDITS,
+        window: float = GROUP_WINDOW,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._limit = limit
+        self._window = window
+        self._now = now
+        self._uses: dict[int, deque[float]] = {}  # the last ``limit`` uses of each chat
+
+    def take(self, chat_id: int) -> float:
+        """Take a slot (0.0), or the seconds until one frees (nothing taken)."""
+        now = self._now()
+        uses = self._recent(chat_id, now)
+        if len(uses) >= self._limit:
+            return max(uses[0] + self._window - now, 0.001)
+        uses.append(now)
+        return 0.0
+
+    def record(self, chat_id: int) -> None:
+        """Count a message sent anyway (a final reply is never refused, but it uses the
+        chat's budget too)."""
+        now = self._now()
+        self._recent(chat_id, now).append(now)
+
+    def _recent(self, chat_id: int, now: float) -> deque[float]:
+        if chat_id not in self._uses and len(self._uses) >= _MAX_CHATS:
+            for chat in [c for c, uses in self._uses.items() if uses[-1] <= now - self._window]:
+                del self._uses[chat]  # bounded memory: chats quiet for a window are forgotten
+        uses = self._uses.setdefault(chat_id, deque(maxlen=self._limit))
+        while uses and uses[0] <= now - self._window:
+            uses.popleft()
+        return uses
+
+
+class DraftPreview:
+    """A draft in a private chat: ephemeral, replaced by the next draft or message.
+
+    ``on_refused`` is called when Telegram refuses drafts in this chat (the adapter then stops
+    offering previews there).
+    """
+
+    def __init__(
+        self,
+        context: PreviewContext,
+        chat_id: int,
+        thread_id: int | None,
+        settings: StreamSettings,
+        *,
+        on_refused: Callable[[], None],
+    ) -> None:
+        self._context = context
+        self._chat_id = chat_id
+        self._thread_id = thread_id
+        self._can_stop = settings.stop != "off"
+        self._keep_on_stop = settings.stop == "keep"
+        self._on_refused = on_refused
+        # Fresh per preview: the stop update names it, and a new id never animates over the
+        # draft of an earlier turn.
+        self._draft_id = secrets.randbelow(_MAX_DRAFT_ID) + 1
+        self._shown: str | None = None
+        self._plain = False
+
+    @property
+    def kind(self) -> Literal["draft"]:
+        """An ephemeral draft."""
+        return "draft"
+
+    @property
+    def draft_id(self) -> int:
+        """The id the draft's stop update names."""
+        return self._draft_id
+
+    @property
+    def message_id(self) -> None:
+        """Drafts post no message."""
+        return None
+
+    async def show(self, text: str) -> None:
+        """Show the tail of ``text`` as the draft (no call when it is what is shown)."""
+        markdown = without_mentions(text)
+        if markdown == self._shown:
+            return
+        if not self._plain:
+            try:
+                await self._send(html_tail(markdown).html, "HTML")
+                self._shown = markdown
+                return
+            except TelegramBadRequest as exc:
+                if _BAD_ENTITIES not in exc.message.lower():
+                    raise self._failure(exc) from exc
+                log.warning(
+                    "telegram bot %s: chat %s rejected a draft's formatting (%s); plain text",
+                    self._context.bot_key,
+                    self._chat_id,
+                    self._context.redact(exc.message),
+                )
+                self._plain = True
+            except _ERRORS as exc:
+                raise self._failure(exc) from exc
+        try:
+            await self._send(tail(markdown, MESSAGE_LIMIT), None)
+        except _ERRORS as exc:
+            raise self._failure(exc) from exc
+        self._shown = markdown
+
+    async def discard(self) -> None:
+        """Nothing to delete: a draft expires, and the next draft or message replaces it."""
+
+    async def _send(self, text: str, parse_mode: str | None) -> None:
+        method = SendMessageDraft(
+            chat_id=self._chat_id,
+            draft_id=self._draft_id,
+            text=text,
+            message_thread_id=self._thread_id,
+            parse_mode=parse_mode,
+            can_stop=self._can_stop,
+            keep_on_stop=self._keep_on_stop,
+        )
+        await self._context.bot(method)
+
+    def _failure(self, exc: Exception) -> AdapterError:
+        error = self._context.failure(self._chat_id, exc)
+        # TEXTDRAFT_PEER_INVALID (not a private chat) and its kin; 404: a Bot API server
+        # without drafts. Neither changes during this process: stop offering drafts here.
+        lowered = getattr(exc, "message", "").lower()
+        refused = isinstance(exc, TelegramNotFound) or (
+            isinstance(exc, TelegramBadRequest) and "draft" in lowered
+        )
+        if refused:
+            self._on_refused()
+            return PreviewUnavailable(str(error))
+        return error
+
+
+class EditPreview:
+    """A message posted in a group at the first update and edited in place after it."""
+
+    def __init__(
+        self,
+        context: PreviewContext,
+        chat_id: int,
+        thread_id: int | None,
+        *,
+        reply_to: int | None,
+        limiter: EditLimiter,
+    ) -> None:
+        self._context = context
+        self._chat_id = chat_id
+        self._thread_id = thread_id
+        self._reply_to = reply_to
+        self._limiter = limiter
+        self._message_id: int | None = None
+        self._shown: str | None = None
+        self._plain = False
+
+    @property
+    def kind(self) -> Literal["edit"]:
+        """A real message, edited in place."""
+        return "edit"
+
+    @property
+    def draft_id(self) -> None:
+        """Posted messages have no stop button."""
+        return None
+
+    @property
+    def message_id(self) -> str | None:
+        """The posted message (None until the first update posted it)."""
+        return None if self._message_id is None else str(self._message_id)
+
+    async def show(self, text: str) -> None:
+        """Post the tail of ``text`` (first update) or edit the posted message to it.
+
+        Nothing is called for a text already shown or still blank; over the chat's budget
+        PreviewThrottled says when a slot frees.
+        """
+        markdown = without_mentions(text)
+        if markdown == self._shown or not markdown.strip():
+            return
+        wait = self._limiter.take(self._chat_id)
+        if wait > 0:
+            raise PreviewThrottled(
+                f"telegram bot {self._context.bot_key}: chat {self._chat_id} had "
+                f"{GROUP_EDITS} messages and edits in {GROUP_WINDOW:.0f}s",
+                retry_after=wait,
+            )
+        if not self._plain:
+            try:
+                await self._put(html_tail(markdown).html, "HTML")
+                self._shown = markdown
+                return
+            except TelegramBadRequest as exc:
+                if _BAD_ENTITIES not in exc.message.lower():
+                    raise self._context.failure(self._chat_id, exc) from exc
+                log.warning(
+                    "telegram bot %s: chat %s rejected a preview's formatting (%s); plain text",
+                    self._context.bot_key,
+                    self._chat_id,
+                    self._context.redact(exc.message),
+                )
+                self._plain = True
+            except _ERRORS as exc:
+                raise self._context.failure(self._chat_id, exc) from exc
+        try:
+            await self._put(tail(markdown, MESSAGE_LIMIT), None)
+        except _ERRORS as exc:
+            raise self._context.failure(self._chat_id, exc) from exc
+        self._shown = markdown
+
+    async def discard(self) -> None:
+        """Delete the posted message; a failure is logged, never raised."""
+        if self._message_id is None:
+            return
+        try:
+            await self._context.bot(
+                DeleteMessage(chat_id=self._chat_id, message_id=self._message_id)
+            )
+        except Exception as exc:  # never raises, by contract
+            log.warning(
+                "telegram bot %s: deleting preview %s in chat %s failed: %s",
+                self._context.bot_key,
+                self._message_id,
+                self._chat_id,
+                self._context.redact(getattr(exc, "message", None) or str(exc)),
+            )
+            return
+        self._message_id = None
+        self._shown = None
+
+    async def _put(self, text: str, parse_mode: str | None) -> None:
+        """Post the message, or edit it ("not modified" is success)."""
+        bot = self._context.bot
+        if self._message_id is None:
+            reply = None
+            if self._reply_to is not None:
+                reply = ReplyParameters(message_id=self._reply_to, allow_sending_without_reply=True)
+            posted: Message = await bot(
+                SendMessage(
+                    chat_id=self._chat_id,
+                    text=text,
+                    parse_mode=parse_mode,
+                    message_thread_id=self._thread_id,
+                    reply_parameters=reply,
+                )
+            )
+            self._message_id = posted.message_id
+            return
+        try:
+            await bot(
+                EditMessageText(
+                    chat_id=self._chat_id,
+                    message_id=self._message_id,
+                    text=text,
+                    parse_mode=parse_mode,
+                )
+            )
+        except TelegramBadRequest as exc:
+            if NOT_MODIFIED not in exc.message.lower():
+                raise
