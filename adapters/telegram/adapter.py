@@ -82,6 +82,7 @@ from adapters.telegram.preview import (
     EditLimiter,
     EditPreview,
     PreviewContext,
+    delete_message,
 )
 from adapters.telegram.updates import GetRawUpdates, ParsedUpdate, parse_update
 from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSettings
@@ -796,6 +797,20 @@ class TelegramAdapter(BaseAdapter):
             reply_to=quoted,
             limiter=self._limiter,
         )
+
+    async def retract(self, conversation: ConversationKey, message_id: str) -> None:
+        """Delete a posted preview a crashed process left behind; never raises (failures
+        logged)."""
+        number = _message_number(message_id)
+        if number is None:
+            log.warning("telegram bot %s: not a message id: %r", self.bot_key, message_id)
+            return
+        try:
+            chat_id = _Target.of(conversation).chat_id
+        except AdapterError as exc:
+            log.warning("telegram bot %s: %s", self.bot_key, exc)
+            return
+        await delete_message(self._previews, chat_id, number)
 
     def _refuse_drafts(self, chat_id: int) -> None:
         """Telegram refused drafts in this chat: no more previews there (bounded memory)."""

@@ -305,21 +305,9 @@ class EditPreview:
         """Delete the posted message; a failure is logged, never raised."""
         if self._message_id is None:
             return
-        try:
-            await self._context.bot(
-                DeleteMessage(chat_id=self._chat_id, message_id=self._message_id)
-            )
-        except Exception as exc:  # never raises, by contract
-            log.warning(
-                "telegram bot %s: deleting preview %s in chat %s failed: %s",
-                self._context.bot_key,
-                self._message_id,
-                self._chat_id,
-                self._context.redact(getattr(exc, "message", None) or str(exc)),
-            )
-            return
-        self._message_id = None
-        self._shown = None
+        if await delete_message(self._context, self._chat_id, self._message_id):
+            self._message_id = None
+            self._shown = None
 
     async def _put(self, text: str, parse_mode: str | None) -> None:
         """Post the message, or edit it ("not modified" is success)."""
@@ -351,3 +339,19 @@ class EditPreview:
         except TelegramBadRequest as exc:
             if NOT_MODIFIED not in exc.message.lower():
                 raise
+
+
+async def delete_message(context: PreviewContext, chat_id: int, message_id: int) -> bool:
+    """Delete a posted preview: whether it is gone now. A failure is logged, never raised."""
+    try:
+        await context.bot(DeleteMessage(chat_id=chat_id, message_id=message_id))
+    except Exception as exc:  # never raises, by contract
+        log.warning(
+            "telegram bot %s: deleting preview %s in chat %s failed: %s",
+            context.bot_key,
+            message_id,
+            chat_id,
+            context.redact(getattr(exc, "message", None) or str(exc)),
+        )
+        return False
+    return True

@@ -10,6 +10,7 @@ import contextlib
 import re
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,11 +24,13 @@ from adapters.telegram.adapter import ALLOWED_UPDATES, TelegramAdapter, WebhookS
 from adapters.telegram.format import html_tail, render_html, split_message, tail
 from adapters.telegram.preview import DraftPreview, PreviewContext
 from adapters.telegram.updates import parse_update
+from bot.config import QueueSettings, Settings, StorageSettings, TelegramBotSettings
 from bot.core.clock import ManualClock
 from bot.core.errors import AdapterError, PreviewThrottled, PreviewUnavailable, StoreError
 from bot.core.events import ConversationKey, Inbound, Reply
 from bot.core.ports import Preview, Streams, StreamSettings
-from tests.adapters.test_telegram import ANN, BOB, BOT, TOKEN, _free_port
+from tests.adapters.test_telegram import ANN, BOB, BOT, PERSONA, TOKEN, _free_port, running
+from tests.fakes.llm import GatedLLM
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, parse_telegram_html, utf16_units
 
 pytestmark = pytest.mark.timeout(60)
@@ -471,3 +474,57 @@ async def test_the_fake_checks_drafts_like_telegram(api: FakeTelegramAPI) -> Non
         await bot.session.close()
     assert [c.status for c in api.calls_of("sendMessageDraft")] == [400, 400, 400, 200]
     assert api.calls[0].at <= api.calls[-1].at
+
+
+async def test_retract_deletes_a_preview_left_behind_and_never_raises(
+    api: FakeTelegramAPI, adapter: TelegramAdapter
+) -> None:
+    shown = preview(adapter, GROUP, EDIT)
+    await shown.show("an orphaned preview")
+    orphan = shown.message_id or ""
+    await adapter.retract(key(GROUP), orphan)
+    assert api.message(GROUP.id, int(orphan)) is None
+    await adapter.retract(key(GROUP), orphan)  # already gone: logged only
+    await adapter.retract(key(GROUP), "not-a-number")
+    assert [c.status for c in api.calls_of("deleteMessage")] == [200, 400]
+
+
+# ------------------------------------------------------------------- the wired runtime
+
+
+def _streaming(tmp_path: Path, stream: Any) -> Settings:
+    return Settings(
+        storage=StorageSettings(url=f"sqlite:///{tmp_path / 'stream.sqlite3'}"),
+        queue=QueueSettings(debounce_seconds=0.1, max_wait_seconds=1.0, scan_interval_seconds=0.2),
+        personas=[PERSONA],
+        bots=[TelegramBotSettings(platform="telegram", id=BOT, persona=PERSONA.id, stream=stream)],
+    )
+
+
+async def test_on_the_runtime_a_private_reply_is_drafted_then_sent_once(
+    tmp_path: Path, api: FakeTelegramAPI
+) -> None:
+    llm = GatedLLM(answer=lambda _: "Tea: boil water, steep **three** minutes.")
+    async with running(tmp_path, api, llm, settings=_streaming(tmp_path, "auto")) as rig:
+        rig.say(PRIVATE, ANN, "how do I make tea?")
+        await api.wait_for(lambda: api.sent_messages(TOKEN, PRIVATE.id), what="the reply")
+        await rig.quiet(key(PRIVATE))
+    drafts = api.drafts(TOKEN, PRIVATE.id)
+    (final,) = api.sent_messages(TOKEN, PRIVATE.id)
+    assert drafts and all(d.at < final.at for d in drafts)  # nothing after the final message
+    assert final.visible_text == "Tea: boil water, steep three minutes."
+
+
+async def test_on_the_runtime_a_group_preview_becomes_the_reply(
+    tmp_path: Path, api: FakeTelegramAPI
+) -> None:
+    text = "A long enough answer for the group, with @bob_the_builder named in it."
+    llm = GatedLLM(answer=lambda _: text)
+    async with running(tmp_path, api, llm, settings=_streaming(tmp_path, "edit")) as rig:
+        asked = rig.say(GROUP, ANN, "@mira_bot tell us")
+        await api.wait_for(lambda: api.sent_messages(TOKEN, GROUP.id), what="the preview")
+        await rig.quiet(key(GROUP))
+    (posted,) = api.sent_messages(TOKEN, GROUP.id)  # one message: the preview, then the reply
+    assert posted.reply_to == asked and api.drafts(TOKEN) == []
+    shown = text_of(api, GROUP, posted.message_id)
+    assert shown.replace("\u2060", "") == text and not MENTION.search(shown)
