@@ -6,7 +6,7 @@ import base64
 import io
 import logging
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any
 
 import pytest
@@ -36,11 +36,9 @@ from bot.llm.anthropic import AnthropicLLM
 from bot.runtime.images import prepare_image
 from memory.tokens import image_tokens
 from tests.fakes.messages_api import FakeMessagesAPI
+from tests.llm.conftest import KEY, LLMFactory
 
-KEY = "sk-test-secret-4f9c2a7e1b3d5f60"
 MODEL = "claude-test-model"
-
-LLMFactory = Callable[..., AnthropicLLM]
 
 
 def _request(**overrides: Any) -> ModelRequest:
@@ -73,22 +71,6 @@ def no_secret_in_logs(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
 async def api() -> AsyncIterator[FakeMessagesAPI]:
     async with FakeMessagesAPI() as fake:
         yield fake
-
-
-@pytest.fixture
-async def make_llm(api: FakeMessagesAPI) -> AsyncIterator[LLMFactory]:
-    made: list[AnthropicLLM] = []
-
-    def factory(**kwargs: Any) -> AnthropicLLM:
-        kwargs.setdefault("base_url", api.base_url)
-        kwargs.setdefault("timeout_seconds", 5.0)
-        llm = AnthropicLLM(api_key=KEY, **kwargs)
-        made.append(llm)
-        return llm
-
-    yield factory
-    for llm in made:
-        await llm.aclose()
 
 
 async def _fails(call: Awaitable[ModelResult], kind: type[ModelError]) -> ModelError:

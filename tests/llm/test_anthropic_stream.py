@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -15,12 +15,10 @@ from bot.core.errors import ModelError, ModelRejected, ModelUnavailable, Request
 from bot.core.llm import ChatMessage, ModelRequest, ModelResult, TextBlock, ToolSpec, ToolUse, Usage
 from bot.llm.anthropic import AnthropicLLM
 from tests.fakes.messages_api import FakeMessagesAPI, tokens
+from tests.llm.conftest import KEY, LLMFactory
 
-KEY = "sk-test-secret-77a1c3e9d2b4f608"
 MODEL = "claude-test-model"
 REPLY = "Hello Ada, it is good to hear from you again today."
-
-LLMFactory = Callable[..., AnthropicLLM]
 
 
 def _request(**overrides: Any) -> ModelRequest:
@@ -49,22 +47,6 @@ def no_secret_in_logs(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
 async def api() -> AsyncIterator[FakeMessagesAPI]:
     async with FakeMessagesAPI(reply_text=REPLY) as fake:
         yield fake
-
-
-@pytest.fixture
-async def make_llm(api: FakeMessagesAPI) -> AsyncIterator[LLMFactory]:
-    made: list[AnthropicLLM] = []
-
-    def factory(**kwargs: Any) -> AnthropicLLM:
-        kwargs.setdefault("base_url", api.base_url)
-        kwargs.setdefault("timeout_seconds", 5.0)
-        llm = AnthropicLLM(api_key=KEY, **kwargs)
-        made.append(llm)
-        return llm
-
-    yield factory
-    for llm in made:
-        await llm.aclose()
 
 
 async def _stream_fails(
