@@ -53,6 +53,18 @@ def settings(tmp_path: Path) -> Settings:
     )
 
 
+def _console(out: io.StringIO) -> ConsoleAdapter:
+    """The terminal chat of Ann with Mira, printing into ``out``."""
+    return ConsoleAdapter(
+        bot_key=KEY,
+        persona_name="Mira",
+        user_id="u1",
+        display_name="Ann",
+        stdin=io.StringIO(),
+        stdout=out,
+    )
+
+
 async def _replies(rt_store: object, conversation: ConversationKey) -> list[str]:
     from bot.store.base import BaseStore
 
@@ -69,14 +81,7 @@ async def test_a_streamed_reply_is_printed_as_it_comes_and_recorded_once(
     api.reply_next(REPLY)
     api.token_interval = 0.05  # ~16 tokens: about 0.8 s of streaming
     out = io.StringIO()
-    console = ConsoleAdapter(
-        bot_key=KEY,
-        persona_name="Mira",
-        user_id="u1",
-        display_name="Ann",
-        stdin=io.StringIO(),
-        stdout=out,
-    )
+    console = _console(out)
     llm = AnthropicLLM(api_key="sk-test", base_url=api.base_url, max_retries=0)
     async with runtime(settings(tmp_path), llm=llm, adapters={KEY: (PERSONA, console)}) as rt:
         printed: list[str] = []
@@ -106,14 +111,7 @@ async def test_a_stream_that_breaks_midway_records_nothing_and_is_answered_on_re
     api.reply_next("Second try: eighty degrees, three minutes.")
     api.token_interval = 0.02
     out = io.StringIO()
-    console = ConsoleAdapter(
-        bot_key=KEY,
-        persona_name="Mira",
-        user_id="u1",
-        display_name="Ann",
-        stdin=io.StringIO(),
-        stdout=out,
-    )
+    console = _console(out)
     llm = AnthropicLLM(api_key="sk-test", base_url=api.base_url, max_retries=0)
     async with runtime(settings(tmp_path), llm=llm, adapters={KEY: (PERSONA, console)}) as rt:
         await rt.router(console.inbound("how do I brew tea?"))

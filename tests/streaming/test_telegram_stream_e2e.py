@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters.telegram.adapter import TelegramAdapter
-from bot.app.build import runtime
 from bot.config import Settings, TelegramBotSettings
 from bot.core.events import ConversationKey
+from bot.core.ports import StopButton
 from bot.llm.anthropic import AnthropicLLM
 from tests.adapters.test_telegram import (
     ANN,
@@ -25,6 +24,7 @@ from tests.adapters.test_telegram import (
     Rig,
     _settings,
     eventually,
+    running,
 )
 from tests.fakes.messages_api import FakeMessagesAPI
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
@@ -53,32 +53,32 @@ async def claude() -> AsyncIterator[FakeMessagesAPI]:
         yield server
 
 
-def _streaming(tmp_path: Path, **entry: object) -> Settings:
+def _streaming(tmp_path: Path, stop_button: StopButton = "keep") -> Settings:
     base = _settings(tmp_path, debounce=0.2, max_wait=2.0)
     bot = TelegramBotSettings(
-        platform="telegram", id=BOT, persona=PERSONA.id, stream_interval_seconds=0.2, **entry
+        platform="telegram",
+        id=BOT,
+        persona=PERSONA.id,
+        stream_interval_seconds=0.2,
+        stop_button=stop_button,
     )
     return base.model_copy(update={"bots": [bot]})
 
 
 @contextlib.asynccontextmanager
 async def bot(
-    tmp_path: Path, tg: FakeTelegramAPI, claude: FakeMessagesAPI, **entry: object
+    tmp_path: Path,
+    tg: FakeTelegramAPI,
+    claude: FakeMessagesAPI,
+    stop_button: StopButton = "keep",
 ) -> AsyncIterator[Rig]:
-    adapter = TelegramAdapter(bot_key=BOT, token=TOKEN, api_server=tg.base_url)
+    """The adapter polling the fake on the wired runtime, Claude streaming from the fake."""
     llm = AnthropicLLM(api_key="sk-test", base_url=claude.base_url, max_retries=0)
-    settings = _streaming(tmp_path, **entry)
-    async with runtime(settings, llm=llm, adapters={BOT: (PERSONA, adapter)}) as rt:
-        task = asyncio.create_task(adapter.run(rt.router))
-        try:
-            await tg.wait_for(lambda: task.done() or tg.polls_started(TOKEN), what="polling")
-            assert not task.done(), task.exception()
-            yield Rig(tg, adapter, rt, llm)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await adapter.aclose()
-            await llm.aclose()
+    try:
+        async with running(tmp_path, tg, llm, settings=_streaming(tmp_path, stop_button)) as rig:
+            yield rig
+    finally:
+        await llm.aclose()
 
 
 async def recorded(rig: Rig, chat: TgChat) -> list[str]:
@@ -186,6 +186,10 @@ async def test_the_stop_button_keeps_what_was_shown_and_the_turn_does_not_run_ag
         await rig.quiet(rig.key(PRIVATE))
         stored = await recorded(rig, PRIVATE)
         await asyncio.sleep(1.0)
+        spent = await rig.rt.store.usage_since(0.0)
+    # The cancelled call reported no usage; it is charged all the same (the prompt as
+    # assembled and what was shown), so stopping early never makes replies free.
+    assert spent.turns == 1 and spent.input_tokens > 0 and spent.output_tokens > 0
     (kept,) = rig.replies(PRIVATE)
     assert kept != REPLY and REPLY.startswith(kept)  # what the person saw, not the rest
     assert stored == [kept]
