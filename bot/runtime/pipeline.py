@@ -380,14 +380,17 @@ class Pipeline:
                     clock=self._clock,
                     seconds=policy.hook_timeout_seconds,
                 )
-                request = with_context(assembled, layers).request
+                prompted = with_context(assembled, layers)
+                request = prompted.request
                 relay = await self._relay(turn, profile, lost)
                 if relay is None:
                     answered = await loop.run(request)
                 else:
                     streamed = await self._streamed(loop, request, relay)
                     if streamed is None:
-                        return await self._stopped(turn, lease, profile, relay, request, by)
+                        return await self._stopped(
+                            turn, lease, profile, relay, request.model, prompted.total_tokens, by
+                        )
                     answered = streamed
         except ModelError as exc:
             await _discard(relay)
@@ -519,7 +522,8 @@ class Pipeline:
         lease: Lease,
         profile: BotProfile,
         relay: Relay,
-        request: ModelRequest,
+        model: str,
+        prompt_tokens: int,
         by: Mapping[str, int],
     ) -> TurnOutcome:
         """The person pressed stop: keep what they saw (``stop = "keep"``) or nothing; the
@@ -527,21 +531,18 @@ class Pipeline:
         await relay.close()
         conversation = turn.session.conversation
         kept = relay.shown if profile.stream.stop == "keep" else ""
-        # The cancelled call reported no usage: charge an estimate, so that stopping early
-        # never makes generations free (the limits still bound them).
-        prompt = sum(estimate_tokens(b.text) for b in request.system) + sum(
-            estimate_tokens(m.text) for m in request.messages
-        )
-        usage = Usage(input_tokens=prompt, output_tokens=estimate_tokens(relay.shown))
+        # The cancelled call reported no usage: charge the prompt as assembled (images
+        # included) and what was shown, so that stopping early never makes generations free.
+        usage = Usage(input_tokens=prompt_tokens, output_tokens=estimate_tokens(relay.shown))
         await self._accounting.charge(
-            conversation, "reply", ModelResult(kept, usage, request.model, "stopped"), by
+            conversation, "reply", ModelResult(kept, usage, model, "stopped"), by
         )
         log.info(
             "%s: generation stopped by the person (%d characters kept)", turn.session, len(kept)
         )
         if has_visible_text(kept):
             outcome = await self._record_and_send(
-                turn, lease, profile, kept, usage, request.model, relay=relay
+                turn, lease, profile, kept, usage, model, relay=relay
             )
             return "stopped" if outcome == "sent" else outcome
         await relay.discard()
