@@ -3,8 +3,9 @@
 Stop requests: a person pressing a Telegram draft's stop button reaches the process that
 receives the update, which may not be the one writing the reply. The request is therefore a
 lease named after the conversation and the draft (held for an hour, so the store forgets it
-by itself), checked by the writing turn at every preview update; a turn in the same process
-is told at once through an in-process event as well.
+by itself), checked by the writing turn at every preview update and every ``STOP_POLL`` seconds while
+none is due (a silent model, a throttled draft); a turn in the same process is told at once
+through an in-process event as well.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ CLOSE_WAIT: Final = 2.0
 MAX_FAILURES: Final = 3
 #: A posted preview (``edit``) waits for this much text, so one word is never a message.
 MIN_POSTED: Final = 24
+#: While no update is due (a silent model, a throttled preview), how often a draft's relay
+#: looks for a stop heard by another process, in seconds.
+STOP_POLL: Final = 1.0
 
 
 class Relay:
@@ -182,14 +186,16 @@ class Relay:
         last = -float("inf")  # when the last update started
         not_before = -float("inf")  # throttled until
         failures = 0
-        while not self._gone():
-            await self._wake.wait()
+        while not self._gone() and not self.stopped.is_set():
+            if not self._wake.is_set():
+                await self._wait(None, text=True)
+                continue
             self._wake.clear()
-            wait = max(last + self._interval, not_before) - self._clock.now()
-            if wait > 0:
-                await self._sleep(wait)
-            if self._gone():
-                return
+            due = max(last + self._interval, not_before)
+            if due > self._clock.now():
+                await self._wait(due, text=False)
+                if self._gone() or self.stopped.is_set():
+                    return
             text = self._text
             if not self._ready(text):
                 continue  # the next delta wakes us again
@@ -201,10 +207,40 @@ class Relay:
             elif outcome == "failed":
                 failures += 1
                 if failures >= MAX_FAILURES:
-                    return
+                    break
             elif outcome == "unavailable":
-                return
+                break
             elif await self._stop_requested():
+                self.stopped.set()
+                return
+        if self._shown and not self._gone():
+            # No more updates, but what was shown keeps its stop button: still heard.
+            await self._wait(None, text=False)
+
+    async def _wait(self, until: float | None, *, text: bool) -> None:
+        """Wait until the clock reaches ``until`` (None: no limit), new text (``text``), the
+        close, a lost lease or a stop. A stop heard in this process ends the wait at once; one
+        heard by another process is looked for every ``STOP_POLL`` seconds of a longer wait
+        (a silent model, a long ``retry_after``), so a stop never waits for the next delta.
+        Sets :attr:`stopped` on a stop."""
+        stop = self._stop_event
+        if until is None and text and stop is None:
+            await self._wake.wait()  # nothing to look for but text (close sets it too)
+            return
+        events = [self._closing, self.stopped]
+        events += [e for e in (self._lost, stop, self._wake if text else None) if e is not None]
+        while True:
+            left = None if until is None else until - self._clock.now()
+            if left is not None and left <= 0:
+                return
+            polling = stop is not None and (left is None or left > STOP_POLL)
+            fired = await self._sleep(STOP_POLL if polling else left, events)
+            if stop is not None and stop.is_set():
+                self.stopped.set()
+                return
+            if fired:
+                return
+            if polling and await self._stop_requested():
                 self.stopped.set()
                 return
 
@@ -230,18 +266,21 @@ class Relay:
             await self._on_posted(message)
         return "shown"
 
-    async def _sleep(self, seconds: float) -> None:
-        """Wait ``seconds`` on the clock, or less when the relay is closed meanwhile."""
-        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
-        waiters = [sleeper, asyncio.ensure_future(self._closing.wait())]
-        if self._lost is not None:
-            waiters.append(asyncio.ensure_future(self._lost.wait()))
+    async def _sleep(self, seconds: float | None, events: list[asyncio.Event]) -> bool:
+        """Wait ``seconds`` on the clock (None: no limit) or until one of ``events`` is set:
+        whether an event ended the wait."""
+        waiters: list[asyncio.Future[object]] = [
+            asyncio.ensure_future(event.wait()) for event in events
+        ]
+        if seconds is not None:
+            waiters.append(asyncio.ensure_future(self._clock.sleep(seconds)))
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in waiters:
                 task.cancel()
             await asyncio.gather(*waiters, return_exceptions=True)
+        return any(event.is_set() for event in events)
 
     async def _stop_requested(self) -> bool:
         """Whether the person stopped this draft (checked after each update: one read)."""

@@ -18,6 +18,7 @@ from bot.core.errors import AdapterError, PreviewThrottled, PreviewUnavailable
 from bot.core.events import ConversationKey
 from bot.runtime.streaming import CLOSE_WAIT, MIN_POSTED, Relay, StopSignals
 from bot.store.base import BaseStore
+from tests.backends import StoreFactory
 
 CHAT = ConversationKey("telegram", "42", None, "bot")
 
@@ -247,8 +248,6 @@ async def test_a_lost_lease_stops_all_updates(clock: ManualClock) -> None:
 async def test_a_stop_request_from_another_process_reaches_the_relay(
     clock: ManualClock, stores: object
 ) -> None:
-    from tests.backends import StoreFactory
-
     assert isinstance(stores, StoreFactory)
     async with stores.new() as writer, stores.new() as receiver:
         assert isinstance(writer, BaseStore)
@@ -268,3 +267,45 @@ async def test_a_stop_request_from_another_process_reaches_the_relay(
         assert await here.requested(CHAT, 7)
         await clock.advance(3700)
         assert not await here.requested(CHAT, 7)  # the request expires by itself
+
+
+async def test_a_stop_ends_the_relay_while_the_model_is_silent(
+    clock: ManualClock, stores: StoreFactory
+) -> None:
+    # A stalled stream sends no delta, a throttled preview makes no call: neither may hold
+    # the stop back (the model call would run on, and a stall would even be retried).
+    async with stores.new() as writer, stores.new() as receiver:
+        preview = Shown(clock)
+        stops = StopSignals(store=writer, clock=clock)
+        relay = Relay(preview, clock=clock, interval=1.0, conversation=CHAT, stops=stops)
+        relay.start()
+        relay.text(0, "Hello")
+        await _idle()
+        await stops.request(CHAT, 7)  # heard in this process; no more text comes
+        await asyncio.wait_for(relay.stopped.wait(), 1)
+        await relay.close()
+
+        throttled = Shown(clock)
+        throttled.failures.append(PreviewThrottled("429", retry_after=600))
+        relay = Relay(throttled, clock=clock, interval=1.0, conversation=CHAT, stops=stops)
+        relay.start()
+        relay.text(0, "Hello")
+        await _idle()
+        await stops.request(CHAT, 7)
+        await asyncio.wait_for(relay.stopped.wait(), 1)  # not after the 600 s
+        await relay.close()
+
+        # Heard by another process, while the model is silent: seen within a few seconds.
+        there = StopSignals(store=receiver, clock=clock)
+        quiet = Shown(clock)
+        other = ConversationKey("telegram", "43", None, "bot")
+        relay = Relay(quiet, clock=clock, interval=1.0, conversation=other, stops=stops)
+        relay.start()
+        relay.text(0, "Hello")
+        await _idle()
+        await there.request(other, 7)
+        for _ in range(3):
+            await clock.advance(1.0)
+            await _idle()
+        await asyncio.wait_for(relay.stopped.wait(), 1)
+        await relay.close()

@@ -211,3 +211,29 @@ async def test_the_stop_button_can_discard_the_reply(
         stored = await recorded(rig, PRIVATE)
     assert rig.replies(PRIVATE) == [] and stored == []
     assert claude.call_count == 1
+
+
+async def test_the_stop_button_ends_a_stream_that_stalls(
+    tmp_path: Path, tg: FakeTelegramAPI, claude: FakeMessagesAPI
+) -> None:
+    # The model goes quiet mid-answer (no delta comes): the stop still ends the generation
+    # at once, keeps what was shown, and the turn does not run again when the stall ends.
+    claude.reply_next(REPLY)
+    pause = claude.pause_after_tokens(8)
+    async with bot(tmp_path, tg, claude) as rig:
+        rig.say(PRIVATE, ANN, "how do I brew green tea?")
+        await asyncio.wait_for(pause.reached.wait(), 20)
+        await tg.wait_for(lambda: tg.drafts(TOKEN, PRIVATE.id), what="a draft")
+        await asyncio.sleep(0.5)  # the last delta is shown; nothing more comes
+        draft = tg.drafts(TOKEN, PRIVATE.id)[-1]
+        tg.push_stop(TOKEN, PRIVATE, int(draft.params["draft_id"]))
+        try:
+            await tg.wait_for(lambda: rig.replies(PRIVATE), what="the kept reply", within=3)
+        finally:
+            pause.release()
+        await rig.quiet(rig.key(PRIVATE))
+        stored = await recorded(rig, PRIVATE)
+    (kept,) = rig.replies(PRIVATE)
+    assert kept != REPLY and REPLY.startswith(kept)
+    assert stored == [kept]
+    assert claude.call_count == 1
