@@ -108,6 +108,9 @@ class EditPreview:
         self._timeout = timeout
         self._message: int | None = None
         self._shown: str | None = None
+        # The text of a post that went out but whose answer never came (it may have arrived):
+        # None once a post was answered.
+        self._unanswered: str | None = None
         # Within Discord's 25 characters; kept until the post is known to have arrived.
         self._nonce = f"preview-{secrets.token_hex(8)}"
 
@@ -160,11 +163,36 @@ class EditPreview:
         self._shown = shown
 
     async def discard(self) -> None:
-        """Delete the posted message, if any; never raises (a failure is logged)."""
+        """Delete the posted message, if any, also one whose post gave up waiting for its
+        answer (found by its nonce); never raises (a failure is logged)."""
+        if self._message is None and self._unanswered is not None:
+            self._message = await self._find_unanswered(self._unanswered)
         if self._message is not None:
             await delete_message(self._client, self._channel_id, self._message)
 
+    async def _find_unanswered(self, text: str) -> int | None:
+        """The message of a post cut off before its answer: it may have arrived, and posting
+        again with the same nonce hands it back (or posts it now, to be deleted right after),
+        so no half reply is left behind unseen."""
+        try:
+            client = await self._client()
+            channel = client.get_partial_messageable(self._channel_id)
+            async with asyncio.timeout(self._timeout):
+                message = await self._post(channel, text)
+        except (AdapterError, discord.DiscordException, *NETWORK_ERRORS) as exc:
+            log.warning(
+                "could not look up a preview posted in channel %d: %r", self._channel_id, exc
+            )
+            return None
+        return message.id
+
     async def _post(self, channel: discord.PartialMessageable, text: str) -> discord.Message:
+        self._unanswered = text  # from here on the post may arrive, answered or not
+        message = await self._send(channel, text)
+        self._unanswered = None
+        return message
+
+    async def _send(self, channel: discord.PartialMessageable, text: str) -> discord.Message:
         if self._reference is None:
             return await channel.send(
                 text, nonce=self._nonce, allowed_mentions=discord.AllowedMentions.none()

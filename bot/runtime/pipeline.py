@@ -617,6 +617,9 @@ class Pipeline:
             # The reply is recorded (the outbox sends it later): its effects happen all the same.
             await self._after_recorded(turn, profile, text, effects, context)
             raise
+        finally:
+            if relay is not None and replaces is None:
+                await relay.take_back_unknown()  # a preview post that arrived unanswered
         await self._after_recorded(turn, profile, text, effects, context)
         return "sent"
 

@@ -3,9 +3,9 @@
 Stop requests: a person pressing a Telegram draft's stop button reaches the process that
 receives the update, which may not be the one writing the reply. The request is therefore a
 lease named after the conversation and the draft (held for an hour, so the store forgets it
-by itself), checked by the writing turn at every preview update and every ``STOP_POLL`` seconds while
-none is due (a silent model, a throttled draft); a turn in the same process is told at once
-through an in-process event as well.
+by itself), checked by the writing turn at every preview update and every ``STOP_POLL``
+seconds while none is due (a silent model, a throttled draft); a turn in the same process is
+told at once through an in-process event as well.
 """
 
 from __future__ import annotations
@@ -169,8 +169,19 @@ class Relay:
     async def discard(self) -> None:
         """Close, then take back what was shown (a posted message is deleted)."""
         await self.close()
-        if self._shown or self.preview.message_id is not None:
+        if self._shown or self.preview.message_id is not None or self._may_have_posted():
             await self.preview.discard()
+
+    async def take_back_unknown(self) -> None:
+        """After a reply that replaced no posted preview: a post whose answer never came may
+        have arrived all the same; the preview takes it back if it can find it (Discord, by
+        its nonce), so no half reply stays beside the reply."""
+        if self.preview.message_id is None and self._may_have_posted():
+            await self.preview.discard()
+
+    def _may_have_posted(self) -> bool:
+        """Whether a posted preview was tried without the preview knowing of a message."""
+        return self.preview.kind == "edit" and self.preview.message_id is None and self.calls > 0
 
     def _gone(self) -> bool:
         return self._closing.is_set() or (self._lost is not None and self._lost.is_set())

@@ -487,8 +487,11 @@ class Storyteller(BaseLLM):
 
 
 @contextlib.asynccontextmanager
-async def streaming_bot(fake: FakeDiscord, tmp_path: Path, llm: BaseLLM) -> AsyncIterator[Running]:
-    """A Discord bot entry with ``stream = "edit"`` inside the wired runtime (SQLite file)."""
+async def streaming_bot(
+    fake: FakeDiscord, tmp_path: Path, llm: BaseLLM, *, preview_timeout: float | None = None
+) -> AsyncIterator[Running]:
+    """A Discord bot entry with ``stream = "edit"`` inside the wired runtime (SQLite file);
+    ``preview_timeout`` replaces the adapter's default bound on a preview call."""
     db = tmp_path / "personabot.sqlite3"
     entry = {
         "platform": "discord",
@@ -508,6 +511,8 @@ async def streaming_bot(fake: FakeDiscord, tmp_path: Path, llm: BaseLLM) -> Asyn
     )
     persona = settings.persona()
     adapter = create_adapter(settings.bots[0], persona, Secrets({"DISCORD_BOT_TOKEN": TOKEN}))
+    if preview_timeout is not None:
+        adapter = DiscordAdapter(bot_key="mira", token=TOKEN, preview_timeout=preview_timeout)
     try:
         async with runtime(settings, llm=llm, adapters={"mira": (persona, adapter)}) as rt:
             before = fake.sessions
@@ -571,3 +576,24 @@ async def test_a_discarded_generation_takes_its_preview_back(tmp_path: Path) -> 
         (int(first["id"]), 204)
     ]
     assert llm.calls == 2
+
+
+async def test_a_preview_post_that_lands_after_its_call_gave_up_never_stays_beside_the_reply(
+    tmp_path: Path,
+) -> None:
+    """A flaky network: the preview's first post reaches Discord but its answer comes after
+    the preview gave up, and the model finishes before another update. The person must not
+    be left with the half answer as a message of its own beside the reply."""
+    async with FakeDiscord(token=TOKEN) as fake:
+        ada = fake.add_user("Ada")
+        guild = fake.add_guild("Cafe")
+        llm = Storyteller(["Once upon a time there was a cafe", " by the sea. The end."])
+        async with streaming_bot(fake, tmp_path, llm, preview_timeout=0.5) as bot:
+            fake.answer_late("create", guild.general, 1.0)
+            await _asked(fake, guild, ada)
+            await bot.until(lambda: bool(fake.bot_messages(guild.general)))  # posted, unanswered
+            llm.go.set()  # the answer is done while the post waits for its answer
+            await bot.until(lambda: bot.rows("SELECT status FROM outbox") == [("sent",)])
+            await asyncio.sleep(0.6)  # the late answer has come by now
+            await bot.quiet()
+    assert [m["content"] for m in fake.bot_messages(guild.general)] == ["".join(llm.pieces)]

@@ -309,3 +309,21 @@ async def test_a_stop_ends_the_relay_while_the_model_is_silent(
             await _idle()
         await asyncio.wait_for(relay.stopped.wait(), 1)
         await relay.close()
+
+
+async def test_a_post_that_may_have_arrived_unanswered_is_taken_back(clock: ManualClock) -> None:
+    # The first post of an edit preview gave up (its answer never came): the relay does not
+    # know of a message, yet discarding still asks the preview to take back what may be there.
+    preview = Shown(clock, kind="edit")
+    preview.failures.append(PreviewThrottled("answer too late", retry_after=3))
+    relay = Relay(preview, clock=clock, interval=1.0, conversation=CHAT)
+    relay.start()
+    relay.text(0, "x" * MIN_POSTED)
+    await _idle()
+    await relay.discard()
+    assert preview.texts == [] and preview.discarded == 1
+    untried = Relay(Shown(clock, kind="edit"), clock=clock, interval=1.0, conversation=CHAT)
+    untried.start()
+    await untried.take_back_unknown()
+    assert isinstance(untried.preview, Shown) and untried.preview.discarded == 0
+    await untried.close()
