@@ -102,10 +102,13 @@ class EditLimiter:
         self._uses: dict[int, deque[float]] = {}  # the last ``limit`` uses of each chat
 
     def take(self, chat_id: int) -> float:
-        """Take a slot (0.0), or the seconds until one frees (nothing taken)."""
+        """Take a slot (0.0), or the seconds until one frees (nothing taken).
+
+        Previews get ``limit - 1`` slots of a window: the last is left to the final reply
+        (``record``), so that a long stream never makes Telegram refuse the answer itself."""
         now = self._now()
         uses = self._recent(chat_id, now)
-        if len(uses) >= self._limit:
+        if len(uses) >= self._limit - 1:
             return max(uses[0] + self._window - now, 0.001)
         uses.append(now)
         return 0.0
