@@ -245,19 +245,28 @@ def assemble(
     summary: Summary | None = None,
     gap_notice: str | None = None,
     images: Mapping[int, ShownImage] | None = None,
+    note: str | None = None,
+    note_layer: str = "note",
 ) -> Assembled:
     """Build the model request for one turn, layer by layer, under the token budget.
 
     ``images`` (by media id) are shown as image blocks; they are bounded by count (the
-    caller's ``max_images``), not by ``prompt_tokens``, and reported as their own layer."""
+    caller's ``max_images``), not by ``prompt_tokens``, and reported as their own layer.
+    ``note`` is the bot's own text for a message nobody asked for (a check-in, a reminder:
+    docs/initiatives.md): the first block of the last user message, after every cache
+    breakpoint, named ``note_layer``; the turn may then have no messages at all."""
     images = images or {}
     pin_text = pin.text()
+    note_text = None if note is None else context_block(note)
     turn_room = min(budget.turn_tokens, budget.prompt_tokens - estimate_tokens(pin_text))
     if gap_notice:
         turn_room -= estimate_tokens(gap_notice)
+    turn_room -= _cost(note_text)
     turn_blocks, shown_turn = fit_turn(
         turn.messages, budget.max_input_chars, max(_MIN_TURN_TOKENS, turn_room), images
     )
+    if note_text is not None:
+        turn_blocks = (TextBlock(note_text), *turn_blocks)
     turn_text = _joined(turn_blocks)
     memory_text = memory_block(participants, budget.memory_tokens)
     summary_text = summary_block(summary, budget.summary_tokens)
@@ -311,7 +320,8 @@ def assemble(
             ("gap", bool(gap_notice)),
             (f"window({len(window)})", bool(window)),
             (f"images({len(images)})", bool(images)),
-            ("turn", True),
+            (note_layer, note_text is not None),
+            ("turn", bool(turn.messages)),
         )
         if present
     ]
@@ -330,9 +340,16 @@ def assemble(
         ("gap", _cost(gap_notice)),
         ("window", sum(_text_cost(m) for m in window)),
         *((("images", sum(i.tokens for i in images.values())),) if images else ()),
-        ("turn", estimate_tokens(turn_text)),
+        *(((note_layer, _cost(note_text)),) if note_text is not None else ()),
+        ("turn", estimate_tokens(turn_text) - _cost(note_text)),
     )
     return Assembled(request=request, breakdown=breakdown)
+
+
+def context_block(text: str) -> str:
+    """The bot's own text for the model, marked as not written by any participant (escaped:
+    a quoted user cannot close the block), at most ``CONTEXT_CHARS``."""
+    return f"<bot_context>\n{CONTEXT_HEADER}\n{tag_safe(cut(text, CONTEXT_CHARS))}\n</bot_context>"
 
 
 def with_context(assembled: Assembled, layers: Sequence[str]) -> Assembled:
@@ -343,8 +360,7 @@ def with_context(assembled: Assembled, layers: Sequence[str]) -> Assembled:
     """
     if not layers or not assembled.request.messages:
         return assembled
-    body = cut("\n\n".join(layers), CONTEXT_CHARS)
-    block = f"<bot_context>\n{CONTEXT_HEADER}\n{tag_safe(body)}\n</bot_context>"
+    block = context_block("\n\n".join(layers))
     request = assembled.request
     *head, last = request.messages
     turn = ChatMessage(last.role, (TextBlock(block), *last.blocks))

@@ -220,6 +220,46 @@ class Memory:
             images=await self._images((*history, *turn.messages), policy.max_images),
         )
 
+    async def build_proactive(
+        self,
+        session: SessionKey,
+        pin: PersonaPin,
+        *,
+        person: str | None,
+        private: bool,
+        note: str,
+        layer: str,
+        now: float,
+    ) -> Assembled:
+        """The prompt of a message the persona writes first (docs/initiatives.md): the
+        session's summary and window as for a turn, the person's memory as this chat may show
+        it, and ``note`` where a turn's messages would be. Images stay text stand-ins."""
+        policy = self._policy_for(session.conversation.bot)
+        summary = await self.summary(session)
+        after = 0 if summary is None else summary.last_turn
+        history = await self._store.history(
+            session, policy.budget.window_messages * 2, after_turn=after
+        )
+        participants: list[Participant] = []
+        if person is not None:
+            visible = await self.visible_memory(
+                UserKey(session.conversation.platform, person),
+                session.conversation,
+                private_chat=private,
+            )
+            name = next((m.display_name for m in reversed(history) if m.author_id == person), "")
+            participants.append(Participant(person, name, visible if visible.items else None))
+        return assemble(
+            pin,
+            Turn(session=session, version=0, messages=(), first_pending_at=now),
+            policy.budget,
+            history=history,
+            participants=participants,
+            summary=summary,
+            note=note,
+            note_layer=layer,
+        )
+
     async def _images(self, messages: Sequence[StoredMessage], limit: int) -> dict[int, ShownImage]:
         """The newest ``limit`` images of these messages that are ready, with their bytes
         (fewer when their bytes would pass ``_IMAGE_REQUEST_BYTES``)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bot.store.contracts import (
+    AgendaStore,
     LeaseStore,
     MediaStore,
     MemoryStore,
@@ -29,11 +30,13 @@ class BaseStore(
     MemoryStore,
     RetentionStore,
     PeopleStore,
+    AgendaStore,
 ):
     """Persistent state of personabot: conversations, sessions, messages, memory and queue."""
 
 
 __all__ = [
+    "AgendaStore",
     "BaseStore",
     "LeaseStore",
     "MediaStore",

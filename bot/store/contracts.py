@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Final, Self
 
+from bot.core.agenda import AgendaKind, DueItem, InitiativeState, NewReminder, Reminder
 from bot.core.events import (
     ConversationKey,
     DueTimer,
@@ -319,6 +320,7 @@ class QueueStore(abc.ABC):
         queue: QueuePolicy,
         usage: Usage | None = None,
         model: str | None = None,
+        reminders: Sequence[NewReminder] = (),
     ) -> FinishResult:
         """The final check and, if it passes, recording of the reply, in one transaction.
 
@@ -328,7 +330,94 @@ class QueueStore(abc.ABC):
         answered, an outbox row is written, and the timer is removed unless newer input armed
         it (a timer is kept or armed while any message of the conversation is pending).
         An empty or whitespace-only ``reply`` raises StoreError: it is never recorded.
+        ``reminders`` the reply agreed to are stored with it (never without it).
         """
+
+
+class AgendaStore(abc.ABC):
+    """Check-ins and reminders: when the persona writes first (docs/initiatives.md)."""
+
+    @abc.abstractmethod
+    async def initiative_state(self, conversation: ConversationKey) -> InitiativeState | None:
+        """What the check-in rules need, from one snapshot (None: unknown conversation)."""
+
+    @abc.abstractmethod
+    async def arm_initiative(
+        self,
+        conversation: ConversationKey,
+        due_at: float | None,
+        now: float,
+        decision: str | None = None,
+    ) -> None:
+        """Set when the next check-in is due (None: not armed), noting the last decision."""
+
+    @abc.abstractmethod
+    async def set_checkins(self, conversation: ConversationKey, enabled: bool, now: float) -> None:
+        """``/checkins on|off`` for this chat (off also disarms)."""
+
+    @abc.abstractmethod
+    async def due_agenda(
+        self, now: float, limit: int = 100, bots: Sequence[str] | None = None
+    ) -> list[DueItem]:
+        """Armed check-ins of chats that allow them and pending reminders due by ``now``,
+        earliest first."""
+
+    @abc.abstractmethod
+    async def finish_proactive(
+        self,
+        conversation: ConversationKey,
+        lease: Lease,
+        *,
+        version: int,
+        session_no: int,
+        text: str,
+        now: float,
+        origin: AgendaKind,
+        usage: Usage | None = None,
+        model: str | None = None,
+        reminder: int | None = None,
+        next_due: float | None = None,
+    ) -> FinishResult:
+        """The final check of a message the persona writes first, and its recording, in one
+        transaction.
+
+        Fenced: the lease token is no longer ours. Discarded: the conversation changed since
+        ``version`` (a person wrote), a turn is pending, the open session is no longer
+        ``session_no``, check-ins were turned off (an initiative) or the reminder is no
+        longer pending. Recorded: an assistant message marked with ``origin`` in the open
+        session and its outbox row; an initiative re-armed at ``next_due``, a reminder marked
+        sent.
+        """
+
+    @abc.abstractmethod
+    async def reminder(self, reminder_id: int) -> Reminder | None:
+        """One reminder."""
+
+    @abc.abstractmethod
+    async def reminders(
+        self, user: UserKey, *, bot: str | None = None, pending_only: bool = True
+    ) -> list[Reminder]:
+        """A person's reminders (of one bot), earliest due first."""
+
+    @abc.abstractmethod
+    async def cancel_reminder(self, user: UserKey, reminder_id: int, now: float) -> bool:
+        """Cancel a pending reminder of this person; False when there is none."""
+
+    @abc.abstractmethod
+    async def fail_reminder(self, reminder_id: int, note: str, now: float) -> bool:
+        """Give up on a pending reminder (the chat refuses delivery), with the reason."""
+
+    @abc.abstractmethod
+    async def set_timezone(self, user: UserKey, timezone: str | None, now: float) -> None:
+        """A person's time zone (None: forget it)."""
+
+    @abc.abstractmethod
+    async def timezone_of(self, user: UserKey) -> str | None:
+        """A person's time zone, if they set one."""
+
+    @abc.abstractmethod
+    async def erase_agenda(self, user: UserKey) -> int:
+        """Delete a person's reminders and settings (for /forget); return the reminders."""
 
 
 class LeaseStore(abc.ABC):

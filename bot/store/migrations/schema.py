@@ -312,4 +312,55 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         ALTER TABLE messages ADD COLUMN media_count INTEGER NOT NULL DEFAULT 0;
         """,
     ),
+    (
+        6,
+        """
+        -- The persona writes first (docs/initiatives.md). Like timers, apart from conversation
+        -- data: one row per conversation that may get check-ins, with when the next one is
+        -- due (NULL: not armed), whether the chat allows them (/checkins) and the last
+        -- decision ('sent', 'skipped: <the model's reason>', 'not now: <why>').
+        CREATE TABLE initiatives (
+            conversation_id {bigint} PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
+            due_at          {real},
+            enabled         {boolean} NOT NULL DEFAULT {true},
+            sent_at         {real},
+            decided_at      {real},
+            decision        TEXT,
+            updated_at      {real} NOT NULL
+        );
+        CREATE INDEX initiatives_due ON initiatives(due_at) WHERE due_at IS NOT NULL;
+
+        -- Reminders people asked for (the remind_me tool): tied to the conversation, not the
+        -- session, so they outlive the retention of the session that set them.
+        CREATE TABLE reminders (
+            id              {serial} PRIMARY KEY,
+            conversation_id {bigint} NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            user_id         TEXT NOT NULL,
+            about           TEXT NOT NULL,
+            due_at          {real} NOT NULL,
+            timezone        TEXT NOT NULL,
+            status          TEXT NOT NULL DEFAULT 'pending'
+                            CHECK (status IN ('pending', 'sent', 'cancelled', 'failed')),
+            created_at      {real} NOT NULL,
+            finished_at     {real},
+            note            TEXT,
+            message_id      {bigint}
+        );
+        CREATE INDEX reminders_due ON reminders(due_at) WHERE status = 'pending';
+        CREATE INDEX reminders_user ON reminders(user_id, status);
+
+        -- A person's own settings (/timezone), per platform.
+        CREATE TABLE person_settings (
+            platform    TEXT NOT NULL,
+            user_id     TEXT NOT NULL,
+            timezone    TEXT,
+            updated_at  {real} NOT NULL,
+            PRIMARY KEY (platform, user_id)
+        );
+
+        -- What wrote an assistant message when no person's message asked for it (NULL: a
+        -- reply): 'initiative' (a check-in) or 'reminder'.
+        ALTER TABLE messages ADD COLUMN origin TEXT;
+        """,
+    ),
 )

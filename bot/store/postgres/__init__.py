@@ -42,6 +42,7 @@ from __future__ import annotations
 from bot.core.redact import redact_url
 from bot.store.postgres._core import PostgresCore, is_postgres_url
 from bot.store.postgres._writes import WritesPart
+from bot.store.sql.agenda import AgendaPart
 from bot.store.sql.media import MediaPart
 from bot.store.sql.people import PeoplePart
 from bot.store.sql.queue import QueuePart
@@ -50,7 +51,14 @@ from bot.store.sql.sessions import SessionsPart
 
 
 class PostgresStore(
-    SessionsPart, WritesPart, QueuePart, MediaPart, RetentionPart, PeoplePart, PostgresCore
+    SessionsPart,
+    WritesPart,
+    QueuePart,
+    MediaPart,
+    RetentionPart,
+    PeoplePart,
+    AgendaPart,
+    PostgresCore,
 ):
     """The BaseStore contract on PostgreSQL; each part holds one concern."""
 

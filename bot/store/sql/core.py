@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
+from bot.core.agenda import NewReminder
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey, QueuePolicy, SessionKey, SessionPolicy, Turn
 from bot.core.llm import Usage
@@ -298,6 +299,16 @@ class SQLCore(BaseStore):
             now,
         )
         return reply_id, int(outbox_id)
+
+    async def _add_reminders(
+        self, db: Conn, conv_id: int, reminders: Sequence[NewReminder], now: float
+    ) -> None:
+        """Store reminders agreed to by a reply being recorded (the same transaction)."""
+        await db.executemany(
+            "INSERT INTO reminders (conversation_id, user_id, about, due_at, timezone, "
+            "created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+            [(conv_id, r.user_id, r.about, r.due_at, r.timezone, now) for r in reminders],
+        )
 
     async def _lease_token(self, db: Conn, name: str) -> int | None:
         """The lease's current token, its row locked to the end of the transaction: a

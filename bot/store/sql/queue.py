@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from bot.core.agenda import NewReminder
 from bot.core.errors import StoreError
 from bot.core.events import (
     ConversationKey,
@@ -346,6 +347,7 @@ class QueuePart(SQLCore):
         queue: QueuePolicy,
         usage: Usage | None = None,
         model: str | None = None,
+        reminders: Sequence[NewReminder] = (),
     ) -> FinishResult:
         """Fencing check, version check (rules.final_verdict), then reply + outbox, atomically.
 
@@ -396,6 +398,8 @@ class QueuePart(SQLCore):
             reply_id, outbox_id = await self._record_reply(
                 db, conv_id, int(row[0]), turn, reply, now, usage or Usage(), model, reply_to
             )
+            if reminders:
+                await self._add_reminders(db, conv_id, reminders, now)
             await self._settle_timer(db, conv_id, turn.version, queue)
         item = OutboxItem(
             id=outbox_id,

@@ -10,6 +10,7 @@ are the shared ones (bot/store/sql); this package adds the connection and ingest
 from __future__ import annotations
 
 from bot.core.events import ConversationKey, Erasure, SessionKey, StoredMessage, UserKey
+from bot.store.sql.agenda import AgendaPart
 from bot.store.sql.media import MediaPart
 from bot.store.sql.people import PeoplePart
 from bot.store.sql.queue import QueuePart
@@ -20,7 +21,14 @@ from bot.store.sqlite._ingest import IngestPart
 
 
 class SQLiteStore(
-    SessionsPart, IngestPart, QueuePart, MediaPart, RetentionPart, PeoplePart, SQLiteCore
+    SessionsPart,
+    IngestPart,
+    QueuePart,
+    MediaPart,
+    RetentionPart,
+    PeoplePart,
+    AgendaPart,
+    SQLiteCore,
 ):
     """The BaseStore contract on one SQLite file; each part holds one concern.
 

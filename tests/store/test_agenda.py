@@ -1,0 +1,169 @@
+"""Check-ins and reminders in the store (issue 17, docs/initiatives.md), on both backends: the
+final check of a message the persona writes first, reminders stored with the reply that agreed
+to them, and what a person can list, cancel and erase."""
+
+from __future__ import annotations
+
+from bot.core.agenda import NewReminder
+from bot.core.events import ConversationKey, Inbound, QueuePolicy, UserKey
+from bot.store.base import BaseStore
+from tests.backends import StoreFactory
+
+C = ConversationKey("telegram", "42")
+T0 = 1_700_000_000.0
+Q = QueuePolicy(debounce=0.0, max_wait=5.0)
+SASHA = UserKey("telegram", "u1")
+
+
+async def _answered(store: BaseStore, text: str, at: float, **finish: object) -> None:
+    """A message from Sasha and the bot's reply to it."""
+    await store.ingest(Inbound(C, "u1", "Sasha", text, f"m{at}"), at, Q)
+    turn = await store.pending_turn(C)
+    assert turn is not None
+    lease = await store.acquire_lease(f"turn:{C}", "w", 30, at)
+    assert lease is not None
+    done = await store.finish_turn(turn, lease, f"re: {text}", at, Q, **finish)  # type: ignore[arg-type]
+    assert done.outcome == "recorded"
+    await store.release_lease(lease)
+
+
+async def test_a_check_in_is_recorded_once_and_counts_as_unanswered(store: BaseStore) -> None:
+    await _answered(store, "hello", T0)
+    state = await store.initiative_state(C)
+    assert state is not None and state.last_user_at == T0 and state.person == "u1"
+    assert (state.unanswered, state.pending, state.enabled, state.active) == (0, False, True, True)
+    await store.arm_initiative(C, T0 + 100, T0)
+    assert [(i.kind, i.due_at) for i in await store.due_agenda(T0 + 100)] == [
+        ("initiative", T0 + 100)
+    ]
+    assert await store.due_agenda(T0 + 99) == []
+    lease = await store.acquire_lease(f"turn:{C}", "w", 30, T0 + 100)
+    assert lease is not None and state.session_no is not None
+    done = await store.finish_proactive(
+        C,
+        lease,
+        version=state.version,
+        session_no=state.session_no,
+        text="How did it go?",
+        now=T0 + 100,
+        origin="initiative",
+        next_due=None,
+    )
+    assert done.outcome == "recorded" and done.outbox is not None
+    assert done.outbox.text == "How did it go?"
+    after = await store.initiative_state(C)
+    assert after is not None and after.unanswered == 1 and after.sent_at == T0 + 100
+    assert after.due_at is None and await store.due_agenda(T0 + 10_000) == []
+    history = await store.history(done.outbox.session, 10)
+    assert [m.text for m in history][-1] == "How did it go?"
+    # The person answers: nothing unanswered any more.
+    await _answered(store, "great", T0 + 200)
+    answered = await store.initiative_state(C)
+    assert answered is not None and answered.unanswered == 0
+
+
+async def test_a_person_writing_during_generation_wins(store: BaseStore) -> None:
+    await _answered(store, "hello", T0)
+    state = await store.initiative_state(C)
+    assert state is not None and state.session_no is not None
+    lease = await store.acquire_lease(f"turn:{C}", "w", 30, T0 + 100)
+    assert lease is not None
+    await store.ingest(Inbound(C, "u1", "Sasha", "I'm back", "m-back"), T0 + 101, Q)
+    done = await store.finish_proactive(
+        C,
+        lease,
+        version=state.version,
+        session_no=state.session_no,
+        text="Are you there?",
+        now=T0 + 102,
+        origin="initiative",
+    )
+    assert done.outcome == "discarded"
+    history = await store.history((await store.pending_turn(C)).session, 10)  # type: ignore[union-attr]
+    assert "Are you there?" not in [m.text for m in history]
+
+
+async def test_a_lost_lease_fences_and_checkins_off_discards(store: BaseStore) -> None:
+    await _answered(store, "hello", T0)
+    state = await store.initiative_state(C)
+    assert state is not None and state.session_no is not None
+    stale = await store.acquire_lease(f"turn:{C}", "a", 1, T0)
+    assert stale is not None
+    taken = await store.acquire_lease(f"turn:{C}", "b", 30, T0 + 5)
+    assert taken is not None
+    common = {"version": state.version, "session_no": state.session_no, "now": T0 + 6}
+    fenced = await store.finish_proactive(
+        C,
+        stale,
+        text="x",
+        origin="initiative",
+        **common,  # type: ignore[arg-type]
+    )
+    assert fenced.outcome == "fenced"
+    await store.set_checkins(C, False, T0 + 6)
+    off = await store.finish_proactive(
+        C,
+        taken,
+        text="x",
+        origin="initiative",
+        **common,  # type: ignore[arg-type]
+    )
+    assert off.outcome == "discarded"
+    await store.arm_initiative(C, T0 + 7, T0 + 6)
+    assert await store.due_agenda(T0 + 100) == []  # off: never due, armed or not
+
+
+async def test_reminders_are_stored_with_their_reply_listed_cancelled_and_erased(
+    store: BaseStore,
+) -> None:
+    dentist = NewReminder("u1", "the dentist", T0 + 3600, "Europe/Berlin")
+    await _answered(store, "remind me", T0, reminders=[dentist])
+    (stored,) = await store.reminders(SASHA)
+    assert (stored.about, stored.due_at, stored.timezone) == (
+        "the dentist",
+        T0 + 3600,
+        "Europe/Berlin",
+    )
+    assert [(i.kind, i.reminder) for i in await store.due_agenda(T0 + 3600)] == [
+        ("reminder", stored.id)
+    ]
+    assert not await store.cancel_reminder(UserKey("telegram", "u2"), stored.id, T0)
+    assert not await store.cancel_reminder(UserKey("discord", "u1"), stored.id, T0)
+    assert await store.cancel_reminder(SASHA, stored.id, T0 + 1)
+    assert await store.reminders(SASHA) == [] and await store.due_agenda(T0 + 9999) == []
+    (cancelled,) = await store.reminders(SASHA, pending_only=False)
+    assert cancelled.status == "cancelled"
+    await store.set_timezone(SASHA, "Asia/Tokyo", T0)
+    assert await store.timezone_of(SASHA) == "Asia/Tokyo"
+    assert await store.erase_agenda(SASHA) == 1
+    assert await store.timezone_of(SASHA) is None
+    assert await store.reminders(SASHA, pending_only=False) == []
+
+
+async def test_a_reminder_is_sent_once_across_processes(stores: StoreFactory) -> None:
+    async with stores.new() as a, stores.new() as b:
+        await _answered(a, "remind me", T0, reminders=[NewReminder("u1", "tea", T0 + 60, "UTC")])
+        (item,) = await b.due_agenda(T0 + 60)
+        assert item.reminder is not None
+        outcomes = []
+        for store, holder in ((a, "a"), (b, "b")):
+            state = await store.initiative_state(C)
+            assert state is not None and state.session_no is not None
+            lease = await store.acquire_lease(f"turn:{C}", holder, 30, T0 + 60)
+            if lease is None:
+                outcomes.append("busy")
+                continue
+            done = await store.finish_proactive(
+                C,
+                lease,
+                version=state.version,
+                session_no=state.session_no,
+                text="Tea time!",
+                now=T0 + 60,
+                origin="reminder",
+                reminder=item.reminder,
+            )
+            outcomes.append(done.outcome)
+            await store.release_lease(lease)
+        assert outcomes == ["recorded", "discarded"]  # b got the lease after a; already sent
+        assert (await b.reminder(item.reminder)).status == "sent"  # type: ignore[union-attr]
