@@ -34,6 +34,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from bot.core.agenda import QuietHours, ZoneError, zone_name
 from bot.core.errors import ConfigError
 from bot.core.redact import looks_like_env_name, url_secrets
 from bot.core.visible import has_visible_text
@@ -339,6 +340,45 @@ class ObservabilitySettings(_Section):
         return self
 
 
+class InitiativeSettings(_Section):
+    """``[personas.initiative]``: when the persona may write first after a silence
+    (docs/initiatives.md)."""
+
+    enabled: bool = False
+    after_idle_hours: float = Field(default=24.0, gt=0, le=24 * 365)
+    # Local time in the person's zone; "" for none.
+    quiet_hours: str = "22:00-08:00"
+    max_unanswered: int = Field(default=1, ge=1, le=10)
+    min_interval_hours: float = Field(default=24.0, ge=0, le=24 * 365)
+    groups: bool = False
+
+    @field_validator("quiet_hours")
+    @classmethod
+    def _quiet(cls, text: str) -> str:
+        if text.strip():
+            QuietHours.parse(text)
+        return text.strip()
+
+
+class ScheduleSettings(_Section):
+    """Time zones and reminders (docs/initiatives.md)."""
+
+    # For people who set none (/timezone) and have none in memory.
+    timezone: str = "UTC"
+    # The remind_me tool and /reminders.
+    reminders: bool = False
+    max_reminders_per_person: int = Field(default=20, ge=1, le=1000)
+    scan_interval_seconds: float = Field(default=10.0, gt=0, le=3600)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, text: str) -> str:
+        try:
+            return zone_name(text)
+        except ZoneError as exc:
+            raise ValueError(str(exc)) from None
+
+
 class PersonaSettings(_Section):
     """A persona: who the bot is."""
 
@@ -352,6 +392,7 @@ class PersonaSettings(_Section):
     memory: MemorySettings | None = None
     queue: QueueSettings | None = None
     refusal_message: str | None = Field(default=None, min_length=1)
+    initiative: InitiativeSettings = InitiativeSettings()
 
     @field_validator("refusal_message")
     @classmethod
@@ -508,6 +549,7 @@ class Settings(BaseSettings):
     limits: LimitSettings = LimitSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     logging: LoggingSettings = LoggingSettings()
+    schedule: ScheduleSettings = ScheduleSettings()
     personas: list[PersonaSettings] = Field(default_factory=lambda: [_DEFAULT_PERSONA])
     bots: list[BotSettings] = Field(default_factory=list)
     # Plugins of every bot (and of `personabot chat`): docs/plugins.md.

@@ -91,6 +91,11 @@ class Metrics:
             "personabot_gap_notices", "Sessions with missing turns", "policy"
         )
         self.limit_hits = counter("personabot_limit_hits", "Turns stopped by a limit", "limit")
+        self.initiatives = counter(
+            "personabot_initiatives",
+            "Check-ins and reminders the persona wrote first, by outcome (sent, skipped, ...)",
+            "outcome",
+        )
         self.closed_out = counter(
             "personabot_messages_closed_out",
             "User messages closed without a reply of their own (never submitted again)",

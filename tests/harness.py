@@ -8,11 +8,13 @@ import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from bot.app import App
 from bot.app.build import Seams
 from bot.config import (
     AccessSettings,
+    InitiativeSettings,
     LimitSettings,
     LLMSettings,
     MediaConfig,
@@ -21,6 +23,7 @@ from bot.config import (
     PriceSettings,
     QueueSettings,
     RetentionSettings,
+    ScheduleSettings,
     Secrets,
     Settings,
     ToolSettings,
@@ -66,12 +69,14 @@ class Harness:
     llm: BaseLLM
     outlet: RecordingOutlet
     pipeline: Pipeline
-    scheduler: Scheduler
+    scheduler: Scheduler[ConversationKey]
     router: Router
     ingestor: Ingestor
     memory: Memory
     exports: Exports
     counter: list[int] = field(default_factory=lambda: [0])
+    #: Check-ins and reminders (None: not wired, no bot uses them).
+    agenda: Scheduler[Any] | None = None
 
     async def say(
         self,
@@ -136,6 +141,8 @@ def harness_settings(
     tool_policy: ToolPolicy | None = None,
     media: MediaConfig | None = None,
     transcription: TranscriptionConfig | None = None,
+    persona: PersonaSettings = PERSONA,
+    schedule: ScheduleSettings | None = None,
 ) -> Settings:
     """The Settings that make the App wire what this harness describes.
 
@@ -189,8 +196,9 @@ def harness_settings(
             max_input_chars=budget.max_input_chars,
             export_every_minutes=export_every / 60,
         ),
-        personas=[PERSONA],
+        personas=[persona],
         plugins=list(plugins),
+        schedule=schedule or ScheduleSettings(),
         tools=ToolSettings.model_construct(**dataclasses.asdict(tool_policy or ToolPolicy())),
         media=media or MediaConfig(),
         transcription=transcription or TranscriptionConfig(),
@@ -223,11 +231,18 @@ async def harness(
     tool_policy: ToolPolicy | None = None,
     media: MediaConfig | None = None,
     transcription: TranscriptionConfig | None = None,
+    initiative: InitiativeSettings | None = None,
+    schedule: ScheduleSettings | None = None,
 ) -> AsyncIterator[Harness]:
     """The App's runtime on ``store`` (owned by the caller) with a manual clock and a
     recording outlet; on exit the scheduler stops and waits for turns."""
     outlet = outlet or RecordingOutlet(clock)
+    persona = (
+        PERSONA if initiative is None else PERSONA.model_copy(update={"initiative": initiative})
+    )
     settings = harness_settings(
+        persona=persona,
+        schedule=schedule,
         debounce=debounce,
         max_wait=max_wait,
         lease=lease,
@@ -249,7 +264,7 @@ async def harness(
     if extend is not None:
         extend(app)  # registers as an embedding program would, before the runtime starts
     seams = Seams(holder=holder, turn_clock=pipeline_clock, memory_llm=memory_llm, background=False)
-    async with app.running({BOT: (PERSONA, outlet)}, store=store, seams=seams) as rt:
+    async with app.running({BOT: (persona, outlet)}, store=store, seams=seams) as rt:
         assert rt.ingestor is not None and rt.memory is not None and rt.exports is not None
         SHARED_STORES.append(store)
         try:
@@ -264,6 +279,7 @@ async def harness(
                 rt.ingestor,
                 rt.memory,
                 rt.exports,
+                agenda=rt.agenda,
             )
         finally:
             SHARED_STORES.remove(store)

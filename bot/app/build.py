@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from adapters.base import BaseAdapter
 from bot.app.health import HealthServer
@@ -19,9 +21,10 @@ from bot.config import (
     Settings,
     TranscriptionConfig,
 )
+from bot.core.agenda import InitiativePolicy, QuietHours
 from bot.core.clock import Clock, SystemClock
 from bot.core.errors import ConfigError
-from bot.core.events import QueuePolicy, SessionPolicy
+from bot.core.events import ConversationKey, QueuePolicy, SessionPolicy
 from bot.core.llm import BaseLLM
 from bot.core.media import MediaSource, Transcriber
 from bot.core.ports import Outlet, StreamSettings
@@ -31,11 +34,14 @@ from bot.metrics import Metrics, Price
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.access import AccessPolicy
 from bot.runtime.commands import Commands, export_document
+from bot.runtime.delivery import Delivery
 from bot.runtime.exports import ExportPolicy, Exports
 from bot.runtime.extensions import Extensions
+from bot.runtime.initiatives import AgendaKey, AgendaPolicy, Persona, Proactive
 from bot.runtime.limits import LimitPolicy, Limits
 from bot.runtime.media import MediaPreparer, MediaSettings
 from bot.runtime.pipeline import BotProfile, GapPolicy, Pipeline
+from bot.runtime.reminders import AgendaCommands, reminder_extensions
 from bot.runtime.router import Router
 from bot.runtime.stats import usage_report
 from bot.runtime.tools import ToolPolicy
@@ -199,6 +205,19 @@ def memory_policy(settings: Settings, persona: PersonaSettings) -> MemoryPolicy:
     )
 
 
+def initiative_policy(persona: PersonaSettings) -> InitiativePolicy:
+    """``[personas.initiative]`` as the rules read it."""
+    i = persona.initiative
+    return InitiativePolicy(
+        enabled=i.enabled,
+        after_idle_seconds=i.after_idle_hours * 3600,
+        quiet=QuietHours.parse(i.quiet_hours) if i.quiet_hours else QuietHours(0, 0),
+        max_unanswered=i.max_unanswered,
+        min_interval_seconds=i.min_interval_hours * 3600,
+        groups=i.groups,
+    )
+
+
 def profile_for(
     settings: Settings, persona: PersonaSettings, key: str, outlet: Outlet
 ) -> BotProfile:
@@ -335,7 +354,7 @@ class Runtime:
     llm: BaseLLM
     clock: Clock
     pipeline: Pipeline
-    scheduler: Scheduler
+    scheduler: Scheduler[ConversationKey]
     router: Router
     adapters: Mapping[str, Outlet]
     metrics: Metrics
@@ -344,6 +363,8 @@ class Runtime:
     memory: Memory | None = None
     exports: Exports | None = None
     extensions: Extensions = Extensions()  # noqa: RUF009 - frozen, never mutated
+    #: Check-ins and reminders (None: no bot here uses them).
+    agenda: Scheduler[AgendaKey] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,14 +467,30 @@ async def runtime(
         )
         exits.push_async_callback(memory.aclose)
         retention = settings.retention
+        holder = seams.holder or f"worker-{uuid.uuid4().hex[:12]}"
+        proactive, agenda, extensions = build_agenda(
+            settings,
+            store=store,
+            llm=llm,
+            clocks=(clock, turn_clock),
+            memory=memory,
+            profiles={key: profile_of(key) for key in profiles},
+            personas={key: p for key, (p, _) in adapters.items()},
+            accounting=accounting,
+            holder=holder,
+            metrics=metrics,
+            extensions=extensions,
+        )
         pipeline = Pipeline(
             store=store,
             llm=llm,
             clock=turn_clock,
             memory=memory,
             profiles=profiles,
-            holder=seams.holder,
+            holder=holder,
             extensions=extensions,
+            proactive=proactive,
+            agenda_wake=None if agenda is None else agenda.wake,
             gap_policy=GapPolicy(
                 retention.gap_policy, retention.tell_user_message, retention.refuse_message
             ),
@@ -505,6 +542,11 @@ async def runtime(
             extensions=extensions,
             plugin_timeout=settings.tools.command_timeout_seconds,
         )
+        if proactive is not None:
+            agenda_commands = AgendaCommands(store=store, clock=clock, proactive=proactive)
+            checkins = any(proactive.checks_in(k) for k in profiles)
+            for name, description, handler in agenda_commands.specs(checkins=checkins):
+                commands.register(name, description, handler)
         router = Router(
             ingestor=ingestor,
             commands=commands,
@@ -554,6 +596,9 @@ async def runtime(
             )
         task = asyncio.create_task(scheduler.run(), name="scheduler")
         exits.push_async_callback(_stop_scheduler, scheduler, task)
+        if agenda is not None:
+            agenda_task = asyncio.create_task(agenda.run(), name="check-ins and reminders")
+            exits.push_async_callback(_stop_scheduler, agenda, agenda_task)
         yield Runtime(
             store=store,
             llm=llm,
@@ -568,10 +613,69 @@ async def runtime(
             memory=memory,
             exports=exports,
             extensions=extensions,
+            agenda=agenda,
         )
 
 
-async def _stop_scheduler(scheduler: Scheduler, task: asyncio.Task[None]) -> None:
+def build_agenda(
+    settings: Settings,
+    *,
+    store: BaseStore,
+    llm: BaseLLM,
+    clocks: tuple[Clock, Clock],
+    memory: Memory,
+    profiles: Mapping[str, BotProfile],
+    personas: Mapping[str, PersonaSettings],
+    accounting: Accounting,
+    holder: str,
+    metrics: Metrics,
+    extensions: Extensions,
+) -> tuple[Proactive | None, Scheduler[AgendaKey] | None, Extensions]:
+    """Check-ins and reminders (docs/initiatives.md), when some bot uses them: the runner,
+    its scheduler (on the runtime's clock; turns on the turn clock) and the extensions with
+    the ``remind_me`` tool added."""
+    clock, turn_clock = clocks
+    schedule = settings.schedule
+    proactive = Proactive(
+        store=store,
+        llm=llm,
+        clock=turn_clock,
+        memory=memory,
+        personas={
+            key: Persona(profile.pin, initiative_policy(personas[key]), profile.lease_seconds)
+            for key, profile in profiles.items()
+        },
+        delivery=Delivery(
+            store=store,
+            clock=turn_clock,
+            outlet_for=lambda bot: profiles[bot].outlet if bot in profiles else None,
+        ),
+        accounting=accounting,
+        holder=holder,
+        policy=AgendaPolicy(
+            schedule.timezone, schedule.reminders, schedule.max_reminders_per_person
+        ),
+        metrics=metrics,
+    )
+    if not schedule.reminders and not any(proactive.checks_in(k) for k in profiles):
+        return None, None, extensions
+    if schedule.reminders:
+        extensions = reminder_extensions(proactive, extensions)
+    agenda = Scheduler(
+        store=store,
+        clock=clock,
+        run_turn=proactive.run,
+        bots=list(profiles),
+        due=proactive.due,
+        scan_interval=schedule.scan_interval_seconds,
+        max_concurrent=2,
+        busy_backoff=2.0,
+        shutdown_grace=settings.queue.shutdown_grace_seconds,
+    )
+    return proactive, agenda, extensions
+
+
+async def _stop_scheduler(scheduler: Scheduler[Any], task: asyncio.Task[None]) -> None:
     """Stop taking work; running turns get the shutdown grace period (or an abort)."""
     scheduler.stop()
     await task

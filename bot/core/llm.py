@@ -103,7 +103,8 @@ class ModelRequest:
     # Tools the model may call; "none" forbids calls (the tools stay defined because earlier
     # messages of the request may hold tool blocks, which the API accepts only then).
     tools: tuple[ToolSpec, ...] = ()
-    tool_choice: Literal["auto", "none"] = "auto"
+    # "any": the model must call one of the tools (a structured choice: docs/initiatives.md).
+    tool_choice: Literal["auto", "none", "any"] = "auto"
 
 
 @dataclass(frozen=True, slots=True)

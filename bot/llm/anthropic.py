@@ -27,6 +27,7 @@ from anthropic.types import (
     Message,
     MessageParam,
     TextBlockParam,
+    ToolChoiceAnyParam,
     ToolChoiceNoneParam,
     ToolParam,
     ToolResultBlockParam,
@@ -172,7 +173,7 @@ class _Call(TypedDict):
     messages: list[MessageParam]
     system: list[TextBlockParam] | anthropic.Omit
     tools: list[ToolParam] | anthropic.Omit
-    tool_choice: ToolChoiceNoneParam | anthropic.Omit
+    tool_choice: ToolChoiceNoneParam | ToolChoiceAnyParam | anthropic.Omit
 
 
 # What reading a started stream may raise (docs/architecture.md#streaming): an SSE `error`
@@ -299,13 +300,19 @@ class AnthropicLLM(BaseLLM):
         tools = [_tool(t) for t in request.tools]
         # Only a request offering tools names a choice: a text-only request stays as it was.
         no_tools: ToolChoiceNoneParam = {"type": "none"}
+        must: ToolChoiceAnyParam = {"type": "any"}
+        choice: ToolChoiceNoneParam | ToolChoiceAnyParam | anthropic.Omit = anthropic.omit
+        if tools and request.tool_choice == "none":
+            choice = no_tools
+        elif tools and request.tool_choice == "any":
+            choice = must
         return _Call(
             model=request.model,
             max_tokens=request.max_tokens,
             messages=messages,
             system=system if system else anthropic.omit,
             tools=tools if tools else anthropic.omit,
-            tool_choice=no_tools if tools and request.tool_choice == "none" else anthropic.omit,
+            tool_choice=choice,
         )
 
     async def _read(self, live: AsyncMessageStream[None], on_text: TextSink) -> Message:

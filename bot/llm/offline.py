@@ -4,7 +4,8 @@ It lets a person see the pipeline work without an API key: replies quote the coa
 say how many images came with it and list the prompt layers that arrived; summaries are
 extractive (what the user said, cut short); memory extraction recognises a few plain
 statements ("my name is ...", "I work as ...", "I'm afraid of ..."). It calls no tools
-(plugins' tools are ignored). Tests and benchmarks use it as a model with a fixed latency.
+(plugins' tools are ignored), except that a check-in's send/skip choice gets ``send``.
+Tests and benchmarks use it as a model with a fixed latency.
 Streamed, it gives its answer in word-sized pieces (docs/architecture.md#streaming).
 """
 
@@ -23,6 +24,7 @@ from bot.core.llm import (
     ModelResult,
     TextBlock,
     TextSink,
+    ToolUse,
     Usage,
 )
 
@@ -75,12 +77,13 @@ class OfflineLLM(BaseLLM):
         else:
             text = _reply(request, last)
         prompt = "".join(b.text for b in request.system) + "".join(m.text for m in request.messages)
-        return ModelResult(
-            text=text,
-            usage=Usage(input_tokens=_estimate(prompt), output_tokens=_estimate(text)),
-            model="offline",
-            stop_reason="end_turn",
-        )
+        usage = Usage(input_tokens=_estimate(prompt), output_tokens=_estimate(text))
+        if request.tool_choice == "any" and any(t.name == "send" for t in request.tools):
+            # A check-in's structured choice (docs/initiatives.md): it always writes.
+            text = f"{LABEL} Just checking in: how are you? (prompt layers: {layers(request)})"
+            use = ToolUse(f"offline-{self.calls}", "send", {"text": text})
+            return ModelResult("", usage, "offline", "tool_use", content=(use,))
+        return ModelResult(text=text, usage=usage, model="offline", stop_reason="end_turn")
 
     async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelResult:
         """The answer of :meth:`complete`, given to ``on_text`` one word at a time."""
@@ -99,15 +102,19 @@ def _pieces(text: str) -> list[str]:
 def _reply(request: ModelRequest, last: str) -> str:
     lines = [line.strip() for line in last.splitlines() if line.strip()]
     quoted = " / ".join(lines) if lines else "(nothing)"
-    layers = ", ".join(request.layers) if request.layers else "none"
     history = max(0, len(request.messages) - 1)
     turn = request.messages[-1] if request.messages else None
     images = 0 if turn is None or turn.role != "user" else _images(turn.blocks)
     seen = f"\n(I got {images} image{'s' if images != 1 else ''})" if images else ""
     return (
         f"{LABEL} You said: {quoted}{seen}\n"
-        f"(prompt layers: {layers}; {history} earlier messages in the window)"
+        f"(prompt layers: {layers(request)}; {history} earlier messages in the window)"
     )
+
+
+def layers(request: ModelRequest) -> str:
+    """The request's prompt layers, for the reader of an offline answer."""
+    return ", ".join(request.layers) if request.layers else "none"
 
 
 def _images(blocks: tuple[ContentBlock, ...]) -> int:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Generic, TypeVar
 
 from bot.core.clock import Clock
 from bot.core.events import (
@@ -21,19 +22,28 @@ from bot.store.contracts import QueueStore
 
 log = logging.getLogger("personabot.queue")
 
-RunTurn = Callable[[ConversationKey], Awaitable[str]]
+K = TypeVar("K", bound=Hashable)
+RunTurn = Callable[[K], Awaitable[str]]
+#: Due work up to a time, earliest first, at most ``limit``: (key, due time) pairs.
+DueSource = Callable[[float, int], Awaitable[Sequence[tuple[K, float]]]]
 
 
-class Scheduler:
-    """Runs due turns of the hosted bots, never two at once for one conversation here."""
+class Scheduler(Generic[K]):
+    """Runs due turns of the hosted bots, never two at once for one conversation here.
+
+    The work comes from the queue's timers; with ``due`` from another source of due work
+    keyed by ``K`` (check-ins and reminders: bot/runtime/initiatives.py), with the same
+    wake-ups, scan, concurrency bound and backoff.
+    """
 
     def __init__(
         self,
         *,
         store: QueueStore,
         clock: Clock,
-        run_turn: RunTurn,
+        run_turn: RunTurn[K],
         bots: Sequence[str],
+        due: DueSource[K] | None = None,
         scan_interval: float = 1.0,
         max_concurrent: int = 16,
         busy_backoff: float | None = None,
@@ -50,10 +60,15 @@ class Scheduler:
         self._metrics = metrics
         self._slots = asyncio.Semaphore(max_concurrent)
         self._wakeup = asyncio.Event()
-        self._running: dict[ConversationKey, asyncio.Task[None]] = {}
-        self._skip_until: dict[ConversationKey, float] = {}
+        self._due: DueSource[K] = due or self._due_timers  # type: ignore[assignment]
+        self._running: dict[K, asyncio.Task[None]] = {}
+        self._skip_until: dict[K, float] = {}
         self._stopping = False
         self.turns_started = 0
+
+    async def _due_timers(self, now: float, limit: int) -> list[tuple[ConversationKey, float]]:
+        timers = await self._store.due_timers(now, limit=limit, bots=self._bots)
+        return [(t.conversation, t.due_at) for t in timers]
 
     def wake(self, due_at: float | None = None) -> None:
         """Tell the scheduler a timer was armed (in this process)."""
@@ -103,24 +118,21 @@ class Scheduler:
         """Start every due turn that is not running or backing off; return how many."""
         now = self._clock.now()
         started = 0
-        for timer in await self._store.due_timers(now, limit=200, bots=self._bots):
-            key = timer.conversation
+        for key, due_at in await self._due(now, 200):
             if self._stopping:
                 break  # stopped (or aborted) while the timers were read: start nothing new
             if key in self._running or self._skip_until.get(key, 0.0) > now:
                 continue
             self._skip_until.pop(key, None)
-            self._running[key] = asyncio.create_task(
-                self._turn(key, timer.due_at), name=f"turn {key}"
-            )
+            self._running[key] = asyncio.create_task(self._turn(key, due_at), name=f"turn {key}")
             started += 1
         return started
 
-    async def _turn(self, key: ConversationKey, due_at: float) -> None:
+    async def _turn(self, key: K, due_at: float) -> None:
         try:
             async with self._slots:
                 self.turns_started += 1
-                if self._metrics is not None:
+                if self._metrics is not None and isinstance(key, ConversationKey):
                     lag = max(0.0, self._clock.now() - due_at)
                     self._metrics.scheduler_lag.labels(*self._metrics.labels(key)).observe(lag)
                 outcome = await self._run_turn(key)
@@ -144,16 +156,13 @@ class Scheduler:
         # The earliest timer that this scheduler could start: a timer whose turn is running
         # here, or backing off after a lost CAS, must not hide a newer one that falls due
         # sooner (head-of-line delay).
-        upcoming = await self._store.due_timers(
-            now + self._scan_interval,
-            limit=len(self._running) + len(self._skip_until) + 1,
-            bots=self._bots,
+        upcoming = await self._due(
+            now + self._scan_interval, len(self._running) + len(self._skip_until) + 1
         )
         startable = [
-            t.due_at
-            for t in upcoming
-            if t.conversation not in self._running
-            and self._skip_until.get(t.conversation, 0.0) <= now
+            due_at
+            for key, due_at in upcoming
+            if key not in self._running and self._skip_until.get(key, 0.0) <= now
         ]
         delay = self._scan_interval
         if startable:

@@ -33,7 +33,19 @@ def parse_command(text: str) -> Command | None:
 
 #: Commands of personabot itself; a plugin cannot replace them (privacy and sessions).
 BUILTIN_COMMANDS = frozenset(
-    {"start", "new", "reset", "memory", "forget", "export", "help", "stats"}
+    {
+        "start",
+        "new",
+        "reset",
+        "memory",
+        "forget",
+        "export",
+        "help",
+        "stats",
+        "reminders",
+        "timezone",
+        "checkins",
+    }
 )
 
 #: What a user sees when a plugin's command handler raised (the error is logged).

@@ -28,10 +28,11 @@ import contextlib
 import logging
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
+from bot.core.agenda import NewReminder
 from bot.core.clock import Clock
 from bot.core.errors import (
     ModelError,
@@ -51,7 +52,9 @@ from bot.queue.lease import renewing
 from bot.runtime.delivery import Delivery
 from bot.runtime.extensions import Extensions, TurnContext
 from bot.runtime.hooks import after_reply, context_layers
+from bot.runtime.initiatives import Proactive, reminder_effects
 from bot.runtime.limits import Admission, Limits
+from bot.runtime.reminders import stored_reminders
 from bot.runtime.streaming import PREVIEW_KEY, Relay, StopSignals
 from bot.runtime.tools import CountCall, Effect, LoopResult, ToolLoop, ToolPolicy, apply
 from bot.runtime.usage import Accounting
@@ -140,6 +143,8 @@ class Pipeline:
         extensions: Extensions | None = None,
         tool_policy: ToolPolicy | None = None,
         stops: StopSignals | None = None,
+        proactive: Proactive | None = None,
+        agenda_wake: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._llm = llm
@@ -163,6 +168,11 @@ class Pipeline:
         self._tool_policy = tool_policy or ToolPolicy()
         #: Stop requests of streamed drafts (shared with the router, which hears of them).
         self.stops = stops or StopSignals(store=store, clock=clock)
+        # Check-ins and reminders (docs/initiatives.md): a recorded reply arms the next
+        # check-in; reminders the reply agreed to are stored with it, then their scheduler
+        # is woken.
+        self._proactive = proactive
+        self._agenda_wake = agenda_wake or (lambda: None)
 
     def _extensions_for(self, bot: str) -> Extensions:
         """What plugins registered that applies to ``bot``: global ones and its own."""
@@ -574,8 +584,15 @@ class Pipeline:
                 if has_visible_text(profile.refusal_message)
                 else DEFAULT_REFUSAL
             )
+        reminders: list[NewReminder] = []
+        if self._proactive is not None and effects:
+            # The built-in reminder calls are stored by the final check itself, exactly once.
+            mine, effects = reminder_effects(effects)
+            if mine:
+                context = context or self._context(turn, profile)
+                reminders = await stored_reminders(self._proactive, mine, context)
         finished = await self._store.finish_turn(
-            turn, lease, text, self._clock.now(), profile.queue, usage, model
+            turn, lease, text, self._clock.now(), profile.queue, usage, model, reminders
         )
         if finished.outcome != "recorded" and relay is not None:
             # Not this generation's reply: take back what it showed (docs/architecture.md
@@ -606,6 +623,10 @@ class Pipeline:
             self._clock.now() - turn.first_pending_at,
         )
         self._memory.schedule_compaction(turn.session)
+        if self._proactive is not None:
+            await self._proactive.replied(conversation)
+            if reminders:
+                self._agenda_wake()
         replaces = None if relay is None else relay.preview.message_id
         if relay is not None:
             # Off the record before the send: a crash after it may leave the preview

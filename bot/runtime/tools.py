@@ -91,6 +91,10 @@ class Tool:
     arguments: type[pydantic.BaseModel] = field(repr=False, compare=False)
     # The parameter that receives the turn's context (hidden from the model), if any.
     context_parameter: str | None = None
+    # A tool with side effects may check its arguments in the loop (same parameters as
+    # ``run``): its text is shown to the model with the deferral note, a ToolError as an
+    # error, and only a call that passed its check becomes an effect.
+    check: ToolFunction | None = field(default=None, compare=False)
 
     @classmethod
     def from_function(
@@ -346,13 +350,14 @@ class ToolLoop:
             kwargs = self._arguments(tool, use.input)
         except pydantic.ValidationError as exc:
             return done("bad_arguments", f"Invalid arguments: {_problems(exc)}", error=True), None
-        if tool.side_effects:
+        if tool.side_effects and tool.check is None:
             return done("deferred", DEFERRED, why=" until the reply is recorded"), Effect(
                 tool, kwargs
             )
+        run = tool.check if tool.side_effects and tool.check is not None else tool.run
         try:
             limit = self._policy.call_timeout_seconds
-            value: object = await within(self._clock, limit, tool.run(**kwargs))
+            value: object = await within(self._clock, limit, run(**kwargs))
         except TimeoutError:
             text = f"The tool did not finish within {limit:g} s."
             return done("timeout", text, error=True), None
@@ -364,6 +369,11 @@ class ToolLoop:
             kind = type(exc).__name__
             log.warning("tool %s raised %s at %s", use.name, kind, raised_at(exc))
             return done("error", f"The tool failed ({kind}).", error=True, why=f" ({kind})"), None
+        if tool.side_effects:
+            shown = f"{_text(value)}\n{DEFERRED}"
+            return done("deferred", shown, why=" (checked) until the reply is recorded"), Effect(
+                tool, kwargs
+            )
         return done("ok", _text(value)), None
 
     def _arguments(self, tool: Tool, raw: Mapping[str, Any]) -> dict[str, Any]:

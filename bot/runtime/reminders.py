@@ -1,0 +1,182 @@
+"""Reminders people ask for, and the chat commands of check-ins (docs/initiatives.md).
+
+The ``remind_me`` tool goes through the framework's tool API (bot/runtime/tools.py) as a
+tool with side effects and a check: the check reads the time in the person's zone and tells
+the model when the reminder will be (or why it cannot be) in the loop; the reminder itself
+is stored by the final check with the reply that agreed to it (``finish_turn``), so it exists
+exactly when that reply does. A context layer tells the model the person's local time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import Final
+
+from bot.core.agenda import NewReminder, ZoneError, describe_local, zone_name
+from bot.core.clock import Clock
+from bot.core.events import Inbound, UserKey, is_person
+from bot.runtime.extensions import Command, Extensions, TurnContext
+from bot.runtime.initiatives import REMIND_TOOL, Proactive
+from bot.runtime.tools import Effect, Tool, ToolError
+from bot.store.base import BaseStore
+
+REMIND_DESCRIPTION: Final = (
+    "Set a reminder the person asked for. `at` is their local date and time as "
+    "YYYY-MM-DDTHH:MM (the context says their time zone and the time now); `about` says what "
+    "to remind them of, in a few words. At that time you will write to them about it."
+)
+
+
+def person_of(context: TurnContext) -> UserKey:
+    """Who asked: the author of the turn's last message."""
+    author = context.messages[-1].author_id if context.messages else ""
+    return UserKey(context.conversation.platform, author)
+
+
+def reminder_extensions(proactive: Proactive, extensions: Extensions) -> Extensions:
+    """``extensions`` with the ``remind_me`` tool and the local-time layer for every bot."""
+
+    async def remind_me(at: str, about: str, turn: TurnContext) -> str:
+        # Never run: the pipeline stores these calls with the reply (module docstring).
+        raise ToolError("reminders are stored with the reply")
+
+    async def check(at: str, about: str, turn: TurnContext) -> str:
+        if not is_person(person_of(turn).user_id):
+            raise ToolError("I cannot tell who asked (an anonymous admin or a channel).")
+        _, shown = await proactive.resolve(person_of(turn), turn.bot, at, about)
+        return f"The reminder will be set for {shown}."
+
+    remind_me.__personabot_builtin__ = True  # type: ignore[attr-defined]
+    tool = Tool.from_function(
+        remind_me, name=REMIND_TOOL, description=REMIND_DESCRIPTION, side_effects=True
+    )
+    tool = replace(tool, check=check)
+
+    async def local_time(turn: TurnContext) -> str | None:
+        person = person_of(turn)
+        if not is_person(person.user_id):
+            return None
+        tz, name = await proactive.zone_for(person)
+        return f"The person's time now: {describe_local(turn.now, tz)} ({name})."
+
+    return Extensions(
+        commands=extensions.commands,
+        middleware=extensions.middleware,
+        before_model=(*extensions.before_model, local_time),
+        after_reply=extensions.after_reply,
+        tools=extensions.tools.with_tool(tool),
+        per_bot=extensions.per_bot,
+    )
+
+
+async def stored_reminders(
+    proactive: Proactive, effects: Sequence[Effect], context: TurnContext
+) -> list[NewReminder]:
+    """The reminder calls resolved again for the final check (the time may have moved on;
+    one that can no longer be kept is dropped)."""
+    out: list[NewReminder] = []
+    for effect in effects:
+        try:
+            reminder, _ = await proactive.resolve(
+                person_of(context),
+                context.bot,
+                str(effect.kwargs["at"]),
+                str(effect.kwargs["about"]),
+            )
+        except ToolError:
+            continue
+        out.append(reminder)
+    return out
+
+
+Handler = Callable[[Inbound, Command], Awaitable[str | None]]
+
+
+class AgendaCommands:
+    """``/reminders``, ``/timezone``, ``/checkins``."""
+
+    def __init__(self, *, store: BaseStore, clock: Clock, proactive: Proactive) -> None:
+        self._store = store
+        self._clock = clock
+        self._proactive = proactive
+
+    def specs(self, *, checkins: bool) -> list[tuple[str, str, Handler]]:
+        """(name, help, handler) of each command (``/checkins`` when a bot checks in)."""
+        specs: list[tuple[str, str, Handler]] = [
+            ("timezone", "show or set your time zone (/timezone Europe/Berlin)", self.timezone),
+        ]
+        if checkins:
+            specs.append(
+                ("checkins", "let me write first after a silence, or not (on|off)", self.checkins)
+            )
+        if self._proactive.policy.reminders:
+            specs.insert(
+                0, ("reminders", "list your reminders; /reminders cancel N", self.reminders)
+            )
+        return specs
+
+    async def reminders(self, inbound: Inbound, command: Command) -> str:
+        user = UserKey(inbound.conversation.platform, inbound.author_id)
+        if not is_person(user.user_id):
+            return "/reminders is about one person's own reminders: send it as yourself."
+        words = command.args.split()
+        if words and words[0].lower() in {"cancel", "delete", "stop"}:
+            if len(words) != 2 or not words[1].lstrip("#").isdigit():
+                return "Which one? Send /reminders cancel N, with N from the list."
+            number = int(words[1].lstrip("#"))
+            if await self._store.cancel_reminder(user, number, self._clock.now()):
+                return f"Reminder #{number} cancelled."
+            return f"You have no waiting reminder #{number}."
+        if words:
+            return "Send /reminders to list them, or /reminders cancel N."
+        waiting = await self._store.reminders(user, bot=inbound.conversation.bot)
+        if not waiting:
+            return "You have no reminders waiting. Ask me in a message to remind you of something."
+        tz, name = await self._proactive.zone_for(user)
+        lines = [f"#{r.id} {describe_local(r.due_at, tz)}: {r.about}" for r in waiting]
+        return (
+            f"Your reminders ({name}):\n" + "\n".join(lines) + "\n/reminders cancel N cancels one."
+        )
+
+    async def timezone(self, inbound: Inbound, command: Command) -> str:
+        user = UserKey(inbound.conversation.platform, inbound.author_id)
+        if not is_person(user.user_id):
+            return "/timezone is about one person: send it as yourself."
+        wanted = command.args.strip()
+        now = self._clock.now()
+        if wanted.lower() in {"clear", "reset", "none"}:
+            await self._store.set_timezone(user, None, now)
+            _, name = await self._proactive.zone_for(user)
+            return f"Your time zone is forgotten; I use {name} now."
+        if wanted:
+            try:
+                name = zone_name(wanted)
+            except ZoneError as exc:
+                return f"I can't use that: {exc}."
+            await self._store.set_timezone(user, name, now)
+            tz, _ = await self._proactive.zone_for(user)
+            return f"Your time zone is {name}; it is {describe_local(now, tz)} there."
+        tz, name = await self._proactive.zone_for(user)
+        return (
+            f"I use {name} for you (it is {describe_local(now, tz)} there). "
+            "Set yours with /timezone Europe/Berlin (or UTC+2)."
+        )
+
+    async def checkins(self, inbound: Inbound, command: Command) -> str:
+        conversation = inbound.conversation
+        wanted = command.args.strip().lower()
+        now = self._clock.now()
+        if wanted in {"off", "no", "stop"}:
+            await self._store.set_checkins(conversation, False, now)
+            return "Okay, I won't write first in this chat. /checkins on to allow it again."
+        if wanted in {"on", "yes"}:
+            await self._store.set_checkins(conversation, True, now)
+            await self._proactive.replied(conversation)  # armed from now
+            if not self._proactive.checks_in(conversation.bot):
+                return "Check-ins are allowed here, but this bot does not write first."
+            return "Okay, I may write first in this chat after a while of silence."
+        state = await self._store.initiative_state(conversation)
+        on = state is None or state.enabled
+        shown = "on" if on else "off"
+        return f"Check-ins are {shown} in this chat. Send /checkins on or /checkins off."
