@@ -10,14 +10,22 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, TextIO
 
-from bot.app.build import build_retention, build_store, memory_policy, pin_for
+from bot.app.build import (
+    build_retention,
+    build_store,
+    initiative_policy,
+    memory_policy,
+    pin_for,
+)
 from bot.config import PersonaSettings, Settings
 from bot.core.clock import SystemClock
 from bot.core.errors import ConfigError
-from bot.core.events import ConversationKey, StoredMessage, Turn, UserKey
+from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn, UserKey
 from bot.core.llm import ImageBlock
 from bot.llm.offline import OfflineLLM
+from bot.runtime.initiatives import check_in_prompt, due_check_in
 from bot.store.sqlite import SQLiteStore
+from memory.assemble import Assembled
 from memory.retention.worker import RetentionPolicy
 
 if TYPE_CHECKING:
@@ -61,6 +69,26 @@ async def show_prompt(
             print(f"no open session for {conversation}", file=out)
             return 1
         turn = await store.pending_turn(conversation)
+        now = clock.now()
+        due = (
+            None
+            if turn is not None
+            else await due_check_in(
+                store,
+                memory,
+                initiative_policy(persona),
+                conversation,
+                now,
+                app.settings.schedule.timezone,
+            )
+        )
+        if due is not None:
+            # A check-in is due: show what its decision would be asked (docs/initiatives.md).
+            state, tz = due
+            assert state.session_no is not None
+            key_now = SessionKey(conversation, state.session_no)
+            assembled = await check_in_prompt(memory, pin_for(persona), key_now, state, tz, now)
+            return _print_prompt(out, f"check-in for {key_now}", assembled)
         if turn is None:
             # No input pending: preview with a placeholder from the last person who spoke.
             users = [m for m in await store.messages(session.key) if m.role == "user"]
@@ -82,8 +110,13 @@ async def show_prompt(
             )
             turn = Turn(session.key, 0, (placeholder,), clock.now())
         assembled = await memory.build(turn, pin_for(persona))
+    return _print_prompt(out, f"prompt for {turn.session}", assembled)
+
+
+def _print_prompt(out: TextIO, title: str, assembled: Assembled) -> int:
+    """A prompt layer by layer, with token estimates and cache breakpoints."""
     request = assembled.request
-    print(f"prompt for {turn.session} (model {request.model})", file=out)
+    print(f"{title} (model {request.model})", file=out)
     for name, tokens in assembled.breakdown:
         print(f"  {name:<8} ~{tokens:>6} tokens", file=out)
     print(f"  {'total':<8} ~{assembled.total_tokens:>6} tokens\n", file=out)
@@ -97,6 +130,9 @@ async def show_prompt(
             sizes = ", ".join(f"{b.media_type} {len(b.data) // 1024} KB" for b in shown)
             mark += f"  [{len(shown)} image(s): {sizes}]"
         print(f"--- {message.role}{mark}\n{message.text}", file=out)
+    if request.tools:
+        names = ", ".join(t.name for t in request.tools)
+        print(f"--- tools ({request.tool_choice}): {names}", file=out)
     return 0
 
 

@@ -49,7 +49,7 @@ from bot.runtime.delivery import Delivery
 from bot.runtime.tools import Effect, Tool, ToolError
 from bot.runtime.usage import Accounting
 from bot.store.base import BaseStore
-from memory.assemble import PersonaPin
+from memory.assemble import Assembled, PersonaPin
 from memory.service import Memory
 
 log = logging.getLogger("personabot.initiatives")
@@ -181,21 +181,8 @@ class Proactive:
         return [(_key(item), item.due_at) for item in items]
 
     async def zone_for(self, user: UserKey) -> tuple[tzinfo, str]:
-        """The person's time zone and its name: ``/timezone``, else a remembered
-        ``timezone`` fact, else the configured default."""
-        candidates = [await self._store.timezone_of(user)]
-        record = await self._memory.user_memory(user)
-        candidates += [
-            i.value for i in record.items if i.field.lower() in {"timezone", "time zone"}
-        ]
-        for name in candidates:
-            if not name:
-                continue
-            try:
-                return zone(name), zone_name(name)
-            except ZoneError:
-                continue
-        return self._default_zone, zone_name(self.policy.timezone)
+        """The person's time zone and its name (:func:`zone_for`)."""
+        return await zone_for(self._store, self._memory, user, self.policy.timezone)
 
     async def replied(self, conversation: ConversationKey) -> None:
         """A reply was recorded: the next check-in waits for the silence after it (the rules
@@ -280,16 +267,8 @@ class Proactive:
             )
             return "off"
         session = SessionKey(conversation, state.session_no)
-        assembled = await self._memory.build_proactive(
-            session,
-            persona.pin,
-            person=state.person,
-            private=state.private,
-            note=check_in_note(state, now, tz),
-            layer="initiative",
-            now=now,
-        )
-        request = replace(assembled.request, tools=(SEND, SKIP), tool_choice="any")
+        assembled = await check_in_prompt(self._memory, persona.pin, session, state, tz, now)
+        request = assembled.request
         try:
             result = await self._ask(request, lease, persona)
         except ModelError as exc:
@@ -431,6 +410,82 @@ class Proactive:
                 "they can cancel some with /reminders."
             )
         return NewReminder(user.user_id, about, due, name), f"{describe_local(due, tz)} ({name})"
+
+
+async def zone_for(
+    store: BaseStore, memory: Memory, user: UserKey, default: str
+) -> tuple[tzinfo, str]:
+    """The person's time zone and its name: ``/timezone``, else a remembered ``timezone``
+    fact, else ``default``."""
+    candidates = [await store.timezone_of(user)]
+    record = await memory.user_memory(user)
+    candidates += [i.value for i in record.items if i.field.lower() in {"timezone", "time zone"}]
+    for name in candidates:
+        if not name:
+            continue
+        try:
+            return zone(name), zone_name(name)
+        except ZoneError:
+            continue
+    return zone(default), zone_name(default)
+
+
+async def due_check_in(
+    store: BaseStore,
+    memory: Memory,
+    policy: InitiativePolicy,
+    conversation: ConversationKey,
+    now: float,
+    default_zone: str,
+) -> tuple[InitiativeState, tzinfo] | None:
+    """The chat's state and the person's zone when a check-in would be decided now (for
+    ``personabot prompt``; the runner applies the same rules and re-arms as it goes)."""
+    state = await store.initiative_state(conversation)
+    if (
+        state is None
+        or not policy.enabled
+        or state.pending
+        or state.last_user_at is None
+        or state.person is None
+        or state.session_no is None
+        or blocked_by(
+            policy,
+            enabled=state.enabled,
+            active=state.active,
+            private=state.private,
+            unanswered=state.unanswered,
+        )
+        is not None
+    ):
+        return None
+    user = UserKey(conversation.platform, state.person)
+    tz, _ = await zone_for(store, memory, user, default_zone)
+    due = check_in_due(
+        policy, last_user_at=state.last_user_at, last_initiative_at=state.sent_at, tz=tz
+    )
+    return (state, tz) if due <= now else None
+
+
+async def check_in_prompt(
+    memory: Memory,
+    pin: PersonaPin,
+    session: SessionKey,
+    state: InitiativeState,
+    tz: tzinfo,
+    now: float,
+) -> Assembled:
+    """The request of a check-in decision: the session, the note, the send/skip choice."""
+    assembled = await memory.build_proactive(
+        session,
+        pin,
+        person=state.person,
+        private=state.private,
+        note=check_in_note(state, now, tz),
+        layer="initiative",
+        now=now,
+    )
+    request = replace(assembled.request, tools=(SEND, SKIP), tool_choice="any")
+    return Assembled(request=request, breakdown=assembled.breakdown)
 
 
 def _key(item: DueItem) -> AgendaKey:

@@ -203,3 +203,25 @@ async def test_json_logs_for_collectors(tmp_path: Path) -> None:
         x for x in lines if x["logger"] == "personabot.pipeline" and "message(s)" in x["message"]
     ]
     assert turn and "in=" in turn[0]["message"]
+
+
+async def test_prompt_shows_the_check_in_layer_when_one_is_due(tmp_path: Path) -> None:
+    """Issue 17: with a check-in due, `personabot prompt` shows its note and send/skip choice."""
+    user = getpass.getuser()
+    (tmp_path / "checkins.toml").write_text(
+        "[[personas]]\n"
+        'id = "mira"\nname = "Mira"\nsystem = "You are Mira."\nfirst_message = ["Hi."]\n'
+        "[personas.initiative]\n"
+        'enabled = true\nafter_idle_hours = 0.0002\nquiet_hours = ""\n'
+    )
+    config = ["--config", "checkins.toml"]
+    code, _, err = await _run(["chat", *config], tmp_path, "my exam is tomorrow\n")
+    assert code == 0, err
+    await asyncio.sleep(1.0)  # 0.72 s of silence is due
+    code, out, err = await _run(
+        ["prompt", *config, "--platform", "console", "--chat", user], tmp_path
+    )
+    assert code == 0, err
+    assert "check-in for" in out and "initiative" in out
+    assert "Nobody has written here for" in out and "my exam is tomorrow" in out
+    assert "--- tools (any): send, skip" in out
