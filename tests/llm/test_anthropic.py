@@ -34,6 +34,7 @@ from bot.core.llm import (
 from bot.core.media import PreparedImage
 from bot.llm.anthropic import AnthropicLLM
 from bot.runtime.images import prepare_image
+from bot.runtime.initiatives import SEND, SKIP
 from memory.tokens import image_tokens
 from tests.fakes.messages_api import FakeMessagesAPI
 from tests.llm.conftest import KEY, LLMFactory
@@ -587,3 +588,15 @@ async def test_tool_blocks_still_work_next_to_an_image(
     result = await llm.complete(request)
     assert result.text == "Sunny in Oslo."
     assert [(i.message, i.data) for i in api.last_request.images] == [(0, picture.data)]
+
+
+async def test_any_requires_one_tool_call_for_a_check_in_decision(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    """Issue 17: a check-in's send/skip choice is sent as tool_choice "any"; the call comes back."""
+    [call_id] = api.tool_use_next("skip", {"reason": "they said they were busy"})
+    result = await make_llm().complete(_request(tools=(SEND, SKIP), tool_choice="any"))
+    seen = api.last_request
+    assert seen.body["tool_choice"] == {"type": "any"}
+    assert [t["name"] for t in seen.tools] == ["send", "skip"]
+    assert result.tool_uses == (ToolUse(call_id, "skip", {"reason": "they said they were busy"}),)

@@ -321,6 +321,36 @@ async def test_a_side_effect_runs_once_after_the_reply_is_recorded(
     assert tool_counts(h) == {("save_note", "deferred"): 1, ("save_note", "effect_ok"): 1}
 
 
+async def test_a_checked_side_effect_shows_its_check_and_a_refused_one_never_runs(
+    store: BaseStore, clock: ManualClock, api: FakeMessagesAPI, llm: AnthropicLLM
+) -> None:
+    """Tool.check: the model reads what the check says (or its ToolError) in the loop; only a
+    call that passed becomes the effect run after the reply."""
+    booked: list[int] = []
+
+    async def book(seats: int) -> None:
+        """Book seats."""
+        booked.append(seats)
+
+    async def check(seats: int) -> str:
+        if seats > 4:
+            raise ToolError("At most 4 seats.")
+        return f"{seats} seats are free."
+
+    tool = replace(Tool.from_function(book, side_effects=True), check=check)
+    api.tool_use_next("book", {"seats": 9}, calls=[("book", {"seats": 2})])
+    api.reply_next("Booked two.")
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), extensions=plugins(tool)) as h:
+        await h.say(C1, "book seats")
+        await answered(h)
+        await eventually(lambda: booked != [], "the effect")
+    assert results(api.requests[1]) == [
+        ("At most 4 seats.", True),
+        (f"2 seats are free.\n{DEFERRED}", False),
+    ]
+    assert booked == [2]
+
+
 async def test_a_tool_raising_cancelled_error_fails_that_call_not_the_turn(
     store: BaseStore, clock: ManualClock, api: FakeMessagesAPI, llm: AnthropicLLM
 ) -> None:
