@@ -1,4 +1,5 @@
-"""The design document stays reachable: every pointer into docs/architecture.md lands."""
+"""The design documents stay reachable: every pointer into docs/architecture.md lands, and
+every relative link of the docs and the README names a file and a heading that exist."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
 _POINTER = re.compile(r"architecture\.md#([a-z][a-z0-9-]*)(?:\s+rules?\s+(\d+))?")
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 
 
 def _anchors() -> set[str]:
@@ -48,3 +51,33 @@ def test_numbered_rules_exist_in_their_section() -> None:
         if match[2] and int(match[2]) not in rules.get(match[1], set())
     ]
     assert missing == []
+
+
+def _targets(path: Path) -> set[str]:
+    """The anchors a link into ``path`` may name: ``<a id>`` and GitHub's heading slugs."""
+    text = path.read_text(encoding="utf-8")
+    found = set(re.findall(r'<a id="([^"]+)"></a>', text))
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6}\s+(.*)$", _FENCE.sub("", text), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        found.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+def test_every_relative_link_of_the_docs_lands() -> None:
+    """A reader who follows ``[..](initiatives.md#reminders)`` finds that file and heading."""
+    broken = []
+    for path in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
+        for match in _LINK.finditer(_FENCE.sub("", path.read_text(encoding="utf-8"))):
+            target = match[1]
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto:
+            file, _, anchor = target.partition("#")
+            linked = path.parent / file if file else path
+            where = f"{path.relative_to(ROOT)}: {target}"
+            if not linked.exists():
+                broken.append(f"{where} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in _targets(linked):
+                broken.append(f"{where} (no such heading)")
+    assert broken == []
