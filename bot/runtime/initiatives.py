@@ -79,6 +79,8 @@ SKIP: Final = ToolSpec(
     },
 )
 REMIND_TOOL: Final = "remind_me"
+#: How long after its check a reminder call is still kept as agreed (a slow reply).
+CHECKED_SLACK: Final = 3600.0
 #: When a check-in could not be decided (the model failed), try again after this long.
 RETRY_SECONDS: Final = 15 * 60.0
 
@@ -88,7 +90,7 @@ class AgendaPolicy:
     """``[schedule]``: the default time zone and the bounds of reminders."""
 
     timezone: str = "UTC"
-    reminders: bool = True
+    reminders: bool = False
     max_reminders_per_person: int = 20
 
 
@@ -389,10 +391,12 @@ class Proactive:
     # -- the remind_me tool ----------------------------------------------------------------------
 
     async def resolve(
-        self, user: UserKey, bot: str, at: str, about: str
+        self, user: UserKey, bot: str, at: str, about: str, *, checked: bool = False
     ) -> tuple[NewReminder, str]:
         """A reminder from the model's arguments, and how it reads to the person; ToolError
-        (shown to the model) when it cannot be kept."""
+        (shown to the model) when it cannot be kept. ``checked``: the loop's check passed
+        already (the reply now says it is set), so neither the time that passed while the
+        reply was written nor the count refuses it; a time now past fires at once."""
         about = " ".join(about.split())
         if not about:
             raise ToolError("Say what the reminder is about.")
@@ -400,10 +404,10 @@ class Proactive:
             raise ToolError("Keep what the reminder is about under 500 characters.")
         tz, name = await self.zone_for(user)
         try:
-            due = reminder_due(at, tz, self._clock.now())
+            due = reminder_due(at, tz, self._clock.now() - (CHECKED_SLACK if checked else 0.0))
         except WhenError as exc:
             raise ToolError(str(exc)) from None
-        waiting = await self._store.reminders(user, bot=bot)
+        waiting = [] if checked else await self._store.reminders(user, bot=bot)
         if len(waiting) >= self.policy.max_reminders_per_person:
             raise ToolError(
                 f"This person already has {len(waiting)} reminders waiting, the most allowed; "

@@ -9,6 +9,7 @@ exactly when that reply does. A context layer tells the model the person's local
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Final
@@ -20,6 +21,8 @@ from bot.runtime.extensions import Command, Extensions, TurnContext
 from bot.runtime.initiatives import REMIND_TOOL, Proactive
 from bot.runtime.tools import Effect, Tool, ToolError
 from bot.store.base import BaseStore
+
+log = logging.getLogger("personabot.reminders")
 
 REMIND_DESCRIPTION: Final = (
     "Set a reminder the person asked for. `at` is their local date and time as "
@@ -73,8 +76,8 @@ def reminder_extensions(proactive: Proactive, extensions: Extensions) -> Extensi
 async def stored_reminders(
     proactive: Proactive, effects: Sequence[Effect], context: TurnContext
 ) -> list[NewReminder]:
-    """The reminder calls resolved again for the final check (the time may have moved on;
-    one that can no longer be kept is dropped)."""
+    """The reminder calls resolved again for the final check: kept although time passed
+    while the reply was written (bot.runtime.initiatives ``resolve``)."""
     out: list[NewReminder] = []
     for effect in effects:
         try:
@@ -83,8 +86,10 @@ async def stored_reminders(
                 context.bot,
                 str(effect.kwargs["at"]),
                 str(effect.kwargs["about"]),
+                checked=True,
             )
-        except ToolError:
+        except ToolError as exc:  # e.g. the person changed their time zone meanwhile
+            log.warning("%s: a reminder agreed to is dropped: %s", context.session, exc)
             continue
         out.append(reminder)
     return out

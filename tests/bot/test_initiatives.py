@@ -46,6 +46,8 @@ class Scripted(BaseLLM):
         self.requests: list[ModelRequest] = []
         self.gate: asyncio.Event | None = None
         self.waiting = asyncio.Event()
+        #: Seconds the answer after a tool result takes (on this clock): a slow reply.
+        self.slow: tuple[ManualClock, float] | None = None
 
     def decisions(self) -> list[ModelRequest]:
         """The check-in requests."""
@@ -72,6 +74,8 @@ class Scripted(BaseLLM):
             use = ToolUse("r1", "remind_me", {"at": self.remind_at, "about": "the dentist"})
             return ModelResult("", usage, "scripted", "tool_use", content=(use,))
         if answered:
+            if self.slow is not None:
+                await self.slow[0].sleep(self.slow[1])
             return ModelResult("I'll remind you.", usage, "scripted")
         return ModelResult(f"reply to: {last.text}", usage, "scripted")
 
@@ -231,3 +235,18 @@ async def test_two_processes_fire_each_check_in_and_reminder_once(
         sent: Sequence[str] = [*_texts(ha), *_texts(hb)]
         assert sum(t == CHECK_IN for t in sent) == 1
         assert sum("dentist, in an hour" in t for t in sent) == 1
+
+
+async def test_a_reminder_whose_time_passed_while_the_reply_was_written_still_fires(
+    store: BaseStore,
+) -> None:
+    """The reply says it is set: it is stored (and fires at once), never dropped silently."""
+    clock = ManualClock(T0)
+    llm = Scripted(remind_at="2026-12-01T10:01")  # a minute ahead, in UTC (the default zone)
+    llm.slow = (clock, 120.0)
+    async with harness(store, clock, llm, schedule=ScheduleSettings(reminders=True)) as h:
+        await h.say(C, "please remind me in a minute about the dentist")
+        await h.advance(130.0, step=1.0)
+        assert "I'll remind you." in _texts(h)
+        await h.advance(15.0, step=1.0)
+        assert sum("dentist, in an hour" in t for t in _texts(h)) == 1
