@@ -6,9 +6,11 @@ docs/privacy.md describes the same facts for operators and users; keep the two i
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bot.core.agenda import Reminder
 from bot.core.events import Erasure, SessionKey, StoredMessage, UserData
 from bot.core.media import Quote, StoredMedia
 
@@ -19,6 +21,7 @@ class ForgetReport:
 
     items: int
     erasure: Erasure | None  # None: messages were kept (forget_deletes_messages is off)
+    reminders: int = 0  # deleted with the time zone setting (docs/initiatives.md)
 
     def describe(self) -> str:
         """The answer to /forget: exactly what was removed, what is kept, and why."""
@@ -27,6 +30,10 @@ class ForgetReport:
             f"Done: I erased what I remembered about you ({facts}), and I will never learn "
             "anything from what you said before now."
         ]
+        lines.append(
+            f"I deleted {_count(self.reminders, 'reminder', 'reminders')} of yours and your "
+            "time zone setting."
+        )
         kept = []
         e = self.erasure
         if e is None:
@@ -139,6 +146,26 @@ def _json_or_text(body: str | None) -> Any:
         return json.loads(body)
     except ValueError:
         return body  # an unreadable stored body is exported as it is
+
+
+def agenda_export(reminders: Sequence[Reminder], timezone: str | None) -> dict[str, Any]:
+    """The /export part about reminders and the person's time zone (docs/initiatives.md)."""
+    return {
+        "timezone": timezone,
+        "reminders": [
+            {
+                "bot": r.conversation.bot,
+                "chat": r.conversation.chat_id,
+                "id": r.id,
+                "about": r.about,
+                "due_at": r.due_at,
+                "timezone": r.timezone,
+                "status": r.status,
+                "created_at": r.created_at,
+            }
+            for r in reminders
+        ],
+    }
 
 
 def export_document(data: UserData, now: float) -> dict[str, Any]:

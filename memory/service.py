@@ -40,7 +40,7 @@ from bot.store.base import BaseStore
 from memory.assemble import Assembled, Budget, Participant, PersonaPin, ShownImage, assemble
 from memory.content import own_words
 from memory.fit import fit_task
-from memory.privacy import ForgetReport, export_document
+from memory.privacy import ForgetReport, agenda_export, export_document
 from memory.records import (
     MemoryItem,
     RecordError,
@@ -627,12 +627,17 @@ class Memory:
         about the person in every chat of the platform; report what went and what stays."""
         items = await self.forget(user)
         erasure = await self._store.erase_user_messages(user) if delete_messages else None
+        # Reminders hold what the person said; the time zone is about them: both always go.
+        reminders = await self._store.erase_agenda(user)
         log.info("user %s forgotten (messages deleted: %s)", user.user_id, delete_messages)
-        return ForgetReport(items=items, erasure=erasure)
+        return ForgetReport(items=items, erasure=erasure, reminders=reminders)
 
     async def export_all(self, user: UserKey) -> dict[str, Any]:
         """Everything stored about the person on this platform, as a JSON-able document."""
-        return export_document(await self._store.user_data(user), self._clock.now())
+        document = export_document(await self._store.user_data(user), self._clock.now())
+        reminders = await self._store.reminders(user, pending_only=False)
+        document.update(agenda_export(reminders, await self._store.timezone_of(user)))
+        return document
 
     # -- plumbing -------------------------------------------------------------------------------
 

@@ -250,3 +250,31 @@ async def test_a_reminder_whose_time_passed_while_the_reply_was_written_still_fi
         assert "I'll remind you." in _texts(h)
         await h.advance(15.0, step=1.0)
         assert sum("dentist, in an hour" in t for t in _texts(h)) == 1
+
+
+async def test_forget_erases_reminders_and_the_time_zone_and_export_shows_them(
+    store: BaseStore,
+) -> None:
+    clock = ManualClock(T0)
+    llm = Scripted()
+    other = ConversationKey("telegram", "77", None, BOT)
+    async with harness(store, clock, llm, schedule=ScheduleSettings(reminders=True)) as h:
+        await _remind(h)
+        await h.say(other, "/timezone Asia/Tokyo", author="u2")
+        await h.say(other, "remind me at 9 on Thursday about the dentist", author="u2")
+        await h.advance(3.0, step=0.5)
+        sasha, kim = UserKey("telegram", "u1"), UserKey("telegram", "u2")
+        exported = await h.memory.export_all(sasha)
+        assert exported["timezone"] == "Europe/Berlin"
+        assert [(r["about"], r["status"]) for r in exported["reminders"]] == [
+            ("the dentist", "pending")
+        ]
+        await h.say(C, "/forget")
+        assert "I deleted 1 reminder of yours and your time zone setting" in _texts(h)[-1]
+        assert await store.reminders(sasha, pending_only=False) == []
+        assert await store.timezone_of(sasha) is None
+        # Another person's stay.
+        assert len(await store.reminders(kim)) == 1
+        assert await store.timezone_of(kim) == "Asia/Tokyo"
+        exported = await h.memory.export_all(sasha)
+        assert exported["reminders"] == [] and exported["timezone"] is None
