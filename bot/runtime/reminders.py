@@ -130,7 +130,8 @@ class AgendaCommands:
             if len(words) != 2 or not words[1].lstrip("#").isdigit():
                 return "Which one? Send /reminders cancel N, with N from the list."
             number = int(words[1].lstrip("#"))
-            if await self._store.cancel_reminder(user, number, self._clock.now()):
+            bot = inbound.conversation.bot
+            if await self._store.cancel_reminder(user, number, self._clock.now(), bot=bot):
                 return f"Reminder #{number} cancelled."
             return f"You have no waiting reminder #{number}."
         if words:

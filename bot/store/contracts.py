@@ -400,8 +400,11 @@ class AgendaStore(abc.ABC):
         """A person's reminders (of one bot), earliest due first."""
 
     @abc.abstractmethod
-    async def cancel_reminder(self, user: UserKey, reminder_id: int, now: float) -> bool:
-        """Cancel a pending reminder of this person; False when there is none."""
+    async def cancel_reminder(
+        self, user: UserKey, reminder_id: int, now: float, *, bot: str | None = None
+    ) -> bool:
+        """Cancel a pending reminder of this person (set with ``bot``); False when there is
+        none."""
 
     @abc.abstractmethod
     async def fail_reminder(self, reminder_id: int, note: str, now: float) -> bool:

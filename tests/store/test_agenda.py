@@ -129,6 +129,7 @@ async def test_reminders_are_stored_with_their_reply_listed_cancelled_and_erased
     ]
     assert not await store.cancel_reminder(UserKey("telegram", "u2"), stored.id, T0)
     assert not await store.cancel_reminder(UserKey("discord", "u1"), stored.id, T0)
+    assert not await store.cancel_reminder(SASHA, stored.id, T0, bot="another-bot")
     assert await store.cancel_reminder(SASHA, stored.id, T0 + 1)
     assert await store.reminders(SASHA) == [] and await store.due_agenda(T0 + 9999) == []
     (cancelled,) = await store.reminders(SASHA, pending_only=False)

@@ -282,17 +282,21 @@ class AgendaPart(SQLCore):
             )
         return [_reminder(r) for r in rows]
 
-    async def cancel_reminder(self, user: UserKey, reminder_id: int, now: float) -> bool:
-        """Only the person's own, only while pending."""
+    async def cancel_reminder(
+        self, user: UserKey, reminder_id: int, now: float, *, bot: str | None = None
+    ) -> bool:
+        """Only the person's own, only while pending (and of ``bot``, when given)."""
         async with self._tx() as db:
             changed = await db.execute(
                 "UPDATE reminders SET status = 'cancelled', finished_at = $1 WHERE id = $2 "
                 "AND user_id = $3 AND status = 'pending' AND conversation_id IN "
-                "(SELECT id FROM conversations WHERE platform = $4)",
+                "(SELECT id FROM conversations WHERE platform = $4 "
+                "AND ($5 = '' OR bot = $5))",
                 now,
                 reminder_id,
                 user.user_id,
                 user.platform,
+                bot or "",
             )
         return changed > 0
 
