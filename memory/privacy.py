@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.core.agenda import Reminder
+from bot.core.agenda import Reminder, ZoneError, describe_local, utc_text, zone
 from bot.core.events import Erasure, SessionKey, StoredMessage, UserData
 from bot.core.media import Quote, StoredMedia
 
@@ -148,6 +148,15 @@ def _json_or_text(body: str | None) -> Any:
         return body  # an unreadable stored body is exported as it is
 
 
+def _local(instant: float, name: str) -> str:
+    """``Thu 3 Dec 2026, 09:00`` in the reminder's zone (UTC when the name no longer reads)."""
+    try:
+        tz = zone(name)
+    except ZoneError:
+        return utc_text(instant)
+    return describe_local(instant, tz)
+
+
 def agenda_export(reminders: Sequence[Reminder], timezone: str | None) -> dict[str, Any]:
     """The /export part about reminders and the person's time zone (docs/initiatives.md)."""
     return {
@@ -155,12 +164,16 @@ def agenda_export(reminders: Sequence[Reminder], timezone: str | None) -> dict[s
         "reminders": [
             {
                 "bot": r.conversation.bot,
-                "chat": r.conversation.chat_id,
+                "platform": r.conversation.platform,
+                "chat_id": r.conversation.chat_id,
+                "thread_id": r.conversation.thread_id,
                 "id": r.id,
                 "about": r.about,
                 "due_at": r.due_at,
+                "due_local": _local(r.due_at, r.timezone),
                 "timezone": r.timezone,
                 "status": r.status,
+                "note": r.note,
                 "created_at": r.created_at,
             }
             for r in reminders
@@ -176,7 +189,11 @@ def export_document(data: UserData, now: float) -> dict[str, Any]:
         "memory": _json_or_text(data.memory),
         "messages": [_message(m) for m in data.messages],
         "replies_to_you": [
-            {k: v for k, v in _message(m).items() if k != "addressed_to_the_bot"}
+            {
+                **{k: v for k, v in _message(m).items() if k != "addressed_to_the_bot"},
+                # None: a reply; "initiative" or "reminder": the persona wrote first.
+                "origin": m.origin,
+            }
             for m in data.replies
         ],
         "summaries": [

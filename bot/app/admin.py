@@ -149,8 +149,24 @@ async def user_memory(app: App, out: TextIO, *, action: str, platform: str, user
                 file=out,
             )
             return 0
-        await memory.forget(key)
-        print(f"erased {len(record.items)} item(s) about user {user} on {platform}", file=out)
+        # The same erasure as the person's own /forget (docs/privacy.md), so an operator
+        # handling a deletion request removes what /forget would: reminders, time zone and,
+        # with forget_deletes_messages, their messages and the replies to them.
+        report = await memory.erase(
+            key, delete_messages=app.settings.retention.forget_deletes_messages
+        )
+        print(f"erased {report.items} item(s) about user {user} on {platform}", file=out)
+        print(f"deleted {report.reminders} reminder(s) and the time zone setting", file=out)
+        e = report.erasure
+        if e is None:
+            print("messages kept (retention.forget_deletes_messages is off)", file=out)
+        else:
+            print(
+                f"deleted {e.messages} message(s), {e.replies} repl(ies) to them only, "
+                f"{e.outbox} outbox row(s), {e.summaries} summar(ies); kept {e.shared_replies} "
+                f"shared repl(ies) and {e.pending} message(s) awaiting an answer",
+                file=out,
+            )
         return 0
 
 

@@ -14,7 +14,7 @@ from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from typing import Final, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from bot.core.events import ConversationKey
+from bot.core.events import ConversationKey, MessageOrigin
 
 _CLOCK: Final = re.compile(r"^\s*([01]?\d|2[0-3]):([0-5]\d)\s*$")
 _OFFSET: Final = re.compile(r"^(?:UTC|GMT)?\s*([+-])(\d{1,2})(?::?([0-5]\d))?$", re.I)
@@ -210,7 +210,7 @@ def utc_text(instant: float) -> str:
 
 # -- what the store keeps (docs/initiatives.md) ----------------------------------------------
 
-AgendaKind = Literal["initiative", "reminder"]
+AgendaKind = MessageOrigin
 ReminderStatus = Literal["pending", "sent", "cancelled", "failed"]
 
 

@@ -24,6 +24,8 @@ class NotSet(enum.Enum):
 NOT_SET: Final = NotSet.NOT_SET
 
 Role = Literal["user", "assistant"]
+#: What wrote an assistant message that no person's message asked for (docs/initiatives.md).
+MessageOrigin = Literal["initiative", "reminder"]
 InboundKind = Literal["message", "edit", "delete"]
 
 
@@ -132,6 +134,8 @@ class StoredMessage:
     addressed: bool = True
     media: tuple[StoredMedia, ...] = ()
     quote: Quote | None = None
+    #: What wrote an assistant message no person's message asked for (None: a reply).
+    origin: MessageOrigin | None = None
 
     @property
     def was_voice(self) -> bool:

@@ -14,6 +14,7 @@ from typing import Any, Final, get_args
 from bot.core.events import (
     ConversationKey,
     DueTimer,
+    MessageOrigin,
     OutboxItem,
     RetentionEntry,
     SessionInfo,
@@ -31,7 +32,7 @@ from bot.core.media import MediaKind, MediaRef, Quote, QuoteOrigin, StoredMedia
 MSG_COLS: Final = (
     "m.id, s.session_no, m.turn, m.role, m.author_id, m.display_name, m.text, m.created_at, "
     "m.version, m.platform_message_id, m.pending, m.answered_by, m.is_private, m.addressed, "
-    "m.quote, m.media_count"
+    "m.quote, m.media_count, m.origin"
 )
 #: Where ``m.media_count`` is in MSG_COLS (a read looks for media rows only when it is > 0).
 MEDIA_COUNT_AT: Final = 15
@@ -115,7 +116,16 @@ def message(
         addressed=bool(row[13]),
         media=media.get(int(row[0]), ()),
         quote=quote_of(row[14]),
+        origin=_origin(row[16]),
     )
+
+
+_MESSAGE_ORIGINS: Final = frozenset(get_args(MessageOrigin))
+
+
+def _origin(stored: Any) -> MessageOrigin | None:
+    """``messages.origin`` (an unknown value reads as None: a read never fails over it)."""
+    return stored if stored in _MESSAGE_ORIGINS else None
 
 
 def quote_json(quote: Quote | None) -> str | None:

@@ -373,6 +373,7 @@ class AgendaStore(abc.ABC):
         text: str,
         now: float,
         origin: AgendaKind,
+        addressee: str,
         usage: Usage | None = None,
         model: str | None = None,
         reminder: int | None = None,
@@ -384,8 +385,9 @@ class AgendaStore(abc.ABC):
         Fenced: the lease token is no longer ours. Discarded: the conversation changed since
         ``version`` (a person wrote), a turn is pending, the open session is no longer
         ``session_no``, check-ins were turned off (an initiative) or the reminder is no
-        longer pending. Recorded: an assistant message marked with ``origin`` in the open
-        session and its outbox row; an initiative re-armed at ``next_due``, a reminder marked
+        longer pending. Recorded: an assistant message marked with ``origin`` and written to
+        the person ``addressee`` (their /export and /forget include it) in the open session
+        and its outbox row; an initiative re-armed at ``next_due``, a reminder marked
         sent.
         """
 

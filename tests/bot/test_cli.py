@@ -181,6 +181,9 @@ async def test_prompt_and_memory_admin_commands(tmp_path: Path) -> None:
         ["memory", "forget", "--platform", "console", "--user", user], tmp_path
     )
     assert code == 0 and "erased 2 item(s)" in out
+    # The same erasure as /forget: reminders and the time zone go, messages per the setting.
+    assert "deleted 0 reminder(s) and the time zone setting" in out
+    assert "messages kept (retention.forget_deletes_messages is off)" in out
     code, out, _ = await _run(["memory", "show", "--platform", "console", "--user", user], tmp_path)
     assert "nothing is remembered" in out
 

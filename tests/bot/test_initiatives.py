@@ -278,3 +278,47 @@ async def test_forget_erases_reminders_and_the_time_zone_and_export_shows_them(
         assert await store.timezone_of(kim) == "Asia/Tokyo"
         exported = await h.memory.export_all(sasha)
         assert exported["reminders"] == [] and exported["timezone"] is None
+
+
+async def test_check_ins_and_reminders_are_in_their_export_and_go_with_forget(
+    store: BaseStore,
+) -> None:
+    """Written to one person: their /export lists them (with their origin), nobody else's
+    does, and /forget (deleting messages) deletes them with the replies to that person."""
+    clock = ManualClock(T0)
+    llm = Scripted(remind_at="2026-12-01T13:00")
+    other = ConversationKey("telegram", "77", None, BOT)
+    reminders = ScheduleSettings(reminders=True)
+    async with harness(
+        store,
+        clock,
+        llm,
+        initiative=NO_QUIET,
+        schedule=reminders,
+        forget_deletes_messages=True,
+    ) as h:
+        await _chat(h, "please remind me at 13:00 about the dentist")
+        await h.say(other, "hello there", author="u2")
+        await h.advance(3.0, step=0.5)
+        await h.advance(4 * HOUR, step=120)
+        assert CHECK_IN in _texts(h) and any("dentist, in an hour" in t for t in _texts(h))
+        sasha, kim = UserKey("telegram", "u1"), UserKey("telegram", "u2")
+        mine = (await h.memory.export_all(sasha))["replies_to_you"]
+        origins = {r["text"]: r["origin"] for r in mine}
+        assert origins[CHECK_IN] == "initiative"
+        assert origins["Sasha! The dentist, in an hour's time."] == "reminder"
+        assert origins["I'll remind you."] is None
+        (due,) = (await h.memory.export_all(sasha))["reminders"]
+        assert due["due_local"] == "Tue 1 Dec 2026, 13:00" and due["chat_id"] == "42"
+        assert {r["chat_id"] for r in mine} == {"42"}
+
+        async def kims() -> list[tuple[str, str | None]]:
+            replies = (await h.memory.export_all(kim))["replies_to_you"]
+            return [(r["chat_id"], r["origin"]) for r in replies]
+
+        # Kim's own reply and check-in, in Kim's chat; nothing written to Sasha.
+        assert await kims() == [("77", None), ("77", "initiative")]
+        await h.say(C, "/forget")
+        after = await h.memory.export_all(sasha)
+        assert after["replies_to_you"] == [] and after["reminders"] == []
+        assert await kims() == [("77", None), ("77", "initiative")]

@@ -47,6 +47,7 @@ async def test_a_check_in_is_recorded_once_and_counts_as_unanswered(store: BaseS
         text="How did it go?",
         now=T0 + 100,
         origin="initiative",
+        addressee="u1",
         next_due=None,
     )
     assert done.outcome == "recorded" and done.outbox is not None
@@ -77,6 +78,7 @@ async def test_a_person_writing_during_generation_wins(store: BaseStore) -> None
         text="Are you there?",
         now=T0 + 102,
         origin="initiative",
+        addressee="u1",
     )
     assert done.outcome == "discarded"
     history = await store.history((await store.pending_turn(C)).session, 10)  # type: ignore[union-attr]
@@ -97,6 +99,7 @@ async def test_a_lost_lease_fences_and_checkins_off_discards(store: BaseStore) -
         stale,
         text="x",
         origin="initiative",
+        addressee="u1",
         **common,  # type: ignore[arg-type]
     )
     assert fenced.outcome == "fenced"
@@ -106,6 +109,7 @@ async def test_a_lost_lease_fences_and_checkins_off_discards(store: BaseStore) -
         taken,
         text="x",
         origin="initiative",
+        addressee="u1",
         **common,  # type: ignore[arg-type]
     )
     assert off.outcome == "discarded"
@@ -162,6 +166,7 @@ async def test_a_reminder_is_sent_once_across_processes(stores: StoreFactory) ->
                 text="Tea time!",
                 now=T0 + 60,
                 origin="reminder",
+                addressee="u1",
                 reminder=item.reminder,
             )
             outcomes.append(done.outcome)

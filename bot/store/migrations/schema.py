@@ -363,4 +363,13 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         ALTER TABLE messages ADD COLUMN origin TEXT;
         """,
     ),
+    (
+        7,
+        """
+        -- Whom a message the persona wrote first was written to (the person a check-in or a
+        -- reminder is for; NULL: a reply, whose people are the messages it answered). /export
+        -- shows it to them and /forget deletes it with their replies (docs/privacy.md).
+        ALTER TABLE messages ADD COLUMN addressee TEXT;
+        """,
+    ),
 )

@@ -180,6 +180,7 @@ class AgendaPart(SQLCore):
         text: str,
         now: float,
         origin: AgendaKind,
+        addressee: str,
         usage: Usage | None = None,
         model: str | None = None,
         reminder: int | None = None,
@@ -225,7 +226,12 @@ class AgendaPart(SQLCore):
             reply_id, outbox_id = await self._record_reply(
                 db, conv_id, sid, turn, text, now, usage or Usage(), model, None
             )
-            await db.execute("UPDATE messages SET origin = $1 WHERE id = $2", origin, reply_id)
+            await db.execute(
+                "UPDATE messages SET origin = $1, addressee = $2 WHERE id = $3",
+                origin,
+                addressee,
+                reply_id,
+            )
             if origin == "initiative":
                 await db.execute(
                     "INSERT INTO initiatives (conversation_id, due_at, sent_at, decided_at, "

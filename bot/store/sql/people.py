@@ -14,8 +14,12 @@ _MINE = (
     "SELECT m.id FROM messages m JOIN conversations c ON c.id = m.conversation_id "
     "WHERE c.platform = $1 AND m.author_id = $2 AND m.role = 'user'"
 )
+# The persona's messages to them: replies to their messages, and the check-ins and reminders
+# written to them (``messages.addressee``, docs/initiatives.md#privacy).
 _REPLIES = (
-    f"SELECT DISTINCT answered_by FROM messages WHERE id IN ({_MINE}) AND answered_by IS NOT NULL"
+    f"SELECT answered_by FROM messages WHERE id IN ({_MINE}) AND answered_by IS NOT NULL "
+    "UNION SELECT m.id FROM messages m JOIN conversations c ON c.id = m.conversation_id "
+    "WHERE c.platform = $1 AND m.addressee = $2"
 )
 # A reply is "only theirs" when no message of anyone else was answered by it.
 _ONLY = (
