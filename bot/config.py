@@ -379,13 +379,70 @@ class ScheduleSettings(_Section):
             raise ValueError(str(exc)) from None
 
 
+class LoreEntrySettings(_Section):
+    """``[[personas.lorebook.entries]]``: world info injected when its keys appear in the
+    recent messages (docs/personas.md#lorebooks; Character Card V2/V3 ``character_book``)."""
+
+    content: str
+    keys: list[str] = Field(default_factory=list)
+    secondary_keys: list[str] = Field(default_factory=list)
+    # With secondary keys: one of them must match too (the cards' "selective").
+    selective: bool = False
+    # Keys are regular expressions (V3 ``use_regex``).
+    regex: bool = False
+    case_sensitive: bool = False
+    # Always injected, keys or not.
+    constant: bool = False
+    enabled: bool = True
+    # Order in the layer: lower first.
+    insertion_order: int = 100
+    # Over the budget, the lowest priority is dropped first.
+    priority: int = 10
+    name: str = ""
+    # The card's entry id and fields personabot does not use: kept for export.
+    id: int | str | None = None
+    extensions: dict[str, Any] = Field(default_factory=dict)
+
+
+class LorebookSettings(_Section):
+    """``[personas.lorebook]``: a persona's world info (docs/personas.md#lorebooks)."""
+
+    # How many recent messages (the new turn included) are scanned for keys.
+    scan_depth: int = Field(default=4, ge=1, le=200)
+    # The injected layer at most; entries over it are dropped by priority, and logged.
+    token_budget: int = Field(default=500, ge=1, le=100_000)
+    name: str = ""
+    entries: list[LoreEntrySettings] = Field(default_factory=list)
+    extensions: dict[str, Any] = Field(default_factory=dict)
+
+
 class PersonaSettings(_Section):
-    """A persona: who the bot is."""
+    """A persona: who the bot is. The fields after ``first_message`` are those of a
+    Character Card (``personabot persona import``, docs/personas.md)."""
 
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     name: str = Field(min_length=1)
-    system: str = Field(min_length=1)
+    # The framing instructions ("" = personabot's default framing, built from the fields
+    # below: a card's empty system_prompt).
+    system: str = ""
     first_message: list[str] = Field(min_length=1)
+    # {{char}} when set (V3 nickname); else name.
+    nickname: str | None = None
+    description: str = ""
+    personality: str = ""
+    scenario: str = ""
+    # Example dialogue (a card's mes_example), pinned with the persona.
+    example_dialogue: str = ""
+    # Instructions after the conversation window (post_history_instructions).
+    post_history: str = ""
+    # Other openings to choose from at session start (alternate_greetings), and openings
+    # for group chats only (group_only_greetings).
+    greetings: list[str] = Field(default_factory=list)
+    group_greetings: list[str] = Field(default_factory=list)
+    lorebook: LorebookSettings | None = None
+    # The imported card (JSON, relative to the config file): what personabot does not map
+    # (extensions, creator notes, tags, ...) is kept there for ``persona export``.
+    card: str | None = None
     model: str = "claude-sonnet-5-5"
     max_tokens: int = Field(default=1024, ge=1, le=64000)
     temperature: float | None = Field(default=None, ge=0, le=1)
@@ -399,12 +456,21 @@ class PersonaSettings(_Section):
     def _refusal_shown(cls, text: str | None) -> str | None:
         return None if text is None else _shown(text)
 
+    @model_validator(mode="after")
+    def _has_framing(self) -> PersonaSettings:
+        if not (self.system.strip() or self.description.strip() or self.personality.strip()):
+            raise ValueError("system: required when description and personality are empty")
+        return self
+
 
 class _BotBase(_Section):
     """Keys every bot entry has."""
 
     id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
-    persona: str
+    # The persona of new chats; with ``personas``, the first of them when not set.
+    persona: str = ""
+    # Personas a chat may switch to with /persona (docs/personas.md#several-personas).
+    personas: list[str] = Field(default_factory=list)
     token_env: EnvName | None = None
     group_trigger: Literal["mention", "all"] = "mention"
     allow_users: list[PlatformId] | None = None
@@ -422,11 +488,32 @@ class _BotBase(_Section):
     # A Telegram draft's stop button: keep (send what was shown), discard, off (no button).
     stop_button: Literal["keep", "discard", "off"] = "keep"
 
+    @model_validator(mode="after")
+    def _one_default(self) -> _BotBase:
+        if not self.persona and not self.personas:
+            raise ValueError("persona: required (or personas = [...])")
+        if self.persona and self.personas and self.persona not in self.personas:
+            raise ValueError(f"persona: {self.persona!r} is not one of personas")
+        if len(set(self.personas)) != len(self.personas):
+            raise ValueError("personas: a persona is listed twice")
+        return self
+
+    @property
+    def default_persona(self) -> str:
+        """The persona of a chat that chose none."""
+        return self.persona or self.personas[0]
+
+    @property
+    def persona_ids(self) -> tuple[str, ...]:
+        """Every persona this bot may speak as, the default first."""
+        rest = [p for p in self.personas if p != self.default_persona]
+        return (self.default_persona, *rest)
+
     @property
     def key(self) -> str:
         """Stable name of this bot in conversation keys."""
         platform: str = getattr(self, "platform", "bot")
-        return self.id or f"{platform}-{self.persona}"
+        return self.id or f"{platform}-{self.default_persona}"
 
 
 class TelegramBotSettings(_BotBase):
@@ -576,11 +663,13 @@ class Settings(BaseSettings):
         if dupes:
             raise ValueError(f"personas: duplicate id {', '.join(map(repr, dupes))}")
         for index, entry in enumerate(self.bots):
-            if entry.persona not in ids:
-                raise ValueError(
-                    f"bots[{index}].persona: no persona with id {entry.persona!r} "
-                    f"(known: {', '.join(ids)})"
-                )
+            for persona_id in entry.persona_ids:
+                if persona_id not in ids:
+                    field = "persona" if persona_id == entry.persona else "personas"
+                    raise ValueError(
+                        f"bots[{index}].{field}: no persona with id {persona_id!r} "
+                        f"(known: {', '.join(ids)})"
+                    )
         keys = [b.key for b in self.bots]
         if len(set(keys)) != len(keys):
             raise ValueError("bots: two entries share an id; give each an explicit id")

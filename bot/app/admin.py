@@ -46,7 +46,7 @@ def _bot_for(settings: Settings, platform: str, bot: str | None) -> tuple[str, P
     if len(entries) > 1:
         names = ", ".join(b.key for b in entries)
         raise ConfigError([f"--bot: several {platform} bots ({names}); name one with --bot"])
-    return entries[0].key, settings.persona(entries[0].persona)
+    return entries[0].key, settings.persona(entries[0].default_persona)
 
 
 async def show_prompt(

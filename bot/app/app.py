@@ -370,7 +370,7 @@ class App:
         factory = self._platforms.get(entry.platform)
         if factory is None:
             raise build.unknown("platform", "platform", entry.platform, self._platforms)
-        persona = self.settings.persona(entry.persona)
+        persona = self.settings.persona(entry.default_persona)
         index = next((i for i, b in enumerate(self.settings.bots) if b is entry), None)
         label = f"{'' if index is None else f'bots[{index}].'}platform {entry.platform!r}"
         adapter = _made(label, lambda: factory(entry, persona, self.secrets))
@@ -403,7 +403,7 @@ class App:
                 for entry in self.settings.bots:
                     adapter = self.make_adapter(entry)
                     made.append(adapter)
-                    hosted[entry.key] = (self.settings.persona(entry.persona), adapter)
+                    hosted[entry.key] = (self.settings.persona(entry.default_persona), adapter)
                 bots = hosted
             transcriber = self.build_transcriber()
             if transcriber is not None and callable(closer := getattr(transcriber, "aclose", None)):

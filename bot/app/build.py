@@ -258,7 +258,8 @@ def build_memory(
     persona's for a bot not in ``[[bots]]``, e.g. the console)."""
     if policy_for is None:
         by_bot = {
-            b.key: memory_policy(settings, settings.persona(b.persona)) for b in settings.bots
+            b.key: memory_policy(settings, settings.persona(b.default_persona))
+            for b in settings.bots
         }
         default = memory_policy(settings, settings.persona(None))
 

@@ -85,7 +85,9 @@ def summary(settings: Settings, app: App | None = None) -> str:
     ]
     lines += [f"    {p.id}: {p.name}, model {p.model}" for p in settings.personas]
     lines.append(f"  bots ({len(settings.bots)}):")
-    lines += [f"    {b.key}: {b.platform}, persona {b.persona}" for b in settings.bots]
+    lines += [
+        f"    {b.key}: {b.platform}, persona {', '.join(b.persona_ids)}" for b in settings.bots
+    ]
     if app is not None:
         lines.append(f"  plugins: {', '.join(app.plugins) or 'none'}")
         lines.append(f"  platforms installed: {', '.join(app.platforms)}")

@@ -50,7 +50,7 @@ async def run_bots(app: App, *, early: EarlySignals | None = None) -> int:
     signals.install(early)
     try:
         for entry in settings.bots:
-            adapters[entry.key] = (settings.persona(entry.persona), app.make_adapter(entry))
+            adapters[entry.key] = (settings.persona(entry.default_persona), app.make_adapter(entry))
         if main is not None:
             signals.on_abort(main.cancel)  # during startup a second SIGINT gives up at once
         code = await _serve(app, adapters, signals, llm)

@@ -81,6 +81,19 @@ def test_example_documents_every_key_with_a_comment() -> None:
             '[[personas]]\nid = "a"\nname = "A"\nsystem = "s"\n',
             "personas[0].first_message: field required",
         ),
+        (
+            '[[personas]]\nid = "a"\nname = "A"\nfirst_message = ["hi"]\n',
+            "personas[0].system: required when description and personality are empty",
+        ),
+        (
+            '[[bots]]\nplatform = "telegram"\npersonas = ["companion", "ghost"]\n',
+            "bots[0].personas: no persona with id 'ghost' (known: companion)",
+        ),
+        (
+            '[[bots]]\nplatform = "telegram"\npersona = "b"\npersonas = ["companion"]\n',
+            "bots[0].persona: 'b' is not one of personas",
+        ),
+        ('[[bots]]\nplatform = "telegram"\n', "bots[0].persona: required (or personas = [...])"),
         ("this is = not toml ]\n", "not valid TOML"),
         (
             "[queue]\ndebounce_seconds = 9\n",
