@@ -7,6 +7,8 @@ The scripted model is the one of tests/bot/test_initiatives.py.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from datetime import UTC, datetime
 
 import pytest
@@ -17,6 +19,7 @@ from bot.core.events import ConversationKey, UserKey
 from bot.core.llm import ModelRequest, ModelResult, ToolResult, ToolUse, Usage
 from bot.runtime.limits import LimitPolicy
 from bot.store.base import BaseStore
+from tests.backends import StoreFactory
 from tests.bot.test_initiatives import CHECK_IN, HOUR, NO_QUIET, Scripted
 from tests.harness import BOT, Harness, harness
 
@@ -216,3 +219,81 @@ async def test_two_unanswered_check_ins_keep_the_interval_and_stop(store: BaseSt
         sent = _check_ins(h)
         assert len(sent) == 2 and len(llm.decisions()) == 2
         assert sent[0] >= start + 2 * HOUR - 5 and sent[1] - sent[0] >= 5 * HOUR
+
+
+class GatedReminder(Scripted):
+    """The reminder's words wait for ``reminder_gate``."""
+
+    def __init__(self) -> None:
+        super().__init__(remind_at="2026-12-01T21:00")
+        self.reminder_gate = asyncio.Event()
+        self.reminder_waiting = asyncio.Event()
+
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        if "reminder" in request.layers and not self.reminder_gate.is_set():
+            self.reminder_waiting.set()
+            await self.reminder_gate.wait()
+        return await super().complete(request)
+
+
+async def test_a_person_writing_during_a_reminder_gets_one_reply_then_the_reminder_once(
+    store: BaseStore,
+) -> None:
+    clock = ManualClock(EVENING)
+    llm = GatedReminder()
+    async with harness(store, clock, llm, schedule=ScheduleSettings(reminders=True)) as h:
+        await _chat(h, C, "please remind me at 21 about the dentist")
+        await h.advance(2 * HOUR, step=300)
+        assert llm.reminder_waiting.is_set()
+        await h.say(C, "are you there?")
+        llm.reminder_gate.set()
+        await h.advance(30.0, step=0.5)
+        texts = h.outlet.texts(C)
+        assert sum("dentist, in an hour" in t for t in texts) == 1, texts
+        # (the reply echoes the prompt's last message: the local-time layer, then the text)
+        assert sum(t.endswith("are you there?") for t in texts) == 1, texts
+        (stored,) = await store.reminders(SASHA, pending_only=False)
+        assert stored.status == "sent"
+
+
+async def test_checkins_off_during_generation_discards_the_check_in(store: BaseStore) -> None:
+    clock = ManualClock(EVENING - 8 * HOUR)
+    llm = Scripted()
+    llm.gate = asyncio.Event()
+    async with harness(store, clock, llm, initiative=NO_QUIET) as h:
+        await _chat(h, C, "see you")
+        await h.advance(2.1 * HOUR, step=300)
+        assert llm.waiting.is_set()
+        await h.say(C, "/checkins off")
+        llm.gate.set()
+        await h.advance(10.0, step=0.5)
+        assert _check_ins(h) == []
+        await h.advance(48 * HOUR, step=1800)
+        assert _check_ins(h) == [] and len(llm.decisions()) == 1
+
+
+async def test_a_process_stopped_mid_check_in_leaves_it_to_the_other_once(
+    stores: StoreFactory,
+) -> None:
+    clock = ManualClock(EVENING - 8 * HOUR)
+    first, second = Scripted(), Scripted()
+    first.gate = asyncio.Event()  # never opened: this process stops while deciding
+    async with stores.new() as a, stores.new() as b, contextlib.AsyncExitStack() as process_a:
+        ha = await process_a.enter_async_context(
+            harness(a, clock, first, initiative=NO_QUIET, holder="a")
+        )
+        await _chat(ha, C, "see you")
+        for _ in range(10):  # "a" alone: it takes the due check-in and starts deciding
+            if first.waiting.is_set():
+                break
+            await ha.advance(1800, step=300)
+        assert first.waiting.is_set()
+        async with harness(b, clock, second, initiative=NO_QUIET, holder="b") as hb:
+            await process_a.aclose()  # "a" stops: its decision is cancelled, its lease released
+            await hb.advance(60.0, step=1.0)
+            texts = [*ha.outlet.texts(C), *hb.outlet.texts(C)]
+            assert texts.count(CHECK_IN) == 1, texts
+            await hb.advance(48 * HOUR, step=1800)
+            texts = [*ha.outlet.texts(C), *hb.outlet.texts(C)]
+            assert texts.count(CHECK_IN) == 1, texts
+            assert hb.outlet.texts(C).count(CHECK_IN) == 1  # "b" sent it
