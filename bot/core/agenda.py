@@ -136,10 +136,15 @@ def check_in_due(
     last_user_at: float,
     last_initiative_at: float | None,
     tz: tzinfo,
+    now: float | None = None,
 ) -> float:
     """When the next check-in may be written: ``after_idle`` of silence since the person's
-    last message and since the last check-in, ``min_interval`` since that check-in, and
-    never in quiet hours (moved to their end)."""
+    last message and since the last check-in, ``min_interval`` since that check-in, not
+    before ``now`` (when given), and never in quiet hours (moved to their end).
+
+    ``now`` matters for an overdue check-in (re-armed after a skip or a retry, or due while
+    no process ran): the quiet hours that count are those of the moment it would be
+    written, not those of the moment it first fell due."""
     due = last_user_at + policy.after_idle_seconds
     if last_initiative_at is not None:
         due = max(
@@ -147,6 +152,8 @@ def check_in_due(
             last_initiative_at + policy.after_idle_seconds,
             last_initiative_at + policy.min_interval_seconds,
         )
+    if now is not None:
+        due = max(due, now)
     return after_quiet(due, tz, policy.quiet)
 
 

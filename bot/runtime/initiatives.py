@@ -258,7 +258,11 @@ class Proactive:
             return "off"
         tz, _ = await self.zone_for(UserKey(conversation.platform, state.person))
         due = check_in_due(
-            policy, last_user_at=state.last_user_at, last_initiative_at=state.sent_at, tz=tz
+            policy,
+            last_user_at=state.last_user_at,
+            last_initiative_at=state.sent_at,
+            tz=tz,
+            now=now,
         )
         if due > now:
             await self._store.arm_initiative(conversation, due, now)
@@ -467,7 +471,7 @@ async def due_check_in(
     user = UserKey(conversation.platform, state.person)
     tz, _ = await zone_for(store, memory, user, default_zone)
     due = check_in_due(
-        policy, last_user_at=state.last_user_at, last_initiative_at=state.sent_at, tz=tz
+        policy, last_user_at=state.last_user_at, last_initiative_at=state.sent_at, tz=tz, now=now
     )
     return (state, tz) if due <= now else None
 

@@ -96,6 +96,8 @@ async def stored_reminders(
 
 
 Handler = Callable[[Inbound, Command], Awaitable[str | None]]
+#: Reminder ids are 64-bit integers: a longer number names none (and would not fit a query).
+_MAX_ID_DIGITS: Final = 18
 
 
 class AgendaCommands:
@@ -127,8 +129,10 @@ class AgendaCommands:
             return "/reminders is about one person's own reminders: send it as yourself."
         words = command.args.split()
         if words and words[0].lower() in {"cancel", "delete", "stop"}:
-            if len(words) != 2 or not words[1].lstrip("#").isdigit():
+            if len(words) != 2 or not words[1].lstrip("#").isdecimal():
                 return "Which one? Send /reminders cancel N, with N from the list."
+            if len(words[1].lstrip("#")) > _MAX_ID_DIGITS:  # past any id the store holds
+                return "You have no waiting reminder with that number."
             number = int(words[1].lstrip("#"))
             bot = inbound.conversation.bot
             if await self._store.cancel_reminder(user, number, self._clock.now(), bot=bot):
@@ -137,12 +141,24 @@ class AgendaCommands:
         if words:
             return "Send /reminders to list them, or /reminders cancel N."
         waiting = await self._store.reminders(user, bot=inbound.conversation.bot)
+        here = ""
+        if not inbound.is_private:
+            # A group reads the answer: only what was asked for in it, as /memory shows a
+            # group only what its prompts may hold. The answer never says whether more wait
+            # elsewhere, so the group cannot tell what the person set privately.
+            waiting = [r for r in waiting if r.conversation == inbound.conversation]
+            here = " in this chat"
         if not waiting:
-            return "You have no reminders waiting. Ask me in a message to remind you of something."
+            return (
+                f"You have no reminders waiting{here}. Ask me in a message to remind you of "
+                "something."
+            )
         tz, name = await self._proactive.zone_for(user)
         lines = [f"#{r.id} {describe_local(r.due_at, tz)}: {r.about}" for r in waiting]
         return (
-            f"Your reminders ({name}):\n" + "\n".join(lines) + "\n/reminders cancel N cancels one."
+            f"Your reminders{here} ({name}):\n"
+            + "\n".join(lines)
+            + "\n/reminders cancel N cancels one."
         )
 
     async def timezone(self, inbound: Inbound, command: Command) -> str:

@@ -81,16 +81,20 @@ def test_a_quiet_window_ending_in_a_skipped_hour_ends_after_the_change() -> None
     idle=st.floats(min_value=60, max_value=7 * 86400),
     interval=st.floats(min_value=0, max_value=7 * 86400),
     name=st.sampled_from(ZONES),
+    now=st.one_of(st.none(), INSTANTS),
 )
 def test_a_check_in_waits_for_the_silence_the_interval_and_the_end_of_quiet_hours(
-    last: float, sent: float | None, idle: float, interval: float, name: str
+    last: float, sent: float | None, idle: float, interval: float, name: str, now: float | None
 ) -> None:
     policy = InitiativePolicy(enabled=True, after_idle_seconds=idle, min_interval_seconds=interval)
     tz = zone(name)
-    due = check_in_due(policy, last_user_at=last, last_initiative_at=sent, tz=tz)
+    due = check_in_due(policy, last_user_at=last, last_initiative_at=sent, tz=tz, now=now)
     assert due >= last + idle
     if sent is not None:
         assert due >= sent + idle and due >= sent + interval
+    # Overdue (re-armed after a skip, or due while no process ran): not before now, and
+    # the quiet hours of now count, not those of when it first fell due.
+    assert now is None or due >= now
     assert not policy.quiet.contains(local_at(due, tz))
 
 
