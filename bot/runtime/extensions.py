@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from bot.core.events import ConversationKey, Inbound, SessionKey, StoredMessage
 from bot.runtime.tools import ToolRegistry
@@ -55,6 +56,10 @@ class TurnContext:
     persona_id: str
     messages: tuple[StoredMessage, ...]
     now: float
+    # In a tool's check only: the arguments of the calls of the same tool that already passed
+    # their check in this turn. They are applied together with the reply, so a check that
+    # enforces a cap (remind_me: reminders per person) counts them (docs/plugins.md).
+    earlier_calls: tuple[Mapping[str, Any], ...] = ()
 
 
 #: Before the model request: the text of an extra prompt layer, or None for none.

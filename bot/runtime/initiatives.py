@@ -397,12 +397,21 @@ class Proactive:
     # -- the remind_me tool ----------------------------------------------------------------------
 
     async def resolve(
-        self, user: UserKey, bot: str, at: str, about: str, *, checked: bool = False
+        self,
+        user: UserKey,
+        bot: str,
+        at: str,
+        about: str,
+        *,
+        checked: bool = False,
+        earlier: int = 0,
     ) -> tuple[NewReminder, str]:
         """A reminder from the model's arguments, and how it reads to the person; ToolError
-        (shown to the model) when it cannot be kept. ``checked``: the loop's check passed
-        already (the reply now says it is set), so neither the time that passed while the
-        reply was written nor the count refuses it; a time now past fires at once."""
+        (shown to the model) when it cannot be kept. ``earlier``: reminders for them that
+        this turn agreed to already (stored with the reply, so counted against the cap).
+        ``checked``: the loop's check passed already (the reply now says it is set), so
+        neither the time that passed while the reply was written nor the count refuses it;
+        a time now past fires at once."""
         about = " ".join(about.split())
         if not about:
             raise ToolError("Say what the reminder is about.")
@@ -413,10 +422,10 @@ class Proactive:
             due = reminder_due(at, tz, self._clock.now() - (CHECKED_SLACK if checked else 0.0))
         except WhenError as exc:
             raise ToolError(str(exc)) from None
-        waiting = [] if checked else await self._store.reminders(user, bot=bot)
-        if len(waiting) >= self.policy.max_reminders_per_person:
+        waiting = 0 if checked else len(await self._store.reminders(user, bot=bot)) + earlier
+        if waiting >= self.policy.max_reminders_per_person:
             raise ToolError(
-                f"This person already has {len(waiting)} reminders waiting, the most allowed; "
+                f"This person already has {waiting} reminders waiting, the most allowed; "
                 "they can cancel some with /reminders."
             )
         return NewReminder(user.user_id, about, due, name), f"{describe_local(due, tz)} ({name})"

@@ -10,7 +10,7 @@ exactly when that reply does. A context layer tells the model the person's local
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
@@ -27,27 +27,56 @@ log = logging.getLogger("personabot.reminders")
 REMIND_DESCRIPTION: Final = (
     "Set a reminder the person asked for. `at` is their local date and time as "
     "YYYY-MM-DDTHH:MM (the context says their time zone and the time now); `about` says what "
-    "to remind them of, in a few words. At that time you will write to them about it."
+    "to remind them of, in a few words; `asker`: when several people wrote just now, the name "
+    "of the one who asked, as shown in the conversation. At that time you will write to them "
+    "about it."
 )
 
 
 def person_of(context: TurnContext) -> UserKey:
-    """Who asked: the author of the turn's last message."""
+    """Whose local time the context layer shows: the author of the turn's last message."""
     author = context.messages[-1].author_id if context.messages else ""
     return UserKey(context.conversation.platform, author)
+
+
+def asker_of(context: TurnContext, asker: str) -> UserKey:
+    """Who asked for a reminder: the one person who wrote in the turn, or, in a coalesced
+    group turn of several people, the one the model names (``asker``, their display name).
+    ToolError when that cannot be told: a reminder never goes to someone who did not ask."""
+    people: dict[str, set[str]] = {}
+    for m in context.messages:
+        if m.role == "user" and is_person(m.author_id):
+            people.setdefault(m.author_id, set()).add(m.display_name.strip().casefold())
+    if not people:
+        raise ToolError("I cannot tell who asked (an anonymous admin or a channel).")
+    if len(people) == 1:
+        (only,) = people
+        return UserKey(context.conversation.platform, only)
+    wanted = " ".join(asker.split()).casefold()
+    named = [who for who, names in people.items() if wanted and wanted in names]
+    if len(named) != 1:
+        names = ", ".join(sorted({n for ns in people.values() for n in ns if n}))
+        raise ToolError(
+            "Several people wrote just now: set `asker` to the name of the one who asked "
+            f"(one of: {names})."
+            if not named
+            else "Two people here share that name: ask the person to say it again on its own."
+        )
+    return UserKey(context.conversation.platform, named[0])
 
 
 def reminder_extensions(proactive: Proactive, extensions: Extensions) -> Extensions:
     """``extensions`` with the ``remind_me`` tool and the local-time layer for every bot."""
 
-    async def remind_me(at: str, about: str, turn: TurnContext) -> str:
+    async def remind_me(at: str, about: str, turn: TurnContext, asker: str = "") -> str:
         # Never run: the pipeline stores these calls with the reply (module docstring).
         raise ToolError("reminders are stored with the reply")
 
-    async def check(at: str, about: str, turn: TurnContext) -> str:
-        if not is_person(person_of(turn).user_id):
-            raise ToolError("I cannot tell who asked (an anonymous admin or a channel).")
-        _, shown = await proactive.resolve(person_of(turn), turn.bot, at, about)
+    async def check(at: str, about: str, turn: TurnContext, asker: str = "") -> str:
+        person = asker_of(turn, asker)
+        # This turn's calls that passed already are stored with the reply: they count too.
+        earlier = sum(1 for call in turn.earlier_calls if _asked_by(turn, call, person))
+        _, shown = await proactive.resolve(person, turn.bot, at, about, earlier=earlier)
         return f"The reminder will be set for {shown}."
 
     remind_me.__personabot_builtin__ = True  # type: ignore[attr-defined]
@@ -82,7 +111,7 @@ async def stored_reminders(
     for effect in effects:
         try:
             reminder, _ = await proactive.resolve(
-                person_of(context),
+                asker_of(context, str(effect.kwargs.get("asker", ""))),
                 context.bot,
                 str(effect.kwargs["at"]),
                 str(effect.kwargs["about"]),
@@ -93,6 +122,13 @@ async def stored_reminders(
             continue
         out.append(reminder)
     return out
+
+
+def _asked_by(context: TurnContext, call: Mapping[str, object], person: UserKey) -> bool:
+    try:
+        return asker_of(context, str(call.get("asker", ""))) == person
+    except ToolError:
+        return False
 
 
 Handler = Callable[[Inbound, Command], Awaitable[str | None]]

@@ -250,6 +250,11 @@ class ToolLoop:
         self._context = context
         self._charge = charge  # every call is charged as soon as it answered
         self._count = count or _uncounted
+        # The checks of side-effect calls run one at a time, in the model's order, each seeing
+        # the calls of its tool accepted before it (TurnContext.earlier_calls): calls of one
+        # step run concurrently, and a cap counted by two checks at once would let both pass.
+        self._checking = asyncio.Lock()
+        self._accepted: list[Effect] = []
 
     async def run(self, request: ModelRequest, *, stream: StepTextSink | None = None) -> LoopResult:
         """The final answer; ModelError from the provider propagates (no effect survives).
@@ -354,6 +359,41 @@ class ToolLoop:
             return done("deferred", DEFERRED, why=" until the reply is recorded"), Effect(
                 tool, kwargs
             )
+        if tool.side_effects:
+            async with self._checking:
+                result, effect = await self._checked(tool, use, kwargs, done)
+                if effect is not None:
+                    self._accepted.append(effect)
+                return result, effect
+        return await self._ran(tool, use, kwargs, done)
+
+    async def _checked(
+        self,
+        tool: Tool,
+        use: ToolUse,
+        kwargs: dict[str, Any],
+        done: Callable[..., ToolResult],
+    ) -> tuple[ToolResult, Effect | None]:
+        """A side-effect call's check, seeing this tool's calls accepted earlier in the turn."""
+        name = tool.context_parameter
+        earlier = tuple(
+            {k: v for k, v in e.kwargs.items() if k != name}
+            for e in self._accepted
+            if e.tool.name == tool.name
+        )
+        seen = dict(kwargs)
+        if name is not None and earlier:
+            seen[name] = replace(self._context, earlier_calls=earlier)
+        result, ok = await self._ran(tool, use, seen, done)
+        return result, Effect(tool, kwargs) if ok is not None else None
+
+    async def _ran(
+        self,
+        tool: Tool,
+        use: ToolUse,
+        kwargs: dict[str, Any],
+        done: Callable[..., ToolResult],
+    ) -> tuple[ToolResult, Effect | None]:
         run = tool.check if tool.side_effects and tool.check is not None else tool.run
         try:
             limit = self._policy.call_timeout_seconds

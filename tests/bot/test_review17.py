@@ -11,8 +11,6 @@ import asyncio
 import contextlib
 from datetime import UTC, datetime
 
-import pytest
-
 from bot.config import ScheduleSettings
 from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey, UserKey
@@ -26,6 +24,7 @@ from tests.harness import BOT, Harness, harness
 C = ConversationKey("telegram", "42", None, BOT)
 GROUP = ConversationKey("telegram", "-100", None, BOT)
 SASHA = UserKey("telegram", "u1")
+KIM = UserKey("telegram", "u2")
 # A Tuesday, 19:00 UTC.
 EVENING = datetime(2026, 12, 1, 19, 0, tzinfo=UTC).timestamp()
 QUIET = NO_QUIET.model_copy(update={"quiet_hours": "22:00-08:00"})
@@ -109,12 +108,6 @@ class ManyReminders(Scripted):
         return await super().complete(request)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the remind_me check counts only stored reminders; calls of the same turn are "
-    "stored together by finish_turn without a count, so one turn sets up to [tools] "
-    "max_calls past max_reminders_per_person",
-)
 async def test_one_turn_cannot_set_more_reminders_than_the_maximum(store: BaseStore) -> None:
     clock = ManualClock(EVENING)
     llm = ManyReminders(count=6)
@@ -139,11 +132,6 @@ async def test_reminders_in_a_group_lists_none_set_in_a_private_chat(store: Base
         assert "dentist" not in shown, shown
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="remind_me gives the reminder to the author of the turn's last message: in a "
-    "coalesced group turn that is whoever wrote last, not who asked",
-)
 async def test_a_reminder_asked_for_in_a_busy_group_is_not_given_to_someone_else(
     store: BaseStore,
 ) -> None:
@@ -160,6 +148,52 @@ async def test_a_reminder_asked_for_in_a_busy_group_is_not_given_to_someone_else
         )
         await h.say(GROUP, "lol", private=False)
         await h.advance(3.0, step=0.5)
+        assert await store.reminders(SASHA) == []
+        assert await store.reminders(KIM) == []  # the model named nobody: it was told to
+        told = [
+            b.content
+            for r in llm.requests
+            for m in r.messages
+            for b in m.blocks
+            if isinstance(b, ToolResult)
+        ]
+        assert any("set `asker`" in t and "kim" in t and "sasha" in t for t in told), told
+
+
+class NamingTheAsker(Scripted):
+    """Names the asker in its remind_me call, as the tool's description asks in a group."""
+
+    def __init__(self, asker: str) -> None:
+        super().__init__()
+        self.asker = asker
+
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        result = await super().complete(request)
+        uses = tuple(
+            ToolUse(u.id, u.name, {**u.input, "asker": self.asker})
+            if isinstance(u, ToolUse) and u.name == "remind_me"
+            else u
+            for u in result.content
+        )
+        return ModelResult(result.text, result.usage, result.model, result.stop_reason, uses)
+
+
+async def test_a_reminder_named_for_one_of_several_speakers_goes_to_them(
+    store: BaseStore,
+) -> None:
+    clock = ManualClock(EVENING)
+    llm = NamingTheAsker("kim")  # as the model reads it: case and spacing do not matter
+    async with harness(store, clock, llm, schedule=ScheduleSettings(reminders=True)) as h:
+        await h.say(
+            GROUP,
+            "please remind me at 9 on Thursday about the dentist",
+            author="u2",
+            name="Kim",
+            private=False,
+        )
+        await h.say(GROUP, "lol", private=False)
+        await h.advance(3.0, step=0.5)
+        assert [r.about for r in await store.reminders(KIM)] == ["the dentist"]
         assert await store.reminders(SASHA) == []
 
 
