@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -20,13 +21,14 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
 import asyncpg
 import pytest
 
-from tests.fakes.messages_api import FakeMessagesAPI
+from tests.fakes.messages_api import CannedReply, FakeMessagesAPI, RecordedRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 FILLER = "and that is all I wanted to say"
@@ -301,3 +303,238 @@ async def test_sigkill_mid_generation_another_process_replies_once(
     assert api.call_count == 2  # the killed generation and the takeover's
     assert timers == 0
     assert [(r["role"], r["pending"]) for r in rows] == [("user", False), ("assistant", False)]
+
+
+# -- check-ins and reminders (docs/initiatives.md#what-is-guaranteed) ---------------------------
+
+#: Check-ins about 3 s after the reply (0.0008 h), no quiet hours, one unanswered at most,
+#: reminders on; the agenda scheduler scans every 0.2 s (and wakes for what it arms itself).
+AGENDA = """
+[personas.initiative]
+enabled = true
+after_idle_hours = 0.0008
+quiet_hours = ""
+max_unanswered = 1
+min_interval_hours = 0
+
+[schedule]
+reminders = true
+scan_interval_seconds = 0.2
+"""
+CHAT = re.compile(r"\[(c\d+|k\d+)\]")
+REMINDER_NOTE = "asked you to remind them"
+SET = "I'll remind you."
+# One reminder is set this far ahead of the request that asks for it.
+REMIND_AHEAD = 4.0
+
+
+def with_agenda(config: Path) -> Path:
+    """``config`` (as write_config wrote it) with check-ins and reminders on for the persona.
+
+    Appended: ``[personas.initiative]`` belongs to the last ``[[personas]]`` entry."""
+    config.write_text(config.read_text(encoding="utf-8") + AGENDA, encoding="utf-8")
+    return config
+
+
+def chat_of(request: RecordedRequest) -> str:
+    """The one chat whose messages a request holds (each user message names its chat)."""
+    (chat,) = {m for text in request.text_of("user") for m in CHAT.findall(text)}
+    return chat
+
+
+def check_in_text(chat: str) -> str:
+    return f"Hey, how did the exam go? ({chat})"
+
+
+def reminder_text(chat: str) -> str:
+    return f"The dentist, now! ({chat})"
+
+
+def is_check_in(request: RecordedRequest) -> bool:
+    """A check-in decision: the send/skip choice with one tool call required."""
+    return request.tool_choice == "any" and {"send", "skip"} <= set(request.tool_names)
+
+
+def script_agenda(api: FakeMessagesAPI, *, check_in_delay: float) -> list[float]:
+    """Rules for the workers' calls, whichever worker makes them, in any order: a check-in
+    sends (after ``check_in_delay``), a turn asking for a reminder calls ``remind_me`` for
+    REMIND_AHEAD seconds later (UTC, the default zone), its tool result gets SET, a reminder's
+    request gets the persona's words; other turns get ``api.reply_text``. Returns the list
+    the reminders' due instants are appended to."""
+    due: list[float] = []
+
+    def remind(request: RecordedRequest) -> CannedReply:
+        at = float(int(time.time() + REMIND_AHEAD))  # remind_me takes whole seconds
+        due.append(at)
+        when = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        return api.tool_use_reply("remind_me", {"at": when, "about": "the dentist"})
+
+    api.answer_when(
+        is_check_in,
+        lambda r: api.tool_use_reply("send", {"text": check_in_text(chat_of(r))}),
+        delay=check_in_delay,
+    )
+    api.answer_when(
+        lambda r: (
+            "remind_me" in r.tool_names and not r.tool_results and "remind me" in r.last_user_text
+        ),
+        remind,
+    )
+    api.answer_when(lambda r: bool(r.tool_results), CannedReply(SET))
+    api.answer_when(
+        lambda r: REMINDER_NOTE in r.last_user_text,
+        lambda r: CannedReply(reminder_text(chat_of(r))),
+    )
+    return due
+
+
+async def agenda_settled(db: asyncpg.Connection) -> bool:
+    """Nothing more can be sent: no check-in armed, no reminder waiting, no reply unsent, no
+    turn lease held, no turn timer armed."""
+    row = await db.fetchrow(
+        "SELECT (SELECT COUNT(*) FROM initiatives WHERE due_at IS NOT NULL), "
+        "(SELECT COUNT(*) FROM reminders WHERE status = 'pending'), "
+        "(SELECT COUNT(*) FROM outbox WHERE status = 'pending'), "
+        "(SELECT COUNT(*) FROM leases WHERE name LIKE 'turn:%' AND expires_at > $1), "
+        "(SELECT COUNT(*) FROM timers)",
+        time.time(),
+    )
+    assert row is not None
+    return not any(row)
+
+
+async def settled(db: asyncpg.Connection, within: float) -> None:
+    """Poll :func:`agenda_settled` until it holds."""
+    deadline = time.monotonic() + within
+    while not await agenda_settled(db):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"check-ins and reminders still under way after {within}s")
+        await asyncio.sleep(0.1)
+
+
+async def test_three_processes_send_each_check_in_and_reminder_once(
+    pg_dsn: str, tmp_path: Path, worker_env: dict[str, str]
+) -> None:
+    """Issue 17's acceptance across real processes: every due check-in and every reminder set
+    through remind_me is sent exactly once, although every worker scans for them."""
+    rng = random.Random(20261201)
+    chats = [f"c{i}" for i in range(8)]
+    reminding = {"c0", "c5"}
+    async with FakeMessagesAPI(reply_text="Good luck!") as api:
+        due = script_agenda(api, check_in_delay=0.3)
+        config = with_agenda(
+            write_config(
+                tmp_path / "personabot.toml",
+                dsn=pg_dsn,
+                api_url=api.base_url,
+                lease=10.0,
+                debounce=0.3,
+                scan=0.2,
+            )
+        )
+        async with (
+            workers(3, config, tmp_path, worker_env) as procs,
+            aiohttp.ClientSession() as http,
+        ):
+            for chat in chats:
+                text = (
+                    f"[{chat}] please remind me in a few seconds about the dentist"
+                    if chat in reminding
+                    else f"[{chat}] I have an exam tomorrow"
+                )
+                await post(http, rng.choice(procs), chat, text, f"{chat}-0")
+
+            def delivered() -> list[dict[str, object]]:
+                return [r for w in procs for r in w.delivered()]
+
+            # A reply and a check-in per chat, and a reminder in two.
+            expected = 2 * len(chats) + len(reminding)
+            await eventually(lambda: len(delivered()) >= expected, 30, "every check-in")
+            db = await asyncpg.connect(pg_dsn)
+            try:
+                await settled(db, 10)
+                origins = await db.fetch(
+                    "SELECT c.chat_id, m.origin FROM messages m JOIN conversations c "
+                    "ON c.id = m.conversation_id WHERE m.origin IS NOT NULL"
+                )
+                reminders = await db.fetch("SELECT status FROM reminders")
+            finally:
+                await db.close()
+            sent = delivered()
+
+    texts = Counter((str(r["chat_id"]), str(r["text"])) for r in sent)
+    for chat in chats:
+        first = SET if chat in reminding else "Good luck!"
+        mine = {first: 1, check_in_text(chat): 1}
+        if chat in reminding:
+            mine[reminder_text(chat)] = 1
+        assert {t: n for (c, t), n in texts.items() if c == chat} == mine, chat
+    assert len(sent) == expected
+    # One decision per chat reached the model: no second worker even asked.
+    assert Counter(chat_of(r) for r in api.requests if is_check_in(r)) == Counter(chats)
+    # Each reminder came at its time, not before.
+    (a, b) = sorted(float(str(r["at"])) for r in sent if "dentist, now" in str(r["text"]))
+    assert len(due) == 2 and a >= min(due) and b >= max(due)
+    assert sorted((r["chat_id"], r["origin"]) for r in origins) == sorted(
+        [*((c, "initiative") for c in chats), *((c, "reminder") for c in reminding)]
+    )
+    assert [r["status"] for r in reminders] == ["sent", "sent"]
+
+
+async def test_sigkill_while_a_check_in_is_generated_the_other_process_sends_it_once(
+    pg_dsn: str, tmp_path: Path, worker_env: dict[str, str]
+) -> None:
+    lease_seconds = 2.0
+    async with FakeMessagesAPI(reply_text="Good luck!") as api:
+        script_agenda(api, check_in_delay=3.0)  # the decision outlives the lease
+        config = with_agenda(
+            write_config(
+                tmp_path / "personabot.toml",
+                dsn=pg_dsn,
+                api_url=api.base_url,
+                lease=lease_seconds,
+                debounce=0.3,
+                scan=0.2,
+            )
+        )
+        async with (
+            workers(2, config, tmp_path, worker_env) as procs,
+            aiohttp.ClientSession() as http,
+        ):
+            await post(http, procs[0], "k1", "[k1] I have an exam tomorrow", "k1-0")
+
+            def check_ins() -> list[RecordedRequest]:
+                return [r for r in api.requests if is_check_in(r)]
+
+            await eventually(lambda: len(check_ins()) == 1, 20, "the check-in's decision")
+            db = await asyncpg.connect(pg_dsn)
+            try:
+                holder, token = await db.fetchrow(
+                    "SELECT holder, token FROM leases WHERE name LIKE 'turn:%:k1'"
+                )
+                (victim,) = [w for w in procs if w.holder == holder]
+                (survivor,) = [w for w in procs if w is not victim]
+                victim.proc.send_signal(signal.SIGKILL)  # mid-decision: the call takes 3 s
+                await victim.proc.wait()
+                still, expires_at = await db.fetchrow(
+                    "SELECT token, expires_at FROM leases WHERE name LIKE 'turn:%:k1'"
+                )
+                assert still == token  # nobody took over before the kill
+
+                def sent() -> list[dict[str, object]]:
+                    return [r for r in survivor.delivered() if r["text"] == check_in_text("k1")]
+
+                await eventually(lambda: len(sent()) >= 1, 20, "the takeover's check-in")
+                await settled(db, 10)
+                origins = await db.fetch("SELECT origin FROM messages WHERE origin IS NOT NULL")
+            finally:
+                await db.close()
+            everything = [r for w in procs for r in w.delivered()]
+
+    assert [r["text"] for r in victim.delivered()] in ([], ["Good luck!"])
+    # One reply and one check-in in all; the check-in from the survivor, after the lease.
+    assert sorted(str(r["text"]) for r in everything) == sorted(["Good luck!", check_in_text("k1")])
+    (check_in,) = sent()
+    assert float(str(check_in["at"])) >= expires_at
+    assert len(check_ins()) == 2  # the killed decision and the takeover's
+    assert [r["origin"] for r in origins] == ["initiative"]

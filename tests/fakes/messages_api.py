@@ -36,6 +36,11 @@ Behaviour of ``POST /v1/messages``:
   invalid_request_error``. :attr:`RecordedRequest.images` gives what arrived (decoded bytes,
   media type, pixel size), and the reply's ``input_tokens`` grow by each image's cost
   (``memory.tokens.image_tokens``), so benchmarks see what images cost.
+* Otherwise a request that matches a rule (:meth:`answer_when`: a predicate on the
+  :class:`RecordedRequest`, an answer or a function making one, an extra delay) gets that
+  rule's answer; rules stay until :meth:`clear_rules`, and the first match wins. They answer
+  by what a request is rather than when it comes, so several clients calling at once (e.g.
+  worker processes) each get the answer meant for their kind of call.
 * Otherwise the next scripted outcome is popped from a FIFO queue (:meth:`fail_next`,
   :meth:`reply_next`, :meth:`tool_use_next`); with an empty queue the default reply is sent:
   one text block with :attr:`reply_text` (or, when that is None, an echo of the last user
@@ -91,7 +96,7 @@ import json
 import re
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
@@ -109,6 +114,7 @@ __all__ = [
     "MidstreamFailure",
     "ReceivedImage",
     "RecordedRequest",
+    "Rule",
     "StreamPause",
     "tokens",
 ]
@@ -250,6 +256,17 @@ class RecordedRequest:
         return list(self.body.get("tools", []))
 
     @property
+    def tool_names(self) -> list[str]:
+        """The names of the tools offered, in order."""
+        return [str(t.get("name", "")) for t in self.tools]
+
+    @property
+    def tool_choice(self) -> str:
+        """The ``tool_choice`` type sent (``"auto"``, the API's default, when absent)."""
+        choice = self.body.get("tool_choice")
+        return str(choice.get("type", "")) if isinstance(choice, dict) else "auto"
+
+    @property
     def tool_results(self) -> list[dict[str, Any]]:
         """The ``tool_result`` blocks of the last user message, in order."""
         for message in reversed(self.messages):
@@ -316,6 +333,24 @@ class CannedReply:
     stop_reason: str | None = None
     model: str | None = None
     content: list[dict[str, Any]] | None = None
+
+
+Answer = CannedError | CannedReply
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """Answers every request ``match`` accepts (see :meth:`FakeMessagesAPI.answer_when`)."""
+
+    match: Callable[[RecordedRequest], bool]
+    answer: Answer | Callable[[RecordedRequest], Answer]
+    delay: float = 0.0
+
+    def answer_for(self, request: RecordedRequest) -> Answer:
+        """This rule's answer to ``request``."""
+        if isinstance(self.answer, CannedError | CannedReply):
+            return self.answer
+        return self.answer(request)
 
 
 StreamFailureKind = Literal["overloaded_error", "disconnect", "truncate"]
@@ -548,6 +583,7 @@ class FakeMessagesAPI:
         self.reject_sampling_params = True
         self.requests: list[RecordedRequest] = []
         self._script: deque[CannedError | CannedReply] = deque()
+        self._rules: list[Rule] = []
         self._breaks: deque[MidstreamFailure] = deque()
         self._pauses: deque[StreamPause] = deque()
         self._all_pauses: list[StreamPause] = []  # released on close: no handler stays held
@@ -618,13 +654,43 @@ class FakeMessagesAPI:
         The answer holds an optional ``text`` block, then a ``tool_use`` block calling
         ``name`` with ``arguments`` and one more for each of ``calls``; returns their ids.
         """
+        reply = self.tool_use_reply(name, arguments, text=text, calls=calls, usage=usage)
+        self._script.append(reply)
+        assert reply.content is not None
+        return [str(b["id"]) for b in reply.content if b["type"] == "tool_use"]
+
+    def tool_use_reply(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        text: str | None = None,
+        calls: list[tuple[str, Mapping[str, Any]]] | None = None,
+        usage: Mapping[str, int | None] | None = None,
+    ) -> CannedReply:
+        """The answer :meth:`tool_use_next` queues, with fresh ids, for a rule to give."""
         content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-        ids = []
         for tool, args in [(name, arguments), *(calls or [])]:
-            ids.append(f"toolu_fake_{next(self._ids)}")
-            content.append({"type": "tool_use", "id": ids[-1], "name": tool, "input": dict(args)})
-        self.reply_next(content=content, stop_reason="tool_use", usage=usage)
-        return ids
+            call_id = f"toolu_fake_{next(self._ids)}"
+            content.append({"type": "tool_use", "id": call_id, "name": tool, "input": dict(args)})
+        return CannedReply(None, dict(usage) if usage else None, "tool_use", None, content)
+
+    def answer_when(
+        self,
+        match: Callable[[RecordedRequest], bool],
+        answer: Answer | Callable[[RecordedRequest], Answer],
+        *,
+        delay: float = 0.0,
+    ) -> Rule:
+        """Answer every request that ``match`` accepts with ``answer`` (or what it makes of
+        the request), ``delay`` seconds after :attr:`latency`; before the FIFO script."""
+        rule = Rule(match, answer, delay)
+        self._rules.append(rule)
+        return rule
+
+    def clear_rules(self) -> None:
+        """Forget every rule of :meth:`answer_when`."""
+        self._rules.clear()
 
     def fail_midstream_next(
         self,
@@ -741,6 +807,15 @@ class FakeMessagesAPI:
             CannedError(404, "not_found_error", f"{request.method} {request.path} not found")
         )
 
+    async def _next_step(self, recorded: RecordedRequest) -> Answer:
+        """The first matching rule's answer (after its delay), else the script's next."""
+        rule = next((r for r in self._rules if r.match(recorded)), None)
+        if rule is None:
+            return self._script.popleft() if self._script else CannedReply()
+        if rule.delay > 0:
+            await asyncio.sleep(rule.delay)
+        return rule.answer_for(recorded)
+
     async def _handle_messages(self, request: web.Request) -> web.StreamResponse:
         recorded = await self._record(request)
         if self.latency > 0:
@@ -759,7 +834,7 @@ class FakeMessagesAPI:
             return self._error(CannedError(400, "invalid_request_error", detail))
         if problem := _tool_protocol_error(recorded) or _image_error(recorded):
             return self._error(CannedError(400, "invalid_request_error", problem))
-        step = self._script.popleft() if self._script else CannedReply()
+        step = await self._next_step(recorded)
         if isinstance(step, CannedError):
             return self._error(step)
         text = step.text if step.text is not None else self.reply_text

@@ -600,3 +600,30 @@ async def test_any_requires_one_tool_call_for_a_check_in_decision(
     assert seen.body["tool_choice"] == {"type": "any"}
     assert [t["name"] for t in seen.tools] == ["send", "skip"]
     assert result.tool_uses == (ToolUse(call_id, "skip", {"reason": "they said they were busy"}),)
+
+
+async def test_rules_answer_each_kind_of_request_whatever_the_order(
+    api: FakeMessagesAPI, make_llm: LLMFactory
+) -> None:
+    """The fake's rules (answer_when): a check-in decision gets a ``send`` call with fresh ids
+    each time, slowly; a plain turn falls through to the FIFO script, then the echo."""
+    decision = api.answer_when(
+        lambda r: r.tool_choice == "any" and "send" in r.tool_names,
+        lambda r: api.tool_use_reply("send", {"text": f"{len(r.messages)} messages above"}),
+        delay=0.2,
+    )
+    api.reply_next("scripted")
+    llm = make_llm()
+    check_in = _request(tools=(SEND, SKIP), tool_choice="any")
+    first = await llm.complete(check_in)
+    assert api.pending == 1  # the rule answered; the script waits for another request
+    assert await llm.complete(_request()) == ModelResult("scripted", first.usage, MODEL, "end_turn")
+    assert (await llm.complete(_request())).text == "How are you?"
+    second = await llm.complete(check_in)
+    assert first.tool_uses[0].input == second.tool_uses[0].input == {"text": "3 messages above"}
+    assert first.tool_uses[0].id != second.tool_uses[0].id
+    assert [r.tool_choice for r in api.requests] == ["any", "auto", "auto", "any"]
+    took = api.requests[1].received_at - api.requests[0].received_at
+    assert took >= decision.delay
+    api.clear_rules()
+    assert (await llm.complete(check_in)).text == api.requests[-1].last_user_text
