@@ -13,7 +13,7 @@ import tomllib
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
@@ -38,6 +38,9 @@ from bot.core.agenda import QuietHours, ZoneError, zone_name
 from bot.core.errors import ConfigError
 from bot.core.redact import looks_like_env_name, url_secrets
 from bot.core.visible import has_visible_text
+
+if TYPE_CHECKING:
+    from memory.pin import PersonaPin
 
 DEFAULT_CONFIG_PATH = Path("personabot.toml")
 # Platform ids may be written as TOML integers (Telegram) or strings; both mean the same id.
@@ -456,6 +459,51 @@ class PersonaSettings(_Section):
     def _refusal_shown(cls, text: str | None) -> str | None:
         return None if text is None else _shown(text)
 
+    def pin(self) -> PersonaPin:
+        """The persona's pinned layer, as every prompt of it is built (memory/pin.py)."""
+        from memory.lorebook import Lorebook, LoreEntry
+        from memory.pin import PersonaPin
+
+        book = self.lorebook
+        return PersonaPin(
+            name=self.name,
+            system=self.system,
+            first_message=tuple(self.first_message),
+            model=self.model,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            nickname=self.nickname,
+            description=self.description,
+            personality=self.personality,
+            scenario=self.scenario,
+            example_dialogue=self.example_dialogue,
+            post_history=self.post_history,
+            greetings=tuple(self.greetings),
+            group_greetings=tuple(self.group_greetings),
+            lorebook=None
+            if book is None or not book.entries
+            else Lorebook(
+                entries=tuple(
+                    LoreEntry(
+                        content=e.content,
+                        keys=tuple(e.keys),
+                        secondary_keys=tuple(e.secondary_keys),
+                        selective=e.selective,
+                        regex=e.regex,
+                        case_sensitive=e.case_sensitive,
+                        constant=e.constant,
+                        enabled=e.enabled,
+                        insertion_order=e.insertion_order,
+                        priority=e.priority,
+                        name=e.name,
+                    )
+                    for e in book.entries
+                ),
+                scan_depth=book.scan_depth,
+                token_budget=book.token_budget,
+            ),
+        )
+
     @model_validator(mode="after")
     def _has_framing(self) -> PersonaSettings:
         if not (self.system.strip() or self.description.strip() or self.personality.strip()):
@@ -679,20 +727,14 @@ class Settings(BaseSettings):
     def _pins_fit(self) -> None:
         """Every persona's pin leaves room for a turn in its prompt budget; otherwise every
         request would be sent over ``prompt_budget_tokens``."""
-        from memory.assemble import PersonaPin, least_prompt_tokens
+        from memory.assemble import least_prompt_tokens
 
         for index, persona in enumerate(self.personas):
-            pin = PersonaPin(
-                name=persona.name,
-                system=persona.system,
-                first_message=tuple(persona.first_message),
-                model=persona.model,
-            )
-            need = least_prompt_tokens(pin)
+            need = least_prompt_tokens(persona.pin())
             budget = self.memory_for(persona).prompt_budget_tokens
             if need > budget:
                 raise ValueError(
-                    f"personas[{index}]: system and first_message take ~{need} tokens with the "
+                    f"personas[{index}]: the pinned persona takes ~{need} tokens with the "
                     f"smallest turn, more than memory.prompt_budget_tokens ({budget}); shorten "
                     "them or raise prompt_budget_tokens"
                 )

@@ -37,6 +37,9 @@ from typing import Final
 from bot.core.events import StoredMessage, Turn
 from bot.core.llm import ChatMessage, ContentBlock, ImageBlock, ModelRequest, TextBlock
 from memory.content import spoken
+from memory.lorebook import LORE_HEADER, LoreSelection, select
+from memory.macros import MacroContext, expand, speaker_name
+from memory.pin import PersonaPin as PersonaPin  # re-exported: callers build prompts from here
 from memory.quoting import data_json, indented, tag_safe
 from memory.records import Summary, UserMemory, trim_memory, trim_summary
 from memory.tokens import estimate_tokens
@@ -49,23 +52,6 @@ MEMORY_HEADER = "One JSON object per person: their name, user_id and what is rem
 CONTEXT_HEADER = "Context from the bot itself, not written by any participant:"
 #: The bot's context layers together at most (a longer text is cut, visibly).
 CONTEXT_CHARS: Final = 4000
-
-
-@dataclass(frozen=True, slots=True)
-class PersonaPin:
-    """The persona's system prompt and opening line(s): present in every prompt."""
-
-    name: str
-    system: str
-    first_message: tuple[str, ...]
-    model: str
-    max_tokens: int = 1024
-    temperature: float | None = None
-
-    def text(self) -> str:
-        """The pinned system text."""
-        opening = "\n".join(self.first_message)
-        return f"{self.system}\n\nYou opened this conversation with:\n{opening}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +90,8 @@ class Assembled:
 
     request: ModelRequest
     breakdown: tuple[tuple[str, int], ...]
+    # What the persona's lorebook did for this prompt (None: the persona has none).
+    lore: LoreSelection | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -247,6 +235,7 @@ def assemble(
     images: Mapping[int, ShownImage] | None = None,
     note: str | None = None,
     note_layer: str = "note",
+    private: bool | None = None,
 ) -> Assembled:
     """Build the model request for one turn, layer by layer, under the token budget.
 
@@ -254,23 +243,35 @@ def assemble(
     caller's ``max_images``), not by ``prompt_tokens``, and reported as their own layer.
     ``note`` is the bot's own text for a message nobody asked for (a check-in, a reminder:
     docs/initiatives.md): the first block of the last user message, after every cache
-    breakpoint, named ``note_layer``; the turn may then have no messages at all."""
+    breakpoint, named ``note_layer``; the turn may then have no messages at all.
+
+    The persona's lorebook entries that fire on the recent messages (memory/lorebook.py) go
+    first in the new turn's message, its ``post_history`` last: both after every breakpoint,
+    so they may change each turn without touching the cached prefix. ``private`` says
+    whether the chat is private (by default: whether every message is)."""
     images = images or {}
-    pin_text = pin.text()
+    pin_text, lore, post_text = _persona_layers(pin, turn, history, private)
+    lore_text = lore_block(lore)
     note_text = None if note is None else context_block(note)
     turn_room = min(budget.turn_tokens, budget.prompt_tokens - estimate_tokens(pin_text))
     if gap_notice:
         turn_room -= estimate_tokens(gap_notice)
-    turn_room -= _cost(note_text)
+    turn_room -= _cost(note_text) + _cost(lore_text) + _cost(post_text)
     turn_blocks, shown_turn = fit_turn(
         turn.messages, budget.max_input_chars, max(_MIN_TURN_TOKENS, turn_room), images
     )
     if note_text is not None:
         turn_blocks = (TextBlock(note_text), *turn_blocks)
     turn_text = _joined(turn_blocks)
+    turn_blocks = (
+        *((TextBlock(lore_text),) if lore_text is not None else ()),
+        *turn_blocks,
+        *((TextBlock(post_text),) if post_text is not None else ()),
+    )
     memory_text = memory_block(participants, budget.memory_tokens)
     summary_text = summary_block(summary, budget.summary_tokens)
     fixed = estimate_tokens(pin_text) + estimate_tokens(turn_text)
+    fixed += _cost(lore_text) + _cost(post_text)
     if gap_notice:
         fixed += estimate_tokens(gap_notice)
     # The data note goes before the memory or summary block; counted even if both are cut.
@@ -320,8 +321,10 @@ def assemble(
             ("gap", bool(gap_notice)),
             (f"window({len(window)})", bool(window)),
             (f"images({len(images)})", bool(images)),
+            ("lorebook", lore_text is not None),
             (note_layer, note_text is not None),
             ("turn", bool(turn.messages)),
+            ("post_history", post_text is not None),
         )
         if present
     ]
@@ -340,10 +343,47 @@ def assemble(
         ("gap", _cost(gap_notice)),
         ("window", sum(_text_cost(m) for m in window)),
         *((("images", sum(i.tokens for i in images.values())),) if images else ()),
+        *((("lorebook", _cost(lore_text)),) if lore_text is not None else ()),
         *(((note_layer, _cost(note_text)),) if note_text is not None else ()),
         ("turn", estimate_tokens(turn_text) - _cost(note_text)),
+        *((("post_history", _cost(post_text)),) if post_text is not None else ()),
     )
-    return Assembled(request=request, breakdown=breakdown)
+    return Assembled(request=request, breakdown=breakdown, lore=lore)
+
+
+def _persona_layers(
+    pin: PersonaPin, turn: Turn, history: Sequence[StoredMessage], private: bool | None
+) -> tuple[str, LoreSelection | None, str | None]:
+    """The pinned text of this session, what the lorebook chose, the post-history block."""
+    group = not private if private is not None else _in_group((*history, *turn.messages))
+    person = _person(history, turn)
+    pin_text = pin.text(turn.session, group=group, user=person)
+    # Seeded by turn: a retry of the same turn builds the same text.
+    tail = MacroContext(pin.char, person, f"{turn.session}:{turn.version}")
+    lore = None
+    if pin.lorebook is not None:
+        said = [m.text for m in (*history, *turn.messages)]
+        lore = select(pin.lorebook, said, lambda text: expand(text, tail))
+    return pin_text, lore, pin.post_history_block(tail)
+
+
+def lore_block(lore: LoreSelection | None) -> str | None:
+    """The lorebook layer: the entries that fired, in order (None when none did)."""
+    if lore is None or not lore.contents:
+        return None
+    body = "\n\n".join(lore.contents)
+    return f"<lorebook>\n{LORE_HEADER}\n{body}\n</lorebook>"
+
+
+def _in_group(messages: Sequence[StoredMessage]) -> bool:
+    return any(not m.is_private for m in messages)
+
+
+def _person(history: Sequence[StoredMessage], turn: Turn) -> str:
+    """``{{user}}``: the newest speaker of the turn, else of the history (one line, no tags:
+    memory/macros.py); ``User`` when nobody spoke yet."""
+    said = [m for m in (*history, *turn.messages) if m.role == "user"]
+    return speaker_name(said[-1].display_name) if said else "User"
 
 
 def context_block(text: str) -> str:
@@ -364,14 +404,24 @@ def with_context(assembled: Assembled, layers: Sequence[str]) -> Assembled:
     request = assembled.request
     *head, last = request.messages
     turn = ChatMessage(last.role, (TextBlock(block), *last.blocks))
-    return Assembled(
+    # "context" is listed where its block is: first of the new turn's message.
+    at = next(
+        (i for i, name in enumerate(request.layers) if not name.startswith(_PREFIX_LAYERS)),
+        len(request.layers),
+    )
+    return replace(
+        assembled,
         request=replace(
             request,
             messages=(*head, turn),
-            layers=(*request.layers[:-1], "context", *request.layers[-1:]),
+            layers=(*request.layers[:at], "context", *request.layers[at:]),
         ),
         breakdown=(*assembled.breakdown, ("context", estimate_tokens(block))),
     )
+
+
+#: The layers before the new turn's message (a window or images layer carries its count).
+_PREFIX_LAYERS: Final = ("persona", "memory", "summary", "gap", "window(", "images(")
 
 
 _MIN_TURN_TOKENS: Final = 200
@@ -380,7 +430,8 @@ _MIN_TURN_TOKENS: Final = 200
 def least_prompt_tokens(pin: PersonaPin) -> int:
     """The smallest prompt budget a request with this pin fits in: the pin, the data note and
     the new turn at its floor (a turn is never cut below ``_MIN_TURN_TOKENS``)."""
-    return estimate_tokens(pin.text()) + _cost(DATA_NOTE) + _MIN_TURN_TOKENS
+    post = pin.post_history_block(MacroContext(pin.char, "User", ""))
+    return estimate_tokens(pin.longest_text()) + _cost(post) + _cost(DATA_NOTE) + _MIN_TURN_TOKENS
 
 
 _MIN_MESSAGE_CHARS: Final = 150

@@ -209,15 +209,18 @@ class Memory:
             )
             turn = replace(turn, messages=messages)
         participants = await self._participants(turn)
-        return assemble(
-            pin,
-            turn,
-            policy.budget,
-            history=history,
-            participants=participants,
-            summary=summary,
-            gap_notice=gap_notice,
-            images=await self._images((*history, *turn.messages), policy.max_images),
+        return _logged(
+            assemble(
+                pin,
+                turn,
+                policy.budget,
+                history=history,
+                participants=participants,
+                summary=summary,
+                gap_notice=gap_notice,
+                images=await self._images((*history, *turn.messages), policy.max_images),
+            ),
+            turn.session,
         )
 
     async def build_proactive(
@@ -249,15 +252,19 @@ class Memory:
             )
             name = next((m.display_name for m in reversed(history) if m.author_id == person), "")
             participants.append(Participant(person, name, visible if visible.items else None))
-        return assemble(
-            pin,
-            Turn(session=session, version=0, messages=(), first_pending_at=now),
-            policy.budget,
-            history=history,
-            participants=participants,
-            summary=summary,
-            note=note,
-            note_layer=layer,
+        return _logged(
+            assemble(
+                pin,
+                Turn(session=session, version=0, messages=(), first_pending_at=now),
+                policy.budget,
+                history=history,
+                participants=participants,
+                summary=summary,
+                note=note,
+                note_layer=layer,
+                private=private,
+            ),
+            session,
         )
 
     async def _images(self, messages: Sequence[StoredMessage], limit: int) -> dict[int, ShownImage]:
@@ -692,3 +699,19 @@ class Memory:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _logged(assembled: Assembled, session: SessionKey) -> Assembled:
+    """The prompt, after logging what its lorebook could not fit or could not read: a drop is
+    never silent (docs/personas.md#lorebooks)."""
+    if assembled.lore is not None:
+        for skipped in assembled.lore.skipped:
+            if skipped.reason in ("budget", "bad regex", "regex timeout"):
+                log.warning(
+                    "lorebook entry %r left out of %s: %s (%s)",
+                    skipped.label,
+                    session,
+                    skipped.reason,
+                    skipped.detail,
+                )
+    return assembled

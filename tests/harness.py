@@ -233,13 +233,13 @@ async def harness(
     transcription: TranscriptionConfig | None = None,
     initiative: InitiativeSettings | None = None,
     schedule: ScheduleSettings | None = None,
+    persona: PersonaSettings = PERSONA,
 ) -> AsyncIterator[Harness]:
     """The App's runtime on ``store`` (owned by the caller) with a manual clock and a
     recording outlet; on exit the scheduler stops and waits for turns."""
     outlet = outlet or RecordingOutlet(clock)
-    persona = (
-        PERSONA if initiative is None else PERSONA.model_copy(update={"initiative": initiative})
-    )
+    if initiative is not None:
+        persona = persona.model_copy(update={"initiative": initiative})
     settings = harness_settings(
         persona=persona,
         schedule=schedule,

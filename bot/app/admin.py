@@ -26,6 +26,7 @@ from bot.llm.offline import OfflineLLM
 from bot.runtime.initiatives import check_in_prompt, due_check_in
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Assembled
+from memory.lorebook import LoreSelection
 from memory.retention.worker import RetentionPolicy
 
 if TYPE_CHECKING:
@@ -57,8 +58,10 @@ async def show_prompt(
     chat: str,
     thread: str | None,
     bot: str | None,
+    message: str | None = None,
 ) -> int:
-    """Print the prompt the model would get now, layer by layer with token estimates."""
+    """Print the prompt the model would get now, layer by layer with token estimates (with
+    no input pending: for ``message`` as the next one, or a placeholder)."""
     key, persona = _bot_for(app.settings, platform, bot)
     conversation = ConversationKey(platform, chat, thread, key)
     clock = SystemClock()
@@ -104,7 +107,7 @@ async def show_prompt(
                 "user",
                 author,
                 name,
-                "(the next message)",
+                message or "(the next message)",
                 clock.now(),
                 is_private=private,
             )
@@ -120,6 +123,8 @@ def _print_prompt(out: TextIO, title: str, assembled: Assembled) -> int:
     for name, tokens in assembled.breakdown:
         print(f"  {name:<8} ~{tokens:>6} tokens", file=out)
     print(f"  {'total':<8} ~{assembled.total_tokens:>6} tokens\n", file=out)
+    if assembled.lore is not None:
+        _print_lore(out, assembled.lore)
     for i, block in enumerate(request.system):
         mark = "  [cache breakpoint]" if block.cache else ""
         print(f"--- system block {i}{mark}\n{block.text}", file=out)
@@ -134,6 +139,17 @@ def _print_prompt(out: TextIO, title: str, assembled: Assembled) -> int:
         names = ", ".join(t.name for t in request.tools)
         print(f"--- tools ({request.tool_choice}): {names}", file=out)
     return 0
+
+
+def _print_lore(out: TextIO, lore: LoreSelection) -> None:
+    """Which lorebook entries fired, which were left out, and why (docs/personas.md)."""
+    print("lorebook:", file=out)
+    for fired in lore.fired:
+        print(f"  fired    {fired.label!r}: {fired.why} (~{fired.tokens} tokens)", file=out)
+    for skipped in lore.skipped:
+        detail = f" ({skipped.detail})" if skipped.detail else ""
+        print(f"  skipped  {skipped.label!r}: {skipped.reason}{detail}", file=out)
+    print(file=out)
 
 
 async def user_memory(app: App, out: TextIO, *, action: str, platform: str, user: str) -> int:

@@ -24,7 +24,7 @@ from bot.config import (
 from bot.core.agenda import InitiativePolicy, QuietHours
 from bot.core.clock import Clock, SystemClock
 from bot.core.errors import ConfigError
-from bot.core.events import ConversationKey, QueuePolicy, SessionPolicy
+from bot.core.events import ConversationKey, Inbound, QueuePolicy, SessionKey, SessionPolicy
 from bot.core.llm import BaseLLM
 from bot.core.media import MediaSource, Transcriber
 from bot.core.ports import Outlet, StreamSettings
@@ -50,6 +50,7 @@ from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore, is_postgres_url
 from bot.store.sqlite import SQLiteStore, sqlite_path
 from memory.assemble import Budget, PersonaPin
+from memory.macros import speaker_name
 from memory.retention.worker import Retention, RetentionPolicy
 from memory.service import Memory, MemoryPolicy
 
@@ -175,13 +176,14 @@ def session_policy(settings: Settings) -> SessionPolicy:
 
 def pin_for(persona: PersonaSettings) -> PersonaPin:
     """The persona's pinned layer."""
-    return PersonaPin(
-        name=persona.name,
-        system=persona.system,
-        first_message=tuple(persona.first_message),
-        model=persona.model,
-        max_tokens=persona.max_tokens,
-        temperature=persona.temperature,
+    return persona.pin()
+
+
+def greeting_of(pin: PersonaPin, session: SessionKey, inbound: Inbound) -> str:
+    """The opening of ``session``, as its pin says it was (memory/pin.py), for the person who
+    asked (``{{user}}``)."""
+    return pin.greeting(
+        session, group=not inbound.is_private, user=speaker_name(inbound.display_name)
     )
 
 
@@ -410,7 +412,6 @@ async def runtime(
         key: profile_for(settings, persona, key, adapter)
         for key, (persona, adapter) in adapters.items()
     }
-    greetings = {key: "\n".join(p.first_message) for key, (p, _) in adapters.items()}
 
     def profile_of(bot: str) -> BotProfile:
         # A conversation of a bot not hosted here (rows written by another process's bots,
@@ -534,7 +535,9 @@ async def runtime(
         commands = Commands(
             store=store,
             clock=clock,
-            greeting=lambda bot: greetings[bot],
+            greeting=lambda session, inbound: greeting_of(
+                profile_of(session.conversation.bot).pin, session, inbound
+            ),
             memory=memory,
             forget_deletes_messages=retention.forget_deletes_messages,
             is_admin=is_admin,

@@ -45,6 +45,12 @@ def _parser() -> argparse.ArgumentParser:
     prompt.add_argument("--chat", required=True, help="chat id (console: your user name)")
     prompt.add_argument("--thread", default=None, help="thread / forum topic id")
     prompt.add_argument("--bot", default=None, help="bot id when several share the platform")
+    prompt.add_argument(
+        "--message",
+        default=None,
+        help="with no input pending, preview the prompt for this next message (e.g. to see "
+        "which lorebook entries it fires)",
+    )
     memory = sub.add_parser("memory", help="show or erase a user's long-term memory")
     memory_sub = memory.add_subparsers(dest="memory_command", required=True)
     for action in ("show", "forget"):
@@ -133,6 +139,7 @@ def _command(app: App, args: argparse.Namespace) -> int:
                 chat=args.chat,
                 thread=args.thread,
                 bot=args.bot,
+                message=args.message,
             )
         )
     if args.command == "memory":

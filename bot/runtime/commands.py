@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
-from bot.core.events import ConversationKey, Inbound, UserKey, is_person
+from bot.core.events import ConversationKey, Inbound, SessionKey, UserKey, is_person
 from bot.core.tasks import within
 from bot.runtime.exports import Exports
 from bot.runtime.extensions import Command, CommandSpec, Extensions, Handler
@@ -80,7 +80,7 @@ class Commands:
         *,
         store: BaseStore,
         clock: Clock,
-        greeting: Callable[[str], str],
+        greeting: Callable[[SessionKey, Inbound], str],
         memory: Memory | None = None,
         forget_deletes_messages: bool = False,
         is_admin: Callable[[str, str], bool] | None = None,
@@ -201,8 +201,12 @@ class Commands:
 
     async def _start(self, inbound: Inbound, command: Command) -> str:
         # Telegram's first message to a bot: answered like any command, so after the access
-        # check (a person outside the allow lists gets the denied reply, once a day).
-        return self._greeting(inbound.conversation.bot)
+        # check (a person outside the allow lists gets the denied reply, once a day). The
+        # answer goes into the open session (opened here if none is), whose opening it is.
+        session = await self._store.current_session(inbound.conversation)
+        if session is None:
+            session = await self._store.open_session(inbound.conversation, self._clock.now())
+        return self._greeting(session.key, inbound)
 
     async def _new(self, inbound: Inbound, command: Command) -> str:
         session = await self._store.new_session(
@@ -213,7 +217,7 @@ class Commands:
             self._memory.schedule_sweep([inbound.conversation.bot])
         return (
             f"New session started (#{session.key.session_id}); earlier messages of this chat "
-            f"are no longer part of the conversation.\n{self._greeting(inbound.conversation.bot)}"
+            f"are no longer part of the conversation.\n{self._greeting(session.key, inbound)}"
         )
 
     async def _show_memory(self, inbound: Inbound, command: Command) -> str:

@@ -228,3 +228,39 @@ async def test_prompt_shows_the_check_in_layer_when_one_is_due(tmp_path: Path) -
     assert "check-in for" in out and "initiative" in out
     assert "Nobody has written here for" in out and "my exam is tomorrow" in out
     assert "--- tools (any): send, skip" in out
+
+
+async def test_prompt_says_which_lorebook_entries_fired_and_why_others_did_not(
+    tmp_path: Path,
+) -> None:
+    """Issue 18: `personabot prompt` reports every lorebook entry: fired (and on what), or
+    skipped for the budget, for being disabled, or for no key in the recent messages."""
+    user = getpass.getuser()
+    (tmp_path / "lore.toml").write_text(
+        "[[personas]]\n"
+        'id = "mira"\nname = "Mira"\ndescription = "A keeper of a lighthouse."\n'
+        'first_message = ["Hello."]\n'
+        "[personas.lorebook]\ntoken_budget = 40\n"
+        "[[personas.lorebook.entries]]\n"
+        'name = "dragon"\nkeys = ["dragon"]\ncontent = "Vermithrax sleeps under Kell."\n'
+        "priority = 20\n"
+        "[[personas.lorebook.entries]]\n"
+        f'name = "mountain lore"\nkeys = ["dragon"]\ncontent = "{"Kell is tall. " * 20}"\n'
+        "[[personas.lorebook.entries]]\n"
+        'name = "off"\nkeys = ["dragon"]\ncontent = "never"\nenabled = false\n'
+        "[[personas.lorebook.entries]]\n"
+        'name = "city"\nkeys = ["Eldham"]\ncontent = "A port."\n'
+    )
+    config = ["--config", "lore.toml"]
+    code, _, err = await _run(["chat", *config], tmp_path, "good evening\n")
+    assert code == 0, err
+    code, out, err = await _run(
+        ["prompt", *config, "--platform", "console", "--chat", user, "--message", "the dragon?"],
+        tmp_path,
+    )
+    assert code == 0, err
+    assert "fired    'dragon': key 'dragon'" in out
+    assert "skipped  'mountain lore': budget" in out
+    assert "skipped  'off': disabled" in out and "skipped  'city': no key match" in out
+    assert "<lorebook>" in out and "Vermithrax sleeps under Kell." in out
+    assert "You are Mira." in out and "Mira's description:\nA keeper of a lighthouse." in out

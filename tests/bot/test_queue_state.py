@@ -371,7 +371,7 @@ class Process:
         commands = Commands(
             store=self.store,
             clock=self.clock,
-            greeting=lambda _: "\n".join(PIN.first_message),
+            greeting=lambda session, _: PIN.greeting(session),
             memory=self.memory,
         )
         self.router = Router(
