@@ -6,7 +6,7 @@ docs/privacy.md describes the same facts for operators and users; keep the two i
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,9 +86,11 @@ def _where(session: SessionKey) -> dict[str, Any]:
     }
 
 
-def _message(m: StoredMessage) -> dict[str, Any]:
+def _message(m: StoredMessage, persona: str | None = None) -> dict[str, Any]:
     return {
         **_where(m.session),
+        # Who the bot was in that session (docs/personas.md#several-personas).
+        "persona": persona,
         "id": m.id,
         "turn": m.turn,
         "at": m.created_at,
@@ -181,16 +183,29 @@ def agenda_export(reminders: Sequence[Reminder], timezone: str | None) -> dict[s
     }
 
 
-def export_document(data: UserData, now: float) -> dict[str, Any]:
-    """The JSON-able /export document of everything in ``data``."""
+def export_document(
+    data: UserData, now: float, defaults: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The JSON-able /export document of everything in ``data``; ``defaults``: each bot's
+    default persona id (a session that chose none has it)."""
+    chosen = dict(data.personas)
+    defaults = defaults or {}
+
+    def persona(session: SessionKey) -> str | None:
+        return chosen.get(session) or defaults.get(session.conversation.bot)
+
     return {
         "user": {"platform": data.user.platform, "id": data.user.user_id},
         "exported_at": now,
         "memory": _json_or_text(data.memory),
-        "messages": [_message(m) for m in data.messages],
+        "messages": [_message(m, persona(m.session)) for m in data.messages],
         "replies_to_you": [
             {
-                **{k: v for k, v in _message(m).items() if k != "addressed_to_the_bot"},
+                **{
+                    k: v
+                    for k, v in _message(m, persona(m.session)).items()
+                    if k != "addressed_to_the_bot"
+                },
                 # None: a reply; "initiative" or "reminder": the persona wrote first.
                 "origin": m.origin,
             }

@@ -193,10 +193,12 @@ class Memory:
         *,
         gap_notice: str | None = None,
         summary: Summary | NotSet | None = NOT_SET,
+        policy: MemoryPolicy | None = None,
     ) -> Assembled:
         """Load every layer of this turn's prompt from the store and assemble it (pass the
-        ``summary`` when the caller already read it)."""
-        policy = self._policy_for(turn.session.conversation.bot)
+        ``summary`` when the caller already read it; ``policy``: the persona's, when not the
+        bot's default)."""
+        policy = policy or self._policy_for(turn.session.conversation.bot)
         if isinstance(summary, NotSet):
             summary = await self.summary(turn.session)
         after = 0 if summary is None else summary.last_turn
@@ -233,11 +235,12 @@ class Memory:
         note: str,
         layer: str,
         now: float,
+        policy: MemoryPolicy | None = None,
     ) -> Assembled:
         """The prompt of a message the persona writes first (docs/initiatives.md): the
         session's summary and window as for a turn, the person's memory as this chat may show
         it, and ``note`` where a turn's messages would be. Images stay text stand-ins."""
-        policy = self._policy_for(session.conversation.bot)
+        policy = policy or self._policy_for(session.conversation.bot)
         summary = await self.summary(session)
         after = 0 if summary is None else summary.last_turn
         history = await self._store.history(
@@ -639,9 +642,12 @@ class Memory:
         log.info("user %s forgotten (messages deleted: %s)", user.user_id, delete_messages)
         return ForgetReport(items=items, erasure=erasure, reminders=reminders)
 
-    async def export_all(self, user: UserKey) -> dict[str, Any]:
-        """Everything stored about the person on this platform, as a JSON-able document."""
-        document = export_document(await self._store.user_data(user), self._clock.now())
+    async def export_all(
+        self, user: UserKey, personas: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Everything stored about the person on this platform, as a JSON-able document
+        (``personas``: each bot's default persona id, shown for sessions that chose none)."""
+        document = export_document(await self._store.user_data(user), self._clock.now(), personas)
         reminders = await self._store.reminders(user, pending_only=False)
         document.update(agenda_export(reminders, await self._store.timezone_of(user)))
         return document

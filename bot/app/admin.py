@@ -28,6 +28,7 @@ from bot.store.sqlite import SQLiteStore
 from memory.assemble import Assembled
 from memory.lorebook import LoreSelection
 from memory.retention.worker import RetentionPolicy
+from memory.service import MemoryPolicy
 
 if TYPE_CHECKING:
     from bot.app.app import App
@@ -65,12 +66,20 @@ async def show_prompt(
     key, persona = _bot_for(app.settings, platform, bot)
     conversation = ConversationKey(platform, chat, thread, key)
     clock = SystemClock()
-    policy = memory_policy(app.settings, persona)
-    async with app.open_memory(policy_for=lambda _: policy) as (store, memory):
+    policies = {persona.id: memory_policy(app.settings, persona)}
+
+    def policy_for(_: str) -> MemoryPolicy:
+        return policies[persona.id]
+
+    async with app.open_memory(policy_for=policy_for) as (store, memory):
         session = await store.current_session(conversation)
         if session is None:
             print(f"no open session for {conversation}", file=out)
             return 1
+        # The chat's own persona (docs/personas.md#several-personas), when it switched.
+        if session.persona and session.persona in {p.id for p in app.settings.personas}:
+            persona = app.settings.persona(session.persona)
+            policies[persona.id] = memory_policy(app.settings, persona)
         turn = await store.pending_turn(conversation)
         now = clock.now()
         due = (

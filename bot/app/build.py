@@ -33,7 +33,7 @@ from bot.llm.transcription import OpenAITranscriber, TranscriptionSettings, tran
 from bot.metrics import Metrics, Price
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.access import AccessPolicy
-from bot.runtime.commands import Commands, export_document
+from bot.runtime.commands import Commands, PersonaChoice, export_document
 from bot.runtime.delivery import Delivery
 from bot.runtime.exports import ExportPolicy, Exports
 from bot.runtime.extensions import Extensions
@@ -177,6 +177,15 @@ def session_policy(settings: Settings) -> SessionPolicy:
 def pin_for(persona: PersonaSettings) -> PersonaPin:
     """The persona's pinned layer."""
     return persona.pin()
+
+
+def persona_choices(
+    settings: Settings, key: str, persona: PersonaSettings
+) -> tuple[PersonaChoice, ...]:
+    """The personas bot ``key`` may speak as, its default (``persona``) first."""
+    entry = next((b for b in settings.bots if b.key == key), None)
+    ids = (persona.id,) if entry is None else entry.persona_ids
+    return tuple(PersonaChoice(p.id, p.name) for p in map(settings.persona, ids))
 
 
 def greeting_of(pin: PersonaPin, session: SessionKey, inbound: Inbound) -> str:
@@ -412,11 +421,25 @@ async def runtime(
         key: profile_for(settings, persona, key, adapter)
         for key, (persona, adapter) in adapters.items()
     }
+    # Each bot's other personas (docs/personas.md#several-personas), by (bot, persona id).
+    cast = {key: persona_choices(settings, key, persona) for key, (persona, _) in adapters.items()}
+    variants = {
+        (key, choice.id): profile_for(settings, settings.persona(choice.id), key, adapter)
+        for key, (persona, adapter) in adapters.items()
+        for choice in cast[key]
+        if choice.id != persona.id
+    }
 
-    def profile_of(bot: str) -> BotProfile:
+    # Each bot's default persona, for /export of sessions that chose none.
+    defaults = {b.key: b.default_persona for b in settings.bots} | {
+        key: persona.id for key, (persona, _) in adapters.items()
+    }
+
+    def profile_of(bot: str, persona: str | None = None) -> BotProfile:
         # A conversation of a bot not hosted here (rows written by another process's bots,
         # reached by a person's erasure or export) is handled with the first bot's policies.
-        return profiles.get(bot) or next(iter(profiles.values()))
+        default = profiles.get(bot) or next(iter(profiles.values()))
+        return variants.get((bot, persona or ""), default)
 
     access = access_policies(settings, adapters)
     prices = {m: Price(p.input, p.output) for m, p in settings.llm.prices.items()}
@@ -478,6 +501,7 @@ async def runtime(
             memory=memory,
             profiles={key: profile_of(key) for key in profiles},
             personas={key: p for key, (p, _) in adapters.items()},
+            variants=variants,
             accounting=accounting,
             holder=holder,
             metrics=metrics,
@@ -489,6 +513,7 @@ async def runtime(
             clock=turn_clock,
             memory=memory,
             profiles=profiles,
+            personas=variants,
             holder=holder,
             extensions=extensions,
             proactive=proactive,
@@ -526,7 +551,7 @@ async def runtime(
             store=store,
             clock=turn_clock,
             outlet_for=outlets.get,
-            build=lambda user, conversation: export_document(memory, user, conversation),
+            build=lambda user, conversation: export_document(memory, user, conversation, defaults),
             policy=ExportPolicy(every_seconds=limits.export_every_minutes * 60),
             holder=seams.holder,
         )
@@ -536,8 +561,11 @@ async def runtime(
             store=store,
             clock=clock,
             greeting=lambda session, inbound: greeting_of(
-                profile_of(session.conversation.bot).pin, session, inbound
+                profile_of(session.key.conversation.bot, session.persona).pin,
+                session.key,
+                inbound,
             ),
+            personas=cast,
             memory=memory,
             forget_deletes_messages=retention.forget_deletes_messages,
             is_admin=is_admin,
@@ -634,6 +662,7 @@ def build_agenda(
     holder: str,
     metrics: Metrics,
     extensions: Extensions,
+    variants: Mapping[tuple[str, str], BotProfile] | None = None,
 ) -> tuple[Proactive | None, Scheduler[AgendaKey] | None, Extensions]:
     """Check-ins and reminders (docs/initiatives.md), when some bot uses them: the runner,
     its scheduler (on the runtime's clock; turns on the turn clock) and the extensions with
@@ -648,6 +677,12 @@ def build_agenda(
         personas={
             key: Persona(profile.pin, initiative_policy(personas[key]), profile.lease_seconds)
             for key, profile in profiles.items()
+        },
+        variants={
+            (key, pid): Persona(
+                profile.pin, initiative_policy(settings.persona(pid)), profile.lease_seconds
+            )
+            for (key, pid), profile in (variants or {}).items()
         },
         delivery=Delivery(
             store=store,

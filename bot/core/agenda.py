@@ -236,6 +236,7 @@ class InitiativeState:
     unanswered: int  # check-ins since the person's last message
     pending: bool  # a turn waits for a reply
     session_no: int | None  # the open session
+    persona: str | None = None  # the chat's persona (its newest session's; None: the default)
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,6 +112,8 @@ class SessionInfo:
     last_activity_at: float
     closed_at: float | None = None
     close_reason: str | None = None
+    # The persona id (docs/personas.md#several-personas); None: the bot's default persona.
+    persona: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +195,8 @@ class Turn:
     version: int  # v0: the conversation version the turn was built at
     messages: tuple[StoredMessage, ...]
     first_pending_at: float
+    # The session's persona id (None: the bot's default), which answers this turn.
+    persona: str | None = None
 
     @property
     def authors(self) -> tuple[str, ...]:
@@ -361,6 +365,8 @@ class UserData:
     usage: tuple[tuple[str, float], ...]  # (bot, at) of each model turn counted for them
     # (at, bot, purpose, model, input, output, cache write, cache read) charged to them
     charges: tuple[tuple[float, str, str, str, int, int, int, int], ...] = ()
+    # The persona of each session their messages and replies are in (None: the bot's default).
+    personas: tuple[tuple[SessionKey, str | None], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
-from bot.core.events import ConversationKey, Inbound, SessionKey, UserKey, is_person
+from bot.core.events import ConversationKey, Inbound, SessionInfo, UserKey, is_person
 from bot.core.tasks import within
 from bot.runtime.exports import Exports
 from bot.runtime.extensions import Command, CommandSpec, Extensions, Handler
@@ -42,6 +43,7 @@ BUILTIN_COMMANDS = frozenset(
         "export",
         "help",
         "stats",
+        "persona",
         "reminders",
         "timezone",
         "checkins",
@@ -66,10 +68,24 @@ GROUP_MEMORY_NOTE = (
 )
 
 
-async def export_document(memory: Memory, user: UserKey, conversation: ConversationKey) -> str:
+async def export_document(
+    memory: Memory,
+    user: UserKey,
+    conversation: ConversationKey,
+    personas: Mapping[str, str] | None = None,
+) -> str:
     """Everything stored about a person on this platform (every chat and kind of row), as JSON
-    text; ``conversation`` is where it was asked, which does not narrow it."""
-    return json.dumps(await memory.export_all(user), ensure_ascii=False, indent=1)
+    text; ``conversation`` is where it was asked, which does not narrow it. ``personas``:
+    each bot's default persona id."""
+    return json.dumps(await memory.export_all(user, personas), ensure_ascii=False, indent=1)
+
+
+@dataclass(frozen=True, slots=True)
+class PersonaChoice:
+    """A persona a bot may speak as (``/persona``)."""
+
+    id: str
+    name: str
 
 
 class Commands:
@@ -80,7 +96,7 @@ class Commands:
         *,
         store: BaseStore,
         clock: Clock,
-        greeting: Callable[[SessionKey, Inbound], str],
+        greeting: Callable[[SessionInfo, Inbound], str],
         memory: Memory | None = None,
         forget_deletes_messages: bool = False,
         is_admin: Callable[[str, str], bool] | None = None,
@@ -88,8 +104,11 @@ class Commands:
         exports: Exports | None = None,
         extensions: Extensions = Extensions(),  # noqa: B008 - frozen, never mutated
         plugin_timeout: float = 10.0,
+        personas: Mapping[str, Sequence[PersonaChoice]] | None = None,
     ) -> None:
         self._store = store
+        # Each bot's personas, its default first; /persona exists where there are several.
+        self._personas = {bot: tuple(c) for bot, c in (personas or {}).items()}
         self._plugin_timeout = plugin_timeout
         self._clock = clock
         self._greeting = greeting
@@ -107,6 +126,8 @@ class Commands:
             self.register("forget", "erase what I remember about you", self._forget)
             if exports is not None:
                 self.register("export", "send you everything stored about you", self._export)
+        if any(len(c) > 1 for c in self._personas.values()):
+            self.register("persona", "list the personas or switch: /persona NAME", self._persona)
         self.register("help", "list the commands", self._help)
         if usage_report is not None:
             self.register("stats", "usage and cost today (admins only)", self._stats, admin=True)
@@ -126,9 +147,13 @@ class Commands:
             self._plugin[bot] = specs
         return specs
 
+    def _offered(self, bot: str, name: str) -> bool:
+        """Whether built-in command ``name`` exists on ``bot`` (/persona: several personas)."""
+        return name != "persona" or len(self._personas.get(bot, ())) > 1
+
     def _spec(self, bot: str, name: str) -> tuple[CommandSpec, bool] | None:
         """The command ``name`` of ``bot`` and whether a plugin registered it."""
-        if name in self._specs:
+        if name in self._specs and self._offered(bot, name):
             return self._specs[name], False
         spec = self._plugin_specs(bot).get(name)
         return None if spec is None else (spec, True)
@@ -147,7 +172,8 @@ class Commands:
 
     def specs_for(self, bot: str) -> tuple[CommandSpec, ...]:
         """The commands everyone may use on ``bot`` (for /help and platform menus)."""
-        specs = [*self._specs.values(), *self._plugin_specs(bot).values()]
+        specs = [s for s in self._specs.values() if self._offered(bot, s.name)]
+        specs += self._plugin_specs(bot).values()
         return tuple(spec for spec in specs if not spec.admin)
 
     def knows(self, name: str, bot: str | None = None) -> bool:
@@ -206,7 +232,7 @@ class Commands:
         session = await self._store.current_session(inbound.conversation)
         if session is None:
             session = await self._store.open_session(inbound.conversation, self._clock.now())
-        return self._greeting(session.key, inbound)
+        return self._greeting(session, inbound)
 
     async def _new(self, inbound: Inbound, command: Command) -> str:
         session = await self._store.new_session(
@@ -217,8 +243,34 @@ class Commands:
             self._memory.schedule_sweep([inbound.conversation.bot])
         return (
             f"New session started (#{session.key.session_id}); earlier messages of this chat "
-            f"are no longer part of the conversation.\n{self._greeting(session.key, inbound)}"
+            f"are no longer part of the conversation.\n{self._greeting(session, inbound)}"
         )
+
+    async def _persona(self, inbound: Inbound, command: Command) -> str:
+        # Anyone in the chat may switch, as anyone may /new (docs/personas.md#several-personas):
+        # the switch opens a new session, so what the old persona read stays in the old one.
+        conversation = inbound.conversation
+        choices = self._personas.get(conversation.bot, ())
+        session = await self._store.current_session(conversation)
+        if session is None:
+            session = await self._store.open_session(conversation, self._clock.now())
+        current = session.persona or choices[0].id
+        wanted = command.args.strip().casefold()
+        if not wanted:
+            lines = [f"{'> ' if c.id == current else '  '}{c.name} ({c.id})" for c in choices]
+            return "Personas here (send /persona NAME to switch):\n" + "\n".join(lines)
+        chosen = next((c for c in choices if wanted in (c.id.casefold(), c.name.casefold())), None)
+        if chosen is None:
+            names = ", ".join(f"{c.name} ({c.id})" for c in choices)
+            return f"No persona {command.args.strip()!r} here. Choose one of: {names}."
+        if chosen.id == current:
+            return f"{chosen.name} is already here."
+        switched = await self._store.new_session(
+            conversation, self._clock.now(), reason="persona", persona=chosen.id
+        )
+        if self._memory is not None:
+            self._memory.schedule_sweep([conversation.bot])  # learn from the session that ended
+        return self._greeting(switched, inbound)
 
     async def _show_memory(self, inbound: Inbound, command: Command) -> str:
         # Only ever the asker's own record, whoever else is in the chat; in a group only what
@@ -266,7 +318,8 @@ class Commands:
     async def _help(self, inbound: Inbound, command: Command) -> str:
         bot = inbound.conversation.bot
         admin = self._is_admin(bot, inbound.author_id)
-        every = [*self._specs.values(), *self._plugin_specs(bot).values()]
+        every = [s for s in self._specs.values() if self._offered(bot, s.name)]
+        every += self._plugin_specs(bot).values()
         specs = [s for s in every if admin or not s.admin]
         lines = [f"/{spec.name} - {spec.description}" for spec in specs]
         return "Commands:\n" + "\n".join(lines)

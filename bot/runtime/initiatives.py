@@ -154,12 +154,16 @@ class Proactive:
         holder: str,
         policy: AgendaPolicy = AgendaPolicy(),
         metrics: Metrics | None = None,
+        variants: Mapping[tuple[str, str], Persona] | None = None,
     ) -> None:
         self._store = store
         self._llm = llm
         self._clock = clock
         self._memory = memory
         self._personas = dict(personas)
+        # A bot's other personas by (bot, persona id): the chat's persona writes
+        # (docs/personas.md#several-personas); ``personas`` holds each bot's default.
+        self._variants = dict(variants or {})
         self._delivery = delivery
         self._accounting = accounting
         self._holder = holder
@@ -173,9 +177,18 @@ class Proactive:
         return tuple(self._personas)
 
     def checks_in(self, bot: str) -> bool:
-        """Whether this bot's persona writes check-ins."""
-        persona = self._personas.get(bot)
-        return persona is not None and persona.initiative.enabled
+        """Whether a persona of this bot writes check-ins."""
+        personas = [
+            self._personas.get(bot),
+            *(p for (b, _), p in self._variants.items() if b == bot),
+        ]
+        return any(p is not None and p.initiative.enabled for p in personas)
+
+    def _persona(self, bot: str, persona: str | None) -> Persona | None:
+        """The bot's persona ``persona`` (an id; None or unknown: the default)."""
+        if persona is not None and (bot, persona) in self._variants:
+            return self._variants[bot, persona]
+        return self._personas.get(bot)
 
     async def due(self, now: float, limit: int) -> list[tuple[AgendaKey, float]]:
         """Due work for the scheduler (bot.queue.scheduler ``due``)."""
@@ -186,10 +199,11 @@ class Proactive:
         """The person's time zone and its name (:func:`zone_for`)."""
         return await zone_for(self._store, self._memory, user, self.policy.timezone)
 
-    async def replied(self, conversation: ConversationKey) -> None:
-        """A reply was recorded: the next check-in waits for the silence after it (the rules
-        run again when it falls due, so quiet hours are applied then)."""
-        persona = self._personas.get(conversation.bot)
+    async def replied(self, conversation: ConversationKey, persona_id: str | None = None) -> None:
+        """A reply was recorded (by ``persona_id``; None: the default): the next check-in
+        waits for the silence after it (the rules run again when it falls due, so quiet
+        hours are applied then)."""
+        persona = self._persona(conversation.bot, persona_id)
         if persona is None or not persona.initiative.enabled:
             return
         now = self._clock.now()
@@ -230,11 +244,12 @@ class Proactive:
     async def _check_in(
         self, conversation: ConversationKey, persona: Persona, lease: Lease
     ) -> Outcome:
-        policy = persona.initiative
         now = self._clock.now()
         state = await self._store.initiative_state(conversation)
         if state is None:
             return "gone"
+        persona = self._persona(conversation.bot, state.persona) or persona  # the chat's own
+        policy = persona.initiative
         if not policy.enabled:
             await self._store.arm_initiative(conversation, None, now, "not now: check-ins off")
             return "off"
@@ -327,6 +342,7 @@ class Proactive:
         state = await self._store.initiative_state(conversation)
         if state is None:
             return "gone"
+        persona = self._persona(conversation.bot, state.persona) or persona  # the chat's own
         if not state.active:
             await self._store.fail_reminder(reminder_id, "the chat refuses delivery", now)
             return "off"

@@ -145,12 +145,16 @@ class Pipeline:
         stops: StopSignals | None = None,
         proactive: Proactive | None = None,
         agenda_wake: Callable[[], None] | None = None,
+        personas: Mapping[tuple[str, str], BotProfile] | None = None,
     ) -> None:
         self._store = store
         self._llm = llm
         self._clock = clock
         self._memory = memory
         self._profiles = dict(profiles)
+        # A bot's other personas, by (bot, persona id): a session says which one answers
+        # (docs/personas.md#several-personas); ``profiles`` holds each bot's default.
+        self._personas = dict(personas or {})
         self.holder = holder or f"worker-{uuid.uuid4().hex[:12]}"
         self._retry_max = retry_max_seconds
         self._failures: dict[ConversationKey, int] = {}
@@ -210,9 +214,17 @@ class Pipeline:
         """Keys of the bots hosted here."""
         return tuple(self._profiles)
 
-    def profile(self, bot: str) -> BotProfile:
-        """The profile of a hosted bot."""
-        return self._profiles[bot]
+    def profile(self, bot: str, persona: str | None = None) -> BotProfile:
+        """The profile of a hosted bot speaking as ``persona`` (an id; None: its default).
+        A persona the configuration no longer has answers as the default, logged."""
+        default = self._profiles[bot]
+        if persona is None or persona == default.persona_id:
+            return default
+        found = self._personas.get((bot, persona))
+        if found is None:
+            log.warning("%s: persona %r is not configured; its default answers", bot, persona)
+            return default
+        return found
 
     async def run_turn(self, conversation: ConversationKey) -> TurnOutcome:
         """Try to answer the conversation's pending input once."""
@@ -251,6 +263,8 @@ class Pipeline:
                 conversation, await self._store.conversation_version(conversation)
             )
             return "idle"
+        # The turn's session says who answers: its persona's pin, model, budget and texts.
+        profile = self.profile(conversation.bot, turn.persona)
         summary = await self._memory.summary(turn.session)  # read once for gaps and prompt
         gaps = await self._memory.gaps(turn.session, summary)
         if gaps and self._gap_policy.policy == "refuse":
@@ -375,7 +389,7 @@ class Pipeline:
                 # Built under the renewed lease and the typing indicator: fetching a photo or
                 # transcribing a voice note may take longer than the lease (bot/runtime/media.py).
                 assembled = await self._memory.build(
-                    turn, profile.pin, gap_notice=notice, summary=summary
+                    turn, profile.pin, gap_notice=notice, summary=summary, policy=profile.memory
                 )
                 log.debug(
                     "turn %s v0=%d messages=%d prompt~%d tokens",
@@ -624,7 +638,7 @@ class Pipeline:
         )
         self._memory.schedule_compaction(turn.session)
         if self._proactive is not None:
-            await self._proactive.replied(conversation)
+            await self._proactive.replied(conversation, turn.persona)
             if reminders:
                 self._agenda_wake()
         replaces = None if relay is None else relay.preview.message_id

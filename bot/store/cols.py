@@ -60,7 +60,9 @@ FINISHED_TEXT: Final = "CASE WHEN reply_message_id = 0 THEN '' ELSE text END"
 # closed out as "rejected: ..." is never submitted again, not even as context.
 NOT_REJECTED: Final = " AND (m.closed_reason IS NULL OR m.closed_reason NOT LIKE 'rejected%')"
 MESSAGE_SELECT: Final = f"SELECT {MSG_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-SESSION_COLS: Final = "session_no, status, opened_at, last_activity_at, closed_at, close_reason"
+SESSION_COLS: Final = (
+    "session_no, status, opened_at, last_activity_at, closed_at, close_reason, persona"
+)
 TIMER_SELECT: Final = (
     "SELECT c.bot, c.platform, c.chat_id, c.thread_id, t.due_at, t.first_pending_at, "
     "t.armed_version FROM timers t JOIN conversations c ON c.id = t.conversation_id "
@@ -90,6 +92,7 @@ def session_info(key: ConversationKey, row: Any) -> SessionInfo:
         last_activity_at=float(row[3]),
         closed_at=None if row[4] is None else float(row[4]),
         close_reason=row[5],
+        persona=row[6],
     )
 
 
@@ -328,6 +331,7 @@ def user_data(
     usage: Sequence[Any],
     charges: Sequence[Any] = (),
     media: Mapping[int, tuple[StoredMedia, ...]] = _NO_MEDIA,
+    personas: Sequence[Any] = (),
 ) -> UserData:
     """UserData from the rows of ``user_data`` (the same columns on both backends)."""
 
@@ -374,4 +378,5 @@ def user_data(
             )
             for r in charges
         ),
+        personas=tuple((session(r, 0), None if r[5] is None else str(r[5])) for r in personas),
     )

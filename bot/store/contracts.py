@@ -96,9 +96,16 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def new_session(
-        self, conversation: ConversationKey, now: float, reason: str = "new"
+        self,
+        conversation: ConversationKey,
+        now: float,
+        reason: str = "new",
+        persona: str | None = None,
     ) -> SessionInfo:
-        """Close the open session (if any) and open the next one, atomically."""
+        """Close the open session (if any) and open the next one, atomically. The new
+        session has ``persona`` (an id), or when None the persona of the conversation's
+        newest session; every session opened otherwise (expiry, a first message) inherits
+        it the same way."""
 
     @abc.abstractmethod
     async def close_session(

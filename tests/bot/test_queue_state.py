@@ -371,7 +371,7 @@ class Process:
         commands = Commands(
             store=self.store,
             clock=self.clock,
-            greeting=lambda session, _: PIN.greeting(session),
+            greeting=lambda session, _: PIN.greeting(session.key),
             memory=self.memory,
         )
         self.router = Router(

@@ -155,3 +155,42 @@ async def test_inactive_conversation_reactivates_on_new_input(store: BaseStore) 
     assert await store.conversation_active(C1) is False
     await store.ingest(Inbound(C1, "u1", "Sasha", "I'm back", "p9"), T0, QueuePolicy())
     assert await store.conversation_active(C1) is True
+
+
+async def test_a_chat_keeps_its_persona_across_sessions_until_it_switches(store: BaseStore) -> None:
+    """docs/personas.md#several-personas: a session records its persona; every session opened
+    after it (expiry, /new, a closed chat's next message) inherits it; /persona opens one with
+    another; pending turns and the check-in state say whose they are."""
+    from bot.core.events import Inbound, QueuePolicy
+
+    first = await store.open_session(C1, T0)
+    assert first.persona is None  # the bot's default persona
+    orin = await store.new_session(C1, T0 + 1, "persona", persona="orin")
+    assert (orin.key.session_id, orin.persona) == (2, "orin")
+    kept = await store.new_session(C1, T0 + 2, "new")
+    assert (kept.key.session_id, kept.persona) == (3, "orin")
+    await store.close_session(C1, T0 + 3)
+    reopened = await store.open_session(C1, T0 + 4)
+    assert (reopened.key.session_id, reopened.persona) == (4, "orin")
+    idle = SessionPolicy(idle_seconds=10)
+    expired = await store.open_session(C1, T0 + 100, idle)
+    assert (expired.key.session_id, expired.persona) == (5, "orin")
+    back = await store.new_session(C1, T0 + 101, "persona", persona="mira")
+    assert back.persona == "mira"
+    assert [s.persona for s in await store.list_sessions(C1)] == [
+        None,
+        "orin",
+        "orin",
+        "orin",
+        "orin",
+        "mira",
+    ]
+    # Another chat of the same bot keeps the default.
+    assert (await store.open_session(C2, T0)).persona is None
+    # A pending turn carries its session's persona (a switch after it does not change it).
+    await store.ingest(Inbound(C1, "u1", "Sasha", "hello", "m1"), T0 + 102, QueuePolicy(0, 5))
+    await store.new_session(C1, T0 + 103, "persona", persona="orin")
+    turn = await store.pending_turn(C1)
+    assert turn is not None and turn.session.session_id == 6 and turn.persona == "mira"
+    state = await store.initiative_state(C1)
+    assert state is not None and state.persona == "orin"

@@ -372,4 +372,13 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         ALTER TABLE messages ADD COLUMN addressee TEXT;
         """,
     ),
+    (
+        8,
+        """
+        -- The persona of a session (docs/personas.md#several-personas; NULL: the bot's
+        -- default). A chat's persona is its newest session's: a new session inherits it, and
+        -- /persona opens a new session with another, so no persona reads another's window.
+        ALTER TABLE sessions ADD COLUMN persona TEXT;
+        """,
+    ),
 )

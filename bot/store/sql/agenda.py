@@ -66,7 +66,8 @@ class AgendaPart(SQLCore):
                 "SELECT c.id, c.version, c.status, i.enabled, i.due_at, i.sent_at, "
                 "(SELECT session_no FROM sessions WHERE conversation_id = c.id "
                 "AND status = 'open'), (SELECT 1 FROM messages WHERE conversation_id = c.id "
-                f"AND pending = {d.true} LIMIT 1) "
+                f"AND pending = {d.true} LIMIT 1), (SELECT persona FROM sessions WHERE "
+                "conversation_id = c.id ORDER BY session_no DESC LIMIT 1) "
                 "FROM conversations c LEFT JOIN initiatives i ON i.conversation_id = c.id "
                 f"WHERE {CONV_WHERE_C}",
                 *conv_args(conversation),
@@ -100,6 +101,7 @@ class AgendaPart(SQLCore):
             unanswered=int(unanswered or 0),
             pending=row[7] is not None,
             session_no=None if row[6] is None else int(row[6]),
+            persona=None if row[8] is None else str(row[8]),
         )
 
     async def arm_initiative(

@@ -142,8 +142,11 @@ class SQLCore(BaseStore):
         return await db.fetchrow(f"SELECT {cols.SESSION_COLS} FROM sessions WHERE id = $1", sid)
 
     @staticmethod
-    async def _rotate(db: Conn, conv_id: int, now: float, reason: str | None) -> tuple[int, int]:
-        """Close the open session (if ``reason``) and open the next one: (row id, number)."""
+    async def _rotate(
+        db: Conn, conv_id: int, now: float, reason: str | None, persona: str | None = None
+    ) -> tuple[int, int]:
+        """Close the open session (if ``reason``) and open the next one: (row id, number).
+        The new session has ``persona``, or (None) the persona of the newest session."""
         if reason is not None:
             await db.execute(
                 "UPDATE sessions SET status = 'closed', closed_at = $1, close_reason = $2 "
@@ -154,11 +157,13 @@ class SQLCore(BaseStore):
             )
         row = await db.fetchrow(
             "INSERT INTO sessions (conversation_id, session_no, status, opened_at, "
-            "last_activity_at) SELECT $1, COALESCE(MAX(session_no), 0) + 1, 'open', "
-            "CAST($2 AS DOUBLE PRECISION), $2 FROM sessions WHERE conversation_id = $1 "
-            "RETURNING id, session_no",
+            "last_activity_at, persona) SELECT $1, COALESCE(MAX(session_no), 0) + 1, 'open', "
+            "CAST($2 AS DOUBLE PRECISION), $2, COALESCE(CAST($3 AS TEXT), (SELECT persona "
+            "FROM sessions WHERE conversation_id = $1 ORDER BY session_no DESC LIMIT 1)) "
+            "FROM sessions WHERE conversation_id = $1 RETURNING id, session_no",
             conv_id,
             now,
+            persona,
         )
         assert row is not None
         return int(row[0]), int(row[1])

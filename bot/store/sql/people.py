@@ -140,8 +140,17 @@ class PeoplePart(SQLCore):
                 "WHERE platform = $1 AND user_id = $2 ORDER BY at",
                 *who,
             )
+            personas = await db.fetch(
+                "SELECT c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, s.persona "
+                "FROM sessions s JOIN conversations c ON c.id = s.conversation_id WHERE s.id IN "
+                f"(SELECT session_id FROM messages WHERE id IN ({_MINE}) OR id IN ({_REPLIES})) "
+                "ORDER BY s.id",
+                *who,
+            )
             media = await self._media_for(db, [*own, *replies], offset=4)
-        return cols.user_data(user, record, own, replies, summaries, outbox, usage, charges, media)
+        return cols.user_data(
+            user, record, own, replies, summaries, outbox, usage, charges, media, personas
+        )
 
 
 async def _ids(db: Conn, sql: str, who: tuple[str, str]) -> list[int]:

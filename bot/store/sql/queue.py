@@ -192,6 +192,7 @@ class QueuePart(SQLCore):
                 version,
                 d.no_limit if limit is None else limit,
             )
+            persona = await db.fetchval("SELECT persona FROM sessions WHERE id = $1", head[3])
             media = await self._media_for(db, rows)  # the same snapshot
         messages = tuple(cols.message(conversation, r, media) for r in rows)
         if not messages:
@@ -203,6 +204,7 @@ class QueuePart(SQLCore):
             first_pending_at=messages[0].created_at
             if first_pending is None
             else float(first_pending),
+            persona=None if persona is None else str(persona),
         )
 
     # -- timers -------------------------------------------------------------------------------

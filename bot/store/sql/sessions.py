@@ -43,13 +43,18 @@ class SessionsPart(SQLCore):
         return None if row is None else cols.session_info(conversation, row)
 
     async def new_session(
-        self, conversation: ConversationKey, now: float, reason: str = "new"
+        self,
+        conversation: ConversationKey,
+        now: float,
+        reason: str = "new",
+        persona: str | None = None,
     ) -> SessionInfo:
-        """Close the open session and open the next, atomically."""
+        """Close the open session and open the next (with ``persona``, or the chat's own),
+        atomically."""
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation, now)
             assert conv_id is not None
-            sid, _ = await self._rotate(db, conv_id, now, reason)
+            sid, _ = await self._rotate(db, conv_id, now, reason, persona)
             row = await self._session_by_id(db, sid)
         return cols.session_info(conversation, row)
 
