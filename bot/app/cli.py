@@ -1,4 +1,4 @@
-"""The ``personabot`` command line: chat, run, config check."""
+"""The ``personabot`` command line: chat, run, config check, persona import/export."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bot.app import persona_commands
 from bot.app.logs import redact_text, setup_logging
 from bot.app.signals import EarlySignals
 from bot.config import Secrets, Settings, load_settings
@@ -73,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     config = sub.add_parser("config", help="configuration tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)
     with_config(config_sub.add_parser("check", help="validate and summarise the configuration"))
+    persona_commands.add_parser(sub)
     return parser
 
 
@@ -170,6 +172,8 @@ def _command(app: App, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     args = _parser().parse_args(argv)
+    if args.command == "persona":  # works on files, not on a loaded configuration
+        return persona_commands.run(args)
     early = _early_signals() if args.command == "run" else None
     secrets = Secrets()
     loaded: Settings | None = None

@@ -4,6 +4,7 @@
 
     PersonabotError
     ├── ConfigError            bad configuration (names the key path and the problem)
+    ├── CardError              a Character Card that cannot be imported or exported
     ├── StoreError             the store failed or its schema is too new
     ├── ModelError             the language model failed
     │   ├── ModelUnavailable   transient: overloaded, 5xx, timeout, connection (retry later)
@@ -34,6 +35,11 @@ class ConfigError(PersonabotError):
         self.source = source
         prefix = f"{source}: " if source else ""
         super().__init__(prefix + "; ".join(self.problems))
+
+
+class CardError(PersonabotError):
+    """A Character Card could not be read, imported or exported (container, size, base64,
+    JSON, spec, missing name): one line saying which, and nothing was written."""
 
 
 class StoreError(PersonabotError):

@@ -1,0 +1,154 @@
+"""Cards written by the tests in the three containers, and the CLI run as a real process."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+from PIL.PngImagePlugin import PngInfo
+
+# Unknown extensions as cards carry them: nested, with null, unicode, numbers of every kind.
+EXTENSIONS: dict[str, Any] = {
+    "depth_prompt": {"depth": 4, "prompt": None, "role": "system"},
+    "talkativeness": "0.5",
+    "fav": False,
+    "ünïcödé ✓": ["日本語", "emoji 😀", None, 0, -1, 2.5, 1e-7, 12345678901234567890],
+    "nested": {"a": {"b": {"c": [[], {}, [None, {"d": True}]]}}},
+}
+
+
+def v2_card(**data: Any) -> dict[str, Any]:
+    """A full V2 card with a lorebook; ``data`` overrides its fields."""
+    base: dict[str, Any] = {
+        "name": "Mira Kell",
+        "description": "{{char}} keeps the lighthouse on Kell Point.\nShe speaks softly.",
+        "personality": "warm, curious, stubborn",
+        "scenario": "A stormy night; {{user}} knocks at the door.",
+        "first_mes": "Oh! Come in, {{user}}, you're soaked.",
+        "mes_example": "<START>\n{{user}}: Hi\n{{char}}: Hello there.",
+        "creator_notes": "Best with a warm model. Never shown to the model.",
+        "system_prompt": "You are {{char}}. Stay in character.",
+        "post_history_instructions": "Answer in under 80 words.",
+        "alternate_greetings": ["The lamp flickers. Who's there?", "Back again, {{user}}?"],
+        "tags": ["lighthouse", "cozy"],
+        "creator": "tests",
+        "character_version": "1.2",
+        "extensions": copy.deepcopy(EXTENSIONS),
+        "character_book": {
+            "name": "Kell Point",
+            "description": "The world",
+            "scan_depth": 6,
+            "token_budget": 700,
+            "recursive_scanning": False,
+            "extensions": {"book_ext": {"x": None}},
+            "entries": [
+                {
+                    "keys": ["lighthouse", "lamp"],
+                    "content": "The lighthouse has been dark since the storm of '09.",
+                    "extensions": {"position": 1, "probability": 100, "ü": None},
+                    "enabled": True,
+                    "insertion_order": 50,
+                    "case_sensitive": True,
+                    "name": "lighthouse",
+                    "priority": 3,
+                    "id": 7,
+                    "comment": "the lighthouse",
+                    "selective": True,
+                    "secondary_keys": ["storm"],
+                    "constant": False,
+                    "position": "after_char",
+                },
+                {
+                    "keys": ["Orin"],
+                    "content": "Orin is the ferryman.",
+                    "extensions": {},
+                    "enabled": False,
+                    "insertion_order": 100,
+                    "comment": "orin",
+                    "position": "before_char",
+                },
+            ],
+        },
+    }
+    base.update(data)
+    return {"spec": "chara_card_v2", "spec_version": "2.0", "data": base}
+
+
+def v3_card(**data: Any) -> dict[str, Any]:
+    """A full V3 card (V2's fields plus V3's); ``data`` overrides its fields."""
+    card = v2_card()
+    card["spec"], card["spec_version"] = "chara_card_v3", "3.0"
+    card["data"].update(
+        {
+            "nickname": "Mimi",
+            "creator_notes_multilingual": {"de": "Für warme Modelle."},
+            "source": ["https://example.org/mira"],
+            "group_only_greetings": ["Hello, all of you."],
+            "creation_date": 1700000000,
+            "modification_date": 1700000001,
+            "assets": [{"type": "icon", "uri": "ccdefault:", "name": "main", "ext": "png"}],
+        }
+    )
+    card["data"]["character_book"]["entries"][0]["use_regex"] = True
+    card["data"]["character_book"]["entries"][1]["use_regex"] = False
+    card["top_level_unknown"] = {"kept": [1, None]}
+    card["data"].update(data)
+    return card
+
+
+def b64(card: Any) -> str:
+    text = card if isinstance(card, str) else json.dumps(card, ensure_ascii=False)
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
+
+
+def png_bytes(chunks: dict[str, str], size: tuple[int, int] = (24, 36)) -> bytes:
+    """A PNG with these tEXt chunks (keyword -> value)."""
+    info = PngInfo()
+    for keyword, value in chunks.items():
+        info.add_text(keyword, value)
+    buffer = io.BytesIO()
+    Image.new("RGB", size, (200, 40, 90)).save(buffer, format="PNG", pnginfo=info)
+    return buffer.getvalue()
+
+
+def write_card(path: Path, card: dict[str, Any]) -> Path:
+    """``card`` in the container its suffix names (.json, .png with a ``chara`` or ``ccv3``
+    chunk by spec, .charx with card.json at its root)."""
+    if path.suffix == ".json":
+        path.write_text(json.dumps(card, ensure_ascii=False), encoding="utf-8")
+    elif path.suffix == ".png":
+        keyword = "ccv3" if card.get("spec") == "chara_card_v3" else "chara"
+        path.write_bytes(png_bytes({keyword: b64(card)}))
+    else:
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("card.json", json.dumps(card, ensure_ascii=False))
+            archive.writestr("assets/icon/images/main.png", png_bytes({}))
+    return path
+
+
+def env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PERSONABOT_"))}
+
+
+def personabot(*args: str, cwd: Path) -> tuple[int, str, str]:
+    """The ``personabot`` command line as a process (its real entry point, ``python -m bot``)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bot", *args],
+        cwd=cwd,
+        env=env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
