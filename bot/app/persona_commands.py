@@ -1,4 +1,4 @@
-"""``personabot persona import`` (docs/personas.md)."""
+"""``personabot persona import`` and ``personabot persona export`` (docs/personas.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from bot.core.errors import CardError, ConfigError, PersonabotError
 
 def add_parser(sub: Any) -> None:
     """The ``persona`` command and its two actions, on the CLI's subparsers."""
-    persona = sub.add_parser("persona", help="import Character Cards (V2/V3)")
+    persona = sub.add_parser("persona", help="import or export Character Cards (V2/V3)")
     actions = persona.add_subparsers(dest="persona_command", required=True)
     imp = actions.add_parser("import", help="a card (.json, .png, .charx) as a [[personas]] entry")
     imp.add_argument("card", type=Path, help="the card file")
@@ -26,15 +26,30 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="also add a [[bots]] entry for the persona on this platform",
     )
+    exp = actions.add_parser("export", help="a persona as a Character Card V3")
+    exp.add_argument("id", help="persona id")
+    exp.add_argument("--format", choices=["png", "json"], default="png", dest="fmt")
+    exp.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="TOML file (default ./personabot.toml, else the bundled example values)",
+    )
+    exp.add_argument("--out", type=Path, default=None, help="file to write (default ID.FORMAT)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``persona import``; one error line and exit 2 on bad input."""
+    """Run ``persona import`` or ``persona export``; one error line and exit 2 on bad input."""
     try:
-        from bot.personas.importer import import_card
+        if args.persona_command == "import":
+            from bot.personas.importer import import_card
 
-        done = import_card(args.card, out=args.out, persona_id=args.id, bot=args.bot)
-        print("\n".join(done.lines))
+            done = import_card(args.card, out=args.out, persona_id=args.id, bot=args.bot)
+            print("\n".join(done.lines))
+            return 0
+        from bot.personas.exporter import export_persona
+
+        print(export_persona(args.id, config=args.config, fmt=args.fmt, out=args.out))
         return 0
     except CardError as exc:
         print(f"personabot: card error: {exc}", file=sys.stderr)

@@ -4,6 +4,7 @@ spec versions land in a ``[[personas]]`` table that the real settings loader rea
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -170,8 +171,6 @@ def test_an_id_that_exists_is_refused_and_nothing_is_written(tmp_path: Path) -> 
 
 def _zip_bomb(path: Path) -> None:
     """A small CHARX whose card.json unpacks to 40 MB."""
-    import zipfile
-
     with (
         zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive,
         archive.open("card.json", "w", force_zip64=True) as member,
@@ -185,6 +184,11 @@ def _zip_bomb(path: Path) -> None:
 def _big_file(path: Path) -> None:
     with path.open("wb") as handle:  # sparse: 50 MB on paper, nothing to read first
         handle.truncate(50 * 1024 * 1024)
+
+
+def _no_card_json(path: Path) -> None:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("x/card.json", "{}")
 
 
 def _write(name: str, content: bytes) -> Any:
@@ -247,7 +251,7 @@ MALFORMED: dict[str, tuple[str, Any, str]] = {
     ),
     "CHARX without card.json": (
         "card.charx",
-        lambda path: __import__("zipfile").ZipFile(path, "w").writestr("x/card.json", "{}"),
+        _no_card_json,
         "card.charx: the CHARX has no card.json at its root",
     ),
     "not a zip": ("card.charx", _write("", b"PK nonsense"), "card.charx: not a readable CHARX"),
