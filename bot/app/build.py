@@ -184,8 +184,9 @@ def persona_choices(
 ) -> tuple[PersonaChoice, ...]:
     """The personas bot ``key`` may speak as, its default (``persona``) first."""
     entry = next((b for b in settings.bots if b.key == key), None)
-    ids = (persona.id,) if entry is None else entry.persona_ids
-    return tuple(PersonaChoice(p.id, p.name) for p in map(settings.persona, ids))
+    if entry is None:  # the terminal chat, or a test's bot: one persona
+        return (PersonaChoice(persona.id, persona.name),)
+    return tuple(PersonaChoice(p.id, p.name) for p in map(settings.persona, entry.persona_ids))
 
 
 def greeting_of(pin: PersonaPin, session: SessionKey, inbound: Inbound) -> str:
