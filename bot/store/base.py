@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bot.store.contracts import (
     AgendaStore,
+    ConsoleStore,
     LeaseStore,
     MediaStore,
     MemoryStore,
@@ -31,6 +32,7 @@ class BaseStore(
     RetentionStore,
     PeopleStore,
     AgendaStore,
+    ConsoleStore,
 ):
     """Persistent state of personabot: conversations, sessions, messages, memory and queue."""
 
@@ -38,6 +40,7 @@ class BaseStore(
 __all__ = [
     "AgendaStore",
     "BaseStore",
+    "ConsoleStore",
     "LeaseStore",
     "MediaStore",
     "MemoryStore",

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Final, Self
 
 from bot.core.agenda import AgendaKind, DueItem, InitiativeState, NewReminder, Reminder
+from bot.core.console import AuditEntry, ConversationRow, QueueView, UsageBucket
 from bot.core.events import (
     ConversationKey,
     DueTimer,
@@ -665,6 +666,40 @@ class RetentionStore(abc.ABC):
         self, user: UserKey, *, closed_sessions_only: bool, now: float | None = None
     ) -> int:
         """Delete a person's messages (for /forget; tombstoned); return how many."""
+
+
+class ConsoleStore(abc.ABC):
+    """What the operator console reads and the audit log it writes (docs/web.md)."""
+
+    @abc.abstractmethod
+    async def console_conversations(
+        self, *, search: str = "", after: tuple[float, int] | None = None, limit: int = 50
+    ) -> list[ConversationRow]:
+        """Conversations by their newest session's activity, newest first, ``limit`` at a
+        time after the keyset ``after`` (a row's activity and session row id). ``search``:
+        a chat id, or part of a participant's display name (any case)."""
+
+    @abc.abstractmethod
+    async def console_conversation(self, conversation_id: int) -> ConversationKey | None:
+        """A conversation by its row id (the console's handle), or None."""
+
+    @abc.abstractmethod
+    async def console_queue(self, now: float) -> QueueView:
+        """Armed timers, how many are due, turn leases held now by holder."""
+
+    @abc.abstractmethod
+    async def console_usage(self, since: float, bucket_seconds: float) -> list[UsageBucket]:
+        """Model calls since ``since`` in buckets of ``bucket_seconds`` (empty ones left out)."""
+
+    @abc.abstractmethod
+    async def record_audit(
+        self, actor: str, action: str, target: str, detail: str, now: float
+    ) -> None:
+        """Append to the operator audit log."""
+
+    @abc.abstractmethod
+    async def audit_log(self, *, before: int | None = None, limit: int = 50) -> list[AuditEntry]:
+        """Audit entries, newest first, older than entry id ``before``."""
 
 
 class PeopleStore(abc.ABC):

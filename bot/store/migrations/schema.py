@@ -381,4 +381,22 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         ALTER TABLE sessions ADD COLUMN persona TEXT;
         """,
     ),
+    (
+        10,
+        """
+        -- The operator console (docs/web.md): every view of a person's memory and every action
+        -- taken there, who and when; and the conversation list, newest activity first, one
+        -- keyset page at a time.
+        CREATE TABLE operator_audit (
+            id      {serial} PRIMARY KEY,
+            at      {real} NOT NULL,
+            actor   TEXT NOT NULL,
+            action  TEXT NOT NULL,
+            target  TEXT NOT NULL,
+            detail  TEXT NOT NULL DEFAULT ''
+        );
+        CREATE INDEX sessions_activity ON sessions(last_activity_at, id);
+        CREATE INDEX model_usage_at ON model_usage(at);
+        """,
+    ),
 )

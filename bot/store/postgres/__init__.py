@@ -43,6 +43,7 @@ from bot.core.redact import redact_url
 from bot.store.postgres._core import PostgresCore, is_postgres_url
 from bot.store.postgres._writes import WritesPart
 from bot.store.sql.agenda import AgendaPart
+from bot.store.sql.console import ConsolePart
 from bot.store.sql.media import MediaPart
 from bot.store.sql.people import PeoplePart
 from bot.store.sql.queue import QueuePart
@@ -58,6 +59,7 @@ class PostgresStore(
     RetentionPart,
     PeoplePart,
     AgendaPart,
+    ConsolePart,
     PostgresCore,
 ):
     """The BaseStore contract on PostgreSQL; each part holds one concern."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from bot.core.events import ConversationKey, Erasure, SessionKey, StoredMessage, UserKey
 from bot.store.sql.agenda import AgendaPart
+from bot.store.sql.console import ConsolePart
 from bot.store.sql.media import MediaPart
 from bot.store.sql.people import PeoplePart
 from bot.store.sql.queue import QueuePart
@@ -28,6 +29,7 @@ class SQLiteStore(
     RetentionPart,
     PeoplePart,
     AgendaPart,
+    ConsolePart,
     SQLiteCore,
 ):
     """The BaseStore contract on one SQLite file; each part holds one concern.

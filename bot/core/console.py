@@ -1,0 +1,60 @@
+"""What the operator console reads from the store (docs/web.md): rows of its lists."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.core.events import ConversationKey
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRow:
+    """A conversation in the console's list: its newest session and who spoke in it."""
+
+    id: int  # the conversation's row id: the console's handle for it
+    key: ConversationKey
+    session_no: int
+    status: str  # of that session: open, closed or expired
+    last_activity_at: float
+    persona: str | None
+    participants: tuple[str, ...]  # display names of that session's people (a few)
+    session_row: int = 0  # the session's row id: the keyset's tie-breaker
+
+    @property
+    def cursor(self) -> str:
+        """Where the next page starts (keyset: activity, then session row)."""
+        return f"{self.last_activity_at!r}:{self.session_row}"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One operator action or view of a person's memory (who, when, what)."""
+
+    id: int
+    at: float
+    actor: str
+    action: str
+    target: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """The queue across processes, from one read."""
+
+    timers: int  # conversations with input waiting (armed timers)
+    due: int  # of them, due now
+    leases: tuple[tuple[str, int], ...]  # turn leases held now, by holder
+    oldest_due_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageBucket:
+    """Model calls in one time bucket (the overview's chart)."""
+
+    start: float
+    calls: int  # charges: a call shared by several people counts once per person
+    replies: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
