@@ -343,6 +343,32 @@ class ObservabilitySettings(_Section):
         return self
 
 
+class WebSettings(_Section):
+    """``[web]``: the operator console (docs/web.md)."""
+
+    # host:port of the console inside ``personabot run`` ("" = off; ``personabot web`` serves
+    # it alone and takes --listen).
+    listen: str = ""
+    # Environment variable holding the operator token (login, and the API's Bearer token).
+    token_env: str = "PERSONABOT_WEB_TOKEN"
+    # Rows per page of a list.
+    page_size: int = Field(default=50, ge=1, le=500)
+    # Failed logins per client address per minute before it must wait.
+    login_attempts_per_minute: int = Field(default=5, ge=1, le=1000)
+    # A login lasts this long.
+    session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
+
+    @model_validator(mode="after")
+    def _host_port(self) -> WebSettings:
+        if self.listen:
+            host, _, port = self.listen.rpartition(":")
+            if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+                raise ValueError(f"listen: expected host:port, got {self.listen!r}")
+        if not looks_like_env_name(self.token_env):
+            raise ValueError("token_env: the name of an environment variable, not its value")
+        return self
+
+
 class InitiativeSettings(_Section):
     """``[personas.initiative]``: when the persona may write first after a silence
     (docs/initiatives.md)."""
@@ -683,6 +709,7 @@ class Settings(BaseSettings):
     access: AccessSettings = AccessSettings()
     limits: LimitSettings = LimitSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
+    web: WebSettings = WebSettings()
     logging: LoggingSettings = LoggingSettings()
     schedule: ScheduleSettings = ScheduleSettings()
     personas: list[PersonaSettings] = Field(default_factory=lambda: [_DEFAULT_PERSONA])
@@ -759,6 +786,7 @@ class Settings(BaseSettings):
                 names.append(secret)
         if self.transcription.api_key_env:
             names.append(self.transcription.api_key_env)
+        names.append(self.web.token_env)
         return names
 
     def credentials(self) -> list[str]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from bot.core.clock import Clock
-from bot.core.errors import ModelError
+from bot.core.errors import ModelError, StoreError
 from bot.core.events import (
     NOT_SET,
     ConversationKey,
@@ -619,6 +619,29 @@ class Memory:
         except (ModelError, RecordError) as exc:
             log.warning("memory of user %s not updated (kept as it was): %s", author, exc)
             return None
+
+    async def forget_item(self, user: UserKey, section: str, field: str, value: str) -> bool:
+        """Erase one remembered item (the operator console: docs/web.md); whether it was there.
+
+        By compare-and-swap like every write of the record, so an extraction running now
+        cannot write it back from what it read before."""
+        for _ in range(_CAS_ATTEMPTS):
+            record, version = await self._versioned(user)
+            kept = tuple(
+                item
+                for item in record.items
+                if (item.section, item.field, item.value) != (section, field, value)
+            )
+            if len(kept) == len(record.items):
+                return False
+            if await self._store.set_user_memory(
+                user,
+                replace(record, items=kept).to_json(),
+                self._clock.now(),
+                expected_version=version,
+            ):
+                return True
+        raise StoreError(f"memory of user {user.user_id} busy; the item was not erased")
 
     async def forget(self, user: UserKey) -> int:
         """Erase a user's memory and never learn again from what they said before now;

@@ -7,7 +7,9 @@ memory works even while a plugin is broken.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 from typing import TYPE_CHECKING, TextIO
 
 from bot.app.build import (
@@ -24,11 +26,12 @@ from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn, Us
 from bot.core.llm import ImageBlock
 from bot.llm.offline import OfflineLLM
 from bot.runtime.initiatives import check_in_prompt, due_check_in
+from bot.store.base import BaseStore
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Assembled
 from memory.lorebook import LoreSelection
 from memory.retention.worker import RetentionPolicy
-from memory.service import MemoryPolicy
+from memory.service import Memory
 
 if TYPE_CHECKING:
     from bot.app.app import App
@@ -65,64 +68,73 @@ async def show_prompt(
     no input pending: for ``message`` as the next one, or a placeholder)."""
     key, persona = _bot_for(app.settings, platform, bot)
     conversation = ConversationKey(platform, chat, thread, key)
-    clock = SystemClock()
-    policies = {persona.id: memory_policy(app.settings, persona)}
-
-    def policy_for(_: str) -> MemoryPolicy:
-        return policies[persona.id]
-
-    async with app.open_memory(policy_for=policy_for) as (store, memory):
-        session = await store.current_session(conversation)
-        if session is None:
-            print(f"no open session for {conversation}", file=out)
-            return 1
-        # The chat's own persona (docs/personas.md#several-personas), when it switched.
-        if session.persona and session.persona in {p.id for p in app.settings.personas}:
-            persona = app.settings.persona(session.persona)
-            policies[persona.id] = memory_policy(app.settings, persona)
-        turn = await store.pending_turn(conversation)
-        now = clock.now()
-        due = (
-            None
-            if turn is not None
-            else await due_check_in(
-                store,
-                memory,
-                initiative_policy(persona),
-                conversation,
-                now,
-                app.settings.schedule.timezone,
-            )
+    async with app.open_memory() as (store, memory):
+        preview = await preview_prompt(
+            app.settings, store, memory, conversation, persona, SystemClock().now(), message
         )
-        if due is not None:
-            # A check-in is due: show what its decision would be asked (docs/initiatives.md).
-            state, tz = due
-            assert state.session_no is not None
-            key_now = SessionKey(conversation, state.session_no)
-            assembled = await check_in_prompt(memory, pin_for(persona), key_now, state, tz, now)
-            return _print_prompt(out, f"check-in for {key_now}", assembled)
-        if turn is None:
-            # No input pending: preview with a placeholder from the last person who spoke.
-            users = [m for m in await store.messages(session.key) if m.role == "user"]
-            author, name, private = (
-                (users[-1].author_id, users[-1].display_name, users[-1].is_private)
-                if users
-                else ("?", "?", True)
-            )
-            placeholder = StoredMessage(
-                0,
-                session.key,
-                0,
-                "user",
-                author,
-                name,
-                message or "(the next message)",
-                clock.now(),
-                is_private=private,
-            )
-            turn = Turn(session.key, 0, (placeholder,), clock.now())
-        assembled = await memory.build(turn, pin_for(persona))
-    return _print_prompt(out, f"prompt for {turn.session}", assembled)
+    if preview is None:
+        print(f"no open session for {conversation}", file=out)
+        return 1
+    return _print_prompt(out, *preview)
+
+
+async def preview_prompt(
+    settings: Settings,
+    store: BaseStore,
+    memory: Memory,
+    conversation: ConversationKey,
+    persona: PersonaSettings,
+    now: float,
+    message: str | None = None,
+) -> tuple[str, Assembled] | None:
+    """The prompt the model would get now in ``conversation`` (None: no open session), and
+    what it is for: a pending turn's, a due check-in's, or the next message's (``message``,
+    or a placeholder) from the last person who spoke. ``personabot prompt`` and the console
+    show it; it reads, never writes."""
+    session = await store.current_session(conversation)
+    if session is None:
+        return None
+    # The chat's own persona (docs/personas.md#several-personas), when it switched.
+    if session.persona and session.persona in {p.id for p in settings.personas}:
+        persona = settings.persona(session.persona)
+    policy = memory_policy(settings, persona)
+    turn = await store.pending_turn(conversation)
+    due = (
+        None
+        if turn is not None
+        else await due_check_in(
+            store, memory, initiative_policy(persona), conversation, now, settings.schedule.timezone
+        )
+    )
+    if due is not None:
+        # A check-in is due: show what its decision would be asked (docs/initiatives.md).
+        state, tz = due
+        assert state.session_no is not None
+        key_now = SessionKey(conversation, state.session_no)
+        assembled = await check_in_prompt(memory, pin_for(persona), key_now, state, tz, now)
+        return f"check-in for {key_now}", assembled
+    if turn is None:
+        # No input pending: preview with a placeholder from the last person who spoke.
+        users = [m for m in await store.messages(session.key) if m.role == "user"]
+        author, name, private = (
+            (users[-1].author_id, users[-1].display_name, users[-1].is_private)
+            if users
+            else ("?", "?", True)
+        )
+        placeholder = StoredMessage(
+            0,
+            session.key,
+            0,
+            "user",
+            author,
+            name,
+            message or "(the next message)",
+            now,
+            is_private=private,
+        )
+        turn = Turn(session.key, 0, (placeholder,), now, persona=session.persona)
+    assembled = await memory.build(turn, pin_for(persona), policy=policy)
+    return f"prompt for {turn.session}", assembled
 
 
 def _print_prompt(out: TextIO, title: str, assembled: Assembled) -> int:
@@ -272,3 +284,25 @@ async def db_command(app: App, out: TextIO, action: str, args: object) -> int:
 
 
 __all__ = ["db_command", "retention_audit", "retention_run", "show_prompt", "user_memory"]
+
+
+async def serve_console(app: App, listen: str) -> int:
+    """``personabot web``: the operator console alone (docs/web.md), until SIGINT/SIGTERM;
+    another process may run the bots on the same store."""
+    from bot.app.web import console, console_token
+
+    console_token(app.settings, app.secrets)  # refused before the store is opened
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    clock = SystemClock()
+    async with (
+        app.open_memory() as (store, memory),
+        console(
+            app.settings, app.secrets, store=store, memory=memory, clock=clock, listen=listen
+        ) as web,
+    ):
+        print(f"personabot console on http://{listen.rpartition(':')[0]}:{web.port}", flush=True)
+        await stop.wait()
+    return 0

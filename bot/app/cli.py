@@ -52,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
         help="with no input pending, preview the prompt for this next message (e.g. to see "
         "which lorebook entries it fires)",
     )
+    web = with_config(
+        sub.add_parser("web", help="serve the operator console alone, against the same store")
+    )
+    web.add_argument(
+        "--listen", default=None, help="host:port (default: [web] listen, else 127.0.0.1:8080)"
+    )
     memory = sub.add_parser("memory", help="show or erase a user's long-term memory")
     memory_sub = memory.add_subparsers(dest="memory_command", required=True)
     for action in ("show", "forget"):
@@ -129,6 +135,12 @@ def _command(app: App, args: argparse.Namespace) -> int:
                 stdout=sys.stdout,
                 interactive=sys.stdin.isatty(),
             )
+        )
+    if args.command == "web":
+        from bot.app.admin import serve_console
+
+        return asyncio.run(
+            serve_console(app, args.listen or app.settings.web.listen or "127.0.0.1:8080")
         )
     if args.command == "prompt":
         from bot.app.admin import show_prompt

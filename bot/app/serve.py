@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,10 @@ async def run_bots(app: App, *, early: EarlySignals | None = None) -> int:
     llm = app.build_llm(offline_fallback=False)
     if not settings.bots:
         raise ConfigError(["bots: no [[bots]] entries; add one (see config.example.toml)"])
+    if settings.web.listen:
+        from bot.app.web import console_token
+
+        console_token(settings, app.secrets)  # refused before anything connects
     adapters: dict[str, tuple[PersonaSettings, BaseAdapter]] = {}
     signals = ShutdownSignals(grace_seconds=settings.queue.shutdown_grace_seconds)
     main = asyncio.current_task()
@@ -84,7 +89,30 @@ async def _serve(
     settings = app.settings
     code = 0
     hosted: dict[str, tuple[PersonaSettings, Outlet]] = dict(adapters)
-    async with app.running(hosted, llm=llm, with_retention=True) as rt:
+    # The console closes first: no page reads a store the runtime already closed.
+    async with (
+        app.running(hosted, llm=llm, with_retention=True) as rt,
+        contextlib.AsyncExitStack() as console,
+    ):
+        if settings.web.listen:
+            from bot.app.web import console as web_console
+
+            assert rt.memory is not None
+            await console.enter_async_context(
+                web_console(
+                    settings,
+                    app.secrets,
+                    store=rt.store,
+                    memory=rt.memory,
+                    clock=rt.clock,
+                    listen=settings.web.listen,
+                    bot_state=lambda key: (
+                        "connected"
+                        if key in adapters and adapters[key][1].connected
+                        else "not connected"
+                    ),
+                )
+            )
         signals.on_abort(rt.scheduler.abort)  # from now on: cancel running turns
         running = {
             asyncio.create_task(_receive(rt, a, settings.queue.lease_seconds), name=f"bot {k}"): k

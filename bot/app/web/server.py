@@ -1,0 +1,383 @@
+"""The operator console: an aiohttp server of server-rendered pages and a JSON API
+(docs/web.md).
+
+Security, in the order a request meets it:
+
+- every response carries a Content-Security-Policy that allows no inline script (and no
+  script at all: the pages need none), no framing, forms posting only here;
+- ``/login`` and ``/static`` are public; every other page needs the session cookie
+  (HttpOnly, SameSite=Strict) and redirects to the login without it; every ``/api/`` route
+  needs ``Authorization: Bearer <token>`` and answers 401 without it;
+- every state-changing page request is a POST carrying the session's CSRF token;
+- failed logins are limited per client address (auth.py);
+- everything users wrote is rendered by Jinja2 with autoescaping on, so a display name or a
+  message is always text, never markup.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from importlib import resources
+from types import TracebackType
+from typing import Any, Self
+
+import jinja2
+from aiohttp import web
+
+from bot.app.web.auth import LoginLimiter, Session, Sessions, same_token
+from bot.app.web.views import ConsoleData, NotFound, Viewer
+from bot.core.clock import Clock
+from bot.core.events import UserKey
+
+log = logging.getLogger("personabot.web")
+
+COOKIE = "personabot_console"
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+_SESSION = web.RequestKey("console_session", Session)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen host is this machine only."""
+    return host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")
+
+
+class WebConsole:
+    """The console on ``host:port``, for the operator holding ``token``."""
+
+    def __init__(
+        self,
+        data: ConsoleData,
+        *,
+        host: str,
+        port: int,
+        token: str,
+        clock: Clock,
+        session_hours: float = 12.0,
+        login_attempts_per_minute: int = 5,
+    ) -> None:
+        self._data = data
+        self._host = host
+        self.port = port
+        self._token = token
+        self._clock = clock
+        self._sessions = Sessions(session_hours * 3600.0)
+        self._limiter = LoginLimiter(login_attempts_per_minute)
+        self._runner: web.AppRunner | None = None
+        self._templates = jinja2.Environment(
+            loader=jinja2.PackageLoader("bot.app.web", "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        self._templates.filters["when"] = _when
+        self._templates.filters["pretty"] = _pretty
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def application(self) -> web.Application:
+        """The aiohttp application (routes and middleware)."""
+        app = web.Application(middlewares=[self._headers, self._auth], client_max_size=64 * 1024)
+        get, post = app.router.add_get, app.router.add_post
+        get("/login", self._login_page)
+        post("/login", self._login)
+        post("/logout", self._logout)
+        get("/static/console.css", self._css)
+        for path, view in (
+            ("/", self._overview),
+            ("/conversations", self._conversations),
+            ("/conversations/{id:[0-9]+}", self._conversation),
+            ("/people/{platform}/{user}", self._person),
+            ("/retention", self._retention),
+            ("/audit", self._audit),
+        ):
+            get(path, view)
+            get("/api" + (path if path != "/" else "/overview"), view)
+        post("/people/{platform}/{user}/forget-item", self._forget_item)
+        post("/people/{platform}/{user}/forget", self._forget_all)
+        post("/people/{platform}/{user}/export", self._export)
+        for action in ("forget-item", "forget", "export"):
+            post(f"/api/people/{{platform}}/{{user}}/{action}", self._api_action(action))
+        return app
+
+    async def __aenter__(self) -> Self:
+        self._runner = web.AppRunner(self.application(), access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self._host, self.port).start()
+        if self._runner.addresses:
+            self.port = int(self._runner.addresses[0][1])
+        log.info("operator console on http://%s:%d", self._host, self.port)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- middleware ---------------------------------------------------------------------------
+
+    @web.middleware
+    async def _headers(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            response = exc
+        except NotFound as exc:
+            response = self._error(request, 404, str(exc))
+        for name, value in _HEADERS.items():
+            response.headers.setdefault(name, value)
+        if isinstance(response, web.HTTPException):
+            raise response
+        return response
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        path = request.path
+        if path in ("/login", "/static/console.css"):
+            return await handler(request)
+        if path.startswith("/api/"):
+            header = request.headers.get("Authorization", "")
+            scheme, _, given = header.partition(" ")
+            if scheme.lower() != "bearer" or not same_token(given.strip(), self._token):
+                return web.json_response(
+                    {"error": "unauthorized"},
+                    status=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="personabot"'},
+                )
+            return await handler(request)
+        session = self._sessions.get(request.cookies.get(COOKIE), self._clock.now())
+        if session is None:
+            if request.method == "GET":
+                target = urllib.parse.quote(request.path_qs, safe="")
+                raise web.HTTPSeeOther(f"/login?next={target}")
+            return self._error(request, 401, "Log in first.")
+        if request.method == "POST":
+            form = await request.post()
+            if not same_token(str(form.get("csrf", "")), session.csrf):
+                log.warning("console: a POST to %s without its CSRF token refused", path)
+                return self._error(request, 403, "This form has expired; open the page again.")
+        request[_SESSION] = session
+        return await handler(request)
+
+    # -- login ----------------------------------------------------------------------------------
+
+    async def _login_page(self, request: web.Request) -> web.Response:
+        return self._page("login.html", {"next": _next(request), "problem": None}, None)
+
+    async def _login(self, request: web.Request) -> web.StreamResponse:
+        now = self._clock.now()
+        address = request.remote or "?"
+        if not self._limiter.allowed(address, now):
+            log.warning("console: logins from %s refused for a minute (too many failures)", address)
+            return self._page(
+                "login.html",
+                {"next": "/", "problem": "Too many failed logins: wait a minute."},
+                None,
+                status=429,
+            )
+        form = await request.post()
+        if not same_token(str(form.get("token", "")), self._token):
+            self._limiter.failed(address, now)
+            log.warning("console: failed login from %s", address)
+            return self._page(
+                "login.html", {"next": _next(request), "problem": "Wrong token."}, None, status=401
+            )
+        self._limiter.succeeded(address)
+        sid, _ = self._sessions.create(now)
+        response = web.HTTPSeeOther(_next(request, str(form.get("next", "/"))))
+        response.set_cookie(
+            COOKIE,
+            sid,
+            httponly=True,
+            samesite="Strict",
+            secure=_https(request),
+            path="/",
+        )
+        raise response
+
+    async def _logout(self, request: web.Request) -> web.StreamResponse:
+        self._sessions.drop(request.cookies.get(COOKIE))
+        response = web.HTTPSeeOther("/login")
+        response.del_cookie(COOKIE, path="/")
+        raise response
+
+    async def _css(self, request: web.Request) -> web.Response:
+        css = resources.files("bot.app.web").joinpath("static/console.css").read_text()
+        return web.Response(text=css, content_type="text/css")
+
+    # -- views --------------------------------------------------------------------------------
+
+    async def _overview(self, request: web.Request) -> web.StreamResponse:
+        return self._answer(request, "overview.html", await self._data.overview())
+
+    async def _conversations(self, request: web.Request) -> web.StreamResponse:
+        data = await self._data.conversations(
+            request.query.get("q", ""), request.query.get("after", "")
+        )
+        return self._answer(request, "conversations.html", data)
+
+    async def _conversation(self, request: web.Request) -> web.StreamResponse:
+        number = request.query.get("session", "")
+        data = await self._data.conversation(
+            int(request.match_info["id"]), int(number) if number.isdigit() else None
+        )
+        return self._answer(request, "conversation.html", data)
+
+    async def _person(self, request: web.Request) -> web.StreamResponse:
+        data = await self._data.person(_user(request), self._viewer(request))
+        return self._answer(request, "person.html", data)
+
+    async def _retention(self, request: web.Request) -> web.StreamResponse:
+        return self._answer(request, "retention.html", await self._data.retention())
+
+    async def _audit(self, request: web.Request) -> web.StreamResponse:
+        before = request.query.get("before", "")
+        data = await self._data.audit(int(before) if before.isdigit() else None)
+        return self._answer(request, "audit.html", data)
+
+    # -- actions (POST, CSRF-checked above) ----------------------------------------------------
+
+    async def _forget_item(self, request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        user = _user(request)
+        await self._data.forget_item(
+            user,
+            str(form.get("section", "")),
+            str(form.get("field", "")),
+            str(form.get("value", "")),
+            self._viewer(request),
+        )
+        raise web.HTTPSeeOther(_person_path(user))
+
+    async def _forget_all(self, request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        user = _user(request)
+        if form.get("confirm") != "yes":
+            return self._error(request, 400, "Tick the box to confirm: this cannot be undone.")
+        await self._data.forget_all(user, self._viewer(request))
+        raise web.HTTPSeeOther(_person_path(user))
+
+    async def _export(self, request: web.Request) -> web.StreamResponse:
+        user = _user(request)
+        document = await self._data.export(user, self._viewer(request))
+        name = f"personabot-export-{user.platform}-{_safe(user.user_id)}.json"
+        return web.Response(
+            text=json.dumps(document, ensure_ascii=False, indent=1),
+            content_type="application/json",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+
+    def _api_action(self, action: str) -> Handler:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            user = _user(request)
+            viewer = self._viewer(request, actor="api")
+            try:
+                body = await request.json() if request.can_read_body else {}
+            except ValueError:
+                return web.json_response({"error": "the body is not JSON"}, status=400)
+            if not isinstance(body, dict):
+                return web.json_response({"error": "the body is not an object"}, status=400)
+            if action == "forget-item":
+                done = await self._data.forget_item(
+                    user,
+                    str(body.get("section", "")),
+                    str(body.get("field", "")),
+                    str(body.get("value", "")),
+                    viewer,
+                )
+                return web.json_response({"forgotten": done})
+            if action == "forget":
+                if body.get("confirm") is not True:
+                    return web.json_response({"error": 'send {"confirm": true}'}, status=400)
+                return web.json_response(await self._data.forget_all(user, viewer))
+            return web.json_response(await self._data.export(user, viewer))
+
+        return handle
+
+    # -- rendering ------------------------------------------------------------------------------
+
+    def _viewer(self, request: web.Request, actor: str = "operator") -> Viewer:
+        return Viewer(actor=actor, address=request.remote or "?")
+
+    def _answer(self, request: web.Request, template: str, data: dict[str, Any]) -> web.Response:
+        if request.path.startswith("/api/"):
+            return web.json_response(data, dumps=lambda d: json.dumps(d, ensure_ascii=False))
+        return self._page(template, data, request[_SESSION])
+
+    def _page(
+        self,
+        template: str,
+        data: dict[str, Any],
+        session: Session | None,
+        status: int = 200,
+    ) -> web.Response:
+        html = self._templates.get_template(template).render(
+            data=data, csrf=None if session is None else session.csrf
+        )
+        return web.Response(text=html, content_type="text/html", status=status)
+
+    def _error(self, request: web.Request, status: int, message: str) -> web.Response:
+        if request.path.startswith("/api/"):
+            return web.json_response({"error": message}, status=status)
+        html = self._templates.get_template("error.html").render(
+            data={"status": status, "message": message}, csrf=None
+        )
+        return web.Response(text=html, content_type="text/html", status=status)
+
+
+def _user(request: web.Request) -> UserKey:
+    return UserKey(request.match_info["platform"], request.match_info["user"])
+
+
+def _person_path(user: UserKey) -> str:
+    quote = urllib.parse.quote
+    return f"/people/{quote(user.platform, safe='')}/{quote(user.user_id, safe='')}"
+
+
+def _next(request: web.Request, given: str | None = None) -> str:
+    """Where to go after the login: a path of this console only (never another site)."""
+    target = given if given is not None else request.query.get("next", "/")
+    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+def _https(request: web.Request) -> bool:
+    return request.secure or request.headers.get("X-Forwarded-Proto", "") == "https"
+
+
+def _safe(text: str) -> str:
+    return "".join(ch for ch in text if ch.isalnum() or ch in "-_")[:64] or "user"
+
+
+def _when(instant: float | None) -> str:
+    if instant is None:
+        return "-"
+    return datetime.fromtimestamp(float(instant), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _pretty(body: str | None) -> str:
+    """A JSON body indented (or as it is when it is not JSON)."""
+    if body is None:
+        return ""
+    try:
+        return json.dumps(json.loads(body), ensure_ascii=False, indent=1)
+    except ValueError:
+        return body

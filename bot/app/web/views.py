@@ -1,0 +1,428 @@
+"""What each console page shows, as JSON-able data (docs/web.md).
+
+The HTML pages and the JSON API (``/api/...``) are built from the same dictionaries, so
+what an operator scripts against is what they see. Everything here reads, except the
+person actions (forget an item, forget everything, export), which go through the same
+code as the person's own ``/forget`` and ``/export`` and are written to the audit log with
+every view of a person's memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bot.app.admin import preview_prompt
+from bot.app.build import build_retention
+from bot.config import PersonaSettings, Settings
+from bot.core.clock import Clock
+from bot.core.console import ConversationRow
+from bot.core.events import ConversationKey, StoredMessage, UserKey
+from bot.core.llm import ImageBlock, TextBlock
+from bot.store.base import BaseStore
+from memory.assemble import Assembled
+from memory.service import Memory
+
+DAY = 86400.0
+
+
+class NotFound(LookupError):
+    """A page for something that does not exist (HTTP 404)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """Who is looking (the audit log's actor) and from where."""
+
+    actor: str
+    address: str
+
+
+class ConsoleData:
+    """The console's reads and actions on one store."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        store: BaseStore,
+        memory: Memory,
+        clock: Clock,
+        page_size: int,
+        adapters_state: Any = None,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._memory = memory
+        self._clock = clock
+        self._page = page_size
+        # Bot key -> "connected"/..., when the console runs inside ``personabot run``.
+        self._adapters_state = adapters_state
+        self._defaults = {b.key: b.default_persona for b in settings.bots}
+
+    # -- overview ---------------------------------------------------------------------------
+
+    async def overview(self) -> dict[str, Any]:
+        """Bots, the queue, spend today against the limits, the last day's chart."""
+        now = self._clock.now()
+        today = now - (now % DAY)
+        limits = self._settings.limits
+        bots = []
+        for entry in self._settings.bots:
+            usage = await self._store.usage_since(today, entry.key)
+            bots.append(
+                {
+                    "key": entry.key,
+                    "platform": entry.platform,
+                    "personas": list(entry.persona_ids),
+                    "state": self._state_of(entry.key),
+                    "tokens_today": usage.input_tokens + usage.output_tokens,
+                    "tokens_per_day": limits.bot_tokens_per_day or None,
+                    "turns_today": usage.turns,
+                }
+            )
+        queue = await self._store.console_queue(now)
+        buckets = await self._store.console_usage(now - DAY, 3600.0)
+        read = sum(b.cache_read_tokens for b in buckets)
+        fresh = sum(b.input_tokens for b in buckets)
+        retention = await self._store.retention_log(5)
+        return {
+            "now": now,
+            "bots": bots,
+            "queue": {
+                "pending_conversations": queue.timers,
+                "due_now": queue.due,
+                "oldest_due_age_seconds": None
+                if queue.oldest_due_at is None
+                else round(now - queue.oldest_due_at, 1),
+                "turn_leases": [{"holder": h, "held": n} for h, n in queue.leases],
+            },
+            "last_24h": {
+                "replies": sum(b.replies for b in buckets),
+                "model_calls": sum(b.calls for b in buckets),
+                "input_tokens": fresh,
+                "output_tokens": sum(b.output_tokens for b in buckets),
+                "cache_hit_rate": round(read / (read + fresh), 3) if read + fresh else None,
+                "hours": [
+                    {
+                        "start": b.start,
+                        "replies": b.replies,
+                        "tokens": b.input_tokens + b.output_tokens,
+                    }
+                    for b in buckets
+                ],
+            },
+            "retention_events": [
+                {
+                    "at": e.at,
+                    "conversation": str(e.session.conversation),
+                    "session": e.session.session_id,
+                    "turns": [e.first_turn, e.last_turn],
+                    "messages": e.messages,
+                    "reason": e.reason,
+                }
+                for e in retention
+            ],
+        }
+
+    def _state_of(self, bot: str) -> str:
+        if self._adapters_state is None:
+            return "not in this process"
+        return str(self._adapters_state(bot))
+
+    # -- conversations ----------------------------------------------------------------------
+
+    async def conversations(self, search: str = "", after: str = "") -> dict[str, Any]:
+        """A page of the conversation list (``after``: the previous page's cursor)."""
+        keyset = _cursor(after)
+        rows = await self._store.console_conversations(
+            search=search[:200], after=keyset, limit=self._page + 1
+        )
+        more = len(rows) > self._page
+        rows = rows[: self._page]
+        return {
+            "search": search,
+            "conversations": [_row(r) for r in rows],
+            "next": rows[-1].cursor if more and rows else None,
+        }
+
+    async def conversation(self, conversation_id: int, session_no: int | None) -> dict[str, Any]:
+        """A conversation: its sessions, one session's transcript, summary, gaps, the
+        pending turn and the prompt that would be built now."""
+        key = await self._store.console_conversation(conversation_id)
+        if key is None:
+            raise NotFound(f"no conversation {conversation_id}")
+        sessions = await self._store.list_sessions(key)
+        if not sessions:
+            raise NotFound(f"conversation {conversation_id} has no session")
+        chosen = next((s for s in sessions if s.key.session_id == session_no), sessions[-1])
+        messages = await self._store.messages(chosen.key)
+        tombstones = await self._store.tombstones(chosen.key)
+        summary = await self._store.get_summary(chosen.key)
+        gaps = await self._memory.gaps(chosen.key)
+        pending = await self._store.pending_turn(key)
+        lease_until = await self._store.lease_expires_at(f"turn:{key}")
+        now = self._clock.now()
+        prompt = None
+        if chosen.status == "open":
+            persona = self._persona_of(key.bot)
+            preview = await preview_prompt(
+                self._settings, self._store, self._memory, key, persona, now
+            )
+            prompt = None if preview is None else _prompt(*preview)
+        return {
+            "id": conversation_id,
+            "conversation": _key(key),
+            "sessions": [
+                {
+                    "number": s.key.session_id,
+                    "status": s.status,
+                    "opened_at": s.opened_at,
+                    "last_activity_at": s.last_activity_at,
+                    "close_reason": s.close_reason,
+                    "persona": s.persona or self._defaults.get(key.bot),
+                }
+                for s in sessions
+            ],
+            "session": chosen.key.session_id,
+            "transcript": [_message(m) for m in messages],
+            "deleted": [
+                {"turns": [t.first_turn, t.last_turn], "reason": t.reason, "at": t.at}
+                for t in tombstones
+            ],
+            "summary": None
+            if summary is None
+            else {
+                "covers_turns": [summary.first_turn, summary.last_turn],
+                "updated_at": summary.updated_at,
+                "body": summary.body,
+            },
+            "gaps": [[g.first, g.last] for g in gaps],
+            "gap_policy": self._settings.retention.gap_policy,
+            "pending_turn": None
+            if pending is None
+            else {
+                "session": pending.session.session_id,
+                "messages": len(pending.messages),
+                "first_pending_at": pending.first_pending_at,
+            },
+            "turn_lease_until": lease_until if lease_until and lease_until > now else None,
+            "prompt": prompt,
+        }
+
+    def _persona_of(self, bot: str) -> PersonaSettings:
+        entry = next((b for b in self._settings.bots if b.key == bot), None)
+        return self._settings.persona(None if entry is None else entry.default_persona)
+
+    # -- people -------------------------------------------------------------------------------
+
+    async def person(self, user: UserKey, viewer: Viewer) -> dict[str, Any]:
+        """What is remembered about a person (scope and provenance) and their spend today."""
+        record = await self._memory.user_memory(user)
+        data = await self._store.user_data(user)
+        said = {m.id: m for m in data.messages}
+        now = self._clock.now()
+        await self._store.record_audit(
+            viewer.actor, "view person", _who(user), f"from {viewer.address}", now
+        )
+        limits = self._settings.limits
+        return {
+            "person": {"platform": user.platform, "user_id": user.user_id},
+            "names": sorted({m.display_name for m in data.messages}),
+            "facts": [
+                {
+                    "section": item.section,
+                    "field": item.field,
+                    "value": item.value,
+                    "scope": "private chat"
+                    if item.private or item.scope is None
+                    else f"group {item.scope}",
+                    "mentioned_at": item.mentioned_at,
+                    "sources": [_source(i, said.get(i)) for i in item.sources],
+                }
+                for item in record.items
+            ],
+            "forgotten_at": record.forgotten_at,
+            "messages": len(data.messages),
+            "input_tokens_today": await self._store.input_tokens_since(user, now - (now % DAY)),
+            "input_tokens_per_day": limits.user_input_tokens_per_day or None,
+            "turns_per_day": limits.user_turns_per_day or None,
+        }
+
+    async def forget_item(
+        self, user: UserKey, section: str, field: str, value: str, viewer: Viewer
+    ) -> bool:
+        """Erase one item; audited."""
+        done = await self._memory.forget_item(user, section, field, value)
+        await self._store.record_audit(
+            viewer.actor,
+            "forget item" if done else "forget item (not found)",
+            _who(user),
+            f"{section}.{field}",
+            self._clock.now(),
+        )
+        return done
+
+    async def forget_all(self, user: UserKey, viewer: Viewer) -> dict[str, Any]:
+        """Everything /forget erases, through the same code; audited."""
+        report = await self._memory.erase(
+            user, delete_messages=self._settings.retention.forget_deletes_messages
+        )
+        await self._store.record_audit(
+            viewer.actor, "forget everything", _who(user), report.describe(), self._clock.now()
+        )
+        return {"items": report.items, "reminders": report.reminders, "report": report.describe()}
+
+    async def export(self, user: UserKey, viewer: Viewer) -> dict[str, Any]:
+        """The /export document; audited."""
+        document = await self._memory.export_all(user, self._defaults)
+        await self._store.record_audit(viewer.actor, "export", _who(user), "", self._clock.now())
+        return document
+
+    # -- retention and audit ------------------------------------------------------------------
+
+    async def retention(self) -> dict[str, Any]:
+        """The retention log, the audit of sessions at risk, what the next run would do."""
+        worker = build_retention(self._settings, self._store, self._memory, self._clock)
+        risks = await worker.audit()
+        dry = await worker.run_once(dry_run=True)
+        return {
+            "policy": {
+                "mode": self._settings.retention.mode,
+                "days": self._settings.retention.days,
+            },
+            "at_risk": [
+                {
+                    "conversation": str(r.session.conversation),
+                    "session": r.session.session_id,
+                    "turns": [r.first_turn, r.last_turn],
+                    "age_days": round(r.age_days, 1),
+                    "reason": r.reason,
+                }
+                for r in risks
+            ],
+            "next_run": {"skipped": dry.skipped, "lines": list(dry.lines)},
+            "log": [
+                {
+                    "at": e.at,
+                    "conversation": str(e.session.conversation),
+                    "session": e.session.session_id,
+                    "turns": [e.first_turn, e.last_turn],
+                    "messages": e.messages,
+                    "reason": e.reason,
+                }
+                for e in await self._store.retention_log(self._page)
+            ],
+        }
+
+    async def audit(self, before: int | None = None) -> dict[str, Any]:
+        """The operator audit log, newest first."""
+        entries = await self._store.audit_log(before=before, limit=self._page)
+        return {
+            "entries": [
+                {
+                    "id": e.id,
+                    "at": e.at,
+                    "actor": e.actor,
+                    "action": e.action,
+                    "target": e.target,
+                    "detail": e.detail,
+                }
+                for e in entries
+            ],
+            "next": entries[-1].id if len(entries) == self._page else None,
+        }
+
+
+def _cursor(text: str) -> tuple[float, int] | None:
+    """A page cursor (``activity:row``); a malformed one starts from the top."""
+    at, _, row = text.partition(":")
+    try:
+        return (float(at), int(row)) if text else None
+    except ValueError:
+        return None
+
+
+def _key(key: ConversationKey) -> dict[str, Any]:
+    return {
+        "bot": key.bot,
+        "platform": key.platform,
+        "chat_id": key.chat_id,
+        "thread_id": key.thread_id,
+    }
+
+
+def _row(row: ConversationRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        **_key(row.key),
+        "session": row.session_no,
+        "status": row.status,
+        "last_activity_at": row.last_activity_at,
+        "persona": row.persona,
+        "participants": list(row.participants),
+    }
+
+
+def _message(m: StoredMessage) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "turn": m.turn,
+        "role": m.role,
+        "author_id": m.author_id,
+        "display_name": m.display_name,
+        "text": m.text,
+        "at": m.created_at,
+        "answered": m.answered,
+        "addressed": m.addressed,
+        "origin": m.origin,
+        "media": [x.ref.kind for x in m.media],
+    }
+
+
+def _source(message_id: int, message: StoredMessage | None) -> dict[str, Any]:
+    if message is None:
+        return {"message": message_id, "text": None}
+    return {
+        "message": message_id,
+        "text": message.text[:300],
+        "at": message.created_at,
+        "chat": str(message.session.conversation),
+    }
+
+
+def _who(user: UserKey) -> str:
+    return f"{user.platform}:{user.user_id}"
+
+
+def _prompt(title: str, assembled: Assembled) -> dict[str, Any]:
+    """The prompt layer by layer, as ``personabot prompt`` prints it."""
+    request = assembled.request
+    blocks: list[dict[str, Any]] = [
+        {"where": f"system {i}", "cache": b.cache, "text": b.text}
+        for i, b in enumerate(request.system)
+    ]
+    for message in request.messages:
+        for b in message.blocks:
+            if isinstance(b, TextBlock):
+                blocks.append({"where": message.role, "cache": b.cache, "text": b.text})
+            elif isinstance(b, ImageBlock):
+                blocks.append(
+                    {"where": message.role, "cache": False, "text": f"[image {b.media_type}]"}
+                )
+    lore = assembled.lore
+    return {
+        "title": title,
+        "model": request.model,
+        "layers": [{"name": n, "tokens": t} for n, t in assembled.breakdown],
+        "total_tokens": assembled.total_tokens,
+        "blocks": blocks,
+        "lorebook": None
+        if lore is None
+        else {
+            "fired": [{"entry": f.label, "why": f.why, "tokens": f.tokens} for f in lore.fired],
+            "skipped": [
+                {"entry": s.label, "reason": s.reason, "detail": s.detail} for s in lore.skipped
+            ],
+        },
+    }

@@ -1,0 +1,253 @@
+"""The operator console over real HTTP (aiohttp client) on both stores: login, CSRF, the
+401s, escaping of hostile text, person actions and their audit log, the JSON API."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+import pytest
+
+from bot.app.build import build_memory
+from bot.app.web import console
+from bot.config import Secrets, Settings
+from bot.core.clock import ManualClock
+from bot.core.errors import ConfigError
+from bot.core.events import ConversationKey, Inbound, QueuePolicy, UserKey
+from bot.llm.offline import OfflineLLM
+from bot.store.base import BaseStore
+from memory.records import MemoryItem, UserMemory
+
+TOKEN = "op-token-0123456789abcdef"
+T0 = 1_700_000_000.0
+Q = QueuePolicy(debounce=0.0, max_wait=5.0)
+XSS_NAME = "<img src=x onerror=alert(1)>"
+XSS_TEXT = "</script><script>alert(1)</script>"
+DM = ConversationKey("telegram", "4242", None, "telegram-mira")
+GROUP = ConversationKey("telegram", "-100", None, "telegram-mira")
+
+
+@dataclass
+class Rig:
+    base: str
+    store: BaseStore
+    http: aiohttp.ClientSession
+
+    async def login(self) -> str:
+        """Log in; the CSRF token of the session."""
+        async with self.http.post(f"{self.base}/login", data={"token": TOKEN, "next": "/"}) as r:
+            assert r.status == 200 and str(r.url).endswith("/")
+        return await self.csrf()
+
+    async def csrf(self) -> str:
+        async with self.http.get(f"{self.base}/audit") as r:
+            page = await r.text()
+        found = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert found is not None
+        return found[1]
+
+
+async def _answered(store: BaseStore, key: ConversationKey, name: str, text: str, at: float) -> int:
+    """A message from user 7 and the bot's reply; the message's row id."""
+    await store.ingest(Inbound(key, "7", name, text, f"m{at}", is_private=key is DM), at, Q)
+    turn = await store.pending_turn(key)
+    assert turn is not None
+    lease = await store.acquire_lease(f"turn:{key}", "w", 30, at)
+    assert lease is not None
+    assert (await store.finish_turn(turn, lease, f"re: {text}", at, Q)).outcome == "recorded"
+    await store.release_lease(lease)
+    return turn.messages[0].id
+
+
+@pytest.fixture
+async def rig(store: BaseStore) -> AsyncIterator[Rig]:
+    settings = Settings.model_validate(
+        {"bots": [{"platform": "telegram", "persona": "companion", "id": "telegram-mira"}]}
+    )
+    clock = ManualClock(T0 + 100)
+    memory = build_memory(settings, store, OfflineLLM(), clock)
+    web = console(
+        settings,
+        Secrets({"PERSONABOT_WEB_TOKEN": TOKEN}),
+        store=store,
+        memory=memory,
+        clock=clock,
+        listen="127.0.0.1:0",
+    )
+    jar = aiohttp.CookieJar(unsafe=True)  # cookies for 127.0.0.1
+    async with web, aiohttp.ClientSession(cookie_jar=jar) as http:
+        yield Rig(f"http://127.0.0.1:{web.port}", store, http)
+
+
+PAGES = ["/", "/conversations", "/conversations/1", "/people/telegram/7", "/retention", "/audit"]
+
+
+async def test_nothing_without_login_and_the_api_only_with_the_bearer_token(rig: Rig) -> None:
+    await _answered(rig.store, DM, "Ada", "hello", T0)
+    for path in PAGES:
+        async with rig.http.get(rig.base + path, allow_redirects=False) as r:
+            assert r.status == 303 and r.headers["Location"].startswith("/login?next="), path
+        api = "/api/overview" if path == "/" else "/api" + path
+        async with rig.http.get(rig.base + api) as r:
+            assert r.status == 401, api
+            assert (await r.json()) == {"error": "unauthorized"}
+        async with rig.http.get(
+            rig.base + api, headers={"Authorization": "Bearer wrong-token-xxxxxxxx"}
+        ) as r:
+            assert r.status == 401, api
+    for action in ("forget-item", "forget", "export"):
+        async with rig.http.post(f"{rig.base}/people/telegram/7/{action}", data={}) as r:
+            assert r.status == 401
+        async with rig.http.post(f"{rig.base}/api/people/telegram/7/{action}", json={}) as r:
+            assert r.status == 401
+    # The API answers the Bearer token (and the cookie of a login does not open it).
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    async with rig.http.get(f"{rig.base}/api/conversations", headers=bearer) as r:
+        body = await r.json()
+    assert [c["chat_id"] for c in body["conversations"]] == ["4242"]
+    await rig.login()
+    async with rig.http.get(f"{rig.base}/api/conversations") as r:
+        assert r.status == 401
+
+
+async def test_failed_logins_are_limited_per_address(rig: Rig) -> None:
+    for _ in range(4):
+        async with rig.http.post(f"{rig.base}/login", data={"token": "nope"}) as r:
+            assert r.status == 401
+    await rig.login()  # a success clears the count
+    for _ in range(5):
+        async with rig.http.post(f"{rig.base}/login", data={"token": TOKEN[:-1]}) as r:
+            assert r.status == 401
+    async with rig.http.post(f"{rig.base}/login", data={"token": TOKEN}) as r:
+        assert r.status == 429  # even the right token waits a minute after five failures
+
+
+async def test_a_login_sets_a_strict_cookie_and_never_redirects_away(rig: Rig) -> None:
+    async with rig.http.post(
+        f"{rig.base}/login",
+        data={"token": TOKEN, "next": "//evil.example/x"},
+        allow_redirects=False,
+    ) as r:
+        assert r.status == 303 and r.headers["Location"] == "/"
+        cookie = r.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+    for path in PAGES[:2]:
+        async with rig.http.get(rig.base + path) as r:
+            assert r.status == 200
+            assert "script-src" not in r.headers["Content-Security-Policy"]  # none at all
+            assert "default-src 'none'" in r.headers["Content-Security-Policy"]
+            assert r.headers["X-Frame-Options"] == "DENY"
+            assert "<script" not in (await r.text()).lower()
+
+
+async def test_hostile_names_and_messages_render_as_text(rig: Rig) -> None:
+    await _answered(rig.store, DM, XSS_NAME, XSS_TEXT, T0)
+    await rig.login()
+    pages = []
+    for path in ("/conversations", "/conversations/1", "/people/telegram/7"):
+        async with rig.http.get(rig.base + path) as r:
+            assert r.status == 200, path
+            pages.append(await r.text())
+    listing, conversation, person = pages
+    assert XSS_NAME not in listing and "&lt;img src=x onerror=alert(1)&gt;" in listing
+    assert XSS_TEXT not in conversation
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in conversation
+    assert XSS_NAME not in person and "&lt;img" in person
+    for page in pages:
+        assert "<script" not in page.lower() and "<img" not in page.lower()
+
+
+async def test_forgetting_through_the_console_needs_csrf_and_is_audited(rig: Rig) -> None:
+    source = await _answered(rig.store, DM, "Ada", "I am a nurse", T0)
+    user = UserKey("telegram", "7")
+    record = UserMemory(
+        items=(
+            MemoryItem("semantic", "occupation", "nurse", sources=(source,)),
+            MemoryItem("semantic", "name", "Ada", sources=(source,), private=False, scope="-100"),
+        )
+    )
+    await rig.store.set_user_memory(user, record.to_json(), T0)
+    csrf = await rig.login()
+    async with rig.http.get(f"{rig.base}/people/telegram/7") as r:
+        page = await r.text()
+    assert "nurse" in page and "private chat" in page and "group -100" in page
+    assert "I am a nurse" in page  # the message the fact came from
+    item = {"section": "semantic", "field": "occupation", "value": "nurse"}
+    async with rig.http.post(f"{rig.base}/people/telegram/7/forget-item", data=item) as r:
+        assert r.status == 403  # no CSRF token
+    async with rig.http.post(
+        f"{rig.base}/people/telegram/7/forget-item", data={**item, "csrf": "forged"}
+    ) as r:
+        assert r.status == 403
+    stored = await rig.store.get_user_memory(user)
+    assert "nurse" in str(stored)
+    async with rig.http.post(
+        f"{rig.base}/people/telegram/7/forget-item", data={**item, "csrf": csrf}
+    ) as r:
+        assert r.status == 200
+    stored = await rig.store.get_user_memory(user)
+    assert "nurse" not in str(stored) and "Ada" in str(stored)
+    async with rig.http.post(f"{rig.base}/people/telegram/7/forget", data={"csrf": csrf}) as r:
+        assert r.status == 400  # not confirmed: nothing erased
+    assert "Ada" in str(await rig.store.get_user_memory(user))
+    async with rig.http.post(
+        f"{rig.base}/people/telegram/7/forget", data={"csrf": csrf, "confirm": "yes"}
+    ) as r:
+        assert r.status == 200
+    assert "Ada" not in str(await rig.store.get_user_memory(user))
+    async with rig.http.post(f"{rig.base}/people/telegram/7/export", data={"csrf": csrf}) as r:
+        assert r.status == 200 and "attachment" in r.headers["Content-Disposition"]
+        export = await r.json(content_type=None)
+    assert export["user"] == {"platform": "telegram", "id": "7"}
+    entries = await rig.store.audit_log()
+    assert [e.action for e in reversed(entries)] == [
+        "view person",
+        "forget item",
+        "view person",  # the redirect back to the page
+        "forget everything",
+        "view person",
+        "export",
+    ]
+    assert all(e.target == "telegram:7" and e.actor == "operator" for e in entries)
+
+
+async def test_the_api_lists_pages_and_acts(rig: Rig) -> None:
+    for i in range(4):
+        key = ConversationKey("telegram", f"c{i}", None, "telegram-mira")
+        await _answered(rig.store, key, f"P{i}", "hi", T0 + i)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    async with rig.http.get(f"{rig.base}/api/conversations?q=p2", headers=bearer) as r:
+        found = await r.json()
+    assert [c["chat_id"] for c in found["conversations"]] == ["c2"]
+    async with rig.http.get(f"{rig.base}/api/conversations/1", headers=bearer) as r:
+        page = await r.json()
+    assert [m["text"] for m in page["transcript"]] == ["hi", "re: hi"]
+    assert page["prompt"]["layers"][0]["name"] == "persona"
+    async with rig.http.get(f"{rig.base}/api/conversations/999", headers=bearer) as r:
+        assert r.status == 404
+    async with rig.http.post(
+        f"{rig.base}/api/people/telegram/7/forget", headers=bearer, json={}
+    ) as r:
+        assert r.status == 400
+    async with rig.http.post(
+        f"{rig.base}/api/people/telegram/7/forget", headers=bearer, json={"confirm": True}
+    ) as r:
+        assert r.status == 200 and (await r.json())["items"] == 0
+    assert [e.actor for e in await rig.store.audit_log()] == ["api"]
+
+
+async def test_the_console_refuses_to_start_without_a_token(store: BaseStore) -> None:
+    settings = Settings()
+    memory = build_memory(settings, store, OfflineLLM(), ManualClock(T0))
+    for environ in ({}, {"PERSONABOT_WEB_TOKEN": "short"}):
+        with pytest.raises(ConfigError, match="PERSONABOT_WEB_TOKEN"):
+            console(
+                settings,
+                Secrets(environ),
+                store=store,
+                memory=memory,
+                clock=ManualClock(T0),
+                listen="0.0.0.0:0",
+            )

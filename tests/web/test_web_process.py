@@ -1,0 +1,55 @@
+"""``personabot web`` as a real process: it refuses to start without a token, serves the
+console with one, and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+
+TOKEN = "proc-token-0123456789abcdef"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERSONABOT_")}
+    return {**env, **extra}
+
+
+async def test_personabot_web_serves_the_console_and_stops_on_sigterm(tmp_path: Path) -> None:
+    config = tmp_path / "personabot.toml"
+    config.write_text(f'[storage]\nurl = "sqlite:///{tmp_path}/bot.sqlite3"\n', encoding="utf-8")
+    args = [sys.executable, "-m", "bot", "web", "--config", str(config), "--listen", "127.0.0.1:0"]
+    refused = await asyncio.create_subprocess_exec(
+        *args, env=_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await refused.communicate()
+    assert refused.returncode == 2, err
+    assert b"PERSONABOT_WEB_TOKEN" in err + out
+    proc = await asyncio.create_subprocess_exec(
+        *args,
+        env=_env(PERSONABOT_WEB_TOKEN=TOKEN),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        found = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        assert found, line
+        base = f"http://127.0.0.1:{found[1]}"
+        jar = aiohttp.CookieJar(unsafe=True)
+        async with aiohttp.ClientSession(cookie_jar=jar) as http:
+            async with http.get(f"{base}/conversations", allow_redirects=False) as r:
+                assert r.status == 303
+            async with http.post(f"{base}/login", data={"token": TOKEN}) as r:
+                assert r.status == 200 and "Overview" in await r.text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == 0, err
+    assert TOKEN.encode() not in err
