@@ -290,6 +290,7 @@ async def serve_console(app: App, listen: str) -> int:
     """``personabot web``: the operator console alone (docs/web.md), until SIGINT/SIGTERM;
     another process may run the bots on the same store."""
     from bot.app.web import console, console_token
+    from bot.app.web.playground import playground
 
     console_token(app.settings, app.secrets)  # refused before the store is opened
     stop = asyncio.Event()
@@ -299,8 +300,15 @@ async def serve_console(app: App, listen: str) -> int:
     clock = SystemClock()
     async with (
         app.open_memory() as (store, memory),
+        playground(app, store) as try_out,
         console(
-            app.settings, app.secrets, store=store, memory=memory, clock=clock, listen=listen
+            app.settings,
+            app.secrets,
+            store=store,
+            memory=memory,
+            clock=clock,
+            listen=listen,
+            playground=try_out,
         ) as web,
     ):
         print(f"personabot console on http://{listen.rpartition(':')[0]}:{web.port}", flush=True)

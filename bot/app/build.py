@@ -8,7 +8,7 @@ import importlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from adapters.base import BaseAdapter
@@ -392,6 +392,8 @@ class Seams:
     memory_llm: BaseLLM | None = None
     #: Background work of a long-running process: outbox recovery at start, memory sweeps.
     background: bool = True
+    #: More admins by bot key (exempt from the per-person limits): the playground's operator.
+    admins: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 @contextlib.asynccontextmanager
@@ -442,7 +444,10 @@ async def runtime(
         default = profiles.get(bot) or next(iter(profiles.values()))
         return variants.get((bot, persona or ""), default)
 
-    access = access_policies(settings, adapters)
+    access = {
+        key: _with_admins(policy, seams.admins.get(key, frozenset()))
+        for key, policy in access_policies(settings, adapters).items()
+    }
     prices = {m: Price(p.input, p.output) for m, p in settings.llm.prices.items()}
     metrics = Metrics(personas={k: p.id for k, (p, _) in adapters.items()}, prices=prices)
 
@@ -752,6 +757,19 @@ def build_retention(
         clock=clock,
         policy=RetentionPolicy(mode=r.mode, days=r.days, batch_size=r.batch_size),
         metrics=metrics,
+    )
+
+
+def _with_admins(policy: AccessPolicy, admins: frozenset[str]) -> AccessPolicy:
+    """``policy`` with these admins, let in by the allow lists (a playground's operator,
+    whose private chat id is their id)."""
+    if not admins:
+        return policy
+    return replace(
+        policy,
+        admins=policy.admins | admins,
+        allow_users=policy.allow_users | admins if policy.allow_users else frozenset(),
+        allow_chats=policy.allow_chats | admins if policy.allow_chats else frozenset(),
     )
 
 

@@ -96,8 +96,10 @@ async def _serve(
     ):
         if settings.web.listen:
             from bot.app.web import console as web_console
+            from bot.app.web.playground import playground
 
             assert rt.memory is not None
+            try_out = await console.enter_async_context(playground(app, rt.store))
             await console.enter_async_context(
                 web_console(
                     settings,
@@ -111,6 +113,7 @@ async def _serve(
                         if key in adapters and adapters[key][1].connected
                         else "not connected"
                     ),
+                    playground=try_out,
                 )
             )
         signals.on_abort(rt.scheduler.abort)  # from now on: cancel running turns

@@ -22,7 +22,11 @@ def _env(**extra: str) -> dict[str, str]:
 
 async def test_personabot_web_serves_the_console_and_stops_on_sigterm(tmp_path: Path) -> None:
     config = tmp_path / "personabot.toml"
-    config.write_text(f'[storage]\nurl = "sqlite:///{tmp_path}/bot.sqlite3"\n', encoding="utf-8")
+    config.write_text(
+        f'[storage]\nurl = "sqlite:///{tmp_path}/bot.sqlite3"\n'
+        '[llm]\nprovider = "offline"\n[queue]\ndebounce_seconds = 0.5\nmax_wait_seconds = 3\n',
+        encoding="utf-8",
+    )
     args = [sys.executable, "-m", "bot", "web", "--config", str(config), "--listen", "127.0.0.1:0"]
     refused = await asyncio.create_subprocess_exec(
         *args, env=_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
@@ -48,8 +52,32 @@ async def test_personabot_web_serves_the_console_and_stops_on_sigterm(tmp_path: 
                 assert r.status == 303
             async with http.post(f"{base}/login", data={"token": TOKEN}) as r:
                 assert r.status == 200 and "Overview" in await r.text()
+            # The playground: a burst typed quickly gets one reply, through the real queue.
+            async with http.get(f"{base}/playground") as r:
+                page = await r.text()
+            found_csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+            assert found_csrf is not None
+            for text in ("one", "two", "three"):
+                async with http.post(
+                    f"{base}/playground/companion", data={"csrf": found_csrf[1], "text": text}
+                ) as r:
+                    assert r.status == 200
+            bearer = {"Authorization": f"Bearer {TOKEN}"}
+            transcript: list[dict[str, object]] = []
+            for _ in range(100):
+                async with http.get(f"{base}/api/playground", headers=bearer) as r:
+                    chat = await r.json()
+                transcript = chat["transcript"]
+                if not chat["waiting"] and any(m["role"] == "assistant" for m in transcript):
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1.0)  # nothing more comes
+            async with http.get(f"{base}/api/playground", headers=bearer) as r:
+                transcript = (await r.json())["transcript"]
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = await asyncio.wait_for(proc.communicate(), 20)
     assert proc.returncode == 0, err
     assert TOKEN.encode() not in err
+    assert [m["role"] for m in transcript] == ["user", "user", "user", "assistant"]
+    assert "one / two / three" in str(transcript[-1]["text"])

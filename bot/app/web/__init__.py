@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from bot.app.web.playground import Playground
 from bot.app.web.server import WebConsole, is_loopback
 from bot.app.web.views import ConsoleData
 from bot.config import Secrets, Settings
@@ -42,6 +43,7 @@ def console(
     clock: Clock,
     listen: str,
     bot_state: Callable[[str], str] | None = None,
+    playground: Playground | None = None,
 ) -> WebConsole:
     """The console on ``listen`` (host:port) over this store."""
     token = console_token(settings, secrets)
@@ -70,4 +72,5 @@ def console(
         clock=clock,
         session_hours=web.session_hours,
         login_attempts_per_minute=web.login_attempts_per_minute,
+        playground=playground,
     )

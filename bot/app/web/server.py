@@ -29,6 +29,7 @@ import jinja2
 from aiohttp import web
 
 from bot.app.web.auth import LoginLimiter, Session, Sessions, same_token
+from bot.app.web.playground import Playground
 from bot.app.web.views import ConsoleData, NotFound, Viewer
 from bot.core.clock import Clock
 from bot.core.events import UserKey
@@ -69,8 +70,10 @@ class WebConsole:
         clock: Clock,
         session_hours: float = 12.0,
         login_attempts_per_minute: int = 5,
+        playground: Playground | None = None,
     ) -> None:
         self._data = data
+        self._playground = playground
         self._host = host
         self.port = port
         self._token = token
@@ -106,6 +109,10 @@ class WebConsole:
         ):
             get(path, view)
             get("/api" + (path if path != "/" else "/overview"), view)
+        get("/playground", self._playground_page)
+        get("/api/playground", self._playground_page)
+        post("/playground/{persona}", self._say)
+        post("/api/playground/{persona}", self._say)
         post("/people/{platform}/{user}/forget-item", self._forget_item)
         post("/people/{platform}/{user}/forget", self._forget_all)
         post("/people/{platform}/{user}/export", self._export)
@@ -251,6 +258,49 @@ class WebConsole:
         before = request.query.get("before", "")
         data = await self._data.audit(int(before) if before.isdigit() else None)
         return self._answer(request, "audit.html", data)
+
+    # -- the playground -------------------------------------------------------------------------
+
+    async def _playground_page(self, request: web.Request) -> web.StreamResponse:
+        if self._playground is None:
+            raise NotFound("the playground runs inside personabot run and personabot web")
+        personas = self._playground.personas
+        wanted = request.query.get("persona", personas[0].id)
+        if wanted not in {p.id for p in personas}:
+            raise NotFound(f"no persona {wanted!r}")
+        chat = await self._playground.chat(wanted)
+        data = {
+            "personas": [{"id": p.id, "name": p.name} for p in personas],
+            "persona": wanted,
+            "session": chat.session,
+            "waiting": chat.waiting,
+            "transcript": [
+                {"role": m.role, "text": m.text, "at": m.created_at, "turn": m.turn}
+                for m in chat.messages
+            ],
+        }
+        return self._answer(request, "playground.html", data)
+
+    async def _say(self, request: web.Request) -> web.StreamResponse:
+        if self._playground is None:
+            raise NotFound("no playground here")
+        persona = request.match_info["persona"]
+        if persona not in {p.id for p in self._playground.personas}:
+            raise NotFound(f"no persona {persona!r}")
+        if request.path.startswith("/api/"):
+            try:
+                body = await request.json()
+            except ValueError:
+                body = None
+            text = body.get("text") if isinstance(body, dict) else None
+        else:
+            text = (await request.post()).get("text")
+        if not isinstance(text, str) or not text.strip():
+            return self._error(request, 400, "Write something first.")
+        await self._playground.say(persona, text[:8000])
+        if request.path.startswith("/api/"):
+            return web.json_response({"accepted": True})
+        raise web.HTTPSeeOther(f"/playground?persona={urllib.parse.quote(persona)}")
 
     # -- actions (POST, CSRF-checked above) ----------------------------------------------------
 

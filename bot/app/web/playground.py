@@ -1,0 +1,96 @@
+"""The playground: the operator chats with any persona in the browser, through the real
+pipeline (docs/web.md#playground).
+
+Each persona gets a bot ``web-<persona id>`` on the ``web`` platform, hosted by a runtime of
+its own on the console's store: its own conversation keys (they never meet a real chat's),
+the coalescing queue, memory, the persona's pin and model. The operator is that bot's admin,
+so the per-person limits do not hold them back. What the page shows is the stored
+transcript; the outlet delivers nowhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from adapters.web import PLATFORM, WebOutlet
+from bot.app.build import Runtime, Seams
+from bot.config import PersonaSettings
+from bot.core.events import ConversationKey, Inbound, StoredMessage
+from bot.store.base import BaseStore
+
+if TYPE_CHECKING:
+    from bot.app.app import App
+
+#: The playground's one person (their user id and private chat id).
+OPERATOR = "operator"
+PREFIX = "web-"
+
+
+@dataclass(frozen=True, slots=True)
+class PlaygroundChat:
+    """A persona's playground conversation, as the page shows it."""
+
+    persona: PersonaSettings
+    session: int | None
+    messages: tuple[StoredMessage, ...]
+    waiting: bool  # input not answered yet
+
+
+class Playground:
+    """Say something to a persona; read its playground conversation."""
+
+    def __init__(self, runtime: Runtime, personas: list[PersonaSettings]) -> None:
+        self._runtime = runtime
+        self._personas = {p.id: p for p in personas}
+
+    @property
+    def personas(self) -> list[PersonaSettings]:
+        """The personas one can talk to."""
+        return list(self._personas.values())
+
+    def conversation(self, persona_id: str) -> ConversationKey:
+        """The operator's conversation with a persona."""
+        if persona_id not in self._personas:
+            raise KeyError(persona_id)
+        return ConversationKey(PLATFORM, OPERATOR, None, PREFIX + persona_id)
+
+    async def say(self, persona_id: str, text: str) -> None:
+        """A message from the operator, as an adapter would hand it in."""
+        await self._runtime.router(
+            Inbound(
+                conversation=self.conversation(persona_id),
+                author_id=OPERATOR,
+                display_name="Operator",
+                text=text,
+                platform_message_id=uuid.uuid4().hex,
+                is_private=True,
+            )
+        )
+
+    async def chat(self, persona_id: str) -> PlaygroundChat:
+        """The current session's messages."""
+        key = self.conversation(persona_id)
+        store = self._runtime.store
+        session = await store.current_session(key)
+        messages = () if session is None else tuple(await store.messages(session.key))
+        return PlaygroundChat(
+            persona=self._personas[persona_id],
+            session=None if session is None else session.key.session_id,
+            messages=messages,
+            waiting=await store.pending_turn(key) is not None,
+        )
+
+
+@contextlib.asynccontextmanager
+async def playground(app: App, store: BaseStore) -> AsyncIterator[Playground]:
+    """A playground runtime for every persona of ``app`` on ``store`` (without an API key:
+    the offline model)."""
+    personas = list(app.settings.personas)
+    bots = {PREFIX + p.id: (p, WebOutlet()) for p in personas}
+    seams = Seams(admins={key: frozenset({OPERATOR}) for key in bots})
+    async with app.running(bots, store=store, offline_fallback=True, seams=seams) as runtime:
+        yield Playground(runtime, personas)
