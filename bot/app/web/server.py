@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -142,6 +143,7 @@ class WebConsole:
 
     @web.middleware
     async def _headers(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
         try:
             response = await handler(request)
         except web.HTTPException as exc:
@@ -150,6 +152,8 @@ class WebConsole:
             response = self._error(request, 404, str(exc))
         for name, value in _HEADERS.items():
             response.headers.setdefault(name, value)
+        # How long the page took here (bench/web.py reads it; browsers show it).
+        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
         if isinstance(response, web.HTTPException):
             raise response
         return response
