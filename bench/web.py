@@ -113,7 +113,8 @@ def _fill_sqlite(path: str, rows: tuple[list[tuple[Any, ...]], ...]) -> None:
         db.executemany(f"{_SESS} (?, ?, ?, ?, ?, ?, ?, ?)", sessions)
         db.executemany(f"{_MSG} (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", msgs)
         db.commit()
-        db.execute("ANALYZE")
+        # No ANALYZE: a running bot's file has no statistics either (PostgreSQL's autovacuum
+        # gathers them, so that fill does run it).
     finally:
         db.close()
 

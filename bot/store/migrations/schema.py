@@ -399,4 +399,13 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         CREATE INDEX model_usage_at ON model_usage(at);
         """,
     ),
+    (
+        11,
+        """
+        -- /export, /forget and the console's person page find the check-ins and reminders
+        -- written to a person by this column (migration 7): without an index each of them
+        -- read every message of the database. Few messages have one: a partial index.
+        CREATE INDEX messages_addressee ON messages(addressee) WHERE addressee IS NOT NULL;
+        """,
+    ),
 )
