@@ -13,6 +13,7 @@ import base64
 import binascii
 import io
 import json
+import math
 import warnings
 import zipfile
 import zlib
@@ -77,6 +78,15 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def _finite(text: str) -> float:
+    # 1e400 parses as infinity, which json.dumps would write back as the non-JSON `Infinity`:
+    # the stored card could then never be read again (export would fail).
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is too large")
+    return value
+
+
 def _depth(value: Any) -> int:
     """How deeply objects and lists nest in ``value`` (iteratively: no recursion)."""
     deepest, stack = 0, [(value, 1)]
@@ -91,14 +101,14 @@ def _depth(value: Any) -> int:
 
 
 def parse_json(raw: bytes, where: str) -> Any:
-    """UTF-8 JSON (a BOM allowed) as Python values; NaN, Infinity and nesting deeper than
-    ``MAX_JSON_DEPTH`` are refused."""
+    """UTF-8 JSON (a BOM allowed) as Python values; NaN, Infinity, numbers too large for a
+    float and nesting deeper than ``MAX_JSON_DEPTH`` are refused."""
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise CardError(f"{where}: the card is not UTF-8 text") from None
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite)
     except RecursionError:
         raise CardError(f"{where}: the card's JSON is nested too deeply") from None
     except ValueError as exc:
