@@ -34,7 +34,9 @@ MAX_DICE: Final = 100
 MAX_SIDES: Final = 1_000_000
 
 _MACRO: Final = re.compile(r"\{\{(.*?)\}\}|<(BOT|USER)>", re.DOTALL | re.IGNORECASE)
-_ROLL: Final = re.compile(r"^roll[: ]\s*(?:(\d*)\s*d\s*(\d+)|(\d+))\s*$", re.IGNORECASE)
+# At most 9 digits each, so a longer number is left as written like one out of bounds: int()
+# refuses over 4300 digits, a ValueError that failed every prompt and greeting with the macro.
+_ROLL: Final = re.compile(r"^roll[: ]\s*(?:(\d{0,9})\s*d\s*(\d{1,9})|(\d{1,9}))\s*$", re.IGNORECASE)
 _TRIM_MARK: Final = "\x00trim\x00"
 
 
