@@ -122,10 +122,11 @@ def test_charx_member_names_never_reach_the_file_system(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
     assert sorted(p.name for p in (work / "cards").iterdir()) == ["t.json"]
     # card.json as a folder, or only below the root: one error, nothing written.
-    for name, members in (
+    cases: list[tuple[str, list[tuple[str, bytes | None]]]] = [
         ("dir.charx", [("card.json/", None), ("card.json/x", card)]),
         ("sub.charx", [("sub/card.json", card)]),
-    ):
+    ]
+    for name, members in cases:
         (work / name).write_bytes(_charx(members))
         with pytest.raises(CardError, match=r"the CHARX has no card\.json at its root"):
             import_card(work / name, out=work / "other.toml")
