@@ -188,3 +188,26 @@ def test_a_stored_card_edited_into_garbage_is_one_export_error(tmp_path: Path) -
                 "mira-kell", config=tmp_path / "personabot.toml", fmt="png", out=tmp_path / "o.png"
             )
         assert not (tmp_path / "o.png").exists()
+
+
+def test_a_symlinked_toml_is_updated_where_it_points(tmp_path: Path) -> None:
+    """Break (fixed): the atomic rename replaced the link itself, so the operator's real file
+    (kept elsewhere, e.g. in a dotfiles repository) never got the persona and the link
+    became a stray copy."""
+    (tmp_path / "dotfiles").mkdir()
+    (tmp_path / "bot").mkdir()
+    real = tmp_path / "dotfiles" / "personabot.toml"
+    real.write_text(
+        '[[personas]]\nid = "orin"\nname = "Orin"\nsystem = "You are Orin."\n'
+        'first_message = ["Hm."]\n',
+        encoding="utf-8",
+    )
+    link = tmp_path / "bot" / "personabot.toml"
+    link.symlink_to(Path("..") / "dotfiles" / "personabot.toml")
+    write_card(tmp_path / "bot" / "card.json", v3_card())
+    code, _, err = personabot("persona", "import", "card.json", cwd=tmp_path / "bot")
+    assert (code, err) == (0, "")
+    assert link.is_symlink()
+    assert [p.id for p in load_settings(real).personas] == ["orin", "mira-kell"]
+    assert (tmp_path / "bot" / "cards" / "mira-kell.json").is_file()  # beside the path used
+    assert sorted(p.name for p in (tmp_path / "dotfiles").iterdir()) == ["personabot.toml"]
