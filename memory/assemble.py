@@ -250,9 +250,15 @@ def assemble(
     so they may change each turn without touching the cached prefix. ``private`` says
     whether the chat is private (by default: whether every message is)."""
     images = images or {}
-    pin_text, lore, post_text = _persona_layers(pin, turn, history, private)
-    lore_text = lore_block(lore)
     note_text = None if note is None else context_block(note)
+    # The lorebook gets what the pin, the other fixed layers and the smallest turn leave of
+    # the prompt budget (at most its own token_budget): over it, entries are dropped by
+    # priority and reported, so the whole prompt stays under budget.prompt_tokens.
+    fixed_layers = _cost(note_text) + _cost(gap_notice) + _cost(DATA_NOTE) + _MIN_TURN_TOKENS
+    pin_text, lore, post_text = _persona_layers(
+        pin, turn, history, private, budget.prompt_tokens - fixed_layers
+    )
+    lore_text = lore_block(lore)
     turn_room = min(budget.turn_tokens, budget.prompt_tokens - estimate_tokens(pin_text))
     if gap_notice:
         turn_room -= estimate_tokens(gap_notice)
@@ -352,19 +358,31 @@ def assemble(
 
 
 def _persona_layers(
-    pin: PersonaPin, turn: Turn, history: Sequence[StoredMessage], private: bool | None
+    pin: PersonaPin,
+    turn: Turn,
+    history: Sequence[StoredMessage],
+    private: bool | None,
+    room: int,
 ) -> tuple[str, LoreSelection | None, str | None]:
-    """The pinned text of this session, what the lorebook chose, the post-history block."""
+    """The pinned text of this session, what the lorebook chose (within ``room`` tokens, less
+    the pin and the post-history block), the post-history block."""
     group = not private if private is not None else _in_group((*history, *turn.messages))
     person = _person(history, turn)
     pin_text = pin.text(turn.session, group=group, user=person)
     # Seeded by turn: a retry of the same turn builds the same text.
     tail = MacroContext(pin.char, person, f"{turn.session}:{turn.version}")
+    post_text = pin.post_history_block(tail)
     lore = None
     if pin.lorebook is not None:
         said = [m.text for m in (*history, *turn.messages)]
-        lore = select(pin.lorebook, said, lambda text: expand(text, tail))
-    return pin_text, lore, pin.post_history_block(tail)
+        room -= estimate_tokens(pin_text) + _cost(post_text) + _LORE_OVERHEAD
+        book = replace(pin.lorebook, token_budget=max(0, min(pin.lorebook.token_budget, room)))
+        lore = select(book, said, lambda text: expand(text, tail))
+    return pin_text, lore, post_text
+
+
+#: The lorebook block's own text (tags and header) beyond its entries.
+_LORE_OVERHEAD: Final = estimate_tokens(f"<lorebook>\n{LORE_HEADER}\n\n</lorebook>")
 
 
 def lore_block(lore: LoreSelection | None) -> str | None:

@@ -18,13 +18,14 @@ caller logs it and ``personabot prompt`` shows it; nothing is dropped silently.
 Patterns come from cards people download, and the scanned text from anyone who writes to
 the bot, so matching is bounded: patterns of at most ``MAX_PATTERN_CHARS``, the scanned text
 at most ``MAX_SCAN_CHARS`` (the newest part), and each search has a time limit (the
-``regex`` library's timeout; Python's ``re`` has none). A pattern that does not compile or
-runs out of time skips its entry with that reason; it never fails the turn. Pure but for
-that clock.
+``regex`` library's timeout; Python's ``re`` has none), all of a prompt's searches together
+``REGEX_TOTAL_SECONDS``. A pattern that does not compile or runs out of time skips its entry
+with that reason; it never fails the turn. Pure but for that clock.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -37,6 +38,9 @@ MAX_PATTERN_CHARS: Final = 500
 MAX_SCAN_CHARS: Final = 20_000
 #: Seconds one pattern may search the scanned text.
 REGEX_TIMEOUT: Final = 0.05
+#: Seconds all the patterns of one prompt may search together. Matching runs on the event
+#: loop: without a total, a card of 1,000 runaway patterns held every chat 50 s per prompt.
+REGEX_TOTAL_SECONDS: Final = 0.25
 LORE_HEADER: Final = (
     "World information about what was just mentioned (from the persona's author, "
     "not written by any participant):"
@@ -120,6 +124,7 @@ def select(
     budget; each content as ``render`` makes it (macros expanded), counted as sent."""
     haystack = scanned_text(texts, book.scan_depth)
     folded = haystack.casefold()
+    deadline = time.monotonic() + REGEX_TOTAL_SECONDS
     candidates: list[tuple[int, LoreEntry, str, str]] = []
     skipped: list[Skipped] = []
     for index, entry in enumerate(book.entries):
@@ -130,7 +135,7 @@ def select(
         if entry.constant:
             why: str | Skipped = "constant"
         else:
-            why = _triggered(entry, label, haystack, folded)
+            why = _triggered(entry, label, haystack, folded, deadline)
         if isinstance(why, Skipped):
             skipped.append(why)
             continue
@@ -161,13 +166,15 @@ def select(
     )
 
 
-def _triggered(entry: LoreEntry, label: str, haystack: str, folded: str) -> str | Skipped:
+def _triggered(
+    entry: LoreEntry, label: str, haystack: str, folded: str, deadline: float
+) -> str | Skipped:
     """Why the entry fires (``key "x"``), or why it does not."""
-    primary = _first_match(entry, entry.keys, label, haystack, folded)
+    primary = _first_match(entry, entry.keys, label, haystack, folded, deadline)
     if not isinstance(primary, str):
         return primary or Skipped(label, "no key match")
     if entry.selective and entry.secondary_keys:
-        secondary = _first_match(entry, entry.secondary_keys, label, haystack, folded)
+        secondary = _first_match(entry, entry.secondary_keys, label, haystack, folded, deadline)
         if not isinstance(secondary, str):
             return secondary or Skipped(label, "no key match", f"key {primary!r}, no secondary key")
         return f"key {primary!r} and {secondary!r}"
@@ -175,7 +182,12 @@ def _triggered(entry: LoreEntry, label: str, haystack: str, folded: str) -> str 
 
 
 def _first_match(
-    entry: LoreEntry, keys: Sequence[str], label: str, haystack: str, folded: str
+    entry: LoreEntry,
+    keys: Sequence[str],
+    label: str,
+    haystack: str,
+    folded: str,
+    deadline: float,
 ) -> str | Skipped | None:
     """The first key found; else the first bad or runaway pattern's Skipped, or None."""
     error: Skipped | None = None
@@ -186,7 +198,7 @@ def _first_match(
             if (key in haystack) if entry.case_sensitive else (key.casefold() in folded):
                 return key
             continue
-        found = _search(key, entry.case_sensitive, haystack, label)
+        found = _search(key, entry.case_sensitive, haystack, label, deadline)
         if found is True:
             return key
         if isinstance(found, Skipped):
@@ -194,9 +206,17 @@ def _first_match(
     return error
 
 
-def _search(key: str, case_sensitive: bool, haystack: str, label: str) -> bool | Skipped:
+def _search(
+    key: str, case_sensitive: bool, haystack: str, label: str, deadline: float
+) -> bool | Skipped:
     """Whether the pattern ``key`` occurs: ``/pattern/flags`` (``i``, ``m``, ``s`` read;
-    without ``i`` it is case-sensitive) or a bare pattern (case as the entry says)."""
+    without ``i`` it is case-sensitive) or a bare pattern (case as the entry says), within
+    ``REGEX_TIMEOUT`` and what is left until ``deadline``."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return Skipped(
+            label, "regex timeout", f"the {REGEX_TOTAL_SECONDS}s for all patterns ran out"
+        )
     if len(key) > MAX_PATTERN_CHARS:
         return Skipped(label, "bad regex", f"pattern over {MAX_PATTERN_CHARS} characters")
     pattern, flags = key, 0 if case_sensitive else regex.IGNORECASE
@@ -214,6 +234,6 @@ def _search(key: str, case_sensitive: bool, haystack: str, label: str) -> bool |
     except (regex.error, ValueError) as exc:
         return Skipped(label, "bad regex", f"{key!r}: {exc}")
     try:
-        return compiled.search(haystack, timeout=REGEX_TIMEOUT) is not None
+        return compiled.search(haystack, timeout=min(REGEX_TIMEOUT, left)) is not None
     except TimeoutError:
-        return Skipped(label, "regex timeout", f"{key!r} took over {REGEX_TIMEOUT}s")
+        return Skipped(label, "regex timeout", f"{key!r} took over {min(REGEX_TIMEOUT, left):.2g}s")

@@ -71,7 +71,11 @@ class PersonaPin:
     def greeting(
         self, session: SessionKey | None, *, group: bool = False, user: str = "User"
     ) -> str:
-        """The opening of this session, macros expanded (the first one without a session)."""
+        """The opening of this session, macros expanded (the first one without a session).
+        In a group ``{{user}}`` is "everyone", as in the pin: the opening sent and the one the
+        pin says was sent are the same text."""
+        if group:
+            user = GROUP_USER
         choices = self.openings(group)
         index = 0 if session is None else _pick(str(session), len(choices))
         return expand(choices[index], self._context(session, "opening", user))

@@ -681,12 +681,17 @@ def build_agenda(
         clock=turn_clock,
         memory=memory,
         personas={
-            key: Persona(profile.pin, initiative_policy(personas[key]), profile.lease_seconds)
+            key: Persona(
+                profile.pin, initiative_policy(personas[key]), profile.lease_seconds, profile.memory
+            )
             for key, profile in profiles.items()
         },
         variants={
             (key, pid): Persona(
-                profile.pin, initiative_policy(settings.persona(pid)), profile.lease_seconds
+                profile.pin,
+                initiative_policy(settings.persona(pid)),
+                profile.lease_seconds,
+                profile.memory,
             )
             for (key, pid), profile in (variants or {}).items()
         },

@@ -13,6 +13,7 @@ import base64
 import binascii
 import io
 import json
+import math
 import warnings
 import zipfile
 import zlib
@@ -30,6 +31,10 @@ from bot.personas.png import CARD_KEYWORDS, PNG_MAGIC, without_card
 MAX_CARD_BYTES: Final = 32 * 1024 * 1024
 #: The largest image decoded (Pillow must decode a PNG to reach chunks after its pixels).
 MAX_IMAGE_PIXELS: Final = 40_000_000
+#: The deepest nesting of objects and lists a card may have. Real cards stay under 10 levels;
+#: Python's JSON parser takes nearly 1000, but copying, comparing and writing the card back
+#: recurse too, and would fail with a RecursionError (a traceback, not a card error) far sooner.
+MAX_JSON_DEPTH: Final = 100
 
 Container = Literal["json", "png", "charx"]
 
@@ -73,18 +78,46 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def _finite(text: str) -> float:
+    # 1e400 parses as infinity, which json.dumps would write back as the non-JSON `Infinity`:
+    # the stored card could then never be read again (export would fail).
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is too large")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How deeply objects and lists nest in ``value`` (iteratively: no recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level <= MAX_JSON_DEPTH:
+                children = item.values() if isinstance(item, dict) else item
+                stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
 def parse_json(raw: bytes, where: str) -> Any:
-    """UTF-8 JSON (a BOM allowed) as Python values; NaN and Infinity are refused."""
+    """UTF-8 JSON (a BOM allowed) as Python values; NaN, Infinity, numbers too large for a
+    float and nesting deeper than ``MAX_JSON_DEPTH`` are refused."""
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise CardError(f"{where}: the card is not UTF-8 text") from None
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite)
     except RecursionError:
         raise CardError(f"{where}: the card's JSON is nested too deeply") from None
     except ValueError as exc:
         raise CardError(f"{where}: the card is not valid JSON ({exc})") from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise CardError(
+            f"{where}: the card's JSON is nested more than {MAX_JSON_DEPTH} levels deep"
+        )
+    return value
 
 
 def read_card_file(path: Path) -> CardFile:

@@ -93,8 +93,12 @@ def _card_json(card: dict[str, Any]) -> bytes:
 
 
 def _commit(out: Path, toml: bytes, files: list[tuple[Path, bytes]]) -> None:
-    """Check the new TOML loads, create the card files, then rename the TOML into place."""
-    staged = temporary_beside(out, toml)
+    """Check the new TOML loads, create the card files, then rename the TOML into place.
+
+    A symlinked TOML (kept in a dotfiles repository, say) is replaced where it points: the
+    rename over the link itself would leave the real file unchanged and the link a copy."""
+    target = Path(os.path.realpath(out))
+    staged = temporary_beside(target, toml)
     created: list[Path] = []
     try:
         try:
@@ -106,7 +110,7 @@ def _commit(out: Path, toml: bytes, files: list[tuple[Path, bytes]]) -> None:
             with path.open("xb") as handle:  # never over a file that appeared meanwhile
                 created.append(path)
                 handle.write(data)
-        os.replace(staged, out)
+        os.replace(staged, target)
     except BaseException:
         for path in (staged, *created):
             with contextlib.suppress(OSError):

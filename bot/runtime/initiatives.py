@@ -50,7 +50,7 @@ from bot.runtime.tools import Effect, Tool, ToolError
 from bot.runtime.usage import Accounting
 from bot.store.base import BaseStore
 from memory.assemble import Assembled, PersonaPin
-from memory.service import Memory
+from memory.service import Memory, MemoryPolicy
 
 log = logging.getLogger("personabot.initiatives")
 
@@ -101,6 +101,9 @@ class Persona:
     pin: PersonaPin
     initiative: InitiativePolicy
     lease_seconds: float
+    # The persona's memory policy (its budget, window): None means the bot's. A persona that
+    # is not the bot's default has its own, as its turns do.
+    memory: MemoryPolicy | None = None
 
 
 def _hours(seconds: float) -> str:
@@ -288,7 +291,9 @@ class Proactive:
             )
             return "off"
         session = SessionKey(conversation, state.session_no)
-        assembled = await check_in_prompt(self._memory, persona.pin, session, state, tz, now)
+        assembled = await check_in_prompt(
+            self._memory, persona.pin, session, state, tz, now, policy=persona.memory
+        )
         request = assembled.request
         try:
             result = await self._ask(request, lease, persona)
@@ -368,6 +373,7 @@ class Proactive:
                 note=reminder_note(reminder.about, reminder.created_at, reminder.due_at, tz),
                 layer="reminder",
                 now=now,
+                policy=persona.memory,
             )
             try:
                 result = await self._ask(assembled.request, lease, persona)
@@ -508,8 +514,11 @@ async def check_in_prompt(
     state: InitiativeState,
     tz: tzinfo,
     now: float,
+    *,
+    policy: MemoryPolicy | None = None,
 ) -> Assembled:
-    """The request of a check-in decision: the session, the note, the send/skip choice."""
+    """The request of a check-in decision: the session, the note, the send/skip choice
+    (``policy``: the persona's memory policy, when not the bot's)."""
     assembled = await memory.build_proactive(
         session,
         pin,
@@ -518,6 +527,7 @@ async def check_in_prompt(
         note=check_in_note(state, now, tz),
         layer="initiative",
         now=now,
+        policy=policy,
     )
     request = replace(assembled.request, tools=(SEND, SKIP), tool_choice="any")
     return Assembled(request=request, breakdown=assembled.breakdown)
