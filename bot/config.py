@@ -570,6 +570,15 @@ class _BotBase(_Section):
             raise ValueError(f"persona: {self.persona!r} is not one of personas")
         if len(set(self.personas)) != len(self.personas):
             raise ValueError("personas: a persona is listed twice")
+        if len(self.personas) > 1 and self.id is None:
+            # The key stores every chat; derived from the default persona it would change
+            # with it, and every chat, check-in and reminder of the bot would be orphaned.
+            platform = getattr(self, "platform", "bot")
+            raise ValueError(
+                "id: required on a bot with several personas (its chats are stored under "
+                "it; without one it would change with the default persona). To keep the "
+                f'chats this bot has, set id = "{platform}-{self.default_persona}"'
+            )
         return self
 
     @property

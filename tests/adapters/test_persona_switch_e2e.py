@@ -52,6 +52,7 @@ first_message = ["Orin. Where to?"]
 model = "claude-orin"
 
 [[bots]]
+id = "telegram-mira"
 platform = "telegram"
 personas = ["mira", "orin"]
 token_env = "TG_TOKEN"

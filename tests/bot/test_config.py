@@ -86,7 +86,7 @@ def test_example_documents_every_key_with_a_comment() -> None:
             "personas[0].system: required when description and personality are empty",
         ),
         (
-            '[[bots]]\nplatform = "telegram"\npersonas = ["companion", "ghost"]\n',
+            '[[bots]]\nid = "t"\nplatform = "telegram"\npersonas = ["companion", "ghost"]\n',
             "bots[0].personas: no persona with id 'ghost' (known: companion)",
         ),
         (

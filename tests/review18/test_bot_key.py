@@ -1,12 +1,10 @@
 """Review of issue 18: the bot's key when its default persona changes.
 
-Break (not fixed, strict xfail): a bot's conversations, sessions, check-ins and reminders are
-stored under its key, which without ``id`` is ``<platform>-<default persona>``. With several
-personas, choosing another default for new chats (``persona = "orin"``, or reordering
-``personas``) changes the key: on the next start every existing chat of that bot starts over
-with no history, and its pending reminders and check-ins are never sent (the scheduler asks
-only for its bots' keys). The fix needs a decision (a key that does not follow the default
-persona, with a migration of existing keys); docs/personas.md warns meanwhile.
+A bot's conversations, sessions, check-ins and reminders are stored under its key, which
+without ``id`` is ``<platform>-<default persona>``. With several personas, choosing another
+default for new chats would change the key and orphan every chat of the bot; so a bot with
+several personas must name its ``id`` (the error says which one keeps its chats), and with it
+the key stays whatever the default.
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bot.config import load_settings
+from bot.core.errors import ConfigError
 
 BASE = """
 [[personas]]
@@ -35,17 +34,16 @@ platform = "telegram"
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the bot key follows the default persona: choosing another default for new chats "
-    "orphans every existing chat, reminder and check-in of the bot",
-)
-def test_choosing_another_default_persona_keeps_the_bots_conversations(tmp_path: Path) -> None:
+def test_a_bot_with_several_personas_names_its_id_and_keeps_it(tmp_path: Path) -> None:
+    path = tmp_path / "no-id.toml"
+    path.write_text(BASE + 'personas = ["mira", "orin"]\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match='set id = "telegram-mira"'):
+        load_settings(path)
     keys = []
     for n, bot in enumerate(
-        ('personas = ["mira", "orin"]', 'personas = ["mira", "orin"]\npersona = "orin"')
+        ('personas = ["mira", "orin"]', 'personas = ["orin", "mira"]\npersona = "orin"')
     ):
         path = tmp_path / f"{n}.toml"
-        path.write_text(BASE + bot + "\n", encoding="utf-8")
+        path.write_text(BASE + bot + '\nid = "telegram-mira"\n', encoding="utf-8")
         keys.append(load_settings(path).bots[0].key)
-    assert keys[0] == keys[1], keys
+    assert keys == ["telegram-mira", "telegram-mira"]
