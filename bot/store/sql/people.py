@@ -143,7 +143,8 @@ class PeoplePart(SQLCore):
             personas = await db.fetch(
                 "SELECT c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, s.persona "
                 "FROM sessions s JOIN conversations c ON c.id = s.conversation_id WHERE s.id IN "
-                f"(SELECT session_id FROM messages WHERE id IN ({_MINE}) OR id IN ({_REPLIES})) "
+                f"(SELECT session_id FROM messages WHERE id IN ({_MINE}) UNION "
+                f"SELECT session_id FROM messages WHERE id IN ({_REPLIES})) "
                 "ORDER BY s.id",
                 *who,
             )
