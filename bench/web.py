@@ -16,14 +16,22 @@ Usage::
         [--conversations 10000] [--messages 1000000] [--samples 40]
         [--out bench/results/web.json]
 
-Prints a table (p50/p95 ms per page and store, against the 100 ms target) and writes JSON.
-Exits 1 when a page answered other than 200.
+Then, on the same filled store, the queue benchmark's coalescing phase (bench/queue.py:
+bursts into ``--lag-conversations`` conversations, the real scheduler and pipeline, a model of
+fixed latency) runs twice: without the console, and with the console's overview, list and a
+conversation page requested once a second; the scheduler lag (timer due -> turn start) of
+both, side by side, says what the console costs the turns.
+
+Prints tables (p50/p95 ms per page and store, against the 100 ms target; the lag with and
+without the console) and writes JSON. Exits 1 when a page answered other than 200 or a
+burst was not answered exactly once.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import re
 import sqlite3
 import sys
@@ -58,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conversations", type=int, default=10_000)
     p.add_argument("--messages", type=int, default=1_000_000)
     p.add_argument("--samples", type=int, default=40)
+    p.add_argument("--lag-conversations", type=int, default=300)
     p.add_argument("--out", type=Path, default=Path("bench/results/web.json"))
     return p
 
@@ -206,6 +215,7 @@ async def _measure(target: StoreTarget, params: argparse.Namespace) -> dict[str,
             base = f"http://127.0.0.1:{web.port}"
             async with http.post(f"{base}/login", data={"token": TOKEN}) as r:
                 assert r.status == 200
+            lag = await _lag(store, params, http, [base + p for p in list(pages.values())[:4]])
             for _ in range(params.samples):
                 for name, path in pages.items():
                     async with http.get(base + path) as r:
@@ -227,7 +237,48 @@ async def _measure(target: StoreTarget, params: argparse.Namespace) -> dict[str,
             for name, values in timings.items()
         },
         "failures": failures,
+        "lag": lag,
     }
+
+
+async def _lag(
+    store: Any, params: argparse.Namespace, http: aiohttp.ClientSession, polled: list[str]
+) -> dict[str, Any]:
+    """Scheduler lag of the queue bench's coalescing phase, without and with the console
+    polled once a second (the same store, the same process, one after the other)."""
+    from bench import queue
+
+    args = ["--quick", "--conversations", str(params.lag_conversations)]
+    lag_params = queue.params_from(queue.build_parser().parse_args(args))
+    out: dict[str, Any] = {}
+    for run, poll in (("without console", False), ("console polled 1/s", True)):
+        # Each run its own bot key: the conversations of the first are not the second's.
+        queue.BOT = f"bench-{len(out)}"
+        stop = asyncio.Event()
+
+        async def poller(stop: asyncio.Event) -> None:
+            while not stop.is_set():
+                for url in polled:
+                    async with http.get(url) as r:
+                        await r.read()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+
+        task = asyncio.create_task(poller(stop)) if poll else None
+        try:
+            result = await queue.coalescing_phase(store, lag_params)
+        finally:
+            stop.set()
+            if task is not None:
+                await task
+        summary = queue.lag_summary(result.lags_ms)
+        out[run] = {
+            "turns": summary["turns"],
+            "p50_ms": round(summary["p50_ms"], 1),
+            "p99_ms": round(summary["p99_ms"], 1),
+            "guard_failures": queue.guard_failures(result),
+        }
+    return out
 
 
 async def run(params: argparse.Namespace) -> dict[str, Any]:
@@ -254,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     params = build_parser().parse_args(argv)
     if params.quick:
         params.conversations, params.messages, params.samples = 1000, 50_000, 10
+        params.lag_conversations = 50
     report = asyncio.run(run(params))
     rows = []
     for result in report["results"]:
@@ -272,10 +324,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{params.messages:,} messages, {params.samples} samples per page"
     )
     print(format_table(["page", "p50 ms", "p95 ms", f"p95 < {TARGET_MS:.0f} ms"], rows, title))
+    lag_rows = [
+        [f"{result['store']}: {run}", figures["turns"], figures["p50_ms"], figures["p99_ms"]]
+        for result in report["results"]
+        for run, figures in result["lag"].items()
+    ]
+    print()
+    print(
+        format_table(
+            ["scheduler lag", "turns", "p50 ms", "p99 ms"],
+            lag_rows,
+            "turns with and without the console polled once a second (same store, same run)",
+        )
+    )
     for result in report["results"]:
         print(f"{result['store']}: filled in {result['fill_seconds']} s")
     write_json(params.out, report)
     failed = [f for r in report["results"] for f in r["failures"]]
+    failed += [
+        f for r in report["results"] for run in r["lag"].values() for f in run["guard_failures"]
+    ]
     if failed:
         print("pages that failed: " + ", ".join(failed[:10]), file=sys.stderr)
         return 1

@@ -16,6 +16,7 @@ def test_a_small_run_times_every_console_page(
 ) -> None:
     out = tmp_path / "web.json"
     argv = ["--store", "sqlite", "--conversations", "60", "--messages", "600", "--samples", "2"]
+    argv += ["--lag-conversations", "20"]
     status = web.main([*argv, "--out", str(out)])
     printed = capsys.readouterr().out
     assert status == 0, printed
