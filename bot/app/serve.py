@@ -114,6 +114,7 @@ async def _serve(
                         else "not connected"
                     ),
                     playground=try_out,
+                    metrics=rt.metrics,
                 )
             )
         signals.on_abort(rt.scheduler.abort)  # from now on: cancel running turns

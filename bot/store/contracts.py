@@ -684,6 +684,14 @@ class ConsoleStore(abc.ABC):
         """A conversation by its row id (the console's handle), or None."""
 
     @abc.abstractmethod
+    async def console_edits(self, session: SessionKey) -> dict[int, float]:
+        """When each edited message of the session was last edited, by message id."""
+
+    @abc.abstractmethod
+    async def console_lease(self, name: str, now: float) -> tuple[str, float] | None:
+        """Who holds the lease ``name`` now, and until when (None: nobody)."""
+
+    @abc.abstractmethod
     async def console_queue(self, now: float) -> QueueView:
         """Armed timers, how many are due, turn leases held now by holder."""
 

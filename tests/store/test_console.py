@@ -83,3 +83,20 @@ async def test_queue_usage_and_the_audit_log(store: BaseStore) -> None:
     assert [e.target for e in entries] == ["telegram:2", "telegram:1"]
     older = await store.audit_log(before=entries[-1].id)
     assert [e.target for e in older] == ["telegram:0"]
+
+
+async def test_edited_messages_and_the_lease_holder(store: BaseStore) -> None:
+    from bot.core.events import SessionKey
+
+    chat = await _say(store, "5", "Sasha", "helo", T0)
+    await _say(store, "5", "Sasha", "second", T0 + 1)
+    await store.edit_message(chat, f"5-{T0}", "hello", T0 + 2, Q)
+    session = SessionKey(chat, 1)
+    messages = await store.messages(session)
+    assert [m.text for m in messages] == ["hello", "second"]
+    assert await store.console_edits(session) == {messages[0].id: T0 + 2}
+    assert await store.console_lease(f"turn:{chat}", T0) is None
+    lease = await store.acquire_lease(f"turn:{chat}", "worker-b", 30, T0)
+    assert lease is not None
+    assert await store.console_lease(f"turn:{chat}", T0 + 1) == ("worker-b", T0 + 30)
+    assert await store.console_lease(f"turn:{chat}", T0 + 31) is None

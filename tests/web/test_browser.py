@@ -156,6 +156,9 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser: object) -> None
             telegram.push_message(TOKEN, TgChat.private(USER), USER, XSS_TEXT)
             await telegram.wait_for(lambda: telegram.sent_messages(TOKEN), what="the reply")
             await page.goto(f"{base}/")
+            overview = await page.locator("main").inner_text()
+            assert "telegram-mira" in overview and "connected" in overview
+            assert re.search(r"Turns by outcome: .*sent 1", overview), overview
             await shot("overview")
             await page.goto(f"{base}/conversations")
             row = page.locator("table tr", has_text="4242")

@@ -12,6 +12,7 @@ from bot.app.web.views import ConsoleData
 from bot.config import Secrets, Settings
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
+from bot.metrics import Metrics
 from bot.store.base import BaseStore
 from memory.service import Memory
 
@@ -44,6 +45,7 @@ def console(
     listen: str,
     bot_state: Callable[[str], str] | None = None,
     playground: Playground | None = None,
+    metrics: Metrics | None = None,
 ) -> WebConsole:
     """The console on ``listen`` (host:port) over this store."""
     token = console_token(settings, secrets)
@@ -58,6 +60,7 @@ def console(
         clock=clock,
         page_size=web.page_size,
         adapters_state=bot_state,
+        metrics=metrics,
     )
     if not is_loopback(host):
         # Allowed with a token; said, since a proxy with TLS in front is what keeps it safe.

@@ -19,6 +19,7 @@ from bot.core.clock import Clock
 from bot.core.console import ConversationRow
 from bot.core.events import ConversationKey, StoredMessage, UserKey
 from bot.core.llm import ImageBlock, TextBlock
+from bot.metrics import Metrics
 from bot.store.base import BaseStore
 from memory.assemble import Assembled
 from memory.service import Memory
@@ -50,6 +51,7 @@ class ConsoleData:
         clock: Clock,
         page_size: int,
         adapters_state: Any = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -59,6 +61,9 @@ class ConsoleData:
         # Bot key -> "connected"/..., when the console runs inside ``personabot run``.
         self._adapters_state = adapters_state
         self._defaults = {b.key: b.default_persona for b in settings.bots}
+        # The bots' counters, when the console runs inside ``personabot run``.
+        self._metrics = metrics
+        self._started = clock.now()
 
     # -- overview ---------------------------------------------------------------------------
 
@@ -112,6 +117,7 @@ class ConsoleData:
                     for b in buckets
                 ],
             },
+            "this_process": None if self._metrics is None else self._counts(now),
             "retention_events": [
                 {
                     "at": e.at,
@@ -123,6 +129,33 @@ class ConsoleData:
                 }
                 for e in retention
             ],
+        }
+
+    def _counts(self, now: float) -> dict[str, Any]:
+        """Turns by outcome, gap notices, model rejections and limits since this process
+        started (its Prometheus counters), with their rate per minute."""
+        assert self._metrics is not None
+        minutes = max(1.0, (now - self._started) / 60.0)
+
+        def totals(counter: Any, label: str) -> dict[str, int]:
+            found: dict[str, int] = {}
+            for metric in counter.collect():
+                for sample in metric.samples:
+                    if sample.name.endswith("_total"):
+                        key = sample.labels.get(label, "all")
+                        found[key] = found.get(key, 0) + int(sample.value)
+            return found
+
+        turns = totals(self._metrics.turns, "outcome")
+        errors = sum(n for k, n in turns.items() if k not in ("sent", "idle", "busy", "discarded"))
+        return {
+            "minutes": round(minutes, 1),
+            "turns": turns,
+            "turns_per_minute": round(sum(turns.values()) / minutes, 2),
+            "errors_per_minute": round(errors / minutes, 2),
+            "gap_notices": totals(self._metrics.gap_notices, "policy"),
+            "limit_hits": totals(self._metrics.limit_hits, "limit"),
+            "closed_out": totals(self._metrics.closed_out, "reason"),
         }
 
     def _state_of(self, bot: str) -> str:
@@ -161,8 +194,9 @@ class ConsoleData:
         summary = await self._store.get_summary(chosen.key)
         gaps = await self._memory.gaps(chosen.key)
         pending = await self._store.pending_turn(key)
-        lease_until = await self._store.lease_expires_at(f"turn:{key}")
         now = self._clock.now()
+        lease = await self._store.console_lease(f"turn:{key}", now)
+        edits = await self._store.console_edits(chosen.key)
         prompt = None
         if chosen.status == "open":
             persona = self._persona_of(key.bot)
@@ -185,7 +219,7 @@ class ConsoleData:
                 for s in sessions
             ],
             "session": chosen.key.session_id,
-            "transcript": [_message(m) for m in messages],
+            "transcript": [{**_message(m), "edited_at": edits.get(m.id)} for m in messages],
             "deleted": [
                 {"turns": [t.first_turn, t.last_turn], "reason": t.reason, "at": t.at}
                 for t in tombstones
@@ -206,7 +240,7 @@ class ConsoleData:
                 "messages": len(pending.messages),
                 "first_pending_at": pending.first_pending_at,
             },
-            "turn_lease_until": lease_until if lease_until and lease_until > now else None,
+            "turn_lease": None if lease is None else {"holder": lease[0], "until": lease[1]},
             "prompt": prompt,
         }
 

@@ -408,4 +408,11 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         CREATE INDEX messages_addressee ON messages(addressee) WHERE addressee IS NOT NULL;
         """,
     ),
+    (
+        12,
+        """
+        -- When a person last edited a message (NULL: never); the console marks edited lines.
+        ALTER TABLE messages ADD COLUMN edited_at {real};
+        """,
+    ),
 )

@@ -9,7 +9,7 @@ the messages once (a name is not a key and has no index: docs/architecture.md#ke
 from __future__ import annotations
 
 from bot.core.console import AuditEntry, ConversationRow, QueueView, UsageBucket
-from bot.core.events import ConversationKey
+from bot.core.events import ConversationKey, SessionKey
 from bot.store import cols
 from bot.store.sql.core import SQLCore
 
@@ -84,6 +84,31 @@ class ConsolePart(SQLCore):
                 conversation_id,
             )
         return None if row is None else cols.conversation_key(row[0], row[1], row[2], row[3])
+
+    async def console_edits(self, session: SessionKey) -> dict[int, float]:
+        """Edited messages of the session (few: a scan of its rows by the session index)."""
+        async with self._read() as db:
+            found = await self._session_row(db, session)
+            rows = (
+                []
+                if found is None
+                else await db.fetch(
+                    "SELECT id, edited_at FROM messages WHERE session_id = $1 "
+                    "AND edited_at IS NOT NULL",
+                    found[0],
+                )
+            )
+        return {int(r[0]): float(r[1]) for r in rows}
+
+    async def console_lease(self, name: str, now: float) -> tuple[str, float] | None:
+        """The lease's holder while it lasts."""
+        async with self._read() as db:
+            row = await db.fetchrow(
+                "SELECT holder, expires_at FROM leases WHERE name = $1 AND expires_at > $2",
+                name,
+                now,
+            )
+        return None if row is None else (str(row[0]), float(row[1]))
 
     async def console_queue(self, now: float) -> QueueView:
         """Timers and turn leases, from one snapshot."""

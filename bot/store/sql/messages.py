@@ -100,7 +100,9 @@ class MessagesPart(SQLCore):
                 )
             )
             if not wakes:
-                await db.execute("UPDATE messages SET text = $1 WHERE id = $2", text, row[0])
+                await db.execute(
+                    "UPDATE messages SET text = $1, edited_at = $3 WHERE id = $2", text, row[0], now
+                )
                 return "updated"
             # A pending message changed: a generation that read the old text is discarded by
             # the final check (its v0 is older), and the timer re-arms like for new input.
@@ -115,10 +117,11 @@ class MessagesPart(SQLCore):
             )
             await db.execute(
                 f"UPDATE messages SET text = $1, version = $2, pending = {d.true}, "
-                f"addressed = {d.true} WHERE id = $3",
+                f"addressed = {d.true}, edited_at = $4 WHERE id = $3",
                 text,
                 version,
                 row[0],
+                now,
             )
             await self._arm(db, conv_id, now, queue, version)
             return "updated"
