@@ -193,6 +193,9 @@ class WebConsole:
         return self._page("login.html", {"next": _next(request), "problem": None}, None)
 
     async def _login(self, request: web.Request) -> web.StreamResponse:
+        # The form is read first: between the limiter's check and its count of a failure
+        # nothing may await, or many requests with slow bodies would all pass the check.
+        form = await request.post()
         now = self._clock.now()
         address = request.remote or "?"
         if not self._limiter.allowed(address, now):
@@ -203,7 +206,6 @@ class WebConsole:
                 None,
                 status=429,
             )
-        form = await request.post()
         if not same_token(str(form.get("token", "")), self._token):
             self._limiter.failed(address, now)
             log.warning("console: failed login from %s", address)
@@ -408,7 +410,14 @@ def _person_path(user: UserKey) -> str:
 def _next(request: web.Request, given: str | None = None) -> str:
     """Where to go after the login: a path of this console only (never another site)."""
     target = given if given is not None else request.query.get("next", "/")
-    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+    # Browsers drop tabs and newlines from a URL ("/\t/evil" is "//evil", another host),
+    # so no control character or space may be in it at all.
+    if (
+        not target.startswith("/")
+        or target.startswith("//")
+        or "\\" in target
+        or any(ord(ch) <= 0x20 or ord(ch) == 0x7F for ch in target)
+    ):
         return "/"
     return target
 
