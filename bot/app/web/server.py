@@ -150,6 +150,11 @@ class WebConsole:
             response = exc
         except NotFound as exc:
             response = self._error(request, 404, str(exc))
+        except Exception:
+            # A bug or a store failure: logged here, and the page still carries the
+            # headers (aiohttp's own 500 would have none of them).
+            log.exception("console: %s %s failed", request.method, request.path)
+            response = self._error(request, 500, "Something went wrong; the log says what.")
         for name, value in _HEADERS.items():
             response.headers.setdefault(name, value)
         # How long the page took here (bench/web.py reads it; browsers show it).
@@ -247,9 +252,11 @@ class WebConsole:
         return self._answer(request, "conversations.html", data)
 
     async def _conversation(self, request: web.Request) -> web.StreamResponse:
-        number = request.query.get("session", "")
+        conversation = _number(request.match_info["id"])
+        if conversation is None:
+            raise NotFound(f"no conversation {request.match_info['id'][:40]}")
         data = await self._data.conversation(
-            int(request.match_info["id"]), int(number) if number.isdigit() else None
+            conversation, _number(request.query.get("session", ""))
         )
         return self._answer(request, "conversation.html", data)
 
@@ -261,8 +268,7 @@ class WebConsole:
         return self._answer(request, "retention.html", await self._data.retention())
 
     async def _audit(self, request: web.Request) -> web.StreamResponse:
-        before = request.query.get("before", "")
-        data = await self._data.audit(int(before) if before.isdigit() else None)
+        data = await self._data.audit(_number(request.query.get("before", "")))
         return self._answer(request, "audit.html", data)
 
     # -- the playground -------------------------------------------------------------------------
@@ -396,6 +402,14 @@ class WebConsole:
             data={"status": status, "message": message}, csrf=None
         )
         return web.Response(text=html, content_type="text/html", status=status)
+
+
+def _number(text: str) -> int | None:
+    """A row id or session number from a URL (ASCII digits, within SQL's 64-bit
+    integers), or None: ``"²".isdigit()`` holds and a huge one overflows the driver."""
+    if not text.isascii() or not text.isdigit() or len(text) > 18:
+        return None
+    return int(text)
 
 
 def _user(request: web.Request) -> UserKey:

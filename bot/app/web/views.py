@@ -9,6 +9,7 @@ every view of a person's memory.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -372,9 +373,13 @@ def _cursor(text: str) -> tuple[float, int] | None:
     """A page cursor (``activity:row``); a malformed one starts from the top."""
     at, _, row = text.partition(":")
     try:
-        return (float(at), int(row)) if text else None
+        cursor = (float(at), int(row)) if text else None
     except ValueError:
         return None
+    # Beyond SQL's 64-bit integers (the driver would fail) or not a number: from the top.
+    if cursor is None or not math.isfinite(cursor[0]) or not 0 <= cursor[1] < 2**62:
+        return None
+    return cursor
 
 
 def _key(key: ConversationKey) -> dict[str, Any]:
