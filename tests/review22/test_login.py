@@ -12,9 +12,7 @@ from tests.review22.rig import TOKEN, Rig
 @pytest.mark.parametrize(
     "target", ["/\t/evil.example/", "/\n/evil.example", "/\r/evil.example", "/ /evil.example"]
 )
-async def test_a_login_link_cannot_send_the_operator_to_another_site(
-    rig: Rig, target: str
-) -> None:
+async def test_a_login_link_cannot_send_the_operator_to_another_site(rig: Rig, target: str) -> None:
     # Browsers (and yarl) drop tabs and newlines from a URL: "/\t/evil" is "//evil", a
     # protocol-relative address of another host.
     async with rig.http.post(
@@ -43,7 +41,7 @@ async def test_slow_login_bodies_do_not_get_more_guesses_than_the_limit(rig: Rig
     # Whatever the server has read by now, the limit must hold: on main, requests whose
     # headers were in before the bodies each passed the limiter before any failure counted.
     statuses = []
-    for reader, writer in connections:
+    for _, writer in connections:
         writer.write(body)
         await writer.drain()
     for reader, writer in connections:
