@@ -235,7 +235,10 @@ async def test_the_api_lists_pages_and_acts(rig: Rig) -> None:
         f"{rig.base}/api/people/telegram/7/forget", headers=bearer, json={"confirm": True}
     ) as r:
         assert r.status == 200 and (await r.json())["items"] == 0
-    assert [e.actor for e in await rig.store.audit_log()] == ["api"]
+    assert [(e.actor, e.action) for e in await rig.store.audit_log()] == [
+        ("api", "forget everything"),
+        ("api", "view conversation"),
+    ]
 
 
 async def test_the_console_refuses_to_start_without_a_token(store: BaseStore) -> None:

@@ -256,7 +256,7 @@ class WebConsole:
         if conversation is None:
             raise NotFound(f"no conversation {request.match_info['id'][:40]}")
         data = await self._data.conversation(
-            conversation, _number(request.query.get("session", ""))
+            conversation, _number(request.query.get("session", "")), self._viewer(request)
         )
         return self._answer(request, "conversation.html", data)
 
@@ -375,7 +375,9 @@ class WebConsole:
 
     # -- rendering ------------------------------------------------------------------------------
 
-    def _viewer(self, request: web.Request, actor: str = "operator") -> Viewer:
+    def _viewer(self, request: web.Request, actor: str | None = None) -> Viewer:
+        if actor is None:
+            actor = "api" if request.path.startswith("/api/") else "operator"
         return Viewer(actor=actor, address=request.remote or "?")
 
     def _answer(self, request: web.Request, template: str, data: dict[str, Any]) -> web.Response:

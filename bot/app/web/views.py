@@ -180,9 +180,12 @@ class ConsoleData:
             "next": rows[-1].cursor if more and rows else None,
         }
 
-    async def conversation(self, conversation_id: int, session_no: int | None) -> dict[str, Any]:
+    async def conversation(
+        self, conversation_id: int, session_no: int | None, viewer: Viewer
+    ) -> dict[str, Any]:
         """A conversation: its sessions, one session's transcript, summary, gaps, the
-        pending turn and the prompt that would be built now."""
+        pending turn and the prompt that would be built now; audited (the transcript and
+        the prompt show what is remembered about its people)."""
         key = await self._store.console_conversation(conversation_id)
         if key is None:
             raise NotFound(f"no conversation {conversation_id}")
@@ -198,6 +201,13 @@ class ConsoleData:
         now = self._clock.now()
         lease = await self._store.console_lease(f"turn:{key}", now)
         edits = await self._store.console_edits(chosen.key)
+        await self._store.record_audit(
+            viewer.actor,
+            "view conversation",
+            f"conversation {conversation_id}",
+            f"session {chosen.key.session_id} from {viewer.address}",
+            now,
+        )
         prompt = None
         if chosen.status == "open":
             persona = self._persona_of(key.bot)
