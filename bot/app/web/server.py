@@ -339,7 +339,7 @@ class WebConsole:
     async def _export(self, request: web.Request) -> web.StreamResponse:
         user = _user(request)
         document = await self._data.export(user, self._viewer(request))
-        name = f"personabot-export-{user.platform}-{_safe(user.user_id)}.json"
+        name = f"personabot-export-{_safe(user.platform)}-{_safe(user.user_id)}.json"
         return web.Response(
             text=json.dumps(document, ensure_ascii=False, indent=1),
             content_type="application/json",
