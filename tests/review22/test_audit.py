@@ -20,6 +20,7 @@ async def test_a_conversation_page_showing_a_persons_memory_is_audited(rig: Rig)
         assert "Lisbon-by-the-river" in await r.text()
     entries = await rig.store.audit_log(limit=10)
     views = [(e.actor, e.action, e.target) for e in entries if e.action == "view conversation"]
-    assert views == [("api", "view conversation", "conversation 1")] + [
-        ("operator", "view conversation", "conversation 1")
+    assert views == [
+        ("api", "view conversation", "conversation 1"),
+        ("operator", "view conversation", "conversation 1"),
     ]
