@@ -254,3 +254,10 @@ async def test_the_console_refuses_to_start_without_a_token(store: BaseStore) ->
                 clock=ManualClock(T0),
                 listen="0.0.0.0:0",
             )
+
+
+def test_only_loopback_addresses_count_as_loopback() -> None:
+    from bot.app.web.server import is_loopback
+
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.8.0.1", "::1", "[::1]", "localhost"))
+    assert not any(is_loopback(h) for h in ("127.evil.example", "0.0.0.0", "10.0.0.1", "::"))

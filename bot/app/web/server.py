@@ -16,6 +16,7 @@ Security, in the order a request meets it:
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import time
@@ -54,8 +55,14 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def is_loopback(host: str) -> bool:
-    """Whether a listen host is this machine only."""
-    return host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")
+    """Whether a listen host is this machine only (an address of the loopback range, or
+    ``localhost``; a name like ``127.example.com`` is not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class WebConsole:
