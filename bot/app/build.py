@@ -544,6 +544,7 @@ async def runtime(
             max_concurrent=queue.max_concurrent_turns,
             shutdown_grace=queue.shutdown_grace_seconds,
             metrics=metrics,
+            claims=pipeline,  # due turns are claimed, not raced (docs/scaling.md#claims)
         )
         ingestor = Ingestor(
             store=store,
@@ -632,6 +633,7 @@ async def runtime(
                     _retain(worker, clock, retention.interval_minutes * 60), name="retention"
                 )
             )
+        background.append(_wake_ups(store, scheduler, frozenset(profiles)))
         task = asyncio.create_task(scheduler.run(), name="scheduler")
         exits.push_async_callback(_stop_scheduler, scheduler, task)
         if agenda is not None:
@@ -723,6 +725,18 @@ def build_agenda(
         shutdown_grace=settings.queue.shutdown_grace_seconds,
     )
     return proactive, agenda, extensions
+
+
+def _wake_ups(
+    store: BaseStore, scheduler: Scheduler[ConversationKey], hosted: frozenset[str]
+) -> asyncio.Task[None]:
+    """Timers armed by any process (PostgreSQL's announcements) set the scheduler's alarm."""
+
+    def announced(bot: str | None, due_at: float | None) -> None:
+        if bot is None or bot in hosted:
+            scheduler.wake(due_at)
+
+    return asyncio.create_task(store.listen_timers(announced), name="wake-ups")
 
 
 async def _stop_scheduler(scheduler: Scheduler[Any], task: asyncio.Task[None]) -> None:

@@ -188,6 +188,25 @@ class DueTimer:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimedTurn:
+    """A due timer handed to one process with its turn lease already taken
+    (docs/scaling.md#claims)."""
+
+    conversation: ConversationKey
+    due_at: float
+    lease: Lease
+
+
+@dataclass(frozen=True, slots=True)
+class Claims:
+    """What one claim took, and how many due timers it saw taken by another process between
+    its read and its lease write (a lost compare-and-swap: rare, never a second turn)."""
+
+    turns: tuple[ClaimedTurn, ...]
+    lost: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Turn:
     """Pending user messages of one session merged into one model turn."""
 

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.core.events import FinishOutcome, QueuePolicy
+from bot.core.events import ConversationKey, FinishOutcome, QueuePolicy
+
+
+def turn_lease(conversation: ConversationKey) -> str:
+    """The lease that serializes turns of one conversation across workers and processes.
+
+    The store's claim spells the same name in SQL (``bot.store.cols.TURN_LEASE_SQL``); a test
+    holds the two equal for any key.
+    """
+    return f"turn:{conversation}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,9 +41,18 @@ from bot.core.errors import (
     RequestRejected,
     StoreError,
 )
-from bot.core.events import NOT_SET, ConversationKey, Lease, QueuePolicy, Turn
+from bot.core.events import (
+    NOT_SET,
+    ClaimedTurn,
+    Claims,
+    ConversationKey,
+    Lease,
+    QueuePolicy,
+    Turn,
+)
 from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.core.ports import Outlet, Streams, StreamSettings
+from bot.core.queue_rules import turn_lease
 from bot.core.shares import weights
 from bot.core.visible import has_visible_text
 from bot.metrics import Metrics
@@ -117,9 +126,8 @@ class BotProfile:
     stream: StreamSettings = NO_STREAM
 
 
-def lease_name(conversation: ConversationKey) -> str:
-    """The lease that serializes turns of one conversation across workers and processes."""
-    return f"turn:{conversation}"
+#: The lease that serializes turns of one conversation across workers and processes.
+lease_name = turn_lease
 
 
 class Pipeline:
@@ -177,6 +185,12 @@ class Pipeline:
         # is woken.
         self._proactive = proactive
         self._agenda_wake = agenda_wake or (lambda: None)
+        # A claim takes the leases of several bots' turns at once: the longest lease of
+        # them (each turn's renewals then keep its own bot's).
+        self._claim_ttl = max(
+            (p.lease_seconds for p in (*self._profiles.values(), *self._personas.values())),
+            default=30.0,
+        )
 
     def _extensions_for(self, bot: str) -> Extensions:
         """What plugins registered that applies to ``bot``: global ones and its own."""
@@ -227,7 +241,7 @@ class Pipeline:
         return found
 
     async def run_turn(self, conversation: ConversationKey) -> TurnOutcome:
-        """Try to answer the conversation's pending input once."""
+        """Try to answer the conversation's pending input once (racing for its lease)."""
         profile = self._profiles[conversation.bot]
         lease = await leases.acquire(
             self._store,
@@ -236,10 +250,37 @@ class Pipeline:
             ttl=profile.lease_seconds,
             clock=self._clock,
         )
-        labels = self.metrics.labels(conversation)
         if lease is None:
-            self.metrics.lease_conflicts.labels(*labels).inc()
+            self.metrics.lease_conflicts.labels(*self.metrics.labels(conversation)).inc()
             return "busy"  # another worker holds it: back off, do nothing
+        return await self._run(conversation, profile, lease)
+
+    # -- claim mode (the scheduler's TurnClaims; docs/scaling.md#claims) ------------------------
+
+    async def claim(self, now: float, limit: int, skip: Sequence[ConversationKey]) -> Claims:
+        """Due turns of the hosted bots handed to this process, their leases taken."""
+        return await self._store.claim_due_turns(
+            now,
+            limit,
+            holder=self.holder,
+            ttl=self._claim_ttl,
+            bots=self.bots,
+            skip=[lease_name(key) for key in skip],
+        )
+
+    async def next_claim_at(self, now: float, skip: Sequence[ConversationKey]) -> float | None:
+        """When a claim could next take a turn of the hosted bots."""
+        return await self._store.next_claim_at(now, self.bots, [lease_name(k) for k in skip])
+
+    async def run_claimed(self, turn: ClaimedTurn) -> TurnOutcome:
+        """Run a turn the store handed over with its lease (released at the end)."""
+        profile = self._profiles[turn.conversation.bot]
+        return await self._run(turn.conversation, profile, turn.lease)
+
+    async def _run(
+        self, conversation: ConversationKey, profile: BotProfile, lease: Lease
+    ) -> TurnOutcome:
+        labels = self.metrics.labels(conversation)
         started = self._clock.now()
         try:
             outcome = await self._with_lease(conversation, profile, lease)

@@ -67,6 +67,12 @@ TIMER_SELECT: Final = (
     "SELECT c.bot, c.platform, c.chat_id, c.thread_id, t.due_at, t.first_pending_at, "
     "t.armed_version FROM timers t JOIN conversations c ON c.id = t.conversation_id "
 )
+#: ``bot.core.queue_rules.turn_lease`` of the conversation ``c``, in SQL (both dialects): the
+#: claim finds the timers whose turn lease is free by it.
+TURN_LEASE_SQL: Final = (
+    "('turn:' || c.bot || ':' || c.platform || ':' || c.chat_id || "
+    "CASE WHEN c.thread_id = '' THEN '' ELSE '/' || c.thread_id END)"
+)
 OUTBOX_SELECT: Final = (
     f"SELECT {OUTBOX_COLS} FROM outbox o JOIN conversations c ON c.id = o.conversation_id "
     "JOIN sessions s ON s.id = o.session_id "

@@ -9,13 +9,14 @@ A consumer annotates the narrowest contract it uses (e.g. ``Delivery`` takes an 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Final, Self
 
 from bot.core.agenda import AgendaKind, DueItem, InitiativeState, NewReminder, Reminder
 from bot.core.console import AuditEntry, ConversationRow, QueueView, UsageBucket
 from bot.core.events import (
+    Claims,
     ConversationKey,
     DueTimer,
     EditOutcome,
@@ -286,6 +287,36 @@ class QueueStore(abc.ABC):
         self, now: float, limit: int = 100, bots: Sequence[str] | None = None
     ) -> list[DueTimer]:
         """Timers due at ``now``, earliest first (only of these bots, when given)."""
+
+    @abc.abstractmethod
+    async def claim_due_turns(
+        self,
+        now: float,
+        limit: int,
+        *,
+        holder: str,
+        ttl: float,
+        bots: Sequence[str],
+        skip: Sequence[str] = (),
+    ) -> Claims:
+        """Hand up to ``limit`` due timers of ``bots`` to ``holder``, each with its turn lease
+        taken, earliest first; never one whose lease is held or named in ``skip``. Of several
+        processes claiming at once, each timer goes to at most one (docs/scaling.md#claims).
+        """
+
+    async def listen_timers(self, on_timer: Callable[[str | None, float | None], None]) -> None:
+        """Until cancelled, call ``on_timer(bot, due_at)`` for every timer any process arms
+        or moves, and ``on_timer(None, None)`` when announcements may have been missed (look
+        at the store). A store of one process (SQLite) returns at once: its scheduler is woken
+        in-process. A shortcut only: the scheduler's scan stays the guarantee."""
+        return
+
+    @abc.abstractmethod
+    async def next_claim_at(
+        self, now: float, bots: Sequence[str], skip: Sequence[str] = ()
+    ) -> float | None:
+        """When ``claim_due_turns`` could next take a timer of ``bots`` (not named in
+        ``skip``): its due time, or the expiry of a turn lease held on it; None if none."""
 
     @abc.abstractmethod
     async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:

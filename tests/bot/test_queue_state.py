@@ -363,6 +363,7 @@ class Process:
                 run_turn=self.pipeline.run_turn,
                 bots=[BOT],
                 scan_interval=SCAN,
+                claims=self.pipeline,  # as personabot run wires it (docs/scaling.md#claims)
             )
             wake = self.scheduler.wake
         ingestor = Ingestor(

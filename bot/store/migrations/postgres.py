@@ -13,6 +13,24 @@ from bot.store.migrations.schema import ColumnTypes, render
 # starting together migrate once ("personabot" as a number; any stable 64-bit value would do).
 MIGRATION_LOCK: Final = 0x70657273_6F6E6162
 
+#: The channel on which every armed or moved timer is announced, with "<bot> <due_at>" as the
+#: payload (delivered at commit; bot/store/postgres/_wakeups.py listens).
+TIMERS_CHANNEL: Final = "personabot_timers"
+
+# A trigger rather than a NOTIFY beside each statement that arms a timer: every path (ingest,
+# edits, re-arms after a model error, the final check's re-arm, another tool's writes) is
+# covered, and PostgreSQL folds identical notifications of one transaction into one.
+TIMER_ARMED_TRIGGER: Final = f"""
+        CREATE FUNCTION personabot_timer_armed() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_notify('{TIMERS_CHANNEL}', (SELECT bot FROM conversations
+                WHERE id = NEW.conversation_id) || ' ' || NEW.due_at::text);
+            RETURN NULL;
+        END $$;
+        CREATE TRIGGER timers_armed AFTER INSERT OR UPDATE OF due_at ON timers
+            FOR EACH ROW EXECUTE FUNCTION personabot_timer_armed();
+"""
+
 TYPES: Final = ColumnTypes(
     serial="BIGSERIAL",
     bigint="BIGINT",
@@ -25,6 +43,7 @@ TYPES: Final = ColumnTypes(
     not_pending="NOT pending",
     blank_text="btrim(text, E' \\t\\n\\r') = ''",
     blob="BYTEA",
+    timer_armed_trigger=TIMER_ARMED_TRIGGER,
 )
 
 MIGRATIONS: Final[tuple[tuple[int, str], ...]] = render(TYPES)

@@ -24,6 +24,9 @@ class ColumnTypes:
     not_pending: str
     blank_text: str  # ``text`` holds only spaces, tabs and line breaks
     blob: str  # bytes (a cached media file)
+    #: What runs when a timer is armed or moved: PostgreSQL notifies the other processes
+    #: (docs/scaling.md#wake-ups); SQLite has one process, woken in-process.
+    timer_armed_trigger: str = ""
 
 
 def render(types: ColumnTypes) -> tuple[tuple[int, str], ...]:
@@ -413,6 +416,16 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         """
         -- When a person last edited a message (NULL: never); the console marks edited lines.
         ALTER TABLE messages ADD COLUMN edited_at {real};
+        """,
+    ),
+    (
+        13,
+        """
+        -- PostgreSQL: an armed or moved timer is announced to every process on the channel
+        -- personabot_timers, so another process can start the turn without waiting for its
+        -- scan (docs/scaling.md#wake-ups). SQLite: nothing (one process wakes itself).
+        {timer_armed_trigger}
+        SELECT 1;
         """,
     ),
 )

@@ -19,9 +19,13 @@ is how atomicity is reached when several processes write at once (the dialect's 
   and answer them again while the previous holder is committing its reply: the takeover waits
   for that commit and then finds nothing pending.
 - ``pending_turn`` reads v0 and the messages in one REPEATABLE READ snapshot.
-- Due timers are found by an index on ``due_at``; workers of several processes may see the
-  same due timer, and the lease CAS decides which one runs the turn (no ``SKIP LOCKED``
-  needed: a loser backs off after one cheap statement).
+- Due turns are claimed (``claim_due_turns``): one transaction reads due timers whose turn
+  lease is free, locking their conversation rows ``FOR UPDATE SKIP LOCKED`` so that claims of
+  several processes pass over each other's rows, and takes their leases by the same CAS; a
+  process claims at most its free turn slots (docs/scaling.md#claims).
+- Every armed or moved timer is announced by a trigger (``NOTIFY personabot_timers``) at
+  commit; ``listen_timers`` passes the announcements to the scheduler
+  (bot/store/postgres/_wakeups.py).
 - Migrations run in one transaction under a transaction-level advisory lock, so processes
   starting together migrate once.
 
@@ -39,8 +43,11 @@ it never appears in an error message or a log line of this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from bot.core.redact import redact_url
 from bot.store.postgres._core import PostgresCore, is_postgres_url
+from bot.store.postgres._wakeups import TimerListener
 from bot.store.postgres._writes import WritesPart
 from bot.store.sql.agenda import AgendaPart
 from bot.store.sql.console import ConsolePart
@@ -63,6 +70,16 @@ class PostgresStore(
     PostgresCore,
 ):
     """The BaseStore contract on PostgreSQL; each part holds one concern."""
+
+    async def listen_timers(self, on_timer: Callable[[str | None, float | None], None]) -> None:
+        """Pass every process's timer announcements on until cancelled (reconnecting)."""
+        listener = TimerListener(
+            dsn=self._dsn,
+            on_timer=on_timer,
+            redact=self._redact,
+            connect_timeout=self._connect_timeout,
+        )
+        await listener.run()
 
 
 __all__ = ["PostgresStore", "is_postgres_url", "redact_url"]

@@ -13,6 +13,8 @@ from typing import Any
 from bot.core.agenda import NewReminder
 from bot.core.errors import StoreError
 from bot.core.events import (
+    ClaimedTurn,
+    Claims,
     ConversationKey,
     DueTimer,
     FinishResult,
@@ -222,6 +224,97 @@ class QueuePart(SQLCore):
                 *args,
             )
         return [cols.timer(r) for r in rows]
+
+    async def claim_due_turns(
+        self,
+        now: float,
+        limit: int,
+        *,
+        holder: str,
+        ttl: float,
+        bots: Sequence[str],
+        skip: Sequence[str] = (),
+    ) -> Claims:
+        """Hand up to ``limit`` due timers whose turn lease is free to ``holder``, earliest
+        first, each with its turn lease taken; ``skip`` names leases not to claim (turns
+        running here or backing off). Nothing is claimed for ``limit`` below 1.
+
+        One transaction of two statements (docs/scaling.md#claims). The first reads the due
+        timers with a free lease and, on PostgreSQL, locks their conversation rows with SKIP
+        LOCKED, so concurrent claims of several processes never pick the same timer and never
+        wait for each other (a conversation being ingested or finished is left for the next
+        claim). Every queue transaction takes the conversation lock before the lease row, and
+        the claim does too, so no two of them can wait for each other in a cycle. The second
+        takes the leases by the same compare-and-swap as ``acquire_lease``: it stays the
+        safety, and a lease taken by ``acquire_lease`` after the read is counted as lost.
+        """
+        if limit < 1 or not bots:
+            return Claims(())
+        d = self.dialect
+        clock = self._db_now or "CAST($1 AS DOUBLE PRECISION)"
+        excluded = "" if not skip else f" AND NOT {cols.TURN_LEASE_SQL}" + d.any_of("$4", "TEXT")
+        async with self._tx() as db:
+            rows = await db.fetch(
+                f"SELECT c.bot, c.platform, c.chat_id, c.thread_id, t.due_at, "
+                f"{cols.TURN_LEASE_SQL} FROM timers t JOIN conversations c "
+                "ON c.id = t.conversation_id WHERE t.due_at <= $1 AND c.bot"
+                + d.any_of("$3", "TEXT")
+                + excluded
+                + f" AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = {cols.TURN_LEASE_SQL} "
+                f"AND l.expires_at > {clock}) ORDER BY t.due_at LIMIT $2{d.skip_locked}",
+                now,
+                limit,
+                d.list_arg(bots),
+                *([d.list_arg(skip)] if skip else []),
+            )
+            if not rows:
+                return Claims(())
+            lease_clock = self._db_now or "CAST($4 AS DOUBLE PRECISION)"
+            taken = await db.fetch(
+                "INSERT INTO leases (name, holder, token, expires_at) "
+                f"SELECT value, $2, 1, {lease_clock} + CAST($3 AS DOUBLE PRECISION) FROM "
+                + d.table_of("$1")
+                + " WHERE 1 = 1 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
+                "token = leases.token + 1, expires_at = excluded.expires_at "
+                f"WHERE leases.expires_at <= {lease_clock} RETURNING name, token, expires_at",
+                d.list_arg(str(r[5]) for r in rows),
+                holder,
+                ttl,
+                *([] if self._db_now else [now]),
+            )
+        leases = {str(r[0]): (int(r[1]), float(r[2])) for r in taken}
+        turns = tuple(
+            ClaimedTurn(
+                cols.conversation_key(r[0], r[1], r[2], r[3]),
+                float(r[4]),
+                Lease(str(r[5]), holder, *leases[str(r[5])]),
+            )
+            for r in rows
+            if str(r[5]) in leases
+        )
+        return Claims(turns, lost=len(rows) - len(turns))
+
+    async def next_claim_at(
+        self, now: float, bots: Sequence[str], skip: Sequence[str] = ()
+    ) -> float | None:
+        """When a claim could next take a timer of ``bots``: its due time, or later the
+        expiry of the turn lease another process holds on it; None when no timer is armed."""
+        d = self.dialect
+        # The database's clock where leases follow it; the caller's ``now`` otherwise (the
+        # last placeholder, so that no placeholder goes unused).
+        clock = self._db_now or f"CAST(${3 if skip else 2} AS DOUBLE PRECISION)"
+        excluded = "" if not skip else f" AND NOT {cols.TURN_LEASE_SQL}" + d.any_of("$2", "TEXT")
+        args: list[Any] = [d.list_arg(bots), *([d.list_arg(skip)] if skip else [])]
+        async with self._read() as db:
+            value = await db.fetchval(
+                f"SELECT MIN({d.greatest}(t.due_at, CASE WHEN l.expires_at > {clock} "
+                "THEN l.expires_at ELSE 0 END)) FROM timers t JOIN conversations c "
+                f"ON c.id = t.conversation_id LEFT JOIN leases l ON l.name = {cols.TURN_LEASE_SQL} "
+                "WHERE c.bot" + d.any_of("$1", "TEXT") + excluded,
+                *args,
+                *([] if self._db_now else [now]),
+            )
+        return None if value is None else float(value)
 
     async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:
         """Earliest due time."""

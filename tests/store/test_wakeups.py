@@ -1,0 +1,171 @@
+"""Wake-ups across processes on PostgreSQL (docs/scaling.md#wake-ups), in real time.
+
+A timer armed in one process is announced to the others at commit; their scheduler sets its
+alarm to the due time and claims the turn then, not at its next scan. Announcements are a
+shortcut: a listening connection that is killed comes back by itself and asks for a look at
+the store, and the scan still finds what was announced while it was down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from bot.core.clock import SystemClock
+from bot.core.events import ConversationKey, Inbound, QueuePolicy
+from bot.llm.offline import OfflineLLM
+from bot.queue import Scheduler
+from bot.runtime.pipeline import BotProfile, Pipeline
+from bot.store.base import BaseStore
+from bot.store.postgres import PostgresStore
+from bot.store.postgres._wakeups import parse
+from memory.assemble import Budget, PersonaPin
+from memory.service import Memory, MemoryPolicy
+from tests.fakes.outlet import RecordingOutlet
+
+BOT = "b"
+PIN = PersonaPin(name="Mira", system="You are Mira.", first_message=("Hello!",), model="offline")
+POLICY = QueuePolicy(debounce=0.2, max_wait=2.0)
+
+
+def key(i: int) -> ConversationKey:
+    return ConversationKey("telegram", f"chat-{i}", None, BOT)
+
+
+class Heard:
+    """What a listener passed on, with an event per announcement."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str | None, float | None]] = []
+        self.changed = asyncio.Event()
+
+    def __call__(self, bot: str | None, due_at: float | None) -> None:
+        self.items.append((bot, due_at))
+        self.changed.set()
+
+    async def until(self, count: int, within: float = 10.0) -> None:
+        async with asyncio.timeout(within):
+            while len(self.items) < count:
+                self.changed.clear()
+                await self.changed.wait()
+
+
+@contextlib.asynccontextmanager
+async def listening(store: BaseStore, heard: Heard) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(store.listen_timers(heard))
+    try:
+        await heard.until(1)  # connected: the first call asks for a look at the store
+        assert heard.items[0] == (None, None)
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def test_announcements_are_parsed_and_garbage_is_refused() -> None:
+    assert parse("bot with spaces 1700000000.25") == ("bot with spaces", 1700000000.25)
+    assert parse("1700000000.25") is None  # no bot
+    assert parse("b not-a-number") is None
+
+
+async def test_a_timer_armed_or_moved_elsewhere_is_announced_with_its_due_time(
+    pg_dsn: str,
+) -> None:
+    async with PostgresStore(dsn=pg_dsn) as a, PostgresStore(dsn=pg_dsn) as b:
+        heard = Heard()
+        async with listening(a, heard):
+            result = await b.ingest(Inbound(key(1), "u", "Sasha", "hi", "p1"), 1000.0, POLICY)
+            await heard.until(2)
+            assert heard.items[1] == (BOT, result.due_at)
+            await b.rearm_timer(key(1), 5000.5)
+            await heard.until(3)
+            assert heard.items[2] == (BOT, 5000.5)
+
+
+async def test_a_killed_listening_connection_comes_back_and_asks_for_a_look(
+    pg_dsn: str,
+) -> None:
+    async with PostgresStore(dsn=pg_dsn) as a, PostgresStore(dsn=pg_dsn) as b:
+        heard = Heard()
+        async with listening(a, heard) as task:
+            admin = await asyncpg.connect(pg_dsn)
+            try:
+                killed = await admin.fetchval(
+                    "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE application_name = 'personabot listener'"
+                )
+            finally:
+                await admin.close()
+            assert killed == 1
+            await heard.until(2)  # reconnected (after a backoff): look at the store now
+            assert heard.items[1] == (None, None)
+            assert not task.done()
+            result = await b.ingest(Inbound(key(2), "u", "Sasha", "hi", "p2"), 1000.0, POLICY)
+            await heard.until(3)
+            assert heard.items[2] == (BOT, result.due_at)
+
+
+@pytest.mark.parametrize("announced", [True, False], ids=["listening", "scan only"])
+async def test_another_process_claims_a_turn_when_it_falls_due_not_at_its_scan(
+    pg_dsn: str, announced: bool
+) -> None:
+    """Process B has no ingest of its own and a 30 s scan: only the announcement of A's timer
+    can make it answer within seconds (without listening it does not, which shows the test
+    can fail)."""
+    clock = SystemClock()
+    outlet = RecordingOutlet(clock)
+    profile = BotProfile(
+        key=BOT,
+        pin=PIN,
+        queue=POLICY,
+        memory=MemoryPolicy(budget=Budget(), summary_model=PIN.model),
+        outlet=outlet,
+        lease_seconds=10.0,
+    )
+    async with PostgresStore(dsn=pg_dsn) as a, PostgresStore(dsn=pg_dsn) as b:
+        llm = OfflineLLM()
+        memory = Memory(store=b, llm=llm, clock=clock, policy_for=lambda _bot: profile.memory)
+        pipeline = Pipeline(store=b, llm=llm, clock=clock, memory=memory, profiles={BOT: profile})
+        scheduler = Scheduler(
+            store=b,
+            clock=clock,
+            run_turn=pipeline.run_turn,
+            bots=[BOT],
+            scan_interval=30.0,
+            claims=pipeline,
+        )
+        heard = Heard()
+
+        def wake(bot: str | None, due_at: float | None) -> None:
+            heard(bot, due_at)
+            scheduler.wake(due_at)
+
+        listener = asyncio.create_task(b.listen_timers(wake)) if announced else None
+        if listener is not None:
+            await heard.until(1)
+        running = asyncio.create_task(scheduler.run())
+        try:
+            await asyncio.sleep(0.1)  # B's scheduler has looked once and sleeps for 30 s
+            sent = clock.now()
+            await a.ingest(Inbound(key(1), "u", "Sasha", "hello there", "p1"), sent, POLICY)
+            for _ in range(250):  # 5 s, far under the 30 s scan
+                if outlet.texts():
+                    break
+                await asyncio.sleep(0.02)
+            if announced:
+                assert len(outlet.texts()) == 1 and "hello there" in outlet.texts()[0]
+                assert scheduler.lost_claims == 0
+            else:
+                assert outlet.texts() == []
+        finally:
+            scheduler.stop()
+            await running
+            if listener is not None:
+                listener.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await listener
