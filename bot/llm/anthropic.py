@@ -351,14 +351,17 @@ class AnthropicLLM(BaseLLM):
             detail = exc.api_message or (str(exc.body) if exc.body else type(exc).__name__)
             detail = self._redact(detail[:_MAX_DETAIL])
             return ModelUnavailable(f"Claude's answer broke off mid-stream ({kind}): {detail}")
-        if isinstance(exc, httpx2.TimeoutException):
+        # SDK 2.17 and later wrap the transport's errors of a started stream in its own
+        # APITimeoutError / APIConnectionError (the raw httpx2 error is the cause); earlier
+        # versions let the raw error through. Both read the same.
+        if isinstance(exc, httpx2.TimeoutException | anthropic.APITimeoutError):
             return ModelUnavailable(
                 f"Claude's stream stalled for {self._timeout:g} s mid-answer (read timeout)"
             )
-        if isinstance(exc, httpx2.TransportError):  # e.g. the connection dropped mid-body
-            return ModelUnavailable(
-                f"Claude's stream was cut off mid-answer ({type(exc).__name__})"
-            )
+        if isinstance(exc, httpx2.TransportError | anthropic.APIConnectionError):
+            cause = exc.__cause__ if isinstance(exc, anthropic.APIConnectionError) else exc
+            name = type(cause).__name__ if cause is not None else type(exc).__name__
+            return ModelUnavailable(f"Claude's stream was cut off mid-answer ({name})")
         if isinstance(exc, anthropic.AnthropicError):
             return ModelUnavailable(self._redact(f"Claude's stream failed: {type(exc).__name__}"))
         # Other httpx errors, or events the SDK could not read (ValueError, RuntimeError).
