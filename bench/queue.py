@@ -14,13 +14,23 @@ every due timer through the lease CAS). It measures three things in one run:
    database measured the same way (one connection per process), and their ratio;
 3. scheduler lag: for every turn, the time from its timer's ``due_at`` (the ``IngestResult``
    of the last message that armed it, or the stored timer when another process armed it) to
-   the moment ``run_turn`` starts.
+   the moment ``run_turn`` starts;
+4. scale-out (docs/scaling.md): lost lease compare-and-swap attempts per turn, the share of
+   turns each process ran, and turns per second draining a backlog of ``--backlog`` due turns
+   with the fixed-latency model.
+
+``--scheduler claim`` runs what ``personabot run`` runs: due turns claimed by the store up to
+the free slots, and on PostgreSQL timers announced across processes (LISTEN/NOTIFY).
+``--scheduler race`` runs the way before issue 20: every scheduler that sees a timer due
+tries the lease, losers back off, other processes see a timer at their next scan.
+``--processes`` and ``--scheduler`` take comma lists; every combination runs on a fresh
+database in one invocation, and a summary table puts them side by side.
 
 Usage::
 
     uv run python -m bench.queue [--quick] [--conversations 1000] [--max-burst 10]
-        [--latency 0.05] [--store sqlite|postgresql] [--processes 1]
-        [--out bench/results/queue.json]
+        [--latency 0.05] [--store sqlite|postgresql] [--processes 1,2,4]
+        [--scheduler race,claim] [--backlog 1000] [--out bench/results/queue.json]
 
 Prints plain-text tables and writes every figure as JSON to ``--out``. Exits 1 when any burst
 got other than exactly one model call and one reply whose text covers all its messages, or
@@ -38,10 +48,10 @@ import multiprocessing
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from bench._report import (
     configure_logging,
@@ -63,7 +73,7 @@ from bench._stores import (
 )
 from bot.core.clock import SystemClock
 from bot.core.errors import StoreError
-from bot.core.events import ConversationKey, Inbound, QueuePolicy, Reply
+from bot.core.events import ClaimedTurn, Claims, ConversationKey, Inbound, QueuePolicy, Reply
 from bot.core.llm import ModelRequest, ModelResult
 from bot.llm.offline import OfflineLLM
 from bot.queue import Ingestor, Scheduler
@@ -73,6 +83,8 @@ from memory.assemble import Budget, PersonaPin
 from memory.service import Memory, MemoryPolicy
 
 log = logging.getLogger("personabot.bench.queue")
+
+SchedulerMode = Literal["claim", "race"]
 
 BOT = "bench"
 INGEST_BOT = "bench-ingest"
@@ -113,6 +125,8 @@ class Params:
     out: Path
     store: StoreKind = "sqlite"
     processes: int = 1
+    scheduler: SchedulerMode = "claim"
+    backlog: int = 1000
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,10 +146,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scan-interval", type=non_negative_float, default=1.0)
     p.add_argument("--timeout", type=non_negative_float, default=90.0, help="answer deadline")
     p.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
-    p.add_argument("--processes", type=positive_int, default=1, help="OS processes")
+    p.add_argument("--processes", type=_ints, default=[1], help="OS processes, or a list: 1,2,4")
+    p.add_argument(
+        "--scheduler",
+        type=_modes,
+        default=["claim"],
+        help="claim (personabot run), race (before issue 20), or both: race,claim",
+    )
+    p.add_argument(
+        "--backlog", type=positive_int, help="due turns drained for turns/s (default 1000)"
+    )
     p.add_argument("--out", type=Path, default=Path("bench/results/queue.json"))
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v INFO, -vv DEBUG")
     return p
+
+
+def _ints(text: str) -> list[int]:
+    """argparse type: a comma list of integers >= 1."""
+    return [positive_int(part) for part in text.split(",")]
+
+
+def _modes(text: str) -> list[SchedulerMode]:
+    """argparse type: a comma list of scheduler modes."""
+    modes = text.split(",")
+    for mode in modes:
+        if mode not in ("claim", "race"):
+            raise argparse.ArgumentTypeError(f"scheduler is claim or race, got {mode!r}")
+    return [cast(SchedulerMode, m) for m in modes]
 
 
 def params_from(args: argparse.Namespace) -> Params:
@@ -156,7 +193,9 @@ def params_from(args: argparse.Namespace) -> Params:
         quick=args.quick,
         out=args.out,
         store=args.store,
-        processes=args.processes,
+        processes=args.processes[0],
+        scheduler=args.scheduler[0],
+        backlog=args.backlog or (200 if args.quick else 1000),
     )
 
 
@@ -212,7 +251,8 @@ class CountingLLM(OfflineLLM):
 
 
 class TurnProbe:
-    """Wraps ``Pipeline.run_turn``: records lag from the armed ``due_at``, and outcomes."""
+    """Wraps the pipeline's turns as the scheduler runs them (raced: ``run_turn``; claimed:
+    the ``TurnClaims`` methods): records lag from the armed ``due_at``, and outcomes."""
 
     def __init__(self, pipeline: Pipeline, clock: SystemClock, store: BaseStore) -> None:
         self._pipeline = pipeline
@@ -224,7 +264,7 @@ class TurnProbe:
         self.outcomes: Counter[str] = Counter()
 
     async def __call__(self, key: ConversationKey) -> str:
-        """Run one turn of ``key`` as the scheduler would, recording its start lag."""
+        """Run one turn of ``key`` as the racing scheduler would, recording its start lag."""
         due = self.due_at.get(key)
         lag: float | None = None
         if due is None:
@@ -235,11 +275,29 @@ class TurnProbe:
                 lag = started - timer.due_at
         else:
             lag = self._clock.now() - due
+        return await self._probe(key, lag, self._pipeline.run_turn(key))
+
+    async def claim(self, now: float, limit: int, skip: Sequence[ConversationKey]) -> Claims:
+        """The pipeline's claim."""
+        return await self._pipeline.claim(now, limit, skip)
+
+    async def next_claim_at(self, now: float, skip: Sequence[ConversationKey]) -> float | None:
+        """The pipeline's next claim time."""
+        return await self._pipeline.next_claim_at(now, skip)
+
+    async def run_claimed(self, turn: ClaimedTurn) -> str:
+        """Run a claimed turn, its lag from the due time it was claimed at."""
+        lag = self._clock.now() - turn.due_at
+        return await self._probe(turn.conversation, lag, self._pipeline.run_claimed(turn))
+
+    async def _probe(
+        self, key: ConversationKey, lag: float | None, turn: Coroutine[Any, Any, str]
+    ) -> str:
         if lag is not None:
             self.lags.append(lag)
         token = _current_turn.set(key)
         try:
-            outcome = await self._pipeline.run_turn(key)
+            outcome = await turn
         except Exception:
             self.outcomes["error"] += 1
             raise
@@ -334,11 +392,35 @@ def build_harness(store: BaseStore, params: Params, shared_total: Any | None = N
         bots=[BOT],
         scan_interval=params.scan_interval,
         max_concurrent=params.max_concurrent,
+        claims=probe if params.scheduler == "claim" else None,
     )
     ingestor = Ingestor(
         store=store, clock=clock, policy_for=lambda _bot: profile.queue, wake=scheduler.wake
     )
     return Harness(store, clock, llm, outlet, probe, scheduler, ingestor)
+
+
+@contextlib.asynccontextmanager
+async def scheduling(h: Harness, params: Params) -> AsyncIterator[None]:
+    """The scheduler running (claimed: with the store's timer announcements, as
+    ``personabot run`` wires them), stopped at the end."""
+    task = asyncio.create_task(h.scheduler.run(), name="bench scheduler")
+    listener = None
+    if params.scheduler == "claim":
+
+        def announced(bot: str | None, due_at: float | None) -> None:
+            if bot is None or bot == BOT:
+                h.scheduler.wake(due_at)
+
+        listener = asyncio.create_task(h.store.listen_timers(announced), name="wake-ups")
+    try:
+        yield
+    finally:
+        await stop_scheduler(h.scheduler, task, grace=params.lease + params.latency + 5.0)
+        if listener is not None:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
 
 
 async def send_bursts(h: Harness, params: Params, share: tuple[int, int] = (0, 1)) -> BurstLog:
@@ -474,6 +556,27 @@ def coalescing_rows(
 
 
 @dataclass(frozen=True, slots=True)
+class Backlog:
+    """Phase 4: ``turns`` due at once drained by every process's scheduler."""
+
+    turns: int
+    seconds: float
+    answered: bool
+    sent_per_process: list[int]
+    lost_cas: int
+
+    @property
+    def per_second(self) -> float:
+        """Turns answered per second."""
+        return self.turns / self.seconds if self.seconds > 0 else float("nan")
+
+
+def lost_cas(h: Harness) -> int:
+    """Lost lease attempts of this process's scheduler (see CoalescingResult.lost_cas)."""
+    return h.scheduler.lost_claims + h.probe.outcomes["busy"]
+
+
+@dataclass(frozen=True, slots=True)
 class CoalescingResult:
     """Phase 1 figures."""
 
@@ -488,6 +591,11 @@ class CoalescingResult:
     answered_lags_ms: list[float]
     unattributed_calls: int
     total_calls: int
+    #: Replies each process's turns sent (one entry per process), and lease CAS attempts
+    #: that lost (raced: turns that found the lease taken; claimed: timers a claim saw taken).
+    sent_per_process: list[int] = field(default_factory=list)
+    lost_cas: int = 0
+    backlog: Backlog | None = None
 
     @property
     def messages(self) -> int:
@@ -505,13 +613,10 @@ class CoalescingResult:
 async def coalescing_phase(store: BaseStore, params: Params) -> CoalescingResult:
     """Send every burst with the scheduler running, then wait until all are answered."""
     h = build_harness(store, params)
-    task = asyncio.create_task(h.scheduler.run(), name="bench scheduler")
     started = time.perf_counter()
-    try:
+    async with scheduling(h, params):
         sent = await send_bursts(h, params)
         answered = await wait_answered(h, params.conversations, within=params.timeout)
-    finally:
-        await stop_scheduler(h.scheduler, task, grace=params.lease + params.latency + 5.0)
     wall = time.perf_counter() - started
     return CoalescingResult(
         rows=coalescing_rows(Answers.of(h), sent.texts, params),
@@ -525,6 +630,40 @@ async def coalescing_phase(store: BaseStore, params: Params) -> CoalescingResult
         answered_lags_ms=[lag * 1000 for lag in h.probe.answered_lags],
         unattributed_calls=h.llm.unattributed,
         total_calls=h.llm.calls,
+        sent_per_process=[h.probe.outcomes["sent"]],
+        lost_cas=lost_cas(h),
+    )
+
+
+#: Conversation indices of the backlog phase (after any coalescing phase's).
+BACKLOG_FROM = 10_000_000
+
+
+async def backlog_phase(
+    store: BaseStore,
+    params: Params,
+    share: tuple[int, int] = (0, 1),
+    total: Any | None = None,
+    barrier: Any | None = None,
+) -> Backlog:
+    """``params.backlog`` conversations, one message each, all due at once before any
+    scheduler runs; then every process's scheduler drains them (turns per second)."""
+    h = build_harness(store, replace(params, debounce=0.0), shared_total=total)
+    mine = range(BACKLOG_FROM + share[0], BACKLOG_FROM + params.backlog, share[1])
+    for index in mine:
+        await h.ingestor.ingest(inbound(BOT, index, 0, message_text(index, 0, 1)))
+    if barrier is not None:
+        await _all_reach(barrier)  # every process's share is due: start together
+    started = time.perf_counter()
+    async with scheduling(h, params):
+        answered = await wait_answered(h, params.backlog, within=params.timeout)
+        seconds = time.perf_counter() - started
+    return Backlog(
+        turns=params.backlog,
+        seconds=seconds,
+        answered=answered,
+        sent_per_process=[h.probe.outcomes["sent"]],
+        lost_cas=lost_cas(h),
     )
 
 
@@ -653,6 +792,8 @@ def guard_failures(result: CoalescingResult) -> list[str]:
         failures.append(f"{result.ingest_errors} ingest errors during the bursts")
     if result.unattributed_calls:
         failures.append(f"{result.unattributed_calls} model calls outside a probed turn")
+    if result.backlog is not None and not result.backlog.answered:
+        failures.append("the backlog was not drained before --timeout")
     return failures
 
 
@@ -757,32 +898,121 @@ def payload(
         },
         "scheduler_lag": lag_summary(coalescing.lags_ms),
         "scheduler_lag_replying_turns": lag_summary(coalescing.answered_lags_ms),
+        "scale_out": scale_out(coalescing),
         "guard": {"passed": not failures, "failures": failures},
     }
+
+
+def _share(sent: Sequence[int]) -> float:
+    total = sum(sent)
+    return max(sent) / total if total else float("nan")
+
+
+def scale_out(result: CoalescingResult) -> dict[str, Any]:
+    """Lost CAS attempts per turn, the turn share of the busiest process, backlog turns/s."""
+    turns = sum(result.sent_per_process)
+    out: dict[str, Any] = {
+        "lost_cas": result.lost_cas,
+        "lost_cas_per_turn": result.lost_cas / turns if turns else float("nan"),
+        "sent_per_process": result.sent_per_process,
+        "max_share": _share(result.sent_per_process),
+    }
+    if result.backlog is not None:
+        b = result.backlog
+        out["backlog"] = {
+            **asdict(b),
+            "turns_per_second": b.per_second,
+            "max_share": _share(b.sent_per_process),
+            "lost_cas_per_turn": b.lost_cas / b.turns,
+        }
+    return out
+
+
+SUMMARY_HEADERS = (
+    "scheduler",
+    "processes",
+    "lag p50 ms",
+    "lag p99 ms",
+    "lost CAS/turn",
+    "max share (1/N)",
+    "backlog turns/s",
+    "backlog max share",
+    "backlog lost CAS/turn",
+    "calls/burst",
+)
+
+
+def summary_row(report: dict[str, Any]) -> list[object]:
+    """One configuration's scale-out figures (see SUMMARY_HEADERS)."""
+    # The lag of the turns that replied: a raced start that lost the CAS is no turn.
+    params, out = report["parameters"], report["scale_out"]
+    lag = report["scheduler_lag_replying_turns"]
+    backlog = out.get("backlog", {})
+    calls = sum(k["model_calls"] for k in report["coalescing"]["per_k"])
+    bursts = sum(k["bursts"] for k in report["coalescing"]["per_k"])
+    return [
+        params["scheduler"],
+        params["processes"],
+        lag["p50_ms"],
+        lag["p99_ms"],
+        out["lost_cas_per_turn"],
+        f"{out['max_share']:.3f} ({1 / params['processes']:.3f})",
+        backlog.get("turns_per_second", float("nan")),
+        f"{backlog.get('max_share', float('nan')):.3f}",
+        backlog.get("lost_cas_per_turn", float("nan")),
+        calls / bursts if bursts else float("nan"),
+    ]
 
 
 # -- main ------------------------------------------------------------------------------------
 
 
-async def run(params: Params) -> int:
-    """Both phases on one fresh database; print, write JSON, return the exit status."""
+async def run(params: Params) -> dict[str, Any]:
+    """Every phase on one fresh database; print the tables, return the JSON report."""
     async with bench_target(params.store) as target:
         if params.processes == 1:
             async with target.open_store() as store:
                 coalescing = await coalescing_phase(store, params)
+                backlog = await backlog_phase(store, params)
+                coalescing = replace(coalescing, backlog=backlog)
                 ingest = await ingest_phase(store, target, params)
         else:
             coalescing, ingest = await run_processes(target, params)
     failures = guard_failures(coalescing)
-    print(f"store: {target.describe()}; processes: {params.processes}", end="\n\n")
+    print(
+        f"store: {target.describe()}; processes: {params.processes}; scheduler: {params.scheduler}",
+        end="\n\n",
+    )
     print(coalescing_table(coalescing), end="\n\n")
     print(ingest_table(ingest), end="\n\n")
     print(lag_table(coalescing))
-    write_json(params.out, payload(params, coalescing, ingest, failures))
-    print(f"\nJSON written to {params.out}")
+    report = payload(params, coalescing, ingest, failures)
+    print(
+        "\n"
+        + format_table(
+            SUMMARY_HEADERS, [summary_row(report)], "4. Scale-out (docs/scaling.md#claims)"
+        )
+    )
     for failure in failures:
         print(f"FAIL: {failure}", file=sys.stderr)
-    return 1 if failures else 0
+    return report
+
+
+async def run_all(base: Params, combos: Sequence[tuple[int, SchedulerMode]]) -> int:
+    """Every (processes, scheduler) combination on a fresh database; a summary of all."""
+    reports = []
+    for processes, mode in combos:
+        print(f"\n=== scheduler {mode}, {processes} process(es) ===", flush=True)
+        reports.append(await run(replace(base, processes=processes, scheduler=mode)))
+    failed = [r for r in reports if not r["guard"]["passed"]]
+    if len(reports) > 1:
+        title = f"Scale-out side by side ({base.store}; {base.conversations} conversations)"
+        print("\n" + format_table(SUMMARY_HEADERS, [summary_row(r) for r in reports], title))
+    write_json(
+        base.out, {"benchmark": "queue", "runs": reports} if len(reports) > 1 else reports[0]
+    )
+    print(f"\nJSON written to {base.out}")
+    return 1 if failed else 0
 
 
 # -- several processes -----------------------------------------------------------------------
@@ -807,6 +1037,8 @@ class ChildReport:
     ingest: Rate
     raw: Rate
     raw_tx: Rate
+    lost_cas: int = 0
+    backlog: Backlog | None = None
 
 
 def _index(key: ConversationKey) -> int:
@@ -819,21 +1051,20 @@ async def _all_reach(barrier: Any) -> None:
 
 
 async def _child_main(
-    params: Params, target: StoreTarget, index: int, barrier: Any, total: Any
+    params: Params, target: StoreTarget, index: int, barrier: Any, totals: tuple[Any, Any]
 ) -> ChildReport:
     share = (index, params.processes)
     async with target.open_store() as store:
-        h = build_harness(store, params, shared_total=total)
+        h = build_harness(store, params, shared_total=totals[0])
         await _all_reach(barrier)  # everyone is connected: start together
-        task = asyncio.create_task(h.scheduler.run(), name="bench scheduler")
         started = time.perf_counter()
-        try:
+        async with scheduling(h, params):
             sent = await send_bursts(h, params, share)
             # Every process waits for every conversation: it may be running others' turns.
             answered = await wait_answered(h, params.conversations, within=params.timeout)
-        finally:
-            await stop_scheduler(h.scheduler, task, grace=params.lease + params.latency + 5.0)
         wall = time.perf_counter() - started
+        await _all_reach(barrier)
+        backlog = await backlog_phase(store, params, share, totals[1], barrier)
         await _all_reach(barrier)
         ingest = await ingest_rate(store, params, share)
     await _all_reach(barrier)
@@ -856,21 +1087,41 @@ async def _child_main(
         ingest=ingest,
         raw=raw,
         raw_tx=raw_tx,
+        lost_cas=lost_cas(h),
+        backlog=backlog,
     )
 
 
 def _child(
-    params: Params, target: StoreTarget, index: int, barrier: Any, total: Any, results: Any
+    params: Params,
+    target: StoreTarget,
+    index: int,
+    barrier: Any,
+    totals: tuple[Any, Any],
+    results: Any,
 ) -> None:
     """Entry point of one benchmark process."""
     configure_logging(0)
-    results.put(asyncio.run(_child_main(params, target, index, barrier, total)))
+    results.put(asyncio.run(_child_main(params, target, index, barrier, totals)))
 
 
 def _aggregate(rates: Sequence[Rate]) -> Rate:
     """Processes that started together: all their operations over the slowest one's time."""
     return Rate(
         sum(r.count for r in rates), max(r.seconds for r in rates), sum(r.errors for r in rates)
+    )
+
+
+def _merge_backlogs(parts: Sequence[Backlog]) -> Backlog | None:
+    """One backlog figure: every process's turns, over the slowest process's time."""
+    if not parts:
+        return None
+    return Backlog(
+        turns=parts[0].turns,
+        seconds=max(p.seconds for p in parts),
+        answered=all(p.answered for p in parts),
+        sent_per_process=[n for p in parts for n in p.sent_per_process],
+        lost_cas=sum(p.lost_cas for p in parts),
     )
 
 
@@ -900,6 +1151,9 @@ def merge_reports(
         answered_lags_ms=[lag * 1000 for r in reports for lag in r.answered_lags],
         unattributed_calls=sum(r.unattributed for r in reports),
         total_calls=sum(calls.values()) + sum(r.unattributed for r in reports),
+        sent_per_process=[r.outcomes.get("sent", 0) for r in reports],
+        lost_cas=sum(r.lost_cas for r in reports),
+        backlog=_merge_backlogs([r.backlog for r in reports if r.backlog is not None]),
     )
     ingest = IngestResultSet(
         _aggregate([r.ingest for r in reports]),
@@ -915,13 +1169,13 @@ async def run_processes(
     """Both phases in ``params.processes`` OS processes on one database."""
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(params.processes)
-    total = ctx.Value("i", 0)
+    totals = (ctx.Value("i", 0), ctx.Value("i", 0))  # replies of the two phases with turns
     results = ctx.Queue()
     await create_raw_table(target)
     procs = [
         ctx.Process(
             target=_child,
-            args=(params, target, i, barrier, total, results),
+            args=(params, target, i, barrier, totals, results),
             name=f"bench-{i}",
         )
         for i in range(params.processes)
@@ -946,7 +1200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m bench.queue``."""
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
-    return asyncio.run(run(params_from(args)))
+    combos = [(p, m) for p in args.processes for m in args.scheduler]
+    return asyncio.run(run_all(params_from(args), combos))
 
 
 if __name__ == "__main__":
