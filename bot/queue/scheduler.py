@@ -40,7 +40,7 @@ class TurnClaims(Protocol):
         """Up to ``limit`` due turns, each with its lease taken, none of ``skip``."""
 
     async def next_claim_at(self, now: float, skip: Sequence[ConversationKey]) -> float | None:
-        """When a claim could next take something (None: no timer armed)."""
+        """When a claim could next take something (None: nothing claimable now)."""
 
     async def run_claimed(self, turn: ClaimedTurn) -> str:
         """Run a claimed turn under its lease (and release it)."""

@@ -315,8 +315,8 @@ class QueueStore(abc.ABC):
     async def next_claim_at(
         self, now: float, bots: Sequence[str], skip: Sequence[str] = ()
     ) -> float | None:
-        """When ``claim_due_turns`` could next take a timer of ``bots`` (not named in
-        ``skip``): its due time, or the expiry of a turn lease held on it; None if none."""
+        """The earliest due time of a timer of ``bots`` that ``claim_due_turns`` could take
+        (its turn lease free, not named in ``skip``); None if there is none."""
 
     @abc.abstractmethod
     async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:

@@ -8,6 +8,7 @@ at most one claimant, and a claim never takes a turn whose lease another worker 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from bot.core.events import ConversationKey, Inbound, QueuePolicy
 from bot.core.queue_rules import turn_lease
 from bot.store.base import BaseStore
+from bot.store.postgres import PostgresStore
 from tests.backends import StoreFactory
 
 T0 = 1_700_000_000.0
@@ -72,14 +74,17 @@ async def test_a_held_lease_or_a_skipped_one_is_never_claimed_and_an_expired_one
         T0 + 2, 10, holder="h", ttl=30, bots=["b"], skip=[turn_lease(key(2))]
     )
     assert claims.turns == ()
-    assert await store.next_claim_at(T0 + 2, ["b"], [turn_lease(key(2))]) == held.expires_at
+    # Nothing a claim could take: key(1)'s turn runs elsewhere, key(2)'s here.
+    assert await store.next_claim_at(T0 + 2, ["b"], [turn_lease(key(2))]) is None
+    assert await store.next_claim_at(T0 + 2, ["b"]) == T0 + 1.0  # key(2), not skipped
     # Once the racer's lease expired, the claim takes it over with a larger fencing token.
     later = await store.claim_due_turns(T0 + 40, 10, holder="h", ttl=30, bots=["b"])
     by_key = {t.conversation: t.lease for t in later.turns}
     assert set(by_key) == {key(1), key(2)}
     assert by_key[key(1)].token > held.token
-    # Both due, both leases held now: the next chance is when they expire.
-    assert await store.next_claim_at(T0 + 40, ["b"]) == T0 + 70
+    # Both due, both leases held now: nothing to claim until one is released or expires.
+    assert await store.next_claim_at(T0 + 40, ["b"]) is None
+    assert await store.next_claim_at(T0 + 71, ["b"]) == T0 + 1.0
 
 
 async def test_racing_claims_of_two_processes_hand_each_timer_to_one(
@@ -141,3 +146,21 @@ async def test_the_store_names_a_claimed_lease_as_the_pipeline_does(
             turn_lease(conversation)
         ]
         await store.clear_timer(conversation, 10**9, only_if_idle=False)
+
+
+async def test_with_the_database_clock_a_claim_takes_leases_by_the_servers_time(
+    pg_dsn: str,
+) -> None:
+    """``personabot run``'s PostgreSQL store decides lease expiry by the server's clock."""
+    now = time.time()
+    async with PostgresStore(dsn=pg_dsn, use_db_clock=True) as store:
+        await say(store, key(1), now - 10, "p1")
+        await say(store, key(2), now - 10, "p2")
+        claims = await store.claim_due_turns(now, 1, holder="h", ttl=30, bots=["b"])
+        (turn,) = claims.turns
+        assert abs(turn.lease.expires_at - (now + 30)) < 5  # the server's clock, not T0
+        assert await store.next_claim_at(now, ["b"]) == now - 9  # the other one
+        skip = [turn_lease(key(2))]
+        assert await store.next_claim_at(now, ["b"], skip) is None
+        rest = await store.claim_due_turns(now, 5, holder="h2", ttl=30, bots=["b"], skip=skip)
+        assert rest.turns == ()

@@ -1,13 +1,23 @@
-"""PostgreSQL's two hot writes as data-modifying CTEs (one round trip where SQLite, which has
+"""PostgreSQL's hot writes as data-modifying CTEs (one round trip where SQLite, which has
 none, runs a short statement sequence in-process): ingest (the version, the turn, the message,
-its media rows and the timer at once; SQLite's is ``bot/store/sqlite/_ingest.py``) and a reply
-that passed the final check (the shared sequence is ``SQLCore._record_reply``)."""
+its media rows and the timer at once; SQLite's is ``bot/store/sqlite/_ingest.py``), a reply
+that passed the final check (the shared sequence is ``SQLCore._record_reply``) and the claim
+of due turns (the shared two statements are ``QueuePart.claim_due_turns``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
-from bot.core.events import Inbound, IngestResult, QueuePolicy, SessionKey, SessionPolicy, Turn
+from bot.core.events import (
+    Claims,
+    Inbound,
+    IngestResult,
+    QueuePolicy,
+    SessionKey,
+    SessionPolicy,
+    Turn,
+)
 from bot.core.llm import Usage
 from bot.core.queue_rules import arm
 from bot.core.sessions import expiry_reason
@@ -15,10 +25,47 @@ from bot.store import cols
 from bot.store.postgres._core import no_nul
 from bot.store.sql.conn import Conn
 from bot.store.sql.messages import MessagesPart
+from bot.store.sql.queue import QueuePart
 
 
-class WritesPart(MessagesPart):
-    """Ingest, and the recording of a reply, each in one statement after the locks."""
+class WritesPart(MessagesPart, QueuePart):
+    """Ingest, and the recording of a reply, each in one statement after the locks; the
+    claim of due turns in one statement."""
+
+    async def claim_due_turns(
+        self,
+        now: float,
+        limit: int,
+        *,
+        holder: str,
+        ttl: float,
+        bots: Sequence[str],
+        skip: Sequence[str] = (),
+    ) -> Claims:
+        """``QueuePart.claim_due_turns`` (its rules and locks) as one statement: the read,
+        rows locked SKIP LOCKED, feeds the lease upsert; a read row without a lease row is
+        a lost claim."""
+        if limit < 1 or not bots:
+            return Claims(())
+        d = self.dialect
+        args: list[Any] = [now, limit, d.list_arg(bots), *([d.list_arg(skip)] if skip else [])]
+        # ``now`` ($1) is the lease clock unless the database's clock decides.
+        clock = self._db_now or "CAST($1 AS DOUBLE PRECISION)"
+        ttl_at = f"${len(args) + 1}"
+        async with self._read() as db:  # one statement: its own transaction
+            rows = await db.fetch(
+                f"WITH due AS ({self._claim_read(skip=bool(skip))}), taken AS ("
+                "INSERT INTO leases (name, holder, token, expires_at) "
+                f"SELECT name, ${len(args) + 2}, 1, {clock} + CAST({ttl_at} AS DOUBLE PRECISION) "
+                "FROM due" + self._LEASE_UPSERT.format(clock=clock) + ") "
+                "SELECT due.bot, due.platform, due.chat_id, due.thread_id, due.due_at, due.name, "
+                "taken.token, taken.expires_at FROM due LEFT JOIN taken ON taken.name = due.name "
+                "ORDER BY due.due_at",
+                *args,
+                ttl,
+                holder,
+            )
+        return self._claimed(rows, [(r[5], r[6], r[7]) for r in rows], holder)
 
     async def ingest(
         self,

@@ -225,6 +225,39 @@ class QueuePart(SQLCore):
             )
         return [cols.timer(r) for r in rows]
 
+    def _claim_read(self, *, skip: bool) -> str:
+        """The claim's read: due timers of the bots ``$3`` whose turn lease is free at ``$1``
+        (or the database's clock), none of the lease names ``$4`` (with ``skip``), earliest
+        first, at most ``$2``; on PostgreSQL their conversation rows locked, others' passed
+        over. Columns: bot, platform, chat_id, thread_id, due_at, the lease name."""
+        d = self.dialect
+        clock = self._db_now or "CAST($1 AS DOUBLE PRECISION)"
+        excluded = f" AND NOT {cols.TURN_LEASE_SQL}" + d.any_of("$4", "TEXT") if skip else ""
+        return (
+            f"SELECT c.bot, c.platform, c.chat_id, c.thread_id, t.due_at, "
+            f"{cols.TURN_LEASE_SQL} AS name FROM timers t JOIN conversations c "
+            "ON c.id = t.conversation_id WHERE t.due_at <= $1 AND c.bot"
+            + d.any_of("$3", "TEXT")
+            + excluded
+            + f" AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = {cols.TURN_LEASE_SQL} "
+            f"AND l.expires_at > {clock}) ORDER BY t.due_at LIMIT $2{d.skip_locked}"
+        )
+
+    @staticmethod
+    def _claimed(rows: Sequence[Any], taken: Sequence[Any], holder: str) -> Claims:
+        """Claims from the read's rows and the leases taken (name, token, expires_at)."""
+        leases = {str(r[0]): (int(r[1]), float(r[2])) for r in taken if r[1] is not None}
+        turns = tuple(
+            ClaimedTurn(
+                cols.conversation_key(r[0], r[1], r[2], r[3]),
+                float(r[4]),
+                Lease(str(r[5]), holder, *leases[str(r[5])]),
+            )
+            for r in rows
+            if str(r[5]) in leases
+        )
+        return Claims(turns, lost=len(rows) - len(turns))
+
     async def claim_due_turns(
         self,
         now: float,
@@ -239,29 +272,23 @@ class QueuePart(SQLCore):
         first, each with its turn lease taken; ``skip`` names leases not to claim (turns
         running here or backing off). Nothing is claimed for ``limit`` below 1.
 
-        One transaction of two statements (docs/scaling.md#claims). The first reads the due
+        One transaction (docs/scaling.md#claims). The read (``_claim_read``) finds the due
         timers with a free lease and, on PostgreSQL, locks their conversation rows with SKIP
         LOCKED, so concurrent claims of several processes never pick the same timer and never
         wait for each other (a conversation being ingested or finished is left for the next
         claim). Every queue transaction takes the conversation lock before the lease row, and
-        the claim does too, so no two of them can wait for each other in a cycle. The second
+        the claim does too, so no two of them can wait for each other in a cycle. The write
         takes the leases by the same compare-and-swap as ``acquire_lease``: it stays the
         safety, and a lease taken by ``acquire_lease`` after the read is counted as lost.
+        Here two statements (SQLite's write lock makes them one step); PostgreSQL's store
+        runs both as one (bot/store/postgres/_writes.py).
         """
         if limit < 1 or not bots:
             return Claims(())
         d = self.dialect
-        clock = self._db_now or "CAST($1 AS DOUBLE PRECISION)"
-        excluded = "" if not skip else f" AND NOT {cols.TURN_LEASE_SQL}" + d.any_of("$4", "TEXT")
         async with self._tx() as db:
             rows = await db.fetch(
-                f"SELECT c.bot, c.platform, c.chat_id, c.thread_id, t.due_at, "
-                f"{cols.TURN_LEASE_SQL} FROM timers t JOIN conversations c "
-                "ON c.id = t.conversation_id WHERE t.due_at <= $1 AND c.bot"
-                + d.any_of("$3", "TEXT")
-                + excluded
-                + f" AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = {cols.TURN_LEASE_SQL} "
-                f"AND l.expires_at > {clock}) ORDER BY t.due_at LIMIT $2{d.skip_locked}",
+                self._claim_read(skip=bool(skip)),
                 now,
                 limit,
                 d.list_arg(bots),
@@ -269,48 +296,48 @@ class QueuePart(SQLCore):
             )
             if not rows:
                 return Claims(())
-            lease_clock = self._db_now or "CAST($4 AS DOUBLE PRECISION)"
+            clock = self._db_now or "CAST($4 AS DOUBLE PRECISION)"
             taken = await db.fetch(
                 "INSERT INTO leases (name, holder, token, expires_at) "
-                f"SELECT value, $2, 1, {lease_clock} + CAST($3 AS DOUBLE PRECISION) FROM "
+                f"SELECT value, $2, 1, {clock} + CAST($3 AS DOUBLE PRECISION) FROM "
                 + d.table_of("$1")
-                + " WHERE 1 = 1 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
-                "token = leases.token + 1, expires_at = excluded.expires_at "
-                f"WHERE leases.expires_at <= {lease_clock} RETURNING name, token, expires_at",
+                + " WHERE 1 = 1"
+                + self._LEASE_UPSERT.format(clock=clock),
                 d.list_arg(str(r[5]) for r in rows),
                 holder,
                 ttl,
                 *([] if self._db_now else [now]),
             )
-        leases = {str(r[0]): (int(r[1]), float(r[2])) for r in taken}
-        turns = tuple(
-            ClaimedTurn(
-                cols.conversation_key(r[0], r[1], r[2], r[3]),
-                float(r[4]),
-                Lease(str(r[5]), holder, *leases[str(r[5])]),
-            )
-            for r in rows
-            if str(r[5]) in leases
-        )
-        return Claims(turns, lost=len(rows) - len(turns))
+        return self._claimed(rows, taken, holder)
+
+    #: The lease CAS of a claim: a free or expired lease is taken, its token grows.
+    _LEASE_UPSERT = (
+        " ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
+        "token = leases.token + 1, expires_at = excluded.expires_at "
+        "WHERE leases.expires_at <= {clock} RETURNING name, token, expires_at"
+    )
 
     async def next_claim_at(
         self, now: float, bots: Sequence[str], skip: Sequence[str] = ()
     ) -> float | None:
-        """When a claim could next take a timer of ``bots``: its due time, or later the
-        expiry of the turn lease another process holds on it; None when no timer is armed."""
+        """The earliest due time of a timer of ``bots`` that a claim could take (its turn
+        lease free, not named in ``skip``); None when there is none.
+
+        A timer whose turn another process is running is left out: when that turn ends, its
+        holder claims what is still pending itself, and a holder that died is found by the
+        scan after its lease expired (docs/scaling.md#claims)."""
         d = self.dialect
-        # The database's clock where leases follow it; the caller's ``now`` otherwise (the
-        # last placeholder, so that no placeholder goes unused).
-        clock = self._db_now or f"CAST(${3 if skip else 2} AS DOUBLE PRECISION)"
-        excluded = "" if not skip else f" AND NOT {cols.TURN_LEASE_SQL}" + d.any_of("$2", "TEXT")
         args: list[Any] = [d.list_arg(bots), *([d.list_arg(skip)] if skip else [])]
+        # The database's clock where leases follow it, else ``now`` as the last placeholder
+        # (a placeholder PostgreSQL never sees used would have no type).
+        clock = self._db_now or f"CAST(${len(args) + 1} AS DOUBLE PRECISION)"
+        excluded = f" AND NOT {cols.TURN_LEASE_SQL}" + d.any_of("$2", "TEXT") if skip else ""
         async with self._read() as db:
             value = await db.fetchval(
-                f"SELECT MIN({d.greatest}(t.due_at, CASE WHEN l.expires_at > {clock} "
-                "THEN l.expires_at ELSE 0 END)) FROM timers t JOIN conversations c "
-                f"ON c.id = t.conversation_id LEFT JOIN leases l ON l.name = {cols.TURN_LEASE_SQL} "
-                "WHERE c.bot" + d.any_of("$1", "TEXT") + excluded,
+                "SELECT t.due_at FROM timers t JOIN conversations c ON c.id = t.conversation_id "
+                "WHERE c.bot" + d.any_of("$1", "TEXT") + excluded + " AND NOT EXISTS (SELECT 1 "
+                f"FROM leases l WHERE l.name = {cols.TURN_LEASE_SQL} AND l.expires_at > {clock}) "
+                "ORDER BY t.due_at LIMIT 1",
                 *args,
                 *([] if self._db_now else [now]),
             )
