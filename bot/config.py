@@ -217,6 +217,9 @@ class QueueSettings(_Section):
     max_turn_messages: int = Field(default=50, ge=1, le=1000)
     # ... and this many tokens of them (longer messages are cut, with a visible marker).
     max_turn_tokens: int = Field(default=4000, ge=200)
+    # /readyz answers 503 while a due turn has waited longer than this for a slot: the process
+    # is overloaded (docs/scaling.md#overload). 0: never for that reason.
+    max_backlog_age_seconds: float = Field(default=60.0, ge=0)
 
     @model_validator(mode="after")
     def _debounce_within_cap(self) -> QueueSettings:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from bot.core.events import ConversationKey
 from bot.core.llm import Usage
@@ -114,6 +114,17 @@ class Metrics:
             "From the lease to the recorded reply",
             LABELS,
             buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        # Read from the store at each /readyz and /metrics request (docs/scaling.md#overload).
+        self.backlog_turns = Gauge(
+            "personabot_queue_backlog_turns",
+            "Due turns of this process's bots that no process has started yet",
+            registry=r,
+        )
+        self.backlog_age = Gauge(
+            "personabot_queue_backlog_age_seconds",
+            "How long the oldest of those turns has been due (0: none waits)",
             registry=r,
         )
         self.scheduler_lag = Histogram(

@@ -24,7 +24,14 @@ from bot.config import (
 from bot.core.agenda import InitiativePolicy, QuietHours
 from bot.core.clock import Clock, SystemClock
 from bot.core.errors import ConfigError
-from bot.core.events import ConversationKey, Inbound, QueuePolicy, SessionKey, SessionPolicy
+from bot.core.events import (
+    ConversationKey,
+    Inbound,
+    QueueBacklog,
+    QueuePolicy,
+    SessionKey,
+    SessionPolicy,
+)
 from bot.core.llm import BaseLLM
 from bot.core.media import MediaSource, Transcriber
 from bot.core.ports import Outlet, StreamSettings
@@ -603,6 +610,13 @@ async def runtime(
             await pipeline.recover_outbox(older_than=clock.now())
         listen = settings.observability.listen
         health = None
+        backlog = Backlog(
+            store=store,
+            clock=clock,
+            bots=tuple(profiles),
+            metrics=metrics,
+            max_age=settings.queue.max_backlog_age_seconds,
+        )
         if listen:
             host, _, port = listen.rpartition(":")
             health = await exits.enter_async_context(
@@ -611,8 +625,11 @@ async def runtime(
                     port=int(port),
                     metrics=metrics,
                     readiness=lambda: readiness(
-                        store, [a for _, a in adapters.values() if isinstance(a, BaseAdapter)]
+                        store,
+                        [a for _, a in adapters.values() if isinstance(a, BaseAdapter)],
+                        backlog=backlog,
                     ),
+                    refresh=backlog.measure,
                 )
             )
         background: list[asyncio.Task[None]] = []
@@ -751,14 +768,51 @@ async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def readiness(store: BaseStore, adapters: list[BaseAdapter]) -> str | None:
-    """None when the store answers and every platform is connected, else the reason."""
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """Due turns waiting for a slot, read from the store into the metrics' gauges; over
+    ``max_age`` the process is overloaded (docs/scaling.md#overload)."""
+
+    store: BaseStore
+    clock: Clock
+    bots: tuple[str, ...]
+    metrics: Metrics
+    max_age: float
+
+    async def measure(self) -> QueueBacklog:
+        """Read the backlog and set the gauges."""
+        now = self.clock.now()
+        found = await self.store.queue_backlog(now, self.bots)
+        self.metrics.backlog_turns.set(found.turns)
+        self.metrics.backlog_age.set(found.age(now))
+        return found
+
+    async def overloaded(self) -> str | None:
+        """Why the backlog makes the process not ready, or None."""
+        found = await self.measure()
+        age = found.age(self.clock.now())
+        if self.max_age and age > self.max_age:
+            return (
+                f"overloaded: {found.turns} due turn(s) waiting, the oldest for {age:.0f} s "
+                f"(max_backlog_age_seconds = {self.max_age:g})"
+            )
+        return None
+
+
+async def readiness(
+    store: BaseStore, adapters: list[BaseAdapter], *, backlog: Backlog | None = None
+) -> str | None:
+    """None when the store answers, every platform is connected and no due turn has waited
+    past the bound, else the reason."""
     try:
         await store.schema_version()
+        overloaded = None if backlog is None else await backlog.overloaded()
     except Exception as exc:  # any failure means "not ready"; the reason is reported
         return f"store unreachable: {type(exc).__name__}"
     down = [a.bot_key for a in adapters if not a.connected]
-    return f"not connected: {', '.join(down)}" if down else None
+    if down:
+        return f"not connected: {', '.join(down)}"
+    return overloaded
 
 
 def build_retention(

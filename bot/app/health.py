@@ -15,13 +15,23 @@ from bot.metrics import Metrics
 log = logging.getLogger("personabot.health")
 
 Readiness = Callable[[], Awaitable[str | None]]  # None when ready, else the reason
+Refresh = Callable[[], Awaitable[object]]  # gauges read from elsewhere, before a scrape
 
 
 class HealthServer:
     """A small aiohttp server owned by the runtime; started and stopped with it."""
 
-    def __init__(self, *, host: str, port: int, metrics: Metrics, readiness: Readiness) -> None:
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        metrics: Metrics,
+        readiness: Readiness,
+        refresh: Refresh | None = None,
+    ) -> None:
         self._host = host
+        self._refresh = refresh
         self._port = port
         self._metrics = metrics
         self._readiness = readiness
@@ -66,5 +76,11 @@ class HealthServer:
         return web.Response(status=503, text=f"not ready: {reason}\n")
 
     async def _metrics_page(self, request: web.Request) -> web.Response:
+        if self._refresh is not None:
+            try:
+                async with asyncio.timeout(5):
+                    await self._refresh()
+            except Exception as exc:  # a scrape still answers, with the last values
+                log.warning("metrics refresh failed: %s", type(exc).__name__)
         body = self._metrics.exposition()
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})

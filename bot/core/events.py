@@ -207,6 +207,19 @@ class Claims:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueBacklog:
+    """Due turns no process has started yet (their turn lease free): how many, and since
+    when the oldest waits (None: none waits)."""
+
+    turns: int
+    oldest_due_at: float | None
+
+    def age(self, now: float) -> float:
+        """Seconds the oldest waiting turn is overdue (0 when none waits)."""
+        return 0.0 if self.oldest_due_at is None else max(0.0, now - self.oldest_due_at)
+
+
+@dataclass(frozen=True, slots=True)
 class Turn:
     """Pending user messages of one session merged into one model turn."""
 

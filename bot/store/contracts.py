@@ -28,6 +28,7 @@ from bot.core.events import (
     NotSet,
     OldMessages,
     OutboxItem,
+    QueueBacklog,
     QueuePolicy,
     Reservation,
     RetentionEntry,
@@ -317,6 +318,10 @@ class QueueStore(abc.ABC):
     ) -> float | None:
         """The earliest due time of a timer of ``bots`` that ``claim_due_turns`` could take
         (its turn lease free, not named in ``skip``); None if there is none."""
+
+    @abc.abstractmethod
+    async def queue_backlog(self, now: float, bots: Sequence[str]) -> QueueBacklog:
+        """Due timers of ``bots`` whose turn no process has started (lease free)."""
 
     @abc.abstractmethod
     async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:

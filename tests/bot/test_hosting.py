@@ -194,6 +194,69 @@ async def test_metrics_and_readiness(tmp_path: Path) -> None:
     assert not any("user" in s.labels for s in samples)  # never labelled by user
 
 
+async def test_an_overloaded_process_says_so_on_readyz_and_in_its_metrics(
+    tmp_path: Path,
+) -> None:
+    """One turn slot, held by a slow model: a second conversation's due turn waits. Past
+    max_backlog_age_seconds /readyz answers 503 naming the backlog (a supervisor can act),
+    the gauges show it, and nothing is dropped: once the slot frees, both are answered."""
+    settings = Settings.model_validate(
+        {
+            "storage": {"url": f"sqlite:///{tmp_path / 'o.sqlite3'}"},
+            "queue": {
+                "debounce_seconds": 0.05,
+                "max_wait_seconds": 1,
+                "max_concurrent_turns": 1,
+                "max_backlog_age_seconds": 0.3,
+            },
+            "observability": {"listen": "127.0.0.1:0"},
+        }
+    )
+    llm = GatedLLM(gated=True)
+    adapter = QueueAdapter(bot_key="tg")
+    app = App(settings, llm=llm)
+    async with (
+        app.running({"tg": (settings.persona(None), adapter)}) as rt,
+        aiohttp.ClientSession() as http,
+    ):
+        assert rt.health is not None
+        base = f"http://127.0.0.1:{rt.health.port}"
+        runner = asyncio.create_task(adapter.run(rt.router))
+
+        def gauge(name: str) -> float:
+            return rt.metrics.registry.get_sample_value(name) or 0.0
+
+        async def ready() -> tuple[int, str]:
+            async with http.get(f"{base}/readyz") as resp:
+                return resp.status, await resp.text()
+
+        await adapter.inbox.put(
+            Inbound(ConversationKey("telegram", "1", None, "tg"), "5", "Ann", "first", "m1")
+        )
+        async with asyncio.timeout(10):
+            await llm.started.wait()  # the only slot is taken
+        await adapter.inbox.put(
+            Inbound(ConversationKey("telegram", "2", None, "tg"), "6", "Bo", "second", "m2")
+        )
+        async with asyncio.timeout(10):
+            while (status := await ready())[0] == 200:  # noqa: ASYNC110 - polls HTTP; bounded
+                await asyncio.sleep(0.05)
+        assert status[0] == 503
+        assert "overloaded: 1 due turn(s) waiting" in status[1]
+        async with http.get(f"{base}/metrics") as resp:
+            assert resp.status == 200
+        assert gauge("personabot_queue_backlog_turns") == 1
+        assert gauge("personabot_queue_backlog_age_seconds") > 0.3
+        llm.release()
+        async with asyncio.timeout(10):
+            while len(adapter.replies) < 2:
+                llm.release()
+                await asyncio.sleep(0.02)
+        assert await ready() == (200, "ready\n")
+        assert gauge("personabot_queue_backlog_turns") == 0
+        runner.cancel()
+
+
 async def test_db_backup_is_a_valid_store(tmp_path: Path) -> None:
     src = tmp_path / "live.sqlite3"
     async with SQLiteStore(path=src) as store:

@@ -164,3 +164,18 @@ async def test_with_the_database_clock_a_claim_takes_leases_by_the_servers_time(
         assert await store.next_claim_at(now, ["b"], skip) is None
         rest = await store.claim_due_turns(now, 5, holder="h2", ttl=30, bots=["b"], skip=skip)
         assert rest.turns == ()
+
+
+async def test_the_backlog_counts_due_turns_no_process_has_started(store: BaseStore) -> None:
+    """Overload is measured by what waits: a running turn (lease held) is not backlog."""
+    assert (await store.queue_backlog(T0, ["b"])).turns == 0
+    first = await say(store, key(1), T0, "p1")
+    await say(store, key(2), T0 + 3, "p2")
+    await say(store, key(3), T0 + 100, "p3")  # not due yet
+    backlog = await store.queue_backlog(T0 + 10, ["b"])
+    assert (backlog.turns, backlog.oldest_due_at) == (2, first)
+    assert backlog.age(T0 + 10) == T0 + 10 - first
+    await store.claim_due_turns(T0 + 10, 1, holder="h", ttl=30, bots=["b"])  # key(1) starts
+    backlog = await store.queue_backlog(T0 + 10, ["b"])
+    assert (backlog.turns, backlog.oldest_due_at) == (1, T0 + 4.0)
+    assert (await store.queue_backlog(T0 + 10, ["other"])).turns == 0

@@ -20,6 +20,7 @@ from bot.core.events import (
     FinishResult,
     Lease,
     OutboxItem,
+    QueueBacklog,
     QueuePolicy,
     Reservation,
     SessionKey,
@@ -342,6 +343,23 @@ class QueuePart(SQLCore):
                 *([] if self._db_now else [now]),
             )
         return None if value is None else float(value)
+
+    async def queue_backlog(self, now: float, bots: Sequence[str]) -> QueueBacklog:
+        """Due timers of ``bots`` whose turn lease is free: turns waiting for a slot."""
+        d = self.dialect
+        clock = self._db_now or "CAST($1 AS DOUBLE PRECISION)"
+        async with self._read() as db:
+            row = await db.fetchrow(
+                "SELECT COUNT(*), MIN(t.due_at) FROM timers t JOIN conversations c "
+                "ON c.id = t.conversation_id WHERE t.due_at <= $1 AND c.bot"
+                + d.any_of("$2", "TEXT")
+                + f" AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = {cols.TURN_LEASE_SQL} "
+                f"AND l.expires_at > {clock})",
+                now,
+                d.list_arg(bots),
+            )
+        assert row is not None
+        return QueueBacklog(int(row[0]), None if row[1] is None else float(row[1]))
 
     async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:
         """Earliest due time."""
