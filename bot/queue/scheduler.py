@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from bot.core.clock import Clock
+from bot.core.errors import StoreError
 from bot.core.events import ClaimedTurn, Claims, ConversationKey
 from bot.metrics import Metrics
 from bot.store.contracts import QueueStore
@@ -125,10 +126,28 @@ class Scheduler(Generic[K]):
             task.cancel()
 
     async def run(self) -> None:
-        """Loop until stopped: start due turns, then sleep until the next due time or wake-up."""
+        """Loop until stopped: start due turns, then sleep until the next due time or wake-up.
+
+        A store that fails (a dropped connection, a database restarting) never ends the loop:
+        the failure is logged and the loop tries again after a backoff, up to the scan
+        interval; everything it missed is still in the store.
+        """
+        failures = 0
         while not self._stopping:
-            await self.tick()
-            await self._sleep_until_next()
+            try:
+                await self.tick()
+                await self._sleep_until_next()
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                delay = min(self._scan_interval, 0.05 * 2**failures)
+                if failures == 1 or failures % 100 == 0:
+                    if isinstance(exc, StoreError):
+                        log.warning("scheduler: the store failed (%s); retrying", exc)
+                    else:
+                        log.exception("scheduler: unexpected failure; retrying")
+                self._wakeup.clear()  # a wake-up left set would make this wait a spin
+                await self._wait(delay)
         await self.drain(self._grace)
 
     async def drain(self, grace: float | None = None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
@@ -25,6 +26,7 @@ from bot.store.postgres import PostgresStore
 from bot.store.postgres._wakeups import parse
 from memory.assemble import Budget, PersonaPin
 from memory.service import Memory, MemoryPolicy
+from tests import pg_cluster
 from tests.fakes.outlet import RecordingOutlet
 
 BOT = "b"
@@ -110,6 +112,74 @@ async def test_a_killed_listening_connection_comes_back_and_asks_for_a_look(
             assert heard.items[2] == (BOT, result.due_at)
 
 
+def _pipeline(store: BaseStore, outlet: RecordingOutlet, clock: SystemClock) -> Pipeline:
+    """The real pipeline of one process on ``store``, with the offline model."""
+    profile = BotProfile(
+        key=BOT,
+        pin=PIN,
+        queue=POLICY,
+        memory=MemoryPolicy(budget=Budget(), summary_model=PIN.model),
+        outlet=outlet,
+        lease_seconds=10.0,
+    )
+    llm = OfflineLLM()
+    memory = Memory(store=store, llm=llm, clock=clock, policy_for=lambda _bot: profile.memory)
+    return Pipeline(store=store, llm=llm, clock=clock, memory=memory, profiles={BOT: profile})
+
+
+async def _replies(outlet: RecordingOutlet, count: int, within: float) -> list[str]:
+    for _ in range(int(within / 0.02)):
+        if len(outlet.texts()) >= count:
+            break
+        await asyncio.sleep(0.02)
+    return outlet.texts()
+
+
+async def test_the_scheduler_survives_its_database_refusing_connections(pg_dsn: str) -> None:
+    """A flaky network: the database drops every connection and refuses new ones for a
+    moment. The scheduler's store calls fail meanwhile; its loop must log, back off and go
+    on (it used to end, and the process never answered anybody again)."""
+    clock = SystemClock()
+    outlet = RecordingOutlet(clock)
+    name = urlsplit(pg_dsn).path.lstrip("/")
+    admin = await asyncpg.connect(pg_cluster.with_database(pg_dsn, "postgres"))
+    try:
+        async with PostgresStore(dsn=pg_dsn, connect_timeout=1.0) as b:
+            pipeline = _pipeline(b, outlet, clock)
+            scheduler = Scheduler(
+                store=b,
+                clock=clock,
+                run_turn=pipeline.run_turn,
+                bots=[BOT],
+                scan_interval=0.2,
+                claims=pipeline,
+            )
+            running = asyncio.create_task(scheduler.run())
+            try:
+                await asyncio.sleep(0.3)
+                await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+                await admin.fetchval(
+                    "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = $1",
+                    name,
+                )
+                await asyncio.sleep(1.0)  # several scans meet a database that refuses them
+                assert not running.done()
+                await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+                async with PostgresStore(dsn=pg_dsn) as a:
+                    await a.ingest(
+                        Inbound(key(1), "u", "Sasha", "still there?", "p1"), clock.now(), POLICY
+                    )
+                replies = await _replies(outlet, 1, within=5.0)
+                assert len(replies) == 1 and "still there?" in replies[0]
+            finally:
+                scheduler.stop()
+                await running
+    finally:
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        await admin.close()
+
+
 @pytest.mark.parametrize("announced", [True, False], ids=["listening", "scan only"])
 async def test_another_process_claims_a_turn_when_it_falls_due_not_at_its_scan(
     pg_dsn: str, announced: bool
@@ -119,18 +189,8 @@ async def test_another_process_claims_a_turn_when_it_falls_due_not_at_its_scan(
     can fail)."""
     clock = SystemClock()
     outlet = RecordingOutlet(clock)
-    profile = BotProfile(
-        key=BOT,
-        pin=PIN,
-        queue=POLICY,
-        memory=MemoryPolicy(budget=Budget(), summary_model=PIN.model),
-        outlet=outlet,
-        lease_seconds=10.0,
-    )
     async with PostgresStore(dsn=pg_dsn) as a, PostgresStore(dsn=pg_dsn) as b:
-        llm = OfflineLLM()
-        memory = Memory(store=b, llm=llm, clock=clock, policy_for=lambda _bot: profile.memory)
-        pipeline = Pipeline(store=b, llm=llm, clock=clock, memory=memory, profiles={BOT: profile})
+        pipeline = _pipeline(b, outlet, clock)
         scheduler = Scheduler(
             store=b,
             clock=clock,
@@ -153,10 +213,7 @@ async def test_another_process_claims_a_turn_when_it_falls_due_not_at_its_scan(
             await asyncio.sleep(0.1)  # B's scheduler has looked once and sleeps for 30 s
             sent = clock.now()
             await a.ingest(Inbound(key(1), "u", "Sasha", "hello there", "p1"), sent, POLICY)
-            for _ in range(250):  # 5 s, far under the 30 s scan
-                if outlet.texts():
-                    break
-                await asyncio.sleep(0.02)
+            await _replies(outlet, 1, within=5.0)  # far under the 30 s scan
             if announced:
                 assert len(outlet.texts()) == 1 and "hello there" in outlet.texts()[0]
                 assert scheduler.lost_claims == 0
