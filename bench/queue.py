@@ -125,6 +125,8 @@ class Params:
     out: Path
     store: StoreKind = "sqlite"
     processes: int = 1
+    #: Processes that receive the bursts (0: all): 1 is Telegram polling's elected poller.
+    ingesters: int = 0
     scheduler: SchedulerMode = "claim"
     backlog: int = 1000
 
@@ -155,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--backlog", type=positive_int, help="due turns drained for turns/s (default 1000)"
+    )
+    p.add_argument(
+        "--ingesters",
+        type=int,
+        default=0,
+        help="processes receiving the bursts (default all; 1: one poller, the others only claim)",
     )
     p.add_argument("--out", type=Path, default=Path("bench/results/queue.json"))
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v INFO, -vv DEBUG")
@@ -196,6 +204,7 @@ def params_from(args: argparse.Namespace) -> Params:
         processes=args.processes[0],
         scheduler=args.scheduler[0],
         backlog=args.backlog or (200 if args.quick else 1000),
+        ingesters=args.ingesters,
     )
 
 
@@ -950,9 +959,12 @@ def summary_row(report: dict[str, Any]) -> list[object]:
     backlog = out.get("backlog", {})
     calls = sum(k["model_calls"] for k in report["coalescing"]["per_k"])
     bursts = sum(k["bursts"] for k in report["coalescing"]["per_k"])
+    receivers = params.get("ingesters") or params["processes"]
     return [
         params["scheduler"],
-        params["processes"],
+        params["processes"]
+        if receivers == params["processes"]
+        else f"{params['processes']} ({receivers} receiving)",
         lag["p50_ms"],
         lag["p99_ms"],
         out["lost_cas_per_turn"],
@@ -1059,7 +1071,12 @@ async def _child_main(
         await _all_reach(barrier)  # everyone is connected: start together
         started = time.perf_counter()
         async with scheduling(h, params):
-            sent = await send_bursts(h, params, share)
+            receivers = params.ingesters or params.processes
+            sent = (
+                await send_bursts(h, params, (index, receivers))
+                if index < receivers
+                else BurstLog()
+            )
             # Every process waits for every conversation: it may be running others' turns.
             answered = await wait_answered(h, params.conversations, within=params.timeout)
         wall = time.perf_counter() - started

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import asyncpg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -179,3 +180,38 @@ async def test_the_backlog_counts_due_turns_no_process_has_started(store: BaseSt
     backlog = await store.queue_backlog(T0 + 10, ["b"])
     assert (backlog.turns, backlog.oldest_due_at) == (1, T0 + 4.0)
     assert (await store.queue_backlog(T0 + 10, ["other"])).turns == 0
+
+
+async def test_a_due_timer_without_its_lease_row_is_claimed_all_the_same(pg_dsn: str) -> None:
+    """PostgreSQL's claim locks lease rows; a conversation left without one (made before
+    migration 13 by another path) gets it from the first claim and goes to the next."""
+    async with PostgresStore(dsn=pg_dsn) as store:
+        await say(store, key(1), T0, "p1")
+        admin = await asyncpg.connect(pg_dsn)
+        try:
+            assert await admin.execute("DELETE FROM leases WHERE name = $1", turn_lease(key(1)))
+        finally:
+            await admin.close()
+        assert await store.next_claim_at(T0 + 5, ["b"]) == T0 + 1.0  # the scheduler looks now
+        first = await store.claim_due_turns(T0 + 5, 4, holder="h", ttl=30, bots=["b"])
+        second = await store.claim_due_turns(T0 + 5, 4, holder="h", ttl=30, bots=["b"])
+        assert [t.conversation for t in first.turns + second.turns] == [key(1)]
+        assert first.lost == second.lost == 0
+
+
+async def test_racing_claims_on_postgresql_waste_no_reads(pg_dsn: str) -> None:
+    """A claim passes over leases another claim has just taken instead of reading and losing
+    them (the lease rows are locked and re-checked), so racing claims lose nothing. (SQLite
+    has one writer: its claims never overlap.)"""
+    async with PostgresStore(dsn=pg_dsn) as a, PostgresStore(dsn=pg_dsn) as b:
+        for i in range(60):
+            await say(a, key(i), T0, f"p{i}")
+        pair = (a, b)
+        results = await asyncio.gather(
+            *(
+                pair[i % 2].claim_due_turns(T0 + 5, 3, holder=f"w{i}", ttl=30, bots=["b"])
+                for i in range(20)
+            )
+        )
+        assert sum(len(r.turns) for r in results) == 60
+        assert sum(r.lost for r in results) == 0

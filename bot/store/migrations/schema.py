@@ -425,7 +425,14 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         -- personabot_timers, so another process can start the turn without waiting for its
         -- scan (docs/scaling.md#wake-ups). SQLite: nothing (one process wakes itself).
         {timer_armed_trigger}
-        SELECT 1;
+        -- Every conversation has its turn lease row (free: token 0, expired): PostgreSQL's
+        -- claim of due turns locks lease rows (docs/scaling.md#claims); new conversations get
+        -- theirs when they are created.
+        INSERT INTO leases (name, holder, token, expires_at)
+        SELECT 'turn:' || c.bot || ':' || c.platform || ':' || c.chat_id ||
+               CASE WHEN c.thread_id = '' THEN '' ELSE '/' || c.thread_id END, '', 0, 0
+        FROM conversations c WHERE true
+        ON CONFLICT (name) DO NOTHING;
         """,
     ),
 )

@@ -19,10 +19,10 @@ is how atomicity is reached when several processes write at once (the dialect's 
   and answer them again while the previous holder is committing its reply: the takeover waits
   for that commit and then finds nothing pending.
 - ``pending_turn`` reads v0 and the messages in one REPEATABLE READ snapshot.
-- Due turns are claimed (``claim_due_turns``): one transaction reads due timers whose turn
-  lease is free, locking their conversation rows ``FOR UPDATE SKIP LOCKED`` so that claims of
-  several processes pass over each other's rows, and takes their leases by the same CAS; a
-  process claims at most its free turn slots (docs/scaling.md#claims).
+- Due turns are claimed (``claim_due_turns``): one statement reads due timers whose turn
+  lease is free, locking the lease rows ``FOR UPDATE SKIP LOCKED``, and takes them; a claim
+  that meets a lease another claim has just taken re-checks it and passes over it, and never
+  waits for a lock. A process claims at most its free turn slots (docs/scaling.md#claims).
 - Every armed or moved timer is announced by a trigger (``NOTIFY personabot_timers``) at
   commit; ``listen_timers`` passes the announcements to the scheduler
   (bot/store/postgres/_wakeups.py).

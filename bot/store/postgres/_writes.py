@@ -42,22 +42,48 @@ class WritesPart(MessagesPart, QueuePart):
         bots: Sequence[str],
         skip: Sequence[str] = (),
     ) -> Claims:
-        """``QueuePart.claim_due_turns`` (its rules and locks) as one statement: the read,
-        rows locked SKIP LOCKED, feeds the lease upsert; a read row without a lease row is
-        a lost claim."""
+        """``QueuePart.claim_due_turns`` in one statement that locks the turn leases
+        themselves, ``FOR UPDATE OF l SKIP LOCKED``, and updates them.
+
+        Locking the lease rows, not the conversations, is what keeps concurrent claims from
+        wasting work: a claim that reaches a lease another claim has just taken (its snapshot
+        older than that commit) finds the row updated, and PostgreSQL re-checks
+        ``expires_at <= now`` on the new version (READ COMMITTED's EvalPlanQual), so it passes
+        over it instead of reading it and losing the upsert. The claim never waits for a lock
+        (SKIP LOCKED), so it cannot take part in a deadlock; ``acquire_lease`` (check-ins) waits
+        for it and then sees the lease taken.
+
+        Every conversation has its turn lease row from its creation (``SQLCore._conv_id``;
+        migration 13 added the rows of older ones). A due timer found without one gets it
+        here, for the next claim (a row a statement inserts is not visible to that statement).
+        """
         if limit < 1 or not bots:
             return Claims(())
         d = self.dialect
         args: list[Any] = [now, limit, d.list_arg(bots), *([d.list_arg(skip)] if skip else [])]
-        # ``now`` ($1) is the lease clock unless the database's clock decides.
         clock = self._db_now or "CAST($1 AS DOUBLE PRECISION)"
-        ttl_at = f"${len(args) + 1}"
+        excluded = " AND l.name <> ALL(CAST($4 AS TEXT[]))" if skip else ""
+        ttl_at, holder_at = f"${len(args) + 1}", f"${len(args) + 2}"
         async with self._read() as db:  # one statement: its own transaction
             rows = await db.fetch(
-                f"WITH due AS ({self._claim_read(skip=bool(skip))}), taken AS ("
-                "INSERT INTO leases (name, holder, token, expires_at) "
-                f"SELECT name, ${len(args) + 2}, 1, {clock} + CAST({ttl_at} AS DOUBLE PRECISION) "
-                "FROM due" + self._LEASE_UPSERT.format(clock=clock) + ") "
+                "WITH due AS (SELECT c.bot, c.platform, c.chat_id, c.thread_id, t.due_at, "
+                "l.name FROM timers t JOIN conversations c ON c.id = t.conversation_id "
+                f"JOIN leases l ON l.name = {cols.TURN_LEASE_SQL} "
+                "WHERE t.due_at <= $1 AND c.bot"
+                + d.any_of("$3", "TEXT")
+                + excluded
+                + f" AND l.expires_at <= {clock} ORDER BY t.due_at LIMIT $2 "
+                "FOR UPDATE OF l SKIP LOCKED), "
+                f"taken AS (UPDATE leases SET holder = {holder_at}, token = leases.token + 1, "
+                f"expires_at = {clock} + CAST({ttl_at} AS DOUBLE PRECISION) FROM due "
+                "WHERE leases.name = due.name RETURNING leases.name, leases.token, "
+                "leases.expires_at), "
+                "missing AS (INSERT INTO leases (name, holder, token, expires_at) "
+                f"SELECT {cols.TURN_LEASE_SQL}, '', 0, 0 FROM timers t JOIN conversations c "
+                "ON c.id = t.conversation_id WHERE t.due_at <= $1 AND c.bot"
+                + d.any_of("$3", "TEXT")
+                + f" AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = {cols.TURN_LEASE_SQL})"
+                " ON CONFLICT (name) DO NOTHING) "
                 "SELECT due.bot, due.platform, due.chat_id, due.thread_id, due.due_at, due.name, "
                 "taken.token, taken.expires_at FROM due LEFT JOIN taken ON taken.name = due.name "
                 "ORDER BY due.due_at",

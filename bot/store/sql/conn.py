@@ -49,8 +49,6 @@ class Dialect:
     #: Row lock for the rest of the transaction: "" on SQLite, whose BEGIN IMMEDIATE already
     #: serializes every writer of the file.
     for_update: str
-    #: Row lock that passes over rows another transaction holds ("" on SQLite, as above).
-    skip_locked: str
     #: The two-argument maximum (SQLite's scalar MAX, PostgreSQL's GREATEST).
     greatest: str
     #: LIMIT for "no limit" (SQLite: -1; PostgreSQL: NULL).
@@ -84,7 +82,6 @@ SQLITE = Dialect(
     true="1",
     false="0",
     for_update="",
-    skip_locked="",
     greatest="MAX",
     no_limit=-1,
     in_list="IN (SELECT value FROM json_each({p}))",
@@ -96,7 +93,6 @@ POSTGRES = Dialect(
     true="TRUE",
     false="FALSE",
     for_update=" FOR UPDATE",
-    skip_locked=" FOR UPDATE OF c SKIP LOCKED",
     greatest="GREATEST",
     no_limit=None,
     in_list="= ANY(CAST({p} AS {t}[]))",

@@ -115,6 +115,15 @@ class SQLCore(BaseStore):
         )
         if created is None:
             created = await db.fetchval(lock_sql, *args)
+        else:
+            # Its turn lease, free: PostgreSQL's claim locks lease rows, so one must exist
+            # for the conversation's timers to be claimed (docs/scaling.md#claims).
+            await db.execute(
+                "INSERT INTO leases (name, holder, token, expires_at) SELECT "
+                f"{cols.TURN_LEASE_SQL}, '', 0, 0 FROM conversations c WHERE c.id = $1 "
+                "ON CONFLICT (name) DO NOTHING",
+                created,
+            )
         return int(created)
 
     @staticmethod

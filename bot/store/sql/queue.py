@@ -229,8 +229,8 @@ class QueuePart(SQLCore):
     def _claim_read(self, *, skip: bool) -> str:
         """The claim's read: due timers of the bots ``$3`` whose turn lease is free at ``$1``
         (or the database's clock), none of the lease names ``$4`` (with ``skip``), earliest
-        first, at most ``$2``; on PostgreSQL their conversation rows locked, others' passed
-        over. Columns: bot, platform, chat_id, thread_id, due_at, the lease name."""
+        first, at most ``$2``. Columns: bot, platform, chat_id, thread_id, due_at, the lease
+        name."""
         d = self.dialect
         clock = self._db_now or "CAST($1 AS DOUBLE PRECISION)"
         excluded = f" AND NOT {cols.TURN_LEASE_SQL}" + d.any_of("$4", "TEXT") if skip else ""
@@ -241,7 +241,7 @@ class QueuePart(SQLCore):
             + d.any_of("$3", "TEXT")
             + excluded
             + f" AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = {cols.TURN_LEASE_SQL} "
-            f"AND l.expires_at > {clock}) ORDER BY t.due_at LIMIT $2{d.skip_locked}"
+            f"AND l.expires_at > {clock}) ORDER BY t.due_at LIMIT $2"
         )
 
     @staticmethod
@@ -273,16 +273,13 @@ class QueuePart(SQLCore):
         first, each with its turn lease taken; ``skip`` names leases not to claim (turns
         running here or backing off). Nothing is claimed for ``limit`` below 1.
 
-        One transaction (docs/scaling.md#claims). The read (``_claim_read``) finds the due
-        timers with a free lease and, on PostgreSQL, locks their conversation rows with SKIP
-        LOCKED, so concurrent claims of several processes never pick the same timer and never
-        wait for each other (a conversation being ingested or finished is left for the next
-        claim). Every queue transaction takes the conversation lock before the lease row, and
-        the claim does too, so no two of them can wait for each other in a cycle. The write
-        takes the leases by the same compare-and-swap as ``acquire_lease``: it stays the
-        safety, and a lease taken by ``acquire_lease`` after the read is counted as lost.
-        Here two statements (SQLite's write lock makes them one step); PostgreSQL's store
-        runs both as one (bot/store/postgres/_writes.py).
+        One transaction of two statements (docs/scaling.md#claims), the shared version that
+        SQLite runs: its write lock (BEGIN IMMEDIATE) makes the read and the lease writes one
+        step no other writer can interleave with. The read (``_claim_read``) finds the due
+        timers with a free lease; the write takes the leases by the same compare-and-swap as
+        ``acquire_lease``, which stays the safety: a lease taken in between is counted as
+        lost. PostgreSQL's store claims in one statement that locks the lease rows
+        (bot/store/postgres/_writes.py).
         """
         if limit < 1 or not bots:
             return Claims(())
