@@ -1,5 +1,6 @@
 """Several personas on one bot, through ``personabot run``, the fake Bot API (real aiogram) and
-the fake Messages API (real anthropic SDK): /persona switches one chat, not the others."""
+the fake Messages API (real anthropic SDK): /persona switches one chat, not the others. On
+SQLite and on PostgreSQL (a fresh database of the throwaway server, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import contextlib
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
 
 from tests.adapters.test_telegram_e2e import _env, personabot_run
 from tests.fakes.messages_api import CannedReply, FakeMessagesAPI, RecordedRequest
@@ -17,12 +22,33 @@ SASHA = TgUser(4242, "Sasha")
 ALEX = TgUser(5151, "Alex")
 
 
-def _config(tmp_path: Path, telegram: str, claude: str) -> Path:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The bot's store: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'bots.sqlite3'}"
+    dsn: str = request.getfixturevalue("pg_dsn")
+    return dsn
+
+
+async def _rows(url: str, sql: str) -> list[tuple[Any, ...]]:
+    """What ``sql`` selects from the bot's store, read after the bot stopped."""
+    if url.startswith("sqlite:///"):
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db:
+            return db.execute(sql).fetchall()
+    conn = await asyncpg.connect(url)
+    try:
+        return [tuple(row) for row in await conn.fetch(sql)]
+    finally:
+        await conn.close()
+
+
+def _config(tmp_path: Path, telegram: str, claude: str, url: str) -> Path:
     path = tmp_path / "personabot.toml"
     path.write_text(
         f"""
 [storage]
-url = "sqlite:///{tmp_path / "bots.sqlite3"}"
+url = {json.dumps(url)}
 
 [llm]
 base_url = {json.dumps(claude)}
@@ -71,13 +97,15 @@ def _said(request: RecordedRequest) -> str:
     return request.last_user_text
 
 
-async def test_persona_switches_one_chat_and_starts_a_new_session(tmp_path: Path) -> None:
+async def test_persona_switches_one_chat_and_starts_a_new_session(
+    tmp_path: Path, db_url: str
+) -> None:
     """Issue 18 acceptance: ``/persona orin`` in one chat starts a new session with Orin's pin
     (the model request has Orin's pin and model, none of Mira's window); another chat of the
     same bot keeps Mira; /export shows the switch; /persona alone lists them."""
     async with FakeTelegramAPI() as telegram, FakeMessagesAPI(reply_text="Mm.") as claude:
         telegram.add_bot(TOKEN, "duo_bot")
-        config = _config(tmp_path, telegram.base_url, claude.base_url)
+        config = _config(tmp_path, telegram.base_url, claude.base_url, db_url)
         env = _env(TG_TOKEN=TOKEN, ANTHROPIC_API_KEY="sk-test-e2e")
         one, two = TgChat.private(SASHA), TgChat.private(ALEX)
 
@@ -150,11 +178,11 @@ async def test_persona_switches_one_chat_and_starts_a_new_session(tmp_path: Path
         (1, "mira"),
         (2, "orin"),
     ]
-    with contextlib.closing(sqlite3.connect(tmp_path / "bots.sqlite3")) as db:
-        sessions = db.execute(
-            "SELECT c.chat_id, s.session_no, s.status, s.close_reason, s.persona FROM sessions s "
-            "JOIN conversations c ON c.id = s.conversation_id ORDER BY c.chat_id, s.session_no"
-        ).fetchall()
+    sessions = await _rows(
+        db_url,
+        "SELECT c.chat_id, s.session_no, s.status, s.close_reason, s.persona FROM sessions s "
+        "JOIN conversations c ON c.id = s.conversation_id ORDER BY c.chat_id, s.session_no",
+    )
     assert sessions == [
         ("4242", 1, "closed", "persona", None),
         ("4242", 2, "open", None, "orin"),
@@ -163,7 +191,7 @@ async def test_persona_switches_one_chat_and_starts_a_new_session(tmp_path: Path
 
 
 async def test_a_turn_generating_during_a_switch_answers_in_its_own_session(
-    tmp_path: Path,
+    tmp_path: Path, db_url: str
 ) -> None:
     """A reply Mira is writing when the chat switches to Orin is recorded in Mira's session
     (the one its messages are in), never in Orin's; Orin's first turn reads none of it."""
@@ -174,7 +202,7 @@ async def test_a_turn_generating_during_a_switch_answers_in_its_own_session(
             CannedReply("Once, by the lighthouse..."),
             delay=2.0,
         )
-        config = _config(tmp_path, telegram.base_url, claude.base_url)
+        config = _config(tmp_path, telegram.base_url, claude.base_url, db_url)
         env = _env(TG_TOKEN=TOKEN, ANTHROPIC_API_KEY="sk-test-e2e")
         chat = TgChat.private(SASHA)
 
@@ -192,11 +220,11 @@ async def test_a_turn_generating_during_a_switch_answers_in_its_own_session(
     assert sorted(sent()[:2]) == sorted(["Orin. Where to?", "Once, by the lighthouse..."])
     orin = claude.requests[-1]
     assert "Orin is a ferryman" in _system(orin) and "lighthouse" not in json.dumps(orin.messages)
-    with contextlib.closing(sqlite3.connect(tmp_path / "bots.sqlite3")) as db:
-        rows = db.execute(
-            "SELECT s.session_no, s.persona, m.role, m.text FROM messages m "
-            "JOIN sessions s ON s.id = m.session_id ORDER BY m.id"
-        ).fetchall()
+    rows = await _rows(
+        db_url,
+        "SELECT s.session_no, s.persona, m.role, m.text FROM messages m "
+        "JOIN sessions s ON s.id = m.session_id ORDER BY m.id",
+    )
     assert rows == [
         (1, None, "user", "tell me a long story"),
         (1, None, "assistant", "Once, by the lighthouse..."),
