@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final, Literal
 
-from bot.core.events import ConversationKey
+from bot.core.events import ConversationKey, UserKey
+
+#: The session value a turn writes when it finds turns of its session missing: the gap
+#: policy and the ranges, at the time they were first found (the overview lists them). A
+#: partial index of migration 14 holds exactly these rows, so its name is fixed there too.
+GAP_NOTICED_KEY: Final = "personabot:gap_noticed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,3 +64,25 @@ class UsageBucket:
     input_tokens: int
     output_tokens: int
     cache_read_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleEvent:
+    """A session found with turns missing, or a turn the model rejected (the overview's
+    list of recent trouble)."""
+
+    at: float  # when the gap was first found; when the rejected messages were written
+    kind: Literal["gap", "rejected"]
+    conversation_id: int
+    key: ConversationKey
+    session_no: int
+    detail: str  # the missing turns and the gap policy, or why the model rejected the turn
+    turns: tuple[int, ...] = ()  # of the rejected messages
+
+
+@dataclass(frozen=True, slots=True)
+class PersonUsage:
+    """What one person used since a time (a per-person limit's count)."""
+
+    user: UserKey
+    used: int

@@ -34,6 +34,7 @@ from typing import Final, Literal
 
 from bot.core.agenda import NewReminder
 from bot.core.clock import Clock
+from bot.core.console import GAP_NOTICED_KEY
 from bot.core.errors import (
     ModelError,
     ModelUnavailable,
@@ -309,7 +310,7 @@ class Pipeline:
         summary = await self._memory.summary(turn.session)  # read once for gaps and prompt
         gaps = await self._memory.gaps(turn.session, summary)
         if gaps and self._gap_policy.policy == "refuse":
-            self._count_gap(turn, gaps)
+            await self._count_gap(turn, gaps)
             first, last = gaps[0].first, gaps[-1].last
             text = self._gap_policy.refuse_message.format(
                 first=first, last=last, turns=describe(gaps)
@@ -378,7 +379,9 @@ class Pipeline:
             return "fenced"
         return "limited"
 
-    def _count_gap(self, turn: Turn, gaps: tuple[Gap, ...]) -> None:
+    async def _count_gap(self, turn: Turn, gaps: tuple[Gap, ...]) -> None:
+        """Count, log and note the gap; the note (a session value) is written when the gap
+        is first found or grows, so the console lists when each was found, from any process."""
         policy = self._gap_policy.policy
         self.counters[f"gap_{policy}"] += 1
         labels = self.metrics.labels(turn.session.conversation)
@@ -386,6 +389,9 @@ class Pipeline:
         log.warning(
             "%s: turns %s are missing (gap policy %s)", turn.session, describe(gaps), policy
         )
+        noted = f"turns {describe(gaps)} missing; gap policy {policy}"
+        if await self._store.get_state(turn.session, GAP_NOTICED_KEY) != noted:
+            await self._store.set_state(turn.session, GAP_NOTICED_KEY, noted, self._clock.now())
 
     async def _generate(
         self,
@@ -399,7 +405,7 @@ class Pipeline:
         conversation = turn.session.conversation
         notice = None
         if gaps:
-            self._count_gap(turn, gaps)
+            await self._count_gap(turn, gaps)
             notice = gap_notice(gaps)
             if self._gap_policy.policy == "tell_user":
                 await self._tell_once(turn, gaps, profile)

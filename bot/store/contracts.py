@@ -14,7 +14,14 @@ from types import TracebackType
 from typing import Final, Self
 
 from bot.core.agenda import AgendaKind, DueItem, InitiativeState, NewReminder, Reminder
-from bot.core.console import AuditEntry, ConversationRow, QueueView, UsageBucket
+from bot.core.console import (
+    AuditEntry,
+    ConsoleEvent,
+    ConversationRow,
+    PersonUsage,
+    QueueView,
+    UsageBucket,
+)
 from bot.core.events import (
     Claims,
     ConversationKey,
@@ -734,6 +741,24 @@ class ConsoleStore(abc.ABC):
     @abc.abstractmethod
     async def console_usage(self, since: float, bucket_seconds: float) -> list[UsageBucket]:
         """Model calls since ``since`` in buckets of ``bucket_seconds`` (empty ones left out)."""
+
+    @abc.abstractmethod
+    async def console_last_inbound(self, bot: str) -> float | None:
+        """When a person last wrote to ``bot`` (its newest stored user message; None:
+        none)."""
+
+    @abc.abstractmethod
+    async def console_events(self, limit: int = 10) -> list[ConsoleEvent]:
+        """The newest sessions found with turns missing and turns the model rejected,
+        newest first."""
+
+    @abc.abstractmethod
+    async def console_top_input_tokens(self, since: float, limit: int) -> list[PersonUsage]:
+        """The ``limit`` people charged the most input tokens since ``since``, most first."""
+
+    @abc.abstractmethod
+    async def console_top_turns(self, since: float, limit: int) -> list[PersonUsage]:
+        """The ``limit`` people with the most turns since ``since``, most first."""
 
     @abc.abstractmethod
     async def record_audit(

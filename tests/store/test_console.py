@@ -100,3 +100,79 @@ async def test_edited_messages_and_the_lease_holder(store: BaseStore) -> None:
     assert lease is not None
     assert await store.console_lease(f"turn:{chat}", T0 + 1) == ("worker-b", T0 + 30)
     assert await store.console_lease(f"turn:{chat}", T0 + 31) is None
+
+
+async def _answered_at(store: BaseStore, key: ConversationKey, said: float, replied: float) -> None:
+    """A person's message at ``said`` and the bot's reply at ``replied``."""
+    await store.ingest(Inbound(key, "u-7", "Sasha", "hi", f"{key.chat_id}-{said}"), said, Q)
+    turn = await store.pending_turn(key)
+    lease = await store.acquire_lease(f"turn:{key}", "w", 30, replied)
+    assert turn is not None and lease is not None
+    assert (await store.finish_turn(turn, lease, "hello", replied, Q)).outcome == "recorded"
+    await store.release_lease(lease)
+
+
+async def test_a_bots_last_update_is_its_newest_message_from_a_person(store: BaseStore) -> None:
+    def chat(name: str, bot: str = "telegram-mira") -> ConversationKey:
+        return ConversationKey("telegram", name, None, bot)
+
+    assert await store.console_last_inbound("telegram-mira") is None
+    # Twelve chats answered long after they wrote (later activity than anything below: the
+    # walk passes more than one page of sessions), one person writing at T0 + 500 unanswered.
+    for i in range(12):
+        await _answered_at(store, chat(f"r{i}"), T0 + i, T0 + 2000 + i)
+    await store.ingest(Inbound(chat("new"), "u-8", "Ana", "hey", "new-1"), T0 + 500, Q)
+    # Another bot's newer message is not this bot's.
+    await store.ingest(Inbound(chat("x", "discord-orin"), "u-9", "Bo", "yo", "x-1"), T0 + 900, Q)
+    assert await store.console_last_inbound("telegram-mira") == T0 + 500
+    assert await store.console_last_inbound("discord-orin") == T0 + 900
+    assert await store.console_last_inbound("discord-nobody") is None
+
+
+async def test_recent_trouble_lists_gaps_and_rejected_turns_newest_first(store: BaseStore) -> None:
+    from bot.core.console import GAP_NOTICED_KEY
+    from bot.core.events import SessionKey
+
+    async def closed_out(name: str, texts: list[str], reason: str) -> ConversationKey:
+        key = ConversationKey("telegram", name, "t-1", "telegram-mira")
+        for i, text in enumerate(texts):
+            await store.ingest(Inbound(key, "u-7", "Sasha", text, f"{name}-{i}"), T0 + 10 + i, Q)
+        turn = await store.pending_turn(key)
+        lease = await store.acquire_lease(f"turn:{key}", "w", 30, T0 + 20)
+        assert turn is not None and lease is not None
+        assert await store.skip_turn(turn, lease, T0 + 20, Q, reason=reason)
+        return key
+
+    assert await store.console_events() == []
+    rejected = await closed_out("r", ["one", "two"], "rejected: prompt is too long <b>")
+    await closed_out("l", ["three"], "limited: user_turns")  # a limit is no model rejection
+    gapped = await _say(store, "g", "Ana", "hello", T0)
+    await store.set_state(SessionKey(gapped, 1), GAP_NOTICED_KEY, "turns 1-2 missing", T0 + 50)
+    await store.set_state(SessionKey(gapped, 1), "personabot:gap_told", "1-2", T0 + 60)
+    events = await store.console_events()
+    assert [(e.kind, e.key, e.session_no, e.turns, e.detail, e.at) for e in events] == [
+        ("gap", gapped, 1, (), "turns 1-2 missing", T0 + 50),
+        ("rejected", rejected, 1, (1, 2), "prompt is too long <b>", T0 + 11),
+    ]
+    assert await store.console_conversation(events[1].conversation_id) == rejected
+    assert [e.kind for e in await store.console_events(limit=1)] == ["gap"]
+
+
+async def test_the_people_who_used_the_most_since_a_time(store: BaseStore) -> None:
+    from bot.core.console import PersonUsage
+    from bot.core.events import UserKey
+
+    chat = ConversationKey("telegram", "9")
+    spent = Usage(input_tokens=300, output_tokens=999, cache_read_input_tokens=100)
+    await store.record_usage(chat, "reply", "m", [("u-a", spent), (None, spent)], T0)
+    await store.record_usage(chat, "summary", "m", [("u-b", Usage(100, 5))], T0 + 1)
+    await store.record_usage(chat, "reply", "m", [("u-c", Usage(5000, 5))], T0 - 10)  # before
+    for user, at in [("u-b", T0), ("u-b", T0 + 1), ("u-b", T0 + 2), ("u-a", T0), ("u-c", T0 - 10)]:
+        reserved = await store.reserve_turn(UserKey("telegram", user), "telegram-mira", at)
+        assert reserved.id is not None
+    a, b = UserKey("telegram", "u-a"), UserKey("telegram", "u-b")
+    # Input tokens as the per-person limit counts them (cache reads too, no output).
+    assert await store.console_top_input_tokens(T0, 5) == [PersonUsage(a, 400), PersonUsage(b, 100)]
+    assert await store.console_top_input_tokens(T0, 1) == [PersonUsage(a, 400)]
+    assert await store.console_top_turns(T0, 5) == [PersonUsage(b, 3), PersonUsage(a, 1)]
+    assert await store.console_top_turns(T0 + 100, 5) == []

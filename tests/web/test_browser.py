@@ -59,6 +59,10 @@ shutdown_grace_seconds = 2
 [web]
 listen = "127.0.0.1:0"
 
+[limits]
+user_input_tokens_per_day = 20000
+user_turns_per_day = 50
+
 [[personas]]
 id = "mira"
 name = "Mira"
@@ -159,6 +163,12 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser: object) -> None
             overview = await page.locator("main").inner_text()
             assert "telegram-mira" in overview and "connected" in overview
             assert re.search(r"Turns by outcome: .*sent 1", overview), overview
+            # Its last update (the person's message), and the person against their limits.
+            bot_row = await page.locator("tr", has_text="telegram-mira").inner_text()
+            assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", bot_row), bot_row
+            nearest = page.locator("tr", has_text="telegram:4242")
+            assert await nearest.count() == 2  # input tokens, and turns (1 of 50)
+            assert "1\t50\t2.0 %" in await nearest.last.inner_text()
             await shot("overview")
             await page.goto(f"{base}/conversations")
             row = page.locator("table tr", has_text="4242")

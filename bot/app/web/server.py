@@ -96,6 +96,7 @@ class WebConsole:
         )
         self._templates.filters["when"] = _when
         self._templates.filters["pretty"] = _pretty
+        self._templates.filters["segment"] = _segment
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -447,6 +448,11 @@ def _next(request: web.Request, given: str | None = None) -> str:
 
 def _https(request: web.Request) -> bool:
     return request.secure or request.headers.get("X-Forwarded-Proto", "") == "https"
+
+
+def _segment(text: str) -> str:
+    """``text`` as one path segment of a URL (a ``/`` or ``?`` in a user id stays in it)."""
+    return urllib.parse.quote(str(text), safe="")
 
 
 def _safe(text: str) -> str:

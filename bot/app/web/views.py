@@ -13,11 +13,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from adapters.web import PLATFORM
 from bot.app.admin import preview_prompt
 from bot.app.build import build_retention
+from bot.app.web.playground import OPERATOR
 from bot.config import PersonaSettings, Settings
 from bot.core.clock import Clock
-from bot.core.console import ConversationRow
+from bot.core.console import ConsoleEvent, ConversationRow
 from bot.core.events import ConversationKey, StoredMessage, UserKey
 from bot.core.llm import ImageBlock, TextBlock
 from bot.metrics import Metrics
@@ -26,6 +28,9 @@ from memory.assemble import Assembled
 from memory.service import Memory
 
 DAY = 86400.0
+#: How many people the overview lists under each per-person daily limit, and how many events.
+NEAREST = 5
+EVENTS = 10
 
 
 class NotFound(LookupError):
@@ -65,6 +70,7 @@ class ConsoleData:
         # The bots' counters, when the console runs inside ``personabot run``.
         self._metrics = metrics
         self._started = clock.now()
+        self._admins = _admins(settings)
 
     # -- overview ---------------------------------------------------------------------------
 
@@ -82,6 +88,7 @@ class ConsoleData:
                     "platform": entry.platform,
                     "personas": list(entry.persona_ids),
                     "state": self._state_of(entry.key),
+                    "last_update": await self._store.console_last_inbound(entry.key),
                     "tokens_today": usage.input_tokens + usage.output_tokens,
                     "tokens_per_day": limits.bot_tokens_per_day or None,
                     "turns_today": usage.turns,
@@ -118,6 +125,8 @@ class ConsoleData:
                     for b in buckets
                 ],
             },
+            "person_limits": await self._person_limits(today),
+            "events": [_trouble(e) for e in await self._store.console_events(EVENTS)],
             "this_process": None if self._metrics is None else self._counts(now),
             "retention_events": [
                 {
@@ -131,6 +140,39 @@ class ConsoleData:
                 for e in retention
             ],
         }
+
+    async def _person_limits(self, today: float) -> list[dict[str, Any]]:
+        """Each per-person daily limit set, with the people nearest it today (most used
+        first; admins are marked, the limits do not hold them on the bots they administer)."""
+        limits = self._settings.limits
+        found = []
+        for name, per_day, read in (
+            (
+                "user_input_tokens_per_day",
+                limits.user_input_tokens_per_day,
+                self._store.console_top_input_tokens,
+            ),
+            ("user_turns_per_day", limits.user_turns_per_day, self._store.console_top_turns),
+        ):
+            if not per_day:
+                continue
+            found.append(
+                {
+                    "limit": name,
+                    "per_day": per_day,
+                    "people": [
+                        {
+                            "platform": u.user.platform,
+                            "user_id": u.user.user_id,
+                            "used": u.used,
+                            "share": round(u.used / per_day, 3),
+                            "admin": (u.user.platform, u.user.user_id) in self._admins,
+                        }
+                        for u in await read(today, NEAREST)
+                    ],
+                }
+            )
+        return found
 
     def _counts(self, now: float) -> dict[str, Any]:
         """Turns by outcome, gap notices, model rejections and limits since this process
@@ -377,6 +419,27 @@ class ConsoleData:
             ],
             "next": entries[-1].id if len(entries) == self._page else None,
         }
+
+
+def _admins(settings: Settings) -> frozenset[tuple[str, str]]:
+    """(platform, user id) of every bot's admins, and the playground's operator."""
+    found = {(PLATFORM, OPERATOR)}
+    for entry in settings.bots:
+        admins = settings.access.admins if entry.admins is None else entry.admins
+        found.update((entry.platform, str(a)) for a in admins)
+    return frozenset(found)
+
+
+def _trouble(event: ConsoleEvent) -> dict[str, Any]:
+    return {
+        "at": event.at,
+        "kind": event.kind,
+        "conversation_id": event.conversation_id,
+        **_key(event.key),
+        "session": event.session_no,
+        "turns": list(event.turns),
+        "detail": event.detail,
+    }
 
 
 def _cursor(text: str) -> tuple[float, int] | None:

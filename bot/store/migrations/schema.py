@@ -435,4 +435,19 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         ON CONFLICT (name) DO NOTHING;
         """,
     ),
+    (
+        14,
+        """
+        -- The console's overview (docs/web.md) reads recent trouble and per-person spend by
+        -- these, newest first, without reading every row: turns the model rejected (their
+        -- messages' closed_reason, migration 4), sessions found with turns missing (the
+        -- session value bot.core.console.GAP_NOTICED_KEY names), and today's turns of each
+        -- person (the per-person turn limits count turn_usage).
+        CREATE INDEX messages_rejected ON messages(created_at)
+            WHERE closed_reason LIKE 'rejected:%';
+        CREATE INDEX session_state_gaps ON session_state(updated_at)
+            WHERE key = 'personabot:gap_noticed';
+        CREATE INDEX turn_usage_at ON turn_usage(at);
+        """,
+    ),
 )

@@ -4,12 +4,25 @@ The conversation list is a keyset page over ``sessions_activity``: each conversa
 once, by its newest session (no later session of it exists), newest activity first; a page
 after a cursor costs the same however deep it is. Searching by a participant's name scans
 the messages once (a name is not a key and has no index: docs/architecture.md#keys).
+
+The overview's reads are indexed too: a bot's last update walks ``sessions_activity``; recent
+gaps and rejected turns, and today's spend per person, come through migration 14's indexes.
 """
 
 from __future__ import annotations
 
-from bot.core.console import AuditEntry, ConversationRow, QueueView, UsageBucket
-from bot.core.events import ConversationKey, SessionKey
+from typing import Any, Literal
+
+from bot.core.console import (
+    GAP_NOTICED_KEY,
+    AuditEntry,
+    ConsoleEvent,
+    ConversationRow,
+    PersonUsage,
+    QueueView,
+    UsageBucket,
+)
+from bot.core.events import ConversationKey, SessionKey, UserKey
 from bot.store import cols
 from bot.store.sql.core import SQLCore
 
@@ -19,6 +32,21 @@ _NEWEST = (
 )
 #: How many participant names a row shows.
 _NAMES = 5
+#: Sessions read per step of the walk for a bot's last inbound message, and at most steps.
+_WALK, _STEPS = 8, 8
+_REJECTED = "rejected: "
+# The literal predicates of migration 14's partial indexes: a query uses such an index only
+# when its WHERE holds the same term (a bound parameter would not do on SQLite).
+_IS_REJECTED = "m.closed_reason LIKE 'rejected:%'"
+_IS_GAP = f"st.key = '{GAP_NOTICED_KEY}'"
+# The people who used the most, from the rows of the inner query. That one reads the rows
+# since a time through the index on ``at``, and its LIMIT (no limit: -1 or NULL) keeps SQLite
+# from merging it into the grouping, which would rather scan every row ever written through
+# the (platform, user_id, at) index to skip a sort.
+_TOP = "GROUP BY platform, user_id ORDER BY used DESC, platform, user_id LIMIT $2"
+# What an event row shows of its conversation and session (columns 2-7 of the row).
+_EVENT_COLS = "c.id, c.bot, c.platform, c.chat_id, c.thread_id, s.session_no"
+_EVENT_FROM = "FROM sessions s JOIN conversations c ON c.id = s.conversation_id"
 
 
 class ConsolePart(SQLCore):
@@ -154,6 +182,104 @@ class ConsolePart(SQLCore):
             for r in rows
         ]
 
+    async def console_last_inbound(self, bot: str) -> float | None:
+        """When a person last wrote to ``bot``: its newest stored user message.
+
+        Walks the bot's sessions by last activity (``sessions_activity``), newest first, and
+        reads each one's newest user message by its (session, turn) key. A session's activity
+        is never older than its newest message, so the walk stops at the first session less
+        recently active than the best message found: one or two sessions, usually. After
+        ``_STEPS`` steps the best found so far is the answer (then it is a lower bound).
+        """
+        best: float | None = None
+        after: tuple[float, int] | None = None
+        async with self._read() as db:
+            for _ in range(_STEPS):
+                args: list[object] = [bot]
+                where = ""
+                if after is not None:
+                    args += [after[0], after[1]]
+                    where = (
+                        " AND (s.last_activity_at < $2 OR (s.last_activity_at = $2 AND s.id < $3))"
+                    )
+                args.append(_WALK)
+                # CROSS JOIN: SQLite then walks sessions_activity and stops after the page,
+                # rather than reading every session of the bot through the conversations'
+                # key and sorting them (PostgreSQL plans by its statistics either way).
+                rows = await db.fetch(
+                    "SELECT s.id, s.last_activity_at, (SELECT m.created_at FROM messages m "
+                    "WHERE m.session_id = s.id AND m.role = 'user' ORDER BY m.turn DESC LIMIT 1) "
+                    "FROM sessions s CROSS JOIN conversations c WHERE c.id = s.conversation_id "
+                    f"AND c.bot = $1{where} ORDER BY s.last_activity_at DESC, s.id DESC "
+                    f"LIMIT ${len(args)}",
+                    *args,
+                )
+                for row in rows:
+                    if best is not None and float(row[1]) <= best:
+                        return best
+                    if row[2] is not None:
+                        best = max(best or 0.0, float(row[2]))
+                if len(rows) < _WALK:
+                    return best
+                after = (float(rows[-1][1]), int(rows[-1][0]))
+        return best
+
+    async def console_events(self, limit: int = 10) -> list[ConsoleEvent]:
+        """The newest gaps found and turns the model rejected, newest first (each read
+        through its partial index of migration 14)."""
+        async with self._read() as db:
+            gaps = await db.fetch(
+                f"SELECT st.updated_at, st.value, {_EVENT_COLS} {_EVENT_FROM} "
+                f"JOIN session_state st ON st.session_id = s.id WHERE {_IS_GAP} "
+                "ORDER BY st.updated_at DESC LIMIT $1",
+                limit,
+            )
+            # A rejected turn is one or more messages with the same reason: enough rows for
+            # ``limit`` turns of a few messages each, grouped below.
+            rejected = await db.fetch(
+                f"SELECT m.created_at, m.closed_reason, {_EVENT_COLS}, m.turn {_EVENT_FROM} "
+                f"JOIN messages m ON m.session_id = s.id WHERE {_IS_REJECTED} "
+                "ORDER BY m.created_at DESC LIMIT $1",
+                limit * 5,
+            )
+        events = [_event(r, "gap", str(r[1])) for r in gaps]
+        grouped: dict[tuple[int, int, str], tuple[Any, list[int]]] = {}
+        for row in rejected:  # newest first: a group's first row is its newest
+            _, turns = grouped.setdefault((int(row[2]), int(row[7]), str(row[1])), (row, []))
+            turns.append(int(row[8]))
+        for row, turns in grouped.values():
+            detail = str(row[1]).removeprefix(_REJECTED)
+            events.append(_event(row, "rejected", detail, tuple(sorted(turns))))
+        events.sort(key=lambda e: e.at, reverse=True)
+        return events[:limit]
+
+    async def console_top_input_tokens(self, since: float, limit: int) -> list[PersonUsage]:
+        """The people charged the most input tokens since ``since`` (what the per-person
+        token limit counts: every bot, cached or not), most first (``model_usage_at``)."""
+        async with self._read() as db:
+            rows = await db.fetch(
+                "SELECT platform, user_id, SUM(tokens) AS used FROM (SELECT platform, user_id, "
+                "input_tokens + cache_write_tokens + cache_read_tokens AS tokens FROM model_usage "
+                f"WHERE at >= $1 AND user_id IS NOT NULL LIMIT $3) u {_TOP}",
+                since,
+                limit,
+                self.dialect.no_limit,
+            )
+        return [PersonUsage(UserKey(str(r[0]), str(r[1])), int(r[2])) for r in rows]
+
+    async def console_top_turns(self, since: float, limit: int) -> list[PersonUsage]:
+        """The people with the most turns since ``since`` (what the per-person turn limits
+        count: every bot), most first (``turn_usage_at``)."""
+        async with self._read() as db:
+            rows = await db.fetch(
+                "SELECT platform, user_id, COUNT(*) AS used FROM (SELECT platform, user_id "
+                f"FROM turn_usage WHERE at >= $1 LIMIT $3) u {_TOP}",
+                since,
+                limit,
+                self.dialect.no_limit,
+            )
+        return [PersonUsage(UserKey(str(r[0]), str(r[1])), int(r[2])) for r in rows]
+
     async def record_audit(
         self, actor: str, action: str, target: str, detail: str, now: float
     ) -> None:
@@ -182,6 +308,21 @@ class ConsolePart(SQLCore):
             AuditEntry(int(r[0]), float(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5]))
             for r in rows
         ]
+
+
+def _event(
+    row: Any, kind: Literal["gap", "rejected"], detail: str, turns: tuple[int, ...] = ()
+) -> ConsoleEvent:
+    """A ConsoleEvent from a row of ``at, value, <_EVENT_COLS>``."""
+    return ConsoleEvent(
+        at=float(row[0]),
+        kind=kind,
+        conversation_id=int(row[2]),
+        key=cols.conversation_key(row[3], row[4], row[5], row[6]),
+        session_no=int(row[7]),
+        detail=detail,
+        turns=turns,
+    )
 
 
 def _like(text: str) -> str:
