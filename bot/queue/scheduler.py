@@ -93,6 +93,10 @@ class Scheduler(Generic[K]):
         self.turns_started = 0
         #: Due timers a claim saw taken by another process in between (claim mode).
         self.lost_claims = 0
+        # Claim mode: whether the last claim took fewer turns than it had slots for, and how
+        # many looks in a row found a timer due that the claim could not take.
+        self._claim_short = False
+        self._contended = 0
 
     async def _due_timers(self, now: float, limit: int) -> list[tuple[ConversationKey, float]]:
         timers = await self._store.due_timers(now, limit=limit, bots=self._bots)
@@ -193,6 +197,7 @@ class Scheduler(Generic[K]):
             return 0
         skip = [*self._running, *self._backing_off(now)]
         claims = await self._claims.claim(now, free, skip)  # type: ignore[arg-type]
+        self._claim_short = len(claims.turns) < free
         self.lost_claims += claims.lost
         for turn in claims.turns:
             key: K = turn.conversation  # type: ignore[assignment]
@@ -229,7 +234,16 @@ class Scheduler(Generic[K]):
             if len(self._running) >= self._max_concurrent:
                 return None  # no free slot: a turn that ends wakes the loop
             skip = [*self._running, *self._backing_off(now)]
-            return await self._claims.next_claim_at(now, skip)  # type: ignore[arg-type]
+            start = await self._claims.next_claim_at(now, skip)  # type: ignore[arg-type]
+            if start is not None and start <= now and self._claim_short:
+                # Due, yet the claim just now could not take it: its lease row is locked (a
+                # final check committing, an operator's session, a process stalled inside a
+                # transaction). Look again after a backoff that doubles up to the scan
+                # interval, never at once (a spin of queries for as long as the lock lasts).
+                self._contended += 1
+                return now + min(self._scan_interval, 0.01 * 2**self._contended)
+            self._contended = 0
+            return start
         # The earliest timer that this scheduler could start: a timer whose turn is running
         # here, or backing off after a lost CAS, must not hide a newer one that falls due
         # sooner (head-of-line delay).

@@ -36,14 +36,6 @@ class _Asyncio:
         await asyncio.sleep(0.01)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20: the listener's backoff never starts afresh: _listen_once always ends by "
-    "raising (its 'delay = 0.5' after a clean return is dead code), so every loss of a "
-    "healthy, long-lived connection doubles the wait (0.5, 1, 2, 4 ... up to 30 s) before "
-    "announcements resume; after a few server restarts or cut connections over days, each "
-    "further one costs 30 s of scan-only latency",
-)
 async def test_each_loss_of_a_healthy_connection_is_retried_promptly(
     pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

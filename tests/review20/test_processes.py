@@ -93,13 +93,6 @@ async def _post_until_stored(
     raise AssertionError("the worker never stored the message")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20: after a PostgreSQL restart, personabot run processes keep ingesting "
-    "(the pool reconnects; the listener too) but never answer again: the first scan or "
-    "claim during the outage raises StoreError, which ends the scheduler task "
-    "(Scheduler.run has no handler and build.py does not watch the task)",
-)
 async def test_processes_answer_again_after_a_postgresql_restart(
     private_cluster: pg_cluster.LocalCluster,
     tmp_path: Path,
@@ -125,12 +118,6 @@ async def test_processes_answer_again_after_a_postgresql_restart(
     assert Counter(str(r["chat_id"]) for r in replies()) == {"before": 1, "after0": 1, "after1": 1}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20: an idle personabot run process burns CPU (and the database a query "
-    "storm) while a due timer's conversation row is locked by another session: the claim "
-    "skips it, next_claim_at reports it due, the scheduler re-polls with no delay",
-)
 async def test_an_idle_process_does_not_spin_on_a_locked_conversation(
     pg_dsn: str,
     tmp_path: Path,
@@ -150,7 +137,9 @@ async def test_an_idle_process_does_not_spin_on_a_locked_conversation(
                 await post(http, w, "k1", "hello", "k1-0")  # due in 0.5 s
                 tx = admin.transaction()
                 await tx.start()
+                # Both locks a claim could meet: the conversation's and its turn lease's.
                 await admin.execute("SELECT id FROM conversations FOR UPDATE")
+                await admin.execute("SELECT name FROM leases FOR UPDATE")
                 await asyncio.sleep(0.6)  # now due; the row stays locked
                 before = cpu_seconds(w.pid)
                 await asyncio.sleep(2.0)  # the measured window

@@ -76,9 +76,9 @@ class TimerListener:
         """Listen, and listen again after every failure, until cancelled."""
         delay = 0.5
         while True:
+            listened = self.connections
             try:
                 await self._listen_once()
-                delay = 0.5  # it was up: the next failure starts the backoff afresh
             except _ERRORS as exc:
                 # Not chained into the log: the driver's text may quote the URL.
                 log.warning(
@@ -87,6 +87,8 @@ class TimerListener:
                 )
             finally:
                 self.listening.clear()
+            if self.connections > listened:
+                delay = 0.5  # it was up: this loss starts the backoff afresh
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._retry_max)
 
