@@ -234,14 +234,14 @@ class Scheduler(Generic[K]):
             if len(self._running) >= self._max_concurrent:
                 return None  # no free slot: a turn that ends wakes the loop
             skip = [*self._running, *self._backing_off(now)]
-            start = await self._claims.next_claim_at(now, skip)  # type: ignore[arg-type]
+            start: float | None = await self._claims.next_claim_at(now, skip)  # type: ignore[arg-type]
             if start is not None and start <= now and self._claim_short:
                 # Due, yet the claim just now could not take it: its lease row is locked (a
                 # final check committing, an operator's session, a process stalled inside a
                 # transaction). Look again after a backoff that doubles up to the scan
                 # interval, never at once (a spin of queries for as long as the lock lasts).
                 self._contended += 1
-                return now + min(self._scan_interval, 0.01 * 2**self._contended)
+                return now + min(self._scan_interval, 0.01 * 2.0**self._contended)
             self._contended = 0
             return start
         # The earliest timer that this scheduler could start: a timer whose turn is running
