@@ -51,14 +51,19 @@ class StoreTarget:
 
 
 @contextlib.asynccontextmanager
-async def bench_target(kind: StoreKind) -> AsyncIterator[StoreTarget]:
-    """A fresh, empty database of ``kind``, removed afterwards."""
+async def bench_target(
+    kind: StoreKind,
+    *,
+    name: str = "personabot_bench_queue",
+    server_settings: Sequence[tuple[str, str]] = (),
+) -> AsyncIterator[StoreTarget]:
+    """A fresh, empty database of ``kind``, removed afterwards: a SQLite file, or PostgreSQL
+    database ``name`` (a throwaway cluster is started with ``server_settings``)."""
     if kind == "sqlite":
         with tempfile.TemporaryDirectory(prefix="personabot-bench-") as tmp:
-            yield StoreTarget("sqlite", str(Path(tmp) / "queue.sqlite3"))
+            yield StoreTarget("sqlite", str(Path(tmp) / f"{name}.sqlite3"))
         return
-    with pg_cluster.server() as server_dsn:
-        name = "personabot_bench_queue"
+    with pg_cluster.server(server_settings) as server_dsn:
         await pg_cluster.drop_database(server_dsn, name)
         dsn = await pg_cluster.create_database(server_dsn, name)
         try:

@@ -24,7 +24,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -99,8 +99,10 @@ class LocalCluster:
     _stopped: bool = False
 
     @classmethod
-    def start(cls, bindir: Path | None = None) -> Self:
-        """initdb and start a cluster in a new temporary directory (a few seconds)."""
+    def start(cls, bindir: Path | None = None, *, settings: Sequence[tuple[str, str]] = ()) -> Self:
+        """initdb and start a cluster in a new temporary directory (a few seconds);
+        ``settings`` are server settings on top of SERVER_SETTINGS (e.g. a benchmark's
+        ``shared_preload_libraries``)."""
         bindir = bindir or find_binaries()
         if bindir is None:
             raise ClusterUnavailable("PostgreSQL server binaries not found; " + HOW_TO_ENABLE)
@@ -108,7 +110,7 @@ class LocalCluster:
         root = Path(tempfile.mkdtemp(prefix="personabot-pg-"))
         cluster = cls(bindir, root, root / "sock", root / "data", prefix)
         try:
-            cluster._init_and_start()
+            cluster._init_and_start(settings)
         except BaseException:
             cluster.stop()
             raise
@@ -122,7 +124,7 @@ class LocalCluster:
                 f"{name} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-2000:]}"
             )
 
-    def _init_and_start(self) -> None:
+    def _init_and_start(self, settings: Sequence[tuple[str, str]] = ()) -> None:
         self.socket_dir.mkdir()
         if self.prefix:
             uid, gid = pwd.getpwnam("postgres")[2:4]
@@ -140,7 +142,7 @@ class LocalCluster:
             "--no-sync",
         )
         # pg_ctl hands these to the server through /bin/sh.
-        options = " ".join(f"-c {k}={v}" for k, v in SERVER_SETTINGS)
+        options = " ".join(f"-c {k}={v}" for k, v in (*SERVER_SETTINGS, *settings))
         options += f" -p {PORT} -k {self.socket_dir}"
         self._tool(
             "pg_ctl",
@@ -193,13 +195,14 @@ class LocalCluster:
 
 
 @contextlib.contextmanager
-def server() -> Iterator[str]:
-    """A DSN of a server on which databases may be created: the env DSN or a local cluster."""
+def server(settings: Sequence[tuple[str, str]] = ()) -> Iterator[str]:
+    """A DSN of a server on which databases may be created: the env DSN or a local cluster
+    (started with ``settings`` on top of SERVER_SETTINGS; the env DSN's server is as it is)."""
     dsn = os.environ.get(DSN_ENV, "").strip()
     if dsn:
         yield dsn
         return
-    with LocalCluster.start() as cluster:
+    with LocalCluster.start(settings=settings) as cluster:
         yield cluster.dsn("postgres")
 
 

@@ -17,7 +17,7 @@ from bot.store.sql.people import PeoplePart
 from bot.store.sql.queue import QueuePart
 from bot.store.sql.retention import RetentionPart
 from bot.store.sql.sessions import SessionsPart
-from bot.store.sqlite._core import SQLiteCore, sqlite_path
+from bot.store.sqlite._core import SQLiteCore, StatementTrace, sqlite_path
 from bot.store.sqlite._ingest import IngestPart
 
 
@@ -90,4 +90,4 @@ class SQLiteStore(
         return count
 
 
-__all__ = ["SQLiteStore", "sqlite_path"]
+__all__ = ["SQLiteStore", "StatementTrace", "sqlite_path"]

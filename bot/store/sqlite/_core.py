@@ -9,10 +9,10 @@ import logging
 import os
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
 import aiosqlite
 
@@ -34,6 +34,11 @@ def sqlite_path(url: str) -> str:
     path = path.removeprefix("/")
     return path if path == ":memory:" else str(Path(path))
 
+
+#: Called with the text of every statement the connection runs (SQLite's trace callback, with
+#: the parameters filled in), in the connection's worker thread: it must be quick and must not
+#: touch the store. For counting statements (bench/load.py, budget tests); off by default.
+StatementTrace: TypeAlias = Callable[[str], None]
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 
@@ -81,9 +86,14 @@ class SQLiteCore(SQLCore):
 
     dialect: ClassVar[Dialect] = SQLITE
 
-    def __init__(self, *, path: str | Path, busy_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self, *, path: str | Path, busy_timeout_ms: int = 5000, trace: StatementTrace | None = None
+    ) -> None:
         self._path = str(path)
         self._busy_timeout_ms = busy_timeout_ms
+        #: Sees every statement from the next ``open()`` on (BEGIN and COMMIT included); None:
+        #: no trace callback is installed at all.
+        self.trace = trace
         self._db: aiosqlite.Connection | None = None
         # One connection serves every coroutine of this process; the lock keeps their
         # transactions from interleaving on it.
@@ -111,6 +121,8 @@ class SQLiteCore(SQLCore):
         # A failed start must close what it opened: aiosqlite's worker thread is not a daemon,
         # and a half-opened connection would keep the process alive after the error.
         try:
+            if self.trace is not None:
+                await db.set_trace_callback(self.trace)
             await db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             await db.execute("PRAGMA journal_mode = WAL")
             await db.execute("PRAGMA synchronous = NORMAL")

@@ -1,0 +1,47 @@
+"""The SQLite store's optional statement trace (``SQLiteStore.trace``, used by bench/load.py
+and by statement budgets): off unless given; when given, it sees every statement the store's
+connection runs, transaction statements included, with the parameters filled in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot.core.events import ConversationKey, Inbound, QueuePolicy
+from bot.store.sqlite import SQLiteStore
+
+C = ConversationKey("telegram", "42", None, "telegram-mira")
+Q = QueuePolicy(debounce=1.0, max_wait=5.0)
+
+
+async def test_the_trace_is_off_by_default(tmp_path: Path) -> None:
+    store = SQLiteStore(path=tmp_path / "bots.sqlite3")
+    assert store.trace is None
+    async with store:
+        await store.ingest(Inbound(C, "u1", "Sasha", "hello", "m1"), 1000.0, Q)
+    assert store.trace is None
+
+
+async def test_the_trace_sees_every_statement_of_an_ingest(tmp_path: Path) -> None:
+    seen: list[str] = []
+    async with SQLiteStore(path=tmp_path / "bots.sqlite3", trace=seen.append) as store:
+        assert any(s.startswith("PRAGMA journal_mode") for s in seen)  # from the open on
+        del seen[:]
+        await store.ingest(Inbound(C, "u1", "Sasha", "it's me", "m1"), 1000.0, Q)
+        first = list(seen)
+        del seen[:]
+        await store.ingest(Inbound(C, "u1", "Sasha", "again", "m2"), 1001.0, Q)
+    assert first[0] == "BEGIN IMMEDIATE" and first[-1] == "COMMIT"
+    assert seen[0] == "BEGIN IMMEDIATE" and seen[-1] == "COMMIT"
+    inserts = [s for s in first if s.startswith("INSERT INTO messages")]
+    assert len(inserts) == 1 and "'it''s me'" in inserts[0]  # the parameters filled in
+    assert sum(s.startswith("INSERT INTO messages") for s in seen) == 1
+
+
+async def test_a_trace_set_before_open_is_installed(tmp_path: Path) -> None:
+    """How the load benchmark attaches it to the store ``personabot run`` builds."""
+    seen: list[str] = []
+    store = SQLiteStore(path=tmp_path / "bots.sqlite3")
+    store.trace = seen.append
+    async with store:
+        await store.ingest(Inbound(C, "u1", "Sasha", "hello", "m1"), 1000.0, Q)
+    assert "COMMIT" in seen and any(s.startswith("INSERT INTO messages") for s in seen)
