@@ -39,7 +39,7 @@ from bot.core.agenda import (
 )
 from bot.core.clock import Clock
 from bot.core.errors import ModelError, StoreError
-from bot.core.events import ConversationKey, Lease, SessionKey, UserKey
+from bot.core.events import ConversationKey, Lease, OutboxItem, SessionKey, UserKey
 from bot.core.llm import BaseLLM, ModelRequest, ModelResult, ToolSpec
 from bot.core.visible import has_visible_text
 from bot.metrics import Metrics
@@ -83,6 +83,8 @@ REMIND_TOOL: Final = "remind_me"
 CHECKED_SLACK: Final = 3600.0
 #: When a check-in could not be decided (the model failed), try again after this long.
 RETRY_SECONDS: Final = 15 * 60.0
+#: The note of a reminder that a chat refusing delivery (a blocked bot) never got.
+REFUSED: Final = "the chat refuses delivery"
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,7 +351,7 @@ class Proactive:
             return "gone"
         persona = self._persona(conversation.bot, state.persona) or persona  # the chat's own
         if not state.active:
-            await self._store.fail_reminder(reminder_id, "the chat refuses delivery", now)
+            await self._store.fail_reminder(reminder_id, REFUSED, now)
             return "off"
         if state.pending:
             return "busy"  # the person is being answered: the reminder comes right after
@@ -401,9 +403,20 @@ class Proactive:
         if finished.outcome != "recorded" or finished.outbox is None:
             self._count(conversation, f"reminder_{finished.outcome}")
             return "fenced" if finished.outcome == "fenced" else "discarded"
-        self._count(conversation, "reminder_sent")
         self._memory.schedule_compaction(session)
-        await self._delivery.deliver(finished.outbox)
+        return await self._deliver_reminder(finished.outbox, reminder_id)
+
+    async def _deliver_reminder(self, outbox: OutboxItem, reminder_id: int) -> Outcome:
+        conversation = outbox.conversation
+        if not await self._delivery.deliver(outbox) and not (
+            await self._store.conversation_active(conversation)
+        ):
+            # The platform refused it (Delivery marks the chat inactive before returning):
+            # it never reached the person, so it is not "sent". Not retried: the chat refuses.
+            await self._store.fail_reminder(reminder_id, REFUSED, self._clock.now(), was="sent")
+            self._count(conversation, "reminder_refused")
+            return "off"
+        self._count(conversation, "reminder_sent")
         return "sent"
 
     async def _ask(self, request: ModelRequest, lease: Lease, persona: Persona) -> ModelResult:

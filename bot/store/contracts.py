@@ -13,7 +13,14 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Final, Self
 
-from bot.core.agenda import AgendaKind, DueItem, InitiativeState, NewReminder, Reminder
+from bot.core.agenda import (
+    AgendaKind,
+    DueItem,
+    InitiativeState,
+    NewReminder,
+    Reminder,
+    ReminderStatus,
+)
 from bot.core.console import AuditEntry, ConversationRow, QueueView, UsageBucket
 from bot.core.events import (
     Claims,
@@ -448,8 +455,12 @@ class AgendaStore(abc.ABC):
         none."""
 
     @abc.abstractmethod
-    async def fail_reminder(self, reminder_id: int, note: str, now: float) -> bool:
-        """Give up on a pending reminder (the chat refuses delivery), with the reason."""
+    async def fail_reminder(
+        self, reminder_id: int, note: str, now: float, *, was: ReminderStatus = "pending"
+    ) -> bool:
+        """Give up on a reminder still in status ``was``, with the reason: a pending one in a
+        chat that refuses delivery, or one recorded as ``sent`` whose message the platform
+        then refused; False when it is no longer in that status."""
 
     @abc.abstractmethod
     async def set_timezone(self, user: UserKey, timezone: str | None, now: float) -> None:

@@ -173,3 +173,44 @@ async def test_a_reminder_is_sent_once_across_processes(stores: StoreFactory) ->
             await store.release_lease(lease)
         assert outcomes == ["recorded", "discarded"]  # b got the lease after a; already sent
         assert (await b.reminder(item.reminder)).status == "sent"  # type: ignore[union-attr]
+
+
+async def test_a_reminder_fails_only_from_the_status_it_was_seen_in(store: BaseStore) -> None:
+    """Failing is a compare-and-set: a reminder cancelled meanwhile stays cancelled, and one
+    recorded as sent becomes failed only when the caller saw it sent (its message refused)."""
+    reminders = [
+        NewReminder("u1", about, T0 + 60 * n, "UTC")
+        for n, about in ((1, "tea"), (2, "cake"), (3, "nap"))
+    ]
+    await _answered(store, "remind me", T0, reminders=reminders)
+    tea, cake, nap = await store.reminders(SASHA)
+    assert await store.cancel_reminder(SASHA, tea.id, T0 + 1)
+    assert not await store.fail_reminder(tea.id, "the chat refuses delivery", T0 + 60)
+    assert not await store.fail_reminder(cake.id, "refused", T0 + 120, was="sent")
+    assert await store.fail_reminder(cake.id, "the chat refuses delivery", T0 + 120)
+    assert not await store.fail_reminder(cake.id, "again", T0 + 121)
+    # The nap reminder is written (recorded as sent), then its message is refused.
+    state = await store.initiative_state(C)
+    lease = await store.acquire_lease(f"turn:{C}", "w", 30, T0 + 180)
+    assert state is not None and state.session_no is not None and lease is not None
+    done = await store.finish_proactive(
+        C,
+        lease,
+        version=state.version,
+        session_no=state.session_no,
+        text="Nap time!",
+        now=T0 + 180,
+        origin="reminder",
+        addressee="u1",
+        reminder=nap.id,
+    )
+    assert done.outcome == "recorded"
+    assert not await store.fail_reminder(nap.id, "the chat refuses delivery", T0 + 181)
+    assert await store.fail_reminder(nap.id, "the chat refuses delivery", T0 + 181, was="sent")
+    shown = [(r.about, r.status, r.note) for r in await store.reminders(SASHA, pending_only=False)]
+    assert shown == [
+        ("tea", "cancelled", None),
+        ("cake", "failed", "the chat refuses delivery"),
+        ("nap", "failed", "the chat refuses delivery"),
+    ]
+    assert await store.reminders(SASHA) == [] and await store.due_agenda(T0 + 9999) == []

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bot.core.agenda import AgendaKind, DueItem, InitiativeState, Reminder
+from bot.core.agenda import AgendaKind, DueItem, InitiativeState, Reminder, ReminderStatus
 from bot.core.errors import StoreError
 from bot.core.events import (
     ConversationKey,
@@ -308,15 +308,18 @@ class AgendaPart(SQLCore):
             )
         return changed > 0
 
-    async def fail_reminder(self, reminder_id: int, note: str, now: float) -> bool:
-        """Only while pending."""
+    async def fail_reminder(
+        self, reminder_id: int, note: str, now: float, *, was: ReminderStatus = "pending"
+    ) -> bool:
+        """Compare-and-set on the status: a reminder cancelled or sent meanwhile stays so."""
         async with self._tx() as db:
             changed = await db.execute(
                 "UPDATE reminders SET status = 'failed', finished_at = $1, note = $2 "
-                "WHERE id = $3 AND status = 'pending'",
+                "WHERE id = $3 AND status = $4",
                 now,
                 note[:500],
                 reminder_id,
+                was,
             )
         return changed > 0
 
