@@ -24,6 +24,8 @@ from datetime import tzinfo
 from typing import Final, Literal
 
 from bot.core.agenda import (
+    CAPPED,
+    CheckinCap,
     DueItem,
     InitiativePolicy,
     InitiativeState,
@@ -56,7 +58,9 @@ log = logging.getLogger("personabot.initiatives")
 
 #: A key of due work: (kind, conversation, reminder id or 0).
 AgendaKey = tuple[str, ConversationKey, int]
-Outcome = Literal["sent", "skipped", "discarded", "fenced", "busy", "early", "off", "gone", "retry"]
+Outcome = Literal[
+    "sent", "skipped", "discarded", "fenced", "busy", "early", "off", "gone", "retry", "capped"
+]
 
 SEND: Final = ToolSpec(
     "send",
@@ -94,6 +98,13 @@ class AgendaPolicy:
     timezone: str = "UTC"
     reminders: bool = False
     max_reminders_per_person: int = 20
+    #: Check-ins per bot in any 24 hours (0: no cap).
+    max_checkins_per_day: int = 0
+
+    @property
+    def checkin_cap(self) -> CheckinCap:
+        """The cap on the bot's check-ins."""
+        return CheckinCap(self.max_checkins_per_day)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,11 +298,9 @@ class Proactive:
         if due > now:
             await self._store.arm_initiative(conversation, due, now)
             return "early"
-        if not await self._accounting.allow(conversation, [state.person]):
-            await self._store.arm_initiative(
-                conversation, now + RETRY_SECONDS * 4, now, "not now: a token limit holds"
-            )
-            return "off"
+        postponed = await self._postponed(conversation, state.person, now)
+        if postponed is not None:
+            return postponed
         session = SessionKey(conversation, state.session_no)
         assembled = await check_in_prompt(
             self._memory, persona.pin, session, state, tz, now, policy=persona.memory
@@ -328,6 +337,7 @@ class Proactive:
             usage=result.usage,
             model=result.model,
             next_due=next_due,
+            cap=self.policy.checkin_cap,  # checked again there, under a lock per bot
         )
         if finished.outcome != "recorded" or finished.outbox is None:
             self._count(conversation, finished.outcome)
@@ -336,6 +346,24 @@ class Proactive:
         self._memory.schedule_compaction(session)
         await self._delivery.deliver(finished.outbox)
         return "sent"
+
+    async def _postponed(
+        self, conversation: ConversationKey, person: str, now: float
+    ) -> Outcome | None:
+        """Re-armed for later when a limit holds (the token limits, the bot's check-in cap);
+        None when the model may be asked."""
+        if not await self._accounting.allow(conversation, [person]):
+            await self._store.arm_initiative(
+                conversation, now + RETRY_SECONDS * 4, now, "not now: a token limit holds"
+            )
+            return "off"
+        frees = await capped_until(self._store, self.policy.checkin_cap, conversation.bot, now)
+        if frees is not None:
+            # Postponed, never dropped: the rules run again when the window frees.
+            await self._store.arm_initiative(conversation, frees, now, CAPPED)
+            self._count(conversation, "capped")
+            return "capped"
+        return None
 
     # -- reminders --------------------------------------------------------------------------------
 
@@ -484,6 +512,13 @@ async def zone_for(
     return zone(default), zone_name(default)
 
 
+async def capped_until(store: BaseStore, cap: CheckinCap, bot: str, now: float) -> float | None:
+    """When the bot may write its next check-in under ``cap`` (None: now)."""
+    if cap.limit <= 0:
+        return None
+    return cap.frees_at(await store.recent_checkins(bot, now - cap.window, cap.limit))
+
+
 async def due_check_in(
     store: BaseStore,
     memory: Memory,
@@ -491,9 +526,11 @@ async def due_check_in(
     conversation: ConversationKey,
     now: float,
     default_zone: str,
+    cap: CheckinCap = CheckinCap(),  # noqa: B008 - frozen, never mutated
 ) -> tuple[InitiativeState, tzinfo] | None:
     """The chat's state and the person's zone when a check-in would be decided now (for
-    ``personabot prompt``; the runner applies the same rules and re-arms as it goes)."""
+    ``personabot prompt``; the runner applies the same rules and re-arms as it goes). The
+    token limits are not looked at (they depend on who asks); the bot's cap is."""
     state = await store.initiative_state(conversation)
     if (
         state is None
@@ -517,7 +554,9 @@ async def due_check_in(
     due = check_in_due(
         policy, last_user_at=state.last_user_at, last_initiative_at=state.sent_at, tz=tz, now=now
     )
-    return (state, tz) if due <= now else None
+    if due > now or await capped_until(store, cap, conversation.bot, now) is not None:
+        return None
+    return state, tz
 
 
 async def check_in_prompt(

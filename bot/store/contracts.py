@@ -15,6 +15,7 @@ from typing import Final, Self
 
 from bot.core.agenda import (
     AgendaKind,
+    CheckinCap,
     DueItem,
     InitiativeState,
     NewReminder,
@@ -424,6 +425,7 @@ class AgendaStore(abc.ABC):
         model: str | None = None,
         reminder: int | None = None,
         next_due: float | None = None,
+        cap: CheckinCap | None = None,
     ) -> FinishResult:
         """The final check of a message the persona writes first, and its recording, in one
         transaction.
@@ -434,8 +436,15 @@ class AgendaStore(abc.ABC):
         longer pending. Recorded: an assistant message marked with ``origin`` and written to
         the person ``addressee`` (their /export and /forget include it) in the open session
         and its outbox row; an initiative re-armed at ``next_due``, a reminder marked
-        sent.
+        sent. An initiative past ``cap`` (the bot's check-ins of the window, counted under a
+        lock per bot so that it holds across processes) is discarded and re-armed, in the
+        same transaction, for when the window frees.
         """
+
+    @abc.abstractmethod
+    async def recent_checkins(self, bot: str, since: float, limit: int) -> list[float]:
+        """When the bot's check-ins written after ``since`` were written, over all its chats
+        (for ``CheckinCap``)."""
 
     @abc.abstractmethod
     async def reminder(self, reminder_id: int) -> Reminder | None:
