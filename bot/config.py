@@ -400,6 +400,9 @@ class ScheduleSettings(_Section):
     # The remind_me tool and /reminders.
     reminders: bool = False
     max_reminders_per_person: int = Field(default=20, ge=1, le=1000)
+    # Check-ins one bot may write in any 24 hours, over all its chats (0 = no cap); past it
+    # a due check-in waits until the oldest of the day's leaves the window.
+    max_checkins_per_day: int = Field(default=0, ge=0, le=1_000_000)
     scan_interval_seconds: float = Field(default=10.0, gt=0, le=3600)
 
     @field_validator("timezone")

@@ -20,6 +20,7 @@ from bot.app.build import (
     pin_for,
 )
 from bot.config import PersonaSettings, Settings
+from bot.core.agenda import CheckinCap
 from bot.core.clock import SystemClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn, UserKey
@@ -103,7 +104,13 @@ async def preview_prompt(
         None
         if turn is not None
         else await due_check_in(
-            store, memory, initiative_policy(persona), conversation, now, settings.schedule.timezone
+            store,
+            memory,
+            initiative_policy(persona),
+            conversation,
+            now,
+            settings.schedule.timezone,
+            CheckinCap(settings.schedule.max_checkins_per_day),
         )
     )
     if due is not None:

@@ -722,7 +722,10 @@ def build_agenda(
         accounting=accounting,
         holder=holder,
         policy=AgendaPolicy(
-            schedule.timezone, schedule.reminders, schedule.max_reminders_per_person
+            schedule.timezone,
+            schedule.reminders,
+            schedule.max_reminders_per_person,
+            schedule.max_checkins_per_day,
         ),
         metrics=metrics,
     )

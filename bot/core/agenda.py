@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from typing import Final, Literal
@@ -156,6 +157,26 @@ def check_in_due(
         due = max(due, now)
     return after_quiet(due, tz, policy.quiet)
 
+
+@dataclass(frozen=True, slots=True)
+class CheckinCap:
+    """``[schedule] max_checkins_per_day``: at most ``limit`` check-ins written by one bot,
+    over all its chats, in any ``window`` seconds (``limit`` 0: no cap)."""
+
+    limit: int = 0
+    window: float = 86400.0
+
+    def frees_at(self, recent: Sequence[float]) -> float | None:
+        """When the bot may write its next check-in, given the times of its check-ins written
+        after ``now - window`` (at least the newest ``limit`` of them): None when it may now,
+        else the moment the oldest of its last ``limit`` leaves the window."""
+        if self.limit <= 0 or len(recent) < self.limit:
+            return None
+        return sorted(recent, reverse=True)[self.limit - 1] + self.window
+
+
+#: The decision noted on a check-in postponed by the cap (``CheckinCap``).
+CAPPED: Final = "not now: the bot's check-ins for the day are used up"
 
 Blocker = Literal["off", "inactive", "group", "unanswered"]
 

@@ -24,6 +24,8 @@ from datetime import tzinfo
 from typing import Final, Literal
 
 from bot.core.agenda import (
+    CAPPED,
+    CheckinCap,
     DueItem,
     InitiativePolicy,
     InitiativeState,
@@ -39,7 +41,7 @@ from bot.core.agenda import (
 )
 from bot.core.clock import Clock
 from bot.core.errors import ModelError, StoreError
-from bot.core.events import ConversationKey, Lease, SessionKey, UserKey
+from bot.core.events import ConversationKey, Lease, OutboxItem, SessionKey, UserKey
 from bot.core.llm import BaseLLM, ModelRequest, ModelResult, ToolSpec
 from bot.core.visible import has_visible_text
 from bot.metrics import Metrics
@@ -56,7 +58,9 @@ log = logging.getLogger("personabot.initiatives")
 
 #: A key of due work: (kind, conversation, reminder id or 0).
 AgendaKey = tuple[str, ConversationKey, int]
-Outcome = Literal["sent", "skipped", "discarded", "fenced", "busy", "early", "off", "gone", "retry"]
+Outcome = Literal[
+    "sent", "skipped", "discarded", "fenced", "busy", "early", "off", "gone", "retry", "capped"
+]
 
 SEND: Final = ToolSpec(
     "send",
@@ -83,6 +87,8 @@ REMIND_TOOL: Final = "remind_me"
 CHECKED_SLACK: Final = 3600.0
 #: When a check-in could not be decided (the model failed), try again after this long.
 RETRY_SECONDS: Final = 15 * 60.0
+#: The note of a reminder that a chat refusing delivery (a blocked bot) never got.
+REFUSED: Final = "the chat refuses delivery"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,13 @@ class AgendaPolicy:
     timezone: str = "UTC"
     reminders: bool = False
     max_reminders_per_person: int = 20
+    #: Check-ins per bot in any 24 hours (0: no cap).
+    max_checkins_per_day: int = 0
+
+    @property
+    def checkin_cap(self) -> CheckinCap:
+        """The cap on the bot's check-ins."""
+        return CheckinCap(self.max_checkins_per_day)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,11 +298,9 @@ class Proactive:
         if due > now:
             await self._store.arm_initiative(conversation, due, now)
             return "early"
-        if not await self._accounting.allow(conversation, [state.person]):
-            await self._store.arm_initiative(
-                conversation, now + RETRY_SECONDS * 4, now, "not now: a token limit holds"
-            )
-            return "off"
+        postponed = await self._postponed(conversation, state.person, now)
+        if postponed is not None:
+            return postponed
         session = SessionKey(conversation, state.session_no)
         assembled = await check_in_prompt(
             self._memory, persona.pin, session, state, tz, now, policy=persona.memory
@@ -326,6 +337,7 @@ class Proactive:
             usage=result.usage,
             model=result.model,
             next_due=next_due,
+            cap=self.policy.checkin_cap,  # checked again there, under a lock per bot
         )
         if finished.outcome != "recorded" or finished.outbox is None:
             self._count(conversation, finished.outcome)
@@ -334,6 +346,24 @@ class Proactive:
         self._memory.schedule_compaction(session)
         await self._delivery.deliver(finished.outbox)
         return "sent"
+
+    async def _postponed(
+        self, conversation: ConversationKey, person: str, now: float
+    ) -> Outcome | None:
+        """Re-armed for later when a limit holds (the token limits, the bot's check-in cap);
+        None when the model may be asked."""
+        if not await self._accounting.allow(conversation, [person]):
+            await self._store.arm_initiative(
+                conversation, now + RETRY_SECONDS * 4, now, "not now: a token limit holds"
+            )
+            return "off"
+        frees = await capped_until(self._store, self.policy.checkin_cap, conversation.bot, now)
+        if frees is not None:
+            # Postponed, never dropped: the rules run again when the window frees.
+            await self._store.arm_initiative(conversation, frees, now, CAPPED)
+            self._count(conversation, "capped")
+            return "capped"
+        return None
 
     # -- reminders --------------------------------------------------------------------------------
 
@@ -349,7 +379,7 @@ class Proactive:
             return "gone"
         persona = self._persona(conversation.bot, state.persona) or persona  # the chat's own
         if not state.active:
-            await self._store.fail_reminder(reminder_id, "the chat refuses delivery", now)
+            await self._store.fail_reminder(reminder_id, REFUSED, now)
             return "off"
         if state.pending:
             return "busy"  # the person is being answered: the reminder comes right after
@@ -401,9 +431,20 @@ class Proactive:
         if finished.outcome != "recorded" or finished.outbox is None:
             self._count(conversation, f"reminder_{finished.outcome}")
             return "fenced" if finished.outcome == "fenced" else "discarded"
-        self._count(conversation, "reminder_sent")
         self._memory.schedule_compaction(session)
-        await self._delivery.deliver(finished.outbox)
+        return await self._deliver_reminder(finished.outbox, reminder_id)
+
+    async def _deliver_reminder(self, outbox: OutboxItem, reminder_id: int) -> Outcome:
+        conversation = outbox.conversation
+        if not await self._delivery.deliver(outbox) and not (
+            await self._store.conversation_active(conversation)
+        ):
+            # The platform refused it (Delivery marks the chat inactive before returning):
+            # it never reached the person, so it is not "sent". Not retried: the chat refuses.
+            await self._store.fail_reminder(reminder_id, REFUSED, self._clock.now(), was="sent")
+            self._count(conversation, "reminder_refused")
+            return "off"
+        self._count(conversation, "reminder_sent")
         return "sent"
 
     async def _ask(self, request: ModelRequest, lease: Lease, persona: Persona) -> ModelResult:
@@ -471,6 +512,13 @@ async def zone_for(
     return zone(default), zone_name(default)
 
 
+async def capped_until(store: BaseStore, cap: CheckinCap, bot: str, now: float) -> float | None:
+    """When the bot may write its next check-in under ``cap`` (None: now)."""
+    if cap.limit <= 0:
+        return None
+    return cap.frees_at(await store.recent_checkins(bot, now - cap.window, cap.limit))
+
+
 async def due_check_in(
     store: BaseStore,
     memory: Memory,
@@ -478,9 +526,11 @@ async def due_check_in(
     conversation: ConversationKey,
     now: float,
     default_zone: str,
+    cap: CheckinCap = CheckinCap(),  # noqa: B008 - frozen, never mutated
 ) -> tuple[InitiativeState, tzinfo] | None:
     """The chat's state and the person's zone when a check-in would be decided now (for
-    ``personabot prompt``; the runner applies the same rules and re-arms as it goes)."""
+    ``personabot prompt``; the runner applies the same rules and re-arms as it goes). The
+    token limits are not looked at (they depend on who asks); the bot's cap is."""
     state = await store.initiative_state(conversation)
     if (
         state is None
@@ -504,7 +554,9 @@ async def due_check_in(
     due = check_in_due(
         policy, last_user_at=state.last_user_at, last_initiative_at=state.sent_at, tz=tz, now=now
     )
-    return (state, tz) if due <= now else None
+    if due > now or await capped_until(store, cap, conversation.bot, now) is not None:
+        return None
+    return state, tz
 
 
 async def check_in_prompt(

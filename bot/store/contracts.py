@@ -13,7 +13,15 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Final, Self
 
-from bot.core.agenda import AgendaKind, DueItem, InitiativeState, NewReminder, Reminder
+from bot.core.agenda import (
+    AgendaKind,
+    CheckinCap,
+    DueItem,
+    InitiativeState,
+    NewReminder,
+    Reminder,
+    ReminderStatus,
+)
 from bot.core.console import (
     AuditEntry,
     ConsoleEvent,
@@ -429,6 +437,7 @@ class AgendaStore(abc.ABC):
         model: str | None = None,
         reminder: int | None = None,
         next_due: float | None = None,
+        cap: CheckinCap | None = None,
     ) -> FinishResult:
         """The final check of a message the persona writes first, and its recording, in one
         transaction.
@@ -439,8 +448,15 @@ class AgendaStore(abc.ABC):
         longer pending. Recorded: an assistant message marked with ``origin`` and written to
         the person ``addressee`` (their /export and /forget include it) in the open session
         and its outbox row; an initiative re-armed at ``next_due``, a reminder marked
-        sent.
+        sent. An initiative past ``cap`` (the bot's check-ins of the window, counted under a
+        lock per bot so that it holds across processes) is discarded and re-armed, in the
+        same transaction, for when the window frees.
         """
+
+    @abc.abstractmethod
+    async def recent_checkins(self, bot: str, since: float, limit: int) -> list[float]:
+        """When the bot's check-ins written after ``since`` were written, over all its chats
+        (for ``CheckinCap``)."""
 
     @abc.abstractmethod
     async def reminder(self, reminder_id: int) -> Reminder | None:
@@ -460,8 +476,12 @@ class AgendaStore(abc.ABC):
         none."""
 
     @abc.abstractmethod
-    async def fail_reminder(self, reminder_id: int, note: str, now: float) -> bool:
-        """Give up on a pending reminder (the chat refuses delivery), with the reason."""
+    async def fail_reminder(
+        self, reminder_id: int, note: str, now: float, *, was: ReminderStatus = "pending"
+    ) -> bool:
+        """Give up on a reminder still in status ``was``, with the reason: a pending one in a
+        chat that refuses delivery, or one recorded as ``sent`` whose message the platform
+        then refused; False when it is no longer in that status."""
 
     @abc.abstractmethod
     async def set_timezone(self, user: UserKey, timezone: str | None, now: float) -> None:

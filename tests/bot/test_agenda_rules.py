@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.core.agenda import (
+    CheckinCap,
     InitiativePolicy,
     QuietHours,
     WhenError,
@@ -124,3 +125,26 @@ def test_reminder_times_are_local_and_bounded() -> None:
     for bad in ("tomorrow at 9", "2026-13-01T09:00", ""):
         with pytest.raises(WhenError, match="YYYY-MM-DDTHH:MM"):
             reminder_due(bad, berlin, now)
+
+
+@given(
+    st.lists(st.floats(min_value=0.0, max_value=86_399.0), max_size=12),
+    st.integers(min_value=0, max_value=6),
+)
+def test_the_check_in_cap_frees_exactly_when_one_leaves_the_window(
+    offsets: list[float], limit: int
+) -> None:
+    """Check-ins written in the last 24 hours before ``now``: the cap holds while ``limit`` of
+    them are in the window, and frees at the first moment fewer are."""
+    now, cap = 1_790_000_000.0, CheckinCap(limit)
+    recent = [now - offset for offset in offsets]
+
+    def in_window(at: float) -> int:
+        return sum(t > at - cap.window for t in recent)
+
+    frees = cap.frees_at(recent)
+    if limit == 0 or len(recent) < limit:
+        assert frees is None
+        return
+    assert frees is not None and frees > now
+    assert in_window(frees) < limit <= in_window(frees - 1e-3)

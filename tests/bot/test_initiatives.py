@@ -16,11 +16,13 @@ from bot.config import InitiativeSettings, ScheduleSettings
 from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey, UserKey
 from bot.core.llm import BaseLLM, ModelRequest, ModelResult, ToolResult, ToolUse, Usage
+from bot.runtime.initiatives import REFUSED
 from bot.store.base import BaseStore
 from tests.backends import StoreFactory
 from tests.harness import BOT, Harness, harness
 
 C = ConversationKey("telegram", "42", None, BOT)
+SASHA = UserKey("telegram", "u1")
 HOUR = 3600.0
 CHECK_IN = "Hey Sasha, how did the exam go?"
 # A Tuesday, 10:00 UTC.
@@ -176,6 +178,44 @@ async def test_checkins_off_and_a_blocked_chat_stop_them(store: BaseStore) -> No
         assert len(llm.decisions()) == 2  # written, refused: the chat is marked inactive
         await h.advance(20 * HOUR, step=1800)
         assert len(llm.decisions()) == 2  # and no further attempt
+
+
+async def test_a_reminder_due_in_a_blocked_chat_is_failed_not_sent_and_never_retried(
+    store: BaseStore,
+) -> None:
+    """The person blocks the bot after asking for two reminders. The first is written and
+    refused by the platform (the chat is marked inactive): it never reached them, so it is
+    failed, not sent. The second falls due in a chat known to refuse delivery: failed with
+    the reason, without a model call or a send. Neither comes back, even once they write
+    again; /reminders lists none waiting."""
+    clock = ManualClock(T0)
+    llm = Scripted(remind_at="2026-12-01T12:00")  # UTC, the default zone
+    async with harness(store, clock, llm, schedule=ScheduleSettings(reminders=True)) as h:
+        await _chat(h, "please remind me at noon about the dentist")
+        llm.remind_at = "2026-12-01T13:00"
+        await _chat(h, "and remind me at 13:00 about the dentist again")
+        assert _texts(h) == ["I'll remind you.", "I'll remind you."]
+        assert len(await store.reminders(SASHA)) == 2
+        h.outlet.no_private_chat.add(C.chat_id)  # the person blocks the bot
+        await h.advance(2.1 * HOUR, step=60)  # past noon
+        assert len(h.outlet.refused) == 1  # the first reminder, refused
+        assert not await store.conversation_active(C)
+        await h.advance(1.1 * HOUR, step=60)  # past 13:00
+        await h.advance(48 * HOUR, step=1800)
+        assert len(h.outlet.refused) == 1  # the second was never tried
+        assert len([r for r in llm.requests if "reminder" in r.layers]) == 1
+        assert not any("dentist, in an hour" in t for t in _texts(h))
+        stored = await store.reminders(SASHA, pending_only=False)
+        assert [(r.status, r.note) for r in stored] == [("failed", REFUSED)] * 2
+        h.outlet.no_private_chat.discard(C.chat_id)  # unblocked: they write again
+        await _chat(h, "I'm back")
+        assert await store.conversation_active(C)
+        await h.say(C, "/reminders")
+        assert _texts(h)[-2].endswith("I'm back")  # its reply
+        assert _texts(h)[-1].startswith("You have no reminders waiting.")
+        await h.advance(24 * HOUR, step=1800)
+        assert len([r for r in llm.requests if "reminder" in r.layers]) == 1
+        assert len(_texts(h)) == 4 and not any("dentist, in" in t for t in _texts(h))
 
 
 async def _remind(h: Harness) -> None:

@@ -23,6 +23,8 @@ class RecordingOutlet:
         self.file_gate: asyncio.Event | None = None
         #: Users whose private chat the platform refuses (never started the bot).
         self.no_private_chat: set[str] = set()
+        #: Replies the platform refused (to a chat in ``no_private_chat``), with the time.
+        self.refused: list[tuple[float, Reply]] = []
 
     @property
     def idempotent_send(self) -> bool:
@@ -34,6 +36,7 @@ class RecordingOutlet:
         if reply.attachment is not None and self.file_gate is not None:
             await self.file_gate.wait()
         if reply.conversation.chat_id in self.no_private_chat:
+            self.refused.append((self._clock.now(), reply))
             raise DeliveryRefused(f"user {reply.conversation.chat_id} never started the bot")
         self.replies.append((self._clock.now(), reply))
 

@@ -450,4 +450,13 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         CREATE INDEX turn_usage_at ON turn_usage(at);
         """,
     ),
+    (
+        15,
+        """
+        -- The per-bot cap on check-ins ([schedule] max_checkins_per_day) counts a bot's
+        -- check-ins of the last 24 hours before each one: only check-ins are indexed, so the
+        -- count never reads the day's other messages.
+        CREATE INDEX messages_checkins ON messages(created_at) WHERE origin = 'initiative';
+        """,
+    ),
 )

@@ -13,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bot.core.agenda import AgendaKind, DueItem, InitiativeState, Reminder
+from bot.core.agenda import (
+    CAPPED,
+    AgendaKind,
+    CheckinCap,
+    DueItem,
+    InitiativeState,
+    Reminder,
+    ReminderStatus,
+)
 from bot.core.errors import StoreError
 from bot.core.events import (
     ConversationKey,
@@ -26,6 +34,7 @@ from bot.core.events import (
 )
 from bot.core.llm import Usage
 from bot.store import cols
+from bot.store.sql.conn import Conn
 from bot.store.sql.core import CONV_WHERE_C, SQLCore, conv_args
 
 _REMINDER_COLS = (
@@ -51,6 +60,36 @@ def _reminder(row: Any) -> Reminder:
 
 def _opt(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+async def _arm(
+    db: Conn, conv_id: int, due_at: float | None, now: float, decision: str | None
+) -> None:
+    await db.execute(
+        "INSERT INTO initiatives (conversation_id, due_at, decided_at, decision, "
+        "updated_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (conversation_id) DO "
+        "UPDATE SET due_at = excluded.due_at, updated_at = excluded.updated_at, "
+        "decided_at = COALESCE(excluded.decided_at, initiatives.decided_at), "
+        "decision = COALESCE(excluded.decision, initiatives.decision)",
+        conv_id,
+        due_at,
+        None if decision is None else now,
+        None if decision is None else decision[:500],
+        now,
+    )
+
+
+async def _recent_checkins(db: Conn, bot: str, since: float, limit: int) -> list[float]:
+    # Through the partial index messages_checkins (migration 15): only check-ins are read.
+    rows = await db.fetch(
+        "SELECT m.created_at FROM messages m JOIN conversations c ON c.id = m.conversation_id "
+        "WHERE m.origin = 'initiative' AND m.created_at > $1 AND c.bot = $2 "
+        "ORDER BY m.created_at DESC LIMIT $3",
+        since,
+        bot,
+        limit,
+    )
+    return [float(r[0]) for r in rows]
 
 
 class AgendaPart(SQLCore):
@@ -116,18 +155,7 @@ class AgendaPart(SQLCore):
             conv_id = await self._conv_id(db, conversation, lock=True)
             if conv_id is None:
                 return
-            await db.execute(
-                "INSERT INTO initiatives (conversation_id, due_at, decided_at, decision, "
-                "updated_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (conversation_id) DO "
-                "UPDATE SET due_at = excluded.due_at, updated_at = excluded.updated_at, "
-                "decided_at = COALESCE(excluded.decided_at, initiatives.decided_at), "
-                "decision = COALESCE(excluded.decision, initiatives.decision)",
-                conv_id,
-                due_at,
-                None if decision is None else now,
-                None if decision is None else decision[:500],
-                now,
-            )
+            await _arm(db, conv_id, due_at, now, decision)
 
     async def set_checkins(self, conversation: ConversationKey, enabled: bool, now: float) -> None:
         """Allow or refuse check-ins in this chat; refusing also disarms."""
@@ -172,6 +200,11 @@ class AgendaPart(SQLCore):
             for r in rows
         ]
 
+    async def recent_checkins(self, bot: str, since: float, limit: int) -> list[float]:
+        """Newest first, at most ``limit``."""
+        async with self._read() as db:
+            return await _recent_checkins(db, bot, since, limit)
+
     async def finish_proactive(
         self,
         conversation: ConversationKey,
@@ -187,6 +220,7 @@ class AgendaPart(SQLCore):
         model: str | None = None,
         reminder: int | None = None,
         next_due: float | None = None,
+        cap: CheckinCap | None = None,
     ) -> FinishResult:
         """Lock, fence, compare, then record; the same locks as ``finish_turn``."""
         d = self.dialect
@@ -223,6 +257,15 @@ class AgendaPart(SQLCore):
             )
             if not still:
                 return FinishResult("discarded", current_version=current)
+            if origin == "initiative" and cap is not None and cap.limit > 0:
+                # Counted and recorded under one lock per bot: two processes writing check-ins
+                # of the bot into different chats cannot both take the last one of the day.
+                await self._serialize(db, f"checkins:{conversation.bot}")
+                recent = await _recent_checkins(db, conversation.bot, now - cap.window, cap.limit)
+                frees = cap.frees_at(recent)
+                if frees is not None:
+                    await _arm(db, conv_id, frees, now, CAPPED)  # postponed, never lost
+                    return FinishResult("discarded", current_version=current)
             sid = int(row[2])
             turn = Turn(SessionKey(conversation, session_no), version, (), now)
             reply_id, outbox_id = await self._record_reply(
@@ -308,15 +351,18 @@ class AgendaPart(SQLCore):
             )
         return changed > 0
 
-    async def fail_reminder(self, reminder_id: int, note: str, now: float) -> bool:
-        """Only while pending."""
+    async def fail_reminder(
+        self, reminder_id: int, note: str, now: float, *, was: ReminderStatus = "pending"
+    ) -> bool:
+        """Compare-and-set on the status: a reminder cancelled or sent meanwhile stays so."""
         async with self._tx() as db:
             changed = await db.execute(
                 "UPDATE reminders SET status = 'failed', finished_at = $1, note = $2 "
-                "WHERE id = $3 AND status = 'pending'",
+                "WHERE id = $3 AND status = $4",
                 now,
                 note[:500],
                 reminder_id,
+                was,
             )
         return changed > 0
 
