@@ -175,7 +175,10 @@ async def _fill_postgres(dsn: str, rows: tuple[list[tuple[Any, ...]], ...]) -> N
 async def _measure(target: StoreTarget, params: argparse.Namespace) -> dict[str, Any]:
     rows = _rows(params.conversations, params.messages)
     started = time.perf_counter()
-    async with target.open_store() as store:  # migrated, then filled underneath
+    async with (
+        contextlib.AsyncExitStack() as stack,
+        target.open_store() as store,  # migrated, then filled underneath
+    ):
         if target.kind == "sqlite":
             await asyncio.to_thread(_fill_sqlite, target.location, rows)
         else:
@@ -192,11 +195,16 @@ async def _measure(target: StoreTarget, params: argparse.Namespace) -> dict[str,
             {"bots": [{"platform": "telegram", "persona": "companion", "id": "telegram-mira"}]}
         )
         clock = SystemClock()
-        memory = build_memory(settings, store, OfflineLLM(), clock)
+        # As personabot run wires it (bot/app/serve.py): on SQLite the console reads through
+        # a connection of its own, so its queries never queue in front of the turns'.
+        console_store = await stack.enter_async_context(
+            target.open_store() if target.kind == "sqlite" else contextlib.nullcontext(store)
+        )
+        memory = build_memory(settings, console_store, OfflineLLM(), clock)
         web = console(
             settings,
             Secrets({"PERSONABOT_WEB_TOKEN": TOKEN}),
-            store=store,
+            store=console_store,
             memory=memory,
             clock=clock,
             listen="127.0.0.1:0",

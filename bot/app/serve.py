@@ -15,6 +15,7 @@ from bot.core.errors import ConfigError
 from bot.core.llm import BaseLLM
 from bot.core.ports import Outlet
 from bot.runtime.election import Exclusive
+from bot.store.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from bot.app.app import App
@@ -99,13 +100,20 @@ async def _serve(
             from bot.app.web.playground import playground
 
             assert rt.memory is not None
-            try_out = await console.enter_async_context(playground(app, rt.store))
+            store, memory = rt.store, rt.memory
+            if isinstance(store, SQLiteStore):
+                # A connection of its own, as `personabot web` has: one SQLite connection runs
+                # its statements one at a time, so the console's reads would queue in front of
+                # the turns' (scheduler lag p99 +50% with the pages polled once a second,
+                # bench/web.py). WAL lets the two connections read side by side.
+                store, memory = await console.enter_async_context(app.open_memory())
+            try_out = await console.enter_async_context(playground(app, store))
             await console.enter_async_context(
                 web_console(
                     settings,
                     app.secrets,
-                    store=rt.store,
-                    memory=rt.memory,
+                    store=store,
+                    memory=memory,
                     clock=rt.clock,
                     listen=settings.web.listen,
                     bot_state=lambda key: (
