@@ -363,7 +363,12 @@ class Process:
                 run_turn=self.pipeline.run_turn,
                 bots=[BOT],
                 scan_interval=SCAN,
-                claims=self.pipeline,  # as personabot run wires it (docs/scaling.md#claims)
+                # Raced, not claimed: a claim passes over a lease row another transaction
+                # holds (SKIP LOCKED) and looks again after a backoff on the clock, so whether
+                # a turn starts within a step would depend on the real timing of process B's
+                # transactions, which a replaying state machine cannot allow. Claims have
+                # their own tests (tests/store/test_claims.py, tests/review20, the
+                # multi-process tests, the App harness).
             )
             wake = self.scheduler.wake
         ingestor = Ingestor(
