@@ -380,6 +380,11 @@ class Memory:
         if through_turn is None and self._failed_until.get(key, 0.0) > self._clock.now():
             return 0
         folded = 0
+        if through_turn is None and not await self._overflowing(session, window):
+            # The common case after a turn: nothing to fold, known from two reads, without
+            # taking and releasing the summary lease (two write transactions a turn). What is
+            # found to overflow is checked again under the lease below.
+            return 0
         async with self._lease(key) as held:
             if not held:
                 return 0
@@ -399,6 +404,12 @@ class Memory:
                 if not chunk or not await self._fold(session, current, chunk, policy):
                     return folded
                 folded += 1
+
+    async def _overflowing(self, session: SessionKey, window: int) -> bool:
+        """Whether more than twice ``window`` messages lie after the summary (unleased)."""
+        current = await self.summary(session)
+        after = 0 if current is None else current.last_turn
+        return await self._store.count_history(session, after_turn=after) > 2 * window
 
     async def _fold(
         self,

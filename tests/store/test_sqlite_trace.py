@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey, Inbound, QueuePolicy
 from bot.store.sqlite import SQLiteStore
+from tests.fakes.llm import GatedLLM
+from tests.harness import harness
 
 C = ConversationKey("telegram", "42", None, "telegram-mira")
 Q = QueuePolicy(debounce=1.0, max_wait=5.0)
@@ -45,3 +48,19 @@ async def test_a_trace_set_before_open_is_installed(tmp_path: Path) -> None:
     async with store:
         await store.ingest(Inbound(C, "u1", "Sasha", "hello", "m1"), 1000.0, Q)
     assert "COMMIT" in seen and any(s.startswith("INSERT INTO messages") for s in seen)
+
+
+async def test_a_turn_with_nothing_to_fold_takes_no_summary_lease(tmp_path: Path) -> None:
+    """The summary check after every reply reads whether the window overflows before it
+    takes the summary lease: a turn with nothing to fold writes no lease (two write
+    transactions a turn saved). Folding past the window, under the lease, is tested in
+    tests/memory/test_memory_flow.py."""
+    seen: list[str] = []
+    clock = ManualClock(1_000_000.0)
+    async with SQLiteStore(path=tmp_path / "bots.sqlite3", trace=seen.append) as store:
+        async with harness(store, clock, GatedLLM(), debounce=0.5) as h:
+            await h.say(ConversationKey("telegram", "42"), "hello")
+            await h.advance(2)
+            assert len(h.outlet.texts()) == 1
+            await h.memory.wait_idle()
+    assert not [s for s in seen if "summary:" in s and "INSERT INTO leases" in s]
