@@ -57,10 +57,12 @@ async def test_a_turn_with_nothing_to_fold_takes_no_summary_lease(tmp_path: Path
     tests/memory/test_memory_flow.py."""
     seen: list[str] = []
     clock = ManualClock(1_000_000.0)
-    async with SQLiteStore(path=tmp_path / "bots.sqlite3", trace=seen.append) as store:
-        async with harness(store, clock, GatedLLM(), debounce=0.5) as h:
-            await h.say(ConversationKey("telegram", "42"), "hello")
-            await h.advance(2)
-            assert len(h.outlet.texts()) == 1
-            await h.memory.wait_idle()
+    async with (
+        SQLiteStore(path=tmp_path / "bots.sqlite3", trace=seen.append) as store,
+        harness(store, clock, GatedLLM(), debounce=0.5) as h,
+    ):
+        await h.say(ConversationKey("telegram", "42"), "hello")
+        await h.advance(2)
+        assert len(h.outlet.texts()) == 1
+        await h.memory.wait_idle()
     assert not [s for s in seen if "summary:" in s and "INSERT INTO leases" in s]
