@@ -866,7 +866,8 @@ async def test_a_message_that_cannot_be_stored_is_retried_until_it_is(
         ada = fake.add_user("Ada")
         dm = fake.dm(ada)
         async with with_runtime(fake, tmp_path, busy_timeout_ms=100) as bot:
-            other = sqlite3.connect(bot.db, isolation_level=None)
+            # Waits as long as it takes to get the write lock (the runtime writes too).
+            other = sqlite3.connect(bot.db, isolation_level=None, timeout=60)
             try:
                 other.execute("BEGIN IMMEDIATE")
                 await fake.post(dm, ada, "do not lose me")

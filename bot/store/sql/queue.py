@@ -284,14 +284,14 @@ class QueuePart(SQLCore):
         if limit < 1 or not bots:
             return Claims(())
         d = self.dialect
+        args = (now, limit, d.list_arg(bots), *([d.list_arg(skip)] if skip else []))
+        async with self._read() as db:
+            # Most looks find nothing due: a plain read, no write lock taken for nothing (on
+            # SQLite a write transaction every scan would queue every other writer behind it).
+            if not await db.fetch(self._claim_read(skip=bool(skip)), *args):
+                return Claims(())
         async with self._tx() as db:
-            rows = await db.fetch(
-                self._claim_read(skip=bool(skip)),
-                now,
-                limit,
-                d.list_arg(bots),
-                *([d.list_arg(skip)] if skip else []),
-            )
+            rows = await db.fetch(self._claim_read(skip=bool(skip)), *args)
             if not rows:
                 return Claims(())
             clock = self._db_now or "CAST($4 AS DOUBLE PRECISION)"
