@@ -497,7 +497,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     async def settle(self) -> None:
         """Let every task run until it waits on the clock or on the model."""
-        await settle(*self.stores)
+        await settle(*self.stores, quiet_polls=20)
 
     async def advance(self, seconds: float) -> None:
         """Move the clock, waking one sleeper at a time and settling after each."""
