@@ -39,6 +39,15 @@ _SUMS = (
 )
 
 
+def _lease_free(clock: str) -> str:
+    """`` AND`` the turn lease of conversation ``c`` is free at ``clock`` (no row, or expired):
+    what the claim, the next claim time and the backlog all ask of a timer."""
+    return (
+        f" AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = {cols.TURN_LEASE_SQL} "
+        f"AND l.expires_at > {clock})"
+    )
+
+
 class QueuePart(SQLCore):
     """Timers, leases, the final check, the outbox, limits and usage."""
 
@@ -240,8 +249,8 @@ class QueuePart(SQLCore):
             "ON c.id = t.conversation_id WHERE t.due_at <= $1 AND c.bot"
             + d.any_of("$3", "TEXT")
             + excluded
-            + f" AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = {cols.TURN_LEASE_SQL} "
-            f"AND l.expires_at > {clock}) ORDER BY t.due_at LIMIT $2"
+            + _lease_free(clock)
+            + " ORDER BY t.due_at LIMIT $2"
         )
 
     @staticmethod
@@ -333,9 +342,11 @@ class QueuePart(SQLCore):
         async with self._read() as db:
             value = await db.fetchval(
                 "SELECT t.due_at FROM timers t JOIN conversations c ON c.id = t.conversation_id "
-                "WHERE c.bot" + d.any_of("$1", "TEXT") + excluded + " AND NOT EXISTS (SELECT 1 "
-                f"FROM leases l WHERE l.name = {cols.TURN_LEASE_SQL} AND l.expires_at > {clock}) "
-                "ORDER BY t.due_at LIMIT 1",
+                "WHERE c.bot"
+                + d.any_of("$1", "TEXT")
+                + excluded
+                + _lease_free(clock)
+                + " ORDER BY t.due_at LIMIT 1",
                 *args,
                 *([] if self._db_now else [now]),
             )
@@ -350,8 +361,7 @@ class QueuePart(SQLCore):
                 "SELECT COUNT(*), MIN(t.due_at) FROM timers t JOIN conversations c "
                 "ON c.id = t.conversation_id WHERE t.due_at <= $1 AND c.bot"
                 + d.any_of("$2", "TEXT")
-                + f" AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = {cols.TURN_LEASE_SQL} "
-                f"AND l.expires_at > {clock})",
+                + _lease_free(clock),
                 now,
                 d.list_arg(bots),
             )
