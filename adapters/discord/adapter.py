@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import io
 import logging
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any, Final, Literal
 
 import discord
@@ -74,6 +74,8 @@ FATAL_CLOSE: Final = {
 _NETWORK_ERRORS: Final = NETWORK_ERRORS
 _STORE_RETRY_START: Final = 1.0
 _STORE_RETRY_MAX: Final = 30.0
+# At most this many queued events are handed over (and their messages stored) as one batch.
+_BATCH_EVENTS: Final = 100
 #: Seconds the lookup of a replied-to message that Discord did not include may take.
 REFERENCE_TIMEOUT: Final = 5.0
 
@@ -248,35 +250,59 @@ class DiscordAdapter(BaseAdapter):
             self._handler.rejected("discord", self.bot_key, event.lower())
 
     async def _consume(self, handler: InboundHandler) -> None:
-        """Normalize and hand over queued events one at a time; one bad event never stops it."""
-        while True:
-            event = await self._events.get()
-            try:
-                for inbound in await self._normalize(event):
-                    await self._until_stored(handler, inbound)
-            except Exception:
-                log.exception("could not handle a Discord %s event", type(event).__name__)
+        """Normalize and hand over queued events in order; one bad event never stops it.
 
-    async def _until_stored(self, handler: InboundHandler, inbound: Inbound) -> None:
-        """Hand one event over; a store fault is retried with backoff until it clears.
+        Events that queued up together (a burst, or a backlog behind a store fault) are
+        handed over as one batch, their messages stored in one transaction.
+        """
+        while True:
+            events = [await self._events.get()]
+            while len(events) < _BATCH_EVENTS and not self._events.empty():
+                events.append(self._events.get_nowait())
+            inbounds: list[Inbound] = []
+            for event in events:
+                try:
+                    inbounds.extend(await self._normalize(event))
+                except Exception:
+                    log.exception("could not handle a Discord %s event", type(event).__name__)
+            await self._until_stored(handler, inbounds)
+
+    async def _until_stored(self, handler: InboundHandler, inbounds: Sequence[Inbound]) -> None:
+        """Hand a batch over; a store fault hands it all over again with backoff until it
+        clears (what was stored before the fault is then a second delivery, a no-op).
 
         The gateway cannot be asked again for an event, so it is kept here; later events wait
-        behind it (gateway order) and queue up in memory meanwhile.
+        behind it (gateway order) and queue up in memory meanwhile. Any other failure of one
+        event is logged and that event skipped.
         """
+        if not inbounds:
+            return
         delay = _STORE_RETRY_START
         while True:
             try:
-                await handler(inbound)
+                async with handler.batch():
+                    for inbound in inbounds:
+                        await self._hand_over(handler, inbound)
                 return
             except StoreError as exc:
                 log.error(
-                    "Discord message %s not stored (%s); retrying in %.0fs",
-                    inbound.platform_message_id,
+                    "Discord messages %s-%s not stored (%s); retrying in %.0fs",
+                    inbounds[0].platform_message_id,
+                    inbounds[-1].platform_message_id,
                     exc,
                     delay,
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, _STORE_RETRY_MAX)
+
+    @staticmethod
+    async def _hand_over(handler: InboundHandler, inbound: Inbound) -> None:
+        try:
+            await handler(inbound)
+        except StoreError:
+            raise
+        except Exception:
+            log.exception("could not handle Discord message %s", inbound.platform_message_id)
 
     async def _normalize(self, event: Event) -> list[Inbound]:
         client = self._client

@@ -238,6 +238,9 @@ class TelegramAdapter(BaseAdapter):
         self._max_flood_wait = max_flood_wait
         self._rules = InboundRules(bot_key, BotIdentity(self._bot.id, ""))
         self._seen: OrderedDict[int, None] = OrderedDict()
+        # Update ids handled inside the batch being stored: remembered as handled only once
+        # the batch is (a failed batch is handed over again, every update of it).
+        self._batch_seen: list[int] | None = None
         self._albums = Albums()
         #: Fetches the files of this bot's media (``bot.core.media.MediaSource``).
         self.media = TelegramMedia(self._bot, timeout=download_timeout)
@@ -391,17 +394,22 @@ class TelegramAdapter(BaseAdapter):
         self._handled(update_id)
 
     def _handled(self, update_id: int) -> None:
+        if self._batch_seen is not None:
+            self._batch_seen.append(update_id)
+            return
         self._seen[update_id] = None
         while len(self._seen) > _SEEN_UPDATES:
             self._seen.popitem(last=False)
 
     async def _poll(self, dispatcher: Dispatcher, handler: InboundHandler) -> None:
-        """Long polling, one update at a time and in order, until cancelled.
+        """Long polling, one ``getUpdates`` batch at a time, its updates in order, until
+        cancelled.
 
         Our loop, not aiogram's: each update is validated alone (:mod:`adapters.telegram.updates`)
-        and the offset moves past an update only once it was handled, so an update is never
-        acknowledged before it is stored. A store fault keeps the offset where it is and retries
-        the same update with backoff; later updates wait (order matters).
+        and the batch's messages are stored in one transaction (``handler.batch()``); the
+        offset moves past the batch only once it was stored, so an update is never
+        acknowledged before it is. A store fault keeps the offset where it is and hands the
+        whole batch over again with backoff; later updates wait (order matters).
         """
         try:
             await self._bot.delete_webhook(drop_pending_updates=False)
@@ -434,15 +442,18 @@ class TelegramAdapter(BaseAdapter):
                 delay = min(delay * 2, _POLL_BACKOFF_MAX)
                 continue
             before = offset
+            updates: list[Update] = []
             for raw in raws:
                 parsed = parse_update(raw, self._bot)
                 if parsed.update is not None:
                     self._repaired(parsed)
-                    await self._feed_until_stored(dispatcher, parsed.update)
+                    updates.append(parsed.update)
                 else:
                     self._rejected(handler, parsed)
                 if parsed.update_id is not None:
+                    # Sent with the next getUpdates, which waits for the batch to be stored.
                     offset = max(offset or 0, parsed.update_id + 1)
+            await self._feed_until_stored(dispatcher, handler, updates)
             if not raws or offset != before:
                 delay = _POLL_BACKOFF_START
                 continue
@@ -458,34 +469,57 @@ class TelegramAdapter(BaseAdapter):
             await asyncio.sleep(delay)
             delay = min(delay * 2, _POLL_BACKOFF_MAX)
 
-    async def _feed_until_stored(self, dispatcher: Dispatcher, update: Update) -> None:
-        """Handle one update; a store fault is retried with backoff until it clears.
+    async def _feed_until_stored(
+        self, dispatcher: Dispatcher, handler: InboundHandler, updates: Sequence[Update]
+    ) -> None:
+        """Handle a batch of updates, its messages stored in one transaction; a store fault
+        hands the whole batch over again, with backoff, until it clears (what was stored
+        before the fault is then a second delivery, a no-op).
 
-        Any other failure is logged and the update skipped: one update never stops the bot.
+        Any other failure of one update is logged and that update skipped: one update never
+        stops the bot.
         """
+        if not updates:
+            return
         delay = _POLL_BACKOFF_START
         while True:
+            self._batch_seen = []
             try:
-                await dispatcher.feed_update(self._bot, update)
-                return
+                async with handler.batch():
+                    for update in updates:
+                        await self._feed(dispatcher, update)
             except StoreError as exc:
                 log.error(
-                    "telegram bot %s: update %d not stored (%s); not acknowledged, retrying "
-                    "in %.0fs",
+                    "telegram bot %s: updates %d-%d not stored (%s); not acknowledged, "
+                    "retrying in %.0fs",
                     self.bot_key,
-                    update.update_id,
+                    updates[0].update_id,
+                    updates[-1].update_id,
                     exc,
                     delay,
                 )
-            except Exception:
-                log.exception(
-                    "telegram bot %s: handling update %d failed; skipped",
-                    self.bot_key,
-                    update.update_id,
-                )
+            else:
+                handled, self._batch_seen = self._batch_seen, None
+                for update_id in handled or ():
+                    self._handled(update_id)
                 return
+            finally:
+                self._batch_seen = None
             await asyncio.sleep(delay)
             delay = min(delay * 2, _POLL_BACKOFF_MAX)
+
+    async def _feed(self, dispatcher: Dispatcher, update: Update) -> None:
+        """One update of a batch: a StoreError goes to the batch, anything else is logged."""
+        try:
+            await dispatcher.feed_update(self._bot, update)
+        except StoreError:
+            raise
+        except Exception:
+            log.exception(
+                "telegram bot %s: handling update %d failed; skipped",
+                self.bot_key,
+                update.update_id,
+            )
 
     def _rejected(self, handler: InboundHandler, parsed: ParsedUpdate) -> None:
         """An update that cannot be read: logged once (no content), counted, skipped."""

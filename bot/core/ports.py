@@ -132,6 +132,12 @@ class InboundHandler(Protocol):
         """The person pressed the stop button of draft ``draft_id`` (Telegram drafts)."""
         ...
 
+    def batch(self) -> AbstractAsyncContextManager[None]:
+        """Messages handled inside are stored in one transaction when it ends: a StoreError
+        there (or from a handler call inside) means none of them is, so the adapter
+        acknowledges none and hands the whole batch over again."""
+        ...
+
     def rejected(self, platform: str, bot: str, kind: str) -> None:
         """Count an update of ``kind`` the adapter could not read (already logged, skipped)."""
         ...

@@ -7,7 +7,7 @@ are in docs/architecture.md ("The coalescing queue").
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from bot.core.clock import Clock
 from bot.core.events import (
@@ -49,6 +49,18 @@ class Ingestor:
         elif result.due_at is not None and self._wake is not None:
             self._wake(result.due_at)
         return result
+
+    async def ingest_many(self, inbounds: Sequence[Inbound]) -> list[IngestResult]:
+        """Several messages in one transaction (a platform's batch): all stored or, raising
+        StoreError, none; the local scheduler is woken once, for the earliest due time."""
+        if not inbounds:
+            return []
+        items = [(i, self._policy_for(i.conversation.bot)) for i in inbounds]
+        results = await self._store.ingest_many(items, self._clock.now(), self._sessions)
+        due = [r.due_at for r in results if r.stored and r.due_at is not None]
+        if due and self._wake is not None:
+            self._wake(min(due))
+        return results
 
     async def edit(self, inbound: Inbound) -> bool:
         """Apply an edit of an unanswered message; False if unknown or already answered.

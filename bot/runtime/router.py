@@ -8,7 +8,8 @@ import contextlib
 import dataclasses
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextvars import ContextVar
 
 from bot.core.clock import Clock
 from bot.core.errors import SelfCancelled
@@ -31,6 +32,19 @@ DAY = 86400.0
 # NUL (PostgreSQL text cannot hold it) and lone surrogates (no encoding can): a store refuses
 # them every time, and an update that is never stored blocks every later one behind it.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+@dataclasses.dataclass(slots=True)
+class _Batch:
+    """The messages routed inside ``Router.batch()`` and not stored yet (one adapter's)."""
+
+    pending: list[Inbound] = dataclasses.field(default_factory=list)
+
+
+# The batch of the adapter task routing now: a context variable, because one router serves
+# every adapter of the process at once (and a middleware runs in a task of its own, which
+# inherits the variable and so appends to the same batch).
+_BATCH: ContextVar[_Batch | None] = ContextVar("personabot_router_batch", default=None)
 
 
 class Router:
@@ -92,6 +106,40 @@ class Router:
         if self._stops is not None:
             await self._stops.request(conversation, draft_id)
 
+    @contextlib.asynccontextmanager
+    async def batch(self) -> AsyncIterator[None]:
+        """Messages routed inside are stored together, in one transaction, when it ends
+        (docs/architecture.md#ingest-in-batches).
+
+        Anything else routed inside (a command, an edit, a deletion) first stores the
+        messages before it, so the order of arrival holds. A StoreError leaves the block
+        (from the call that stored, or from here at its end) and then none of the messages
+        still waiting is stored: the adapter acknowledges nothing of the batch and hands it
+        over again; what was stored already is recognized as a second delivery. A nested
+        batch is part of the outer one.
+        """
+        if _BATCH.get() is not None:
+            yield
+            return
+        batch = _Batch()
+        token = _BATCH.set(batch)
+        try:
+            yield
+        finally:
+            _BATCH.reset(token)
+        await self._store_batch(batch)
+
+    async def _store_batch(self, batch: _Batch | None) -> None:
+        """Store what waits in ``batch`` (taken out first: a failure leaves nothing to retry
+        twice)."""
+        if batch is None or not batch.pending:
+            return
+        inbounds, batch.pending = batch.pending, []
+        results = await self._ingestor.ingest_many(inbounds)
+        for inbound, result in zip(inbounds, results, strict=True):
+            counter = self._metrics.inbound if result.stored else self._metrics.duplicates
+            counter.labels(*self._metrics.labels(inbound.conversation)).inc()
+
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""
         inbound = _storable(inbound)
@@ -137,8 +185,9 @@ class Router:
 
     async def _route(self, inbound: Inbound) -> None:
         inbound = _storable(inbound)  # a middleware may have put NUL back in
-        labels = self._metrics.labels(inbound.conversation)
+        batch = _BATCH.get()
         if inbound.kind in ("edit", "delete"):
+            await self._store_batch(batch)  # an edit may concern a message of the batch
             # Authorised by the stored message, not by the event (Discord's delete events
             # carry no author): only a message that was let in is on record, and the store
             # touches it only for its own author. An unknown message changes nothing.
@@ -147,11 +196,14 @@ class Router:
         if not inbound.text.strip() and not inbound.media and inbound.quote is None:
             return  # empty or whitespace-only, nothing attached: nothing to answer
         if (command := parse_command(inbound.text) if inbound.triggers_reply else None) is not None:
+            await self._store_batch(batch)  # /forget, /new ... see what came before them
             await self._command(inbound, command)
+        elif batch is not None:
+            batch.pending.append(inbound)
         else:
             result = await self._ingestor.ingest(inbound)
             counter = self._metrics.inbound if result.stored else self._metrics.duplicates
-            counter.labels(*labels).inc()
+            counter.labels(*self._metrics.labels(inbound.conversation)).inc()
 
     async def _command(self, inbound: Inbound, command: Command) -> None:
         """Run a command once and answer it through the outbox, quoting it (in groups)."""
@@ -211,6 +263,10 @@ class BotHandler:
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""
         await self._router(inbound)
+
+    def batch(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Store the messages handled inside in one transaction (``Router.batch``)."""
+        return self._router.batch()
 
 
 # What a middleware may not change: who wrote where, which message, and what kind of event

@@ -169,6 +169,17 @@ class MessageStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def ingest_many(
+        self,
+        items: Sequence[tuple[Inbound, QueuePolicy]],
+        now: float,
+        sessions: SessionPolicy | None = None,
+    ) -> list[IngestResult]:
+        """``ingest`` for each (message, its bot's policy) in order, all in one transaction:
+        every message is stored, or (StoreError) none is. Results come in the same order.
+        """
+
+    @abc.abstractmethod
     async def edit_message(
         self,
         conversation: ConversationKey,

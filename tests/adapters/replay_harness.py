@@ -448,6 +448,10 @@ class Recorder:
         """Counted by the router."""
         self._inner.rejected(platform, bot, kind)
 
+    def batch(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """The router's batch (one transaction for a getUpdates batch)."""
+        return self._inner.batch()
+
     async def __call__(self, inbound: Inbound) -> None:
         self.seen.append(inbound)
         await self._inner(inbound)

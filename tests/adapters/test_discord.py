@@ -72,6 +72,9 @@ class RecordingHandler:
     def rejected(self, platform: str, bot: str, kind: str) -> None:
         self.rejections.append(kind)
 
+    def batch(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
+
     async def wait(self, count: int, within: float = 10.0) -> list[Inbound]:
         """Wait until ``count`` events arrived."""
         async with asyncio.timeout(within), self._changed:

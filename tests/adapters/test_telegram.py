@@ -641,6 +641,9 @@ class _Recorder:
     def rejected(self, platform: str, bot: str, kind: str) -> None:
         raise AssertionError((platform, bot, kind))
 
+    def batch(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
+
 
 class _NoHandler:
     commands: tuple[tuple[str, str], ...] = ()
@@ -650,6 +653,9 @@ class _NoHandler:
 
     def rejected(self, platform: str, bot: str, kind: str) -> None:  # pragma: no cover
         raise AssertionError((platform, bot, kind))
+
+    def batch(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
 
 
 def test_create_adapter_reports_configuration_problems() -> None:

@@ -57,6 +57,10 @@ class Tap:
         """Counted by the router."""
         self.router.rejected(platform, bot, kind)
 
+    def batch(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """The router's batch (one transaction for a getUpdates batch)."""
+        return self.router.batch()
+
     async def __call__(self, inbound: Inbound) -> None:
         self.received.append(inbound)
         await self.router(inbound)

@@ -374,6 +374,9 @@ class StopRecorder:
     def rejected(self, platform: str, bot: str, kind: str) -> None:
         raise AssertionError((platform, bot, kind))
 
+    def batch(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
+
 
 @contextlib.asynccontextmanager
 async def receiving(

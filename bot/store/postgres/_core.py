@@ -13,7 +13,7 @@ import asyncpg
 from bot.core.errors import StoreError
 from bot.core.redact import redact_url, url_secrets
 from bot.store.migrations.postgres import MIGRATION_LOCK, MIGRATIONS
-from bot.store.sql.conn import POSTGRES, Conn, Dialect
+from bot.store.sql.conn import POSTGRES, Conn, Dialect, StatementTrace
 from bot.store.sql.core import SQLCore
 
 log = logging.getLogger("personabot.store")
@@ -83,6 +83,7 @@ class PostgresCore(SQLCore):
         max_pool: int = 10,
         use_db_clock: bool = False,
         connect_timeout: float = 10.0,
+        trace: StatementTrace | None = None,
     ) -> None:
         if not is_postgres_url(dsn):
             raise StoreError(f"not a PostgreSQL URL: {redact_url(dsn)}")
@@ -91,6 +92,9 @@ class PostgresCore(SQLCore):
                 f"pool sizes: need 0 <= min ({min_pool}) <= max ({max_pool}), max >= 1"
             )
         self._dsn = dsn
+        #: Called with every statement of the pool's connections (set before ``open``); when
+        #: None, no query logger is installed at all.
+        self.trace = trace
         self._min_pool = min_pool
         self._max_pool = max_pool
         self._connect_timeout = connect_timeout
@@ -127,7 +131,7 @@ class PostgresCore(SQLCore):
                 timeout=self._connect_timeout,
                 reset=_keep_session_state,
                 server_settings={"application_name": "personabot"},
-                init=_text_without_nul,
+                init=self._init_connection,
             )
         except (*_DRIVER_ERRORS, ValueError) as exc:
             # Not chained: the driver's message may quote the URL, password included.
@@ -140,6 +144,13 @@ class PostgresCore(SQLCore):
         except BaseException:
             await self.aclose()
             raise
+
+    async def _init_connection(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
+        """Every new pool connection: the text codec, and the statement trace when set."""
+        await _text_without_nul(conn)
+        trace = self.trace
+        if trace is not None:
+            conn.add_query_logger(lambda logged: trace(logged.query))
 
     async def aclose(self) -> None:
         """Close the pool (waits for connections in use to be released)."""

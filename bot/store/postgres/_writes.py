@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from bot.core.events import (
     Claims,
+    ConversationKey,
     Inbound,
     IngestResult,
     QueuePolicy,
@@ -20,15 +21,16 @@ from bot.core.events import (
 )
 from bot.core.llm import Usage
 from bot.core.queue_rules import arm
-from bot.core.sessions import expiry_reason
 from bot.store import cols
 from bot.store.postgres._core import no_nul
 from bot.store.sql.conn import Conn
-from bot.store.sql.messages import MessagesPart
+from bot.store.sql.ingest import STATE_SQL, IngestBase, IngestState, duplicate, sort_key
 from bot.store.sql.queue import QueuePart
 
+_STATE_BY_ID = STATE_SQL.format(mid="$2", where="c.id = $1")
 
-class WritesPart(MessagesPart, QueuePart):
+
+class WritesPart(IngestBase, QueuePart):
     """Ingest, and the recording of a reply, each in one statement after the locks; the
     claim of due turns in one statement."""
 
@@ -93,92 +95,87 @@ class WritesPart(MessagesPart, QueuePart):
             )
         return self._claimed(rows, [(r[5], r[6], r[7]) for r in rows], holder)
 
-    async def ingest(
+    async def ingest_many(
         self,
+        items: Sequence[tuple[Inbound, QueuePolicy]],
+        now: float,
+        sessions: SessionPolicy | None = None,
+    ) -> list[IngestResult]:
+        """Lock every conversation of the batch (created if new), in one order for every
+        process (``sort_key``: two batches never deadlock), then store each message in order.
+
+        Each message then costs two statements: one read (duplicate, open session, timer),
+        which comes after the lock so that it sees what a racing ingest committed, and one
+        write (version, turn, message, media and timer together).
+        """
+        if not items:
+            return []
+        keys = sorted({inbound.conversation for inbound, _ in items}, key=sort_key)
+        async with self._tx() as db:
+            ids: dict[ConversationKey, int] = {}
+            for key in keys:
+                conv_id = await self._conv_id(db, key, now)
+                assert conv_id is not None
+                ids[key] = conv_id
+            return [
+                await self._ingest_locked(db, ids[inbound.conversation], inbound, now, q, sessions)
+                for inbound, q in items
+            ]
+
+    async def _ingest_locked(
+        self,
+        db: Conn,
+        conv_id: int,
         inbound: Inbound,
         now: float,
         queue: QueuePolicy,
-        sessions: SessionPolicy | None = None,
+        sessions: SessionPolicy | None,
     ) -> IngestResult:
-        """Store, bump the version, arm the timer: one transaction under the conversation lock.
-
-        Common case in three statements: the lock; one read (duplicate, open session, timer),
-        which must come after the lock so that it sees what a racing ingest committed; one
-        write (version, turn, message, media and timer together).
-        """
-        async with self._tx() as db:
-            conv_id = await self._conv_id(db, inbound.conversation, now)
-            assert conv_id is not None
-            state = await db.fetchrow(
-                "SELECT (SELECT s.session_no FROM messages m JOIN sessions s "
-                "ON s.id = m.session_id WHERE m.conversation_id = $1 "
-                "AND m.platform_message_id = $2), c.version, t.due_at, t.first_pending_at, "
-                "o.id, o.session_no, o.opened_at, o.last_activity_at FROM conversations c "
-                "LEFT JOIN timers t ON t.conversation_id = c.id "
-                "LEFT JOIN sessions o ON o.conversation_id = c.id AND o.status = 'open' "
-                "WHERE c.id = $1",
-                conv_id,
-                inbound.platform_message_id,
-            )
-            assert state is not None
-            timer_due = None if state[2] is None else float(state[2])
-            if state[0] is not None:  # a second delivery of a stored message: no-op
-                return IngestResult(
-                    stored=False,
-                    message_id=None,
-                    session=SessionKey(inbound.conversation, int(state[0])),
-                    version=int(state[1]),
-                    due_at=timer_due,
-                )
-            reason = (
-                None
-                if state[4] is None or sessions is None
-                else expiry_reason(
-                    sessions, opened_at=float(state[6]), last_activity_at=float(state[7]), now=now
-                )
-            )
-            if state[4] is None or reason is not None:
-                sid, number = await self._rotate(db, conv_id, now, reason)
-            else:
-                sid, number = int(state[4]), int(state[5])
-            # The armed version is the one the statement below writes (m.version).
-            timer = arm(queue, now, None if state[3] is None else float(state[3]), 0)
-            first_pending_at = timer.first_pending_at
-            due_at = timer.due_at if inbound.triggers_reply else timer_due
-            media_sql, media_args = _media_cte(inbound)
-            row = await db.fetchrow(
-                "WITH v AS (UPDATE conversations SET version = version + 1, status = 'active', "
-                "status_reason = NULL WHERE id = $1 RETURNING version), "
-                "t AS (UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = $3, "
-                "last_user_turn = next_turn WHERE id = $2 RETURNING next_turn - 1 AS turn), "
-                "m AS (INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
-                "display_name, text, platform_message_id, is_private, version, pending, "
-                "addressed, created_at, quote, media_count) SELECT $1, $2, t.turn, 'user', "
-                "$4::text, $5::text, $6::text, $7::text, $8::boolean, v.version, $9::boolean, "
-                "$9::boolean, $3, $12::text, $13::integer FROM v, t RETURNING id, version), "
-                f"{media_sql}"
-                # Arm or extend the timer (only for a message that asks for a reply).
-                "a AS (INSERT INTO timers (conversation_id, due_at, first_pending_at, "
-                "armed_version) SELECT $1, $10::float8, $11::float8, m.version FROM m WHERE $9 "
-                "ON CONFLICT (conversation_id) DO UPDATE SET due_at = EXCLUDED.due_at, "
-                "armed_version = EXCLUDED.armed_version) "
-                "SELECT id, version FROM m",
-                conv_id,
-                sid,
-                now,
-                inbound.author_id,
-                inbound.display_name,
-                inbound.text,
-                inbound.platform_message_id,
-                inbound.is_private,
-                inbound.triggers_reply,
-                due_at,
-                first_pending_at,
-                cols.quote_json(inbound.quote),
-                len(inbound.media),
-                *media_args,
-            )
-            assert row is not None
+        """One message of a batch; the caller holds its conversation's lock."""
+        row = await db.fetchrow(_STATE_BY_ID, conv_id, inbound.platform_message_id)
+        assert row is not None
+        state = IngestState.of(row)
+        if state.duplicate_in is not None:  # a second delivery of a stored message: no-op
+            return duplicate(inbound.conversation, state)
+        sid, number = await self._session_for(db, state, now, sessions)
+        # The armed version is the one the statement below writes (m.version).
+        timer = arm(queue, now, state.first_pending_at, 0)
+        first_pending_at = timer.first_pending_at
+        due_at = timer.due_at if inbound.triggers_reply else state.timer_due
+        media_sql, media_args = _media_cte(inbound)
+        row = await db.fetchrow(
+            "WITH v AS (UPDATE conversations SET version = version + 1, status = 'active', "
+            "status_reason = NULL WHERE id = $1 RETURNING version), "
+            "t AS (UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = $3, "
+            "last_user_turn = next_turn WHERE id = $2 RETURNING next_turn - 1 AS turn), "
+            "m AS (INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
+            "display_name, text, platform_message_id, is_private, version, pending, "
+            "addressed, created_at, quote, media_count) SELECT $1, $2, t.turn, 'user', "
+            "$4::text, $5::text, $6::text, $7::text, $8::boolean, v.version, $9::boolean, "
+            "$9::boolean, $3, $12::text, $13::integer FROM v, t RETURNING id, version), "
+            f"{media_sql}"
+            # Arm or extend the timer (only for a message that asks for a reply).
+            "a AS (INSERT INTO timers (conversation_id, due_at, first_pending_at, "
+            "armed_version) SELECT $1, $10::float8, $11::float8, m.version FROM m WHERE $9 "
+            "ON CONFLICT (conversation_id) DO UPDATE SET due_at = EXCLUDED.due_at, "
+            "armed_version = EXCLUDED.armed_version) "
+            "SELECT id, version FROM m",
+            conv_id,
+            sid,
+            now,
+            inbound.author_id,
+            inbound.display_name,
+            inbound.text,
+            inbound.platform_message_id,
+            inbound.is_private,
+            inbound.triggers_reply,
+            due_at,
+            first_pending_at,
+            cols.quote_json(inbound.quote),
+            len(inbound.media),
+            *media_args,
+        )
+        assert row is not None
         return IngestResult(
             stored=True,
             message_id=int(row[0]),

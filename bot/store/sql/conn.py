@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 
 class Conn(abc.ABC):
@@ -99,3 +99,11 @@ POSTGRES = Dialect(
     list_table="unnest(CAST({p} AS {t}[])) AS l(value)",
     json_lists=False,
 )
+
+
+#: Called with the text of every statement a store's connections run, transaction statements
+#: included; it must be quick and must not touch the store. For counting statements
+#: (bench/load.py, statement budgets); off by default. SQLite: its trace callback, with the
+#: parameters filled in, in the connection's worker thread. PostgreSQL: asyncpg's query
+#: logger, soon after the statement, in the event loop, with the placeholders as written.
+StatementTrace: TypeAlias = Callable[[str], None]

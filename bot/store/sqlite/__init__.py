@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from bot.core.events import ConversationKey, Erasure, SessionKey, StoredMessage, UserKey
 from bot.store.sql.agenda import AgendaPart
+from bot.store.sql.conn import StatementTrace
 from bot.store.sql.console import ConsolePart
 from bot.store.sql.media import MediaPart
 from bot.store.sql.people import PeoplePart
 from bot.store.sql.queue import QueuePart
 from bot.store.sql.retention import RetentionPart
 from bot.store.sql.sessions import SessionsPart
-from bot.store.sqlite._core import SQLiteCore, StatementTrace, sqlite_path
+from bot.store.sqlite._core import SQLiteCore, sqlite_path
 from bot.store.sqlite._ingest import IngestPart
 
 

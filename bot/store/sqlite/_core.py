@@ -9,16 +9,16 @@ import logging
 import os
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar
 
 import aiosqlite
 
 from bot.core.errors import StoreError
 from bot.store.migrations.sqlite import MIGRATIONS
-from bot.store.sql.conn import SQLITE, Conn, Dialect
+from bot.store.sql.conn import SQLITE, Conn, Dialect, StatementTrace
 from bot.store.sql.core import SQLCore
 
 log = logging.getLogger("personabot.store")
@@ -34,11 +34,6 @@ def sqlite_path(url: str) -> str:
     path = path.removeprefix("/")
     return path if path == ":memory:" else str(Path(path))
 
-
-#: Called with the text of every statement the connection runs (SQLite's trace callback, with
-#: the parameters filled in), in the connection's worker thread: it must be quick and must not
-#: touch the store. For counting statements (bench/load.py, budget tests); off by default.
-StatementTrace: TypeAlias = Callable[[str], None]
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 
@@ -178,7 +173,7 @@ class SQLiteCore(SQLCore):
         """One write transaction (BEGIN IMMEDIATE: every writer of the file waits)."""
         self._in_flight += 1
         try:
-            async with self._locked_tx() as db:
+            async with _as_store_errors(), self._locked_tx() as db:
                 yield SQLiteConn(db)
         finally:
             self._in_flight -= 1
@@ -209,7 +204,7 @@ class SQLiteCore(SQLCore):
         """A read transaction (deferred BEGIN): its statements see one snapshot."""
         self._in_flight += 1
         try:
-            async with self._locked_tx(write=False) as db:
+            async with _as_store_errors(), self._locked_tx(write=False) as db:
                 yield SQLiteConn(db)
         finally:
             self._in_flight -= 1
@@ -246,7 +241,7 @@ class SQLiteCore(SQLCore):
         """The connection for plain reads (autocommit)."""
         self._in_flight += 1
         try:
-            async with self._lock:
+            async with _as_store_errors(), self._lock:
                 yield SQLiteConn(self._conn)
         finally:
             self._in_flight -= 1
@@ -291,3 +286,15 @@ def _statements(script: str) -> list[str]:
     """Split a migration script into statements (no semicolons inside our DDL strings)."""
     body = "\n".join(line.split("--", 1)[0] for line in script.splitlines())
     return [s.strip() for s in body.split(";") if s.strip()]
+
+
+@asynccontextmanager
+async def _as_store_errors() -> AsyncIterator[None]:
+    """A failed statement (the disk full, a constraint, a trigger's RAISE, I/O) is a
+    StoreError, as on PostgreSQL: callers that must not lose what they hold (an adapter's
+    unacknowledged update) retry it, and nothing takes it for a bug of one message and skips
+    it."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StoreError(f"SQLite failed: {exc}") from exc
