@@ -119,6 +119,7 @@ class Params:
     idle_seconds: float
     timeout: float
     debounce: float | None
+    slots: int | None
     quick: bool
     out: Path
 
@@ -150,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--debounce", type=non_negative_float, help="queue.debounce_seconds (product default)"
     )
+    p.add_argument(
+        "--slots",
+        type=positive_int,
+        help="queue.max_concurrent_turns of each process (product default: 16)",
+    )
     p.add_argument("--out", type=Path, default=Path("bench/results/load.json"))
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v INFO, -vv DEBUG")
     return p
@@ -173,6 +179,7 @@ def params_from(args: argparse.Namespace) -> Params:
         idle_seconds=args.idle_seconds or (3.0 if args.quick else 20.0),
         timeout=args.timeout,
         debounce=args.debounce,
+        slots=args.slots,
         quick=args.quick,
         out=args.out,
     )
@@ -209,7 +216,11 @@ def tagged_reply(request: RecordedRequest) -> CannedReply:
 def config_text(params: Params, target: StoreTarget, telegram: str, claude: str) -> str:
     """The runtime's TOML: product defaults but for the store, the fakes and the persona."""
     url = target.location if target.kind == "postgresql" else f"sqlite:///{target.location}"
-    queue = "" if params.debounce is None else f"\n[queue]\ndebounce_seconds = {params.debounce}\n"
+    queue_lines = [
+        *([] if params.debounce is None else [f"debounce_seconds = {params.debounce}"]),
+        *([] if params.slots is None else [f"max_concurrent_turns = {params.slots}"]),
+    ]
+    queue = "".join(f"\n{line}" for line in ["[queue]", *queue_lines]) + "\n" if queue_lines else ""
     return f"""
 [storage]
 url = {json.dumps(url)}
@@ -929,7 +940,7 @@ async def run(params: Params) -> int:
     title = (
         f"Load: {params.people:,} people x {params.burst} messages over {params.seconds:g} s "
         f"({params.offered:.0f} msg/s offered), model {params.latency:g} s, quiet person "
-        f"every {params.quiet_interval:g} s"
+        f"every {params.quiet_interval:g} s, {params.slots or 16} turn slots a process"
     )
     print(format_table(SUMMARY_HEADERS, summary_rows(runs), title))
     payload = {
