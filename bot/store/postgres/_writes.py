@@ -6,7 +6,9 @@ of due turns (the shared two statements are ``QueuePart.claim_due_turns``)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 from bot.core.events import (
@@ -24,10 +26,29 @@ from bot.core.queue_rules import arm
 from bot.store import cols
 from bot.store.postgres._core import no_nul
 from bot.store.sql.conn import Conn
-from bot.store.sql.ingest import STATE_SQL, IngestBase, IngestState, duplicate, sort_key
+from bot.store.sql.core import conv_args
+from bot.store.sql.ingest import IngestBase, IngestState, duplicate, sort_key
 from bot.store.sql.queue import QueuePart
 
-_STATE_BY_ID = STATE_SQL.format(mid="$2", where="c.id = $1")
+# The batch's existing conversations, locked in id order (the lock comes before the read of
+# their state, which must see what a racing ingest committed).
+_LOCK_BATCH = (
+    "SELECT c.id, c.bot, c.platform, c.chat_id, c.thread_id FROM conversations c "
+    "JOIN unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS k(bot, platform, chat_id, "
+    "thread_id) ON c.bot = k.bot AND c.platform = k.platform AND c.chat_id = k.chat_id "
+    "AND c.thread_id = k.thread_id ORDER BY c.id FOR UPDATE OF c"
+)
+# Their queue state, and which of the batch's platform message ids each already holds (with
+# the session number: a second delivery is answered with it).
+_BATCH_STATE = (
+    "SELECT c.id, c.version, t.due_at, t.first_pending_at, o.id, o.session_no, o.opened_at, "
+    "o.last_activity_at, (SELECT json_object_agg(m.platform_message_id, s.session_no) "
+    "FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.conversation_id = c.id "
+    "AND m.platform_message_id = ANY($2::text[])) FROM conversations c "
+    "LEFT JOIN timers t ON t.conversation_id = c.id "
+    "LEFT JOIN sessions o ON o.conversation_id = c.id AND o.status = 'open' "
+    "WHERE c.id = ANY($1::bigint[])"
+)
 
 
 class WritesPart(IngestBase, QueuePart):
@@ -101,43 +122,72 @@ class WritesPart(IngestBase, QueuePart):
         now: float,
         sessions: SessionPolicy | None = None,
     ) -> list[IngestResult]:
-        """Lock every conversation of the batch (created if new), in one order for every
-        process (``sort_key``: two batches never deadlock), then store each message in order.
-
-        Each message then costs two statements: one read (duplicate, open session, timer),
-        which comes after the lock so that it sees what a racing ingest committed, and one
-        write (version, turn, message, media and timer together).
+        """The batch in a few round trips: lock every conversation of it (one statement for
+        those that exist, in id order; new ones are created and locked in ``sort_key`` order,
+        so two batches never wait on each other in a cycle), read all their states after the
+        locks (one statement: a racing ingest's commit is seen), then write each message in
+        one statement (version, turn, message, media and timer together). What the batch
+        itself changed (versions, the timer, the open session, message ids stored) is carried
+        forward in memory from one of its messages to the next.
         """
         if not items:
             return []
         keys = sorted({inbound.conversation for inbound, _ in items}, key=sort_key)
+        mids = sorted({i.platform_message_id for i, _ in items if i.platform_message_id})
         async with self._tx() as db:
-            ids: dict[ConversationKey, int] = {}
-            for key in keys:
-                conv_id = await self._conv_id(db, key, now)
-                assert conv_id is not None
-                ids[key] = conv_id
-            return [
-                await self._ingest_locked(db, ids[inbound.conversation], inbound, now, q, sessions)
-                for inbound, q in items
-            ]
+            ids = await self._lock_batch(db, keys, now)
+            rows = await db.fetch(_BATCH_STATE, list(set(ids.values())), [no_nul(m) for m in mids])
+            states = {int(r[0]): IngestState.of((*r[:8], None)) for r in rows}
+            stored: dict[int, dict[str, int]] = {
+                int(r[0]): {k: int(v) for k, v in json.loads(r[8] or "{}").items()} for r in rows
+            }
+            results: list[IngestResult] = []
+            for inbound, queue in items:
+                conv_id = ids[inbound.conversation]
+                state, mid = states[conv_id], inbound.platform_message_id
+                if mid is not None and mid in stored[conv_id]:  # a second delivery: no-op
+                    dup = replace(state, duplicate_in=stored[conv_id][mid])
+                    results.append(duplicate(inbound.conversation, dup))
+                    continue
+                result, states[conv_id] = await self._ingest_locked(
+                    db, state, inbound, now, queue, sessions
+                )
+                if mid is not None:
+                    stored[conv_id][mid] = result.session.session_id
+                results.append(result)
+            return results
+
+    async def _lock_batch(
+        self, db: Conn, keys: Sequence[ConversationKey], now: float
+    ) -> dict[ConversationKey, int]:
+        """Lock the batch's conversations (creating the new ones): key -> row id."""
+        columns = [
+            [no_nul(v) for v in column] for column in zip(*map(conv_args, keys), strict=True)
+        ]
+        rows = await db.fetch(_LOCK_BATCH, *columns)
+        found = {(r[1], r[2], r[3], r[4]): int(r[0]) for r in rows}
+        ids: dict[ConversationKey, int] = {}
+        for key in keys:  # sort_key order: new ones are created (and locked) in it
+            conv_id = found.get(conv_args(key)) or await self._conv_id(db, key, now)
+            assert conv_id is not None
+            ids[key] = conv_id
+        return ids
 
     async def _ingest_locked(
         self,
         db: Conn,
-        conv_id: int,
+        state: IngestState,
         inbound: Inbound,
         now: float,
         queue: QueuePolicy,
         sessions: SessionPolicy | None,
-    ) -> IngestResult:
-        """One message of a batch; the caller holds its conversation's lock."""
-        row = await db.fetchrow(_STATE_BY_ID, conv_id, inbound.platform_message_id)
-        assert row is not None
-        state = IngestState.of(row)
-        if state.duplicate_in is not None:  # a second delivery of a stored message: no-op
-            return duplicate(inbound.conversation, state)
+    ) -> tuple[IngestResult, IngestState]:
+        """One message of a batch (its conversation locked); the result and the
+        conversation's state after it."""
+        conv_id = state.conv_id
         sid, number = await self._session_for(db, state, now, sessions)
+        opened = state.open_session
+        opened_at = opened[2] if opened is not None and opened[0] == sid else now
         # The armed version is the one the statement below writes (m.version).
         timer = arm(queue, now, state.first_pending_at, 0)
         first_pending_at = timer.first_pending_at
@@ -176,13 +226,22 @@ class WritesPart(IngestBase, QueuePart):
             *media_args,
         )
         assert row is not None
-        return IngestResult(
+        version = int(row[1])
+        after = replace(
+            state,
+            version=version,
+            timer_due=due_at,
+            first_pending_at=first_pending_at if inbound.triggers_reply else state.first_pending_at,
+            open_session=(sid, number, opened_at, now),
+        )
+        result = IngestResult(
             stored=True,
             message_id=int(row[0]),
             session=SessionKey(inbound.conversation, number),
-            version=int(row[1]),
+            version=version,
             due_at=due_at,
         )
+        return result, after
 
     async def _record_reply(
         self,
