@@ -42,7 +42,6 @@ from typing import Any, ClassVar, Literal, TypeVar
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.errors import FlakyStrategyDefinition
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -203,6 +202,29 @@ class Board:
     auto: bool = False  # the healed model: answer at once, successfully
     resolving: Call | None = None
     problems: list[str] = field(default_factory=list)
+    arriving: list[Call] = field(default_factory=list)  # made since the step began
+
+    def register(self, reached: Counter[str]) -> None:
+        """Number the calls made since the last registration and add them to the board, in
+        the order of their conversations (arrival order within one conversation).
+
+        Turns of different conversations that fall due together run concurrently, and which
+        of them reaches the model first depends on the timing of their store I/O (on
+        PostgreSQL, the server's replies on separate connections), not on anything the state
+        machine chose. Numbered in arrival order, the same steps replayed could list the
+        waiting calls in another order, so that a rule's draw answered another conversation
+        and the run went on differently (FlakyStrategyDefinition). Registered once a step has
+        settled, in a fixed order, they are the same on every replay.
+        """
+        arrived, self.arriving = self.arriving, []
+        for call in sorted(arrived, key=lambda c: CONVERSATIONS.index(c.conversation)):
+            for other in self.calls:
+                if other.conversation == call.conversation and not other.future.done():
+                    # A second call of one conversation means its lease was taken over.
+                    other.superseded = True
+                    reached["takeover"] += 1
+            call.id = len(self.calls) + 1
+            self.calls.append(call)
 
 
 class ScriptedLLM(BaseLLM):
@@ -236,7 +258,7 @@ class ScriptedLLM(BaseLLM):
             board.problems.append(f"one turn spans sessions {sessions}")
         loop = asyncio.get_running_loop()
         call = Call(
-            id=len(board.calls) + 1,
+            id=0,  # numbered when the board registers it
             process=self._process,
             conversation=conversation,
             session_id=min(sessions, default=0),
@@ -245,13 +267,9 @@ class ScriptedLLM(BaseLLM):
             cap=min((machine.messages[n].at for n in turn), default=0.0) + MAX_WAIT,
             future=loop.create_future(),
         )
-        for other in board.calls:
-            if other.conversation == conversation and not other.future.done():
-                # A second call of one conversation means its lease was taken over.
-                other.superseded = True
-                machine.reached["takeover"] += 1
-        board.calls.append(call)
+        board.arriving.append(call)
         if board.auto:
+            board.register(machine.reached)
             self.settle_call(call, "ok")
         try:
             return await call.future
@@ -497,8 +515,10 @@ class QueueMachine(RuleBasedStateMachine):
         await self.b.start()
 
     async def settle(self) -> None:
-        """Let every task run until it waits on the clock or on the model."""
+        """Let every task run until it waits on the clock or on the model; then register the
+        model calls made meanwhile (Board.register)."""
         await settle(*self.stores, quiet_polls=20)
+        self.board.register(self.reached)
 
     async def advance(self, seconds: float) -> None:
         """Move the clock, waking one sleeper at a time and settling after each."""
@@ -867,17 +887,6 @@ def test_queue_keeps_its_promises_under_random_interleavings(
     backend: Backend, tmp_path: Path
 ) -> None:
     """Random interleavings of the queue's events never break its promises (issue 13)."""
-    if backend.name == "postgresql":
-        # Known open problem (stop 31's note): with the scheduler whose alarm moves without a
-        # store call, the PostgreSQL machine sometimes replays a step differently and
-        # Hypothesis raises FlakyStrategyDefinition. That is the harness's determinism, not
-        # a broken promise (it never reported a falsifying example); a real failure still
-        # fails the test.
-        try:
-            _run_machine(backend, tmp_path)
-        except FlakyStrategyDefinition:
-            pytest.xfail("state machine replay not deterministic on PostgreSQL (see docstring)")
-        return
     _run_machine(backend, tmp_path)
 
 
