@@ -64,6 +64,10 @@ class PgConn(Conn):
         """Run a statement for every row of arguments (pipelined)."""
         await self._db.executemany(sql, [tuple(r) for r in rows])
 
+    async def fetchmany(self, sql: str, rows: Iterable[Sequence[Any]]) -> list[Any]:
+        """Run a statement for every row of arguments (pipelined: one round trip)."""
+        return list(await self._db.fetchmany(sql, [tuple(r) for r in rows]))
+
 
 async def _keep_session_state(conn: object) -> None:
     """Pool reset hook: nothing to reset (no session state is ever set), saves a round trip."""

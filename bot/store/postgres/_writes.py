@@ -6,9 +6,7 @@ of due turns (the shared two statements are ``QueuePart.claim_due_turns``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, Final
 
 from bot.core.events import (
@@ -17,18 +15,65 @@ from bot.core.events import (
     Inbound,
     IngestResult,
     QueuePolicy,
-    SessionKey,
     SessionPolicy,
     Turn,
 )
 from bot.core.llm import Usage
-from bot.core.queue_rules import arm
 from bot.store import cols
 from bot.store.postgres._core import no_nul
 from bot.store.sql.conn import Conn
 from bot.store.sql.core import conv_args
-from bot.store.sql.ingest import IngestBase, IngestState, duplicate, sort_key
+from bot.store.sql.ingest import (
+    BATCH_STATE_SQL,
+    IngestBase,
+    IngestState,
+    Planned,
+    results,
+    sort_key,
+)
 from bot.store.sql.queue import QueuePart
+
+# One message: the version, the session's turn, the message, its media ({media}: a CTE, or
+# empty) and the timer (armed only for a message that asks for a reply) in one statement.
+_WRITE_SQL = (
+    "WITH v AS (UPDATE conversations SET version = version + 1, status = 'active', "
+    "status_reason = NULL WHERE id = $1 RETURNING version), "
+    "t AS (UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = $3, "
+    "last_user_turn = next_turn WHERE id = $2 RETURNING next_turn - 1 AS turn), "
+    "m AS (INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
+    "display_name, text, platform_message_id, is_private, version, pending, "
+    "addressed, created_at, quote, media_count) SELECT $1, $2, t.turn, 'user', "
+    "$4::text, $5::text, $6::text, $7::text, $8::boolean, v.version, $9::boolean, "
+    "$9::boolean, $3, $12::text, $13::integer FROM v, t RETURNING id, version), "
+    "{media}"
+    # Arm or extend the timer (only for a message that asks for a reply).
+    "a AS (INSERT INTO timers (conversation_id, due_at, first_pending_at, "
+    "armed_version) SELECT $1, $10::float8, $11::float8, m.version FROM m WHERE $9 "
+    "ON CONFLICT (conversation_id) DO UPDATE SET due_at = EXCLUDED.due_at, "
+    "armed_version = EXCLUDED.armed_version) "
+    "SELECT id, version FROM m"
+)
+
+
+def _message_args(p: Planned, now: float) -> list[Any]:
+    """_WRITE_SQL's arguments $1-$13 for a planned message."""
+    i = p.inbound
+    return [
+        p.conv_id,
+        p.sid,
+        now,
+        i.author_id,
+        i.display_name,
+        i.text,
+        i.platform_message_id,
+        i.is_private,
+        i.triggers_reply,
+        p.due_at,
+        None if p.armed is None else p.armed[1],
+        cols.quote_json(i.quote),
+        len(i.media),
+    ]
+
 
 # The batch's existing conversations, locked in id order (the lock comes before the read of
 # their state, which must see what a racing ingest committed).
@@ -40,14 +85,8 @@ _LOCK_BATCH = (
 )
 # Their queue state, and which of the batch's platform message ids each already holds (with
 # the session number: a second delivery is answered with it).
-_BATCH_STATE = (
-    "SELECT c.id, c.version, t.due_at, t.first_pending_at, o.id, o.session_no, o.opened_at, "
-    "o.last_activity_at, (SELECT json_object_agg(m.platform_message_id, s.session_no) "
-    "FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.conversation_id = c.id "
-    "AND m.platform_message_id = ANY($2::text[])) FROM conversations c "
-    "LEFT JOIN timers t ON t.conversation_id = c.id "
-    "LEFT JOIN sessions o ON o.conversation_id = c.id AND o.status = 'open' "
-    "WHERE c.id = ANY($1::bigint[])"
+_BATCH_STATE = BATCH_STATE_SQL.format(
+    agg="json_object_agg", mids="= ANY($2::text[])", where="c.id = ANY($1::bigint[])"
 )
 
 
@@ -125,10 +164,10 @@ class WritesPart(IngestBase, QueuePart):
         """The batch in a few round trips: lock every conversation of it (one statement for
         those that exist, in id order; new ones are created and locked in ``sort_key`` order,
         so two batches never wait on each other in a cycle), read all their states after the
-        locks (one statement: a racing ingest's commit is seen), then write each message in
-        one statement (version, turn, message, media and timer together). What the batch
-        itself changed (versions, the timer, the open session, message ids stored) is carried
-        forward in memory from one of its messages to the next.
+        locks (one statement: a racing ingest's commit is seen), number the messages in
+        memory (``IngestBase._plan``), then write each message in one statement (version,
+        turn, message, media and timer together), pipelined: one round trip for a run of
+        messages without media.
         """
         if not items:
             return []
@@ -137,25 +176,31 @@ class WritesPart(IngestBase, QueuePart):
         async with self._tx() as db:
             ids = await self._lock_batch(db, keys, now)
             rows = await db.fetch(_BATCH_STATE, list(set(ids.values())), [no_nul(m) for m in mids])
-            states = {int(r[0]): IngestState.of((*r[:8], None)) for r in rows}
-            stored: dict[int, dict[str, int]] = {
-                int(r[0]): {k: int(v) for k, v in json.loads(r[8] or "{}").items()} for r in rows
-            }
-            results: list[IngestResult] = []
-            for inbound, queue in items:
-                conv_id = ids[inbound.conversation]
-                state, mid = states[conv_id], inbound.platform_message_id
-                if mid is not None and mid in stored[conv_id]:  # a second delivery: no-op
-                    dup = replace(state, duplicate_in=stored[conv_id][mid])
-                    results.append(duplicate(inbound.conversation, dup))
+            states = {int(r[0]): IngestState.of(r) for r in rows}
+            planned = await self._plan(db, items, ids, states, now, sessions)
+            message_ids: list[int] = []
+            run: list[list[Any]] = []
+            for p in planned:
+                if not isinstance(p, Planned):
                     continue
-                result, states[conv_id] = await self._ingest_locked(
-                    db, state, inbound, now, queue, sessions
-                )
-                if mid is not None:
-                    stored[conv_id][mid] = result.session.session_id
-                results.append(result)
-            return results
+                media_sql, media_args = _media_cte(p.inbound)
+                args = _message_args(p, now)
+                if not media_sql:
+                    run.append(args)
+                    continue
+                message_ids += await self._write_run(db, run)  # in order: versions count up
+                run = []
+                row = await db.fetchrow(_WRITE_SQL.format(media=media_sql), *args, *media_args)
+                assert row is not None
+                message_ids.append(int(row[0]))
+            message_ids += await self._write_run(db, run)
+        return results(planned, message_ids)
+
+    @staticmethod
+    async def _write_run(db: Conn, run: Sequence[Sequence[Any]]) -> list[int]:
+        if not run:
+            return []
+        return [int(r[0]) for r in await db.fetchmany(_WRITE_SQL.format(media=""), run)]
 
     async def _lock_batch(
         self, db: Conn, keys: Sequence[ConversationKey], now: float
@@ -172,76 +217,6 @@ class WritesPart(IngestBase, QueuePart):
             assert conv_id is not None
             ids[key] = conv_id
         return ids
-
-    async def _ingest_locked(
-        self,
-        db: Conn,
-        state: IngestState,
-        inbound: Inbound,
-        now: float,
-        queue: QueuePolicy,
-        sessions: SessionPolicy | None,
-    ) -> tuple[IngestResult, IngestState]:
-        """One message of a batch (its conversation locked); the result and the
-        conversation's state after it."""
-        conv_id = state.conv_id
-        sid, number = await self._session_for(db, state, now, sessions)
-        opened = state.open_session
-        opened_at = opened[2] if opened is not None and opened[0] == sid else now
-        # The armed version is the one the statement below writes (m.version).
-        timer = arm(queue, now, state.first_pending_at, 0)
-        first_pending_at = timer.first_pending_at
-        due_at = timer.due_at if inbound.triggers_reply else state.timer_due
-        media_sql, media_args = _media_cte(inbound)
-        row = await db.fetchrow(
-            "WITH v AS (UPDATE conversations SET version = version + 1, status = 'active', "
-            "status_reason = NULL WHERE id = $1 RETURNING version), "
-            "t AS (UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = $3, "
-            "last_user_turn = next_turn WHERE id = $2 RETURNING next_turn - 1 AS turn), "
-            "m AS (INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
-            "display_name, text, platform_message_id, is_private, version, pending, "
-            "addressed, created_at, quote, media_count) SELECT $1, $2, t.turn, 'user', "
-            "$4::text, $5::text, $6::text, $7::text, $8::boolean, v.version, $9::boolean, "
-            "$9::boolean, $3, $12::text, $13::integer FROM v, t RETURNING id, version), "
-            f"{media_sql}"
-            # Arm or extend the timer (only for a message that asks for a reply).
-            "a AS (INSERT INTO timers (conversation_id, due_at, first_pending_at, "
-            "armed_version) SELECT $1, $10::float8, $11::float8, m.version FROM m WHERE $9 "
-            "ON CONFLICT (conversation_id) DO UPDATE SET due_at = EXCLUDED.due_at, "
-            "armed_version = EXCLUDED.armed_version) "
-            "SELECT id, version FROM m",
-            conv_id,
-            sid,
-            now,
-            inbound.author_id,
-            inbound.display_name,
-            inbound.text,
-            inbound.platform_message_id,
-            inbound.is_private,
-            inbound.triggers_reply,
-            due_at,
-            first_pending_at,
-            cols.quote_json(inbound.quote),
-            len(inbound.media),
-            *media_args,
-        )
-        assert row is not None
-        version = int(row[1])
-        after = replace(
-            state,
-            version=version,
-            timer_due=due_at,
-            first_pending_at=first_pending_at if inbound.triggers_reply else state.first_pending_at,
-            open_session=(sid, number, opened_at, now),
-        )
-        result = IngestResult(
-            stored=True,
-            message_id=int(row[0]),
-            session=SessionKey(inbound.conversation, number),
-            version=version,
-            due_at=due_at,
-        )
-        return result, after
 
     async def _record_reply(
         self,

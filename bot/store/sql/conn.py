@@ -37,6 +37,10 @@ class Conn(abc.ABC):
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """Run a statement once per row of arguments."""
 
+    @abc.abstractmethod
+    async def fetchmany(self, sql: str, rows: Iterable[Sequence[Any]]) -> list[Any]:
+        """Run a statement once per row of arguments, in order; the rows they return."""
+
 
 @dataclass(frozen=True, slots=True)
 class Dialect:

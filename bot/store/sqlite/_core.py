@@ -75,6 +75,13 @@ class SQLiteConn(Conn):
         """Run a statement for every row of arguments."""
         await self._db.executemany(_sqlite_sql(sql), [tuple(r) for r in rows])
 
+    async def fetchmany(self, sql: str, rows: Iterable[Sequence[Any]]) -> list[Any]:
+        """Run a statement for every row of arguments, in order."""
+        found: list[Any] = []
+        for row in rows:
+            found += await self._db.execute_fetchall(_sqlite_sql(sql), tuple(row))
+        return found
+
 
 class SQLiteCore(SQLCore):
     """The connection and its transactions under the shared parts (bot/store/sql)."""
