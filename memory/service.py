@@ -381,7 +381,7 @@ class Memory:
             return 0
         folded = 0
         if through_turn is None and not await self._overflowing(session, window):
-            # The common case after a turn: nothing to fold, known from two reads, without
+            # The common case after a turn: nothing to fold, known from one read, without
             # taking and releasing the summary lease (two write transactions a turn). What is
             # found to overflow is checked again under the lease below.
             return 0
@@ -407,9 +407,7 @@ class Memory:
 
     async def _overflowing(self, session: SessionKey, window: int) -> bool:
         """Whether more than twice ``window`` messages lie after the summary (unleased)."""
-        current = await self.summary(session)
-        after = 0 if current is None else current.last_turn
-        return await self._store.count_history(session, after_turn=after) > 2 * window
+        return await self._store.count_unsummarised(session) > 2 * window
 
     async def _fold(
         self,

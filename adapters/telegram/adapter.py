@@ -84,6 +84,7 @@ from adapters.telegram.preview import (
     PreviewContext,
     delete_message,
 )
+from adapters.telegram.responses import response_type
 from adapters.telegram.updates import GetRawUpdates, ParsedUpdate, parse_update
 from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSettings
 from bot.core.clock import Clock
@@ -142,6 +143,17 @@ class _RedactingSession(AiohttpSession):
     """
 
     reachable = True
+
+    def check_response(
+        self,
+        bot: Bot,
+        method: TelegramMethod[TelegramType],
+        status_code: int,
+        content: str,
+    ) -> Response[TelegramType]:
+        """aiogram's reading of an answer, its model class kept alive (responses.py)."""
+        response_type(method.__returning__)
+        return super().check_response(bot, method, status_code, content)
 
     async def make_request(
         self,

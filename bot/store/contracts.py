@@ -256,6 +256,11 @@ class MessageStore(abc.ABC):
         """How many history messages have ``turn > after_turn``."""
 
     @abc.abstractmethod
+    async def count_unsummarised(self, session: SessionKey) -> int:
+        """How many history messages lie after the session's summary (all of them when it
+        has none): what the summary check after a reply asks, in one read."""
+
+    @abc.abstractmethod
     async def messages(self, session: SessionKey) -> list[StoredMessage]:
         """Every stored message of a session in turn order."""
 

@@ -18,7 +18,7 @@ is how atomicity is reached when several processes write at once (the dialect's 
   (``FOR UPDATE``), so a worker cannot take over an expired lease, read the pending messages
   and answer them again while the previous holder is committing its reply: the takeover waits
   for that commit and then finds nothing pending.
-- ``pending_turn`` reads v0 and the messages in one REPEATABLE READ snapshot.
+- ``pending_turn`` reads v0 and the messages in one statement, so from one snapshot.
 - Due turns are claimed (``claim_due_turns``): one statement reads due timers whose turn
   lease is free, locking the lease rows ``FOR UPDATE SKIP LOCKED``, and takes them; a claim
   that meets a lease another claim has just taken re-checks it and passes over it, and never

@@ -201,6 +201,13 @@ class PostgresCore(SQLCore):
         async with self._conn() as conn:
             yield PgConn(conn)
 
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[Conn]:
+        """A pooled connection for one write statement (autocommit: the statement is its own
+        transaction, without BEGIN and COMMIT round trips)."""
+        async with self._conn() as conn:
+            yield PgConn(conn)
+
     async def _serialize(self, db: Conn, key: str) -> None:
         """A transaction-level advisory lock on ``key`` (others never wait)."""
         await db.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)

@@ -24,11 +24,23 @@ log = logging.getLogger("personabot.store")
 
 CONV_WHERE = "bot = $1 AND platform = $2 AND chat_id = $3 AND thread_id = $4"
 CONV_WHERE_C = "c.bot = $1 AND c.platform = $2 AND c.chat_id = $3 AND c.thread_id = $4"
+#: A session's row id by its key (``session_args``: $1-$5), as a scalar subquery: a statement
+#: that needs the row id finds it itself instead of a lookup before it (one round trip, not
+#: two). NULL when the session does not exist.
+SESSION_ID = (
+    "(SELECT s.id FROM sessions s JOIN conversations c ON c.id = s.conversation_id "
+    f"WHERE {CONV_WHERE_C} AND s.session_no = $5)"
+)
 
 
 def conv_args(key: ConversationKey) -> tuple[str, str, str, str]:
     """The four key columns of a conversation, in CONV_WHERE order."""
     return (key.bot, key.platform, key.chat_id, cols.thread_value(key))
+
+
+def session_args(session: SessionKey) -> tuple[str, str, str, str, int]:
+    """The conversation's key columns and the session number, in SESSION_ID order."""
+    return (*conv_args(session.conversation), session.session_id)
 
 
 class SQLCore(BaseStore):
@@ -54,6 +66,12 @@ class SQLCore(BaseStore):
     @abc.abstractmethod
     def _read(self) -> AbstractAsyncContextManager[Conn]:
         """A connection for single-statement reads (each sees committed data)."""
+
+    @abc.abstractmethod
+    def _write(self) -> AbstractAsyncContextManager[Conn]:
+        """A connection for one write statement, atomic by itself (autocommit): what a write
+        transaction gives a single statement, without its BEGIN and COMMIT round trips. Only
+        for writes that are one statement; anything that reads and then writes is a ``_tx``."""
 
     # -- migrations ----------------------------------------------------------------------------
 
@@ -226,9 +244,19 @@ class SQLCore(BaseStore):
 
     async def _settle_timer(self, db: Conn, conv_id: int, v0: int, queue: QueuePolicy) -> None:
         """After a turn closed, the timer reflects what is still pending (rules.settle)."""
+        is_pending = f"pending = {self.dialect.true}"
+        # The common case in one statement: nothing is pending any more and the timer is not
+        # newer than the turn, so it goes (settle's None). Otherwise read and let the rule say.
+        if await db.execute(
+            "DELETE FROM timers WHERE conversation_id = $1 AND armed_version <= $2 AND NOT "
+            f"EXISTS (SELECT 1 FROM messages WHERE conversation_id = $1 AND {is_pending})",
+            conv_id,
+            v0,
+        ):
+            return
         remaining = await db.fetchrow(
             "SELECT MIN(created_at), MAX(created_at), MAX(version) FROM messages "
-            f"WHERE conversation_id = $1 AND pending = {self.dialect.true}",
+            f"WHERE conversation_id = $1 AND {is_pending}",
             conv_id,
         )
         pending = (
@@ -238,12 +266,8 @@ class SQLCore(BaseStore):
         )
         timer = settle(queue, pending)
         if timer is None:
-            # Kept when input newer than v0 armed it meanwhile.
-            await db.execute(
-                "DELETE FROM timers WHERE conversation_id = $1 AND armed_version <= $2",
-                conv_id,
-                v0,
-            )
+            # Nothing pending: the statement above removed the timer, unless input newer than
+            # v0 armed it meanwhile (then it is kept), in this same transaction.
             return
         await db.execute(
             "INSERT INTO timers (conversation_id, due_at, first_pending_at, armed_version) "

@@ -21,7 +21,7 @@ from bot.core.queue_rules import ArmedTimer, arm
 from bot.core.sessions import expiry_reason
 from bot.store import cols
 from bot.store.sql.conn import Conn
-from bot.store.sql.core import CONV_WHERE, SQLCore, conv_args
+from bot.store.sql.core import CONV_WHERE, SESSION_ID, SQLCore, conv_args, session_args
 from bot.store.tombstones import PLATFORM_DELETION
 
 
@@ -202,14 +202,11 @@ class MessagesPart(SQLCore):
         """Non-pending messages after ``after_turn``: newest (or oldest) ``limit``."""
         order = "ASC" if oldest_first else "DESC"
         async with self._read() as db:
-            found = await self._session_row(db, session)
-            if found is None:
-                return []
             rows = await db.fetch(
-                cols.MESSAGE_SELECT + "WHERE m.session_id = $1 "
-                f"AND m.pending = {self.dialect.false} AND m.turn > $2"
-                f"{cols.NOT_REJECTED} ORDER BY m.turn {order} LIMIT $3",
-                found[0],
+                cols.MESSAGE_SELECT + f"WHERE m.session_id = {SESSION_ID} "
+                f"AND m.pending = {self.dialect.false} AND m.turn > $6"
+                f"{cols.NOT_REJECTED} ORDER BY m.turn {order} LIMIT $7",
+                *session_args(session),
                 after_turn,
                 limit,
             )
@@ -221,29 +218,32 @@ class MessagesPart(SQLCore):
     async def count_history(self, session: SessionKey, *, after_turn: int = 0) -> int:
         """Count of non-pending messages after ``after_turn``."""
         async with self._read() as db:
-            found = await self._session_row(db, session)
-            if found is None:
-                return 0
             count = await db.fetchval(
-                "SELECT COUNT(*) FROM messages m WHERE session_id = $1 "
-                f"AND pending = {self.dialect.false} AND turn > $2{cols.NOT_REJECTED}",
-                found[0],
+                f"SELECT COUNT(*) FROM messages m WHERE session_id = {SESSION_ID} "
+                f"AND pending = {self.dialect.false} AND turn > $6{cols.NOT_REJECTED}",
+                *session_args(session),
                 after_turn,
+            )
+        return int(count)
+
+    async def count_unsummarised(self, session: SessionKey) -> int:
+        """History messages after the summary's last turn, in one statement."""
+        async with self._read() as db:
+            count = await db.fetchval(
+                f"SELECT COUNT(*) FROM messages m WHERE session_id = {SESSION_ID} "
+                f"AND pending = {self.dialect.false} AND turn > COALESCE((SELECT last_turn "
+                f"FROM summaries WHERE session_id = m.session_id), 0){cols.NOT_REJECTED}",
+                *session_args(session),
             )
         return int(count)
 
     async def get_summary(self, session: SessionKey) -> StoredSummary | None:
         """The session's summary."""
         async with self._read() as db:
-            found = await self._session_row(db, session)
-            row = (
-                None
-                if found is None
-                else await db.fetchrow(
-                    "SELECT body, first_turn, last_turn, updated_at FROM summaries "
-                    "WHERE session_id = $1",
-                    found[0],
-                )
+            row = await db.fetchrow(
+                "SELECT body, first_turn, last_turn, updated_at FROM summaries "
+                f"WHERE session_id = {SESSION_ID}",
+                *session_args(session),
             )
         if row is None:
             return None

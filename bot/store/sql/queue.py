@@ -31,8 +31,23 @@ from bot.core.events import (
 from bot.core.llm import Usage
 from bot.core.queue_rules import final_verdict
 from bot.store import cols
-from bot.store.sql.core import CONV_WHERE_C, SQLCore, conv_args
+from bot.store.sql.core import CONV_WHERE_C, SQLCore, conv_args, session_args
 
+#: Where the columns after MSG_COLS start in a row of ``pending_turn``'s read.
+_AFTER_MSG = len(cols.MSG_COLS.split(","))
+#: The columns of a model_usage row, in the order record_usage writes them.
+_USAGE_COLUMNS = (
+    "at",
+    "bot",
+    "platform",
+    "user_id",
+    "purpose",
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "cache_write_tokens",
+    "cache_read_tokens",
+)
 _SUMS = (
     "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
     "COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(cache_read_tokens), 0)"
@@ -91,7 +106,7 @@ class QueuePart(SQLCore):
 
     async def release_turn(self, reservation_id: int) -> None:
         """Drop a reservation."""
-        async with self._tx() as db:
+        async with self._write() as db:
             await db.execute("DELETE FROM turn_usage WHERE id = $1", reservation_id)
 
     async def record_usage(
@@ -102,24 +117,30 @@ class QueuePart(SQLCore):
         charges: Sequence[tuple[str | None, Usage]],
         now: float,
     ) -> None:
-        """One row per share of the call."""
-        async with self._tx() as db:
-            await db.executemany(
-                "INSERT INTO model_usage (at, bot, platform, user_id, purpose, model, "
-                "input_tokens, output_tokens, cache_write_tokens, cache_read_tokens) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                [
-                    (
-                        now,
-                        conversation.bot,
-                        conversation.platform,
-                        user,
-                        purpose,
-                        model,
-                        *cols.usage_values(u),
-                    )
-                    for user, u in charges
-                ],
+        """One row per share of the call, all in one statement."""
+        if not charges:
+            return
+        width = len(_USAGE_COLUMNS)
+        rows = ", ".join(
+            "(" + ", ".join(f"${i * width + j}" for j in range(1, width + 1)) + ")"
+            for i in range(len(charges))
+        )
+        args = [
+            value
+            for user, u in charges
+            for value in (
+                now,
+                conversation.bot,
+                conversation.platform,
+                user,
+                purpose,
+                model,
+                *cols.usage_values(u),
+            )
+        ]
+        async with self._write() as db:
+            await db.execute(
+                f"INSERT INTO model_usage ({', '.join(_USAGE_COLUMNS)}) VALUES {rows}", *args
             )
 
     async def input_tokens_since(self, user: UserKey, since: float) -> int:
@@ -183,35 +204,33 @@ class QueuePart(SQLCore):
     async def pending_turn(
         self, conversation: ConversationKey, limit: int | None = None
     ) -> Turn | None:
-        """The oldest pending messages of the oldest session with some, plus v0, from one
-        snapshot."""
+        """The oldest pending messages of the oldest session with some, plus v0 and the
+        session's persona, from one snapshot: one statement (a second one reads the media
+        rows of those messages, only when one has any)."""
         d = self.dialect
-        async with self._snapshot() as db:
-            head = await db.fetchrow(
-                "SELECT c.id, c.version, t.first_pending_at, (SELECT MIN(session_id) FROM "
-                f"messages WHERE conversation_id = c.id AND pending = {d.true}) "
-                "FROM conversations c LEFT JOIN timers t ON t.conversation_id = c.id "
-                f"WHERE {CONV_WHERE_C}",
-                *conv_args(conversation),
-            )
-            if head is None or head[3] is None:
-                return None
-            version, first_pending = int(head[1]), head[2]
+        async with self._read() as db:
             rows = await db.fetch(
-                cols.MESSAGE_SELECT + f"WHERE m.session_id = $1 AND m.pending = {d.true} "
-                "AND m.version <= $2 ORDER BY m.turn LIMIT $3",
-                head[3],
-                version,
+                "WITH head AS (SELECT c.version AS v0, t.first_pending_at AS first_pending, "
+                "(SELECT MIN(session_id) FROM messages WHERE conversation_id = c.id "
+                f"AND pending = {d.true}) AS sid FROM conversations c "
+                f"LEFT JOIN timers t ON t.conversation_id = c.id WHERE {CONV_WHERE_C}) "
+                f"SELECT {cols.MSG_COLS}, h.v0, h.first_pending, s.persona FROM head h "
+                "JOIN messages m ON m.session_id = h.sid JOIN sessions s ON s.id = m.session_id "
+                f"WHERE m.pending = {d.true} AND m.version <= h.v0 ORDER BY m.turn LIMIT $5",
+                *conv_args(conversation),
                 d.no_limit if limit is None else limit,
             )
-            persona = await db.fetchval("SELECT persona FROM sessions WHERE id = $1", head[3])
-            media = await self._media_for(db, rows)  # the same snapshot
-        messages = tuple(cols.message(conversation, r, media) for r in rows)
-        if not messages:
+            # Media rows are written with their message and change only as they are prepared
+            # (which a turn reads again anyway, bot/runtime/media.py).
+            media = await self._media_for(db, rows)
+        if not rows:
             return None
+        messages = tuple(cols.message(conversation, r, media) for r in rows)
+        head = rows[0]
+        version, first_pending, persona = (head[_AFTER_MSG + i] for i in range(3))
         return Turn(
             session=messages[0].session,
-            version=version,
+            version=int(version),
             messages=messages,
             first_pending_at=messages[0].created_at
             if first_pending is None
@@ -439,7 +458,7 @@ class QueuePart(SQLCore):
         """
         clock = self._db_now or "CAST($4 AS DOUBLE PRECISION)"
         args: list[Any] = [name, holder, ttl] + ([] if self._db_now else [now])
-        async with self._tx() as db:
+        async with self._write() as db:
             row = await db.fetchrow(
                 "INSERT INTO leases (name, holder, token, expires_at) "
                 f"VALUES ($1, $2, 1, {clock} + CAST($3 AS DOUBLE PRECISION)) "
@@ -456,7 +475,7 @@ class QueuePart(SQLCore):
         """Extend a lease still held under the same token."""
         clock = self._db_now or "CAST($5 AS DOUBLE PRECISION)"
         args: list[Any] = [lease.name, lease.token, lease.holder, ttl]
-        async with self._tx() as db:
+        async with self._write() as db:
             expires = await db.fetchval(
                 f"UPDATE leases SET expires_at = {clock} + CAST($4 AS DOUBLE PRECISION) "
                 "WHERE name = $1 AND token = $2 AND holder = $3 RETURNING expires_at",
@@ -469,7 +488,7 @@ class QueuePart(SQLCore):
 
     async def release_lease(self, lease: Lease) -> None:
         """Free the lease if still ours."""
-        async with self._tx() as db:
+        async with self._write() as db:
             await db.execute(
                 "UPDATE leases SET expires_at = 0 WHERE name = $1 AND token = $2 AND holder = $3",
                 lease.name,
@@ -508,28 +527,29 @@ class QueuePart(SQLCore):
         d = self.dialect
         key = turn.session.conversation
         async with self._tx() as db:
-            conv_id = await self._conv_id(db, key, lock=True)
-            token = await self._lease_token(db, lease.name)
-            # The turn's session, the version and whether newer input joined it, in one read.
-            row = (
-                None
-                if conv_id is None
-                else await db.fetchrow(
-                    "SELECT s.id, c.version, (SELECT COUNT(*) FROM messages m WHERE "
-                    f"m.session_id = s.id AND m.pending = {d.true} AND m.version > $3) "
-                    "FROM sessions s JOIN conversations c ON c.id = s.conversation_id "
-                    "WHERE c.id = $1 AND s.session_no = $2",
-                    conv_id,
-                    turn.session.session_id,
-                    turn.version,
-                )
+            if d.for_update:
+                # Row locks: the conversation's first, then (in the read below) the lease's.
+                # On SQLite the write transaction itself serializes every writer.
+                await self._conv_id(db, key, lock=True)
+            # The conversation, the turn's session, the version, whether newer input joined
+            # the session, and the lease's token, its row locked: one read.
+            row = await db.fetchrow(
+                "SELECT c.id, s.id, c.version, (SELECT COUNT(*) FROM messages m WHERE "
+                f"m.session_id = s.id AND m.pending = {d.true} AND m.version > $6), "
+                f"(SELECT token FROM leases WHERE name = $7{d.for_update}) "
+                "FROM conversations c LEFT JOIN sessions s ON s.conversation_id = c.id "
+                f"AND s.session_no = $5 WHERE {CONV_WHERE_C}",
+                *session_args(turn.session),
+                turn.version,
+                lease.name,
             )
-            leased = token == lease.token and row is not None
-            version = 0 if row is None else int(row[1])
+            if row is None or row[1] is None:
+                return FinishResult("fenced")  # the conversation or the session is gone
+            version = int(row[2])
             verdict = final_verdict(
                 queue,
-                still_leased=leased,
-                newer_pending=row is not None and int(row[2]) > 0,
+                still_leased=row[4] is not None and int(row[4]) == lease.token,
+                newer_pending=int(row[3]) > 0,
                 first_pending_at=turn.first_pending_at,
                 now=now,
             )
@@ -539,11 +559,10 @@ class QueuePart(SQLCore):
                 # Newer input joined this session while we generated: the timer it armed
                 # stays; the next attempt will cover everything.
                 return FinishResult("discarded", current_version=version)
-            assert conv_id is not None
-            assert row is not None
+            conv_id = int(row[0])
             reply_to = turn.messages[-1].platform_message_id if turn.messages else None
             reply_id, outbox_id = await self._record_reply(
-                db, conv_id, int(row[0]), turn, reply, now, usage or Usage(), model, reply_to
+                db, conv_id, int(row[1]), turn, reply, now, usage or Usage(), model, reply_to
             )
             if reminders:
                 await self._add_reminders(db, conv_id, reminders, now)
@@ -604,7 +623,7 @@ class QueuePart(SQLCore):
 
     async def begin_send(self, item: OutboxItem, now: float) -> bool:
         """CAS on the attempt count: of two processes, one claims the attempt."""
-        async with self._tx() as db:
+        async with self._write() as db:
             claimed = await db.execute(
                 "UPDATE outbox SET attempts = attempts + 1, attempted_at = $1 "
                 "WHERE id = $2 AND status = 'pending' AND attempts = $3",
@@ -638,7 +657,7 @@ class QueuePart(SQLCore):
 
     async def mark_sent(self, outbox_id: int, now: float) -> None:
         """Confirm delivery."""
-        async with self._tx() as db:
+        async with self._write() as db:
             await db.execute(
                 f"UPDATE outbox SET status = 'sent', finished_at = $1, text = {cols.FINISHED_TEXT} "
                 "WHERE id = $2",
@@ -648,7 +667,7 @@ class QueuePart(SQLCore):
 
     async def mark_failed(self, outbox_id: int, now: float, reason: str) -> None:
         """Give up on a row."""
-        async with self._tx() as db:
+        async with self._write() as db:
             await db.execute(
                 "UPDATE outbox SET status = 'failed', finished_at = $1, failure = $2, "
                 f"text = {cols.FINISHED_TEXT} WHERE id = $3",

@@ -13,7 +13,14 @@ from bot.core.events import (
     UserKey,
 )
 from bot.store import cols
-from bot.store.sql.core import CONV_WHERE, SQLCore, conv_args
+from bot.store.sql.core import (
+    CONV_WHERE,
+    CONV_WHERE_C,
+    SESSION_ID,
+    SQLCore,
+    conv_args,
+    session_args,
+)
 
 
 class SessionsPart(SQLCore):
@@ -97,44 +104,42 @@ class SessionsPart(SQLCore):
     async def get_state(self, session: SessionKey, name: str) -> str | NotSet:
         """A session-scoped value or NOT_SET."""
         async with self._read() as db:
-            found = await self._session_row(db, session)
-            value = (
-                None
-                if found is None
-                else await db.fetchval(
-                    "SELECT value FROM session_state WHERE session_id = $1 AND key = $2",
-                    found[0],
-                    name,
-                )
+            value = await db.fetchval(
+                f"SELECT value FROM session_state WHERE session_id = {SESSION_ID} AND key = $6",
+                *session_args(session),
+                name,
             )
         return NOT_SET if value is None else str(value)
 
     async def set_state(self, session: SessionKey, name: str, value: str, now: float) -> None:
-        """Set a session-scoped value."""
-        async with self._tx() as db:
-            found = await self._session_row(db, session)
-            if found is None:
-                raise StoreError(f"unknown session {session}")
-            await db.execute(
+        """Set a session-scoped value (one statement: the session found by its key)."""
+        async with self._write() as db:
+            written = await db.execute(
                 "INSERT INTO session_state (session_id, key, value, updated_at) "
-                "VALUES ($1, $2, $3, $4) ON CONFLICT (session_id, key) "
+                f"SELECT s.id, $6, $7, $8 FROM sessions s JOIN conversations c "
+                f"ON c.id = s.conversation_id WHERE {CONV_WHERE_C} AND s.session_no = $5 "
+                "ON CONFLICT (session_id, key) "
                 "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-                found[0],
+                *session_args(session),
                 name,
                 value,
                 now,
             )
+        if not written:
+            raise StoreError(f"unknown session {session}")
 
     async def delete_state(self, session: SessionKey, name: str | None = None) -> int:
         """Delete one or all session-scoped values."""
-        async with self._tx() as db:
-            found = await self._session_row(db, session)
-            if found is None:
-                return 0
+        async with self._write() as db:
             if name is None:
-                return await db.execute("DELETE FROM session_state WHERE session_id = $1", found[0])
+                return await db.execute(
+                    f"DELETE FROM session_state WHERE session_id = {SESSION_ID}",
+                    *session_args(session),
+                )
             return await db.execute(
-                "DELETE FROM session_state WHERE session_id = $1 AND key = $2", found[0], name
+                f"DELETE FROM session_state WHERE session_id = {SESSION_ID} AND key = $6",
+                *session_args(session),
+                name,
             )
 
     # -- user scope ---------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """SQLite store (aiosqlite): the embedded default. One file, WAL, foreign keys on (media rows
 go with their message), secure_delete on (deleted rows are overwritten in the file).
 
-Every write runs in ``BEGIN IMMEDIATE``: the write lock is taken at the start of the
-transaction, so two processes on one file serialize their read-modify-write sequences
-(ingest, lease CAS, final check) instead of failing half-way on a lock upgrade. The parts
-are the shared ones (bot/store/sql); this package adds the connection and ingest.
+Every write transaction runs in ``BEGIN IMMEDIATE``: the write lock is taken at the start of
+the transaction, so two processes on one file serialize their read-modify-write sequences
+(ingest, final check) instead of failing half-way on a lock upgrade. A write that is one
+statement (a lease CAS, an outbox attempt, a usage row) runs alone in autocommit, which takes
+the same lock for that statement. The parts are the shared ones (bot/store/sql); this package
+adds the connection and ingest.
 """
 
 from __future__ import annotations

@@ -253,6 +253,19 @@ class SQLiteCore(SQLCore):
         finally:
             self._in_flight -= 1
 
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[Conn]:
+        """The connection for one write statement in autocommit: SQLite takes the write lock
+        for the statement (waiting up to the busy timeout, as ``BEGIN IMMEDIATE`` does) and
+        commits it alone, two round trips to the connection's thread fewer."""
+        self._in_flight += 1
+        try:
+            async with self._lock:
+                self._check_file()
+                yield SQLiteConn(self._conn)
+        finally:
+            self._in_flight -= 1
+
     async def _empty_log(self) -> None:
         """Checkpoint the write-ahead log into the file and truncate it (best effort: a
         checkpoint another process's reader blocks is done by a later one)."""
