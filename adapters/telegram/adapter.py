@@ -27,7 +27,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 from urllib.parse import quote
 
 from aiogram import Bot, Dispatcher
@@ -122,20 +122,6 @@ def _scrub(text: str, token: str) -> str:
     return text
 
 
-# aiogram validates every answer as ``Response[method.__returning__]``, and pydantic keeps
-# such parametrized models only weakly referenced: under load the garbage collector drops them
-# between two calls and the next call builds the class again (several per call, about 4 % of a
-# busy process's CPU in bench/load.py's profile). One strong reference per result type makes
-# every later call a cache hit.
-_RESPONSE_TYPES: dict[object, type] = {}
-
-
-def _keep_response_type(method: TelegramMethod[Any]) -> None:
-    returning = method.__returning__
-    if returning not in _RESPONSE_TYPES:
-        _RESPONSE_TYPES[returning] = Response[returning]  # type: ignore[valid-type]
-
-
 class _RedactingSession(AiohttpSession):
     """aiogram's aiohttp session; errors it raises never carry the token in the request URL.
 
@@ -162,7 +148,6 @@ class _RedactingSession(AiohttpSession):
         timeout: int | None = None,  # noqa: ASYNC109 - aiogram's signature
     ) -> TelegramType:
         """Make the request; re-raise failures with the token scrubbed."""
-        _keep_response_type(method)
         try:
             result = await super().make_request(bot, method, timeout)
         except TelegramNetworkError as exc:

@@ -260,7 +260,7 @@ class SQLiteCore(SQLCore):
         commits it alone, two round trips to the connection's thread fewer."""
         self._in_flight += 1
         try:
-            async with self._lock:
+            async with _as_store_errors(), self._lock:
                 self._check_file()
                 yield SQLiteConn(self._conn)
         finally:
