@@ -45,11 +45,12 @@ def _counted(run: dict[str, Any]) -> None:
     assert s["available"], s["why_not"]
     assert s["inbound_messages"] >= 32 and s["turns"] == run["turns"]
     assert 3 < s["statements_per_message"] < 200
-    assert 0.5 <= s["transactions_per_message"] < 50
+    assert 0.1 <= s["transactions_per_message"] < 50  # a batch of messages is one
     assert s["statements_per_turn"] > s["statements_per_message"]
     top = [t["statement"] for t in s["top"]]
     assert any(t.startswith("COMMIT") for t in top)
-    assert any("INSERT INTO messages" in t for t in top)
+    # Ingest's writes: one per conversation of a batch (the messages go in one INSERT).
+    assert any("UPDATE conversations SET version" in t for t in top)
     assert s["idle"]["statements_per_second"] > 0
 
 
