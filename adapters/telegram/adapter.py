@@ -378,7 +378,7 @@ class TelegramAdapter(BaseAdapter):
     ) -> None:
         """A draft's stop button: tell the handler once (a StoreError leaves it unacknowledged,
         so it is taken again)."""
-        if update_id in self._seen:
+        if self._was_handled(update_id):
             return
         await handler.stopped(stop_conversation(stopped, self.bot_key), stopped.draft_id)
         self._handled(update_id)
@@ -387,7 +387,7 @@ class TelegramAdapter(BaseAdapter):
         self, handler: InboundHandler, message: Message, update_id: int, *, edited: bool
     ) -> None:
         """Normalize one message and hand it over; a redelivered update is handled once."""
-        if update_id in self._seen:
+        if self._was_handled(update_id):
             log.debug("telegram bot %s: update %d already handled", self.bot_key, update_id)
             return
         inbound = to_inbound(message, self._rules, edited=edited)
@@ -404,6 +404,13 @@ class TelegramAdapter(BaseAdapter):
             )
         # Only now: an update whose handling raised is taken again when Telegram redelivers it.
         self._handled(update_id)
+
+    def _was_handled(self, update_id: int) -> bool:
+        """Handled before, or earlier in the batch being handled (Telegram may hand the same
+        update out twice, even in one answer)."""
+        return update_id in self._seen or (
+            self._batch_seen is not None and update_id in self._batch_seen
+        )
 
     def _handled(self, update_id: int) -> None:
         if self._batch_seen is not None:

@@ -219,6 +219,10 @@ class Router:
         if answer is not None:
             kind: Kind = "greeting" if command.name == "start" else "answer"
             await self._delivery.send(inbound.conversation, answer, kind=kind, reply_to=mid)
+        elif mid is not None:
+            # It answered by itself (/export's file) or not at all: noted all the same, so a
+            # redelivery (a retried batch, a Telegram update not confirmed yet) skips it.
+            await self._store.record_ran(inbound.conversation, mid, self._clock.now())
 
     async def _delete(self, inbound: Inbound) -> None:
         removed = await self._ingestor.delete(inbound)

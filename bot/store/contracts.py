@@ -545,6 +545,14 @@ class OutboxStore(abc.ABC):
         cleared once the row is sent or failed. Empty text raises StoreError."""
 
     @abc.abstractmethod
+    async def record_ran(
+        self, conversation: ConversationKey, platform_message_id: str, now: float
+    ) -> None:
+        """Note that the command of this platform message ran and answered by itself (a file,
+        or nothing): a finished outbox row without text, so ``answered`` finds it and a second
+        delivery of the command does not run it again."""
+
+    @abc.abstractmethod
     async def answered(self, conversation: ConversationKey, platform_message_id: str) -> bool:
         """Whether a non-transcript outbox row answers this platform message (a command
         delivered again by the platform was already answered: it must not run twice)."""

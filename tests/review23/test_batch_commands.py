@@ -17,12 +17,6 @@ from tests.fakes.telegram_api import FakeTelegramAPI, TgChat
 __all__ = ["store_url"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a command that answers by itself (/export: no outbox row for its update) is run "
-    "again when its failed batch is handed over again; Router._command's once-only check is "
-    "the outbox row of the answer",
-)
 async def test_export_inside_a_failed_batch_runs_once(
     tmp_path: Path, store_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -55,12 +49,6 @@ async def test_export_inside_a_failed_batch_runs_once(
             assert texts == [], texts
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the same update twice in one getUpdates answer: the adapter remembers update ids "
-    "as handled only once the batch is stored (_batch_seen), so the second copy is handled "
-    "again inside the batch and /export (no outbox answer to recognize) runs twice",
-)
 async def test_the_same_export_update_twice_in_one_batch_runs_once(
     tmp_path: Path, store_url: str
 ) -> None:

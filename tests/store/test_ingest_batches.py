@@ -53,3 +53,19 @@ async def test_overlapping_batches_from_two_connections_never_deadlock_or_double
             assert len(ids) == len(set(ids)) == 2 * ROUNDS + (1 - i % 2)
             assert sorted(m.version for m in messages) == list(range(1, len(messages) + 1))
             assert sorted(m.turn for m in messages) == list(range(1, len(messages) + 1))
+
+
+async def test_a_command_that_answered_by_itself_is_recognized_when_delivered_again(
+    stores: StoreFactory,
+) -> None:
+    """``record_ran`` (a command that sent a file or nothing, e.g. /export) makes
+    ``answered`` true for its platform message, as an answer's outbox row does; the row has
+    no text and nothing waits to be sent."""
+    async with stores.new() as store:
+        key = _key(99)
+        assert not await store.answered(key, "77")
+        await store.record_ran(key, "77", 1000.0)
+        assert await store.answered(key, "77")
+        assert not await store.answered(key, "78")
+        assert not await store.answered(_key(98), "77")  # another chat's message 77
+        assert await store.unsent_outbox(older_than=2000.0) == []

@@ -609,6 +609,24 @@ class QueuePart(SQLCore):
             reply_to_platform_message_id=reply_to,
         )
 
+    async def record_ran(
+        self, conversation: ConversationKey, platform_message_id: str, now: float
+    ) -> None:
+        """A non-transcript outbox row, finished at once: nothing to send, nothing to show."""
+        async with self._tx() as db:
+            conv_id = await self._conv_id(db, conversation, now)
+            assert conv_id is not None
+            sid, _ = await self._ensure_open(db, conv_id, now, None)
+            await db.execute(
+                "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
+                "reply_to, status, created_at, finished_at) VALUES ($1, $2, 0, '', $3, 'sent', "
+                "$4, $4)",
+                conv_id,
+                sid,
+                platform_message_id,
+                now,
+            )
+
     async def answered(self, conversation: ConversationKey, platform_message_id: str) -> bool:
         """A lookup through the outbox's session index."""
         async with self._read() as db:
