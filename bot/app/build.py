@@ -541,6 +541,10 @@ async def runtime(
             retry_max_seconds=settings.llm.retry_max_seconds,
             tool_policy=ToolPolicy(**settings.tools.model_dump()),
         )
+        # Closed after the schedulers stopped (exits run last-pushed first).
+        exits.push_async_callback(pipeline.aclose)
+        if proactive is not None:
+            exits.push_async_callback(proactive.aclose)
         queue = settings.queue
         scheduler = Scheduler(
             store=store,

@@ -1,17 +1,26 @@
-"""Background work tied to a block (started on entry, cancelled and awaited on exit), and work
-bounded by a clock."""
+"""Background work tied to a block (started on entry, cancelled and awaited on exit), work that
+outlives its caller until it is done or closed, work bounded by a clock, and a store write
+retried until it succeeds or a deadline."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from bot.core.clock import Clock
-from bot.core.errors import SelfCancelled
+from bot.core.errors import SelfCancelled, StoreError
 
 T = TypeVar("T")
+
+log = logging.getLogger("personabot.tasks")
+
+#: The first retry of a failed store write waits this long; each next one twice as long.
+RETRY_FIRST_SECONDS = 0.05
+#: The longest wait between two retries.
+RETRY_CAP_SECONDS = 1.0
 
 
 @contextlib.asynccontextmanager
@@ -25,6 +34,69 @@ async def running(work: Coroutine[Any, Any, None], *, name: str) -> AsyncIterato
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+class Background:
+    """Work that outlives the call that started it (a write retried after a turn ended), kept
+    until it is done; ``aclose`` (the process stops) cancels and awaits what is left."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def start(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
+        """Run ``work`` in the background (closed: not at all). Its failure is logged."""
+        if self._closed:
+            work.close()
+            return
+        task = asyncio.create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+    @property
+    def pending(self) -> int:
+        """Work still running."""
+        return len(self._tasks)
+
+    async def settle(self) -> None:
+        """Wait until all work (started so far or meanwhile) is done (for drains and tests)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Start nothing more; cancel and await what is running."""
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def persist(
+    clock: Clock, write: Callable[[], Awaitable[T]], *, until: float, what: str
+) -> tuple[T] | None:
+    """``write``'s result (in a 1-tuple), retried while it raises StoreError (the store busy or
+    unreachable for a moment) after waits of 0.05 s doubling up to 1 s on ``clock``; None once
+    ``until`` passed on ``clock`` without success (logged). Only for writes that are safe to
+    repeat: one that failed after its commit (a connection lost on the reply) runs again.
+    """
+    delay = RETRY_FIRST_SECONDS
+    while True:
+        try:
+            return (await write(),)
+        except StoreError as exc:
+            left = until - clock.now()
+            if left <= 0:
+                log.warning("%s: gave up retrying (%s)", what, exc)
+                return None
+            log.info("%s failed (%s); retrying in %.2fs", what, exc, min(delay, left))
+            await clock.sleep(min(delay, left))
+            delay = min(RETRY_CAP_SECONDS, delay * 2)
 
 
 async def within(clock: Clock, seconds: float, work: Awaitable[T]) -> T:

@@ -15,6 +15,9 @@ it. If a process dies after recording but before claiming, the row is sent at th
 dies after claiming but before confirming, the row is re-sent only through an outlet whose send
 is idempotent (Discord's nonce); elsewhere it is marked failed and logged: a rare lost message,
 visible in the log, is preferred to a duplicate one (the failure the queue exists to prevent).
+So a confirmation the store refuses for a moment (SQLite's write lock held by another program,
+a dropped connection) is retried for a while: an unconfirmed row would be taken for such a
+crash at the next start, and given up (or sent again) though it was delivered.
 Mention safety is the adapters' (docs/architecture.md#delivery): every send of every kind passes
 through ``Outlet.send``, which never lets a text ping anyone.
 """
@@ -22,13 +25,14 @@ through ``Outlet.send``, which never lets a text ping anyone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, DeliveryRefused
 from bot.core.events import Attachment, ConversationKey, OutboxItem, Reply
 from bot.core.ports import Outlet
+from bot.core.tasks import persist
 from bot.core.visible import has_visible_text
 from bot.runtime.streaming import PREVIEW_KEY
 from bot.store.base import BaseStore
@@ -37,6 +41,8 @@ log = logging.getLogger("personabot.delivery")
 
 #: What a message is, for the log: only "reply" rows are part of the transcript.
 Kind = Literal["reply", "answer", "notice", "greeting", "denied"]
+#: How long an outbox mark after a send is retried while the store fails (the turn waits).
+MARK_RETRY_SECONDS = 5.0
 
 
 class Delivery:
@@ -120,14 +126,34 @@ class Delivery:
             )
             # Inactive first: a row seen as failed always has its conversation marked (a
             # crash in between re-sends the row, and the refusal marks it again).
-            await self._store.set_conversation_status(item.conversation, False, str(exc))
-            await self._store.mark_failed(item.id, self._clock.now(), str(exc))
+            refused = str(exc)
+            if await self._mark(
+                item,
+                lambda: self._store.set_conversation_status(item.conversation, False, refused),
+            ):
+                await self._mark(
+                    item, lambda: self._store.mark_failed(item.id, self._clock.now(), refused)
+                )
             return False
         except AdapterError as exc:
             log.error("could not deliver %s %d to %s: %s", kind, item.id, item.conversation, exc)
-            await self._store.mark_failed(item.id, self._clock.now(), str(exc))
+            failure = str(exc)
+            await self._mark(
+                item, lambda: self._store.mark_failed(item.id, self._clock.now(), failure)
+            )
             return False
-        await self._store.mark_sent(item.id, self._clock.now())
+        await self._mark(item, lambda: self._store.mark_sent(item.id, self._clock.now()))
+        return True
+
+    async def _mark(self, item: OutboxItem, write: Callable[[], Awaitable[None]]) -> bool:
+        """Record what became of a send attempt, retried for ``MARK_RETRY_SECONDS`` while the
+        store fails (each mark may be repeated: it sets the row's final state). Given up, the
+        row stays unconfirmed (logged, False): the next start treats it as a crash mid-send."""
+        until = self._clock.now() + MARK_RETRY_SECONDS
+        what = f"outbox mark of row {item.id} to {item.conversation}"
+        if await persist(self._clock, write, until=until, what=what) is None:
+            log.error("%s not recorded; the next start takes it for a crash mid-send", what)
+            return False
         return True
 
     async def recover(self, older_than: float) -> int:

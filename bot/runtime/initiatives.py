@@ -43,6 +43,7 @@ from bot.core.clock import Clock
 from bot.core.errors import ModelError, StoreError
 from bot.core.events import ConversationKey, Lease, OutboxItem, SessionKey, UserKey
 from bot.core.llm import BaseLLM, ModelRequest, ModelResult, ToolSpec
+from bot.core.tasks import Background
 from bot.core.visible import has_visible_text
 from bot.metrics import Metrics
 from bot.queue import lease as leases
@@ -186,6 +187,12 @@ class Proactive:
         self.policy = policy
         self._default_zone = zone(policy.timezone)
         self._metrics = metrics
+        #: Lease releases the store refused, retried in the background (bot.queue.lease).
+        self.releases = Background()
+
+    async def aclose(self) -> None:
+        """The process stops: stop retrying releases (their leases expire by themselves)."""
+        await self.releases.aclose()
 
     @property
     def bots(self) -> tuple[str, ...]:
@@ -251,7 +258,14 @@ class Proactive:
             else:
                 outcome = await self._check_in(conversation, persona, lease)
         finally:
-            await leases.release(self._store, lease)
+            # Retried in the background if the store refuses it now (bot.queue.lease).
+            await leases.release(
+                self._store,
+                lease,
+                ttl=persona.lease_seconds,
+                clock=self._clock,
+                later=self.releases,
+            )
         log.info("%s of %s: %s", kind, conversation, outcome)
         return outcome
 

@@ -55,6 +55,7 @@ from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.core.ports import Outlet, Streams, StreamSettings
 from bot.core.queue_rules import turn_lease
 from bot.core.shares import weights
+from bot.core.tasks import Background
 from bot.core.visible import has_visible_text
 from bot.metrics import Metrics
 from bot.queue import lease as leases
@@ -165,6 +166,8 @@ class Pipeline:
         # (docs/personas.md#several-personas); ``profiles`` holds each bot's default.
         self._personas = dict(personas or {})
         self.holder = holder or f"worker-{uuid.uuid4().hex[:12]}"
+        #: Lease releases the store refused at the end of a turn, retried in the background.
+        self.releases = Background()
         self._retry_max = retry_max_seconds
         self._failures: dict[ConversationKey, int] = {}
         self._gap_policy = gap_policy or GapPolicy()
@@ -286,7 +289,16 @@ class Pipeline:
         try:
             outcome = await self._with_lease(conversation, profile, lease)
         finally:
-            await leases.release(self._store, lease)
+            # A release the store refuses now is retried in the background: this slot is
+            # free at once, and the next turn of the conversation waits only as long as the
+            # store does, not until the lease expires.
+            await leases.release(
+                self._store,
+                lease,
+                ttl=profile.lease_seconds,
+                clock=self._clock,
+                later=self.releases,
+            )
         self.metrics.turns.labels(*labels, outcome).inc()
         if outcome == "sent":
             self.metrics.turn_latency.labels(*labels).observe(self._clock.now() - started)
@@ -787,6 +799,10 @@ class Pipeline:
             self._store, lease, ttl=profile.lease_seconds, clock=self._clock
         ) as lost:
             yield lost
+
+    async def aclose(self) -> None:
+        """The process stops: stop retrying releases (their leases expire by themselves)."""
+        await self.releases.aclose()
 
     async def recover_outbox(self, older_than: float) -> int:
         """Deliver replies recorded but not sent before a crash (see bot.runtime.delivery)."""

@@ -9,20 +9,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from bot.config import QueueSettings, Settings, StorageSettings
 from tests.adapters.test_telegram import ANN, BOB, PERSONA, TOKEN, running
 from tests.fakes.llm import GatedLLM
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a 1 s write lock right after a reply went out makes the lease release "
-    "(release_lease, an autocommit _write with busy_timeout) raise StoreError once; the turn "
-    "fails, nothing retries the release, and the conversation waits for the lease TTL (30 s)",
-)
 async def test_a_write_lock_right_after_a_send_neither_repeats_nor_loses_replies(
     tmp_path: Path,
 ) -> None:
