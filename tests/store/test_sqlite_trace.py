@@ -66,3 +66,32 @@ async def test_a_turn_with_nothing_to_fold_takes_no_summary_lease(tmp_path: Path
         assert len(h.outlet.texts()) == 1
         await h.memory.wait_idle()
     assert not [s for s in seen if "summary:" in s and "INSERT INTO leases" in s]
+
+
+async def test_reads_are_not_queued_behind_a_write_waiting_for_the_file(tmp_path: Path) -> None:
+    """Plain reads go through a second, read-only connection: while another program holds
+    the file's write lock and an ingest waits for it (up to busy_timeout_ms), the store still
+    answers reads at once from what was committed; the ingest goes through when the lock
+    goes. (With one connection the read queued behind the waiting write.)"""
+    import asyncio
+    import sqlite3
+
+    path = tmp_path / "bots.sqlite3"
+    async with SQLiteStore(path=path, busy_timeout_ms=3000) as store:
+        await store.ingest(Inbound(C, "u1", "Sasha", "first", "m1"), 1000.0, Q)
+        other = sqlite3.connect(path, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            write = asyncio.create_task(
+                store.ingest(Inbound(C, "u1", "Sasha", "second", "m2"), 1001.0, Q)
+            )
+            await asyncio.sleep(0.1)  # the ingest now waits for the file's write lock
+            assert not write.done()
+            timer = await asyncio.wait_for(store.timer(C), 1.0)
+            assert timer is not None and timer.due_at == 1001.0  # "first" armed it
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+        assert (await write).stored
+        with sqlite3.connect(path) as check:  # the read connection never writes
+            assert check.execute("SELECT COUNT(*) FROM messages").fetchone() == (2,)

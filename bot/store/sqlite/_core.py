@@ -97,9 +97,15 @@ class SQLiteCore(SQLCore):
         #: no trace callback is installed at all.
         self.trace = trace
         self._db: aiosqlite.Connection | None = None
-        # One connection serves every coroutine of this process; the lock keeps their
+        # One connection writes for every coroutine of this process; the lock keeps their
         # transactions from interleaving on it.
         self._lock = asyncio.Lock()
+        # A second connection, read-only, for plain reads and read snapshots: in WAL mode
+        # they see every committed write and never wait for a writer, so a turn's reads are
+        # not queued behind another turn's or a batch's write transaction (issue 23). Not
+        # for ":memory:", where a second connection would be another database.
+        self._reader: aiosqlite.Connection | None = None
+        self._read_lock = asyncio.Lock()
         self._in_flight = 0
         # (st_dev, st_ino) of the file opened: see _check_file.
         self._identity: tuple[int, int] | None = None
@@ -141,11 +147,25 @@ class SQLiteCore(SQLCore):
             if self._path != ":memory:":
                 st = os.stat(self._path)
                 self._identity = (st.st_dev, st.st_ino)
+                self._reader = await self._open_reader()
         except BaseException as exc:
             await self.aclose()
             if isinstance(exc, sqlite3.Error | StoreError):
                 raise StoreError(self._open_failure(exc)) from exc
             raise
+
+    async def _open_reader(self) -> aiosqlite.Connection:
+        """The read connection (``query_only``: a write on it is refused, never done)."""
+        reader = await aiosqlite.connect(self._path, isolation_level=None)
+        try:
+            if self.trace is not None:
+                await reader.set_trace_callback(self.trace)
+            await reader.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            await reader.execute("PRAGMA query_only = ON")
+        except BaseException:
+            await reader.close()
+            raise
+        return reader
 
     def _open_failure(self, exc: BaseException) -> str:
         """Why the database could not be opened, for the operator."""
@@ -159,6 +179,9 @@ class SQLiteCore(SQLCore):
 
     async def aclose(self) -> None:
         """Close the connection."""
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
+            await reader.close()
         if self._db is not None:
             db, self._db = self._db, None
             self._identity = None
@@ -208,7 +231,8 @@ class SQLiteCore(SQLCore):
 
     @asynccontextmanager
     async def _snapshot(self) -> AsyncIterator[Conn]:
-        """A read transaction (deferred BEGIN): its statements see one snapshot."""
+        """A read transaction (deferred BEGIN) on the read connection: its statements see
+        one snapshot."""
         self._in_flight += 1
         try:
             async with _as_store_errors(), self._locked_tx(write=False) as db:
@@ -218,8 +242,9 @@ class SQLiteCore(SQLCore):
 
     @asynccontextmanager
     async def _locked_tx(self, *, write: bool = True) -> AsyncIterator[aiosqlite.Connection]:
-        async with self._lock:
-            db = self._conn
+        reading = not write and self._reader is not None
+        async with self._read_lock if reading else self._lock:
+            db = self._reader if reading and self._reader is not None else self._conn
             if write:
                 self._check_file()
             # Writes take the write lock up front; a read snapshot starts deferred.
@@ -245,11 +270,16 @@ class SQLiteCore(SQLCore):
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[Conn]:
-        """The connection for plain reads (autocommit)."""
+        """The read connection for plain reads (autocommit): it sees what was committed and
+        does not wait for the writing connection."""
         self._in_flight += 1
         try:
-            async with _as_store_errors(), self._lock:
-                yield SQLiteConn(self._conn)
+            if self._reader is None:  # ":memory:": the one connection
+                async with _as_store_errors(), self._lock:
+                    yield SQLiteConn(self._conn)
+            else:
+                async with _as_store_errors(), self._read_lock:
+                    yield SQLiteConn(self._reader)
         finally:
             self._in_flight -= 1
 
@@ -269,7 +299,7 @@ class SQLiteCore(SQLCore):
     async def _empty_log(self) -> None:
         """Checkpoint the write-ahead log into the file and truncate it (best effort: a
         checkpoint another process's reader blocks is done by a later one)."""
-        async with self._read():
+        async with self._lock:
             try:
                 await self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except sqlite3.Error as exc:
