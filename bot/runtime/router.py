@@ -39,6 +39,9 @@ class _Batch:
     """The messages routed inside ``Router.batch()`` and not stored yet (one adapter's)."""
 
     pending: list[Inbound] = dataclasses.field(default_factory=list)
+    #: False once the batch ended: a message routed later (a middleware that calls
+    #: ``call_next`` after it returned) is stored on its own, never into a stored batch.
+    open: bool = True
 
 
 # The batch of the adapter task routing now: a context variable, because one router serves
@@ -127,6 +130,7 @@ class Router:
             yield
         finally:
             _BATCH.reset(token)
+            batch.open = False
         await self._store_batch(batch)
 
     async def _store_batch(self, batch: _Batch | None) -> None:
@@ -198,7 +202,7 @@ class Router:
         if (command := parse_command(inbound.text) if inbound.triggers_reply else None) is not None:
             await self._store_batch(batch)  # /forget, /new ... see what came before them
             await self._command(inbound, command)
-        elif batch is not None:
+        elif batch is not None and batch.open:
             batch.pending.append(inbound)
         else:
             result = await self._ingestor.ingest(inbound)

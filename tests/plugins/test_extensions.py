@@ -422,3 +422,28 @@ async def test_embedding_from_toml_and_async_with(
     assert [json.loads(x) for x in outbox.read_text().splitlines()] == [
         {"chat": "c9", "text": "Polly says: ahoy"}
     ]
+
+
+async def test_a_middleware_that_passes_a_message_on_after_its_batch_ended_loses_nothing(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """review23: inside a batch (a getUpdates answer), a middleware that returned and calls
+    ``call_next`` later would have added its message to the batch after the batch was stored
+    (and acknowledged): the message was lost. It is stored on its own instead."""
+    later: list[asyncio.Task[None]] = []
+
+    def extend(app: App) -> None:
+        @app.middleware
+        async def deferred(event: Inbound, call_next: CallNext) -> None:
+            async def pass_on() -> None:
+                await asyncio.sleep(0.05)
+                await call_next(event)
+
+            later.append(asyncio.ensure_future(pass_on()))
+
+    async with harness(store, clock, GatedLLM(), extend=extend, debounce=60) as h:
+        async with h.router.batch():
+            await h.router(Inbound(DM, "11", "Ann", "held back", "d1", True))
+        assert await _stored(store) == []  # the batch had nothing to store
+        await asyncio.wait_for(later[0], timeout=5)
+        assert await _stored(store) == [("11", "held back")]
