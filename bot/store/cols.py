@@ -386,3 +386,12 @@ def user_data(
         ),
         personas=tuple((session(r, 0), None if r[5] is None else str(r[5])) for r in personas),
     )
+
+
+# Arm or extend a conversation's timer for new input (queue rule 1: the burst's first pending
+# time is kept): ingest and edits, $1-$4 = conversation id, due_at, first_pending_at, version.
+ARM_TIMER_SQL: Final = (
+    "INSERT INTO timers (conversation_id, due_at, first_pending_at, armed_version) "
+    "VALUES ($1, $2, $3, $4) ON CONFLICT (conversation_id) DO UPDATE SET "
+    "due_at = excluded.due_at, armed_version = excluded.armed_version"
+)

@@ -25,6 +25,7 @@ from tests.adapters.test_telegram import (
     BOB,
     PERSONA,
     TOKEN,
+    Rig,
     eventually,
     running,
 )
@@ -83,11 +84,16 @@ def _fault(url: str) -> Fault:
 
 
 @asynccontextmanager
-async def _bot(tmp_path: Path, url: str, llm: GatedLLM) -> AsyncIterator[object]:
+async def batch_bot(
+    tmp_path: Path, url: str, llm: GatedLLM, **sections: object
+) -> AsyncIterator[Rig]:
+    """The bot on the fake Bot API with a short debounce, a short busy timeout (a fault shows
+    at once) and any other settings ``sections`` (e.g. ``retention=``)."""
     settings = Settings(
         storage=StorageSettings(url=url, busy_timeout_ms=200),
         queue=QueueSettings(debounce_seconds=0.2, max_wait_seconds=2.0, scan_interval_seconds=0.2),
         personas=[PERSONA],
+        **sections,  # type: ignore[arg-type]
     )
     async with FakeTelegramAPI() as api:
         api.add_bot(TOKEN, "mira_bot", "Mira")
@@ -108,8 +114,8 @@ async def test_a_store_fault_in_the_middle_of_a_batch_acknowledges_none_of_it(
     fault = _fault(store_url)
     people = (ANN, BOB, CAROL, DAN)
     texts = ("first of the batch", "second of the batch", FAULT_TEXT, "after the fault")
-    async with _bot(tmp_path, store_url, llm) as rig:
-        api = rig.api  # type: ignore[attr-defined]
+    async with batch_bot(tmp_path, store_url, llm) as rig:
+        api = rig.api
         await fault(True)
         for person, text in zip(people, texts, strict=True):  # one getUpdates answer
             api.push_message(TOKEN, TgChat.private(person), person, text)
@@ -142,8 +148,8 @@ async def test_a_command_inside_a_failed_batch_runs_once_and_the_rest_is_answere
     caplog.set_level(logging.ERROR, "personabot.telegram")
     llm = GatedLLM(answer=lambda r: "got it")
     fault = _fault(store_url)
-    async with _bot(tmp_path, store_url, llm) as rig:
-        api = rig.api  # type: ignore[attr-defined]
+    async with batch_bot(tmp_path, store_url, llm) as rig:
+        api = rig.api
         await fault(True)
         api.push_message(TOKEN, TgChat.private(ANN), ANN, "before the command")
         api.push_message(TOKEN, TgChat.private(BOB), BOB, "/help")

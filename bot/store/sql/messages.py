@@ -17,7 +17,7 @@ from bot.core.events import (
     StoredMessage,
     StoredSummary,
 )
-from bot.core.queue_rules import ArmedTimer, arm
+from bot.core.queue_rules import arm
 from bot.core.sessions import expiry_reason
 from bot.store import cols
 from bot.store.sql.conn import Conn
@@ -37,21 +37,10 @@ class MessagesPart(SQLCore):
             "SELECT first_pending_at FROM timers WHERE conversation_id = $1", conv_id
         )
         timer = arm(queue, now, None if first is None else float(first), version)
-        await self._write_timer(db, conv_id, timer)
-        return timer.due_at
-
-    @staticmethod
-    async def _write_timer(db: Conn, conv_id: int, timer: ArmedTimer) -> None:
-        """Arm or move the conversation's timer (its burst's first pending time is kept)."""
         await db.execute(
-            "INSERT INTO timers (conversation_id, due_at, first_pending_at, armed_version) "
-            "VALUES ($1, $2, $3, $4) ON CONFLICT (conversation_id) DO UPDATE SET "
-            "due_at = excluded.due_at, armed_version = excluded.armed_version",
-            conv_id,
-            timer.due_at,
-            timer.first_pending_at,
-            timer.armed_version,
+            cols.ARM_TIMER_SQL, conv_id, timer.due_at, timer.first_pending_at, timer.armed_version
         )
+        return timer.due_at
 
     async def edit_message(
         self,

@@ -65,14 +65,11 @@ class IngestPart(IngestBase):
                 [(p.sid, p.turn + 1, now, p.turn) for p in last.values()],
             )
             message_ids = await self._insert_messages(db, rows, now)
-            armed = {p.conv_id: (p, p.armed) for p in rows if p.armed is not None}
+            armed = {p.conv_id: p for p in rows if p.armed is not None}  # the last arming
             if armed:
                 await db.executemany(
-                    "INSERT INTO timers (conversation_id, due_at, first_pending_at, "
-                    "armed_version) VALUES ($1, $2, $3, $4) ON CONFLICT (conversation_id) "
-                    "DO UPDATE SET due_at = excluded.due_at, "
-                    "armed_version = excluded.armed_version",
-                    [(c, a[0], a[1], p.version) for c, (p, a) in armed.items()],
+                    cols.ARM_TIMER_SQL,
+                    [(c, *p.armed, p.version) for c, p in armed.items() if p.armed is not None],
                 )
         return results(planned, message_ids)
 
