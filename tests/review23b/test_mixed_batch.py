@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.adapters.test_telegram import TOKEN
-from tests.adapters.test_telegram_batches import _bot, _reply_calls
+from tests.adapters.test_telegram_batches import _reply_calls, batch_bot
 from tests.backends import StoreFactory
 from tests.fakes.llm import GatedLLM
 from tests.fakes.telegram_api import TgChat, TgUser
@@ -26,7 +26,7 @@ async def test_a_mixed_100_update_batch_is_stored_in_order_and_answered_once(
     tmp_path: Path, store_url: str
 ) -> None:
     llm = GatedLLM(answer=lambda r: "got it")
-    async with _bot(tmp_path, store_url, llm) as rig:
+    async with batch_bot(tmp_path, store_url, llm) as rig:
         api = rig.api  # type: ignore[attr-defined]
         polls = api.polls_started(TOKEN)
         for n, person in enumerate(PEOPLE):  # 5 updates each, pushed in one go

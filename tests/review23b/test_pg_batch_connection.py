@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from tests.adapters.test_telegram import ANN, BOB, TOKEN
-from tests.adapters.test_telegram_batches import CAROL, DAN, _bot, _reply_calls
+from tests.adapters.test_telegram_batches import CAROL, DAN, _reply_calls, batch_bot
 from tests.fakes.llm import GatedLLM
 from tests.fakes.telegram_api import TgChat
 
@@ -40,7 +40,7 @@ async def test_the_ingest_connection_killed_mid_batch_loses_and_repeats_nothing(
     llm = GatedLLM(answer=lambda r: "got it")
     people = (ANN, BOB, CAROL, DAN)
     texts = ("first of the batch", "second of the batch", SLOW, "after the slow one")
-    async with _bot(tmp_path, pg_dsn, llm) as rig:
+    async with batch_bot(tmp_path, pg_dsn, llm) as rig:
         api = rig.api  # type: ignore[attr-defined]
         admin = await asyncpg.connect(pg_dsn)
         try:
