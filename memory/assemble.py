@@ -469,6 +469,10 @@ def fit_turn(
     ``_MIN_MESSAGE_CHARS`` per message is too much, the oldest messages are left out and a
     marker line says how many (their images go with them: an image is never sent without
     its message).
+
+    Both searches are binary searches over one rendering each, so n messages cost
+    O(n log n) (bench/turn_fit.py): leaving the oldest out one at a time and rendering the
+    rest again was O(n^2), seconds for the console's preview of a backlog of thousands.
     """
     images = images or {}
     if estimate_tokens(render_turn(messages, limit, images)) <= room:
@@ -483,18 +487,27 @@ def fit_turn(
     text = render_turn(messages, low, images)
     if estimate_tokens(text) <= room or len(messages) == 1:
         return _blocks(messages, images, low), tuple(messages)
-    kept = list(messages)
-    marker = ""
-    while len(kept) > 1:
-        kept.pop(0)
-        left_out = len(messages) - len(kept)
-        marker = (
-            f"[... {left_out} earlier message(s) of this turn not shown: too long for one turn]"
-        )
-        text = f"{marker}\n{render_turn(kept, _MIN_MESSAGE_CHARS, images)}"
-        if estimate_tokens(text) <= room:
-            break
-    return _blocks(kept, images, _MIN_MESSAGE_CHARS, marker), tuple(kept)
+
+    def fits(left_out: int) -> bool:
+        rest = render_turn(messages[left_out:], _MIN_MESSAGE_CHARS, images)
+        return estimate_tokens(f"{_left_out_marker(left_out)}\n{rest}") <= room
+
+    # The fewest oldest messages to leave out: fewer kept never renders longer (each message
+    # adds its text and a line; one author left only drops the headers), so ``fits`` only
+    # turns true as more are left out. ``high`` fits or keeps the newest message alone.
+    low, high = 1, len(messages) - 1
+    while low < high:
+        mid = (low + high) // 2
+        if fits(mid):
+            high = mid
+        else:
+            low = mid + 1
+    kept = tuple(messages[high:])
+    return _blocks(kept, images, _MIN_MESSAGE_CHARS, _left_out_marker(high)), kept
+
+
+def _left_out_marker(count: int) -> str:
+    return f"[... {count} earlier message(s) of this turn not shown: too long for one turn]"
 
 
 def _cost(text: str | None) -> int:

@@ -160,3 +160,26 @@ def test_dm_memory_is_absent_from_group_prompts() -> None:
     assert "chess" in text and "nurse" not in text
     assert record.visible(chat="g1", private_in_groups=True) == record
     assert [i.value for i in record.visible(chat=None).items] == ["nurse"]
+
+
+def test_a_turn_too_long_even_cut_leaves_out_only_the_fewest_oldest_messages() -> None:
+    """Over the room at the shortest cut, the oldest messages go, as few as possible, and the
+    marker says how many: the newest stay, and one older message more would not fit."""
+    from memory.assemble import _MIN_MESSAGE_CHARS, fit_turn, render_turn
+
+    for private, authors in ((True, 1), (False, 3)):
+        messages = [
+            msg(i, f"message {i} " + "word " * 60, author=str(i % authors), private=private)
+            for i in range(1, 301)
+        ]
+        for room in (300, 1000, 2500):
+            blocks, kept = fit_turn(messages, 8000, room)
+            text = "\n".join(b.text for b in blocks)  # type: ignore[union-attr]
+            left_out = len(messages) - len(kept)
+            assert kept == tuple(messages[left_out:]) and 0 < left_out < len(messages)
+            assert text.startswith(f"[... {left_out} earlier message(s) of this turn not shown")
+            assert estimate_tokens(text) <= room
+            assert "message 300 " in text and "message 1 " not in text
+            one_more = render_turn(messages[left_out - 1 :], _MIN_MESSAGE_CHARS)
+            marker = f"[... {left_out - 1} earlier message(s) of this turn not shown: x]"
+            assert estimate_tokens(f"{marker}\n{one_more}") > room
