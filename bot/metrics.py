@@ -127,6 +127,14 @@ class Metrics:
             "How long the oldest of those turns has been due (0: none waits)",
             registry=r,
         )
+        # bot/runtime/loopwatch.py: one event loop carries every bot, the queue and the
+        # console of a process; anything holding it delays them all by as much.
+        self.event_loop_stall = Histogram(
+            "personabot_event_loop_stall_seconds",
+            "How much later than asked the event loop woke a timer: how long it was held",
+            buckets=_LAG_BUCKETS,
+            registry=r,
+        )
         self.scheduler_lag = Histogram(
             "personabot_scheduler_lag_seconds",
             "From a timer's due time to the start of its turn",

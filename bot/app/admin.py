@@ -31,6 +31,7 @@ from bot.store.base import BaseStore
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Assembled
 from memory.lorebook import LoreSelection
+from memory.retention.gaps import gap_notice
 from memory.retention.worker import RetentionPolicy
 from memory.service import Memory
 
@@ -91,7 +92,11 @@ async def preview_prompt(
     """The prompt the model would get now in ``conversation`` (None: no open session), and
     what it is for: a pending turn's, a due check-in's, or the next message's (``message``,
     or a placeholder) from the last person who spoke. ``personabot prompt`` and the console
-    show it; it reads, never writes."""
+    show it; it reads, never writes.
+
+    A pending turn is the one the pipeline would take: the oldest ``max_turn_messages``, with
+    the gap notice it would carry; the title says how many more wait for later turns. (All
+    of a backlog of thousands, read and fitted on the bots' event loop, froze every chat.)"""
     session = await store.current_session(conversation)
     if session is None:
         return None
@@ -99,7 +104,7 @@ async def preview_prompt(
     if session.persona and session.persona in {p.id for p in settings.personas}:
         persona = settings.persona(session.persona)
     policy = memory_policy(settings, persona)
-    turn = await store.pending_turn(conversation)
+    turn = await store.pending_turn(conversation, settings.queue_for(persona).max_turn_messages)
     due = (
         None
         if turn is not None
@@ -122,7 +127,7 @@ async def preview_prompt(
         return f"check-in for {key_now}", assembled
     if turn is None:
         # No input pending: preview with a placeholder from the last person who spoke.
-        users = [m for m in await store.messages(session.key) if m.role == "user"]
+        users = [m for m in await store.history(session.key, 50) if m.role == "user"]
         author, name, private = (
             (users[-1].author_id, users[-1].display_name, users[-1].is_private)
             if users
@@ -140,8 +145,22 @@ async def preview_prompt(
             is_private=private,
         )
         turn = Turn(session.key, 0, (placeholder,), now, persona=session.persona)
-    assembled = await memory.build(turn, pin_for(persona), policy=policy)
-    return f"prompt for {turn.session}", assembled
+        title = f"prompt for {turn.session}"
+    else:
+        waiting = await store.pending_count(conversation) - len(turn.messages)
+        title = f"prompt for {turn.session}: the next turn, {len(turn.messages)} message(s)"
+        if waiting > 0:
+            title += f"; {waiting} more wait for the turns after it"
+    summary = await memory.summary(turn.session)
+    gaps = await memory.gaps(turn.session, summary)
+    assembled = await memory.build(
+        turn,
+        pin_for(persona),
+        gap_notice=gap_notice(gaps) if gaps else None,
+        summary=summary,
+        policy=policy,
+    )
+    return title, assembled
 
 
 def _print_prompt(out: TextIO, title: str, assembled: Assembled) -> int:

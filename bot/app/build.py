@@ -401,6 +401,10 @@ class Seams:
     background: bool = True
     #: More admins by bot key (exempt from the per-person limits): the playground's operator.
     admins: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: Serve ``[observability] listen`` (health, readiness, metrics). Once per process: the
+    #: playground's runtime inside ``personabot run`` leaves it to the bots' runtime (binding
+    #: the port twice failed the start with "address already in use").
+    health: bool = True
 
 
 @contextlib.asynccontextmanager
@@ -621,7 +625,7 @@ async def runtime(
             metrics=metrics,
             max_age=settings.queue.max_backlog_age_seconds,
         )
-        if listen:
+        if listen and seams.health:
             host, _, port = listen.rpartition(":")
             health = await exits.enter_async_context(
                 HealthServer(

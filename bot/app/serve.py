@@ -15,6 +15,7 @@ from bot.core.errors import ConfigError
 from bot.core.llm import BaseLLM
 from bot.core.ports import Outlet
 from bot.runtime.election import Exclusive
+from bot.runtime.loopwatch import watch_event_loop
 from bot.store.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
@@ -126,6 +127,7 @@ async def _serve(
                 )
             )
         signals.on_abort(rt.scheduler.abort)  # from now on: cancel running turns
+        watch = asyncio.create_task(watch_event_loop(rt.metrics), name="event loop watch")
         running = {
             asyncio.create_task(_receive(rt, a, settings.queue.lease_seconds), name=f"bot {k}"): k
             for k, (_, a) in adapters.items()
@@ -138,7 +140,7 @@ async def _serve(
                 log.error("bot %s stopped: %s", running[task], task.exception())  # type: ignore[index]
                 code = 1
         # Stop taking new input first; the runtime then lets running turns finish (grace).
-        for task in [*running, stopper]:
+        for task in [*running, stopper, watch]:
             task.cancel()
-        await asyncio.gather(*running, stopper, return_exceptions=True)
+        await asyncio.gather(*running, stopper, watch, return_exceptions=True)
     return EXIT_ABORTED if signals.aborted else code

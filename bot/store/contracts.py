@@ -261,8 +261,11 @@ class MessageStore(abc.ABC):
         has none): what the summary check after a reply asks, in one read."""
 
     @abc.abstractmethod
-    async def messages(self, session: SessionKey) -> list[StoredMessage]:
-        """Every stored message of a session in turn order."""
+    async def messages(
+        self, session: SessionKey, *, before_turn: int | None = None, limit: int | None = None
+    ) -> list[StoredMessage]:
+        """Stored messages of a session in turn order: every one, or the newest ``limit``
+        before ``before_turn`` (a page of the console's transcript)."""
 
 
 class MediaStore(abc.ABC):
@@ -313,6 +316,11 @@ class QueueStore(abc.ABC):
 
         ``Turn.version`` is the conversation version read in the same transaction (v0).
         """
+
+    @abc.abstractmethod
+    async def pending_count(self, conversation: ConversationKey) -> int:
+        """How many messages of the conversation wait for an answer (every session): what a
+        console or ``personabot prompt`` says beside the one bounded turn it shows."""
 
     @abc.abstractmethod
     async def due_timers(

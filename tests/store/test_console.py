@@ -176,3 +176,28 @@ async def test_the_people_who_used_the_most_since_a_time(store: BaseStore) -> No
     assert await store.console_top_input_tokens(T0, 1) == [PersonUsage(a, 400)]
     assert await store.console_top_turns(T0, 5) == [PersonUsage(b, 3), PersonUsage(a, 1)]
     assert await store.console_top_turns(T0 + 100, 5) == []
+
+
+async def test_a_transcript_page_and_the_backlog_count_read_only_what_they_show(
+    store: BaseStore,
+) -> None:
+    """The conversation page's reads (issue 34): the newest messages before a turn, in turn
+    order, a page at a time, and how many messages of the chat wait for an answer."""
+    key = ConversationKey("telegram", "c1")
+    for i in range(1, 26):
+        await store.ingest(Inbound(key, "u1", "Ana", f"m{i}", f"id{i}"), T0 + i, Q)
+    session = await store.current_session(key)
+    assert session is not None
+    newest = await store.messages(session.key, limit=10)
+    assert [m.text for m in newest] == [f"m{i}" for i in range(16, 26)]
+    earlier = await store.messages(session.key, before_turn=newest[0].turn, limit=10)
+    assert [m.text for m in earlier] == [f"m{i}" for i in range(6, 16)]
+    first = await store.messages(session.key, before_turn=earlier[0].turn, limit=10)
+    assert [m.text for m in first] == [f"m{i}" for i in range(1, 6)]
+    assert len(await store.messages(session.key)) == 25
+    # A cursor past any turn number (a hand-edited URL) is the newest page, not an error.
+    assert await store.messages(session.key, before_turn=10**15, limit=10) == newest
+    assert await store.pending_count(key) == 25
+    assert await store.pending_count(ConversationKey("telegram", "nobody")) == 0
+    turn = await store.pending_turn(key, 10)
+    assert turn is not None and len(turn.messages) == 10

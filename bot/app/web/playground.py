@@ -81,7 +81,7 @@ class Playground:
             persona=self._personas[persona_id],
             session=None if session is None else session.key.session_id,
             messages=messages,
-            waiting=await store.pending_turn(key) is not None,
+            waiting=await store.pending_turn(key, 1) is not None,
         )
 
 
@@ -91,6 +91,6 @@ async def playground(app: App, store: BaseStore) -> AsyncIterator[Playground]:
     the offline model)."""
     personas = list(app.settings.personas)
     bots = {PREFIX + p.id: (p, WebOutlet()) for p in personas}
-    seams = Seams(admins={key: frozenset({OPERATOR}) for key in bots})
+    seams = Seams(admins={key: frozenset({OPERATOR}) for key in bots}, health=False)
     async with app.running(bots, store=store, offline_fallback=True, seams=seams) as runtime:
         yield Playground(runtime, personas)

@@ -16,6 +16,7 @@ Security, in the order a request meets it:
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import logging
@@ -251,33 +252,36 @@ class WebConsole:
     # -- views --------------------------------------------------------------------------------
 
     async def _overview(self, request: web.Request) -> web.StreamResponse:
-        return self._answer(request, "overview.html", await self._data.overview())
+        return await self._answer(request, "overview.html", await self._data.overview())
 
     async def _conversations(self, request: web.Request) -> web.StreamResponse:
         data = await self._data.conversations(
             request.query.get("q", ""), request.query.get("after", "")
         )
-        return self._answer(request, "conversations.html", data)
+        return await self._answer(request, "conversations.html", data)
 
     async def _conversation(self, request: web.Request) -> web.StreamResponse:
         conversation = _number(request.match_info["id"])
         if conversation is None:
             raise NotFound(f"no conversation {request.match_info['id'][:40]}")
         data = await self._data.conversation(
-            conversation, _number(request.query.get("session", "")), self._viewer(request)
+            conversation,
+            _number(request.query.get("session", "")),
+            self._viewer(request),
+            before_turn=_number(request.query.get("before", "")),
         )
-        return self._answer(request, "conversation.html", data)
+        return await self._answer(request, "conversation.html", data)
 
     async def _person(self, request: web.Request) -> web.StreamResponse:
         data = await self._data.person(_user(request), self._viewer(request))
-        return self._answer(request, "person.html", data)
+        return await self._answer(request, "person.html", data)
 
     async def _retention(self, request: web.Request) -> web.StreamResponse:
-        return self._answer(request, "retention.html", await self._data.retention())
+        return await self._answer(request, "retention.html", await self._data.retention())
 
     async def _audit(self, request: web.Request) -> web.StreamResponse:
         data = await self._data.audit(_number(request.query.get("before", "")))
-        return self._answer(request, "audit.html", data)
+        return await self._answer(request, "audit.html", data)
 
     # -- the playground -------------------------------------------------------------------------
 
@@ -299,7 +303,7 @@ class WebConsole:
                 for m in chat.messages
             ],
         }
-        return self._answer(request, "playground.html", data)
+        return await self._answer(request, "playground.html", data)
 
     async def _say(self, request: web.Request) -> web.StreamResponse:
         if self._playground is None:
@@ -388,10 +392,17 @@ class WebConsole:
             actor = "api" if request.path.startswith("/api/") else "operator"
         return Viewer(actor=actor, address=request.remote or "?")
 
-    def _answer(self, request: web.Request, template: str, data: dict[str, Any]) -> web.Response:
+    async def _answer(
+        self, request: web.Request, template: str, data: dict[str, Any]
+    ) -> web.Response:
+        """The page, or its JSON, rendered in a worker thread: the console shares the event
+        loop with every bot of ``personabot run``, and a page of a big conversation took
+        seconds to render there, holding every chat (issue 34; docs/web.md#performance)."""
         if request.path.startswith("/api/"):
-            return web.json_response(data, dumps=lambda d: json.dumps(d, ensure_ascii=False))
-        return self._page(template, data, request[_SESSION])
+            text = await asyncio.to_thread(json.dumps, data, ensure_ascii=False)
+            return web.Response(text=text, content_type="application/json")
+        session = request[_SESSION]
+        return await asyncio.to_thread(self._page, template, data, session)
 
     def _page(
         self,

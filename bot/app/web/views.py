@@ -28,6 +28,8 @@ from memory.assemble import Assembled
 from memory.service import Memory
 
 DAY = 86400.0
+#: Messages on one page of a conversation's transcript (the newest first shown).
+TRANSCRIPT_PAGE = 200
 #: How many people the overview lists under each per-person daily limit, and how many events.
 NEAREST = 5
 EVENTS = 10
@@ -223,11 +225,20 @@ class ConsoleData:
         }
 
     async def conversation(
-        self, conversation_id: int, session_no: int | None, viewer: Viewer
+        self,
+        conversation_id: int,
+        session_no: int | None,
+        viewer: Viewer,
+        before_turn: int | None = None,
     ) -> dict[str, Any]:
-        """A conversation: its sessions, one session's transcript, summary, gaps, the
-        pending turn and the prompt that would be built now; audited (the transcript and
-        the prompt show what is remembered about its people)."""
+        """A conversation: its sessions, one page of a session's transcript (the newest
+        ``TRANSCRIPT_PAGE`` messages before ``before_turn``), summary, gaps, the pending
+        turn and the prompt that would be built now; audited (the transcript and the prompt
+        show what is remembered about its people).
+
+        Everything read is bounded, whatever the session holds: a page of the transcript,
+        the count of pending messages and the one turn the pipeline would take (a model
+        outage piles up thousands; reading and rendering them all froze the bots)."""
         key = await self._store.console_conversation(conversation_id)
         if key is None:
             raise NotFound(f"no conversation {conversation_id}")
@@ -235,11 +246,17 @@ class ConsoleData:
         if not sessions:
             raise NotFound(f"conversation {conversation_id} has no session")
         chosen = next((s for s in sessions if s.key.session_id == session_no), sessions[-1])
-        messages = await self._store.messages(chosen.key)
+        # One message more than the page says whether there are earlier ones.
+        messages = await self._store.messages(
+            chosen.key, before_turn=before_turn, limit=TRANSCRIPT_PAGE + 1
+        )
+        more = len(messages) > TRANSCRIPT_PAGE
+        messages = messages[-TRANSCRIPT_PAGE:]
         tombstones = await self._store.tombstones(chosen.key)
         summary = await self._store.get_summary(chosen.key)
         gaps = await self._memory.gaps(chosen.key)
-        pending = await self._store.pending_turn(key)
+        pending = await self._store.pending_turn(key, 1)
+        waiting = 0 if pending is None else await self._store.pending_count(key)
         now = self._clock.now()
         lease = await self._store.console_lease(f"turn:{key}", now)
         edits = await self._store.console_edits(chosen.key)
@@ -273,6 +290,9 @@ class ConsoleData:
             ],
             "session": chosen.key.session_id,
             "transcript": [{**_message(m), "edited_at": edits.get(m.id)} for m in messages],
+            # The page before this one starts below this turn (None: this is the first).
+            "earlier_before_turn": messages[0].turn if more else None,
+            "newest_page": before_turn is None,
             "deleted": [
                 {"turns": [t.first_turn, t.last_turn], "reason": t.reason, "at": t.at}
                 for t in tombstones
@@ -290,7 +310,7 @@ class ConsoleData:
             if pending is None
             else {
                 "session": pending.session.session_id,
-                "messages": len(pending.messages),
+                "messages": waiting,
                 "first_pending_at": pending.first_pending_at,
             },
             "turn_lease": None if lease is None else {"holder": lease[0], "until": lease[1]},

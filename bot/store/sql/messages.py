@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from bot.core.errors import StoreError
 from bot.core.events import (
@@ -23,6 +23,9 @@ from bot.store import cols
 from bot.store.sql.conn import Conn
 from bot.store.sql.core import CONV_WHERE, SESSION_ID, SQLCore, conv_args, session_args
 from bot.store.tombstones import PLATFORM_DELETION
+
+#: Above every turn number (turns are INTEGER on both stores).
+_NO_TURN: Final = 2**31 - 1
 
 
 class MessagesPart(SQLCore):
@@ -327,16 +330,23 @@ class MessagesPart(SQLCore):
                     found[0],
                 )
 
-    async def messages(self, session: SessionKey) -> list[StoredMessage]:
-        """Every message of a session."""
+    async def messages(
+        self, session: SessionKey, *, before_turn: int | None = None, limit: int | None = None
+    ) -> list[StoredMessage]:
+        """Every message of a session, or the newest ``limit`` before ``before_turn``."""
         async with self._read() as db:
             found = await self._session_row(db, session)
             rows = (
                 []
                 if found is None
                 else await db.fetch(
-                    cols.MESSAGE_SELECT + "WHERE m.session_id = $1 ORDER BY m.turn", found[0]
+                    cols.MESSAGE_SELECT + "WHERE m.session_id = $1 AND m.turn < $2 "
+                    "ORDER BY m.turn DESC LIMIT $3",
+                    found[0],
+                    _NO_TURN if before_turn is None else min(before_turn, _NO_TURN),
+                    self.dialect.no_limit if limit is None else limit,
                 )
             )
+            rows = rows[::-1]
             media = await self._media_for(db, rows)
         return [cols.message(session.conversation, r, media) for r in rows]
