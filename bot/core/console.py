@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from bot.core.events import ConversationKey, UserKey
+from bot.core.events import ConversationKey, StoredMessage, UserKey
 
 #: The session value a turn writes when it finds turns of its session missing: the gap
 #: policy and the ranges, at the time they were first found (the overview lists them). A
@@ -86,3 +86,14 @@ class PersonUsage:
 
     user: UserKey
     used: int
+
+
+@dataclass(frozen=True, slots=True)
+class PersonView:
+    """What a person's console page reads of their messages: how many, the names they went
+    by (the newest few) and the messages their remembered facts came from. Bounded whatever
+    they wrote: the page once read every message of theirs."""
+
+    messages: int
+    names: tuple[str, ...]
+    sources: dict[int, StoredMessage]

@@ -27,6 +27,7 @@ from bot.core.console import (
     ConsoleEvent,
     ConversationRow,
     PersonUsage,
+    PersonView,
     QueueView,
     UsageBucket,
 )
@@ -777,6 +778,13 @@ class ConsoleStore(abc.ABC):
     @abc.abstractmethod
     async def console_conversation(self, conversation_id: int) -> ConversationKey | None:
         """A conversation by its row id (the console's handle), or None."""
+
+    @abc.abstractmethod
+    async def console_person(
+        self, user: UserKey, sources: Sequence[int], names: int = 20
+    ) -> PersonView:
+        """Their message count, their newest ``names`` display names, and those of their
+        messages (or the replies to them) whose ids are in ``sources``."""
 
     @abc.abstractmethod
     async def console_edits(self, session: SessionKey) -> dict[int, float]:

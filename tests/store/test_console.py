@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.core.events import ConversationKey, Inbound, QueuePolicy
+from bot.core.events import ConversationKey, Inbound, QueuePolicy, UserKey
 from bot.core.llm import Usage
 from bot.store.base import BaseStore
 
@@ -201,3 +201,25 @@ async def test_a_transcript_page_and_the_backlog_count_read_only_what_they_show(
     assert await store.pending_count(ConversationKey("telegram", "nobody")) == 0
     turn = await store.pending_turn(key, 10)
     assert turn is not None and len(turn.messages) == 10
+
+
+async def test_a_person_page_reads_their_count_newest_names_and_asked_sources(
+    store: BaseStore,
+) -> None:
+    """The person page's read (issue 34): bounded whatever they wrote, and only their own
+    messages come back as sources (another person's id asked for is not shown)."""
+    for i in range(30):
+        await _say(store, "c1", f"Ana {i % 25}", f"hello {i}", T0 + i)
+    other = ConversationKey("telegram", "c2")
+    await store.ingest(Inbound(other, "u-Bob", "Bob", "bob's", "b1"), T0 + 100, Q)
+    user = UserKey("telegram", "u-Ana 0")
+    assert (await store.console_person(user, [])).messages == 2  # "Ana 0" wrote twice
+    everyone = [
+        m.id
+        for s in await store.list_sessions(ConversationKey("telegram", "c1"))
+        for m in await store.messages(s.key)
+    ]
+    bob = [m.id for s in await store.list_sessions(other) for m in await store.messages(s.key)]
+    view = await store.console_person(user, [*everyone, *bob, 10**9])
+    assert sorted(m.text for m in view.sources.values()) == ["hello 0", "hello 25"]
+    assert view.names == ("Ana 0",)

@@ -352,8 +352,9 @@ class WebConsole:
         user = _user(request)
         document = await self._data.export(user, self._viewer(request))
         name = f"personabot-export-{_safe(user.platform)}-{_safe(user.user_id)}.json"
+        text = await asyncio.to_thread(json.dumps, document, ensure_ascii=False, indent=1)
         return web.Response(
-            text=json.dumps(document, ensure_ascii=False, indent=1),
+            text=text,
             content_type="application/json",
             headers={"Content-Disposition": f'attachment; filename="{name}"'},
         )

@@ -326,8 +326,10 @@ class ConsoleData:
     async def person(self, user: UserKey, viewer: Viewer) -> dict[str, Any]:
         """What is remembered about a person (scope and provenance) and their spend today."""
         record = await self._memory.user_memory(user)
-        data = await self._store.user_data(user)
-        said = {m.id: m for m in data.messages}
+        view = await self._store.console_person(
+            user, [i for item in record.items for i in item.sources]
+        )
+        said = view.sources
         now = self._clock.now()
         await self._store.record_audit(
             viewer.actor, "view person", _who(user), f"from {viewer.address}", now
@@ -335,7 +337,7 @@ class ConsoleData:
         limits = self._settings.limits
         return {
             "person": {"platform": user.platform, "user_id": user.user_id},
-            "names": sorted({m.display_name for m in data.messages}),
+            "names": list(view.names),
             "facts": [
                 {
                     "section": item.section,
@@ -350,7 +352,7 @@ class ConsoleData:
                 for item in record.items
             ],
             "forgotten_at": record.forgotten_at,
-            "messages": len(data.messages),
+            "messages": view.messages,
             "input_tokens_today": await self._store.input_tokens_since(user, now - (now % DAY)),
             "input_tokens_per_day": limits.user_input_tokens_per_day or None,
             "turns_per_day": limits.user_turns_per_day or None,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
+from bot.core.console import PersonView
 from bot.core.events import Erasure, UserData, UserKey
 from bot.store import cols, tombstones
 from bot.store.sql.conn import Conn, Dialect
@@ -151,6 +153,34 @@ class PeoplePart(SQLCore):
             media = await self._media_for(db, [*own, *replies], offset=4)
         return cols.user_data(
             user, record, own, replies, summaries, outbox, usage, charges, media, personas
+        )
+
+    async def console_person(
+        self, user: UserKey, sources: Sequence[int], names: int = 20
+    ) -> PersonView:
+        """Their count, newest names and the source messages asked for, from one snapshot."""
+        who = (user.platform, user.user_id)
+        d = self.dialect
+        async with self._snapshot() as db:
+            count = await db.fetchval(f"SELECT COUNT(*) FROM ({_MINE}) mine", *who)
+            called = await db.fetch(
+                "SELECT m.display_name FROM messages m JOIN conversations c "
+                "ON c.id = m.conversation_id WHERE c.platform = $1 AND m.author_id = $2 "
+                "AND m.role = 'user' GROUP BY m.display_name ORDER BY MAX(m.id) DESC LIMIT $3",
+                *who,
+                names,
+            )
+            rows = await db.fetch(
+                _KEYED_MESSAGE + f"WHERE m.id IN ({_MINE}) AND m.id" + d.any_of("$3"),
+                *who,
+                d.list_arg(sorted(set(sources))),
+            )
+            media = await self._media_for(db, rows, offset=4)
+        said = cols.user_data(user, None, rows, (), (), (), (), media=media).messages
+        return PersonView(
+            messages=int(count or 0),
+            names=tuple(sorted(str(r[0]) for r in called)),
+            sources={m.id: m for m in said},
         )
 
 
