@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 #: The playground's one person (their user id and private chat id).
 OPERATOR = "operator"
+#: The newest messages the playground page shows.
+PAGE = 200
 PREFIX = "web-"
 
 
@@ -76,7 +78,7 @@ class Playground:
         key = self.conversation(persona_id)
         store = self._runtime.store
         session = await store.current_session(key)
-        messages = () if session is None else tuple(await store.messages(session.key))
+        messages = () if session is None else tuple(await store.messages(session.key, limit=PAGE))
         return PlaygroundChat(
             persona=self._personas[persona_id],
             session=None if session is None else session.key.session_id,
