@@ -738,7 +738,8 @@ class RetentionStore(abc.ABC):
     ) -> int:
         """Delete up to ``limit`` answered/context messages with ``turn <= through_turn`` and
         created at or before ``cutoff``, oldest first, logging the range (and tombstoning
-        the turns); return how many."""
+        the turns); return how many. Only turns inside the stored summary's range go (read in
+        the same transaction; none without a summary), and rejected messages anywhere."""
 
     @abc.abstractmethod
     async def prune_outbox(self, finished_before: float) -> int:

@@ -15,6 +15,9 @@ from typing import Final
 PLATFORM_DELETION: Final = "deleted on the platform"
 FORGET: Final = "/forget"
 MESSAGE_AGE: Final = "message age"
+#: Retention in message mode deleted a message the model rejected: history leaves those out,
+#: so no summary ever folds them, and no prompt showed them.
+REJECTED_AGE: Final = "message age (rejected, never in a prompt)"
 
 
 def runs(rows: Iterable[tuple[int, int]]) -> list[tuple[int, int, int]]:

@@ -389,3 +389,71 @@ def test_gap_message_with_an_unknown_placeholder_is_a_config_error(tmp_path: Pat
     path.write_text('[retention]\nrefuse_message = "turns {range} are gone"\n')
     with pytest.raises(ConfigError, match=r"retention.refuse_message: bad placeholder"):
         load_settings(path)
+
+
+async def behind_the_back(stores: StoreFactory, sql: str) -> None:
+    """Another tool (a table restored from an older backup, a migration gone wrong) runs
+    ``sql`` straight on the database."""
+    if stores.backend.name == "sqlite":
+        with contextlib.closing(sqlite3.connect(stores.path)) as db, db:
+            db.execute(sql)
+        return
+    conn = await asyncpg.connect(stores.dsn)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+async def skipped(store: BaseStore, clock: ManualClock, text: str, reason: str) -> None:
+    """A user message closed out without a reply (``reason``: why)."""
+    inbound = Inbound(SUPPORT, "u1", "Client", text, "closed-out-1")
+    await store.ingest(inbound, clock.now(), POLICY)
+    turn = await store.pending_turn(SUPPORT)
+    lease = await store.acquire_lease(f"t:{SUPPORT}", "setup", 30, clock.now())
+    assert turn is not None and lease is not None
+    assert await store.skip_turn(turn, lease, clock.now(), POLICY, reason=reason)
+    await store.release_lease(lease)
+
+
+async def test_a_rejected_first_turn_goes_by_age_without_a_gap(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """The model rejected the session's first message: history (what summaries fold) leaves
+    it out, so the summary starts at turn 2. Message mode deletes it by age all the same,
+    tombstoned as what it was (never in a prompt), not as "folded into the summary"."""
+    await skipped(store, clock, "x" * 50, "rejected: too long")
+    await clock.advance(4 * DAY)
+    await support_session(store, clock)  # turns 2-41
+    memory = memory_for(store, clock)
+    await retention(store, clock, memory, "message").run_once()
+    session = SessionKey(SUPPORT, 1)
+    summary = await memory.summary(session)
+    assert summary is not None and summary.first_turn == 2
+    assert min(m.turn for m in await store.messages(session)) > summary.first_turn
+    assert await memory.gaps(session) == ()
+    buried = await store.tombstones(session)
+    assert (buried[0].first_turn, buried[0].last_turn) == (1, 1)
+    assert buried[0].reason == "message age (rejected, never in a prompt)"
+    for folded in buried[1:]:
+        assert folded.reason == "message age"
+        assert summary.first_turn <= folded.first_turn <= folded.last_turn <= summary.last_turn
+
+
+async def test_message_mode_never_deletes_below_the_summary(
+    store: BaseStore, stores: StoreFactory, clock: ManualClock
+) -> None:
+    """A summary that starts after turns still stored (one restored from elsewhere) does not
+    stand for them: they stay until a summary covers them, and are never made a gap."""
+    await support_session(store, clock)
+    memory = memory_for(store, clock)
+    await memory.compact(SessionKey(SUPPORT, 1), through_turn=30)
+    await behind_the_back(stores, "UPDATE summaries SET first_turn = 5")
+    report = await retention(store, clock, memory, "message").run_once()
+    session = SessionKey(SUPPORT, 1)
+    assert [m.turn for m in await store.messages(session)][:4] == [1, 2, 3, 4]
+    assert report.deleted_messages > 0
+    assert await memory.gaps(session) == ()
+    assert [(t.first_turn, t.reason) for t in await store.tombstones(session)] == [
+        (5, "message age")
+    ]

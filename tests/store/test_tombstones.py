@@ -1,0 +1,69 @@
+"""Message-age tombstones lean on the summary (docs/architecture.md#retention rule 3): deletion
+by age takes only what the stored summary covers."""
+
+from __future__ import annotations
+
+import itertools
+
+from bot.core.events import ConversationKey, Inbound, QueuePolicy, SessionKey
+from bot.store.base import BaseStore
+
+GROUP = ConversationKey("telegram", "-200")
+LATER = 100.0  # when retention runs: every message below is older
+_ids = itertools.count(1)
+
+
+async def _context(store: BaseStore, conv: ConversationKey, author: str, count: int) -> list[int]:
+    """``count`` group messages by ``author``, stored as context (never pending); their ids."""
+    ids = []
+    for _ in range(count):
+        inbound = Inbound(
+            conv, author, author, "hello", f"m{next(_ids)}", is_private=False, triggers_reply=False
+        )
+        result = await store.ingest(inbound, 1.0, QueuePolicy())
+        assert result.message_id is not None
+        ids.append(result.message_id)
+    return ids
+
+
+async def _session(store: BaseStore, conv: ConversationKey) -> SessionKey:
+    session = await store.current_session(conv)
+    assert session is not None
+    return session.key
+
+
+async def _folded(
+    store: BaseStore,
+    session: SessionKey,
+    ids: list[int],
+    first: int,
+    last: int,
+    authors: tuple[str, ...] = ("u1",),
+) -> None:
+    """A summary of turns ``first``-``last`` (of the messages ``ids``, in turn order)."""
+    assert await store.save_summary(
+        session,
+        "{}",
+        first,
+        last,
+        1.0,
+        expected_last_turn=None,
+        authors=list(authors),
+        sources=ids[first - 1 : last],
+    )
+
+
+async def test_deletion_by_age_takes_only_what_the_stored_summary_covers(
+    store: BaseStore,
+) -> None:
+    ids = await _context(store, GROUP, "u1", 12)
+    session = await _session(store, GROUP)
+    assert await store.delete_old_messages(session, 12, LATER, LATER, 500) == 0  # no summary
+    await _folded(store, session, ids, 3, 8)
+    # Asked for turns up to 10: turns 1-2 (below the summary) and 9-10 (after it) stay.
+    assert await store.delete_old_messages(session, 10, LATER, LATER, 500) == 6
+    assert [m.turn for m in await store.messages(session)] == [1, 2, 9, 10, 11, 12]
+    assert [(t.first_turn, t.last_turn, t.reason) for t in await store.tombstones(session)] == [
+        (3, 8, "message age")
+    ]
+    assert await store.missing_turns(session, (3, 8)) == []
