@@ -827,8 +827,10 @@ class PeopleStore(abc.ABC):
         ones still waiting for a reply), the bot's replies that answered only them, the
         outbox rows of those replies and the finished outbox rows of replies that also
         answered others, and every summary that folded in their messages (dropped: history
-        still stored is summarised again when needed). A summary being written at the same
-        time loses its compare-and-swap (its sources are gone).
+        still stored is summarised again when needed; the message-age tombstones that leaned
+        on a dropped summary are re-tagged as dropped by /forget, so they are no gap). A
+        summary being written at the same time loses its compare-and-swap (its sources are
+        gone).
         """
 
     @abc.abstractmethod

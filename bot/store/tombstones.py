@@ -18,6 +18,9 @@ MESSAGE_AGE: Final = "message age"
 #: Retention in message mode deleted a message the model rejected: history leaves those out,
 #: so no summary ever folds them, and no prompt showed them.
 REJECTED_AGE: Final = "message age (rejected, never in a prompt)"
+#: /forget dropped the summary that held these ``MESSAGE_AGE`` turns (they are re-tagged in
+#: the erasure's transaction): personabot removed what covered them, knowingly.
+SUMMARY_FORGOTTEN: Final = "message age (its summary dropped by /forget)"
 
 
 def runs(rows: Iterable[tuple[int, int]]) -> list[tuple[int, int, int]]:

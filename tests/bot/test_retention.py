@@ -35,11 +35,17 @@ POLICY = QueuePolicy(debounce=1.0, max_wait=5.0)
 
 
 async def exchange(
-    store: BaseStore, clock: ManualClock, conv: ConversationKey, text: str, n: int
+    store: BaseStore,
+    clock: ManualClock,
+    conv: ConversationKey,
+    text: str,
+    n: int,
+    *,
+    author: str = "u1",
 ) -> None:
     """One answered user message (two turns)."""
     await store.ingest(
-        Inbound(conv, "u1", "Client", text, f"{conv.chat_id}-{n}"), clock.now(), POLICY
+        Inbound(conv, author, "Client", text, f"{conv.chat_id}-{n}"), clock.now(), POLICY
     )
     turn = await store.pending_turn(conv)
     lease = await store.acquire_lease(f"t:{conv}", "setup", 30, clock.now())
@@ -403,6 +409,36 @@ async def behind_the_back(stores: StoreFactory, sql: str) -> None:
         await conn.execute(sql)
     finally:
         await conn.close()
+
+
+async def test_forget_dropping_the_summary_is_not_a_gap(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """/forget drops every summary that folded the person in, tombstones and all: personabot
+    removed it knowingly, so the folded turns are no gap (no notice, nothing told)."""
+    for n in range(20):
+        author = "u2" if n % 2 else "u1"
+        await exchange(store, clock, SUPPORT, f"question {n}", n, author=author)
+        await clock.advance(4 * DAY)
+    memory = memory_for(store, clock)
+    deleted = (await retention(store, clock, memory, "message").run_once()).deleted_messages
+    session = SessionKey(SUPPORT, 1)
+    assert deleted > 0 and await store.get_summary(session) is not None
+    llm = GatedLLM()
+    gaps = GapPolicy("tell_user", TOLD, "refused")  # type: ignore[arg-type]
+    async with harness(store, clock, llm, gap_policy=gaps, forget_deletes_messages=True) as h:
+        await h.say(SUPPORT, "/forget", author="u2")
+        assert await store.get_summary(session) is None  # dropped with u2's messages
+        await h.say(SUPPORT, "still there?")
+        await h.advance(2)
+    assert llm.calls == 1
+    assert "<gap_notice>" not in "\n".join(b.text for b in llm.requests[0].system)
+    assert not any("please restate" in t for t in h.outlet.texts())
+    assert h.pipeline.counters["gap_tell_user"] == 0
+    assert await memory.gaps(session) == ()
+    buried = await store.tombstones(session)
+    assert (buried[0].first_turn, buried[0].last_turn) == (1, deleted)
+    assert buried[0].reason == "message age (its summary dropped by /forget)"
 
 
 async def skipped(store: BaseStore, clock: ManualClock, text: str, reason: str) -> None:

@@ -1,14 +1,16 @@
 """Message-age tombstones lean on the summary (docs/architecture.md#retention rule 3): deletion
-by age takes only what the stored summary covers."""
+by age takes only what the stored summary covers, and /forget re-tags the ones whose summary
+it drops."""
 
 from __future__ import annotations
 
 import itertools
 
-from bot.core.events import ConversationKey, Inbound, QueuePolicy, SessionKey
+from bot.core.events import ConversationKey, Inbound, QueuePolicy, SessionKey, UserKey
 from bot.store.base import BaseStore
 
 GROUP = ConversationKey("telegram", "-200")
+OTHER = ConversationKey("telegram", "-300")
 LATER = 100.0  # when retention runs: every message below is older
 _ids = itertools.count(1)
 
@@ -67,3 +69,23 @@ async def test_deletion_by_age_takes_only_what_the_stored_summary_covers(
         (3, 8, "message age")
     ]
     assert await store.missing_turns(session, (3, 8)) == []
+
+
+async def test_forget_re_tags_the_tombstones_of_the_summary_it_drops(store: BaseStore) -> None:
+    ids = await _context(store, GROUP, "u1", 4) + await _context(store, GROUP, "u2", 4)
+    kept = await _context(store, OTHER, "u1", 4)
+    group, other = await _session(store, GROUP), await _session(store, OTHER)
+    await _folded(store, group, ids, 1, 8, ("u1", "u2"))
+    await _folded(store, other, kept, 1, 4)
+    assert await store.delete_old_messages(group, 6, LATER, LATER, 500) == 6
+    assert await store.delete_old_messages(other, 4, LATER, LATER, 500) == 4
+    erased = await store.erase_user_messages(UserKey("telegram", "u2"))
+    assert erased.summaries == 1 and await store.get_summary(group) is None
+    assert [(t.first_turn, t.last_turn, t.reason) for t in await store.tombstones(group)] == [
+        (1, 6, "message age (its summary dropped by /forget)"),
+        (7, 8, "/forget"),
+    ]
+    assert await store.missing_turns(group) == []
+    # A summary /forget leaves alone keeps its tombstones leaning on it.
+    assert [t.reason for t in await store.tombstones(other)] == ["message age"]
+    assert await store.missing_turns(other, (1, 4)) == []
