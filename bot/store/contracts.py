@@ -701,7 +701,8 @@ class RetentionStore(abc.ABC):
         self, session: SessionKey, covered: tuple[int, int] | None = None
     ) -> list[tuple[int, int]]:
         """Ranges (inclusive) of the session's turns 1..next_turn-1 that are neither stored,
-        tombstoned nor inside ``covered`` (the summary's range): one indexed query."""
+        inside ``covered`` (the summary's range) nor tombstoned for a reason that explains them
+        alone (a message-age tombstone does not: it leans on ``covered``): one indexed query."""
 
     @abc.abstractmethod
     async def tombstones(self, session: SessionKey) -> list[Tombstone]:

@@ -22,6 +22,7 @@ from bot.runtime.pipeline import GapPolicy
 from bot.store.base import BaseStore
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Budget
+from memory.retention.gaps import Gap
 from memory.retention.worker import DAY, Retention, RetentionPolicy
 from memory.service import Memory, MemoryPolicy
 from tests.backends import StoreFactory
@@ -384,9 +385,11 @@ async def test_message_mode_tombstones_what_it_deletes(
     assert {t.reason for t in buried} == {"message age"}
     summary = await memory.summary(session)
     assert summary is not None
-    # Even without the summary's range the deleted turns are explained.
-    assert await store.missing_turns(session) == []
+    # The summary's range explains them; the tombstones alone do not (a lost summary).
     assert await memory.gaps(session) == ()
+    covered = (summary.first_turn, summary.last_turn)
+    assert await store.missing_turns(session, covered) == []
+    assert await store.missing_turns(session) == [(1, report.deleted_messages)]
 
 
 def test_gap_message_with_an_unknown_placeholder_is_a_config_error(tmp_path: Path) -> None:
@@ -409,6 +412,81 @@ async def behind_the_back(stores: StoreFactory, sql: str) -> None:
         await conn.execute(sql)
     finally:
         await conn.close()
+
+
+async def folded_and_deleted(store: BaseStore, clock: ManualClock) -> int:
+    """The support session under message-mode retention: turns 1..N folded into the summary,
+    then deleted and tombstoned as message age; return N."""
+    await support_session(store, clock)
+    memory = memory_for(store, clock)
+    report = await retention(store, clock, memory, "message").run_once()
+    session = SessionKey(SUPPORT, 1)
+    (buried,) = await store.tombstones(session)
+    assert (buried.first_turn, buried.reason) == (1, "message age")
+    assert buried.last_turn == report.deleted_messages > 1
+    assert await memory.gaps(session) == ()
+    return buried.last_turn
+
+
+@pytest.mark.parametrize("policy", ["note", "tell_user", "refuse"])
+async def test_a_summary_lost_behind_the_back_is_a_gap(
+    store: BaseStore, stores: StoreFactory, clock: ManualClock, policy: str
+) -> None:
+    """The tombstones of message mode say "folded into the summary"; once the summary row is
+    gone, nothing holds those turns: the gap policy applies, and the audit lists them."""
+    last = await folded_and_deleted(store, clock)
+    await behind_the_back(stores, "DELETE FROM summaries")
+    session = SessionKey(SUPPORT, 1)
+    memory = memory_for(store, clock)
+    assert await memory.gaps(session) == (Gap(1, last),)
+    risks = await retention(store, clock, memory, "message").audit()
+    assert [(r.session, r.first_turn, r.last_turn, r.reason) for r in risks] == [
+        (session, 1, last, "already missing")
+    ]
+    llm = GatedLLM()
+    gaps = GapPolicy(policy, TOLD, "Turns {turns} are gone.")  # type: ignore[arg-type]
+    async with harness(store, clock, llm, gap_policy=gaps) as h:
+        await h.say(SUPPORT, "what SLA did we agree?")
+        await h.advance(2)
+        await h.say(SUPPORT, "hello?")
+        await h.advance(2)
+    texts = h.outlet.texts()
+    if policy == "refuse":
+        assert llm.calls == 0 and texts == [f"Turns 1-{last} are gone."] * 2
+        return
+    assert len(llm.requests) == 2
+    for request in llm.requests:
+        system = "\n".join(b.text for b in request.system)
+        assert f"Turns 1-{last} of this conversation are unavailable" in system
+    told = [t for t in texts if "please restate" in t]
+    assert told == (
+        [f"Turns 1-{last} were removed; please restate."] if policy == "tell_user" else []
+    )
+
+
+@pytest.mark.parametrize(
+    ("narrowed", "missing"), [("last_turn = 10", (11, None)), ("first_turn = 11", (1, 10))]
+)
+async def test_a_narrower_summary_leaves_the_rest_uncovered(
+    store: BaseStore,
+    stores: StoreFactory,
+    clock: ManualClock,
+    narrowed: str,
+    missing: tuple[int, int | None],
+) -> None:
+    """An older summary restored over the current one covers less than the tombstones say was
+    folded: exactly the turns it no longer covers are missing."""
+    last = await folded_and_deleted(store, clock)
+    await behind_the_back(stores, f"UPDATE summaries SET {narrowed}")
+    gap = Gap(missing[0], missing[1] or last)
+    session = SessionKey(SUPPORT, 1)
+    assert await memory_for(store, clock).gaps(session) == (gap,)
+    llm = GatedLLM()
+    async with harness(store, clock, llm) as h:
+        await h.say(SUPPORT, "what SLA did we agree?")
+        await h.advance(2)
+    system = "\n".join(b.text for b in llm.requests[0].system)
+    assert f"Turns {gap} of this conversation are unavailable" in system
 
 
 async def test_forget_dropping_the_summary_is_not_a_gap(

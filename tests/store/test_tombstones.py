@@ -1,6 +1,6 @@
 """Message-age tombstones lean on the summary (docs/architecture.md#retention rule 3): deletion
-by age takes only what the stored summary covers, and /forget re-tags the ones whose summary
-it drops."""
+by age takes only what the stored summary covers, the gap query trusts such a tombstone only
+inside that summary's range, and /forget re-tags the ones whose summary it drops."""
 
 from __future__ import annotations
 
@@ -69,6 +69,8 @@ async def test_deletion_by_age_takes_only_what_the_stored_summary_covers(
         (3, 8, "message age")
     ]
     assert await store.missing_turns(session, (3, 8)) == []
+    assert await store.missing_turns(session, (3, 5)) == [(6, 8)]  # a narrower summary
+    assert await store.missing_turns(session) == [(3, 8)]  # no summary: folded into nothing
 
 
 async def test_forget_re_tags_the_tombstones_of_the_summary_it_drops(store: BaseStore) -> None:
