@@ -27,6 +27,9 @@ REJECTED_AGE: Final = "message age (rejected, never in a prompt)"
 #: /forget dropped the summary that held these ``MESSAGE_AGE`` turns (they are re-tagged in
 #: the erasure's transaction): personabot removed what covered them, knowingly.
 SUMMARY_FORGOTTEN: Final = "message age (its summary dropped by /forget)"
+#: Migration 16 (only): ``MESSAGE_AGE`` tombstones that no stored summary covered when the
+#: gap check began to require one; personabot's own deletions or not, nothing tells.
+UNCHECKED_AGE: Final = "message age (no summary covered it at upgrade)"
 
 
 def runs(rows: Iterable[tuple[int, int]]) -> list[tuple[int, int, int]]:
