@@ -297,8 +297,9 @@ class Memory:
     async def gaps(
         self, session: SessionKey, summary: Summary | NotSet | None = NOT_SET
     ) -> tuple[Gap, ...]:
-        """Turns of the session (first to last) neither stored, covered by its summary, nor
-        deleted by personabot itself (tombstoned)."""
+        """Turns of the session (first to last) neither stored, covered by ``summary`` (the
+        one the prompt carries), nor deleted by personabot itself (tombstoned; turns retention
+        folded into a summary count only inside this one's range)."""
         if isinstance(summary, NotSet):
             summary = await self.summary(session)
         # One indexed query over the turns after the summary (bot/store/tombstones.py).

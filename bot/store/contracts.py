@@ -710,7 +710,8 @@ class RetentionStore(abc.ABC):
         self, session: SessionKey, covered: tuple[int, int] | None = None
     ) -> list[tuple[int, int]]:
         """Ranges (inclusive) of the session's turns 1..next_turn-1 that are neither stored,
-        tombstoned nor inside ``covered`` (the summary's range): one indexed query."""
+        inside ``covered`` (the summary's range) nor tombstoned for a reason that explains them
+        alone (a message-age tombstone does not: it leans on ``covered``): one indexed query."""
 
     @abc.abstractmethod
     async def tombstones(self, session: SessionKey) -> list[Tombstone]:
@@ -747,7 +748,8 @@ class RetentionStore(abc.ABC):
     ) -> int:
         """Delete up to ``limit`` answered/context messages with ``turn <= through_turn`` and
         created at or before ``cutoff``, oldest first, logging the range (and tombstoning
-        the turns); return how many."""
+        the turns); return how many. Only turns inside the stored summary's range go (read in
+        the same transaction; none without a summary), and rejected messages anywhere."""
 
     @abc.abstractmethod
     async def prune_outbox(self, finished_before: float) -> int:
@@ -842,8 +844,10 @@ class PeopleStore(abc.ABC):
         ones still waiting for a reply), the bot's replies that answered only them, the
         outbox rows of those replies and the finished outbox rows of replies that also
         answered others, and every summary that folded in their messages (dropped: history
-        still stored is summarised again when needed). A summary being written at the same
-        time loses its compare-and-swap (its sources are gone).
+        still stored is summarised again when needed; the message-age tombstones that leaned
+        on a dropped summary are re-tagged as dropped by /forget, so they are no gap). A
+        summary being written at the same time loses its compare-and-swap (its sources are
+        gone).
         """
 
     @abc.abstractmethod

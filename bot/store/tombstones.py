@@ -1,9 +1,13 @@
 """Tombstones and the gap query shared by both store backends (docs/architecture.md#retention).
 
-A tombstone is a range of a session's turns that personabot itself deleted, with the reason
-(a platform deletion, /forget, retention by message age). The gap check expects every turn
-from 1 to ``sessions.next_turn - 1`` to be stored, tombstoned or inside the summary's range;
-what is none of these was removed behind personabot's back and goes to the gap policy.
+A tombstone is a range of a session's turns that personabot itself deleted, with the reason.
+Most reasons explain the turns by themselves: a platform deletion, /forget, a rejected message
+gone by age (never in a prompt), folded turns whose summary /forget dropped. ``MESSAGE_AGE``
+does not: it says "folded into the summary", a claim only the summary stored now can make
+good. The gap check expects every turn from 1 to ``sessions.next_turn - 1`` to be stored,
+inside the summary's range, or tombstoned for a reason that explains it alone; what is none of
+these (a ``MESSAGE_AGE`` turn whose summary was lost or narrowed included) is a hole the
+person and the model may be told of, and goes to the gap policy.
 """
 
 from __future__ import annotations
@@ -14,7 +18,18 @@ from typing import Final
 #: Reasons recorded with tombstones.
 PLATFORM_DELETION: Final = "deleted on the platform"
 FORGET: Final = "/forget"
+#: Retention in message mode deleted turns the summary folded in: they are explained only
+#: while a stored summary's range covers them (the gap query never counts these alone).
 MESSAGE_AGE: Final = "message age"
+#: Retention in message mode deleted a message the model rejected: history leaves those out,
+#: so no summary ever folds them, and no prompt showed them.
+REJECTED_AGE: Final = "message age (rejected, never in a prompt)"
+#: /forget dropped the summary that held these ``MESSAGE_AGE`` turns (they are re-tagged in
+#: the erasure's transaction): personabot removed what covered them, knowingly.
+SUMMARY_FORGOTTEN: Final = "message age (its summary dropped by /forget)"
+#: Migration 16 (only): ``MESSAGE_AGE`` tombstones that no stored summary covered when the
+#: gap check began to require one; personabot's own deletions or not, nothing tells.
+UNCHECKED_AGE: Final = "message age (no summary covered it at upgrade)"
 
 
 def runs(rows: Iterable[tuple[int, int]]) -> list[tuple[int, int, int]]:
@@ -35,6 +50,10 @@ def gap_sql(placeholders: Iterable[str]) -> str:
     tombstones outside the covered range (the summary), which stays a window's worth on the
     reply path. Placeholders, in order: bot, platform, chat, thread, session number, covered
     first turn, covered last turn (use 1 and 0 when nothing is covered).
+
+    ``MESSAGE_AGE`` tombstones cover nothing here: what they claim (folded into the summary)
+    holds exactly inside the covered range, which counts already. Outside it (no summary, one
+    restored from an older backup, one narrowed) their turns are holes.
 
     Every covered interval (a, b) is sorted by a; a hole is where an interval starts after
     the running maximum of the previous ones' ends, plus one. (0, 0) and (next_turn,
@@ -57,7 +76,8 @@ def gap_sql(placeholders: Iterable[str]) -> str:
             UNION ALL SELECT m.turn, m.turn FROM messages m JOIN s ON m.session_id = s.id
                 WHERE m.turn < {first}
             UNION ALL SELECT t.first_turn, t.last_turn FROM tombstones t
-                JOIN s ON t.session_id = s.id WHERE t.last_turn > {last} OR t.first_turn < {first}
+                JOIN s ON t.session_id = s.id WHERE t.reason <> '{MESSAGE_AGE}'
+                AND (t.last_turn > {last} OR t.first_turn < {first})
         ),
         ordered AS (
             SELECT a, MAX(b) OVER (ORDER BY a ROWS BETWEEN UNBOUNDED PRECEDING

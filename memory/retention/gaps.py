@@ -3,8 +3,10 @@
 Every message has a turn number within its session, from 1 to the session's last. What the
 prompt can draw on is the summary's turn range plus the stored messages. Turns that
 personabot deleted itself (a platform deletion, /forget, retention) are tombstoned with the
-reason and are not gaps; any other turn, at the start, in the middle or at the end, is
-missing, and the prompt must never pass the rest off as complete.
+reason and are not gaps, except that turns retention folded into the summary are explained
+by that summary alone: lost or narrowed, it leaves them missing. Any other turn, at the
+start, in the middle or at the end, is missing, and the prompt must never pass the rest off
+as complete.
 """
 
 from __future__ import annotations

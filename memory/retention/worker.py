@@ -192,11 +192,23 @@ class Retention:
             )
             return 0, summarised, []
         count = 0
+        # The store deletes only what the summary it reads in the same transaction covers
+        # (never below its first turn), so a summary changed meanwhile cannot make a hole.
         while n := await self._store.delete_old_messages(
             session, covered, cutoff, self._clock.now(), self._policy.batch_size
         ):
             count += n
             await self._breathe()
+        if not count:
+            log.warning(
+                "%s: old turns %d-%d kept: the summary (turns %d-%d) does not cover them",
+                session,
+                old.first_turn,
+                old.last_turn,
+                summary.first_turn if summary else 0,
+                summary.last_turn if summary else 0,
+            )
+            return 0, summarised, []
         line = f"{session}: turns {old.first_turn}-{covered} summarised and deleted"
         return count, summarised, [f"{line} ({count} message(s))"]
 

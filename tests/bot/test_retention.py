@@ -22,6 +22,7 @@ from bot.runtime.pipeline import GapPolicy
 from bot.store.base import BaseStore
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Budget
+from memory.retention.gaps import Gap
 from memory.retention.worker import DAY, Retention, RetentionPolicy
 from memory.service import Memory, MemoryPolicy
 from tests.backends import StoreFactory
@@ -35,11 +36,17 @@ POLICY = QueuePolicy(debounce=1.0, max_wait=5.0)
 
 
 async def exchange(
-    store: BaseStore, clock: ManualClock, conv: ConversationKey, text: str, n: int
+    store: BaseStore,
+    clock: ManualClock,
+    conv: ConversationKey,
+    text: str,
+    n: int,
+    *,
+    author: str = "u1",
 ) -> None:
     """One answered user message (two turns)."""
     await store.ingest(
-        Inbound(conv, "u1", "Client", text, f"{conv.chat_id}-{n}"), clock.now(), POLICY
+        Inbound(conv, author, "Client", text, f"{conv.chat_id}-{n}"), clock.now(), POLICY
     )
     turn = await store.pending_turn(conv)
     lease = await store.acquire_lease(f"t:{conv}", "setup", 30, clock.now())
@@ -378,9 +385,11 @@ async def test_message_mode_tombstones_what_it_deletes(
     assert {t.reason for t in buried} == {"message age"}
     summary = await memory.summary(session)
     assert summary is not None
-    # Even without the summary's range the deleted turns are explained.
-    assert await store.missing_turns(session) == []
+    # The summary's range explains them; the tombstones alone do not (a lost summary).
     assert await memory.gaps(session) == ()
+    covered = (summary.first_turn, summary.last_turn)
+    assert await store.missing_turns(session, covered) == []
+    assert await store.missing_turns(session) == [(1, report.deleted_messages)]
 
 
 def test_gap_message_with_an_unknown_placeholder_is_a_config_error(tmp_path: Path) -> None:
@@ -389,3 +398,176 @@ def test_gap_message_with_an_unknown_placeholder_is_a_config_error(tmp_path: Pat
     path.write_text('[retention]\nrefuse_message = "turns {range} are gone"\n')
     with pytest.raises(ConfigError, match=r"retention.refuse_message: bad placeholder"):
         load_settings(path)
+
+
+async def behind_the_back(stores: StoreFactory, sql: str) -> None:
+    """Another tool (a table restored from an older backup, a migration gone wrong) runs
+    ``sql`` straight on the database."""
+    if stores.backend.name == "sqlite":
+        with contextlib.closing(sqlite3.connect(stores.path)) as db, db:
+            db.execute(sql)
+        return
+    conn = await asyncpg.connect(stores.dsn)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+async def folded_and_deleted(store: BaseStore, clock: ManualClock) -> int:
+    """The support session under message-mode retention: turns 1..N folded into the summary,
+    then deleted and tombstoned as message age; return N."""
+    await support_session(store, clock)
+    memory = memory_for(store, clock)
+    report = await retention(store, clock, memory, "message").run_once()
+    session = SessionKey(SUPPORT, 1)
+    (buried,) = await store.tombstones(session)
+    assert (buried.first_turn, buried.reason) == (1, "message age")
+    assert buried.last_turn == report.deleted_messages > 1
+    assert await memory.gaps(session) == ()
+    return buried.last_turn
+
+
+@pytest.mark.parametrize("policy", ["note", "tell_user", "refuse"])
+async def test_a_summary_lost_behind_the_back_is_a_gap(
+    store: BaseStore, stores: StoreFactory, clock: ManualClock, policy: str
+) -> None:
+    """The tombstones of message mode say "folded into the summary"; once the summary row is
+    gone, nothing holds those turns: the gap policy applies, and the audit lists them."""
+    last = await folded_and_deleted(store, clock)
+    await behind_the_back(stores, "DELETE FROM summaries")
+    session = SessionKey(SUPPORT, 1)
+    memory = memory_for(store, clock)
+    assert await memory.gaps(session) == (Gap(1, last),)
+    risks = await retention(store, clock, memory, "message").audit()
+    assert [(r.session, r.first_turn, r.last_turn, r.reason) for r in risks] == [
+        (session, 1, last, "already missing")
+    ]
+    llm = GatedLLM()
+    gaps = GapPolicy(policy, TOLD, "Turns {turns} are gone.")  # type: ignore[arg-type]
+    async with harness(store, clock, llm, gap_policy=gaps) as h:
+        await h.say(SUPPORT, "what SLA did we agree?")
+        await h.advance(2)
+        await h.say(SUPPORT, "hello?")
+        await h.advance(2)
+    texts = h.outlet.texts()
+    if policy == "refuse":
+        assert llm.calls == 0 and texts == [f"Turns 1-{last} are gone."] * 2
+        return
+    assert len(llm.requests) == 2
+    for request in llm.requests:
+        system = "\n".join(b.text for b in request.system)
+        assert f"Turns 1-{last} of this conversation are unavailable" in system
+    told = [t for t in texts if "please restate" in t]
+    assert told == (
+        [f"Turns 1-{last} were removed; please restate."] if policy == "tell_user" else []
+    )
+
+
+@pytest.mark.parametrize(
+    ("narrowed", "missing"), [("last_turn = 10", (11, None)), ("first_turn = 11", (1, 10))]
+)
+async def test_a_narrower_summary_leaves_the_rest_uncovered(
+    store: BaseStore,
+    stores: StoreFactory,
+    clock: ManualClock,
+    narrowed: str,
+    missing: tuple[int, int | None],
+) -> None:
+    """An older summary restored over the current one covers less than the tombstones say was
+    folded: exactly the turns it no longer covers are missing."""
+    last = await folded_and_deleted(store, clock)
+    await behind_the_back(stores, f"UPDATE summaries SET {narrowed}")
+    gap = Gap(missing[0], missing[1] or last)
+    session = SessionKey(SUPPORT, 1)
+    assert await memory_for(store, clock).gaps(session) == (gap,)
+    llm = GatedLLM()
+    async with harness(store, clock, llm) as h:
+        await h.say(SUPPORT, "what SLA did we agree?")
+        await h.advance(2)
+    system = "\n".join(b.text for b in llm.requests[0].system)
+    assert f"Turns {gap} of this conversation are unavailable" in system
+
+
+async def test_forget_dropping_the_summary_is_not_a_gap(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """/forget drops every summary that folded the person in, tombstones and all: personabot
+    removed it knowingly, so the folded turns are no gap (no notice, nothing told)."""
+    for n in range(20):
+        author = "u2" if n % 2 else "u1"
+        await exchange(store, clock, SUPPORT, f"question {n}", n, author=author)
+        await clock.advance(4 * DAY)
+    memory = memory_for(store, clock)
+    deleted = (await retention(store, clock, memory, "message").run_once()).deleted_messages
+    session = SessionKey(SUPPORT, 1)
+    assert deleted > 0 and await store.get_summary(session) is not None
+    llm = GatedLLM()
+    gaps = GapPolicy("tell_user", TOLD, "refused")  # type: ignore[arg-type]
+    async with harness(store, clock, llm, gap_policy=gaps, forget_deletes_messages=True) as h:
+        await h.say(SUPPORT, "/forget", author="u2")
+        assert await store.get_summary(session) is None  # dropped with u2's messages
+        await h.say(SUPPORT, "still there?")
+        await h.advance(2)
+    assert llm.calls == 1
+    assert "<gap_notice>" not in "\n".join(b.text for b in llm.requests[0].system)
+    assert not any("please restate" in t for t in h.outlet.texts())
+    assert h.pipeline.counters["gap_tell_user"] == 0
+    assert await memory.gaps(session) == ()
+    buried = await store.tombstones(session)
+    assert (buried[0].first_turn, buried[0].last_turn) == (1, deleted)
+    assert buried[0].reason == "message age (its summary dropped by /forget)"
+
+
+async def skipped(store: BaseStore, clock: ManualClock, text: str, reason: str) -> None:
+    """A user message closed out without a reply (``reason``: why)."""
+    inbound = Inbound(SUPPORT, "u1", "Client", text, "closed-out-1")
+    await store.ingest(inbound, clock.now(), POLICY)
+    turn = await store.pending_turn(SUPPORT)
+    lease = await store.acquire_lease(f"t:{SUPPORT}", "setup", 30, clock.now())
+    assert turn is not None and lease is not None
+    assert await store.skip_turn(turn, lease, clock.now(), POLICY, reason=reason)
+    await store.release_lease(lease)
+
+
+async def test_a_rejected_first_turn_goes_by_age_without_a_gap(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """The model rejected the session's first message: history (what summaries fold) leaves
+    it out, so the summary starts at turn 2. Message mode deletes it by age all the same,
+    tombstoned as what it was (never in a prompt), not as "folded into the summary"."""
+    await skipped(store, clock, "x" * 50, "rejected: too long")
+    await clock.advance(4 * DAY)
+    await support_session(store, clock)  # turns 2-41
+    memory = memory_for(store, clock)
+    await retention(store, clock, memory, "message").run_once()
+    session = SessionKey(SUPPORT, 1)
+    summary = await memory.summary(session)
+    assert summary is not None and summary.first_turn == 2
+    assert min(m.turn for m in await store.messages(session)) > summary.first_turn
+    assert await memory.gaps(session) == ()
+    buried = await store.tombstones(session)
+    assert (buried[0].first_turn, buried[0].last_turn) == (1, 1)
+    assert buried[0].reason == "message age (rejected, never in a prompt)"
+    for folded in buried[1:]:
+        assert folded.reason == "message age"
+        assert summary.first_turn <= folded.first_turn <= folded.last_turn <= summary.last_turn
+
+
+async def test_message_mode_never_deletes_below_the_summary(
+    store: BaseStore, stores: StoreFactory, clock: ManualClock
+) -> None:
+    """A summary that starts after turns still stored (one restored from elsewhere) does not
+    stand for them: they stay until a summary covers them, and are never made a gap."""
+    await support_session(store, clock)
+    memory = memory_for(store, clock)
+    await memory.compact(SessionKey(SUPPORT, 1), through_turn=30)
+    await behind_the_back(stores, "UPDATE summaries SET first_turn = 5")
+    report = await retention(store, clock, memory, "message").run_once()
+    session = SessionKey(SUPPORT, 1)
+    assert [m.turn for m in await store.messages(session)][:4] == [1, 2, 3, 4]
+    assert report.deleted_messages > 0
+    assert await memory.gaps(session) == ()
+    assert [(t.first_turn, t.reason) for t in await store.tombstones(session)] == [
+        (5, "message age")
+    ]

@@ -459,4 +459,21 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         CREATE INDEX messages_checkins ON messages(created_at) WHERE origin = 'initiative';
         """,
     ),
+    (
+        16,
+        """
+        -- A 'message age' tombstone now counts only inside the range of the summary stored
+        -- now (docs/architecture.md#retention rule 3). Before this version /forget dropped
+        -- summaries without re-tagging their tombstones, and retention could bury turns below
+        -- the summary's first turn: personabot's own deletions, which nothing tells apart from
+        -- a summary lost behind its back. They stay explained, under a reason that says so,
+        -- rather than becoming gap notices (or refusals) on upgrade.
+        UPDATE tombstones SET reason = 'message age (no summary covered it at upgrade)'
+        WHERE reason = 'message age' AND NOT EXISTS (
+            SELECT 1 FROM summaries su WHERE su.session_id = tombstones.session_id
+            AND su.first_turn <= tombstones.first_turn
+            AND tombstones.last_turn <= su.last_turn
+        );
+        """,
+    ),
 )

@@ -93,6 +93,16 @@ class PeoplePart(SQLCore):
                 d.list_arg(shared),
             )
             removed_replies = await _delete(db, d, "messages", "id", only)
+            # The message-age tombstones of those sessions said "folded into the summary";
+            # it goes now, knowingly: they stay explained, with the reason (not a gap).
+            if drop:
+                await db.execute(
+                    "UPDATE tombstones SET reason = $2 WHERE reason = $3 AND session_id"
+                    + d.any_of("$1"),
+                    d.list_arg(drop),
+                    tombstones.SUMMARY_FORGOTTEN,
+                    tombstones.MESSAGE_AGE,
+                )
             summaries = await _delete(db, d, "summaries", "session_id", drop)
             await _delete(db, d, "summary_authors", "session_id", drop)
             messages = await _delete(db, d, "messages", "id", mine)

@@ -175,22 +175,40 @@ class RetentionPart(SQLCore):
             if found is None:
                 return 0
             sid, conv_id = found
-            # Row locks (SKIP LOCKED on PostgreSQL): two processes running retention at once
-            # delete and log disjoint batches instead of logging the same range twice.
-            skip = d.for_update + " SKIP LOCKED" if d.for_update else ""
+            # The session row lock orders this against erase_user_messages (which takes it
+            # before dropping the summary and re-tagging its tombstones): the summary read
+            # below is the one the tombstones written here will lean on.
+            if d.for_update:
+                await db.execute("SELECT 1 FROM sessions WHERE id = $1" + d.for_update, sid)
+            covered = await db.fetchrow(
+                "SELECT first_turn, last_turn FROM summaries WHERE session_id = $1", sid
+            )
+            if covered is None:
+                return 0
+            # Only turns the stored summary covers go as folded; a rejected message was never
+            # folded (history leaves it out) nor shown, and goes by age wherever it lies.
+            # Below the summary's first turn anything else stays: no summary stands for it.
+            # (Two workers at once wait for each other on the session row lock above.)
+            rejected = "CASE WHEN closed_reason LIKE 'rejected%' THEN 1 ELSE 0 END"
             rows = await db.fetch(
                 "DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE "
-                f"session_id = $1 AND pending = {d.false} AND turn <= $2 AND created_at <= $3 "
-                f"ORDER BY turn LIMIT $4{skip}) RETURNING turn",
+                f"session_id = $1 AND pending = {d.false} AND turn <= $2 AND turn <= $5 "
+                f"AND (turn >= $6 OR {rejected} = 1) AND created_at <= $3 "
+                f"ORDER BY turn LIMIT $4) RETURNING turn, {rejected}",
                 sid,
                 through_turn,
                 cutoff,
                 limit,
+                int(covered[1]),
+                int(covered[0]),
             )
             if not rows:
                 return 0
             turns = sorted(int(r[0]) for r in rows)
-            await self._bury(db, ((sid, t) for t in turns), tombstones.MESSAGE_AGE, now)
+            folded = [(sid, int(r[0])) for r in rows if not r[1]]
+            unseen = [(sid, int(r[0])) for r in rows if r[1]]
+            await self._bury(db, folded, tombstones.MESSAGE_AGE, now)
+            await self._bury(db, unseen, tombstones.REJECTED_AGE, now)
             await _log_deletion(
                 db, now, conv_id, session, turns[0], turns[-1], len(turns), "message age"
             )
