@@ -438,6 +438,16 @@ class LoreEntrySettings(_Section):
     id: int | str | None = None
     extensions: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _within_limits(self) -> LoreEntrySettings:
+        from memory.lorebook import entry_problems
+
+        # The first problem only: pydantic takes one error per validator (the others show
+        # once it is fixed); each entry over a limit gets its own line.
+        if problems := entry_problems(self):
+            raise ValueError(problems[0])
+        return self
+
 
 class LorebookSettings(_Section):
     """``[personas.lorebook]``: a persona's world info (docs/personas.md#lorebooks)."""
@@ -449,6 +459,26 @@ class LorebookSettings(_Section):
     name: str = ""
     entries: list[LoreEntrySettings] = Field(default_factory=list)
     extensions: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_too_many(cls, data: Any) -> Any:
+        from memory.lorebook import too_many_entries
+
+        # Counted before the entries are validated one by one: 200,000 of them are refused
+        # at once, not after building 200,000 models.
+        entries = data.get("entries") if isinstance(data, dict) else None
+        if isinstance(entries, list) and (problem := too_many_entries(len(entries))):
+            raise ValueError(problem)
+        return data
+
+    @model_validator(mode="after")
+    def _within_limits(self) -> LorebookSettings:
+        from memory.lorebook import book_problems
+
+        if problems := book_problems(self.entries):
+            raise ValueError(problems[0])
+        return self
 
 
 class PersonaSettings(_Section):
@@ -491,12 +521,13 @@ class PersonaSettings(_Section):
     def _refusal_shown(cls, text: str | None) -> str | None:
         return None if text is None else _shown(text)
 
-    def pin(self) -> PersonaPin:
-        """The persona's pinned layer, as every prompt of it is built (memory/pin.py)."""
+    def pin(self, *, lorebook: bool = True) -> PersonaPin:
+        """The persona's pinned layer, as every prompt of it is built (memory/pin.py);
+        without ``lorebook``, a pin without one (nothing compiled: to measure the pin)."""
         from memory.lorebook import Lorebook, LoreEntry
         from memory.pin import PersonaPin
 
-        book = self.lorebook
+        book = self.lorebook if lorebook else None
         return PersonaPin(
             name=self.name,
             system=self.system,
@@ -772,7 +803,7 @@ class Settings(BaseSettings):
         from memory.assemble import least_prompt_tokens
 
         for index, persona in enumerate(self.personas):
-            need = least_prompt_tokens(persona.pin())
+            need = least_prompt_tokens(persona.pin(lorebook=False))
             budget = self.memory_for(persona).prompt_budget_tokens
             if need > budget:
                 raise ValueError(

@@ -15,38 +15,130 @@ Fired entries go into one layer after the last cache breakpoint (memory/assemble
 first (between equals, the later ``insertion_order``), and each drop is reported, so the
 caller logs it and ``personabot prompt`` shows it; nothing is dropped silently.
 
-Patterns come from cards people download, and the scanned text from anyone who writes to
-the bot, so matching is bounded: patterns of at most ``MAX_PATTERN_CHARS``, the scanned text
-at most ``MAX_SCAN_CHARS`` (the newest part), and each search has a time limit (the
-``regex`` library's timeout; Python's ``re`` has none), all of a prompt's searches together
-``REGEX_TOTAL_SECONDS``. A pattern that does not compile or runs out of time skips its entry
-with that reason; it never fails the turn. Pure but for that clock.
+Cards come from strangers and the scanned text from anyone who writes to the bot, so both
+are bounded. What a lorebook may hold (entries, keys, sizes: the ``MAX_*`` limits below) is
+checked when the config loads and when a card is imported (``entry_problems``,
+``book_problems``); over a limit, the book is refused, naming the limit. Matching is
+compiled once per lorebook (memory/lorematch.py: one automaton over all plain keys, the
+patterns compiled) and bounded per prompt: the scanned text at most ``MAX_SCAN_CHARS`` (the
+newest part), each pattern's search ``REGEX_TIMEOUT``, and all the keys of a prompt, every
+kind, ``MATCH_SECONDS``. A bad pattern, a runaway search or the end of that time skips the
+entries concerned with that reason; it never fails the turn. Pure but for the clock.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Final, Literal
+from dataclasses import dataclass, field
+from typing import Final, Literal, Protocol
 
-import regex
-
+from memory.lorematch import MATCH_SECONDS as MATCH_SECONDS
+from memory.lorematch import MAX_PATTERN_CHARS as MAX_PATTERN_CHARS
+from memory.lorematch import REGEX_TIMEOUT as REGEX_TIMEOUT
+from memory.lorematch import Clock, KeyMatcher, Miss, kind
 from memory.tokens import estimate_tokens
 
-MAX_PATTERN_CHARS: Final = 500
 MAX_SCAN_CHARS: Final = 20_000
-#: Seconds one pattern may search the scanned text.
-REGEX_TIMEOUT: Final = 0.05
-#: Seconds all the patterns of one prompt may search together. Matching runs on the event
-#: loop: without a total, a card of 1,000 runaway patterns held every chat 50 s per prompt.
-REGEX_TOTAL_SECONDS: Final = 0.25
 LORE_HEADER: Final = (
     "World information about what was just mentioned (from the persona's author, "
     "not written by any participant):"
 )
 
-SkipReason = Literal["disabled", "no key match", "budget", "bad regex", "regex timeout"]
+# What one lorebook may hold (docs/personas.md#lorebook-limits). Real books have hundreds to
+# a few thousand entries of a few keys each, entries up to a few thousand characters; the
+# limits leave room for the largest, and keep a book at them cheap: imported in seconds,
+# compiled in a fraction of one, matched in milliseconds per prompt (bench/lorebook.py).
+#: Entries in a lorebook.
+MAX_ENTRIES: Final = 5_000
+#: Keys of one entry, its ``keys`` and its ``secondary_keys`` each.
+MAX_ENTRY_KEYS: Final = 50
+#: Characters of a plain key (a regex key: ``MAX_PATTERN_CHARS``).
+MAX_KEY_CHARS: Final = 200
+#: Characters of an entry's content.
+MAX_CONTENT_CHARS: Final = 20_000
+#: Keys of a whole lorebook, primary and secondary, every kind.
+MAX_BOOK_KEYS: Final = 20_000
+#: Regex keys of a whole lorebook: each is a search of its own on every prompt.
+MAX_BOOK_PATTERNS: Final = 1_000
+#: Characters of all the keys of a lorebook: the automaton's size grows with them.
+MAX_BOOK_KEY_CHARS: Final = 400_000
+#: Characters of a whole lorebook, contents and keys.
+MAX_BOOK_CHARS: Final = 4_000_000
+
+SkipReason = Literal[
+    "disabled", "no key match", "budget", "bad regex", "regex timeout", "time budget"
+]
+
+
+class LoreText(Protocol):
+    """What the limits read of an entry (a LoreEntry, a config's entry, a card's)."""
+
+    @property
+    def content(self) -> str: ...
+    @property
+    def keys(self) -> Sequence[str]: ...
+    @property
+    def secondary_keys(self) -> Sequence[str]: ...
+    @property
+    def regex(self) -> bool: ...
+
+
+def too_many_entries(count: int) -> str | None:
+    """``entries: ...`` when ``count`` entries are over ``MAX_ENTRIES`` (checked first, before
+    the entries are read one by one)."""
+    if count <= MAX_ENTRIES:
+        return None
+    return f"entries: {count:,} entries, over the lorebook limit of {MAX_ENTRIES:,} entries"
+
+
+def entry_problems(entry: LoreText) -> list[str]:
+    """``field: problem`` for each limit one entry is over (none: an empty list)."""
+    problems: list[str] = []
+    if len(entry.content) > MAX_CONTENT_CHARS:
+        problems.append(
+            f"content: {len(entry.content):,} characters, over the limit of "
+            f"{MAX_CONTENT_CHARS:,} characters per entry"
+        )
+    longest, what = (MAX_PATTERN_CHARS, "pattern") if entry.regex else (MAX_KEY_CHARS, "key")
+    for name, keys in (("keys", entry.keys), ("secondary_keys", entry.secondary_keys)):
+        if len(keys) > MAX_ENTRY_KEYS:
+            problems.append(
+                f"{name}: {len(keys):,} keys, over the limit of {MAX_ENTRY_KEYS} keys per entry"
+            )
+        long = next((i for i, key in enumerate(keys) if len(key) > longest), None)
+        if long is not None:
+            problems.append(
+                f"{name}[{long}]: a {what} of {len(keys[long]):,} characters, over the limit "
+                f"of {longest} characters per {what}"
+            )
+    return problems
+
+
+def book_problems(entries: Sequence[LoreText]) -> list[str]:
+    """``entries: problem`` for each limit the whole lorebook is over; an entry's own limits
+    are ``entry_problems``."""
+    if (crowded := too_many_entries(len(entries))) is not None:
+        return [crowded]
+    keys = patterns = key_chars = chars = 0
+    for entry in entries:
+        count = len(entry.keys) + len(entry.secondary_keys)
+        keys += count
+        patterns += count if entry.regex else 0
+        size = sum(map(len, entry.keys)) + sum(map(len, entry.secondary_keys))
+        key_chars += size
+        chars += size + len(entry.content)
+    totals = (
+        (keys, MAX_BOOK_KEYS, "keys"),
+        (patterns, MAX_BOOK_PATTERNS, "regex keys"),
+        (key_chars, MAX_BOOK_KEY_CHARS, "characters of keys"),
+        (chars, MAX_BOOK_CHARS, "characters of contents and keys"),
+    )
+    return [
+        f"entries: {total:,} {what} in all, over the lorebook limit of {limit:,} {what}"
+        for total, limit, what in totals
+        if total > limit
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +169,54 @@ class Lorebook:
     entries: tuple[LoreEntry, ...]
     scan_depth: int = 4
     token_budget: int = 500
+    # The entries compiled, once per book: ``dataclasses.replace`` passes it on, so the
+    # per-prompt copy with another token_budget (memory/assemble.py) compiles nothing. One
+    # compiled for other entries is not reused (checked by identity).
+    compiled: CompiledBook | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.compiled is None or self.compiled.entries is not self.entries:
+            object.__setattr__(self, "compiled", CompiledBook.of(self.entries))
+
+    @property
+    def compiled_book(self) -> CompiledBook:
+        """The entries compiled (always set once the book exists)."""
+        compiled = self.compiled
+        assert compiled is not None  # __post_init__ sets it
+        return compiled
+
+    def bad_keys(self) -> tuple[Skipped, ...]:
+        """Each bad pattern (too long, or not compiling), under its entry's label: never
+        searched, so the caller reports them once, when the book is loaded."""
+        return tuple(
+            Skipped(self.entries[i].label(i), miss.reason, miss.detail)
+            for i, miss in self.compiled_book.matcher.bad
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledBook:
+    """A lorebook's keys compiled, and what each entry is when its keys give no verdict."""
+
+    entries: tuple[LoreEntry, ...]
+    matcher: KeyMatcher
+    # Per entry: "constant", its "disabled" record, or (an entry its keys decide) its
+    # "no key match" record. Built once: a prompt over a book of 5,000 entries that fires a
+    # few reuses these records instead of making thousands.
+    otherwise: tuple[str | Skipped, ...]
+
+    @classmethod
+    def of(cls, entries: tuple[LoreEntry, ...]) -> CompiledBook:
+        """``entries`` compiled."""
+        otherwise = tuple(
+            "constant"
+            if (decided := kind(entry)) == "constant"
+            else Skipped(
+                entry.label(index), "disabled" if decided == "disabled" else "no key match"
+            )
+            for index, entry in enumerate(entries)
+        )
+        return cls(entries, KeyMatcher(entries), otherwise)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,29 +258,27 @@ def scanned_text(texts: Sequence[str], depth: int) -> str:
 
 
 def select(
-    book: Lorebook, texts: Sequence[str], render: Callable[[str], str] = str
+    book: Lorebook,
+    texts: Sequence[str],
+    render: Callable[[str], str] = str,
+    *,
+    clock: Clock = time.monotonic,
 ) -> LoreSelection:
     """The entries of ``book`` that fire on the last ``scan_depth`` of ``texts``, within the
-    budget; each content as ``render`` makes it (macros expanded), counted as sent."""
-    haystack = scanned_text(texts, book.scan_depth)
-    folded = haystack.casefold()
-    deadline = time.monotonic() + REGEX_TOTAL_SECONDS
+    budget; each content as ``render`` makes it (macros expanded), counted as sent. Matching
+    takes at most ``MATCH_SECONDS`` by ``clock``."""
+    compiled = book.compiled_book
+    verdicts = compiled.matcher.match(scanned_text(texts, book.scan_depth), clock)
     candidates: list[tuple[int, LoreEntry, str, str]] = []
     skipped: list[Skipped] = []
     for index, entry in enumerate(book.entries):
-        label = entry.label(index)
-        if not entry.enabled or not entry.content.strip():
-            skipped.append(Skipped(label, "disabled"))
-            continue
-        if entry.constant:
-            why: str | Skipped = "constant"
-        else:
-            why = _triggered(entry, label, haystack, folded, deadline)
+        why = verdicts.get(index) or compiled.otherwise[index]
         if isinstance(why, Skipped):
             skipped.append(why)
-            continue
-        content = render(entry.content)
-        candidates.append((index, entry, why, content))
+        elif isinstance(why, Miss):
+            skipped.append(Skipped(entry.label(index), why.reason, why.detail))
+        else:
+            candidates.append((index, entry, why, render(entry.content)))
     # Over budget: drop the lowest priority first, among equals the later insertion_order.
     by_keep = sorted(candidates, key=lambda c: (-c[1].priority, c[1].insertion_order, c[0]))
     kept: list[tuple[int, LoreEntry, str, str, int]] = []
@@ -164,76 +302,3 @@ def select(
         fired=tuple(Fired(entry.label(i), why, tokens) for i, entry, why, _, tokens in kept),
         skipped=tuple(skipped),
     )
-
-
-def _triggered(
-    entry: LoreEntry, label: str, haystack: str, folded: str, deadline: float
-) -> str | Skipped:
-    """Why the entry fires (``key "x"``), or why it does not."""
-    primary = _first_match(entry, entry.keys, label, haystack, folded, deadline)
-    if not isinstance(primary, str):
-        return primary or Skipped(label, "no key match")
-    if entry.selective and entry.secondary_keys:
-        secondary = _first_match(entry, entry.secondary_keys, label, haystack, folded, deadline)
-        if not isinstance(secondary, str):
-            return secondary or Skipped(label, "no key match", f"key {primary!r}, no secondary key")
-        return f"key {primary!r} and {secondary!r}"
-    return f"key {primary!r}"
-
-
-def _first_match(
-    entry: LoreEntry,
-    keys: Sequence[str],
-    label: str,
-    haystack: str,
-    folded: str,
-    deadline: float,
-) -> str | Skipped | None:
-    """The first key found; else the first bad or runaway pattern's Skipped, or None."""
-    error: Skipped | None = None
-    for key in keys:
-        if not key.strip():
-            continue
-        if not entry.regex:
-            if (key in haystack) if entry.case_sensitive else (key.casefold() in folded):
-                return key
-            continue
-        found = _search(key, entry.case_sensitive, haystack, label, deadline)
-        if found is True:
-            return key
-        if isinstance(found, Skipped):
-            error = error or found
-    return error
-
-
-def _search(
-    key: str, case_sensitive: bool, haystack: str, label: str, deadline: float
-) -> bool | Skipped:
-    """Whether the pattern ``key`` occurs: ``/pattern/flags`` (``i``, ``m``, ``s`` read;
-    without ``i`` it is case-sensitive) or a bare pattern (case as the entry says), within
-    ``REGEX_TIMEOUT`` and what is left until ``deadline``."""
-    left = deadline - time.monotonic()
-    if left <= 0:
-        return Skipped(
-            label, "regex timeout", f"the {REGEX_TOTAL_SECONDS}s for all patterns ran out"
-        )
-    if len(key) > MAX_PATTERN_CHARS:
-        return Skipped(label, "bad regex", f"pattern over {MAX_PATTERN_CHARS} characters")
-    pattern, flags = key, 0 if case_sensitive else regex.IGNORECASE
-    end = key.rfind("/")
-    if key.startswith("/") and end > 0 and set(key[end + 1 :]) <= set("gimsuy"):
-        suffix = key[end + 1 :]
-        pattern = key[1:end]
-        flags = (
-            (regex.IGNORECASE if "i" in suffix else 0)
-            | (regex.MULTILINE if "m" in suffix else 0)
-            | (regex.DOTALL if "s" in suffix else 0)
-        )
-    try:
-        compiled = regex.compile(pattern, flags)
-    except (regex.error, ValueError) as exc:
-        return Skipped(label, "bad regex", f"{key!r}: {exc}")
-    try:
-        return compiled.search(haystack, timeout=min(REGEX_TIMEOUT, left)) is not None
-    except TimeoutError:
-        return Skipped(label, "regex timeout", f"{key!r} took over {min(REGEX_TIMEOUT, left):.2g}s")

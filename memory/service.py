@@ -741,11 +741,12 @@ class Memory:
 
 
 def _logged(assembled: Assembled, session: SessionKey) -> Assembled:
-    """The prompt, after logging what its lorebook could not fit or could not read: a drop is
-    never silent (docs/personas.md#lorebooks)."""
+    """The prompt, after logging what its lorebook could not fit or could not match in time: a
+    drop is never silent (docs/personas.md#lorebooks). A bad pattern is logged once, when
+    the persona is loaded (bot/app/build.py pin_for), not on every prompt."""
     if assembled.lore is not None:
         for skipped in assembled.lore.skipped:
-            if skipped.reason in ("budget", "bad regex", "regex timeout"):
+            if skipped.reason in ("budget", "regex timeout", "time budget"):
                 log.warning(
                     "lorebook entry %r left out of %s: %s (%s)",
                     skipped.label,

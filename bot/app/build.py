@@ -182,8 +182,18 @@ def session_policy(settings: Settings) -> SessionPolicy:
 
 
 def pin_for(persona: PersonaSettings) -> PersonaPin:
-    """The persona's pinned layer."""
-    return persona.pin()
+    """The persona's pinned layer; its lorebook's bad patterns are logged here, once, not
+    on every prompt that skips them."""
+    pin = persona.pin()
+    for bad in pin.lorebook.bad_keys() if pin.lorebook is not None else ():
+        log.warning(
+            "persona %r: lorebook entry %r: %s (%s); the key never matches",
+            persona.id,
+            bad.label,
+            bad.reason,
+            bad.detail,
+        )
+    return pin
 
 
 def persona_choices(

@@ -1,11 +1,13 @@
 """A card as personabot keeps it: normalised Character Card V3 JSON.
 
 ``normalise`` accepts V2 (``chara_card_v2``) and V3 (``chara_card_v3``), checks the types of
-the fields personabot reads, and returns a V3 card with every V2 and V3 field present (the
-defaults of the V3 spec where the card had none or null). Everything else, top-level keys,
-unknown ``data`` keys and every ``extensions`` object, is kept as it was. Lorebook entries
-without an id (or with one used twice) get the next free integer, so that export can merge
-an entry edited in the TOML with its stored fields by id.
+the fields personabot reads and that its lorebook is within the limits a config accepts
+(memory/lorebook.py; the number of entries is counted first, before the card is copied),
+and returns a V3 card with every V2 and V3 field present (the defaults of the V3 spec where
+the card had none or null). Everything else, top-level keys, unknown ``data`` keys and every
+``extensions`` object, is kept as it was. Lorebook entries without an id (or with one used
+twice) get the next free integer, so that export can merge an entry edited in the TOML with
+its stored fields by id.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final, TypeGuard
 
 from bot.core.errors import CardError
+from memory.lorebook import LoreEntry, book_problems, entry_problems, too_many_entries
 
 V2: Final = "chara_card_v2"
 V3: Final = "chara_card_v3"
@@ -96,6 +99,7 @@ def normalise(card: object) -> dict[str, Any]:
                 "read; open it in SillyTavern and export it again"
             )
         raise CardError(f"unsupported card spec {spec!r}: expected {V2!r} or {V3!r}")
+    _count_entries(card)
     out = copy.deepcopy(card)
     data = out.get("data")
     if not isinstance(data, dict):
@@ -135,8 +139,38 @@ def _book(book: object) -> dict[str, Any]:
         raise CardError(f"{where}.entries: expected a list, found {_kind(entries)}")
     for index, entry in enumerate(entries):
         _entry(entry, f"{where}.entries[{index}]")
+    _within_limits(entries, where)
     _number_entries(entries)
     return book
+
+
+def _count_entries(card: dict[str, Any]) -> None:
+    """Too many lorebook entries are refused before anything else is done with them (a card
+    of 200,000 took 107 s and 3.1 GB to import, issue 34)."""
+    data = card.get("data")
+    book = data.get("character_book") if isinstance(data, dict) else None
+    entries = book.get("entries") if isinstance(book, dict) else None
+    if isinstance(entries, list) and (problem := too_many_entries(len(entries))):
+        raise CardError(f"data.character_book.{problem}")
+
+
+def _within_limits(entries: list[dict[str, Any]], where: str) -> None:
+    """The limits the config applies to the imported lorebook, checked here so that nothing is
+    written (the first problem, naming its limit; entries already type-checked)."""
+    views = [
+        LoreEntry(
+            entry["content"],
+            keys=tuple(entry["keys"]),
+            secondary_keys=tuple(entry.get("secondary_keys") or ()),
+            regex=entry["use_regex"],
+        )
+        for entry in entries
+    ]
+    for index, view in enumerate(views):
+        if problems := entry_problems(view):
+            raise CardError(f"{where}.entries[{index}].{problems[0]}")
+    if problems := book_problems(views):
+        raise CardError(f"{where}.{problems[0]}")
 
 
 def _entry(entry: object, where: str) -> None:

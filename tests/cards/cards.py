@@ -139,16 +139,80 @@ def env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PERSONABOT_"))}
 
 
-def personabot(*args: str, cwd: Path) -> tuple[int, str, str]:
-    """The ``personabot`` command line as a process (its real entry point, ``python -m bot``)."""
+def personabot(*args: str, cwd: Path, stdin: str | None = None) -> tuple[int, str, str]:
+    """The ``personabot`` command line as a process (its real entry point, ``python -m bot``),
+    given ``stdin`` (else none)."""
     done = subprocess.run(
         [sys.executable, "-m", "bot", *args],
         cwd=cwd,
         env=env(),
-        stdin=subprocess.DEVNULL,
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
         capture_output=True,
         text=True,
         timeout=50,
         check=False,
     )
     return done.returncode, done.stdout, done.stderr
+
+
+def limit_key(entry: int, position: int, kind: str = "q") -> str:
+    """The core of a key of ``limit_entries``: no other key of the book contains it (``s`` for
+    a secondary key)."""
+    return f"k{entry:04d}{kind}{position:02d}z"
+
+
+def limit_entries() -> list[dict[str, Any]]:
+    """Lorebook entries (card form) at every limit of memory/lorebook.py at once: MAX_ENTRIES
+    entries; entry 0 with MAX_ENTRY_KEYS keys and secondary keys (selective); entry 1 with a
+    key of MAX_KEY_CHARS; entry 2 with a pattern of MAX_PATTERN_CHARS; entry 3 with content
+    of MAX_CONTENT_CHARS; entries 2 to 1001 regex (one pattern each, MAX_BOOK_PATTERNS); and
+    MAX_BOOK_KEYS keys, MAX_BOOK_KEY_CHARS characters of keys and MAX_BOOK_CHARS characters
+    in all. Entry ``i`` is named ``e<i>`` and every key holds a ``limit_key`` core."""
+    from memory import lorebook as lb
+
+    entries: list[dict[str, Any]] = [
+        {
+            "name": "e0",
+            "keys": [limit_key(0, j) for j in range(lb.MAX_ENTRY_KEYS)],
+            "secondary_keys": [limit_key(0, j, "s") for j in range(lb.MAX_ENTRY_KEYS)],
+            "selective": True,
+        },
+        {"name": "e1", "keys": [limit_key(1, 0).rjust(lb.MAX_KEY_CHARS, "a")]},
+    ]
+    patterns = range(2, 2 + lb.MAX_BOOK_PATTERNS)
+    for i in patterns:
+        entries.append({"name": f"e{i}", "keys": [limit_key(i, 0)], "use_regex": True})
+    # The longest pattern: the core, then a regex comment to fill it.
+    core = limit_key(2, 0)
+    entries[2]["keys"] = [core + "(?#" + "a" * (lb.MAX_PATTERN_CHARS - len(core) - 4) + ")"]
+    plain = lb.MAX_ENTRIES - len(entries)
+    spare_keys = lb.MAX_BOOK_KEYS - sum(
+        len(e["keys"]) + len(e.get("secondary_keys", [])) for e in entries
+    )
+    for n in range(plain):
+        i = len(entries)
+        count = spare_keys // plain + (n < spare_keys % plain)
+        entries.append({"name": f"e{i}", "keys": [limit_key(i, j) for j in range(count)]})
+    # Pad the plain keys of the later entries (front: the core stays whole) up to the total.
+    key_chars = sum(len(k) for e in entries for k in (*e["keys"], *e.get("secondary_keys", [])))
+    missing = lb.MAX_BOOK_KEY_CHARS - key_chars
+    for entry in reversed(entries[2 + lb.MAX_BOOK_PATTERNS :]):
+        for j, key in enumerate(entry["keys"]):
+            grow = min(missing, lb.MAX_KEY_CHARS - len(key), 40)
+            entry["keys"][j] = "b" * grow + key
+            missing -= grow
+        if not missing:
+            break
+    assert missing == 0
+    # Contents: entry 3 at the entry limit, the rest sharing what is left of the book's.
+    text = lb.MAX_BOOK_CHARS - lb.MAX_BOOK_KEY_CHARS - lb.MAX_CONTENT_CHARS
+    others = len(entries) - 1
+    for i, entry in enumerate(entries):
+        size = lb.MAX_CONTENT_CHARS if i == 3 else text // others + (i - (i > 3) < text % others)
+        head = f"Lore of entry {i}. "
+        entry["content"] = (
+            head + ("The tide turns at Kell Point. " * (size // 30 + 1))[: size - len(head)]
+        )
+        entry["insertion_order"] = i
+    return entries

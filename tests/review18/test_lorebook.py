@@ -78,8 +78,8 @@ def test_the_lorebook_never_takes_the_prompt_over_its_budget() -> None:
 def test_runaway_patterns_of_a_whole_lorebook_are_bounded_together() -> None:
     """50 ms per pattern is not a bound when a card has many: 40 runaway patterns held the
     event loop (every chat of the process) 2 s per prompt, 1,000 of them 50 s. All the
-    patterns of a prompt now share 0.25 s; the entries left unsearched are reported, and a
-    plain key after them still fires."""
+    patterns of a prompt now share 0.25 s (with the plain keys, since issue 34); the entries
+    left unsearched are reported, and a plain key after them still fires."""
     runaway = [
         LoreEntrySettings(content=f"never {i}", keys=["/(a|aa)+$/"], regex=True, name=f"bomb {i}")
         for i in range(40)
@@ -94,7 +94,10 @@ def test_runaway_patterns_of_a_whole_lorebook_are_bounded_together() -> None:
     lore = built.lore
     assert lore is not None and [f.label for f in lore.fired] == ["ferry"]
     assert {s.label for s in lore.skipped} == {f"bomb {i}" for i in range(40)}
-    assert {s.reason for s in lore.skipped} == {"regex timeout"}
+    # The first patterns run out of their own 50 ms; those the 0.25 s left unsearched say so.
+    reasons = {s.label: s.reason for s in lore.skipped}
+    assert set(reasons.values()) == {"regex timeout", "time budget"}
+    assert reasons["bomb 0"] == "regex timeout" and reasons["bomb 39"] == "time budget"
 
 
 # -- what held ------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn
 from bot.store.base import BaseStore
 from memory.assemble import Budget, assemble
+from memory.lorebook import MAX_CONTENT_CHARS
 from tests.fakes.llm import GatedLLM
 from tests.harness import BOT, harness
 from tests.review18.cast import persona
@@ -55,11 +56,13 @@ async def test_a_roll_of_thousands_of_digits_is_left_as_written(
 
 
 def test_expansion_stays_linear_on_texts_made_to_be_slow() -> None:
-    """A lorebook entry of 30,000 characters of "{{" (no "}}" after it), post-history
-    instructions with 40,000 blanks before a {{trim}}: the prompt is built at once (on main,
-    about 12 seconds; the time grows with the square of the length)."""
+    """A lorebook entry of "{{" (no "}}" after it) as long as an entry may be (30,000
+    characters before issue 34 set the limit to 20,000), post-history instructions with 40,000
+    blanks before a {{trim}}: the prompt is built at once (on main, about 12 seconds at 30,000
+    characters; the time grows with the square of the length)."""
+    pairs = MAX_CONTENT_CHARS // 2
     book = LorebookSettings(
-        entries=[LoreEntrySettings(content="{{" * 15_000, constant=True)], token_budget=100_000
+        entries=[LoreEntrySettings(content="{{" * pairs, constant=True)], token_budget=100_000
     )
     pin = persona(
         "mira", "Mira", lorebook=book, post_history="Be brief." + " " * 40_000 + "x{{trim}}"
@@ -71,4 +74,4 @@ def test_expansion_stays_linear_on_texts_made_to_be_slow() -> None:
     elapsed = time.perf_counter() - started
     assert elapsed < 2.0, f"{elapsed:.1f}s"
     text = built.request.messages[-1].text
-    assert "{{" * 15_000 in text and "Be brief." + " " * 40_000 + "x\n" in text
+    assert "{{" * pairs in text and "Be brief." + " " * 40_000 + "x\n" in text
