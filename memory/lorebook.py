@@ -250,6 +250,16 @@ class LoreSelection:
         """Entries that matched but did not fit the budget."""
         return tuple(s for s in self.skipped if s.reason == "budget")
 
+    def listed(self, quiet: int = 20) -> tuple[tuple[Skipped, ...], int]:
+        """The skips a report lists one by one, and how many it only counts: every skip
+        but "no key match" is listed; those (entries that simply did not come up) too while
+        there are at most ``quiet``. A book of thousands of entries would otherwise print a
+        line for each in ``personabot prompt`` and on the console's conversation page."""
+        quiet_ones = sum(1 for s in self.skipped if s.reason == "no key match")
+        if quiet_ones <= quiet:
+            return self.skipped, 0
+        return tuple(s for s in self.skipped if s.reason != "no key match"), quiet_ones
+
 
 def scanned_text(texts: Sequence[str], depth: int) -> str:
     """The last ``depth`` texts, newest last, bounded to ``MAX_SCAN_CHARS`` (newest kept)."""

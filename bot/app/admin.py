@@ -193,9 +193,12 @@ def _print_lore(out: TextIO, lore: LoreSelection) -> None:
     print("lorebook:", file=out)
     for fired in lore.fired:
         print(f"  fired    {fired.label!r}: {fired.why} (~{fired.tokens} tokens)", file=out)
-    for skipped in lore.skipped:
+    listed, counted = lore.listed()
+    for skipped in listed:
         detail = f" ({skipped.detail})" if skipped.detail else ""
         print(f"  skipped  {skipped.label!r}: {skipped.reason}{detail}", file=out)
+    if counted:
+        print(f"  skipped  {counted} more entries: no key match", file=out)
     print(file=out)
 
 

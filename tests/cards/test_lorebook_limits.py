@@ -66,8 +66,10 @@ def test_a_card_at_every_limit_imports_and_fires_what_is_named(tmp_path: Path) -
         "e700": f"key {limit_key(700, 0)!r}",
         "e4321": f"key {entries[4321]['keys'][-1]!r}",
     }
-    skipped = re.findall(r"^  skipped  '(e\d+)': ([a-z ]+)", out, re.M)
-    assert len(skipped) == 4995 and {reason for _, reason in skipped} == {"no key match"}
+    # The 4,995 entries whose keys did not come up are counted, not listed one by one.
+    assert re.findall(r"^  skipped  .*$", out, re.M) == [
+        "  skipped  4995 more entries: no key match"
+    ]
     assert "time budget" not in out and "Lore of entry 4321." in out
 
 

@@ -152,3 +152,23 @@ def test_every_entry_is_accounted_for_and_the_budget_holds(
         own = estimate_tokens(by_name[dropped.label][1].content)
         above = sum(t for name, t in tokens.items() if rank(name) < rank(dropped.label))
         assert above + own > budget
+
+
+def test_a_report_counts_the_entries_that_did_not_come_up_once_they_are_many() -> None:
+    """``personabot prompt`` and the console list every skip with a reason worth reading;
+    past 20, the entries whose keys simply did not come up are counted instead of listed."""
+    few = Lorebook((DRAGON, CITY, replace(CITY, enabled=False, name="off")))
+    listed, counted = select(few, ["hi"]).listed()
+    assert [(s.label, s.reason) for s in listed] == [
+        ("dragon", "no key match"),
+        ("city", "no key match"),
+        ("off", "disabled"),
+    ] and counted == 0
+    many = Lorebook(
+        (
+            *(replace(CITY, name=f"c{i}") for i in range(30)),
+            replace(CITY, enabled=False, name="off"),
+        )
+    )
+    listed, counted = select(many, ["hi"]).listed()
+    assert [(s.label, s.reason) for s in listed] == [("off", "disabled")] and counted == 30

@@ -545,6 +545,7 @@ def _prompt(title: str, assembled: Assembled) -> dict[str, Any]:
                     {"where": message.role, "cache": False, "text": f"[image {b.media_type}]"}
                 )
     lore = assembled.lore
+    listed, counted = ((), 0) if lore is None else lore.listed()
     return {
         "title": title,
         "model": request.model,
@@ -556,7 +557,9 @@ def _prompt(title: str, assembled: Assembled) -> dict[str, Any]:
         else {
             "fired": [{"entry": f.label, "why": f.why, "tokens": f.tokens} for f in lore.fired],
             "skipped": [
-                {"entry": s.label, "reason": s.reason, "detail": s.detail} for s in lore.skipped
+                {"entry": s.label, "reason": s.reason, "detail": s.detail} for s in listed
             ],
+            # Entries whose keys did not come up, counted rather than listed (a big book).
+            "not_triggered": counted,
         },
     }
