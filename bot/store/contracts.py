@@ -137,8 +137,10 @@ class SessionStore(abc.ABC):
         """A session by key, open or closed."""
 
     @abc.abstractmethod
-    async def list_sessions(self, conversation: ConversationKey) -> list[SessionInfo]:
-        """All sessions of a conversation, oldest first."""
+    async def list_sessions(
+        self, conversation: ConversationKey, limit: int | None = None
+    ) -> list[SessionInfo]:
+        """Sessions of a conversation, oldest first: all, or the newest ``limit``."""
 
     @abc.abstractmethod
     async def get_state(self, session: SessionKey, name: str) -> str | NotSet:
@@ -714,8 +716,9 @@ class RetentionStore(abc.ABC):
         alone (a message-age tombstone does not: it leans on ``covered``): one indexed query."""
 
     @abc.abstractmethod
-    async def tombstones(self, session: SessionKey) -> list[Tombstone]:
-        """Turns of the session that personabot deleted itself, with the reasons."""
+    async def tombstones(self, session: SessionKey, limit: int | None = None) -> list[Tombstone]:
+        """Turns of the session that personabot deleted itself, with the reasons, in turn
+        order: all, or the newest ``limit`` ranges."""
 
     @abc.abstractmethod
     async def sessions_page(

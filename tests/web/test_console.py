@@ -261,3 +261,39 @@ def test_only_loopback_addresses_count_as_loopback() -> None:
 
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.8.0.1", "::1", "[::1]", "localhost"))
     assert not any(is_loopback(h) for h in ("127.evil.example", "0.0.0.0", "10.0.0.1", "::"))
+
+
+async def test_a_conversation_page_lists_the_newest_sessions_and_deletions_only(rig: Rig) -> None:
+    """Review 34: a chat with 60 sessions and a person's /forget leaving 60 deleted ranges
+    listed every one of them (20,000 sessions: 3.5 MB, the bots' loop held 0.7 s). The page
+    lists the newest 50 of each and says so; an older session opens by its number."""
+    for i in range(60):
+        await _answered(rig.store, GROUP, "Ana", f"hi {i}", T0 + 2 * i)
+        await rig.store.new_session(GROUP, T0 + 2 * i + 1)
+    # Another person's 60 messages in the open session, each between two of Ana's: /forget.
+    for i in range(60):
+        await rig.store.ingest(Inbound(GROUP, "9", "Bo", f"bo {i}", f"b{i}", False), T0 + 200, Q)
+        await rig.store.ingest(Inbound(GROUP, "7", "Ana", f"ana {i}", f"a{i}", False), T0 + 200, Q)
+    turn = await rig.store.pending_turn(GROUP)
+    assert turn is not None
+    lease = await rig.store.acquire_lease(f"turn:{GROUP}", "w", 30, T0 + 300)
+    assert lease is not None
+    await rig.store.finish_turn(turn, lease, "ok", T0 + 300, Q)
+    await rig.store.release_lease(lease)
+    assert await rig.store.delete_user_messages(
+        UserKey("telegram", "9"), closed_sessions_only=False
+    )
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    async with rig.http.get(f"{rig.base}/api/conversations/1", headers=bearer) as r:
+        page = await r.json()
+    assert [s["number"] for s in page["sessions"]] == list(range(12, 62))
+    assert page["older_sessions"] and page["session"] == 61
+    assert len(page["deleted"]) == 50 and page["older_deleted"]
+    assert page["deleted"][-1]["turns"] == [119, 119]  # the newest: Bo's last message
+    async with rig.http.get(f"{rig.base}/api/conversations/1?session=3", headers=bearer) as r:
+        old = await r.json()
+    assert old["session"] == 3 and [m["text"] for m in old["transcript"]] == ["hi 2", "re: hi 2"]
+    await rig.login()
+    async with rig.http.get(f"{rig.base}/conversations/1") as r:
+        html = await r.text()
+    assert "Older sessions are not listed" in html and "Older deletions by personabot" in html

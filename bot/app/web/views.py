@@ -20,7 +20,7 @@ from bot.app.web.playground import OPERATOR
 from bot.config import PersonaSettings, Settings
 from bot.core.clock import Clock
 from bot.core.console import ConsoleEvent, ConversationRow
-from bot.core.events import ConversationKey, StoredMessage, UserKey
+from bot.core.events import ConversationKey, SessionKey, StoredMessage, UserKey
 from bot.core.llm import ImageBlock, TextBlock
 from bot.metrics import Metrics
 from bot.store.base import BaseStore
@@ -30,6 +30,8 @@ from memory.service import Memory
 DAY = 86400.0
 #: Messages on one page of a conversation's transcript (the newest first shown).
 TRANSCRIPT_PAGE = 200
+#: Sessions, deletions and gaps a conversation page lists (the newest; the rest counted).
+LIST_PAGE = 50
 #: How many people the overview lists under each per-person daily limit, and how many events.
 NEAREST = 5
 EVENTS = 10
@@ -242,17 +244,27 @@ class ConsoleData:
         key = await self._store.console_conversation(conversation_id)
         if key is None:
             raise NotFound(f"no conversation {conversation_id}")
-        sessions = await self._store.list_sessions(key)
+        sessions = await self._store.list_sessions(key, LIST_PAGE + 1)
         if not sessions:
             raise NotFound(f"conversation {conversation_id} has no session")
-        chosen = next((s for s in sessions if s.key.session_id == session_no), sessions[-1])
+        older_sessions = len(sessions) > LIST_PAGE
+        sessions = sessions[-LIST_PAGE:]
+        asked = (
+            None
+            if session_no is None or session_no >= 2**31
+            else await self._store.get_session(SessionKey(key, session_no))
+        )
+        chosen = asked or sessions[-1]
         # One message more than the page says whether there are earlier ones.
         messages = await self._store.messages(
             chosen.key, before_turn=before_turn, limit=TRANSCRIPT_PAGE + 1
         )
         more = len(messages) > TRANSCRIPT_PAGE
         messages = messages[-TRANSCRIPT_PAGE:]
-        tombstones = await self._store.tombstones(chosen.key)
+        # The newest few: /forget of one of many people leaves a range per message of theirs.
+        tombstones = await self._store.tombstones(chosen.key, LIST_PAGE + 1)
+        older_tombstones = len(tombstones) > LIST_PAGE
+        tombstones = tombstones[-LIST_PAGE:]
         summary = await self._store.get_summary(chosen.key)
         gaps = await self._memory.gaps(chosen.key)
         pending = await self._store.pending_turn(key, 1)
@@ -293,10 +305,12 @@ class ConsoleData:
             # The page before this one starts below this turn (None: this is the first).
             "earlier_before_turn": messages[0].turn if more else None,
             "newest_page": before_turn is None,
+            "older_sessions": older_sessions,
             "deleted": [
                 {"turns": [t.first_turn, t.last_turn], "reason": t.reason, "at": t.at}
                 for t in tombstones
             ],
+            "older_deleted": older_tombstones,
             "summary": None
             if summary is None
             else {
@@ -304,7 +318,8 @@ class ConsoleData:
                 "updated_at": summary.updated_at,
                 "body": summary.body,
             },
-            "gaps": [[g.first, g.last] for g in gaps],
+            "gaps": [[g.first, g.last] for g in gaps[:LIST_PAGE]],
+            "more_gaps": max(0, len(gaps) - LIST_PAGE),
             "gap_policy": self._settings.retention.gap_policy,
             "pending_turn": None
             if pending is None
@@ -556,9 +571,7 @@ def _prompt(title: str, assembled: Assembled) -> dict[str, Any]:
         if lore is None
         else {
             "fired": [{"entry": f.label, "why": f.why, "tokens": f.tokens} for f in lore.fired],
-            "skipped": [
-                {"entry": s.label, "reason": s.reason, "detail": s.detail} for s in listed
-            ],
+            "skipped": [{"entry": s.label, "reason": s.reason, "detail": s.detail} for s in listed],
             # Entries whose keys did not come up, counted rather than listed (a big book).
             "not_triggered": counted,
         },

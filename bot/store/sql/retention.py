@@ -37,8 +37,8 @@ class RetentionPart(SQLCore):
             rows = await db.fetch(_GAPS, *args)
         return [(int(r[0]), int(r[1])) for r in rows]
 
-    async def tombstones(self, session: SessionKey) -> list[Tombstone]:
-        """The session's tombstones in turn order."""
+    async def tombstones(self, session: SessionKey, limit: int | None = None) -> list[Tombstone]:
+        """The session's tombstones (all, or the newest ``limit``) in turn order."""
         async with self._read() as db:
             found = await self._session_row(db, session)
             rows = (
@@ -46,11 +46,14 @@ class RetentionPart(SQLCore):
                 if found is None
                 else await db.fetch(
                     "SELECT first_turn, last_turn, reason, at FROM tombstones "
-                    "WHERE session_id = $1 ORDER BY first_turn",
+                    "WHERE session_id = $1 ORDER BY first_turn DESC LIMIT $2",
                     found[0],
+                    self.dialect.no_limit if limit is None else limit,
                 )
             )
-        return [Tombstone(session, int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows]
+        return [
+            Tombstone(session, int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in reversed(rows)
+        ]
 
     async def session_bounds(self, session: SessionKey) -> tuple[int, int] | None:
         """First and last stored turn."""

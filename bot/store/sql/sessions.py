@@ -89,15 +89,19 @@ class SessionsPart(SQLCore):
             row = None if found is None else await self._session_by_id(db, found[0])
         return None if row is None else cols.session_info(session.conversation, row)
 
-    async def list_sessions(self, conversation: ConversationKey) -> list[SessionInfo]:
-        """All sessions, oldest first."""
+    async def list_sessions(
+        self, conversation: ConversationKey, limit: int | None = None
+    ) -> list[SessionInfo]:
+        """All sessions, or the newest ``limit``, oldest first."""
         async with self._read() as db:
             rows = await db.fetch(
                 f"SELECT {cols.SESSION_COLS} FROM sessions WHERE conversation_id = "
-                f"(SELECT id FROM conversations WHERE {CONV_WHERE}) ORDER BY session_no",
+                f"(SELECT id FROM conversations WHERE {CONV_WHERE}) "
+                "ORDER BY session_no DESC LIMIT $5",
                 *conv_args(conversation),
+                self.dialect.no_limit if limit is None else limit,
             )
-        return [cols.session_info(conversation, r) for r in rows]
+        return [cols.session_info(conversation, r) for r in reversed(rows)]
 
     # -- session scope ------------------------------------------------------------------------
 
