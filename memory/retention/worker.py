@@ -93,8 +93,14 @@ class Retention:
         if self._policy.days <= 0:
             return RetentionReport(dry_run, skipped="retention is disabled (days = 0)")
         now = self._clock.now()
-        lease = await self._store.acquire_lease(LEASE, self._holder, self._lease_seconds, now)
-        if lease is None:
+        # A dry run writes nothing, so it takes no lease: the console's retention page (a
+        # dry run per view) must not make the real run skip its turn, nor wait for it.
+        lease = (
+            None
+            if dry_run
+            else await self._store.acquire_lease(LEASE, self._holder, self._lease_seconds, now)
+        )
+        if lease is None and not dry_run:
             return RetentionReport(dry_run, skipped="another retention worker is running")
         try:
             cutoff = now - self._policy.days * DAY
@@ -107,7 +113,8 @@ class Retention:
             if not dry_run:
                 await self._store.prune_outbox(now - self._policy.outbox_days * DAY)
         finally:
-            await self._store.release_lease(lease)
+            if lease is not None:
+                await self._store.release_lease(lease)
         log.info(
             "retention%s: %d session(s) expired, %d message(s) deleted",
             " (dry run)" if dry_run else "",

@@ -571,3 +571,24 @@ async def test_message_mode_never_deletes_below_the_summary(
     assert [(t.first_turn, t.reason) for t in await store.tombstones(session)] == [
         (5, "message age")
     ]
+
+
+async def test_a_dry_run_neither_takes_nor_waits_for_the_retention_lease(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Review 34: the console's retention page runs a dry run per view; it took the worker's
+    lease, so a real run in that moment skipped its turn, and a view during a real run
+    showed nothing. A dry run writes nothing and takes no lease."""
+    await support_session(store, clock)
+    await store.new_session(SUPPORT, clock.now())  # session 1 closes, 80 days old: expires
+    await clock.advance(40 * DAY)
+    memory = memory_for(store, clock)
+    held = await store.acquire_lease("retention", "another process", 600, clock.now())
+    assert held is not None
+    report = await retention(store, clock, memory, "session").run_once(dry_run=True)
+    assert report.skipped is None and report.expired_sessions == 1
+    assert len(await store.messages(SessionKey(SUPPORT, 1))) == 40  # nothing deleted
+    assert await store.acquire_lease("retention", "me", 600, clock.now()) is None  # still theirs
+    await store.release_lease(held)
+    real = await retention(store, clock, memory, "session").run_once()
+    assert real.skipped is None and real.expired_sessions == 1
