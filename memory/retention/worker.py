@@ -88,8 +88,11 @@ class Retention:
         self._lease_seconds = lease_seconds
         self._metrics = metrics
 
-    async def run_once(self, *, dry_run: bool = False) -> RetentionReport:
-        """Apply the policy once; a dry run only reports."""
+    async def run_once(
+        self, *, dry_run: bool = False, max_sessions: int | None = None
+    ) -> RetentionReport:
+        """Apply the policy once; a dry run only reports (on at most ``max_sessions`` open
+        sessions in message mode, then a line says there may be more: the console's page)."""
         if self._policy.days <= 0:
             return RetentionReport(dry_run, skipped="retention is disabled (days = 0)")
         now = self._clock.now()
@@ -107,7 +110,9 @@ class Retention:
             expired, deleted, lines = await self._expire_closed(cutoff, dry_run)
             summarised = 0
             if self._policy.mode == "message":
-                more, summarised, more_lines = await self._age_open(cutoff, dry_run)
+                more, summarised, more_lines = await self._age_open(
+                    cutoff, dry_run, None if not dry_run else max_sessions
+                )
                 deleted += more
                 lines += more_lines
             if not dry_run:
@@ -148,7 +153,9 @@ class Retention:
     async def _breathe(self) -> None:
         await asyncio.sleep(self._policy.pause_seconds)
 
-    async def _age_open(self, cutoff: float, dry_run: bool) -> tuple[int, int, list[str]]:
+    async def _age_open(
+        self, cutoff: float, dry_run: bool, max_sessions: int | None = None
+    ) -> tuple[int, int, list[str]]:
         deleted = summarised = 0
         lines: list[str] = []
         done: set[SessionKey] = set()
@@ -163,6 +170,9 @@ class Retention:
             if not page:
                 return deleted, summarised, lines
             for session in page:
+                if max_sessions is not None and len(done) >= max_sessions:
+                    lines.append(f"(only the first {max_sessions} open sessions were looked at)")
+                    return deleted, summarised, lines
                 done.add(session)
                 result = await self._age_session(session, cutoff, dry_run)
                 deleted += result[0]
@@ -222,17 +232,28 @@ class Retention:
     async def audit(self, policy: RetentionPolicy | None = None) -> list[AtRisk]:
         """Open sessions whose next prompt would miss turns that no summary covers, under
         ``policy`` (default: the one in force). Deletes nothing."""
+        risks: list[AtRisk] = []
+        cursor = 0
+        while True:
+            page, cursor = await self.audit_page(policy, cursor=cursor, limit=500)
+            risks += page
+            if not cursor:
+                return risks
+
+    async def audit_page(
+        self, policy: RetentionPolicy | None = None, *, cursor: int = 0, limit: int = 200
+    ) -> tuple[list[AtRisk], int]:
+        """The audit of one page of open sessions (``limit`` of them after ``cursor``) and
+        where the next page starts (0: this was the last): what the console shows per view,
+        where the whole audit is a query or two per open session."""
         policy = policy or self._policy
         now = self._clock.now()
         cutoff = now - policy.days * DAY if policy.days > 0 else None
         risks: list[AtRisk] = []
-        cursor = 0
-        while True:
-            page, cursor = await self._store.sessions_page("open", cursor, 500)
-            for info in page:
-                risks += await self._session_risks(info.key, policy, cutoff, now)
-            if not cursor:
-                return risks
+        page, cursor = await self._store.sessions_page("open", cursor, limit)
+        for info in page:
+            risks += await self._session_risks(info.key, policy, cutoff, now)
+        return risks, cursor
 
     async def _session_risks(
         self, session: SessionKey, policy: RetentionPolicy, cutoff: float | None, now: float

@@ -297,3 +297,37 @@ async def test_a_conversation_page_lists_the_newest_sessions_and_deletions_only(
     async with rig.http.get(f"{rig.base}/conversations/1") as r:
         html = await r.text()
     assert "Older sessions are not listed" in html and "Older deletions by personabot" in html
+
+
+async def test_the_retention_page_audits_one_page_of_open_sessions_at_a_time(
+    store: BaseStore,
+) -> None:
+    """Review 34: each view of /retention audited every open session (a gap query each) and
+    dry-ran retention over all of them: 5,000 open sessions took a second of the bots'
+    loop. It audits one page (the console's page size) and links the next."""
+    from bot.app.web.views import ConsoleData
+
+    settings = Settings.model_validate(
+        {
+            "bots": [{"platform": "telegram", "persona": "companion", "id": "telegram-mira"}],
+            "retention": {"mode": "message", "days": 1},
+        }
+    )
+    clock = ManualClock(T0 + 5 * 86400)
+    memory = build_memory(settings, store, OfflineLLM(), clock)
+    data = ConsoleData(settings=settings, store=store, memory=memory, clock=clock, page_size=2)
+    for i in range(5):
+        await _answered(
+            store, ConversationKey("telegram", f"c{i}", None, "telegram-mira"), "P", "hi", T0 + i
+        )
+    seen, after, pages = [], 0, 0
+    while True:
+        page = await data.retention(after)
+        pages += 1
+        assert len(page["next_run"]["lines"]) <= 3  # two sessions and the "only the first" note
+        seen += [r["conversation"] for r in page["at_risk"]]
+        if page["audit_next"] is None:
+            break
+        after = page["audit_next"]
+    assert pages == 3 and len(seen) == len(set(seen)) == 5  # each at risk once: old, unsummarised
+    assert "only the first 2 open sessions" in page["next_run"]["lines"][-1]

@@ -277,7 +277,9 @@ class WebConsole:
         return await self._answer(request, "person.html", data)
 
     async def _retention(self, request: web.Request) -> web.StreamResponse:
-        return await self._answer(request, "retention.html", await self._data.retention())
+        after = _number(request.query.get("after", "")) or 0
+        data = await self._data.retention(after)
+        return await self._answer(request, "retention.html", data)
 
     async def _audit(self, request: web.Request) -> web.StreamResponse:
         data = await self._data.audit(_number(request.query.get("before", "")))

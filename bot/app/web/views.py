@@ -405,11 +405,14 @@ class ConsoleData:
 
     # -- retention and audit ------------------------------------------------------------------
 
-    async def retention(self) -> dict[str, Any]:
-        """The retention log, the audit of sessions at risk, what the next run would do."""
+    async def retention(self, after: int = 0) -> dict[str, Any]:
+        """The retention log, the audit of one page of open sessions (the page size, after
+        row ``after``), what the next run would do (its first page of open sessions). The
+        whole audit costs a query or two per open session: 5,000 of them took a page a
+        second (review 34), so it is paged here; ``personabot retention audit`` walks all."""
         worker = build_retention(self._settings, self._store, self._memory, self._clock)
-        risks = await worker.audit()
-        dry = await worker.run_once(dry_run=True)
+        risks, cursor = await worker.audit_page(cursor=after, limit=self._page)
+        dry = await worker.run_once(dry_run=True, max_sessions=self._page)
         return {
             "policy": {
                 "mode": self._settings.retention.mode,
@@ -425,6 +428,9 @@ class ConsoleData:
                 }
                 for r in risks
             ],
+            "audited_after": after,
+            "audit_page": self._page,
+            "audit_next": cursor or None,
             "next_run": {"skipped": dry.skipped, "lines": list(dry.lines)},
             "log": [
                 {
