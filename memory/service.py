@@ -177,14 +177,23 @@ class Memory:
 
     async def summary(self, session: SessionKey) -> Summary | None:
         """The session's summary, or None (an unreadable one is logged and skipped)."""
+        return (await self._summary_row(session))[0]
+
+    async def _summary_row(self, session: SessionKey) -> tuple[Summary | None, int | None]:
+        """The summary (None when there is none or it is unreadable) and the last turn of
+        the stored row (None: no row). An unreadable row stands for nothing: the gap check
+        then finds the turns only it held, and the next compaction replaces it (it never
+        could: its save expected no row and lost to the unreadable one, every time)."""
         stored = await self._store.get_summary(session)
         if stored is None:
-            return None
+            return None, None
         try:
-            return Summary.from_json(stored.body, stored.first_turn, stored.last_turn)
+            return Summary.from_json(stored.body, stored.first_turn, stored.last_turn), (
+                stored.last_turn
+            )
         except RecordError as exc:
             log.error("unreadable summary of %s ignored: %s", session, exc)
-            return None
+            return None, stored.last_turn
 
     async def build(
         self,
@@ -390,7 +399,7 @@ class Memory:
             if not held:
                 return 0
             while True:
-                current = await self.summary(session)
+                current, stored_last = await self._summary_row(session)
                 after = 0 if current is None else current.last_turn
                 count = await self._store.count_history(session, after_turn=after)
                 if through_turn is not None and after < through_turn:
@@ -402,7 +411,9 @@ class Memory:
                 chunk = await self._store.history(
                     session, min(size, 4 * window), after_turn=after, oldest_first=True
                 )
-                if not chunk or not await self._fold(session, current, chunk, policy):
+                if not chunk or not await self._fold(
+                    session, current, chunk, policy, replacing=stored_last
+                ):
                     return folded
                 folded += 1
 
@@ -416,7 +427,11 @@ class Memory:
         current: Summary | None,
         chunk: Sequence[StoredMessage],
         policy: MemoryPolicy,
+        *,
+        replacing: int | None,
     ) -> bool:
+        """Fold ``chunk`` into ``current`` and save it in place of the stored row whose last
+        turn is ``replacing`` (None: no row yet); False when the model or the save failed."""
         key = f"summary:{session}"
         # Fitted under the prompt budget: what does not fit is folded by the next call.
         shown = await self._images(chunk, policy.max_images)
@@ -447,7 +462,7 @@ class Memory:
             merged.first_turn,
             merged.last_turn,
             self._clock.now(),
-            expected_last_turn=None if current is None else current.last_turn,
+            expected_last_turn=replacing,
             # Who is folded in (for /forget and /export), and what: a message deleted
             # meanwhile (/forget) makes the save lose, so it is never summarised back.
             authors=sorted({m.author_id for m in chunk if m.role == "user"}),

@@ -592,3 +592,22 @@ async def test_a_dry_run_neither_takes_nor_waits_for_the_retention_lease(
     await store.release_lease(held)
     real = await retention(store, clock, memory, "session").run_once()
     assert real.skipped is None and real.expired_sessions == 1
+
+
+async def test_an_unreadable_summary_is_a_gap_and_the_next_compaction_replaces_it(
+    store: BaseStore, stores: StoreFactory, clock: ManualClock
+) -> None:
+    """Review 34: a summary row that no longer parses (a bad edit, a failed migration) stands
+    for nothing: the turns only it held are a gap, told as such; and compaction, which
+    expected no row and lost its save to the unreadable one every time, replaces it."""
+    last = await folded_and_deleted(store, clock)
+    await behind_the_back(stores, "UPDATE summaries SET body = 'not json'")
+    session = SessionKey(SUPPORT, 1)
+    memory = memory_for(store, clock)
+    assert await memory.gaps(session) == (Gap(1, last),)
+    assert await memory.compact(session, through_turn=last + 4) > 0
+    replaced = await store.get_summary(session)
+    assert replaced is not None and replaced.body != "not json"
+    assert replaced.first_turn == last + 1 and replaced.last_turn >= last + 4
+    assert await memory.summary(session) is not None
+    assert await memory.gaps(session) == (Gap(1, last),)  # what was lost stays told
