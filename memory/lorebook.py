@@ -35,8 +35,9 @@ from typing import Final, Literal, Protocol
 
 from memory.lorematch import MATCH_SECONDS as MATCH_SECONDS
 from memory.lorematch import MAX_PATTERN_CHARS as MAX_PATTERN_CHARS
+from memory.lorematch import MAX_REPEAT_COPIES as MAX_REPEAT_COPIES
 from memory.lorematch import REGEX_TIMEOUT as REGEX_TIMEOUT
-from memory.lorematch import Clock, KeyMatcher, Miss, kind
+from memory.lorematch import Clock, KeyMatcher, Miss, kind, repeat_copies
 from memory.tokens import estimate_tokens
 
 MAX_SCAN_CHARS: Final = 20_000
@@ -63,8 +64,10 @@ MAX_BOOK_KEYS: Final = 20_000
 MAX_BOOK_PATTERNS: Final = 1_000
 #: Characters of all the keys of a lorebook: the automaton's size grows with them.
 MAX_BOOK_KEY_CHARS: Final = 400_000
-#: Characters of a whole lorebook, contents and keys.
+#: Characters of a whole lorebook, contents, keys and names.
 MAX_BOOK_CHARS: Final = 4_000_000
+#: Characters of an entry's name: reports and warnings name entries by it.
+MAX_NAME_CHARS: Final = 200
 
 SkipReason = Literal[
     "disabled", "no key match", "budget", "bad regex", "regex timeout", "time budget"
@@ -82,6 +85,8 @@ class LoreText(Protocol):
     def secondary_keys(self) -> Sequence[str]: ...
     @property
     def regex(self) -> bool: ...
+    @property
+    def name(self) -> str: ...
 
 
 def too_many_entries(count: int) -> str | None:
@@ -100,6 +105,11 @@ def entry_problems(entry: LoreText) -> list[str]:
             f"content: {len(entry.content):,} characters, over the limit of "
             f"{MAX_CONTENT_CHARS:,} characters per entry"
         )
+    if len(entry.name) > MAX_NAME_CHARS:
+        problems.append(
+            f"name: {len(entry.name):,} characters, over the limit of {MAX_NAME_CHARS} "
+            "characters per entry name"
+        )
     longest, what = (MAX_PATTERN_CHARS, "pattern") if entry.regex else (MAX_KEY_CHARS, "key")
     for name, keys in (("keys", entry.keys), ("secondary_keys", entry.secondary_keys)):
         if len(keys) > MAX_ENTRY_KEYS:
@@ -112,6 +122,15 @@ def entry_problems(entry: LoreText) -> list[str]:
                 f"{name}[{long}]: a {what} of {len(keys[long]):,} characters, over the limit "
                 f"of {longest} characters per {what}"
             )
+        if entry.regex and long is None:
+            copies = [repeat_copies(key) for key in keys]
+            bomb = next((i for i, n in enumerate(copies) if n > MAX_REPEAT_COPIES), None)
+            if bomb is not None:
+                problems.append(
+                    f"{name}[{bomb}]: a pattern whose counted repeats make {copies[bomb]:,} "
+                    f"copies of one part (nested counts multiply), over the limit of "
+                    f"{MAX_REPEAT_COPIES:,}"
+                )
     return problems
 
 
@@ -127,12 +146,12 @@ def book_problems(entries: Sequence[LoreText]) -> list[str]:
         patterns += count if entry.regex else 0
         size = sum(map(len, entry.keys)) + sum(map(len, entry.secondary_keys))
         key_chars += size
-        chars += size + len(entry.content)
+        chars += size + len(entry.content) + len(entry.name)
     totals = (
         (keys, MAX_BOOK_KEYS, "keys"),
         (patterns, MAX_BOOK_PATTERNS, "regex keys"),
         (key_chars, MAX_BOOK_KEY_CHARS, "characters of keys"),
-        (chars, MAX_BOOK_CHARS, "characters of contents and keys"),
+        (chars, MAX_BOOK_CHARS, "characters of contents, keys and names"),
     )
     return [
         f"entries: {total:,} {what} in all, over the lorebook limit of {limit:,} {what}"

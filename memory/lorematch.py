@@ -32,6 +32,11 @@ import regex
 
 #: The longest regex key; a longer one is a bad key (and refused by the lorebook limits).
 MAX_PATTERN_CHARS: Final = 500
+#: The most copies of one part a pattern's counted repeats may make: the ``regex`` library
+#: unrolls ``{n}`` when it compiles, nested ones multiplied, so the 28-character key
+#: ``(?:(?:(?:a{200}){200}){200})`` took 7.4 s and 2.25 GB to compile (review 34); 10,000
+#: copies compile in about 2 ms.
+MAX_REPEAT_COPIES: Final = 10_000
 #: Seconds one pattern may search the scanned text.
 REGEX_TIMEOUT: Final = 0.05
 #: Seconds all the keys of one prompt may take together, every kind. Matching runs on the
@@ -258,6 +263,8 @@ def _compile(key: str, case_sensitive: bool) -> _Pattern:
         return None
     if len(key) > MAX_PATTERN_CHARS:
         return Miss("bad regex", f"pattern over {MAX_PATTERN_CHARS} characters")
+    if (copies := repeat_copies(key)) > MAX_REPEAT_COPIES:
+        return Miss("bad regex", f"repeats a part {copies:,} times, over {MAX_REPEAT_COPIES:,}")
     pattern, flags = key, 0 if case_sensitive else regex.IGNORECASE
     end = key.rfind("/")
     if key.startswith("/") and end > 0 and set(key[end + 1 :]) <= set("gimsuy"):
@@ -302,3 +309,71 @@ def _first_pattern(
         except TimeoutError:
             error = error or Miss("regex timeout", f"{keys[position]!r} took over {timeout:.2g}s")
     return error
+
+
+_COUNT = regex.compile(r"\{(\d*)(?:,(\d*))?\}")
+
+
+def repeat_copies(pattern: str) -> int:
+    """The most copies of any one part of ``pattern`` that its counted repeats ask for
+    (``{n}``, ``{m,n}``: the larger bound; nested ones multiplied), read without compiling.
+
+    A scan of the text, not a parser: escapes and character sets are atoms, a group is an
+    atom as large as the largest thing in it, and a count multiplies the atom before it.
+    ``*``, ``+`` and ``?`` are loops, never copies; a ``{`` that is no count (a fuzzy
+    constraint, a literal) counts nothing. It can only overstate, never miss a count."""
+    frames: list[tuple[int, int]] = []  # the enclosing groups' (largest, last atom)
+    largest = last = 1
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            # \p{..} and \N{..} carry their braces with them.
+            end = pattern.find("}", i) if pattern[i + 1 : i + 3] in ("p{", "P{", "N{") else -1
+            i, last = (end + 1 if end > 0 else i + 2), 1
+        elif char == "[":
+            i, last = _set_end(pattern, i), 1
+        elif char == "(":
+            frames.append((largest, last))
+            largest = last = 1
+            i += 1
+        elif char == ")" and frames:
+            inner = largest
+            largest, last = frames.pop()
+            last = inner
+            largest = max(largest, last)
+            i += 1
+        elif char == "{" and (count := _COUNT.match(pattern, i)) and count[0] != "{}":
+            low, high = count[1], count[2]
+            last *= max(int(low or 0), int(high or 0), 1)
+            largest = max(largest, last)
+            i = count.end()
+        else:
+            last = 1 if char not in "*+?|" else last
+            i += 1
+    for outer, _ in reversed(frames):  # an unclosed group (it will not compile anyway)
+        largest = max(largest, outer)
+    return largest
+
+
+def _set_end(pattern: str, start: int) -> int:
+    """Where the character set opening at ``start`` ends (nested sets of the regex
+    library's V1 syntax included; the end of the pattern when it never closes)."""
+    depth, i = 0, start
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "[":
+            depth += 1
+            if pattern[i + 1 : i + 2] == "^":
+                i += 1
+            if pattern[i + 1 : i + 2] == "]":  # a leading ] is a member
+                i += 1
+        elif char == "]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return i

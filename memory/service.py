@@ -18,9 +18,10 @@ import contextlib
 import logging
 import math
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from bot.core.clock import Clock
 from bot.core.errors import ModelError, StoreError
@@ -759,14 +760,26 @@ def _logged(assembled: Assembled, session: SessionKey) -> Assembled:
     """The prompt, after logging what its lorebook could not fit or could not match in time: a
     drop is never silent (docs/personas.md#lorebooks). A bad pattern is logged once, when
     the persona is loaded (bot/app/build.py pin_for), not on every prompt."""
-    if assembled.lore is not None:
-        for skipped in assembled.lore.skipped:
-            if skipped.reason in ("budget", "regex timeout", "time budget"):
-                log.warning(
-                    "lorebook entry %r left out of %s: %s (%s)",
-                    skipped.label,
-                    session,
-                    skipped.reason,
-                    skipped.detail,
-                )
+    if assembled.lore is None:
+        return assembled
+    # One line a prompt, however many entries: a book of thousands dropped by budget (or by
+    # a hostile text running out the time budget) logged a line per entry, every message.
+    left = [s for s in assembled.lore.skipped if s.reason in _LEFT_OUT]
+    if len(left) == 1:
+        (one,) = left
+        log.warning(
+            "lorebook entry %r left out of %s: %s (%s)", one.label, session, one.reason, one.detail
+        )
+    elif left:
+        counts = Counter(s.reason for s in left)
+        log.warning(
+            "lorebook: %d entries left out of %s (%s), e.g. %s",
+            len(left),
+            session,
+            ", ".join(f"{reason}: {n}" for reason, n in sorted(counts.items())),
+            ", ".join(f"{s.label!r} ({s.reason}: {s.detail})" for s in left[:3]),
+        )
     return assembled
+
+
+_LEFT_OUT: Final = frozenset({"budget", "regex timeout", "time budget"})

@@ -163,6 +163,7 @@ def _within_limits(entries: list[dict[str, Any]], where: str) -> None:
             keys=tuple(entry["keys"]),
             secondary_keys=tuple(entry.get("secondary_keys") or ()),
             regex=entry["use_regex"],
+            name=entry.get("name") or entry.get("comment") or "",
         )
         for entry in entries
     ]

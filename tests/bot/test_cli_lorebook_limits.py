@@ -84,8 +84,20 @@ OVER = {
     ),
     "characters in all": (
         _entries(201, content=20_000),
-        "personas[0].lorebook.entries: 4,022,010 characters of contents and keys in all, over "
-        "the lorebook limit of 4,000,000 characters of contents and keys",
+        "personas[0].lorebook.entries: 4,022,010 characters of contents, keys and names in all, "
+        "over the lorebook limit of 4,000,000 characters of contents, keys and names",
+    ),
+    # Review 34: "configuration OK", then 7.4 s and 2.25 GB at the first prompt.
+    "a pattern's copies": (
+        '[[personas.lorebook.entries]]\ncontent = "x"\nregex = true\n'
+        'keys = ["(?:(?:(?:a{200}){200}){200})"]\n',
+        "personas[0].lorebook.entries[0].keys[0]: a pattern whose counted repeats make "
+        "8,000,000 copies of one part (nested counts multiply), over the limit of 10,000",
+    ),
+    "an entry's name": (
+        _entries(1, name="n" * 201),
+        "personas[0].lorebook.entries[0].name: 201 characters, over the limit of 200 "
+        "characters per entry name",
     ),
 }
 

@@ -168,7 +168,8 @@ def limit_entries() -> list[dict[str, Any]]:
     key of MAX_KEY_CHARS; entry 2 with a pattern of MAX_PATTERN_CHARS; entry 3 with content
     of MAX_CONTENT_CHARS; entries 2 to 1001 regex (one pattern each, MAX_BOOK_PATTERNS); and
     MAX_BOOK_KEYS keys, MAX_BOOK_KEY_CHARS characters of keys and MAX_BOOK_CHARS characters
-    in all. Entry ``i`` is named ``e<i>`` and every key holds a ``limit_key`` core."""
+    in all (names included). Entry ``i`` is named ``e<i>``; every key holds a ``limit_key``
+    core."""
     from memory import lorebook as lb
 
     entries: list[dict[str, Any]] = [
@@ -206,7 +207,8 @@ def limit_entries() -> list[dict[str, Any]]:
             break
     assert missing == 0
     # Contents: entry 3 at the entry limit, the rest sharing what is left of the book's.
-    text = lb.MAX_BOOK_CHARS - lb.MAX_BOOK_KEY_CHARS - lb.MAX_CONTENT_CHARS
+    names = sum(len(e["name"]) for e in entries)
+    text = lb.MAX_BOOK_CHARS - lb.MAX_BOOK_KEY_CHARS - lb.MAX_CONTENT_CHARS - names
     others = len(entries) - 1
     for i, entry in enumerate(entries):
         size = lb.MAX_CONTENT_CHARS if i == 3 else text // others + (i - (i > 3) < text % others)

@@ -255,3 +255,57 @@ def test_the_compiled_keys_decide_as_the_search_per_key_did(
         tuple(replace(e, name=f"e{i}") for i, e in enumerate(drawn)), token_budget=100_000
     )
     assert outcome(select(book, [said])) == per_key(book, said)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "copies"),
+    [
+        ("(?:(?:(?:a{200}){200}){200})", 8_000_000),  # review 34: 7.4 s, 2.25 GB to compile
+        ("a{10000}", 10_000),
+        ("(?:a|b{50}){300}", 15_000),
+        ("([a-z]{3}){4}", 12),
+        ("(?:a{,200}){,200}", 40_000),  # {,n}: up to n
+        ("x{5,}", 5),  # beyond the lower bound it loops, it does not copy
+        ("a*b+c?", 1),
+        (r"\{5}", 1),  # an escaped brace is no count
+        ("[{]{5}", 5),  # nor one inside a set; the set is what repeats
+        (r"\p{L}{20}", 20),  # a property's braces are its own
+        ("(ab){3}{e<=2}", 3),  # the regex library's fuzzy constraint counts nothing
+    ],
+)
+def test_counted_repeats_are_counted_without_compiling(pattern: str, copies: int) -> None:
+    from memory.lorematch import repeat_copies
+
+    assert repeat_copies(pattern) == copies
+
+
+def test_a_pattern_over_the_copies_limit_is_a_bad_key_never_compiled() -> None:
+    """Defence in depth (config load and card import refuse it already): a book built some
+    other way skips the entry as a bad regex instead of compiling it for seconds."""
+    bomb = LoreEntry("x", keys=("(?:(?:(?:a{200}){200}){200})",), regex=True, name="bomb")
+    selection = select(Lorebook((bomb,)), ["aaaa"])
+    assert outcome(selection)["bomb"][0] == "bad regex"
+    assert "8,000,000" in outcome(selection)["bomb"][1]
+
+
+def test_many_entries_left_out_are_one_warning_per_prompt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Review 34: 5,000 constant entries over a 1-token budget logged 5,000 warnings on every
+    prompt (30 MB with long names). One line: how many, why, the first few."""
+    from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn
+    from memory.assemble import Budget, PersonaPin, assemble
+    from memory.service import _logged
+
+    book = Lorebook(
+        tuple(LoreEntry(f"lore {i}", constant=True, name=f"e{i}") for i in range(500)),
+        token_budget=3,
+    )
+    pin = PersonaPin("Mira", "You are Mira.", ("Hi.",), "m", lorebook=book)
+    session = SessionKey(ConversationKey("telegram", "1"), 1)
+    said = StoredMessage(1, session, 1, "user", "7", "Ana", "hello", 0.0)
+    assembled = assemble(pin, Turn(session, 1, (said,), 0.0), Budget())
+    caplog.set_level(logging.WARNING, "personabot.memory")
+    _logged(assembled, session)
+    (record,) = caplog.records
+    assert "500 entries left out" in record.getMessage() and "(budget: 500)" in record.getMessage()
