@@ -331,3 +331,42 @@ async def test_the_retention_page_audits_one_page_of_open_sessions_at_a_time(
         after = page["audit_next"]
     assert pages == 3 and len(seen) == len(set(seen)) == 5  # each at risk once: old, unsummarised
     assert "only the first 2 open sessions" in page["next_run"]["lines"][-1]
+
+
+async def test_a_chat_with_another_persona_is_shown_and_previewed_as_that_persona(
+    store: BaseStore,
+) -> None:
+    """Issue 35, item 2: a chat held with ``personabot chat --persona seraphina`` (bot key
+    ``console-seraphina``) was listed as the default persona's and its prompt preview built
+    with the default persona's pin; the playground's ``web-<persona>`` chats too."""
+    from bot.app.web.views import ConsoleData, Viewer
+
+    personas = [
+        {"id": "mira", "name": "Mira", "system": "You are Mira.", "first_message": ["Hi."]},
+        {
+            "id": "seraphina",
+            "name": "Seraphina",
+            "system": "You are Seraphina, guardian of the glade.",
+            "first_message": ["Welcome, traveller."],
+        },
+    ]
+    settings = Settings.model_validate(
+        {"personas": personas, "bots": [{"platform": "telegram", "persona": "mira"}]}
+    )
+    clock = ManualClock(T0 + 100)
+    memory = build_memory(settings, store, OfflineLLM(), clock)
+    data = ConsoleData(settings=settings, store=store, memory=memory, clock=clock, page_size=20)
+    for bot in ("console-seraphina", "web-seraphina"):
+        platform = "console" if bot.startswith("console") else "web"
+        key = ConversationKey(platform, "me", None, bot)
+        await store.ingest(Inbound(key, "me", "Me", "hello", f"{bot}-1"), T0, Q)
+    listed = (await data.conversations())["conversations"]
+    assert {c["bot"]: c["persona"] for c in listed} == {
+        "console-seraphina": "seraphina",
+        "web-seraphina": "seraphina",
+    }
+    for row in listed:
+        page = await data.conversation(row["id"], None, Viewer("op", "127.0.0.1"))
+        assert [s["persona"] for s in page["sessions"]] == ["seraphina"]
+        system = page["prompt"]["blocks"][0]["text"]
+        assert "guardian of the glade" in system and "You are Mira." not in system

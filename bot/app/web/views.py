@@ -16,7 +16,7 @@ from typing import Any
 from adapters.web import PLATFORM
 from bot.app.admin import preview_prompt
 from bot.app.build import build_retention
-from bot.app.web.playground import OPERATOR
+from bot.app.web.playground import OPERATOR, PREFIX
 from bot.config import PersonaSettings, Settings
 from bot.core.clock import Clock
 from bot.core.console import ConsoleEvent, ConversationRow
@@ -70,7 +70,7 @@ class ConsoleData:
         self._page = page_size
         # Bot key -> "connected"/..., when the console runs inside ``personabot run``.
         self._adapters_state = adapters_state
-        self._defaults = {b.key: b.default_persona for b in settings.bots}
+        self._defaults = bot_personas(settings)
         # The bots' counters, when the console runs inside ``personabot run``.
         self._metrics = metrics
         self._started = clock.now()
@@ -222,7 +222,9 @@ class ConsoleData:
         rows = rows[: self._page]
         return {
             "search": search,
-            "conversations": [_row(r) for r in rows],
+            "conversations": [
+                {**_row(r), "persona": r.persona or self._defaults.get(r.key.bot)} for r in rows
+            ],
             "next": rows[-1].cursor if more and rows else None,
         }
 
@@ -333,8 +335,7 @@ class ConsoleData:
         }
 
     def _persona_of(self, bot: str) -> PersonaSettings:
-        entry = next((b for b in self._settings.bots if b.key == bot), None)
-        return self._settings.persona(None if entry is None else entry.default_persona)
+        return self._settings.persona(self._defaults.get(bot))
 
     # -- people -------------------------------------------------------------------------------
 
@@ -462,6 +463,16 @@ class ConsoleData:
             ],
             "next": entries[-1].id if len(entries) == self._page else None,
         }
+
+
+def bot_personas(settings: Settings) -> dict[str, str]:
+    """The default persona of every bot key the store may hold chats of: each ``[[bots]]``
+    entry's, the terminal chat's ``console-<persona>`` (bot/app/chat.py) and the
+    playground's ``web-<persona>``. A chat held with ``chat --persona seraphina`` was shown
+    as the default persona's, its prompt built with the default pin (issue 35)."""
+    found = {f"console-{p.id}": p.id for p in settings.personas}
+    found |= {f"{PREFIX}{p.id}": p.id for p in settings.personas}
+    return found | {b.key: b.default_persona for b in settings.bots}
 
 
 def _admins(settings: Settings) -> frozenset[tuple[str, str]]:
