@@ -8,9 +8,10 @@ memory works even while a plugin is broken.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import signal
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Final, TextIO
 
 from bot.app.build import (
     build_retention,
@@ -39,6 +40,11 @@ if TYPE_CHECKING:
     from bot.app.app import App
 
 
+#: Platforms whose people memory may hold without a [[bots]] entry now: the built-in
+#: adapters, the terminal chat and the console's playground.
+BUILT_IN_PLATFORMS: Final = frozenset({"telegram", "discord", "console", "web"})
+
+
 def _bot_for(settings: Settings, platform: str, bot: str | None) -> tuple[str, PersonaSettings]:
     """The bot key and persona of a conversation on ``platform``."""
     if platform == "console":
@@ -49,7 +55,13 @@ def _bot_for(settings: Settings, platform: str, bot: str | None) -> tuple[str, P
         return f"console-{persona.id}", persona
     entries = [b for b in settings.bots if b.platform == platform and bot in (None, b.key)]
     if not entries:
-        raise ConfigError([f"--bot: no [[bots]] entry for platform {platform!r} named {bot!r}"])
+        platforms = sorted({b.platform for b in settings.bots} | {"console"})
+        if not any(b.platform == platform for b in settings.bots):
+            raise ConfigError(
+                [f"--platform: no bot on {platform!r} here (platforms: {', '.join(platforms)})"]
+            )
+        keys = ", ".join(b.key for b in settings.bots if b.platform == platform)
+        raise ConfigError([f"--bot: no {platform} bot named {bot!r} (bots: {keys})"])
     if len(entries) > 1:
         names = ", ".join(b.key for b in entries)
         raise ConfigError([f"--bot: several {platform} bots ({names}); name one with --bot"])
@@ -75,7 +87,12 @@ async def show_prompt(
             app.settings, store, memory, conversation, persona, SystemClock().now(), message
         )
     if preview is None:
-        print(f"no open session for {conversation}", file=out)
+        where = f"chat {chat!r}" + (f" (thread {thread!r})" if thread else "")
+        print(
+            f"nothing to preview: {where} on {platform} has no open session with bot "
+            f"{conversation.bot} yet (write to it first)",
+            file=out,
+        )
         return 1
     return _print_prompt(out, *preview)
 
@@ -203,7 +220,15 @@ def _print_lore(out: TextIO, lore: LoreSelection) -> None:
 
 
 async def user_memory(app: App, out: TextIO, *, action: str, platform: str, user: str) -> int:
-    """``memory show`` or ``memory forget`` for one user."""
+    """``memory show`` or ``memory forget`` for one user (of a platform personabot knows: a
+    typo answered "nothing is remembered", exit 0, as if the person were forgotten)."""
+    known = sorted(BUILT_IN_PLATFORMS | {b.platform for b in app.settings.bots})
+    if platform not in known:
+        close = difflib.get_close_matches(platform, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(
+            [f"--platform: {platform!r} is not a platform{hint}; known: {', '.join(known)}"]
+        )
     key = UserKey(platform, user)
     async with app.open_memory() as (_, memory):
         record = await memory.user_memory(key)

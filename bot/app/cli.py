@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +26,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="personabot", description="LLM persona chat bots on Telegram and Discord."
     )
+    parser.add_argument("--version", action="version", version=f"personabot {_version()}")
     parser.add_argument(
         "--log-format", choices=["text", "json"], default=None, help="log line format"
     )
@@ -35,6 +38,14 @@ def _parser() -> argparse.ArgumentParser:
             type=Path,
             default=None,
             help="TOML file (default ./personabot.toml, else the bundled example values)",
+        )
+        # Also after the command (``run --log-format json``, as the docs write it); SUPPRESS
+        # leaves the value given before the command, if any, when it is not repeated here.
+        p.add_argument(
+            "--log-format",
+            choices=["text", "json"],
+            default=argparse.SUPPRESS,
+            help="log line format",
         )
         return p
 
@@ -82,6 +93,14 @@ def _parser() -> argparse.ArgumentParser:
     with_config(config_sub.add_parser("check", help="validate and summarise the configuration"))
     persona_commands.add_parser(sub)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version ("unknown" when run from a bare source tree)."""
+    try:
+        return importlib.metadata.version("personabot")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def summary(settings: Settings, app: App | None = None) -> str:
@@ -181,8 +200,27 @@ def _command(app: App, args: argparse.Namespace) -> int:
     )
 
 
+#: Commands whose output is the terminal's whole point: their logs start at WARNING.
+_QUIET = frozenset({"chat", "prompt", "memory"})
+#: The exit code of a command whose reader went away (``personabot config check | head``),
+#: as a shell reports a process ended by SIGPIPE.
+EXIT_PIPE = 128 + 13
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader closed the pipe: no traceback, and nothing more to write (Python would
+        # complain again when it flushes stdout at exit).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "persona":  # works on files, not on a loaded configuration
         return persona_commands.run(args)
@@ -199,8 +237,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = loaded = load_settings(args.config)
         level = settings.logging.level
-        if args.command == "chat" and level == "INFO":
-            level = "WARNING"  # the terminal is the chat: keep routine INFO lines out of it
+        if args.command in _QUIET and level == "INFO":
+            # The terminal is the answer: keep routine INFO lines (a new store's 16
+            # migrations, say) out of the chat, the prompt and the memory shown.
+            level = "WARNING"
         setup_logging(level, known, fmt=args.log_format or settings.logging.format)
         # One composition root for every command; plugins load (and platform and provider
         # names are checked) for those that run bots, not for the admin commands. Imported

@@ -36,6 +36,7 @@ def add_parser(sub: Any) -> None:
         help="TOML file (default ./personabot.toml, else the bundled example values)",
     )
     exp.add_argument("--out", type=Path, default=None, help="file to write (default ID.FORMAT)")
+    exp.add_argument("--force", action="store_true", help="replace the file if it exists")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +50,11 @@ def run(args: argparse.Namespace) -> int:
             return 0
         from bot.personas.exporter import export_persona
 
-        print(export_persona(args.id, config=args.config, fmt=args.fmt, out=args.out))
+        print(
+            export_persona(
+                args.id, config=args.config, fmt=args.fmt, out=args.out, overwrite=args.force
+            )
+        )
         return 0
     except CardError as exc:
         print(f"personabot: card error: {exc}", file=sys.stderr)

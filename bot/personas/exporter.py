@@ -62,14 +62,23 @@ def build_card(persona: PersonaSettings, config: Path) -> tuple[dict[str, Any], 
 
 
 def export_persona(
-    persona_id: str, *, config: Path | None, fmt: Format, out: Path | None = None
+    persona_id: str,
+    *,
+    config: Path | None,
+    fmt: Format,
+    out: Path | None = None,
+    overwrite: bool = False,
 ) -> str:
-    """Write the persona's card to ``out`` (default ``<id>.<fmt>``); returns a summary line."""
+    """Write the persona's card to ``out`` (default ``<id>.<fmt>``); returns a summary line.
+    An existing file is replaced only with ``overwrite`` (it may be the card someone gave
+    you: it used to be replaced without a word)."""
+    target = out or Path(f"{persona_id}.{fmt}")
+    if target.exists() and not overwrite:
+        raise CardError(f"{target} exists: pass --force to replace it, or --out another file")
     path = config_path(config)
     settings = load_settings(path)
     persona = _persona(list(settings.personas), persona_id)
     card, image_path = build_card(persona, path)
-    target = out or Path(f"{persona_id}.{fmt}")
     if fmt == "json":
         data = (json.dumps(card, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
         source = "JSON"

@@ -85,7 +85,12 @@ def test_a_png_export_has_chara_and_ccv3_chunks_around_the_kept_image(tmp_path: 
     source = png_bytes({"Software": "paint", "chara": b64(v2_card())}, size=(31, 17))
     (tmp_path / "mira.png").write_bytes(source)
     assert personabot("persona", "import", "mira.png", "--id", "mira", cwd=tmp_path)[0] == 0
+    # mira.png, the default name, is the card imported: never replaced without a word
+    # (issue 35: export overwrote whatever file held the name).
     code, _, err = personabot("persona", "export", "mira", cwd=tmp_path)  # png is the default
+    assert code == 2 and "mira.png exists: pass --force to replace it" in err
+    assert (tmp_path / "mira.png").read_bytes() == source
+    code, _, err = personabot("persona", "export", "mira", "--force", cwd=tmp_path)
     assert (code, err) == (0, "")
     exported = (tmp_path / "mira.png").read_bytes()
 
@@ -128,7 +133,9 @@ def test_edits_in_the_toml_win_and_the_rest_of_the_card_stays(tmp_path: Path) ->
     book["entries"].append(fresh)
     config.write_text(tomlkit.dumps(doc), encoding="utf-8")
 
-    code, _, err = personabot("persona", "export", "mira", "--format", "json", cwd=tmp_path)
+    code, _, err = personabot(
+        "persona", "export", "mira", "--format", "json", "--force", cwd=tmp_path
+    )  # mira.json is the card imported
     assert (code, err) == (0, "")
     data = json.loads((tmp_path / "mira.json").read_text(encoding="utf-8"))["data"]
     assert data["description"] == "Edited by the operator."

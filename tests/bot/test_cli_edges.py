@@ -1,0 +1,73 @@
+"""The command line's rough edges an operator meets in the first hour (issue 35, item 8):
+``--version``, ``--log-format`` after the command, an unknown platform named as such, a
+pipe closed early, and no migration log lines around ``prompt``'s answer."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.app.admin import _bot_for, user_memory
+from bot.app.cli import EXIT_PIPE, _parser
+from bot.config import Secrets, Settings
+from bot.core.errors import ConfigError
+from tests.cards.cards import env, personabot
+
+
+def test_version_and_the_log_format_before_or_after_the_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = _parser()
+    with pytest.raises(SystemExit) as done:
+        parser.parse_args(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("personabot ")
+    assert parser.parse_args(["run", "--log-format", "json"]).log_format == "json"
+    assert parser.parse_args(["--log-format", "json", "run"]).log_format == "json"
+    assert parser.parse_args(["run"]).log_format is None
+
+
+async def test_an_unknown_platform_is_named_not_answered_as_if_empty() -> None:
+    """``prompt --platform whatsapp`` said "named None"; ``memory show --platform telgram``
+    answered "nothing is remembered", exit 0, as if the person had been forgotten."""
+    settings = Settings.model_validate({"bots": [{"platform": "telegram", "persona": "companion"}]})
+    with pytest.raises(ConfigError, match=r"no bot on 'whatsapp' here \(platforms: console, "):
+        _bot_for(settings, "whatsapp", None)
+    with pytest.raises(ConfigError, match=r"no telegram bot named 'other' \(bots: telegram-"):
+        _bot_for(settings, "telegram", "other")
+    from bot.app.app import App
+
+    app = App(settings, Secrets({}))
+    with pytest.raises(ConfigError, match=r"'telgram' is not a platform \(did you mean 'telegr"):
+        await user_memory(app, io.StringIO(), action="show", platform="telgram", user="1")
+
+
+def test_a_closed_pipe_ends_quietly_and_prompt_prints_only_its_answer(tmp_path: Path) -> None:
+    """``config check | head`` ended in a BrokenPipeError traceback; ``prompt`` in a new
+    directory printed 14 migration lines and an internal key around its one-line answer."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "bot", "config", "check"],
+            cwd=tmp_path,
+            env=env(),
+            stdin=subprocess.DEVNULL,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=50,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == EXIT_PIPE and b"Traceback" not in done.stderr, done.stderr
+    code, out, err = personabot("prompt", "--platform", "console", "--chat", "me", cwd=tmp_path)
+    assert code == 1 and err == ""
+    assert out == (
+        "nothing to preview: chat 'me' on console has no open session with bot "
+        "console-companion yet (write to it first)\n"
+    )
