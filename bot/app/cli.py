@@ -259,7 +259,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return asyncio.run(app.run(early=early))
         return _command(app, args)
     except ConfigError as exc:
-        print(_redacted(f"personabot: config error: {exc}", known()), file=sys.stderr)
+        for line in exc.lines():
+            print(_redacted(f"personabot: config error: {line}", known()), file=sys.stderr)
         return 2
     except PersonabotError as exc:
         print(_redacted(f"personabot: {exc}", known()), file=sys.stderr)

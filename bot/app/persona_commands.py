@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"personabot: card error: {exc}", file=sys.stderr)
         return 2
     except ConfigError as exc:
-        print(f"personabot: config error: {exc}", file=sys.stderr)
+        for line in exc.lines():
+            print(f"personabot: config error: {line}", file=sys.stderr)
         return 2
     except PersonabotError as exc:
         print(f"personabot: {exc}", file=sys.stderr)

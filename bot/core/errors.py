@@ -36,6 +36,12 @@ class ConfigError(PersonabotError):
         prefix = f"{source}: " if source else ""
         super().__init__(prefix + "; ".join(self.problems))
 
+    def lines(self) -> list[str]:
+        """One line per problem, each naming its source: what an operator reads, so that
+        five typos are five lines of one run, not one line of five."""
+        prefix = f"{self.source}: " if self.source else ""
+        return [prefix + problem for problem in self.problems] or [str(self)]
+
 
 class CardError(PersonabotError):
     """A Character Card could not be read, imported or exported (container, size, base64,

@@ -71,3 +71,24 @@ def test_a_closed_pipe_ends_quietly_and_prompt_prints_only_its_answer(tmp_path: 
         "nothing to preview: chat 'me' on console has no open session with bot "
         "console-companion yet (write to it first)\n"
     )
+
+
+def test_every_configuration_problem_is_a_line_of_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35, item 4: problems came joined with '; ' on one line. Each is a line now,
+    naming the file and the key."""
+    from bot.app.cli import main
+
+    config = tmp_path / "personabot.toml"
+    config.write_text(
+        "[queue]\ndebounce_secnds = 2\n[memory]\nwindow_mesages = 3\n[logging]\nlevel = 5\n",
+        encoding="utf-8",
+    )
+    assert main(["config", "check", "--config", str(config)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3, lines
+    assert all(line.startswith(f"personabot: config error: {config}: ") for line in lines)
+    assert any("queue.debounce_secnds: unknown key" in line for line in lines)
+    assert any("memory.window_mesages: unknown key" in line for line in lines)
+    assert any(line.split(": ", 3)[-1].startswith("logging.level") for line in lines)
