@@ -220,6 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def _level(command: str, level: str) -> str:
+    """The log level of ``command``: for those whose output is the terminal's point, routine
+    INFO lines (a new store's 16 migrations, say) stay out of the chat, prompt or memory."""
+    return "WARNING" if command in _QUIET and level == "INFO" else level
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "persona":  # works on files, not on a loaded configuration
@@ -236,11 +242,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
     try:
         settings = loaded = load_settings(args.config)
-        level = settings.logging.level
-        if args.command in _QUIET and level == "INFO":
-            # The terminal is the answer: keep routine INFO lines (a new store's 16
-            # migrations, say) out of the chat, the prompt and the memory shown.
-            level = "WARNING"
+        level = _level(args.command, settings.logging.level)
         setup_logging(level, known, fmt=args.log_format or settings.logging.format)
         # One composition root for every command; plugins load (and platform and provider
         # names are checked) for those that run bots, not for the admin commands. Imported
