@@ -90,9 +90,51 @@ def _parser() -> argparse.ArgumentParser:
     with_config(db_sub.add_parser("migrate", help="apply pending schema migrations"))
     config = sub.add_parser("config", help="configuration tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)
-    with_config(config_sub.add_parser("check", help="validate and summarise the configuration"))
+    check = with_config(
+        config_sub.add_parser("check", help="validate everything `run` needs, and summarise")
+    )
+    check.add_argument(
+        "--file-only",
+        action="store_true",
+        help="check the file alone, not the environment `run` reads (tokens, API key)",
+    )
     persona_commands.add_parser(sub)
     return parser
+
+
+def run_needs(settings: Settings, secrets: Secrets) -> list[str]:
+    """What ``personabot run`` would refuse to start without, found without connecting and
+    never quoting a value: ``[[bots]]``, each bot's token, the Anthropic key, the console's
+    token. ``config check`` said "configuration OK" and ``run`` then refused (issue 35)."""
+    problems: list[str] = []
+    if not settings.bots:
+        problems.append(
+            "bots: no [[bots]] entries, so `personabot run` has nothing to host (add one, see "
+            "config.example.toml; `personabot chat` needs none: config check --file-only)"
+        )
+    for index, entry in enumerate(settings.bots):
+        if entry.platform in ("telegram", "discord") and secrets.get(entry.token_variable) is None:
+            problems.append(
+                f"bots[{index}] ({entry.key}): {entry.token_variable} is not set in the environment"
+            )
+    if settings.llm.provider == "anthropic" and secrets.anthropic_api_key is None:
+        problems.append(
+            'ANTHROPIC_API_KEY: not set in the environment (llm.provider = "anthropic"; '
+            "`run` refuses to start without it, `chat` falls back to the offline model)"
+        )
+    if settings.web.listen and secrets.get(settings.web.token_env) is None:
+        problems.append(
+            f"web: {settings.web.token_env} is not set in the environment ([web] listen is set; "
+            "the console refuses to start without its token)"
+        )
+    return problems
+
+
+def _checked(settings: Settings, secrets: Secrets, app: App, file_only: bool) -> str:
+    """``config check``'s summary, or a ConfigError of everything ``run`` would refuse."""
+    if not file_only and (missing := run_needs(settings, secrets)):
+        raise ConfigError(missing)
+    return summary(settings, app)
 
 
 def _version() -> str:
@@ -255,7 +297,7 @@ def _main(argv: Sequence[str] | None) -> int:
             if problems := app.unused_options():
                 raise ConfigError(problems)
         if args.command == "config":
-            print(_redacted(summary(settings, app), known()))
+            print(_redacted(_checked(settings, secrets, app, args.file_only), known()))
             return 0
         if args.command == "run":
             return asyncio.run(app.run(early=early))

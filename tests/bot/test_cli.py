@@ -81,9 +81,38 @@ async def test_chat_remembers_the_session_across_restarts(tmp_path: Path) -> Non
 
 
 async def test_config_check_summarises(tmp_path: Path) -> None:
-    code, out, _ = await _run(["config", "check"], tmp_path)
+    code, out, _ = await _run(["config", "check", "--file-only"], tmp_path)
     assert code == 0
     assert "configuration OK" in out and "companion: Mira" in out
+
+
+async def test_config_check_refuses_what_run_would_refuse(tmp_path: Path) -> None:
+    """Issue 35, item 3: no [[bots]], an unset token, an unset API key or console token all
+    passed `config check` ("configuration OK") and `run` then refused. All of them now, one
+    line each, naming the variable, never a value."""
+    (tmp_path / "bots.toml").write_text(
+        '[web]\nlisten = "127.0.0.1:0"\n[[bots]]\nplatform = "telegram"\npersona = "companion"\n'
+        '[[bots]]\nplatform = "discord"\npersona = "companion"\ntoken_env = "MY_DISCORD"\n'
+    )
+    code, out, err = await _run(["config", "check", "--config", "bots.toml"], tmp_path)
+    assert code == 2 and "configuration OK" not in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 4, lines
+    assert "TELEGRAM_BOT_TOKEN is not set in the environment" in lines[0]
+    assert "MY_DISCORD is not set in the environment" in lines[1]
+    assert lines[2].startswith("personabot: config error: ANTHROPIC_API_KEY: not set")
+    assert "PERSONABOT_WEB_TOKEN is not set in the environment" in lines[3]
+    code, _, err = await _run(["config", "check"], tmp_path)  # the bundled example
+    assert code == 2 and "bots: no [[bots]] entries" in err
+    env = _env(
+        TELEGRAM_BOT_TOKEN="123:abc",
+        MY_DISCORD="d" * 30,
+        ANTHROPIC_API_KEY="sk-test",
+        PERSONABOT_WEB_TOKEN="w" * 20,
+    )
+    code, out, err = await _run(["config", "check", "--config", "bots.toml"], tmp_path, env=env)
+    assert (code, err) == (0, "") and "configuration OK" in out
+    assert "sk-test" not in out and "123:abc" not in out
 
 
 @pytest.mark.parametrize(
@@ -98,7 +127,9 @@ async def test_bad_config_is_one_line_without_traceback(
     tmp_path: Path, text: str, needle: str
 ) -> None:
     (tmp_path / "bad.toml").write_text(text)
-    code, _out, err = await _run(["config", "check", "--config", "bad.toml"], tmp_path)
+    code, _out, err = await _run(
+        ["config", "check", "--file-only", "--config", "bad.toml"], tmp_path
+    )
     assert code == 2
     assert needle in err
     assert len(err.strip().splitlines()) == 1
@@ -190,7 +221,7 @@ async def test_prompt_and_memory_admin_commands(tmp_path: Path) -> None:
 
 async def test_config_check_never_shows_the_database_password(tmp_path: Path) -> None:
     (tmp_path / "pg.toml").write_text('[storage]\nurl = "postgresql://bot:hunter2secret@db/pb"\n')
-    code, out, err = await _run(["config", "check", "--config", "pg.toml"], tmp_path)
+    code, out, err = await _run(["config", "check", "--file-only", "--config", "pg.toml"], tmp_path)
     assert code == 0
     assert "postgresql://bot:***@db/pb" in out
     assert "hunter2secret" not in out + err

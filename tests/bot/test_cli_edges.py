@@ -53,7 +53,7 @@ def test_a_closed_pipe_ends_quietly_and_prompt_prints_only_its_answer(tmp_path: 
     os.close(read)  # the reader is gone before anything is written
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "bot", "config", "check"],
+            [sys.executable, "-m", "bot", "config", "check", "--file-only"],
             cwd=tmp_path,
             env=env(),
             stdin=subprocess.DEVNULL,

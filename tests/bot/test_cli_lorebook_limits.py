@@ -106,7 +106,9 @@ OVER = {
 async def test_config_check_refuses_a_lorebook_over_a_limit(tmp_path: Path, limit: str) -> None:
     entries, refusal = OVER[limit]
     (tmp_path / "lore.toml").write_text(PERSONA + entries, encoding="utf-8")
-    code, _out, err = await _run(["config", "check", "--config", "lore.toml"], tmp_path)
+    code, _out, err = await _run(
+        ["config", "check", "--file-only", "--config", "lore.toml"], tmp_path
+    )
     assert code == 2, err
     assert refusal in err and len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
@@ -119,6 +121,8 @@ async def test_config_check_accepts_a_lorebook_at_the_limits(tmp_path: Path) -> 
         20, keys=50, key_size=20, content=9_000, regex=True
     )
     (tmp_path / "lore.toml").write_text(PERSONA + book, encoding="utf-8")
-    code, out, err = await _run(["config", "check", "--config", "lore.toml"], tmp_path)
+    code, out, err = await _run(
+        ["config", "check", "--file-only", "--config", "lore.toml"], tmp_path
+    )
     assert code == 0, err
     assert "configuration OK" in out

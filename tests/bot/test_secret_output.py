@@ -36,7 +36,7 @@ def _nowhere(secret: str, *texts: str) -> None:
 async def test_config_check_hides_a_query_string_password(tmp_path: Path) -> None:
     url = f"postgresql://bot@db.example/pb?sslmode=require&password={PG_PASSWORD}"
     config = _write(tmp_path, f'[storage]\nurl = "{url}"\n')
-    code, out, err = await _run(["config", "check", "--config", config], tmp_path)
+    code, out, err = await _run(["config", "check", "--file-only", "--config", config], tmp_path)
     assert code == 0, err
     assert "postgresql://bot@db.example/pb?sslmode=require&password=***" in out
     _nowhere(PG_PASSWORD, out, err)
@@ -45,7 +45,7 @@ async def test_config_check_hides_a_query_string_password(tmp_path: Path) -> Non
 async def test_config_check_hides_user_info_of_the_model_base_url(tmp_path: Path) -> None:
     url = f"https://proxyuser:{PROXY_PASSWORD}@llm-proxy.example/v1"
     config = _write(tmp_path, f'[llm]\nbase_url = "{url}"\n')
-    code, out, err = await _run(["config", "check", "--config", config], tmp_path)
+    code, out, err = await _run(["config", "check", "--file-only", "--config", config], tmp_path)
     assert code == 0, err
     assert "base_url https://proxyuser:***@llm-proxy.example/v1" in out
     _nowhere(PROXY_PASSWORD, out, err)
@@ -70,14 +70,14 @@ async def test_a_bots_table_holding_a_token_is_never_echoed(
     tmp_path: Path, table: str, needle: str
 ) -> None:
     config = _write(tmp_path, f"[[bots]]\n{table}")
-    code, out, err = await _run(["config", "check", "--config", config], tmp_path)
+    code, out, err = await _run(["config", "check", "--file-only", "--config", config], tmp_path)
     assert code == 2
     assert needle in err
     _nowhere(TG_TOKEN, out, err)
     _nowhere(TG_TOKEN.split(":")[1], out, err)
 
 
-@pytest.mark.parametrize("command", [["config", "check"], ["run"]])
+@pytest.mark.parametrize("command", [["config", "check", "--file-only"], ["run"]])
 async def test_a_token_pasted_into_token_env_is_rejected_unprinted(
     tmp_path: Path, command: list[str]
 ) -> None:
@@ -155,7 +155,7 @@ async def test_a_credential_in_any_credential_like_query_parameter_is_hidden(
     ``?bot_token=`` or ``?api-key=`` was printed by ``config check`` and by ``chat``."""
     url = f"postgresql://bot@127.0.0.1:1/pb?sslmode=disable&{param}={PG_PASSWORD}"
     config = _write(tmp_path, f'{OFFLINE}[storage]\nurl = "{url}"\n')
-    code, out, err = await _run(["config", "check", "--config", config], tmp_path)
+    code, out, err = await _run(["config", "check", "--file-only", "--config", config], tmp_path)
     assert code == 0, err
     assert f"{param}=***" in out
     _nowhere(PG_PASSWORD, out, err)
@@ -178,7 +178,9 @@ async def test_a_known_secret_anywhere_in_a_url_is_hidden_by_config_check(
         'persona = "companion"\n',
     )
     env = _env(TELEGRAM_BOT_TOKEN=TG_TOKEN)
-    code, out, err = await _run(["config", "check", "--config", config], tmp_path, env=env)
+    code, out, err = await _run(
+        ["config", "check", "--file-only", "--config", config], tmp_path, env=env
+    )
     assert code == 0, err
     assert "application_name=[redacted]" in out
     _nowhere(TG_TOKEN, out, err)
@@ -193,7 +195,7 @@ async def test_a_malformed_json_environment_override_is_a_config_error(
     """Review 12: a PERSONABOT_* override that is not valid JSON (a nested table) crashed with
     pydantic-settings' traceback instead of a config error naming the variable."""
     env = _env(PERSONABOT_STORAGE='{"url": "postgresql://bot:' + PG_PASSWORD + '@db/pb"')
-    code, out, err = await _run(["config", "check"], tmp_path, env=env)
+    code, out, err = await _run(["config", "check", "--file-only"], tmp_path, env=env)
     assert code == 2, err
     assert "Traceback" not in err
     assert "PERSONABOT_STORAGE" in err

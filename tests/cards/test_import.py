@@ -123,7 +123,9 @@ def test_the_result_passes_config_check_and_gets_a_telegram_bot(tmp_path: Path) 
     )
     assert (code, err) == (0, "")
     assert "added a [[bots]] entry: telegram, persona mira, token from $TELEGRAM_BOT_TOKEN" in out
-    code, out, err = personabot("config", "check", "--config", "bot.toml", cwd=tmp_path)
+    code, out, err = personabot(
+        "config", "check", "--file-only", "--config", "bot.toml", cwd=tmp_path
+    )
     assert (code, err) == (0, "")
     assert "mira: Mira Kell" in out
     assert "telegram-mira: telegram, persona mira" in out

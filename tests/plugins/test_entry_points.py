@@ -143,7 +143,9 @@ async def test_an_installed_entry_point_plugin_loads_only_when_named(tmp_path: P
     code, out, err = await _cli(["chat", "--config", str(named)], tmp_path, env, "/roll d20\n")
     assert code == 0, err
     assert "Mira: 🎲 " in out
-    code, out, _ = await _cli(["config", "check", "--config", str(named)], tmp_path, env)
+    code, out, _ = await _cli(
+        ["config", "check", "--file-only", "--config", str(named)], tmp_path, env
+    )
     assert code == 0
     assert "plugins: dice" in out
 
@@ -238,7 +240,7 @@ async def test_unknown_platform_and_provider_list_what_is_installed(tmp_path: Pa
     )
     path = tmp_path / "personabot.toml"
     path.write_text(text)
-    for command in (["config", "check"], ["run"], ["chat"]):
+    for command in (["config", "check", "--file-only"], ["run"], ["chat"]):
         code, out, err = await _cli([*command, "--config", str(path)], tmp_path, _env())
         assert code == 2, (command, out, err)
         assert "Traceback" not in err
@@ -250,7 +252,7 @@ async def test_unknown_platform_and_provider_list_what_is_installed(tmp_path: Pa
             "llm.provider: unknown model provider 'my-llm' "
             "(installed: anthropic, offline; a plugin can add more)"
         ) in err
-        assert len(err.strip().splitlines()) == 1
+        assert len(err.strip().splitlines()) == 2  # one line each (issue 35)
 
 
 async def test_a_broken_plugin_is_one_clear_line_without_secrets(tmp_path: Path) -> None:
@@ -362,7 +364,7 @@ async def test_options_of_a_plugin_that_is_not_loaded_are_a_config_error(tmp_pat
         "plugin_options = { personabot_extras = { x = 1 } }\n"
     )
     config = _config(tmp_path, body, top=top)
-    for command in (["config", "check"], ["run"]):
+    for command in (["config", "check", "--file-only"], ["run"]):
         code, out, err = await _cli([*command, "--config", str(config)], tmp_path, _env())
         assert code == 2, (out, err)
         assert (
@@ -370,7 +372,7 @@ async def test_options_of_a_plugin_that_is_not_loaded_are_a_config_error(tmp_pat
             "(plugins: personabot_dice)" in err
         )
         assert "bots[0].plugin_options.personabot_extras: not a plugin of this bot" in err
-        assert len(err.strip().splitlines()) == 1
+        assert len(err.strip().splitlines()) == 2  # one line each (issue 35)
 
 
 def _readme_block(start: str) -> str:

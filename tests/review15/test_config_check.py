@@ -27,7 +27,9 @@ async def test_config_check_refuses_a_transcription_url_run_would_refuse(
     tmp_path: Path, url: str, needle: str
 ) -> None:
     (tmp_path / "bad.toml").write_text(f'[transcription]\nurl = "{url}"\n')
-    code, _out, err = await _run(["config", "check", "--config", "bad.toml"], tmp_path)
+    code, _out, err = await _run(
+        ["config", "check", "--file-only", "--config", "bad.toml"], tmp_path
+    )
     assert code == 2
     assert needle in err
     assert len(err.strip().splitlines()) == 1
@@ -35,6 +37,6 @@ async def test_config_check_refuses_a_transcription_url_run_would_refuse(
 
 async def test_config_check_accepts_a_usable_transcription_url(tmp_path: Path) -> None:
     (tmp_path / "ok.toml").write_text('[transcription]\nurl = "http://[::1]:8000/v1/"\n')
-    code, out, err = await _run(["config", "check", "--config", "ok.toml"], tmp_path)
+    code, out, err = await _run(["config", "check", "--file-only", "--config", "ok.toml"], tmp_path)
     assert code == 0, err
     assert "configuration OK" in out
