@@ -913,11 +913,24 @@ def load_settings(path: Path | None = None) -> Settings:
     try:
         return Settings(**data)
     except ValidationError as exc:
-        raise ConfigError(_problems(exc), source=str(path)) from None
+        raise ConfigError(_sourced(exc, str(path), os.environ)) from None
     except SettingsError as exc:
         # A PERSONABOT_* override of a table or list that is not JSON; the value may hold a
         # credential, so only the variable is named.
         raise ConfigError([_env_problem(exc)]) from None
+
+
+def _sourced(exc: ValidationError, path: str, environ: Mapping[str, str]) -> list[str]:
+    """Each problem prefixed with where it came from: the ``PERSONABOT_...`` variable that
+    set the key, else the file (a typo'd variable was blamed on the TOML file, issue 35)."""
+    variables = {name.upper() for name in environ if name.upper().startswith(ENV_PREFIX)}
+    out = []
+    for problem in _problems(exc):
+        key = problem.split(": ", 1)[0]
+        name = ENV_PREFIX + key.replace(".", "__").upper()
+        fits = "[" not in key and name in variables
+        out.append(f"{name} (environment): {problem}" if fits else f"{path}: {problem}")
+    return out
 
 
 def _env_problem(exc: SettingsError) -> str:

@@ -92,3 +92,23 @@ def test_every_configuration_problem_is_a_line_of_its_own(
     assert any("queue.debounce_secnds: unknown key" in line for line in lines)
     assert any("memory.window_mesages: unknown key" in line for line in lines)
     assert any(line.split(": ", 3)[-1].startswith("logging.level") for line in lines)
+
+
+def test_a_typo_in_an_environment_override_is_blamed_on_the_variable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35, item 4: ``PERSONABOT_QUEUE__DEBOUNCE_SECNDS=2`` was reported as an unknown
+    key of the TOML file, which holds no such thing."""
+    from bot.app.cli import main
+
+    config = tmp_path / "personabot.toml"
+    config.write_text("[memory]\nwindow_mesages = 3\n", encoding="utf-8")
+    monkeypatch.setenv("PERSONABOT_QUEUE__DEBOUNCE_SECNDS", "2")
+    assert main(["config", "check", "--file-only", "--config", str(config)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert sorted(lines) == [
+        f"personabot: config error: {config}: memory.window_mesages: unknown key (did you mean "
+        "'window_messages'?)",
+        "personabot: config error: PERSONABOT_QUEUE__DEBOUNCE_SECNDS (environment): "
+        "queue.debounce_secnds: unknown key (did you mean 'debounce_seconds'?)",
+    ]
