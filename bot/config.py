@@ -913,24 +913,25 @@ def load_settings(path: Path | None = None) -> Settings:
     try:
         return Settings(**data)
     except ValidationError as exc:
-        raise ConfigError(_sourced(exc, str(path), os.environ)) from None
+        problems = _problems(exc)
+        sources = _env_sources(problems, os.environ)
+        raise ConfigError(problems, source=str(path), sources=sources) from None
     except SettingsError as exc:
         # A PERSONABOT_* override of a table or list that is not JSON; the value may hold a
         # credential, so only the variable is named.
         raise ConfigError([_env_problem(exc)]) from None
 
 
-def _sourced(exc: ValidationError, path: str, environ: Mapping[str, str]) -> list[str]:
-    """Each problem prefixed with where it came from: the ``PERSONABOT_...`` variable that
-    set the key, else the file (a typo'd variable was blamed on the TOML file, issue 35)."""
+def _env_sources(problems: list[str], environ: Mapping[str, str]) -> list[str | None] | None:
+    """For each problem, the ``PERSONABOT_...`` variable that set its key (None: the file
+    did); None when no variable did (a typo'd variable was blamed on the file, issue 35)."""
     variables = {name.upper() for name in environ if name.upper().startswith(ENV_PREFIX)}
-    out = []
-    for problem in _problems(exc):
+    sources: list[str | None] = []
+    for problem in problems:
         key = problem.split(": ", 1)[0]
         name = ENV_PREFIX + key.replace(".", "__").upper()
-        fits = "[" not in key and name in variables
-        out.append(f"{name} (environment): {problem}" if fits else f"{path}: {problem}")
-    return out
+        sources.append(f"{name} (environment)" if "[" not in key and name in variables else None)
+    return sources if any(sources) else None
 
 
 def _env_problem(exc: SettingsError) -> str:

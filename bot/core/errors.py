@@ -30,17 +30,28 @@ class PersonabotError(Exception):
 class ConfigError(PersonabotError):
     """The configuration is invalid; ``problems`` lists ``key.path: problem`` lines."""
 
-    def __init__(self, problems: list[str], *, source: str | None = None) -> None:
+    def __init__(
+        self,
+        problems: list[str],
+        *,
+        source: str | None = None,
+        sources: list[str | None] | None = None,
+    ) -> None:
         self.problems = tuple(problems)
         self.source = source
-        prefix = f"{source}: " if source else ""
-        super().__init__(prefix + "; ".join(self.problems))
+        # Where each problem came from, when not ``source`` (a PERSONABOT_... variable).
+        self.sources = tuple(sources or [None] * len(self.problems))
+        prefix = f"{source}: " if source and not sources else ""
+        super().__init__(prefix + "; ".join(self.lines() if sources else self.problems))
 
     def lines(self) -> list[str]:
         """One line per problem, each naming its source: what an operator reads, so that
         five typos are five lines of one run, not one line of five."""
-        prefix = f"{self.source}: " if self.source else ""
-        return [prefix + problem for problem in self.problems] or [str(self)]
+        out = []
+        for problem, own in zip(self.problems, self.sources, strict=True):
+            where = own or self.source
+            out.append(f"{where}: {problem}" if where else problem)
+        return out or [str(self)]
 
 
 class CardError(PersonabotError):
