@@ -721,6 +721,77 @@ BotSettings = Annotated[
 ]
 
 
+def reference_problems(
+    ids: Sequence[str], bots: Sequence[tuple[str, Sequence[str], str]]
+) -> list[str]:
+    """Every persona id listed twice, every bot naming an unknown persona and every bot key
+    used twice; ``bots`` as ``(persona, personas, key)``. Also run on the raw file when a
+    key is wrong, so that a persona typo is not left for a second round (issue 35)."""
+    problems = []
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        problems.append(f"personas: duplicate id {', '.join(map(repr, dupes))}")
+    for index, (persona, personas, _) in enumerate(bots):
+        for persona_id in dict.fromkeys([persona, *personas]):
+            if persona_id and persona_id not in ids:
+                field = "persona" if persona_id == persona else "personas"
+                close = difflib.get_close_matches(persona_id, ids, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                problems.append(
+                    f"bots[{index}].{field}: no persona with id {persona_id!r} "
+                    f"(known: {', '.join(ids)}{hint})"
+                )
+    keys = [key for _, _, key in bots]
+    if len(set(keys)) != len(keys):
+        problems.append("bots: two entries share an id; give each an explicit id")
+    return problems
+
+
+def unknown_name(kind: str, key: str, name: str, installed: Iterable[str]) -> str:
+    """The problem of a platform or provider nobody registered, listing what is installed."""
+    known = sorted(installed)
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return (
+        f"{key}: unknown {kind} {name!r} (installed: {', '.join(known) or 'none'}; "
+        f"a plugin can add more{hint})"
+    )
+
+
+def _raw_problems(data: Mapping[str, Any]) -> list[str]:
+    """What the model's after-validators and ``App.prepare`` would also say about a file
+    whose keys are wrong: persona references and, when no plugin is named (none could
+    register one), platform names. Best effort over the raw TOML; a malformed part is left
+    to the key errors already reported."""
+    personas = data.get("personas", [{"id": _DEFAULT_PERSONA.id}])
+    raw_bots = data.get("bots", [])
+    if not isinstance(personas, list) or not isinstance(raw_bots, list):
+        return []
+    ids = [p["id"] for p in personas if isinstance(p, dict) and isinstance(p.get("id"), str)]
+    bots: list[tuple[str, Sequence[str], str]] = []
+    problems: list[str] = []
+    plugins = bool(data.get("plugins"))
+    for index, entry in enumerate(raw_bots):
+        if not isinstance(entry, dict):
+            return []
+        persona, listed = entry.get("persona", ""), entry.get("personas", [])
+        if not isinstance(persona, str) or not isinstance(listed, list):
+            return []
+        platform = entry.get("platform")
+        key = entry.get("id") or f"{platform}-{persona or (listed or [''])[0]}"
+        bots.append((persona, [p for p in listed if isinstance(p, str)], str(key)))
+        if (
+            isinstance(platform, str)
+            and platform not in BUILTIN_PLATFORMS
+            and not plugins
+            and not entry.get("plugins")
+        ):
+            problems.append(
+                unknown_name("platform", f"bots[{index}].platform", platform, BUILTIN_PLATFORMS)
+            )
+    return reference_problems(ids, bots) + problems
+
+
 _DEFAULT_PERSONA = PersonaSettings(
     id="companion",
     name="Mira",
@@ -779,21 +850,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _references(self) -> Settings:
-        ids = [p.id for p in self.personas]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ValueError(f"personas: duplicate id {', '.join(map(repr, dupes))}")
-        for index, entry in enumerate(self.bots):
-            for persona_id in entry.persona_ids:
-                if persona_id not in ids:
-                    field = "persona" if persona_id == entry.persona else "personas"
-                    raise ValueError(
-                        f"bots[{index}].{field}: no persona with id {persona_id!r} "
-                        f"(known: {', '.join(ids)})"
-                    )
-        keys = [b.key for b in self.bots]
-        if len(set(keys)) != len(keys):
-            raise ValueError("bots: two entries share an id; give each an explicit id")
+        bots = [(b.persona, b.personas, b.key) for b in self.bots]
+        problems = reference_problems([p.id for p in self.personas], bots)
+        if problems:
+            # Every reference problem at once, one per line (split again by _problems).
+            raise ValueError("\n".join(problems))
         self._pins_fit()
         return self
 
@@ -914,6 +975,7 @@ def load_settings(path: Path | None = None) -> Settings:
         return Settings(**data)
     except ValidationError as exc:
         problems = _problems(exc)
+        problems += [p for p in _raw_problems(data) if p not in problems]
         sources = _env_sources(problems, os.environ)
         raise ConfigError(problems, source=str(path), sources=sources) from None
     except SettingsError as exc:
@@ -1000,7 +1062,7 @@ def _problems(exc: ValidationError) -> list[str]:
         elif kind == "value_error":
             msg = str(err["msg"]).removeprefix("Value error, ")
             if not loc:
-                problems.append(msg)
+                problems += msg.split("\n")
             elif re.match(r"^[\w\[\].]+: ", msg):
                 problems.append(f"{where}.{msg}")
             else:

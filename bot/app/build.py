@@ -20,6 +20,7 @@ from bot.config import (
     Secrets,
     Settings,
     TranscriptionConfig,
+    unknown_name,
 )
 from bot.core.agenda import InitiativePolicy, QuietHours
 from bot.core.clock import Clock, SystemClock
@@ -120,10 +121,7 @@ def builtin_providers() -> dict[str, ProviderFactory]:
 
 def unknown(kind: str, key: str, name: str, installed: Mapping[str, object]) -> ConfigError:
     """The error for a platform or provider nobody registered, listing what is installed."""
-    names = ", ".join(sorted(installed)) or "none"
-    return ConfigError(
-        [f"{key}: unknown {kind} {name!r} (installed: {names}; a plugin can add more)"]
-    )
+    return ConfigError([unknown_name(kind, key, name, installed)])
 
 
 def build_llm(

@@ -130,11 +130,22 @@ def run_needs(settings: Settings, secrets: Secrets) -> list[str]:
     return problems
 
 
-def _checked(settings: Settings, secrets: Secrets, app: App, file_only: bool) -> str:
-    """``config check``'s summary, or a ConfigError of everything ``run`` would refuse."""
-    if not file_only and (missing := run_needs(settings, secrets)):
-        raise ConfigError(missing)
-    return summary(settings, app)
+def _ready(app: App, secrets: Secrets, *, file_only: bool) -> None:
+    """Load the plugins and check what ``run`` needs, raising one ConfigError of every
+    problem found: a platform typo and an unset token are one run of ``config check``, not
+    two (issue 35). A plugin that fails to load stops the plugin checks (what it would have
+    registered is unknown) but not the environment's."""
+    problems: list[str] = []
+    try:
+        app.prepare()
+    except ConfigError as exc:
+        problems += exc.lines()
+    else:
+        problems += app.unused_options()
+    if not file_only:
+        problems += run_needs(app.settings, secrets)
+    if problems:
+        raise ConfigError(problems)
 
 
 def _version() -> str:
@@ -293,11 +304,12 @@ def _main(argv: Sequence[str] | None) -> int:
 
         app = App(settings, secrets)
         if args.command in ("config", "chat", "run"):
-            app.prepare()
-            if problems := app.unused_options():
-                raise ConfigError(problems)
+            # `chat` needs no bots, tokens or key (the offline model stands in).
+            _ready(
+                app, secrets, file_only=args.command == "chat" or getattr(args, "file_only", False)
+            )
         if args.command == "config":
-            print(_redacted(_checked(settings, secrets, app, args.file_only), known()))
+            print(_redacted(summary(settings, app), known()))
             return 0
         if args.command == "run":
             return asyncio.run(app.run(early=early))

@@ -14,7 +14,7 @@ import pytest
 
 from bot.app.admin import _bot_for, user_memory
 from bot.app.cli import EXIT_PIPE, _parser
-from bot.config import Secrets, Settings
+from bot.config import Secrets, Settings, load_settings
 from bot.core.errors import ConfigError
 from tests.cards.cards import env, personabot
 
@@ -112,3 +112,49 @@ def test_a_typo_in_an_environment_override_is_blamed_on_the_variable(
         "personabot: config error: PERSONABOT_QUEUE__DEBOUNCE_SECNDS (environment): "
         "queue.debounce_secnds: unknown key (did you mean 'debounce_seconds'?)",
     ]
+
+
+def test_five_typos_are_five_lines_of_one_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35, item 4: five typos took three runs; a persona reference and a platform name
+    were checked only once every key was right. Now one run names all five, each with its
+    source, the variable's under the variable."""
+    path = tmp_path / "personabot.toml"
+    path.write_text(
+        "[storage]\nurll = 'x'\n[queue]\ndebounce_secs = 1\n"
+        '[[personas]]\nid = "seraphina"\nname = "S"\nsystem = "S."\nfirst_message = ["Hi"]\n'
+        '[[bots]]\nplatform = "telgram"\npersona = "seraphina"\n'
+        '[[bots]]\nplatform = "discord"\npersona = "serafina"\n'
+    )
+    monkeypatch.setenv("PERSONABOT_MEMORY__WINDOW_MESAGES", "5")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    lines = caught.value.lines()
+    assert lines == [
+        f"{path}: storage.urll: unknown key (did you mean 'url'?)",
+        f"{path}: queue.debounce_secs: unknown key (did you mean 'debounce_seconds'?)",
+        "PERSONABOT_MEMORY__WINDOW_MESAGES (environment): memory.window_mesages: unknown key "
+        "(did you mean 'window_messages'?)",
+        f"{path}: bots[1].persona: no persona with id 'serafina' (known: seraphina; did you "
+        "mean 'seraphina'?)",
+        f"{path}: bots[0].platform: unknown platform 'telgram' (installed: discord, telegram; "
+        "a plugin can add more; did you mean 'telegram'?)",
+    ], lines
+
+
+def test_config_check_and_run_refuse_the_same_file_in_one_round(tmp_path: Path) -> None:
+    """Keys right, but a platform typo (found once plugins load) and an unset token and key:
+    `config check` and `run` each name all of them at once, the same lines."""
+    (tmp_path / "personabot.toml").write_text(
+        '[[bots]]\nplatform = "telegrm"\npersona = "companion"\n'
+        '[[bots]]\nplatform = "discord"\npersona = "companion"\n'
+    )
+    code, out, err = personabot("config", "check", cwd=tmp_path)
+    assert code == 2 and "configuration OK" not in out
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("personabot: config error: bots[0].platform: unknown platform")
+    assert "DISCORD_BOT_TOKEN is not set" in lines[1] and "ANTHROPIC_API_KEY" in lines[2]
+    assert len(lines) == 3, lines
+    code, _, run_err = personabot("run", cwd=tmp_path)
+    assert code == 2 and run_err == err
