@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from bot.app import persona_commands
 from bot.app.logs import redact_text, setup_logging
 from bot.app.signals import EarlySignals
-from bot.config import Secrets, Settings, load_settings
+from bot.config import Secrets, Settings, bundled_example_path, load_settings
 from bot.core.errors import ConfigError, PersonabotError
 from bot.core.redact import redact_url
 
@@ -97,6 +97,10 @@ def _parser() -> argparse.ArgumentParser:
         "--file-only",
         action="store_true",
         help="check the file alone, not the environment `run` reads (tokens, API key)",
+    )
+    config_sub.add_parser(
+        "example",
+        help="print the example configuration (every key, its default and what it does)",
     )
     persona_commands.add_parser(sub)
     return parser
@@ -283,6 +287,10 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "persona":  # works on files, not on a loaded configuration
         return persona_commands.run(args)
+    if args.command == "config" and args.config_command == "example":
+        # What an installed wheel's operator starts from (docs/deploy.md): no checkout.
+        sys.stdout.write(bundled_example_path().read_text(encoding="utf-8"))
+        return 0
     early = _early_signals() if args.command == "run" else None
     secrets = Secrets()
     loaded: Settings | None = None
