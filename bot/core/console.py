@@ -111,5 +111,5 @@ class PersonView:
     chats: tuple[PersonChat, ...] = ()
     more_chats: bool = False  # they wrote in more conversations than ``chats`` lists
     # Anything is stored of them: a message, a memory record (a /forget leaves one), a turn
-    # counted against their limits. A typo'd user id is none of these (the page is a 404).
+    # or a charge counted against their limits. A typo'd user id is none of these (a 404).
     known: bool = False

@@ -255,3 +255,7 @@ async def test_a_person_page_lists_their_newest_conversations_and_knows_stranger
     # A memory record alone (what /forget leaves) makes them known.
     await store.set_user_memory(UserKey("telegram", "u-Cy"), "{}", T0)
     assert (await store.console_person(UserKey("telegram", "u-Cy"), [])).known
+    # So does a charge against their limits (their messages deleted by retention since).
+    chat = ConversationKey("telegram", "c9")
+    await store.record_usage(chat, "reply", "m", [("u-Di", Usage(10, 1))], T0)
+    assert (await store.console_person(UserKey("telegram", "u-Di"), [])).known

@@ -53,6 +53,8 @@ class Playground:
     def __init__(self, runtime: Runtime, personas: list[PersonaSettings]) -> None:
         self._runtime = runtime
         self._personas = {p.id: p for p in personas}
+        # Built once: the page reloads every two seconds while a reply is being written.
+        self._pins = {p.id: p.pin() for p in personas}
 
     @property
     def personas(self) -> list[PersonaSettings]:
@@ -89,7 +91,7 @@ class Playground:
         opened = SessionKey(key, 1) if session is None else session.key
         return PlaygroundChat(
             persona=persona,
-            greeting=persona.pin().greeting(opened, user=OPERATOR_NAME),
+            greeting=self._pins[persona_id].greeting(opened, user=OPERATOR_NAME),
             session=None if session is None else session.key.session_id,
             messages=messages,
             waiting=await store.pending_turn(key, 1) is not None,

@@ -42,10 +42,12 @@ _CHATS = (
     "GROUP BY c.id, c.bot, c.platform, c.chat_id, c.thread_id "
     "ORDER BY MAX(m.created_at) DESC, c.id DESC LIMIT $3"
 )
-# Something of theirs is stored without a message: a memory record, a counted turn.
+# Something of theirs is stored without a message: a memory record, a counted turn or a
+# charge (each by its primary key or its (platform, user_id, at) index).
 _KNOWN = (
     "SELECT CASE WHEN EXISTS (SELECT 1 FROM user_memory WHERE platform = $1 AND user_id = $2) "
     "OR EXISTS (SELECT 1 FROM turn_usage WHERE platform = $1 AND user_id = $2) "
+    "OR EXISTS (SELECT 1 FROM model_usage WHERE platform = $1 AND user_id = $2) "
     "THEN 1 ELSE 0 END"
 )
 _KEYED_MESSAGE = (
