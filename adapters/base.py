@@ -10,7 +10,7 @@ import abc
 from contextlib import AbstractAsyncContextManager
 
 from bot.core.errors import DeliveryRefused
-from bot.core.events import ConversationKey, Reply
+from bot.core.events import ConversationKey, PlatformProblem, Reply
 from bot.core.ports import InboundHandler
 
 
@@ -55,6 +55,12 @@ class BaseAdapter(abc.ABC):
     def connected(self) -> bool:
         """Whether the platform connection is up (for /readyz); adapters override it."""
         return True
+
+    @property
+    def last_problem(self) -> PlatformProblem | None:
+        """The connection's last failure, secrets scrubbed (the console's bot state and
+        /readyz say it beside "not connected"); adapters that can tell override it."""
+        return None
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release platform connections."""

@@ -89,7 +89,7 @@ from adapters.telegram.updates import GetRawUpdates, ParsedUpdate, parse_update
 from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSettings
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
-from bot.core.events import ConversationKey, Reply
+from bot.core.events import ConversationKey, PlatformProblem, Reply
 from bot.core.ports import InboundHandler, Preview, StreamSettings
 from bot.core.tasks import running
 
@@ -125,10 +125,13 @@ def _scrub(text: str, token: str) -> str:
 class _RedactingSession(AiohttpSession):
     """aiogram's aiohttp session; errors it raises never carry the token in the request URL.
 
-    It also remembers whether Telegram answered the last request (``reachable``).
+    It also remembers whether Telegram answered the last request (``reachable``) and the
+    last failure that made it unreachable (``problem``, the token scrubbed; ``now`` dates it).
     """
 
     reachable = True
+    problem: PlatformProblem | None = None
+    now: Callable[[], float] = staticmethod(time.time)
 
     def check_response(
         self,
@@ -151,23 +154,33 @@ class _RedactingSession(AiohttpSession):
         try:
             result = await super().make_request(bot, method, timeout)
         except TelegramNetworkError as exc:
-            self.reachable = False
+            self._unreachable(method, _scrub(exc.message, bot.token))
             # ``from None``: the chained aiohttp error may quote the URL, token included.
             raise TelegramNetworkError(method, _scrub(exc.message, bot.token)) from None
         except TelegramAPIError as exc:  # an answer (from Telegram or a proxy) with an error
-            self.reachable = not isinstance(exc, TelegramServerError)
             exc.message = _scrub(exc.message, bot.token)
+            # A server error, or a token Telegram no longer takes (revoked): the bot cannot
+            # work. A refused chat or a flood limit is about one request, not the connection.
+            self.reachable = True
+            if isinstance(exc, TelegramServerError | TelegramUnauthorizedError):
+                self._unreachable(method, f"{type(exc).__name__}: {exc.message}")
             raise
         except ClientDecodeError as exc:
-            self.reachable = False
             detail = _scrub(str(exc), bot.token)
+            self._unreachable(method, f"the answer could not be read: {detail}")
             raise ClientDecodeError("Failed to decode object", ValueError(detail), "") from None
         except Exception as exc:  # e.g. yarl's ValueError for a malformed api_server URL
-            self.reachable = False
             detail = _scrub(f"{type(exc).__name__}: {exc}", bot.token)
+            self._unreachable(method, detail)
             raise TelegramNetworkError(method, detail) from None
         self.reachable = True
         return result
+
+    def _unreachable(self, method: TelegramMethod[TelegramType], detail: str) -> None:
+        """Not connected, and why (``detail`` is already scrubbed of the token)."""
+        self.reachable = False
+        name = getattr(method, "__api_method__", type(method).__name__)
+        self.problem = PlatformProblem(f"{name} failed: {detail}"[:500], self.now())
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +249,8 @@ class TelegramAdapter(BaseAdapter):
         super().__init__(bot_key=bot_key)
         server = PRODUCTION if api_server is None else TelegramAPIServer.from_base(api_server)
         self._session = _RedactingSession(api=server)
+        if clock is not None:
+            self._session.now = clock.now
         try:
             self._bot = Bot(token, session=self._session)
         except TokenValidationError:
@@ -274,6 +289,11 @@ class TelegramAdapter(BaseAdapter):
         """Started (identified, webhook served) and Telegram answered the last request."""
         serving = self._webhook is None or self.webhook_port is not None
         return bool(self._rules.me.username) and serving and self._session.reachable
+
+    @property
+    def last_problem(self) -> PlatformProblem | None:
+        """The last request failure that made Telegram unreachable (the token scrubbed)."""
+        return self._session.problem
 
     @property
     def identity(self) -> BotIdentity:

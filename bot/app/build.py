@@ -9,6 +9,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from adapters.base import BaseAdapter
@@ -828,10 +829,19 @@ async def readiness(
         overloaded = None if backlog is None else await backlog.overloaded()
     except Exception as exc:  # any failure means "not ready"; the reason is reported
         return f"store unreachable: {type(exc).__name__}"
-    down = [a.bot_key for a in adapters if not a.connected]
+    down = [_down(a) for a in adapters if not a.connected]
     if down:
         return f"not connected: {', '.join(down)}"
     return overloaded
+
+
+def _down(adapter: BaseAdapter) -> str:
+    """A bot that is not connected, with its last failure when it has one."""
+    problem = adapter.last_problem
+    if problem is None:
+        return adapter.bot_key
+    at = datetime.fromtimestamp(problem.at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"{adapter.bot_key} (last error at {at}: {problem.message})"
 
 
 def build_retention(

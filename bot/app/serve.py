@@ -20,6 +20,7 @@ from bot.store.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from bot.app.app import App
+    from bot.app.web import BotState
 
 log = logging.getLogger("personabot.serve")
 
@@ -117,11 +118,7 @@ async def _serve(
                     memory=memory,
                     clock=rt.clock,
                     listen=settings.web.listen,
-                    bot_state=lambda key: (
-                        "connected"
-                        if key in adapters and adapters[key][1].connected
-                        else "not connected"
-                    ),
+                    bot_state=lambda key: _state(adapters.get(key)),
                     playground=try_out,
                     metrics=rt.metrics,
                 )
@@ -144,3 +141,13 @@ async def _serve(
             task.cancel()
         await asyncio.gather(*running, stopper, watch, return_exceptions=True)
     return EXIT_ABORTED if signals.aborted else code
+
+
+def _state(hosted: tuple[PersonaSettings, BaseAdapter] | None) -> BotState:
+    """A bot's connection and its last failure, for the console's overview."""
+    from bot.app.web import BotState  # lazily, as the console itself (jinja2)
+
+    if hosted is None:
+        return BotState("not connected", None)
+    adapter = hosted[1]
+    return BotState("connected" if adapter.connected else "not connected", adapter.last_problem)

@@ -89,11 +89,27 @@ class PersonUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class PersonChat:
+    """A conversation a person wrote in (their page lists the newest few)."""
+
+    id: int  # the conversation's row id (its console page)
+    key: ConversationKey
+    last_at: float  # their newest message there
+    messages: int  # of theirs there
+
+
+@dataclass(frozen=True, slots=True)
 class PersonView:
     """What a person's console page reads of their messages: how many, the names they went
-    by (the newest few) and the messages their remembered facts came from. Bounded whatever
-    they wrote: the page once read every message of theirs."""
+    by (the newest few), the conversations they wrote in (the newest few) and the messages
+    their remembered facts came from. Bounded whatever they wrote: the page once read every
+    message of theirs."""
 
     messages: int
     names: tuple[str, ...]
     sources: dict[int, StoredMessage]
+    chats: tuple[PersonChat, ...] = ()
+    more_chats: bool = False  # they wrote in more conversations than ``chats`` lists
+    # Anything is stored of them: a message, a memory record (a /forget leaves one), a turn
+    # or a charge counted against their limits. A typo'd user id is none of these (a 404).
+    known: bool = False

@@ -207,6 +207,15 @@ class Claims:
 
 
 @dataclass(frozen=True, slots=True)
+class PlatformProblem:
+    """The last failure of a bot's platform connection, as the operator may read it (the
+    console's bot state, /readyz): what failed, never a token, and when."""
+
+    message: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class QueueBacklog:
     """Due turns no process has started yet (their turn lease free): how many, and since
     when the oldest waits (None: none waits)."""

@@ -786,10 +786,12 @@ class ConsoleStore(abc.ABC):
 
     @abc.abstractmethod
     async def console_person(
-        self, user: UserKey, sources: Sequence[int], names: int = 20
+        self, user: UserKey, sources: Sequence[int], names: int = 20, chats: int = 20
     ) -> PersonView:
-        """Their message count, their newest ``names`` display names, and those of their
-        messages (or the replies to them) whose ids are in ``sources``."""
+        """Their message count, their newest ``names`` display names, the ``chats``
+        conversations they wrote in most recently (one query: newest message first), those
+        of their messages (or the replies to them) whose ids are in ``sources``, and whether
+        anything of them is stored at all."""
 
     @abc.abstractmethod
     async def console_edits(self, session: SessionKey) -> dict[int, float]:

@@ -39,7 +39,9 @@ async def test_hostile_text_in_every_field_is_escaped_on_every_page(rig: Rig) ->
     for path in pages:
         async with rig.http.get(rig.base + path) as r:
             page = await r.text()
-        assert r.status == 200 and RAW not in page, path
+        # Nobody by that id is stored: the 404 page (issue 35) names the id, escaped too.
+        expected = 404 if path == f"/people/telegram/{XSS}" else 200
+        assert r.status == expected and RAW not in page, path
     async with rig.http.get(rig.base + "/conversations/1") as r:
         page = await r.text()
     assert page.count("&lt;img src=x") >= 4  # name, message, summary, chat id: all shown

@@ -223,3 +223,39 @@ async def test_a_person_page_reads_their_count_newest_names_and_asked_sources(
     view = await store.console_person(user, [*everyone, *bob, 10**9])
     assert sorted(m.text for m in view.sources.values()) == ["hello 0", "hello 25"]
     assert view.names == ("Ana 0",)
+
+
+async def test_a_person_page_lists_their_newest_conversations_and_knows_strangers(
+    store: BaseStore,
+) -> None:
+    """Issue 35, item 10: a person's page did not list their conversations, and a typo'd
+    user id rendered an empty page. The store reads the newest few conversations they wrote
+    in (one more says "more") and whether anything of them is stored at all."""
+    for i in range(4):
+        key = ConversationKey("telegram", f"c{i}")
+        await store.ingest(Inbound(key, "u-Ana", "Ana", f"hi {i}", f"a{i}"), T0 + i, Q)
+    await store.ingest(
+        Inbound(ConversationKey("telegram", "c1"), "u-Ana", "Ana", "again", "a9"), T0 + 50, Q
+    )
+    await store.ingest(
+        Inbound(ConversationKey("telegram", "c9"), "u-Bob", "Bob", "x", "b1"), T0 + 60, Q
+    )
+    view = await store.console_person(UserKey("telegram", "u-Ana"), [], chats=3)
+    assert [(c.key.chat_id, c.messages, c.last_at) for c in view.chats] == [
+        ("c1", 2, T0 + 50),
+        ("c3", 1, T0 + 3),
+        ("c2", 1, T0 + 2),
+    ]
+    assert view.more_chats and view.known
+    assert await store.console_conversation(view.chats[0].id) == ConversationKey("telegram", "c1")
+    everything = await store.console_person(UserKey("telegram", "u-Ana"), [], chats=4)
+    assert len(everything.chats) == 4 and not everything.more_chats
+    stranger = await store.console_person(UserKey("telegram", "u-Anna"), [])
+    assert (stranger.known, stranger.chats, stranger.messages) == (False, (), 0)
+    # A memory record alone (what /forget leaves) makes them known.
+    await store.set_user_memory(UserKey("telegram", "u-Cy"), "{}", T0)
+    assert (await store.console_person(UserKey("telegram", "u-Cy"), [])).known
+    # So does a charge against their limits (their messages deleted by retention since).
+    chat = ConversationKey("telegram", "c9")
+    await store.record_usage(chat, "reply", "m", [("u-Di", Usage(10, 1))], T0)
+    assert (await store.console_person(UserKey("telegram", "u-Di"), [])).known

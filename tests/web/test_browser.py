@@ -10,6 +10,7 @@ how docs/web/ is made).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import shutil
@@ -169,6 +170,7 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser: object) -> None
             nearest = page.locator("tr", has_text="telegram:4242")
             assert await nearest.count() == 2  # input tokens, and turns (1 of 50)
             assert "1\t50\t2.0 %" in await nearest.last.inner_text()
+            await _chart_is_readable(page)
             await shot("overview")
             await page.goto(f"{base}/conversations")
             row = page.locator("table tr", has_text="4242")
@@ -204,9 +206,11 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser: object) -> None
             assert "forget item" in audit and "view person" in audit
             await shot("audit")
 
-            # The playground: a burst typed quickly gets one reply.
+            # The playground: the persona's opening first, a real text area; a burst typed
+            # quickly (the first sent with Enter) gets one reply, each message labelled.
             await page.goto(f"{base}/playground")
-            for text in ("hello", "are you there", "one more"):
+            await _playground_is_usable(page)
+            for text in ("are you there", "one more"):
                 await page.fill("textarea[name=text]", text)
                 await page.click("form button[type=submit] >> text=Send")
             reply = page.locator(".transcript li.assistant")
@@ -215,13 +219,71 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser: object) -> None
             await page.reload()
             assert await reply.count() == 1
             assert "hello / are you there / one more" in await reply.first.inner_text()
+            speakers = await page.locator(".transcript li .who").all_inner_texts()
+            assert speakers == ["Mira", "you", "you", "you", "Mira"]
             await shot("playground")
             await context.close()
-    assert dialogs == []  # no script ran, hostile text or not
+    assert dialogs == []  # no script of the page's text ran, hostile or not
     target = os.environ.get("PERSONABOT_SCREENSHOTS")
     if target:
         for image in shots.iterdir():
             shutil.copy(image, Path(target) / image.name)
+
+
+async def _chart_is_readable(page: object) -> None:
+    """Issue 35, item 10: the hourly chart was a single bar with no axis and no labels. It
+    draws 24 hours, labels every third on the axis (legible, apart, inside the chart), the
+    bar of the hour with the reply stands up, its values are in its hover title, and the
+    same numbers open as a table."""
+    from playwright.async_api import Page
+
+    assert isinstance(page, Page)
+    svg = await page.locator("figure.chart svg").bounding_box()
+    assert svg is not None and svg["width"] >= 500 and svg["height"] >= 120
+    boxes = [await t.bounding_box() for t in await page.locator("figure.chart text.hour").all()]
+    labels = await page.locator("figure.chart text.hour").all_text_contents()
+    assert len(labels) == 8 and all(re.fullmatch(r"\d\d:00", t) for t in labels), labels
+    assert all(b is not None and b["height"] >= 8 for b in boxes)
+    edges = [(b["x"], b["x"] + b["width"]) for b in boxes if b is not None]
+    assert all(right < left for (_, right), (left, _) in itertools.pairwise(edges))
+    assert svg["x"] <= edges[0][0] and edges[-1][1] <= svg["x"] + svg["width"]
+    bars = page.locator("figure.chart g.bar")
+    assert await bars.count() == 24
+    heights = [await b.locator("rect.value").bounding_box() for b in await bars.all()]
+    standing = [i for i, b in enumerate(heights) if b is not None and b["height"] >= 10]
+    assert len(standing) == 1, heights  # the hour of the one reply
+    title = await bars.nth(standing[0]).locator("title").text_content()
+    assert title is not None and re.search(r"\d\d:00 UTC: [1-9]\d* tokens, 1 replies", title)
+    table = page.locator("details.chart-table table")
+    assert not await table.is_visible()
+    await page.click("details.chart-table summary")
+    assert await table.locator("tr").count() == 25  # the header and 24 hours
+
+
+async def _playground_is_usable(page: object) -> None:
+    """Issue 35, item 10: the playground's text box was tiny, the persona's greeting was not
+    shown and nothing said who spoke. The opening comes first, labelled with the persona's
+    name; the box is big; Shift+Enter is a new line and Enter sends."""
+    from playwright.async_api import Page
+
+    assert isinstance(page, Page)
+    first = page.locator(".transcript li").first
+    assert await first.locator(".who").inner_text() == "Mira"
+    assert "Hi, I'm Mira." in await first.locator(".text").inner_text()
+    box = page.locator("textarea[name=text]")
+    size = await box.bounding_box()
+    assert size is not None and size["height"] >= 90 and size["width"] >= 500, size
+    await box.click()
+    await page.keyboard.type("hello")
+    await page.keyboard.press("Shift+Enter")
+    assert await box.input_value() == "hello\n" and page.url.endswith("/playground")
+    await page.keyboard.press("Backspace")
+    async with page.expect_navigation():
+        await page.keyboard.press("Enter")
+    mine = page.locator(".transcript li.user")
+    assert await mine.count() == 1
+    assert await mine.first.locator(".who").inner_text() == "you"
+    assert await mine.first.locator(".text").inner_text() == "hello"
 
 
 async def _prompt_text(context: object, base: str, page_url: str) -> str:

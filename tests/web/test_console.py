@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -370,3 +371,106 @@ async def test_a_chat_with_another_persona_is_shown_and_previewed_as_that_person
         assert [s["persona"] for s in page["sessions"]] == ["seraphina"]
         system = page["prompt"]["blocks"][0]["text"]
         assert "guardian of the glade" in system and "You are Mira." not in system
+
+
+NAV = '<a href="/conversations">Conversations</a>'
+
+
+async def test_error_pages_keep_the_navigation_and_the_api_answers_json(rig: Rig) -> None:
+    """Issue 35, item 10: a 400 or a 404 was a bare page without the navigation (the
+    operator's way back); aiohttp's own 404 was plain text, for the API too."""
+    await _answered(rig.store, DM, "Ada", "hello", T0)
+    csrf = await rig.login()
+    for method, path, data, status, said in (
+        ("GET", "/no-such-page", None, 404, "There is no such page."),
+        ("GET", "/conversations/999", None, 404, "no conversation 999"),
+        ("POST", "/people/telegram/7/forget", {"csrf": csrf}, 400, "Tick the box"),
+        ("POST", "/audit", {"csrf": csrf}, 405, "does not take that kind of request"),
+    ):
+        async with rig.http.request(method, rig.base + path, data=data) as r:
+            page = await r.text()
+            assert r.status == status, path
+            assert r.content_type == "text/html"
+            assert "default-src 'none'" in r.headers["Content-Security-Policy"]
+        assert said in page, page
+        assert NAV in page and 'action="/logout"' in page, path  # inside the layout
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    for path, status in (("/api/no-such-page", 404), ("/api/conversations/999", 404)):
+        async with rig.http.get(rig.base + path, headers=bearer) as r:
+            assert r.status == status and r.content_type == "application/json", path
+            assert "error" in await r.json()
+    # Without a login, an unknown page is still only the way to the login.
+    async with (
+        aiohttp.ClientSession() as stranger,
+        stranger.get(f"{rig.base}/no-such-page", allow_redirects=False) as r,
+    ):
+        assert r.status == 303 and r.headers["Location"].startswith("/login")
+
+
+async def test_an_unknown_person_is_a_404_and_a_known_one_lists_their_conversations(
+    rig: Rig,
+) -> None:
+    """Issue 35, item 10: a typo'd person URL rendered an empty page (and wrote "view
+    person" to the audit log); a person's page did not list their conversations. It lists
+    the newest 50, says when there are more, and links each."""
+    from bot.app.web.views import LIST_PAGE
+
+    for i in range(LIST_PAGE + 1):
+        key = ConversationKey("telegram", f"g{i}", None, "telegram-mira")
+        await rig.store.ingest(Inbound(key, "7", "Ada", "hi", f"g{i}", False), T0 + i, Q)
+    await _answered(rig.store, DM, "Ada", "hello", T0 + 500)  # the newest
+    await rig.login()
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    for path in ("/people/telegram/77", "/people/telegram/7%20"):
+        async with rig.http.get(rig.base + path) as r:
+            assert r.status == 404, path
+            page = await r.text()
+        assert "no person telegram:77" in page or "no person telegram:7 " in page
+        assert NAV in page
+        async with rig.http.get(f"{rig.base}/api{path}", headers=bearer) as r:
+            assert r.status == 404 and "no person" in (await r.json())["error"]
+    assert await rig.store.audit_log() == []  # nobody's page was viewed
+    async with rig.http.get(f"{rig.base}/api/people/telegram/7", headers=bearer) as r:
+        person = await r.json()
+    listed = person["conversations"]
+    assert len(listed) == LIST_PAGE and person["more_conversations"]
+    assert [c["chat_id"] for c in listed[:3]] == ["4242", f"g{LIST_PAGE}", f"g{LIST_PAGE - 1}"]
+    assert listed[0]["messages"] == 1 and listed[0]["last_message_at"] == T0 + 500
+    async with rig.http.get(f"{rig.base}/people/telegram/7") as r:
+        page = await r.text()
+    assert f'<a href="/conversations/{listed[0]["id"]}">' in page
+    assert "They wrote in more conversations" in page
+    # Forgotten: their messages gone, the record of the /forget left: still a page, not a 404.
+    await rig.store.set_user_memory(UserKey("telegram", "8"), UserMemory().to_json(), T0)
+    async with rig.http.get(f"{rig.base}/people/telegram/8") as r:
+        assert r.status == 200 and "No stored messages of theirs." in await r.text()
+
+
+async def test_the_overview_chart_has_every_hour_on_its_axis_and_a_table(rig: Rig) -> None:
+    """Issue 35, item 10: the hourly chart was one bar per hour that had traffic, no axis,
+    no labels. Now: the current clock hour and the 23 before it, hour labels on the axis,
+    each bar's values in its <title> (hover), and the same numbers in a table."""
+    from bot.core.llm import Usage
+
+    hour = (T0 + 100) // 3600 * 3600
+    await rig.store.record_usage(DM, "reply", "m", [("7", Usage(300, 45))], hour - 2 * 3600 + 5)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    async with rig.http.get(f"{rig.base}/api/overview", headers=bearer) as r:
+        hours = (await r.json())["last_24h"]["hours"]
+    assert len(hours) == 24 and hours[-1]["start"] == hour
+    assert [h["start"] for h in hours] == [hour - (23 - i) * 3600 for i in range(24)]
+    assert hours[21] == {"start": hour - 7200, "replies": 1, "calls": 1, "tokens": 345}
+    assert sum(h["tokens"] for h in hours) == 345
+    await rig.login()
+    async with rig.http.get(f"{rig.base}/") as r:
+        page = await r.text()
+    titles = re.findall(r"<title>([^<]*)</title>", page)[1:]  # [0]: the document's
+    assert len(titles) == 24
+    label = dt.datetime.fromtimestamp(hour - 7200, dt.UTC).strftime("%H:00")
+    assert f"{label} UTC: 345 tokens, 1 replies, 1 model calls" in titles
+    axis = re.findall(r'<text class="hour"[^>]*>(\d\d:00)</text>', page)
+    assert len(axis) == 8 and axis[-1] == dt.datetime.fromtimestamp(
+        hour - 2 * 3600, dt.UTC
+    ).strftime("%H:00")
+    table = page[page.index("<summary>The hours as a table</summary>") :]
+    assert "<td>345</td><td>1</td><td>1</td>" in table

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from bot.app.web.playground import Playground
 from bot.app.web.server import WebConsole, is_loopback
-from bot.app.web.views import ConsoleData
+from bot.app.web.views import BotState, ConsoleData
 from bot.config import Secrets, Settings
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
@@ -16,7 +16,7 @@ from bot.metrics import Metrics
 from bot.store.base import BaseStore
 from memory.service import Memory
 
-__all__ = ["WebConsole", "console", "console_token"]
+__all__ = ["BotState", "WebConsole", "console", "console_token"]
 
 
 def console_token(settings: Settings, secrets: Secrets) -> str:
@@ -43,7 +43,7 @@ def console(
     memory: Memory,
     clock: Clock,
     listen: str,
-    bot_state: Callable[[str], str] | None = None,
+    bot_state: Callable[[str], BotState] | None = None,
     playground: Playground | None = None,
     metrics: Metrics | None = None,
 ) -> WebConsole:

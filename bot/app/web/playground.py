@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from adapters.web import PLATFORM, WebOutlet
 from bot.app.build import Runtime, Seams
 from bot.config import PersonaSettings
-from bot.core.events import ConversationKey, Inbound, StoredMessage
+from bot.core.events import ConversationKey, Inbound, SessionKey, StoredMessage
 from bot.store.base import BaseStore
 
 if TYPE_CHECKING:
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 #: The playground's one person (their user id and private chat id).
 OPERATOR = "operator"
+#: Their display name (the ``{{user}}`` of the persona's text).
+OPERATOR_NAME = "Operator"
 #: The newest messages the playground page shows.
 PAGE = 200
 PREFIX = "web-"
@@ -40,6 +42,9 @@ class PlaygroundChat:
     session: int | None
     messages: tuple[StoredMessage, ...]
     waiting: bool  # input not answered yet
+    # The persona's opening of this session (of the first, before anything was said): what
+    # its pin says it greeted the operator with, so the page shows what the model was told.
+    greeting: str
 
 
 class Playground:
@@ -48,6 +53,8 @@ class Playground:
     def __init__(self, runtime: Runtime, personas: list[PersonaSettings]) -> None:
         self._runtime = runtime
         self._personas = {p.id: p for p in personas}
+        # Built once: the page reloads every two seconds while a reply is being written.
+        self._pins = {p.id: p.pin() for p in personas}
 
     @property
     def personas(self) -> list[PersonaSettings]:
@@ -66,7 +73,7 @@ class Playground:
             Inbound(
                 conversation=self.conversation(persona_id),
                 author_id=OPERATOR,
-                display_name="Operator",
+                display_name=OPERATOR_NAME,
                 text=text,
                 platform_message_id=uuid.uuid4().hex,
                 is_private=True,
@@ -79,8 +86,12 @@ class Playground:
         store = self._runtime.store
         session = await store.current_session(key)
         messages = () if session is None else tuple(await store.messages(session.key, limit=PAGE))
+        persona = self._personas[persona_id]
+        # No session yet: the first one opens when the operator first writes.
+        opened = SessionKey(key, 1) if session is None else session.key
         return PlaygroundChat(
-            persona=self._personas[persona_id],
+            persona=persona,
+            greeting=self._pins[persona_id].greeting(opened, user=OPERATOR_NAME),
             session=None if session is None else session.key.session_id,
             messages=messages,
             waiting=await store.pending_turn(key, 1) is not None,

@@ -3,8 +3,11 @@
 
 Security, in the order a request meets it:
 
-- every response carries a Content-Security-Policy that allows no inline script (and no
-  script at all: the pages need none), no framing, forms posting only here;
+- every response carries a Content-Security-Policy that allows no inline script, no
+  framing, forms posting only here; no page runs a script but the playground, which runs
+  one file of ours (``/static/playground.js``: Enter sends the message) and nothing else;
+- error pages (400, 403, 404, 500...) are drawn inside the layout, with the navigation
+  when a session is open; ``/api/`` answers them as JSON;
 - ``/login`` and ``/static`` are public; every other page needs the session cookie
   (HttpOnly, SameSite=Strict) and redirects to the login without it; every ``/api/`` route
   needs ``Authorization: Bearer <token>`` and answers 401 without it;
@@ -32,6 +35,7 @@ import jinja2
 from aiohttp import web
 
 from bot.app.web.auth import LoginLimiter, Session, Sessions, same_token
+from bot.app.web.chart import chart
 from bot.app.web.playground import Playground
 from bot.app.web.views import ConsoleData, NotFound, Viewer
 from bot.core.clock import Clock
@@ -44,6 +48,10 @@ CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'"
 )
+#: The playground's policy: the same, and the one script file of ours (never inline).
+PLAYGROUND_CSP = CSP + "; script-src 'self'"
+#: The public files (no login needed): stylesheet and the playground's script.
+STATIC = {"/static/console.css": "text/css", "/static/playground.js": "text/javascript"}
 _HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
@@ -98,6 +106,7 @@ class WebConsole:
         self._templates.filters["when"] = _when
         self._templates.filters["pretty"] = _pretty
         self._templates.filters["segment"] = _segment
+        self._templates.filters["chart"] = chart
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -108,7 +117,8 @@ class WebConsole:
         get("/login", self._login_page)
         post("/login", self._login)
         post("/logout", self._logout)
-        get("/static/console.css", self._css)
+        for path in STATIC:
+            get(path, self._static)
         for path, view in (
             ("/", self._overview),
             ("/conversations", self._conversations),
@@ -156,7 +166,11 @@ class WebConsole:
         try:
             response = await handler(request)
         except web.HTTPException as exc:
-            response = exc
+            # aiohttp's own answers (an unknown path, a wrong method): a bare "404: Not
+            # Found" had no way back; redirects pass as they are.
+            response = exc if exc.status < 400 else self._error(request, exc.status, _said(exc))
+            if exc.status >= 400 and "Allow" in exc.headers:
+                response.headers["Allow"] = exc.headers["Allow"]
         except NotFound as exc:
             response = self._error(request, 404, str(exc))
         except Exception:
@@ -175,7 +189,7 @@ class WebConsole:
     @web.middleware
     async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
-        if path in ("/login", "/static/console.css"):
+        if path == "/login" or path in STATIC:
             return await handler(request)
         if path.startswith("/api/"):
             header = request.headers.get("Authorization", "")
@@ -245,9 +259,10 @@ class WebConsole:
         response.del_cookie(COOKIE, path="/")
         raise response
 
-    async def _css(self, request: web.Request) -> web.Response:
-        css = resources.files("bot.app.web").joinpath("static/console.css").read_text()
-        return web.Response(text=css, content_type="text/css")
+    async def _static(self, request: web.Request) -> web.Response:
+        name = request.path.removeprefix("/static/")
+        text = resources.files("bot.app.web").joinpath("static", name).read_text()
+        return web.Response(text=text, content_type=STATIC[request.path])
 
     # -- views --------------------------------------------------------------------------------
 
@@ -298,14 +313,24 @@ class WebConsole:
         data = {
             "personas": [{"id": p.id, "name": p.name} for p in personas],
             "persona": wanted,
+            "name": chat.persona.name,
+            "greeting": chat.greeting,
             "session": chat.session,
             "waiting": chat.waiting,
             "transcript": [
-                {"role": m.role, "text": m.text, "at": m.created_at, "turn": m.turn}
+                {
+                    "role": m.role,
+                    "speaker": chat.persona.name if m.role == "assistant" else "you",
+                    "text": m.text,
+                    "at": m.created_at,
+                    "turn": m.turn,
+                }
                 for m in chat.messages
             ],
         }
-        return await self._answer(request, "playground.html", data)
+        response = await self._answer(request, "playground.html", data)
+        response.headers["Content-Security-Policy"] = PLAYGROUND_CSP
+        return response
 
     async def _say(self, request: web.Request) -> web.StreamResponse:
         if self._playground is None:
@@ -420,12 +445,23 @@ class WebConsole:
         return web.Response(text=html, content_type="text/html", status=status)
 
     def _error(self, request: web.Request, status: int, message: str) -> web.Response:
+        """An error as JSON under ``/api/``, else a page of the layout (with the navigation
+        when the request has a session: the operator is one click from anywhere)."""
         if request.path.startswith("/api/"):
             return web.json_response({"error": message}, status=status)
-        html = self._templates.get_template("error.html").render(
-            data={"status": status, "message": message}, csrf=None
+        session = request.get(_SESSION)
+        return self._page(
+            "error.html", {"status": status, "message": message}, session, status=status
         )
-        return web.Response(text=html, content_type="text/html", status=status)
+
+
+def _said(exc: web.HTTPException) -> str:
+    """What an aiohttp error says to the operator."""
+    if exc.status == 404:
+        return "There is no such page."
+    if exc.status == 405:
+        return "This page does not take that kind of request."
+    return exc.reason
 
 
 def _number(text: str) -> int | None:

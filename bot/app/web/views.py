@@ -10,6 +10,7 @@ every view of a person's memory.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +20,14 @@ from bot.app.build import build_retention
 from bot.app.web.playground import OPERATOR, PREFIX
 from bot.config import PersonaSettings, Settings
 from bot.core.clock import Clock
-from bot.core.console import ConsoleEvent, ConversationRow
-from bot.core.events import ConversationKey, SessionKey, StoredMessage, UserKey
+from bot.core.console import ConsoleEvent, ConversationRow, UsageBucket
+from bot.core.events import (
+    ConversationKey,
+    PlatformProblem,
+    SessionKey,
+    StoredMessage,
+    UserKey,
+)
 from bot.core.llm import ImageBlock, TextBlock
 from bot.metrics import Metrics
 from bot.store.base import BaseStore
@@ -28,6 +35,7 @@ from memory.assemble import Assembled
 from memory.service import Memory
 
 DAY = 86400.0
+HOUR = 3600.0
 #: Messages on one page of a conversation's transcript (the newest first shown).
 TRANSCRIPT_PAGE = 200
 #: Sessions, deletions and gaps a conversation page lists (the newest; the rest counted).
@@ -39,6 +47,14 @@ EVENTS = 10
 
 class NotFound(LookupError):
     """A page for something that does not exist (HTTP 404)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BotState:
+    """A bot's connection as the overview shows it (inside ``personabot run``)."""
+
+    state: str  # connected, not connected
+    problem: PlatformProblem | None  # its last failure, if any (even when connected again)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +76,7 @@ class ConsoleData:
         memory: Memory,
         clock: Clock,
         page_size: int,
-        adapters_state: Any = None,
+        adapters_state: Callable[[str], BotState] | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self._settings = settings
@@ -68,7 +84,7 @@ class ConsoleData:
         self._memory = memory
         self._clock = clock
         self._page = page_size
-        # Bot key -> "connected"/..., when the console runs inside ``personabot run``.
+        # Bot key -> its connection, when the console runs inside ``personabot run``.
         self._adapters_state = adapters_state
         self._defaults = bot_personas(settings)
         # The bots' counters, when the console runs inside ``personabot run``.
@@ -91,7 +107,7 @@ class ConsoleData:
                     "key": entry.key,
                     "platform": entry.platform,
                     "personas": list(entry.persona_ids),
-                    "state": self._state_of(entry.key),
+                    **self._state_of(entry.key),
                     "last_update": await self._store.console_last_inbound(entry.key),
                     "tokens_today": usage.input_tokens + usage.output_tokens,
                     "tokens_per_day": limits.bot_tokens_per_day or None,
@@ -99,7 +115,11 @@ class ConsoleData:
                 }
             )
         queue = await self._store.console_queue(now)
-        buckets = await self._store.console_usage(now - DAY, 3600.0)
+        # The current clock hour and the 23 before it, each one bar (an hour without a call
+        # too: the axis has all 24, not only the hours that had traffic).
+        since = now - now % HOUR - DAY + HOUR
+        buckets = await self._store.console_usage(since, HOUR)
+        by_hour = {round((b.start - since) / HOUR): b for b in buckets}
         read = sum(b.cache_read_tokens for b in buckets)
         fresh = sum(b.input_tokens for b in buckets)
         retention = await self._store.retention_log(5)
@@ -120,14 +140,8 @@ class ConsoleData:
                 "input_tokens": fresh,
                 "output_tokens": sum(b.output_tokens for b in buckets),
                 "cache_hit_rate": round(read / (read + fresh), 3) if read + fresh else None,
-                "hours": [
-                    {
-                        "start": b.start,
-                        "replies": b.replies,
-                        "tokens": b.input_tokens + b.output_tokens,
-                    }
-                    for b in buckets
-                ],
+                "since": since,
+                "hours": [_hour(since + i * HOUR, by_hour.get(i)) for i in range(24)],
             },
             "person_limits": await self._person_limits(today),
             "events": [_trouble(e) for e in await self._store.console_events(EVENTS)],
@@ -205,10 +219,18 @@ class ConsoleData:
             "closed_out": totals(self._metrics.closed_out, "reason"),
         }
 
-    def _state_of(self, bot: str) -> str:
+    def _state_of(self, bot: str) -> dict[str, Any]:
+        """``state``, and ``last_error`` (its message and time, or None)."""
         if self._adapters_state is None:
-            return "not in this process"
-        return str(self._adapters_state(bot))
+            return {"state": "not in this process", "last_error": None}
+        found = self._adapters_state(bot)
+        problem = found.problem
+        return {
+            "state": found.state,
+            "last_error": None
+            if problem is None
+            else {"message": problem.message, "at": problem.at},
+        }
 
     # -- conversations ----------------------------------------------------------------------
 
@@ -343,8 +365,11 @@ class ConsoleData:
         """What is remembered about a person (scope and provenance) and their spend today."""
         record = await self._memory.user_memory(user)
         view = await self._store.console_person(
-            user, [i for item in record.items for i in item.sources]
+            user, [i for item in record.items for i in item.sources], chats=LIST_PAGE
         )
+        if not view.known:
+            # A typo'd id: nothing of them is stored (not an empty page, nor an audit entry).
+            raise NotFound(f"no person {user.platform}:{user.user_id} is known here")
         said = view.sources
         now = self._clock.now()
         await self._store.record_audit(
@@ -369,6 +394,17 @@ class ConsoleData:
             ],
             "forgotten_at": record.forgotten_at,
             "messages": view.messages,
+            # The newest conversations they wrote in (``more_conversations``: not all listed).
+            "conversations": [
+                {
+                    "id": c.id,
+                    **_key(c.key),
+                    "last_message_at": c.last_at,
+                    "messages": c.messages,
+                }
+                for c in view.chats
+            ],
+            "more_conversations": view.more_chats,
             "input_tokens_today": await self._store.input_tokens_since(user, now - (now % DAY)),
             "input_tokens_per_day": limits.user_input_tokens_per_day or None,
             "turns_per_day": limits.user_turns_per_day or None,
@@ -482,6 +518,18 @@ def _admins(settings: Settings) -> frozenset[tuple[str, str]]:
         admins = settings.access.admins if entry.admins is None else entry.admins
         found.update((entry.platform, str(a)) for a in admins)
     return frozenset(found)
+
+
+def _hour(start: float, bucket: UsageBucket | None) -> dict[str, Any]:
+    """One hour of the overview's chart (zeros when nothing was charged in it)."""
+    if bucket is None:
+        return {"start": start, "replies": 0, "calls": 0, "tokens": 0}
+    return {
+        "start": start,
+        "replies": bucket.replies,
+        "calls": bucket.calls,
+        "tokens": bucket.input_tokens + bucket.output_tokens,
+    }
 
 
 def _trouble(event: ConsoleEvent) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from bot.core.console import PersonView
+from bot.core.console import PersonChat, PersonView
 from bot.core.events import Erasure, UserData, UserKey
 from bot.store import cols, tombstones
 from bot.store.sql.conn import Conn, Dialect
@@ -32,6 +32,23 @@ _SUMMARIES = (
     "SELECT sa.session_id FROM summary_authors sa JOIN sessions s ON s.id = sa.session_id "
     "JOIN conversations c ON c.id = s.conversation_id "
     "WHERE c.platform = $1 AND sa.author_id = $2"
+)
+# The conversations they wrote in, by their newest message there (through the index on
+# ``author_id``, as their count is): $1 platform, $2 id, $3 how many.
+_CHATS = (
+    "SELECT c.id, c.bot, c.platform, c.chat_id, c.thread_id, MAX(m.created_at), COUNT(*) "
+    "FROM messages m JOIN conversations c ON c.id = m.conversation_id "
+    "WHERE c.platform = $1 AND m.author_id = $2 AND m.role = 'user' "
+    "GROUP BY c.id, c.bot, c.platform, c.chat_id, c.thread_id "
+    "ORDER BY MAX(m.created_at) DESC, c.id DESC LIMIT $3"
+)
+# Something of theirs is stored without a message: a memory record, a counted turn or a
+# charge (each by its primary key or its (platform, user_id, at) index).
+_KNOWN = (
+    "SELECT CASE WHEN EXISTS (SELECT 1 FROM user_memory WHERE platform = $1 AND user_id = $2) "
+    "OR EXISTS (SELECT 1 FROM turn_usage WHERE platform = $1 AND user_id = $2) "
+    "OR EXISTS (SELECT 1 FROM model_usage WHERE platform = $1 AND user_id = $2) "
+    "THEN 1 ELSE 0 END"
 )
 _KEYED_MESSAGE = (
     f"SELECT c.bot, c.platform, c.chat_id, c.thread_id, {cols.MSG_COLS} FROM messages m "
@@ -166,9 +183,10 @@ class PeoplePart(SQLCore):
         )
 
     async def console_person(
-        self, user: UserKey, sources: Sequence[int], names: int = 20
+        self, user: UserKey, sources: Sequence[int], names: int = 20, chats: int = 20
     ) -> PersonView:
-        """Their count, newest names and the source messages asked for, from one snapshot."""
+        """Their count, newest names, newest conversations, the source messages asked for
+        and whether they are known, from one snapshot."""
         who = (user.platform, user.user_id)
         d = self.dialect
         async with self._snapshot() as db:
@@ -186,11 +204,26 @@ class PeoplePart(SQLCore):
                 d.list_arg(sorted(set(sources))),
             )
             media = await self._media_for(db, rows, offset=4)
+            # One more than asked says whether there are more.
+            where = await db.fetch(_CHATS, *who, chats + 1)
+            known = bool(count) or bool(await db.fetchval(_KNOWN, *who))
         said = cols.user_data(user, None, rows, (), (), (), (), media=media).messages
+        listed = [
+            PersonChat(
+                id=int(r[0]),
+                key=cols.conversation_key(r[1], r[2], r[3], r[4]),
+                last_at=float(r[5]),
+                messages=int(r[6]),
+            )
+            for r in where
+        ]
         return PersonView(
             messages=int(count or 0),
             names=tuple(sorted(str(r[0]) for r in called)),
             sources={m.id: m for m in said},
+            chats=tuple(listed[:chats]),
+            more_chats=len(listed) > chats,
+            known=known,
         )
 
 
