@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bot.personas.importer import import_card
 from tests.cards.cards import env, personabot, v2_card, write_card
 
 # 1,545 one-byte characters: 515 tokens by the estimate (UTF-8 bytes / 3) plus 4 = 519.
@@ -39,13 +40,16 @@ def _reply_to(chat: subprocess.Popen[str], line: str) -> None:
         assert got, "the chat ended before answering"
 
 
-def test_an_entry_over_the_budget_is_named_at_import_and_once_in_a_chat(tmp_path: Path) -> None:
+def test_the_import_names_an_entry_over_the_budget_and_the_line_to_fit_it(tmp_path: Path) -> None:
     write_card(tmp_path / "mira.json", _card())
     code, out, err = personabot("persona", "import", "mira.json", cwd=tmp_path)
     assert (code, err) == (0, "")
     assert f"  warning: {WARNING}\n" in out
     assert out.count("warning") == 1  # the other entries fit
 
+
+def test_a_chat_is_told_once_and_the_prompt_report_says_too_large(tmp_path: Path) -> None:
+    import_card(write_card(tmp_path / "mira.json", _card()), out=tmp_path / "personabot.toml")
     chat = subprocess.Popen(
         [sys.executable, "-m", "bot", "chat"],
         cwd=tmp_path,
