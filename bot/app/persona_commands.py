@@ -12,7 +12,9 @@ from bot.core.errors import CardError, ConfigError, PersonabotError
 
 def add_parser(sub: Any) -> None:
     """The ``persona`` command and its actions, on the CLI's subparsers."""
-    persona = sub.add_parser("persona", help="import or export Character Cards (V2/V3)")
+    persona = sub.add_parser(
+        "persona", help="import or export Character Cards (V1/V2/V3), import lorebooks"
+    )
     actions = persona.add_subparsers(dest="persona_command", required=True)
     imp = actions.add_parser("import", help="a card (.json, .png, .charx) as a [[personas]] entry")
     imp.add_argument("card", type=Path, help="the card file")
