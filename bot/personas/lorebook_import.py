@@ -24,8 +24,8 @@ def import_lorebook(source: Path, *, persona_id: str, config: Path) -> Imported:
     """Give the lorebook in ``source`` to the persona ``persona_id`` of the TOML ``config``."""
     if source.suffix.lower() != ".json":
         raise CardError(f"{source}: not a lorebook file (.json)")
-    found = read_lorebook(parse_json(read_bounded(source, "lorebook file"), str(source)),
-                          str(source), source.stem)  # fmt: skip
+    value = parse_json(read_bounded(source, "lorebook file"), str(source))
+    found = read_lorebook(value, str(source), source.stem)
     book = normalise_book(found.book, "the lorebook")
     notes: list[str] = []
     table = book_table(book, notes)
