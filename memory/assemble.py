@@ -376,8 +376,7 @@ def _persona_layers(
     if pin.lorebook is not None:
         said = [m.text for m in (*history, *turn.messages)]
         room -= estimate_tokens(pin_text) + _cost(post_text) + _LORE_OVERHEAD
-        book = replace(pin.lorebook, token_budget=max(0, min(pin.lorebook.token_budget, room)))
-        lore = select(book, said, lambda text: expand(text, tail))
+        lore = select(pin.lorebook, said, lambda text: expand(text, tail), room=room)
     return pin_text, lore, post_text
 
 

@@ -70,7 +70,13 @@ MAX_BOOK_CHARS: Final = 4_000_000
 MAX_NAME_CHARS: Final = 200
 
 SkipReason = Literal[
-    "disabled", "no key match", "budget", "bad regex", "regex timeout", "time budget"
+    "disabled",
+    "no key match",
+    "budget",
+    "too large",
+    "bad regex",
+    "regex timeout",
+    "time budget",
 ]
 
 
@@ -188,9 +194,9 @@ class Lorebook:
     entries: tuple[LoreEntry, ...]
     scan_depth: int = 4
     token_budget: int = 500
-    # The entries compiled, once per book: ``dataclasses.replace`` passes it on, so the
-    # per-prompt copy with another token_budget (memory/assemble.py) compiles nothing. One
-    # compiled for other entries is not reused (checked by identity).
+    # The entries compiled, once per book: ``dataclasses.replace`` passes it on, so a copy
+    # with another token_budget compiles nothing. One compiled for other entries is not
+    # reused (checked by identity).
     compiled: CompiledBook | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -291,11 +297,16 @@ def select(
     texts: Sequence[str],
     render: Callable[[str], str] = str,
     *,
+    room: int | None = None,
     clock: Clock = time.monotonic,
 ) -> LoreSelection:
-    """The entries of ``book`` that fire on the last ``scan_depth`` of ``texts``, within the
-    budget; each content as ``render`` makes it (macros expanded), counted as sent. Matching
-    takes at most ``MATCH_SECONDS`` by ``clock``."""
+    """The entries of ``book`` that fire on the last ``scan_depth`` of ``texts``, within its
+    ``token_budget`` and ``room`` (what the prompt leaves); each content as ``render`` makes
+    it (macros expanded), counted as sent. An entry larger than the whole ``token_budget`` is
+    skipped as "too large", not "budget": it can never be sent, which is said once when the
+    book is loaded (``oversized``), not on every prompt. Matching takes at most
+    ``MATCH_SECONDS`` by ``clock``."""
+    budget = book.token_budget if room is None else max(0, min(book.token_budget, room))
     compiled = book.compiled_book
     verdicts = compiled.matcher.match(scanned_text(texts, book.scan_depth), clock)
     candidates: list[tuple[int, LoreEntry, str, str]] = []
@@ -314,20 +325,64 @@ def select(
     used = 0
     for index, entry, why, content in by_keep:
         tokens = estimate_tokens(content)
-        if used + tokens <= book.token_budget:
+        if tokens > book.token_budget:
+            skipped.append(Skipped(entry.label(index), "too large", _too_large(tokens, book)))
+        elif used + tokens <= budget:
             kept.append((index, entry, why, content, tokens))
             used += tokens
         else:
-            skipped.append(
-                Skipped(
-                    entry.label(index),
-                    "budget",
-                    f"{tokens} tokens, {book.token_budget - used} of {book.token_budget} left",
-                )
-            )
+            left = f"{tokens} tokens, {budget - used} of {budget} left"
+            skipped.append(Skipped(entry.label(index), "budget", left))
     kept.sort(key=lambda c: (c[1].insertion_order, c[0]))
     return LoreSelection(
         contents=tuple(content for _, _, _, content, _ in kept),
         fired=tuple(Fired(entry.label(i), why, tokens) for i, entry, why, _, tokens in kept),
         skipped=tuple(skipped),
     )
+
+
+def _too_large(tokens: int, book: Lorebook) -> str:
+    return f"{tokens} tokens, over the token_budget of {book.token_budget}"
+
+
+@dataclass(frozen=True, slots=True)
+class Oversized:
+    """An enabled entry whose content alone is over the lorebook's ``token_budget``."""
+
+    label: str
+    tokens: int
+
+
+def oversized(
+    entries: Sequence[LoreEntry], token_budget: int, render: Callable[[str], str] = str
+) -> tuple[Oversized, ...]:
+    """The enabled entries of ``entries`` that can never be sent under ``token_budget``: their
+    content, as ``render`` makes it, is estimated over it by the count ``select`` uses."""
+    found = []
+    for index, entry in enumerate(entries):
+        if entry.enabled and (tokens := estimate_tokens(render(entry.content))) > token_budget:
+            found.append(Oversized(entry.label(index), tokens))
+    return tuple(found)
+
+
+def oversized_text(found: Sequence[Oversized], budget: int) -> str:
+    """One sentence naming the oversized entries (the first three) and the budget to set."""
+    names = ", ".join(f"{e.label!r} (~{e.tokens} tokens)" for e in found[:3])
+    if len(found) > 3:
+        names += f" and {len(found) - 3} more"
+    one = len(found) == 1
+    return (
+        f"lorebook entr{'y' if one else 'ies'} {names} {'is' if one else 'are'} larger than "
+        f"the token_budget of {budget} and never sent: raise it under [personas.lorebook], "
+        f"token_budget = {budget_for(max(e.tokens for e in found))}"
+    )
+
+
+#: The largest ``token_budget`` a config accepts (bot/config.py LorebookSettings).
+MAX_TOKEN_BUDGET: Final = 100_000
+
+
+def budget_for(tokens: int) -> int:
+    """A ``token_budget`` to suggest for an entry of ``tokens``: the next hundred above it
+    (an entry of 521 tokens: 600), so that it fits with a little room."""
+    return min(MAX_TOKEN_BUDGET, (tokens // 100 + 1) * 100)

@@ -59,7 +59,8 @@ from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore, is_postgres_url
 from bot.store.sqlite import SQLiteStore, sqlite_path
 from memory.assemble import Budget, PersonaPin
-from memory.macros import speaker_name
+from memory.lorebook import oversized, oversized_text
+from memory.macros import MacroContext, expand, speaker_name
 from memory.retention.worker import Retention, RetentionPolicy
 from memory.service import Memory, MemoryPolicy
 
@@ -181,10 +182,11 @@ def session_policy(settings: Settings) -> SessionPolicy:
 
 
 def pin_for(persona: PersonaSettings) -> PersonaPin:
-    """The persona's pinned layer; its lorebook's bad patterns are logged here, once, not
-    on every prompt that skips them."""
+    """The persona's pinned layer; its lorebook's bad patterns and the entries too large for
+    its token_budget are logged here, once, not on every prompt that skips them."""
     pin = persona.pin()
-    for bad in pin.lorebook.bad_keys() if pin.lorebook is not None else ():
+    book = pin.lorebook
+    for bad in book.bad_keys() if book is not None else ():
         log.warning(
             "persona %r: lorebook entry %r: %s (%s); the key never matches",
             persona.id,
@@ -192,7 +194,16 @@ def pin_for(persona: PersonaSettings) -> PersonaPin:
             bad.reason,
             bad.detail,
         )
+    if book is not None and (large := oversized(book.entries, book.token_budget, macro_view(pin))):
+        log.warning("persona %r: %s", persona.id, oversized_text(large, book.token_budget))
     return pin
+
+
+def macro_view(pin: PersonaPin) -> Callable[[str], str]:
+    """A lorebook entry's content as a prompt would hold it, for counting its tokens before
+    any chat (``{{user}}`` as "User")."""
+    context = MacroContext(pin.char, "User", "size")
+    return lambda text: expand(text, context)
 
 
 def persona_choices(

@@ -1,4 +1,4 @@
-"""``personabot persona import`` and ``personabot persona export`` (docs/personas.md)."""
+"""``personabot persona import``, ``import-lorebook`` and ``export`` (docs/personas.md)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from bot.core.errors import CardError, ConfigError, PersonabotError
 
 
 def add_parser(sub: Any) -> None:
-    """The ``persona`` command and its two actions, on the CLI's subparsers."""
-    persona = sub.add_parser("persona", help="import or export Character Cards (V2/V3)")
+    """The ``persona`` command and its actions, on the CLI's subparsers."""
+    persona = sub.add_parser(
+        "persona", help="import or export Character Cards (V1/V2/V3), import lorebooks"
+    )
     actions = persona.add_subparsers(dest="persona_command", required=True)
     imp = actions.add_parser("import", help="a card (.json, .png, .charx) as a [[personas]] entry")
     imp.add_argument("card", type=Path, help="the card file")
@@ -25,6 +27,15 @@ def add_parser(sub: Any) -> None:
         choices=["telegram", "discord"],
         default=None,
         help="also add a [[bots]] entry for the persona on this platform",
+    )
+    book = actions.add_parser(
+        "import-lorebook",
+        help="a lorebook file (SillyTavern World Info, lorebook_v3) for a persona of the TOML",
+    )
+    book.add_argument("lorebook", type=Path, help="the lorebook file (.json)")
+    book.add_argument("--persona", required=True, help="id of the persona to give it to")
+    book.add_argument(
+        "--config", type=Path, default=Path("personabot.toml"), help="TOML file to edit"
     )
     exp = actions.add_parser("export", help="a persona as a Character Card V3")
     exp.add_argument("id", help="persona id")
@@ -40,12 +51,18 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``persona import`` or ``persona export``; one error line and exit 2 on bad input."""
+    """Run a ``persona`` action; one error line and exit 2 on bad input."""
     try:
         if args.persona_command == "import":
             from bot.personas.importer import import_card
 
             done = import_card(args.card, out=args.out, persona_id=args.id, bot=args.bot)
+            print("\n".join(done.lines))
+            return 0
+        if args.persona_command == "import-lorebook":
+            from bot.personas.lorebook_import import import_lorebook
+
+            done = import_lorebook(args.lorebook, persona_id=args.persona, config=args.config)
             print("\n".join(done.lines))
             return 0
         from bot.personas.exporter import export_persona

@@ -1,6 +1,8 @@
 """A card as personabot keeps it: normalised Character Card V3 JSON.
 
-``normalise`` accepts V2 (``chara_card_v2``) and V3 (``chara_card_v3``), checks the types of
+``normalise`` accepts V1 (TavernAI's flat object of six text fields, no ``spec``: read as
+the V2 card with those fields in ``data``), V2 (``chara_card_v2``) and V3
+(``chara_card_v3``), checks the types of
 the fields personabot reads and that its lorebook is within the limits a config accepts
 (memory/lorebook.py; the number of entries is counted first, before the card is copied),
 and returns a V3 card with every V2 and V3 field present (the defaults of the V3 spec where
@@ -37,6 +39,8 @@ TEXT_FIELDS: Final = (
     "creator",
     "character_version",
 )
+#: The fields of a Character Card V1 (all text), which V2 moved into ``data`` unchanged.
+V1_FIELDS: Final = ("name", "description", "personality", "scenario", "first_mes", "mes_example")
 #: The list-of-text fields of ``data``, [] when missing.
 LIST_FIELDS: Final = ("alternate_greetings", "tags", "group_only_greetings")
 
@@ -92,12 +96,9 @@ def normalise(card: object) -> dict[str, Any]:
     if not isinstance(card, dict):
         raise CardError("the card is not a JSON object")
     spec = card.get("spec")
-    if spec not in (V2, V3):
-        if spec is None and "name" in card:
-            raise CardError(
-                "a Character Card V1 (no 'spec'): only chara_card_v2 and chara_card_v3 are "
-                "read; open it in SillyTavern and export it again"
-            )
+    if is_v1(card):
+        card = _from_v1(card)
+    elif spec not in (V2, V3):
         raise CardError(f"unsupported card spec {spec!r}: expected {V2!r} or {V3!r}")
     _count_entries(card)
     out = copy.deepcopy(card)
@@ -123,8 +124,34 @@ def normalise(card: object) -> dict[str, Any]:
     return out
 
 
-def _book(book: object) -> dict[str, Any]:
-    where = "data.character_book"
+def is_v1(card: Mapping[str, Any]) -> bool:
+    """Whether ``card`` is a Character Card V1: TavernAI's flat object of text fields, with
+    no ``spec`` and no ``data``."""
+    return "spec" not in card and "data" not in card and "name" in card
+
+
+def _from_v1(card: dict[str, Any]) -> dict[str, Any]:
+    """A V1 card as V2: its six fields are V2's ``data`` fields of the same names; any other
+    key (an editor's metadata) stays at the top level, as unknown keys do."""
+    for key in V1_FIELDS:
+        value = card.get(key)
+        if value is not None and not isinstance(value, str):
+            raise CardError(f"{key}: expected text, found {_kind(value)} (a V1 card)")
+    data = {key: card[key] for key in V1_FIELDS if key in card}
+    rest = {key: value for key, value in card.items() if key not in V1_FIELDS}
+    return {"spec": V2, "spec_version": "2.0", "data": data, **rest}
+
+
+def normalise_book(book: object, where: str = "data.character_book") -> dict[str, Any]:
+    """A lorebook in the cards' ``character_book`` form, checked and within the limits, with
+    every entry numbered (a new object: ``book`` is not changed)."""
+    entries = book.get("entries") if isinstance(book, dict) else None
+    if isinstance(entries, list) and (problem := too_many_entries(len(entries))):
+        raise CardError(f"{where}.{problem}")
+    return _book(copy.deepcopy(book), where)
+
+
+def _book(book: object, where: str = "data.character_book") -> dict[str, Any]:
     if not isinstance(book, dict):
         raise CardError(f"{where}: expected an object, found {_kind(book)}")
     _object(book, "extensions", where)

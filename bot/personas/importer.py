@@ -15,17 +15,23 @@ import json
 import os
 import re
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from bot.config import load_settings
+from bot.config import LorebookSettings, load_settings
 from bot.core.errors import CardError, ConfigError
 from bot.personas.card import normalise
 from bot.personas.containers import CardFile, read_card_file
 from bot.personas.mapping import persona_table
 from bot.personas.toml_file import temporary_beside, with_persona
+from bot.personas.worldinfo import lorebook_kind
+from memory.lorebook import LoreEntry, oversized, oversized_text
+from memory.macros import MacroContext, expand
 
+#: The ``token_budget`` of a lorebook that sets none.
+DEFAULT_TOKEN_BUDGET: Final[int] = LorebookSettings.model_fields["token_budget"].default
 _ID: Final = re.compile(r"^[A-Za-z0-9_.-]+$")
 Platform = Literal["telegram", "discord"]
 
@@ -50,6 +56,11 @@ def import_card(
 ) -> Imported:
     """Import the card in ``source`` into the TOML file ``out`` (created when missing)."""
     found = read_card_file(source)
+    if (kind := lorebook_kind(found.card)) is not None:
+        raise CardError(
+            f"{source} is {kind}, not a character card. To give its entries to a persona of "
+            f"your TOML: personabot persona import-lorebook {source} --persona ID"
+        )
     card = normalise(found.card)
     data = card["data"]
     ident = persona_id or slug(data["name"])
@@ -59,7 +70,7 @@ def import_card(
     card_path = out.parent / card_rel
     image_path = card_path.with_suffix(".png")
     mapped = persona_table(card, persona_id=ident, card_path=card_rel)
-    old_text = _read_config(out)
+    old_text = read_config(out)
     new_text, bot_line = with_persona(old_text, mapped.table, where=str(out), bot=bot)
     for path in (card_path, image_path if found.image is not None else None):
         if path is not None and path.exists():
@@ -67,9 +78,11 @@ def import_card(
     files: list[tuple[Path, bytes]] = [(card_path, _card_json(card))]
     if found.image is not None:
         files.append((image_path, found.image))
-    _commit(out, new_text.encode("utf-8"), files)
+    commit(out, new_text.encode("utf-8"), files)
     lines = _summary(found, card, mapped.table, ident, out, card_rel, files)
     lines += [f"  {note}" for note in mapped.notes]
+    if "lorebook" in mapped.table and (warning := budget_warning(mapped.table)):
+        lines.append(f"  warning: {warning}")
     if persona_id is None and ident == "persona":
         lines.append("  the name gives no id of letters or digits: 'persona' (--id sets one)")
     if bot_line:
@@ -77,7 +90,28 @@ def import_card(
     return Imported(ident, tuple(lines))
 
 
-def _read_config(out: Path) -> str | None:
+def budget_warning(persona: Mapping[str, Any]) -> str | None:
+    """What to tell the operator when entries of the persona's lorebook (a ``[[personas]]``
+    table, plain values) are larger than its ``token_budget`` by themselves: they could never
+    be sent. Counted as a prompt counts them (memory/lorebook.py), macros expanded."""
+    book = persona.get("lorebook") or {}
+    budget = book.get("token_budget", DEFAULT_TOKEN_BUDGET)
+    context = MacroContext(persona.get("nickname") or persona["name"], "User", "size")
+    entries = [
+        LoreEntry(
+            e["content"],
+            keys=tuple(e.get("keys") or ()),
+            enabled=e.get("enabled", True),
+            name=e.get("name") or "",
+        )
+        for e in book.get("entries") or ()
+    ]
+    large = oversized(entries, budget, lambda text: expand(text, context))
+    return oversized_text(large, budget) if large else None
+
+
+def read_config(out: Path) -> str | None:
+    """The text of the operator's TOML file; None when there is none."""
     try:
         return out.read_bytes().decode("utf-8")
     except FileNotFoundError:
@@ -92,7 +126,7 @@ def _card_json(card: dict[str, Any]) -> bytes:
     return (json.dumps(card, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
 
 
-def _commit(out: Path, toml: bytes, files: list[tuple[Path, bytes]]) -> None:
+def commit(out: Path, toml: bytes, files: list[tuple[Path, bytes]]) -> None:
     """Check the new TOML loads, create the card files, then rename the TOML into place.
 
     A symlinked TOML (kept in a dotfiles repository, say) is replaced where it points: the
@@ -133,7 +167,7 @@ def _summary(
 ) -> list[str]:
     data = card["data"]
     container = found.container.upper() + (f", {found.chunk!r} chunk" if found.chunk else "")
-    spec = "V3" if found.card.get("spec") == "chara_card_v3" else "V2"
+    spec = {"chara_card_v3": "V3", "chara_card_v2": "V2"}.get(found.card.get("spec"), "V1")
     mapped = [
         f"name {table['name']!r}"
         + (f" (nickname {table['nickname']!r})" if "nickname" in table else ""),

@@ -71,7 +71,7 @@ def persona_table(card: Mapping[str, Any], *, persona_id: str, card_path: str) -
     }
     book = data.get("character_book")
     if book is not None:
-        table["lorebook"] = _book_table(book, notes)
+        table["lorebook"] = book_table(book, notes)
     if found := recommended_temperature(data):
         notes.append(
             f"ignored: the card recommends a sampling temperature ({found}); personabot sets "
@@ -91,7 +91,9 @@ def _clamped(value: int, bounds: tuple[int, int], what: str, notes: list[str]) -
     return kept
 
 
-def _book_table(book: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+def book_table(book: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The ``[personas.lorebook]`` table of a normalised ``character_book``; what was
+    clamped to the config's bounds is added to ``notes``."""
     table: dict[str, Any] = {"name": book.get("name") or ""}
     if book.get("scan_depth") is not None:
         table["scan_depth"] = _clamped(book["scan_depth"], _SCAN_DEPTH, "scan_depth", notes)

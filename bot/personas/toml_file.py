@@ -12,7 +12,7 @@ from typing import Any
 
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
-from tomlkit.items import AoT, Table
+from tomlkit.items import AoT, String, StringType, Table, Trivia, Whitespace
 
 from bot.core.errors import CardError, ConfigError
 
@@ -24,17 +24,35 @@ _NEW_FILE = """\
 _TOKEN_VARIABLES = {"telegram": "TELEGRAM_BOT_TOKEN", "discord": "DISCORD_BOT_TOKEN"}
 
 
+def multiline(value: str) -> String:
+    """``value`` as a TOML multi-line basic string that reads back exactly as ``value``.
+
+    tomlkit escapes quotes, backslashes, control characters and a lone carriage return, and
+    keeps a leading newline; but it writes the CR of a CRLF line ending raw, and TOML readers
+    (tomllib among them) read a raw CRLF in a multi-line string as a plain newline. So each
+    CR is written as the escape ``\\r`` before its newline: a card written on Windows reads
+    back with its CRLFs, one source line per line of text."""
+    item = tomlkit.string(value, multiline=True)
+    body = item.as_string()[3:-3]  # between the delimiters: every CR left raw is a CRLF's
+    return String(StringType.MLB, value, body.replace("\r\n", "\\r\n"), Trivia())
+
+
 def _text(value: str) -> Any:
-    # Multi-line text reads best as a multi-line string; a carriage return would be read back
-    # as a plain newline there, so such text stays one escaped line.
-    if "\n" in value and "\r" not in value:
-        return tomlkit.string(value, multiline=True)
+    # Text of several lines reads best as a multi-line string, one source line per line.
+    if "\n" in value or "\r" in value:
+        return multiline(value)
     return value
 
 
 def _item(value: Any) -> Any:
     if isinstance(value, str):
         return _text(value)
+    if isinstance(value, list) and any(isinstance(v, str) and _text(v) is not v for v in value):
+        array = tomlkit.array()
+        array.extend(_item(v) for v in value)
+        if len(value) > 1:
+            array.multiline(True)  # one greeting after another, each from its own line
+        return array
     if isinstance(value, Mapping):
         return _table(value)
     return value
@@ -104,6 +122,75 @@ def with_persona(
     if bot is not None:
         note = _add_bot(doc, bot, persona_id, where)
     return tomlkit.dumps(doc), note
+
+
+def with_lorebook(
+    text: str, persona_id: str, book: Mapping[str, Any], *, where: str
+) -> tuple[str, dict[str, Any], int]:
+    """``text`` with the entries of ``book`` (a ``[personas.lorebook]`` table, plain values)
+    given to the persona ``persona_id``: as its lorebook when it has none, else appended to
+    its entries, where an id it uses already gets the next free integer and an entry with the
+    same keys and content as one it has is left out. Returns the new text, the persona as
+    it now is (plain values) and how many entries were left out as duplicates."""
+    doc = parse(text, where)
+    persona = next(
+        (
+            p
+            for p in _entries(doc, "personas", where)
+            if hasattr(p, "get") and p.get("id") == persona_id
+        ),
+        None,
+    )
+    if persona is None:
+        known = ", ".join(repr(i) for i in persona_ids(doc, where)) or "none"
+        raise CardError(f"{where}: no persona with id {persona_id!r} (its personas: {known})")
+    if not isinstance(persona, Table):
+        raise ConfigError(
+            [f"personas: write persona {persona_id!r} as a [[personas]] table to add a lorebook"],
+            source=where,
+        )
+    current = persona.get("lorebook")
+    if current is None:
+        persona.add("lorebook", _table(book))
+        return tomlkit.dumps(doc), persona.unwrap(), 0
+    entries = current.get("entries") if isinstance(current, Table) else None
+    if not isinstance(current, Table) or not isinstance(entries, AoT | None):
+        raise ConfigError(
+            [
+                f"persona {persona_id!r}: write its lorebook as [personas.lorebook] with "
+                "[[personas.lorebook.entries]] tables to add entries to it"
+            ],
+            source=where,
+        )
+    have = {_same(e) for e in entries or ()}
+    fresh = [e for e in book["entries"] if _same(e) not in have]
+    taken = {e.get("id") for e in entries or ()}
+    free = 0
+    tables = tomlkit.aot() if entries is None else entries
+    if fresh and len(tables) and not _ends_blank(tables[-1]):
+        tables[-1].add(tomlkit.nl())  # a blank line between it and the first new entry
+    for entry in fresh:
+        values = dict(entry)
+        if values.get("id") in taken:  # export finds an entry's stored fields by its id
+            while free in taken:
+                free += 1
+            values["id"] = free
+        taken.add(values["id"])
+        table = _table(values)
+        table.add(tomlkit.nl())
+        tables.append(table)
+    if entries is None:
+        current.add("entries", tables)
+    return tomlkit.dumps(doc), persona.unwrap(), len(book["entries"]) - len(fresh)
+
+
+def _ends_blank(table: Table) -> bool:
+    body = table.value.body
+    return bool(body) and isinstance(body[-1][1], Whitespace)
+
+
+def _same(entry: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
+    return tuple(entry.get("keys") or ()), str(entry.get("content", ""))
 
 
 def _add_bot(doc: tomlkit.TOMLDocument, platform: str, persona_id: str, where: str) -> str | None:

@@ -276,7 +276,8 @@ async def test_prompt_says_which_lorebook_entries_fired_and_why_others_did_not(
         'name = "dragon"\nkeys = ["dragon"]\ncontent = "Vermithrax sleeps under Kell."\n'
         "priority = 20\n"
         "[[personas.lorebook.entries]]\n"
-        f'name = "mountain lore"\nkeys = ["dragon"]\ncontent = "{"Kell is tall. " * 20}"\n'
+        # ~37 tokens: within the budget of 40 alone, not beside the dragon's ~14.
+        f'name = "mountain lore"\nkeys = ["dragon"]\ncontent = "{"Kell is tall. " * 7}"\n'
         "[[personas.lorebook.entries]]\n"
         'name = "off"\nkeys = ["dragon"]\ncontent = "never"\nenabled = false\n'
         "[[personas.lorebook.entries]]\n"

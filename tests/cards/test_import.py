@@ -213,10 +213,10 @@ MALFORMED: dict[str, tuple[str, Any, str]] = {
         _write("", json.dumps({**v2_card(), "spec": "chara_card_v9"}).encode()),
         "unsupported card spec 'chara_card_v9': expected 'chara_card_v2' or 'chara_card_v3'",
     ),
-    "V1 card": (
+    "V1 card with a field of the wrong type": (
         "card.json",
-        _write("", json.dumps(v2_card()["data"]).encode()),
-        "a Character Card V1 (no 'spec')",
+        _write("", json.dumps({"name": "Mira", "description": 5}).encode()),
+        "description: expected text, found a number (a V1 card)",
     ),
     "missing name": (
         "card.charx",

@@ -134,6 +134,8 @@ def test_every_entry_is_accounted_for_and_the_budget_holds(
         matched = entry.constant or any(k.casefold() in said.casefold() for k in entry.keys)
         if not entry.enabled:
             assert outcome[name] == "disabled"
+        elif matched and estimate_tokens(entry.content) > budget:
+            assert outcome[name] == "too large"  # never sent, whatever fires with it
         elif matched:
             assert outcome[name] in ("fired", "budget")
         else:
