@@ -1,7 +1,9 @@
 """Terminal chat: the same pipeline as a hosted bot, with stdin/stdout as the platform.
 
 Works with a terminal, a pipe or a file on stdin: lines are read by a daemon thread (so a
-blocked read never holds up exit) and handed to the event loop.
+blocked read never holds up exit) and handed to the event loop. Each line gets an id of this
+run (``<run>-<n>``): a reply whose message id is not one of them answers a message left by an
+earlier run, and is labelled so.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import asyncio
 import contextlib
 import os
 import threading
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Literal, TextIO
 
@@ -20,6 +23,10 @@ from bot.core.events import Attachment, ConversationKey, Inbound, Reply
 from bot.core.ports import InboundHandler, Preview, StreamSettings
 
 QUIT_COMMANDS = frozenset({"/quit", "/exit"})
+#: The lines /help adds for what the console itself handles (the runtime never sees them).
+CONSOLE_HELP = "/quit - leave the chat (also /exit, Ctrl-D or Ctrl-C)"
+#: How much of an earlier message a late answer's label quotes.
+LABEL_CHARS = 60
 
 
 class ConsoleAdapter(BaseAdapter):
@@ -36,7 +43,11 @@ class ConsoleAdapter(BaseAdapter):
         stdout: TextIO,
         interactive: bool = False,
         files_dir: Path | None = None,
+        pace: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """``pace``, when given, is awaited before the first line is read and after each line
+        is handed over, before the next is read: a piped run waits there until the line is
+        answered, so the transcript reads in input order."""
         super().__init__(bot_key=bot_key)
         self._files_dir = files_dir or Path.cwd()
         self.conversation = ConversationKey("console", user_id, None, bot_key)
@@ -46,9 +57,15 @@ class ConsoleAdapter(BaseAdapter):
         self._stdin = stdin
         self._stdout = stdout
         self._interactive = interactive
+        self._pace = pace
+        self._run_id = uuid.uuid4().hex[:8]
         self._counter = 0
+        self._mine: set[str] = set()  # ids of the lines of this run
+        self._help: set[str] = set()  # ids of this run's /help lines
+        self._earlier: dict[str, str] = {}  # text of earlier runs' unanswered lines, by id
         self.replies_sent = 0
         self._prompting = False
+        self._reading = True  # False once input ended: no prompt after the last answers
         self._streamed: str | None = None  # the reply printed so far while it is written
 
     def write(self, text: str) -> None:
@@ -57,8 +74,13 @@ class ConsoleAdapter(BaseAdapter):
         self._stdout.flush()
         self._prompting = False
 
+    def expect_late(self, earlier: Mapping[str, str]) -> None:
+        """Texts (by message id) of messages an earlier run left unanswered: their answers are
+        labelled with them."""
+        self._earlier.update(earlier)
+
     def _prompt(self) -> None:
-        if self._interactive and not self._prompting:
+        if self._interactive and self._reading and not self._prompting:
             self._stdout.write("> ")
             self._stdout.flush()
             self._prompting = True
@@ -66,30 +88,48 @@ class ConsoleAdapter(BaseAdapter):
     def inbound(self, text: str) -> Inbound:
         """A line of the local user as an inbound message (``personabot chat`` greets with a
         ``/start`` of its own, so the greeting takes the same path as every answer)."""
+        self._counter += 1
+        message_id = f"{self._run_id}-{self._counter}"
+        self._mine.add(message_id)
+        if text.split(maxsplit=1)[:1] == ["/help"]:
+            self._help.add(message_id)
         return Inbound(
             conversation=self.conversation,
             author_id=self._user_id,
             display_name=self._display_name,
             text=text,
-            platform_message_id=None,
+            platform_message_id=message_id,
             is_private=True,
         )
 
     async def run(self, handler: InboundHandler) -> None:
         """Read lines until EOF or /quit; each non-empty line is one inbound message."""
         lines = _threaded_lines(self._stdin)
+        if self._pace is not None:
+            await self._pace()  # answers left by an earlier run come before this run's lines
         self._prompt()
-        async for line in lines:
-            text = line.strip()
-            if text.lower() in QUIT_COMMANDS:
-                break
-            if not text:
-                self._prompt()
-                continue
-            # The prompt comes back with the reply (send), not before it.
-            self._counter += 1
-            self._prompting = False
-            await handler(self.inbound(text))
+        try:
+            async for line in lines:
+                text = line.strip()
+                if text.lower() in QUIT_COMMANDS:
+                    break
+                if not text:
+                    self._prompt()
+                    continue
+                # The prompt comes back with the reply (send), not before it.
+                self._prompting = False
+                await handler(self.inbound(text))
+                if self._pace is not None:
+                    await self._pace()
+            else:
+                self.end_line()  # Ctrl-D after the prompt: the shell's prompt gets a line
+        finally:
+            self._reading = False
+
+    def end_line(self) -> None:
+        """End the prompt's line, if one is shown (input ended where the prompt stood)."""
+        if self._prompting:
+            self.write("")
 
     def preview(
         self,
@@ -99,14 +139,30 @@ class ConsoleAdapter(BaseAdapter):
         reply_to: str | None = None,
     ) -> Preview | None:
         """Print the reply as it is written (``bot.core.ports.Streams``), unless ``off``."""
-        return None if settings.mode == "off" else _ConsolePreview(self)
+        return None if settings.mode == "off" else _ConsolePreview(self, reply_to)
 
     async def retract(self, conversation: ConversationKey, message_id: str) -> None:
         """Nothing printed can be taken back (and the console posts no preview messages)."""
 
-    def _stream(self, text: str) -> None:
+    def _label(self, reply_to: str | None) -> str | None:
+        """The line that says whom a reply answers: only a message of an earlier run."""
+        if reply_to is None or reply_to in self._mine:
+            return None
+        earlier = self._earlier.get(reply_to)
+        if earlier is None:
+            return "(to your earlier message)"
+        quoted = " ".join(earlier.split())
+        if len(quoted) > LABEL_CHARS:
+            quoted = quoted[: LABEL_CHARS - 3].rstrip() + "..."
+        return f"(to your earlier message: {quoted})"
+
+    def _stream(self, text: str, reply_to: str | None = None) -> None:
         """Print the part of ``text`` not printed yet (a new model step starts a new line)."""
         printed = self._streamed
+        if printed is None and self._prompting:
+            self._stdout.write("\n")  # a late answer arrives while the prompt is shown
+        if printed is None and (label := self._label(reply_to)) is not None:
+            self._stdout.write(label + "\n")
         if printed is None or not text.startswith(printed):
             if printed is not None:
                 self._stdout.write("\n")
@@ -130,18 +186,27 @@ class ConsoleAdapter(BaseAdapter):
         After a streamed preview the reply completes the printed line when it continues it.
         """
         self.replies_sent += 1
+        reply_to = reply.reply_to_platform_message_id
+        text = reply.text
+        if reply_to in self._help:
+            text = f"{text}\n{CONSOLE_HELP}"
         streamed, self._streamed = self._streamed, None
         if streamed is not None and reply.attachment is None:
-            if reply.text.startswith(streamed):
-                self.write(reply.text[len(streamed) :])
+            if text.startswith(streamed):
+                self.write(text[len(streamed) :])
                 self._prompt()
                 return
             self._stdout.write("\n")
+        elif streamed is None:
+            if self._prompting:
+                self._stdout.write("\n")  # an answer that comes while the prompt is shown
+            if (label := self._label(reply_to)) is not None:
+                self._stdout.write(label + "\n")
         if reply.attachment is not None:
             path = self._save(reply.attachment)
-            self.write(f"{self._persona_name}: {reply.text}\n  saved to {path}")
+            self.write(f"{self._persona_name}: {text}\n  saved to {path}")
         else:
-            self.write(f"{self._persona_name}: {reply.text}")
+            self.write(f"{self._persona_name}: {text}")
         self._prompt()
 
     def _save(self, attachment: Attachment) -> Path:
@@ -176,8 +241,9 @@ class ConsoleAdapter(BaseAdapter):
 class _ConsolePreview:
     """A reply printed as it comes; the final reply completes the line."""
 
-    def __init__(self, adapter: ConsoleAdapter) -> None:
+    def __init__(self, adapter: ConsoleAdapter, reply_to: str | None) -> None:
         self._adapter = adapter
+        self._reply_to = reply_to
 
     @property
     def kind(self) -> Literal["console"]:
@@ -196,7 +262,7 @@ class _ConsolePreview:
 
     async def show(self, text: str) -> None:
         """Print what is new."""
-        self._adapter._stream(text)
+        self._adapter._stream(text, self._reply_to)
 
     async def discard(self) -> None:
         """Mark the printed reply as dropped."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import getpass
 import signal
 from collections.abc import Callable
@@ -18,6 +19,10 @@ from bot.store.postgres import redact_url
 
 if TYPE_CHECKING:
     from bot.app.app import App
+
+
+#: The exit code of a chat that leaves input unanswered (EOF or /quit came first).
+EXIT_UNANSWERED = 1
 
 
 async def wait_until_answered(rt: Runtime, bot: str, within: float) -> bool:
@@ -45,8 +50,17 @@ async def run_chat(
     stdout: TextIO,
     interactive: bool,
     notice: Callable[[str], None] | None = None,
+    log_path: str | None = None,
 ) -> int:
-    """``personabot chat``: the console adapter on the full pipeline. Returns the exit code."""
+    """``personabot chat``: the console adapter on the full pipeline. Returns the exit code:
+    0, or EXIT_UNANSWERED when input ended (EOF, /quit) with messages still unanswered.
+
+    On a terminal the chat is live: lines typed quickly coalesce into one turn, commands
+    answer at once. Piped, each line is answered (or its command run) before the next is
+    read, so the transcript reads in input order; a line the model does not answer within
+    ``max_wait_seconds`` + the model's ``timeout_seconds`` stops the waiting (the rest goes in
+    as it comes, and is counted at exit if unanswered), so a piped run never hangs.
+    ``log_path``: where the log records go (named in the opening line), if not stderr."""
     settings, secrets = app.settings, app.secrets
     say = notice or (lambda line: print(line, file=stdout, flush=True))
     persona = settings.persona(persona_id)
@@ -56,6 +70,8 @@ async def run_chat(
         say("No ANTHROPIC_API_KEY set: using the offline model (it echoes what it receives).")
     user = _local_user()
     bot_key = f"console-{persona.id}"
+    limit = settings.queue_for(persona).max_wait_seconds + settings.llm.timeout_seconds
+    pacer = _Pacer(bot_key, limit)
     adapter = ConsoleAdapter(
         bot_key=bot_key,
         persona_name=persona.name,
@@ -64,15 +80,22 @@ async def run_chat(
         stdin=stdin,
         stdout=stdout,
         interactive=interactive,
+        pace=None if interactive else pacer.pace,
     )
     # A credential hidden anywhere in the URL (a token set in the environment) is masked too.
     known = [*secrets.values(settings.secret_names()), *settings.credentials()]
     where = redact_text(redact_url(settings.storage.url), known).removeprefix("sqlite:///")
-    say(f"personabot chat with {persona.name} ({persona.id}); store: {where}; /help, /quit")
+    log = f"; log: {log_path}" if log_path else ""
+    say(f"personabot chat with {persona.name} ({persona.id}); store: {where}{log}; /help, /quit")
     async with app.running({bot_key: (persona, adapter)}, llm=llm) as rt:
+        pacer.rt = rt
         session = await rt.store.open_session(
             adapter.conversation, rt.clock.now(), session_policy(settings)
         )
+        if (earlier := await rt.store.pending_turn(adapter.conversation)) is not None:
+            adapter.expect_late(
+                {m.platform_message_id: m.text for m in earlier.messages if m.platform_message_id}
+            )
         if not await rt.store.messages(session.key):
             # A /start of the local user: the greeting takes the one outbound path, after the
             # access check (someone outside allow_users gets only the denied reply).
@@ -81,10 +104,34 @@ async def run_chat(
             # Stopped by a signal: running turns get the grace period; pending input stays
             # stored with its timer armed and is answered on the next start.
             return 0
-        limit = settings.queue_for(persona).max_wait_seconds + settings.llm.timeout_seconds
-        if not await wait_until_answered(rt, bot_key, limit):
-            say("Some messages are still unanswered; they are kept and answered next time.")
+        # Piped input the model stopped answering was waited for already: no second wait.
+        await wait_until_answered(rt, bot_key, limit if pacer.waiting or interactive else 0.0)
+        unanswered = await rt.store.pending_count(adapter.conversation)
+    if unanswered:
+        where = f" (see {log_path})" if log_path else ""
+        say(
+            f"{unanswered} message{'s' if unanswered != 1 else ''} went unanswered{where}; "
+            "kept, and answered at the next start or with the next message."
+        )
+        return EXIT_UNANSWERED
     return 0
+
+
+@dataclasses.dataclass(slots=True)
+class _Pacer:
+    """Holds a piped chat's next line until the one before it is answered."""
+
+    bot: str
+    within: float
+    rt: Runtime | None = None
+    #: False once a line went unanswered within ``within``: the model does not answer (down,
+    #: or rejecting the key), so the rest goes in without waiting, to be counted at exit.
+    waiting: bool = True
+
+    async def pace(self) -> None:
+        """Wait until nothing of the conversation is pending (at most ``within``)."""
+        if self.waiting and self.rt is not None:
+            self.waiting = await wait_until_answered(self.rt, self.bot, self.within)
 
 
 async def _read_until_end_or_signal(adapter: ConsoleAdapter, router: BotHandler) -> bool:

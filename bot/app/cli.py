@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bot.app import persona_commands
-from bot.app.logs import redact_text, setup_logging
+from bot.app.logs import open_log_file, redact_text, setup_logging
 from bot.app.signals import EarlySignals
 from bot.config import Secrets, Settings, bundled_example_path, load_settings
 from bot.core.errors import ConfigError, PersonabotError
@@ -198,7 +198,7 @@ def _early_signals() -> EarlySignals:
     return early
 
 
-def _command(app: App, args: argparse.Namespace) -> int:
+def _command(app: App, args: argparse.Namespace, log_path: str | None) -> int:
     """Run ``chat`` or an admin command on the App."""
     if args.command == "chat":
         from bot.app.chat import run_chat
@@ -210,6 +210,7 @@ def _command(app: App, args: argparse.Namespace) -> int:
                 stdin=sys.stdin,
                 stdout=sys.stdout,
                 interactive=sys.stdin.isatty(),
+                log_path=log_path,
             )
         )
     if args.command == "web":
@@ -259,6 +260,8 @@ def _command(app: App, args: argparse.Namespace) -> int:
 
 #: Commands whose output is the terminal's whole point: their logs start at WARNING.
 _QUIET = frozenset({"chat", "prompt", "memory"})
+#: Where ``chat`` logs when its stderr is the terminal of the conversation (working directory).
+CHAT_LOG = "personabot-chat.log"
 #: The exit code of a command whose reader went away (``personabot config check | head``),
 #: as a shell reports a process ended by SIGPIPE.
 EXIT_PIPE = 128 + 13
@@ -283,6 +286,14 @@ def _level(command: str, level: str) -> str:
     return "WARNING" if command in _QUIET and level == "INFO" else level
 
 
+def _chat_on_terminal(command: str) -> bool:
+    """Whether this is ``chat`` with stderr on the terminal, between the conversation's lines."""
+    try:
+        return command == "chat" and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # stderr closed or replaced
+        return False
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "persona":  # works on files, not on a loaded configuration
@@ -304,7 +315,11 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         settings = loaded = load_settings(args.config)
         level = _level(args.command, settings.logging.level)
-        setup_logging(level, known, fmt=args.log_format or settings.logging.format)
+        # A chat on a terminal keeps its log records out of the conversation: in a file,
+        # named in the chat's opening line. Redirected stderr is where the operator wants them.
+        log_file = open_log_file(Path(CHAT_LOG)) if _chat_on_terminal(args.command) else None
+        log_path = CHAT_LOG if log_file is not None else None
+        setup_logging(level, known, log_file, fmt=args.log_format or settings.logging.format)
         # One composition root for every command; plugins load (and platform and provider
         # names are checked) for those that run bots, not for the admin commands. Imported
         # here: a signal during these imports is already recorded (EarlySignals).
@@ -321,7 +336,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return 0
         if args.command == "run":
             return asyncio.run(app.run(early=early))
-        return _command(app, args)
+        return _command(app, args, log_path)
     except ConfigError as exc:
         for line in exc.lines():
             print(_redacted(f"personabot: config error: {line}", known()), file=sys.stderr)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TextIO
 
 REDACTED = "[redacted]"
@@ -83,3 +85,13 @@ def setup_logging(
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     logging.getLogger("personabot").setLevel(level)
+
+
+def open_log_file(path: Path) -> TextIO | None:
+    """``path`` opened for appending log records (only its owner may read it: records name
+    people and chats), or None when it cannot be (then the logs stay on stderr)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:
+        return None
+    return os.fdopen(fd, "a", encoding="utf-8")

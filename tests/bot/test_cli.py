@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import getpass
 import json
 import os
@@ -156,7 +155,8 @@ async def test_secret_never_reaches_output_or_store(tmp_path: Path) -> None:
         code, out, err = await _run(["chat"], tmp_path, "hello\n", env=env)
         assert api.call_count >= 1
         assert api.requests[0].api_key == SECRET  # it was really used
-    assert code == 0
+    assert code == 1  # "hello" went unanswered
+    assert "1 message went unanswered" in out
     assert "authentication failed" in err.lower()
     assert SECRET not in out and SECRET not in err
     assert SECRET[:20] not in err
@@ -165,33 +165,38 @@ async def test_secret_never_reaches_output_or_store(tmp_path: Path) -> None:
 
 
 async def test_sigterm_exits_cleanly_and_keeps_unanswered_input(tmp_path: Path) -> None:
-    """SIGTERM before the debounce fires: exit 0, the message stays; the next start answers."""
-    env = _env(PERSONABOT_QUEUE__DEBOUNCE_SECONDS="5", PERSONABOT_QUEUE__MAX_WAIT_SECONDS="10")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=env,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stdin is not None
-    proc.stdin.write(b"remember me\n")
-    await proc.stdin.drain()
-    db_path = tmp_path / "personabot.sqlite3"
-    for _ in range(500):
-        if db_path.exists():
-            with (
-                contextlib.closing(sqlite3.connect(db_path)) as db,
-                contextlib.suppress(sqlite3.OperationalError),
-            ):
-                if db.execute("SELECT COUNT(*) FROM messages").fetchone() == (1,):
-                    break
-        await asyncio.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+    """SIGTERM while the model is still writing: exit 0, the message stays; the next start
+    answers it, labelled as the answer to that earlier message (issue 35, item 7)."""
+    async with FakeMessagesAPI() as api:
+        api.hold = asyncio.Event()  # the model never answers in the first run
+        env = _env(
+            ANTHROPIC_API_KEY="sk-test",
+            PERSONABOT_LLM__BASE_URL=api.base_url,
+            PERSONABOT_LLM__MAX_RETRIES="0",
+            PERSONABOT_QUEUE__SHUTDOWN_GRACE_SECONDS="0.5",
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=env,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stdin is not None
+        proc.stdin.write(b"remember me\n")
+        await proc.stdin.drain()
+        for _ in range(1500):
+            if api.requests:
+                break
+            await asyncio.sleep(0.02)
+        assert api.requests, "the model was never asked"
+        proc.send_signal(signal.SIGTERM)
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
     assert proc.returncode == 0, err.decode()
-    assert b"You said" not in out
+    assert b"Mira: remember me" not in out
     code, out2, _ = await _run(["chat"], tmp_path, "")
     assert code == 0
-    assert "[offline model] You said: remember me" in out2
+    late = out2.splitlines()
+    answer = late.index("Mira: [offline model] You said: remember me")
+    assert late[answer - 1] == "(to your earlier message: remember me)"
 
 
 async def test_prompt_and_memory_admin_commands(tmp_path: Path) -> None:

@@ -1,0 +1,171 @@
+"""``personabot chat`` reads like a conversation (issue 35, item 7): piped input is answered in
+input order, /help lists /quit, input left unanswered ends the run with a non-zero exit, and on
+a terminal the log records stay out of the conversation and Ctrl-D leaves a clean line."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.messages_api import FakeMessagesAPI
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PERSONABOT_"))}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def readme_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """The README's piped example, with a /help: one process for the tests that read it."""
+    return subprocess.run(
+        [sys.executable, "-m", "bot", "chat"],
+        input="hello\n/help\n/new\nagain\n",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path_factory.mktemp("readme"),
+        env=_env(),
+        timeout=50,
+        check=False,
+    )
+
+
+def test_piped_input_is_answered_in_input_order(
+    readme_run: subprocess.CompletedProcess[str],
+) -> None:
+    """hello is answered before /new runs; the transcript reads in the order it was typed."""
+    assert readme_run.returncode == 0, readme_run.stderr
+    said = [line for line in readme_run.stdout.splitlines() if line.startswith("Mira: ")]
+    expected = [
+        "Mira: Hi, I'm Mira.",
+        "Mira: [offline model] You said: hello",
+        "Mira: Commands:",
+        "Mira: New session started (#2)",
+        "Mira: [offline model] You said: again",
+    ]
+    assert len(said) == len(expected), said
+    assert all(line.startswith(start) for line, start in zip(said, expected, strict=True)), said
+
+
+def test_help_lists_quit(readme_run: subprocess.CompletedProcess[str]) -> None:
+    """/help names every command the chat accepts, /quit too (the console handles it)."""
+    help_text = readme_run.stdout.split("Mira: Commands:")[1].split("Mira: New session")[0]
+    assert "/new - " in help_text
+    assert "/quit - leave the chat" in help_text
+
+
+async def test_piped_input_the_model_never_answers_exits_non_zero(tmp_path: Path) -> None:
+    """The model is overloaded for good: the run neither hangs nor claims success; it says how
+    many messages went unanswered and exits 1 (they stay stored for the next start)."""
+    async with FakeMessagesAPI() as api:
+        api.fail_next(status=529, times=100)
+        env = _env(
+            ANTHROPIC_API_KEY="sk-test",
+            PERSONABOT_LLM__BASE_URL=api.base_url,
+            PERSONABOT_LLM__MAX_RETRIES="0",
+            PERSONABOT_LLM__TIMEOUT_SECONDS="1",
+            PERSONABOT_QUEUE__DEBOUNCE_SECONDS="0.1",
+            PERSONABOT_QUEUE__MAX_WAIT_SECONDS="0.5",
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=env,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(b"one\ntwo\n"), timeout=40)
+    assert proc.returncode == 1, err.decode()
+    assert "2 messages went unanswered" in out.decode()
+    assert "You said" not in out.decode()
+
+
+class _Terminal:
+    """The master side of a pseudo-terminal: what a person at that terminal sees."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.seen = b""
+
+    def read_until(self, needle: bytes, within: float = 30.0) -> bytes:
+        """Everything shown so far, once ``needle`` appeared (or the program ended)."""
+        deadline = time.monotonic() + within
+        while needle not in self.seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([self.fd], [], [], deadline - time.monotonic())
+            if not ready:
+                break
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:  # the program ended: the terminal is gone
+                break
+            if not chunk:
+                break
+            self.seen += chunk
+        return self.seen
+
+
+async def _chat_on_a_terminal(
+    cwd: Path, env: dict[str, str], line: bytes, answer: bytes, last: bytes
+) -> tuple[int, str]:
+    """Run ``personabot chat`` on a pseudo-terminal: type ``line``, wait for ``answer`` and the
+    prompt after it, then type ``last`` (Ctrl-D, /quit). The exit code and all it showed."""
+    master, slave = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "chat", cwd=cwd, env=env,
+        stdin=slave, stdout=slave, stderr=slave,
+    )  # fmt: skip
+    os.close(slave)
+    terminal = _Terminal(master)
+    try:
+        await asyncio.to_thread(terminal.read_until, b"\n> ")
+        os.write(master, line + b"\n")
+        await asyncio.to_thread(terminal.read_until, answer + b"\r\n> ")
+        os.write(master, last)
+        code = await asyncio.wait_for(proc.wait(), timeout=30)
+        seen = await asyncio.to_thread(terminal.read_until, b"never shown", 2)
+    finally:
+        os.close(master)
+    return code, seen.decode()
+
+
+async def test_on_a_terminal_ctrl_d_ends_the_prompt_line(tmp_path: Path) -> None:
+    """Ctrl-D at the prompt ends the prompt's line, so the shell's prompt starts on its own."""
+    code, seen = await _chat_on_a_terminal(
+        tmp_path,
+        _env(),
+        b"hello",
+        b"(prompt layers: persona, turn; 0 earlier messages in the window)",
+        b"\x04",
+    )
+    assert code == 0, seen
+    assert seen.endswith("> \r\n"), repr(seen[-40:])
+
+
+async def test_on_a_terminal_logs_go_to_a_file_named_at_start(tmp_path: Path) -> None:
+    """The model fails once (a warning is logged) and then answers: the terminal shows the
+    conversation only, and its opening line names the file the records went to."""
+    async with FakeMessagesAPI() as api:
+        api.fail_next(status=529)
+        env = _env(
+            ANTHROPIC_API_KEY="sk-test",
+            PERSONABOT_LLM__BASE_URL=api.base_url,
+            PERSONABOT_LLM__MAX_RETRIES="0",
+            PERSONABOT_QUEUE__DEBOUNCE_SECONDS="0.1",
+        )
+        code, seen = await _chat_on_a_terminal(
+            tmp_path, env, b"good evening", b"Mira: good evening", b"/quit\n"
+        )
+    assert code == 0, seen
+    assert "; log: personabot-chat.log;" in seen.split("\r\n")[0]
+    assert "Mira: good evening" in seen
+    assert "WARNING" not in seen and "model unavailable" not in seen
+    assert "model unavailable" in (tmp_path / "personabot-chat.log").read_text()
