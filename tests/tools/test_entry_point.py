@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import datetime
 import os
+import pty
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -82,10 +83,12 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-async def _chat(tmp_path: Path, config: Path) -> asyncio.subprocess.Process:
+async def _chat(
+    tmp_path: Path, config: Path, stdin: int = asyncio.subprocess.PIPE
+) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot", "chat", "--config", str(config),
-        cwd=tmp_path, env=_env(tmp_path), stdin=asyncio.subprocess.PIPE,
+        cwd=tmp_path, env=_env(tmp_path), stdin=stdin,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
 
@@ -126,24 +129,30 @@ async def test_chat_calls_the_example_plugin_tool_and_sends_one_reply(tmp_path: 
 async def test_chat_a_turn_discarded_by_newer_input_leaves_no_side_effect(
     tmp_path: Path,
 ) -> None:
+    """Typed on a terminal (the live chat: piped input waits for each answer, so no newer
+    input can arrive while a turn runs), a line sent while the model works discards its turn."""
     (tmp_path / "notes_plugin.py").write_text(NOTES_PLUGIN, encoding="utf-8")
     plugins = f'plugins = ["notes_plugin"]\n\n[plugin_options.notes_plugin]\ndir = "{tmp_path}"\n'
-    async with FakeMessagesAPI() as api:
-        api.tool_use_next("save_note", {"text": "call Ola"}, calls=[("contacts", {"name": "Ola"})])
-        api.reply_next("Noted: call Ola.")  # generated while newer input arrived: discarded
-        api.reply_next("Noted, and his number is +47 000.")
-        proc = await _chat(tmp_path, _config(tmp_path, api, plugins))
-        assert proc.stdin is not None
-        proc.stdin.write(b"remind me to call Ola\n")
-        await proc.stdin.drain()
-        await _eventually(lambda: api.call_count == 1, "the first model call")
-        proc.stdin.write(b"and find his number\n")
-        await proc.stdin.drain()
-        db = tmp_path / "bots.sqlite3"
-        await _eventually(lambda: len(_user_texts(db)) == 2, "the second message stored")
-        (tmp_path / "gate").touch()  # the turn goes on, now with stale input
-        proc.stdin.close()
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    terminal, stdin = pty.openpty()
+    try:
+        async with FakeMessagesAPI() as api:
+            api.tool_use_next(
+                "save_note", {"text": "call Ola"}, calls=[("contacts", {"name": "Ola"})]
+            )
+            api.reply_next("Noted: call Ola.")  # generated while newer input arrived: discarded
+            api.reply_next("Noted, and his number is +47 000.")
+            proc = await _chat(tmp_path, _config(tmp_path, api, plugins), stdin=stdin)
+            os.close(stdin)
+            os.write(terminal, b"remind me to call Ola\n")
+            await _eventually(lambda: api.call_count == 1, "the first model call")
+            os.write(terminal, b"and find his number\n")
+            db = tmp_path / "bots.sqlite3"
+            await _eventually(lambda: len(_user_texts(db)) == 2, "the second message stored")
+            (tmp_path / "gate").touch()  # the turn goes on, now with stale input
+            os.write(terminal, b"\x04")  # Ctrl-D: input ends
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        os.close(terminal)
     assert proc.returncode == 0, err.decode()
     text = out.decode()
     # The console prints a reply as it is written: the discarded one may have been shown,
