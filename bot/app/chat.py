@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import getpass
+import logging
 import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
@@ -19,6 +20,8 @@ from bot.store.postgres import redact_url
 
 if TYPE_CHECKING:
     from bot.app.app import App
+    from bot.config import PersonaSettings
+    from bot.core.llm import BaseLLM
 
 
 #: The exit code of a chat that leaves input unanswered (EOF or /quit came first).
@@ -87,10 +90,38 @@ async def run_chat(
     where = redact_text(redact_url(settings.storage.url), known).removeprefix("sqlite:///")
     log = f"; log: {log_path}" if log_path else ""
     say(f"personabot chat with {persona.name} ({persona.id}); store: {where}{log}; /help, /quit")
-    async with app.running({bot_key: (persona, adapter)}, llm=llm) as rt:
+    tally = _Tally()
+    if log_path:
+        logging.getLogger().addHandler(tally)
+    try:
+        unanswered = await _converse(app, persona, adapter, llm, pacer)
+    finally:
+        logging.getLogger().removeHandler(tally)
+    if tally.count:
+        logged = _count(tally.count, "warning or error was", "warnings or errors were")
+        say(f"{logged} logged to {log_path}.")
+    if unanswered is None:
+        # Stopped by a signal: running turns got the grace period; pending input stays
+        # stored with its timer armed and is answered on the next start.
+        return 0
+    if unanswered:
+        say(
+            f"{_count(unanswered, 'message', 'messages')} went unanswered; kept, and "
+            "answered at the next start or with the next message."
+        )
+        return EXIT_UNANSWERED
+    return 0
+
+
+async def _converse(
+    app: App, persona: PersonaSettings, adapter: ConsoleAdapter, llm: BaseLLM, pacer: _Pacer
+) -> int | None:
+    """Run the chat until input ends; how many messages are left unanswered then (None:
+    stopped by a signal)."""
+    async with app.running({pacer.bot: (persona, adapter)}, llm=llm) as rt:
         pacer.rt = rt
         session = await rt.store.open_session(
-            adapter.conversation, rt.clock.now(), session_policy(settings)
+            adapter.conversation, rt.clock.now(), session_policy(app.settings)
         )
         if (earlier := await rt.store.pending_turn(adapter.conversation)) is not None:
             adapter.expect_late(
@@ -100,21 +131,27 @@ async def run_chat(
             # A /start of the local user: the greeting takes the one outbound path, after the
             # access check (someone outside allow_users gets only the denied reply).
             await rt.router(adapter.inbound("/start"))
-        if await _read_until_end_or_signal(adapter, rt.router.for_bot(bot_key)):
-            # Stopped by a signal: running turns get the grace period; pending input stays
-            # stored with its timer armed and is answered on the next start.
-            return 0
+        if await _read_until_end_or_signal(adapter, rt.router.for_bot(pacer.bot)):
+            return None
         # Piped input the model stopped answering was waited for already: no second wait.
-        await wait_until_answered(rt, bot_key, limit if pacer.waiting or interactive else 0.0)
-        unanswered = await rt.store.pending_count(adapter.conversation)
-    if unanswered:
-        where = f" (see {log_path})" if log_path else ""
-        say(
-            f"{unanswered} message{'s' if unanswered != 1 else ''} went unanswered{where}; "
-            "kept, and answered at the next start or with the next message."
-        )
-        return EXIT_UNANSWERED
-    return 0
+        await wait_until_answered(rt, pacer.bot, pacer.within if pacer.waiting else 0.0)
+        return await rt.store.pending_count(adapter.conversation)
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+class _Tally(logging.Handler):
+    """Counts the warnings and errors logged while the chat runs (they go to a file)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Count it."""
+        self.count += 1
 
 
 @dataclasses.dataclass(slots=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -152,7 +153,7 @@ async def test_on_a_terminal_ctrl_d_ends_the_prompt_line(tmp_path: Path) -> None
 
 async def test_on_a_terminal_logs_go_to_a_file_named_at_start(tmp_path: Path) -> None:
     """The model fails once (a warning is logged) and then answers: the terminal shows the
-    conversation only, and its opening line names the file the records went to."""
+    conversation only; its opening line names the file the records went to."""
     async with FakeMessagesAPI() as api:
         api.fail_next(status=529)
         env = _env(
@@ -169,3 +170,5 @@ async def test_on_a_terminal_logs_go_to_a_file_named_at_start(tmp_path: Path) ->
     assert "Mira: good evening" in seen
     assert "WARNING" not in seen and "model unavailable" not in seen
     assert "model unavailable" in (tmp_path / "personabot-chat.log").read_text()
+    # ... and its last line says that there is something to read there.
+    assert re.search(r"\r\n\d+ warnings or errors were logged to personabot-chat\.log\.\r\n$", seen)
