@@ -252,8 +252,7 @@ async def test_unknown_platform_and_provider_list_what_is_installed(tmp_path: Pa
             "llm.provider: unknown model provider 'my-llm' "
             "(installed: anthropic, offline; a plugin can add more)"
         ) in err
-        # One line each, all in one round (issue 35): `run` also names the unset token.
-        assert len(err.strip().splitlines()) == (2 if "--file-only" in command else 3)
+        assert len(err.strip().splitlines()) == 2  # one line each (issue 35)
 
 
 async def test_a_broken_plugin_is_one_clear_line_without_secrets(tmp_path: Path) -> None:
