@@ -12,6 +12,7 @@ import re
 import tomllib
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
@@ -73,6 +74,31 @@ def _shown(text: str) -> str:
     return text
 
 
+#: The token variable of a bot that names none, by built-in platform.
+DEFAULT_TOKEN_VARIABLES: Final = {"telegram": "TELEGRAM_BOT_TOKEN", "discord": "DISCORD_BOT_TOKEN"}
+
+
+#: Shorter secrets are not redacted as substrings (they would mangle every line).
+MIN_SECRET: Final = 6
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """``host:port`` (an IPv6 host in brackets, ``[::1]:9464``) as (host, port); a ValueError
+    that never quotes the text (a secret pasted into the wrong key, review 35a)."""
+    host, _, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or "[" in host or "]" in host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(
+            "listen: expected host:port, e.g. 127.0.0.1:8080 (an IPv6 host in brackets: [::1]:8080)"
+        )
+    return host, int(port)
+
+
+#: What the stores open (bot/app/build.py store()).
+STORAGE_PREFIXES: Final = ("sqlite://", "postgresql://", "postgres://")
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -85,6 +111,18 @@ class StorageSettings(_Section):
     connect_timeout_seconds: float = Field(default=10.0, gt=0)
     min_pool_size: int = Field(default=1, ge=0)
     max_pool_size: int = Field(default=10, ge=1)
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        # Checked with the file (config check), not when the store opens; the value is never
+        # quoted: an API key pasted here was printed back in the summary (review 35a).
+        if not url.startswith(STORAGE_PREFIXES) or url.rstrip("/") == "sqlite:":
+            raise ValueError(
+                "not a storage URL: use sqlite:///relative/path.sqlite3, sqlite:////absolute/path "
+                "or postgresql://user@host:5432/dbname"
+            )
+        return url
 
     @model_validator(mode="after")
     def _pool_sizes(self) -> StorageSettings:
@@ -340,9 +378,7 @@ class ObservabilitySettings(_Section):
     @model_validator(mode="after")
     def _host_port(self) -> ObservabilitySettings:
         if self.listen:
-            host, _, port = self.listen.rpartition(":")
-            if not host or not port.isdigit() or not 0 <= int(port) < 65536:
-                raise ValueError(f"listen: expected host:port, got {self.listen!r}")
+            listen_address(self.listen)
         return self
 
 
@@ -364,9 +400,7 @@ class WebSettings(_Section):
     @model_validator(mode="after")
     def _host_port(self) -> WebSettings:
         if self.listen:
-            host, _, port = self.listen.rpartition(":")
-            if not host or not port.isdigit() or not 0 <= int(port) < 65536:
-                raise ValueError(f"listen: expected host:port, got {self.listen!r}")
+            listen_address(self.listen)
         if not looks_like_env_name(self.token_env):
             raise ValueError("token_env: the name of an environment variable, not its value")
         return self
@@ -652,7 +686,7 @@ class TelegramBotSettings(_BotBase):
     @property
     def token_variable(self) -> str:
         """Environment variable holding the bot token."""
-        return self.token_env or "TELEGRAM_BOT_TOKEN"
+        return self.token_env or DEFAULT_TOKEN_VARIABLES["telegram"]
 
     @model_validator(mode="after")
     def _webhook_needs_url(self) -> TelegramBotSettings:
@@ -674,7 +708,7 @@ class DiscordBotSettings(_BotBase):
     @property
     def token_variable(self) -> str:
         """Environment variable holding the bot token."""
-        return self.token_env or "DISCORD_BOT_TOKEN"
+        return self.token_env or DEFAULT_TOKEN_VARIABLES["discord"]
 
     @model_validator(mode="after")
     def _no_drafts(self) -> DiscordBotSettings:
@@ -682,6 +716,11 @@ class DiscordBotSettings(_BotBase):
             raise ValueError(
                 "stream: Discord has no drafts; use 'edit' (a message edited in place) or 'off'"
             )
+        # Here, not when the adapter is built: config check names it (review 35a).
+        if (self.shard_id is None) != (self.shard_count is None):
+            raise ValueError("shard_id: set both shard_id and shard_count, or neither")
+        if self.shard_count is not None and (self.shard_id or 0) >= self.shard_count:
+            raise ValueError(f"shard_id: must be below shard_count ({self.shard_count})")
         return self
 
 
@@ -852,11 +891,22 @@ class Settings(BaseSettings):
     def _references(self) -> Settings:
         bots = [(b.persona, b.personas, b.key) for b in self.bots]
         problems = reference_problems([p.id for p in self.personas], bots)
+        problems += self._shared_port()
         if problems:
             # Every reference problem at once, one per line (split again by _problems).
             raise ValueError("\n".join(problems))
         self._pins_fit()
         return self
+
+    def _shared_port(self) -> list[str]:
+        """The console and the health endpoints on one port: ``run`` died binding the second
+        (review 35a). Any host: ``localhost`` and ``127.0.0.1`` are the same socket."""
+        if not (self.web.listen and self.observability.listen):
+            return []
+        port = listen_address(self.web.listen)[1]
+        if port == 0 or port != listen_address(self.observability.listen)[1]:
+            return []
+        return [f"web.listen: port {port} is observability.listen's too; give each its own"]
 
     def _pins_fit(self) -> None:
         """Every persona's pin leaves room for a turn in its prompt budget; otherwise every
@@ -902,7 +952,11 @@ class Settings(BaseSettings):
         urls = [self.storage.url, self.llm.base_url, self.transcription.url]
         for entry in self.bots:
             urls += [getattr(entry, name, None) for name in _BOT_URL_KEYS]
-        return sorted({s for url in urls if url for s in url_secrets(url)}, key=len, reverse=True)
+        # The same minimum as the environment's secrets: a one-letter password redacted as a
+        # substring would mangle every line and give itself away (review 35a); URLs are shown
+        # through redact_url, which hides it whatever its length.
+        found = {s for url in urls if url for s in url_secrets(url) if len(s) >= MIN_SECRET}
+        return sorted(found, key=len, reverse=True)
 
     def queue_for(self, persona: PersonaSettings) -> QueueSettings:
         """Queue settings with the persona's override applied."""
@@ -948,9 +1002,84 @@ class Secrets:
         names = ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "PGPASSWORD", *key[0]]
         names += sorted(self._asked)
         names += [n for n in self._environ if n.endswith(("_TOKEN", "_SECRET", "_API_KEY"))]
-        found = [v for v in (self._value(n) for n in names) if v and len(v) >= 6]
+        found = [v for v in (self._value(n) for n in names) if v and len(v) >= MIN_SECRET]
         self._values = (key, tuple(found))
         return found
+
+
+@dataclass(frozen=True)
+class RunNeeds:
+    """What ``personabot run`` reads from the environment before connecting, as the settings
+    (or, when they do not validate, the raw file) say: so that an unset token is named in
+    the same round as a typo (issue 35)."""
+
+    bots: tuple[tuple[int, str, str, str], ...]  # index, bot key, platform, token variable
+    provider: str
+    web_token_env: str | None  # when [web] listen is set
+
+    @classmethod
+    def of(cls, settings: Settings) -> RunNeeds:
+        bots = tuple((i, b.key, b.platform, b.token_variable) for i, b in enumerate(settings.bots))
+        web = settings.web.token_env if settings.web.listen else None
+        return cls(bots, settings.llm.provider, web)
+
+    @classmethod
+    def of_raw(cls, data: Mapping[str, Any]) -> RunNeeds | None:
+        """The same from a file that did not validate; None when its shape is too broken."""
+        llm, web, raw_bots = data.get("llm", {}), data.get("web", {}), data.get("bots", [])
+        if not (isinstance(llm, dict) and isinstance(web, dict) and isinstance(raw_bots, list)):
+            return None
+        bots = []
+        for index, entry in enumerate(raw_bots):
+            if not isinstance(entry, dict):
+                return None
+            platform = entry.get("platform")
+            if platform in DEFAULT_TOKEN_VARIABLES:
+                token = entry.get("token_env") or DEFAULT_TOKEN_VARIABLES[platform]
+                key = entry.get("id") or f"{platform}-{entry.get('persona', '')}"
+                bots.append((index, str(key), str(platform), str(token)))
+        provider = str(llm.get("provider", LLMSettings().provider))
+        listen = web.get("listen")
+        token_env = str(web.get("token_env", WebSettings().token_env)) if listen else None
+        # No bots in a broken file is left to the file's own problems.
+        return cls(tuple(bots), provider, token_env) if bots or raw_bots == [] else None
+
+    def problems(self, secrets: Secrets, *, empty_ok: bool = False) -> list[str]:
+        """What ``run`` would refuse to start without, never quoting a value: ``[[bots]]``,
+        each built-in bot's token, the Anthropic key, the console's token."""
+        problems: list[str] = []
+        if not self.bots and not empty_ok:
+            problems.append(
+                "bots: no [[bots]] entries, so `personabot run` has nothing to host (add one, "
+                "see config.example.toml; `personabot chat` needs none: config check --file-only)"
+            )
+        for index, key, platform, variable in self.bots:
+            if platform in DEFAULT_TOKEN_VARIABLES and secrets.get(variable) is None:
+                problems.append(f"bots[{index}] ({key}): {variable} is not set in the environment")
+        if self.provider == "anthropic" and secrets.anthropic_api_key is None:
+            problems.append(
+                'ANTHROPIC_API_KEY: not set in the environment (llm.provider = "anthropic"; '
+                "`run` refuses to start without it, `chat` falls back to the offline model)"
+            )
+        if self.web_token_env:
+            token = secrets.get(self.web_token_env)
+            if token is None:
+                problems.append(
+                    f"web: {self.web_token_env} is not set in the environment ([web] listen is "
+                    "set; the console refuses to start without its token)"
+                )
+            elif len(token) < WEB_TOKEN_MIN:
+                problems.append(web_token_short(self.web_token_env))
+        return problems
+
+
+#: The operator console's token is at least this long (docs/web.md#security).
+WEB_TOKEN_MIN: Final = 16
+
+
+def web_token_short(variable: str) -> str:
+    """The problem of a console token shorter than WEB_TOKEN_MIN."""
+    return f"web: {variable} is too short ({WEB_TOKEN_MIN} characters at least)"
 
 
 def bundled_example_path() -> Path:
@@ -962,37 +1091,71 @@ def bundled_example_path() -> Path:
     raise ConfigError(["config.example.toml is missing from this installation"])
 
 
-def load_settings(path: Path | None = None) -> Settings:
+def load_settings(path: Path | None = None, *, needs: Secrets | None = None) -> Settings:
     """Load and validate settings (TOML, then ``PERSONABOT_*`` environment overrides).
 
     ``path`` None means ``./personabot.toml`` when it exists, else the bundled example.
-    Raises ConfigError naming each bad key.
+    Raises ConfigError naming each bad key; with ``needs`` (the secrets ``run`` will read),
+    also what the environment lacks, in the same round (issue 35).
     """
     if path is None:
         path = DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.is_file() else bundled_example_path()
     data = _read_toml(path)
     try:
-        return Settings(**data)
+        settings = Settings(**data)
     except ValidationError as exc:
         problems = _problems(exc)
         problems += [p for p in _raw_problems(data) if p not in problems]
-        sources = _env_sources(problems, os.environ)
+        sources = env_sources(problems, os.environ) or [None] * len(problems)
+        lost = _unknown_sections(os.environ)
+        problems += lost
+        sources += [""] * len(lost)
+        raw = RunNeeds.of_raw(data) if needs is not None else None
+        if raw is not None and needs is not None:
+            missing = raw.problems(needs, empty_ok=True)
+            problems += missing
+            sources += [""] * len(missing)  # each names its variable
         raise ConfigError(problems, source=str(path), sources=sources) from None
     except SettingsError as exc:
         # A PERSONABOT_* override of a table or list that is not JSON; the value may hold a
         # credential, so only the variable is named.
         raise ConfigError([_env_problem(exc)]) from None
+    if lost := _unknown_sections(os.environ):
+        raise ConfigError(lost, sources=[""] * len(lost))
+    return settings
 
 
-def _env_sources(problems: list[str], environ: Mapping[str, str]) -> list[str | None] | None:
-    """For each problem, the ``PERSONABOT_...`` variable that set its key (None: the file
-    did); None when no variable did (a typo'd variable was blamed on the file, issue 35)."""
+def _unknown_sections(environ: Mapping[str, str]) -> list[str]:
+    """``PERSONABOT_QUEU__DEBOUNCE_SECONDS``: an override whose section is no section of the
+    settings is ignored by the environment source, its value silently lost (review 35a).
+    Only names with the nested delimiter are judged: ``PERSONABOT_WEB_TOKEN`` and other
+    variables of the prefix that are not settings have none."""
+    sections = list(Settings.model_fields)
+    problems = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or "__" not in upper:
+            continue
+        section = upper.removeprefix(ENV_PREFIX).split("__", 1)[0].lower()
+        if section not in sections:
+            close = difflib.get_close_matches(section, sections, n=1)
+            hint = f" (did you mean {ENV_PREFIX}{close[0].upper()}__...?)" if close else ""
+            problems.append(f"{name} (environment): no settings section {section!r}{hint}")
+    return problems
+
+
+def env_sources(problems: Sequence[str], environ: Mapping[str, str]) -> list[str | None] | None:
+    """For each ``key.path: problem``, the ``PERSONABOT_...`` variable that set its key or a
+    table or list holding it (``PERSONABOT_QUEUE='{...}'``, ``PERSONABOT_BOTS='[...]'``); None
+    where the file did, and None in all when no variable did (a typo'd variable was blamed on
+    the TOML file, issue 35)."""
     variables = {name.upper() for name in environ if name.upper().startswith(ENV_PREFIX)}
     sources: list[str | None] = []
     for problem in problems:
-        key = problem.split(": ", 1)[0]
-        name = ENV_PREFIX + key.replace(".", "__").upper()
-        sources.append(f"{name} (environment)" if "[" not in key and name in variables else None)
+        dotted = re.split(r"[\[ :]", problem, maxsplit=1)[0].split(".")
+        names = [ENV_PREFIX + "__".join(dotted[:n]).upper() for n in range(len(dotted), 0, -1)]
+        found = next((n for n in names if n in variables), None)
+        sources.append(f"{found} (environment)" if found else None)
     return sources if any(sources) else None
 
 
@@ -1006,13 +1169,24 @@ def _env_problem(exc: SettingsError) -> str:
     )
 
 
+#: A configuration file larger than this is refused unread (``--config /dev/zero`` took
+#: gigabytes, review 35a); lorebooks, the largest part, are bounded far below it.
+MAX_CONFIG_BYTES: Final = 32 * 1024 * 1024
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as file:
+            raw = file.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError([f"file not found: {path}"]) from None
     except OSError as exc:
         raise ConfigError([f"cannot read {path}: {exc.strerror}"]) from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            [f"larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB: not a configuration file"],
+            source=str(path),
+        )
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

@@ -543,7 +543,7 @@ def create_adapter(
         raise ConfigError(
             [f"{entry.token_variable}: not set in the environment (token of bot {entry.key!r})"]
         )
-    _check_shards(entry, where)
+    # shard_id / shard_count are checked with the settings (DiscordBotSettings).
     endpoints = endpoints_for(entry.api_base, entry.gateway_url, where=where)
     SharedEndpoints.acquire(endpoints, where=where)
     log.debug("bot %s (persona %s) uses %s", entry.key, persona.id, endpoints.api_base)
@@ -556,11 +556,3 @@ def create_adapter(
         shard_id=entry.shard_id,
         shard_count=entry.shard_count,
     )
-
-
-def _check_shards(entry: DiscordBotSettings, where: str) -> None:
-    if (entry.shard_id is None) != (entry.shard_count is None):
-        raise ConfigError([f"{where}: set both shard_id and shard_count, or neither"])
-    shard_id, shard_count = entry.shard_id, entry.shard_count
-    if shard_id is not None and shard_count is not None and shard_id >= shard_count:
-        raise ConfigError([f"{where}.shard_id: must be below shard_count ({shard_count})"])

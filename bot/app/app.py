@@ -27,7 +27,14 @@ from typing import Any, TypeVar, cast, overload
 from adapters.base import BaseAdapter
 from bot.app import build
 from bot.app.build import PlatformFactory, ProviderFactory, Runtime, Seams, TranscriberFactory
-from bot.config import BotSettings, PersonaSettings, Secrets, Settings, load_settings
+from bot.config import (
+    DEFAULT_TOKEN_VARIABLES,
+    BotSettings,
+    PersonaSettings,
+    Secrets,
+    Settings,
+    load_settings,
+)
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError, PersonabotError
 from bot.core.llm import BaseLLM
@@ -280,29 +287,35 @@ class App:
         platform and the model provider is installed. Runs once; ``run`` calls it."""
         if self._prepared:
             return
+        # Every plugin is tried and every problem gathered: one broken plugin no longer hides
+        # the next one's, or a platform typo (issue 35: problems in rounds).
+        problems: list[str] = []
         for index, name in enumerate(self.settings.plugins):
-            self._load(name, f"plugins[{index}] {name!r}")
+            problems += _problems_of(self._load, name, f"plugins[{index}] {name!r}")
         for b, entry in enumerate(self.settings.bots):
             for index, name in enumerate(entry.plugins):
                 label = f"bots[{b}].plugins[{index}] {name!r}"
                 if name in self.settings.plugins:
                     # Its registrations would meet the global ones: say so instead of a
                     # "registered twice" about some command the operator never wrote.
-                    raise ConfigError([f"{label}: already in the top-level plugins (every bot)"])
+                    problems.append(f"{label}: already in the top-level plugins (every bot)")
+                    continue
                 with self._scoped(entry.key):
-                    self._load(name, label)
-        problems: list[str] = []
+                    problems += _problems_of(self._load, name, label)
+        # A plugin that failed may be the one that registers a platform or provider: only the
+        # built-in names are judged then.
+        failed = bool(problems)
         for b, entry in enumerate(self.settings.bots):
-            if entry.platform not in self._platforms:
+            if entry.platform not in self._platforms and not failed:
                 problems += build.unknown(
                     "platform", f"bots[{b}].platform", entry.platform, self._platforms
                 ).problems
-        if self._llm is None and self.settings.llm.provider not in self._providers:
+        if self._llm is None and self.settings.llm.provider not in self._providers and not failed:
             problems += build.unknown(
                 "model provider", "llm.provider", self.settings.llm.provider, self._providers
             ).problems
         provider = self.settings.transcription.provider
-        if provider not in self._transcribers:
+        if provider not in self._transcribers and not failed:
             problems += build.unknown(
                 "transcription provider", "transcription.provider", provider, self._transcribers
             ).problems
@@ -310,11 +323,42 @@ class App:
             raise ConfigError(problems)
         self._prepared = True
 
+    async def start_problems(self) -> list[str]:
+        """What ``run`` would refuse at start before connecting, found by building what it
+        builds and connecting nothing: each bot's adapter (a malformed token, a webhook
+        secret unset or invalid, a plugin platform's options), the model provider, the
+        console's token (RunNeeds). ``config check`` said OK and ``run`` then refused (review 35a).
+        A bot or model whose variable is unset is left to ``RunNeeds``, which named it."""
+        problems: list[str] = []
+        made: list[BaseAdapter] = []
+        for entry in self.settings.bots:
+            if entry.platform in DEFAULT_TOKEN_VARIABLES and not self.secrets.get(
+                entry.token_variable
+            ):
+                continue
+            try:
+                made.append(self.make_adapter(entry))
+            except ConfigError as exc:
+                problems += exc.problems
+        for adapter in made:  # after all: two Discord bots' endpoints are compared while held
+            await adapter.aclose()
+        if self._llm is None and not (
+            self.settings.llm.provider == "anthropic" and self.secrets.anthropic_api_key is None
+        ):
+            try:
+                llm = self.build_llm()
+            except ConfigError as exc:
+                problems += exc.problems
+            else:
+                await llm.aclose()
+        return problems
+
     def unused_options(self) -> list[str]:
         """Problems of ``plugin_options`` tables whose plugin is not loaded (a typo in the
         name would silently drop the operator's options). Checked by the CLI, where the TOML
         names every plugin; an embedding program may still load more by hand."""
-        loaded = {name for _, name in self._loaded}
+        # Named in the TOML counts: a named plugin that failed to load has its own problem.
+        loaded = {name for _, name in self._loaded} | set(self.settings.plugins)
         problems = [
             f"plugin_options.{name}: no plugin of that name is loaded "
             f"(plugins: {', '.join(sorted(loaded)) or 'none'})"
@@ -526,6 +570,15 @@ class App:
         finally:
             self._options = {}
         self._loaded.add(key)
+
+
+def _problems_of(step: Callable[[str, str], None], *args: str) -> list[str]:
+    """The ConfigError problems of ``step(*args)``, none when it succeeds."""
+    try:
+        step(*args)
+    except ConfigError as exc:
+        return list(exc.problems)
+    return []
 
 
 def _resolve(name: str, label: str) -> Callable[[App], object]:

@@ -21,6 +21,7 @@ from bot.config import (
     Secrets,
     Settings,
     TranscriptionConfig,
+    listen_address,
     unknown_name,
 )
 from bot.core.agenda import InitiativePolicy, QuietHours
@@ -646,11 +647,11 @@ async def runtime(
             max_age=settings.queue.max_backlog_age_seconds,
         )
         if listen and seams.health:
-            host, _, port = listen.rpartition(":")
+            host, port = listen_address(listen)
             health = await exits.enter_async_context(
                 HealthServer(
                     host=host,
-                    port=int(port),
+                    port=port,
                     metrics=metrics,
                     readiness=lambda: readiness(
                         store,

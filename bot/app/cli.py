@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING
 from bot.app import persona_commands
 from bot.app.logs import open_log_file, redact_text, setup_logging
 from bot.app.signals import EarlySignals
-from bot.config import Secrets, Settings, bundled_example_path, load_settings
+from bot.config import (
+    RunNeeds,
+    Secrets,
+    Settings,
+    bundled_example_path,
+    env_sources,
+    load_settings,
+)
 from bot.core.errors import ConfigError, PersonabotError
 from bot.core.redact import redact_url
 
@@ -106,50 +113,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_needs(settings: Settings, secrets: Secrets) -> list[str]:
-    """What ``personabot run`` would refuse to start without, found without connecting and
-    never quoting a value: ``[[bots]]``, each bot's token, the Anthropic key, the console's
-    token. ``config check`` said "configuration OK" and ``run`` then refused (issue 35)."""
-    problems: list[str] = []
-    if not settings.bots:
-        problems.append(
-            "bots: no [[bots]] entries, so `personabot run` has nothing to host (add one, see "
-            "config.example.toml; `personabot chat` needs none: config check --file-only)"
-        )
-    for index, entry in enumerate(settings.bots):
-        if entry.platform in ("telegram", "discord") and secrets.get(entry.token_variable) is None:
-            problems.append(
-                f"bots[{index}] ({entry.key}): {entry.token_variable} is not set in the environment"
-            )
-    if settings.llm.provider == "anthropic" and secrets.anthropic_api_key is None:
-        problems.append(
-            'ANTHROPIC_API_KEY: not set in the environment (llm.provider = "anthropic"; '
-            "`run` refuses to start without it, `chat` falls back to the offline model)"
-        )
-    if settings.web.listen and secrets.get(settings.web.token_env) is None:
-        problems.append(
-            f"web: {settings.web.token_env} is not set in the environment ([web] listen is set; "
-            "the console refuses to start without its token)"
-        )
-    return problems
-
-
 def _ready(app: App, secrets: Secrets, *, file_only: bool) -> None:
     """Load the plugins and check what ``run`` needs, raising one ConfigError of every
     problem found: a platform typo and an unset token are one run of ``config check``, not
-    two (issue 35). A plugin that fails to load stops the plugin checks (what it would have
-    registered is unknown) but not the environment's."""
+    two (issue 35). Without ``file_only``, also what ``run`` reads from the environment and
+    builds before connecting (RunNeeds, App.start_problems)."""
     problems: list[str] = []
     try:
         app.prepare()
     except ConfigError as exc:
-        problems += exc.lines()
+        problems += exc.problems
+        prepared = False
     else:
-        problems += app.unused_options()
+        prepared = True
+    problems += app.unused_options()
+    sources = env_sources(problems, os.environ) or [None] * len(problems)
     if not file_only:
-        problems += run_needs(app.settings, secrets)
+        needs = RunNeeds.of(app.settings).problems(secrets)
+        if prepared:
+            needs += asyncio.run(app.start_problems())
+        problems += needs
+        sources += [None] * len(needs)
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(problems, sources=sources)
 
 
 def _version() -> str:
@@ -313,7 +299,12 @@ def _main(argv: Sequence[str] | None) -> int:
         return [*secrets.values(loaded.secret_names()), *loaded.credentials()]
 
     try:
-        settings = loaded = load_settings(args.config)
+        # run and config check (not --file-only) name what the environment lacks in the
+        # same round as the file's problems.
+        checks_env = args.command == "run" or (
+            args.command == "config" and not getattr(args, "file_only", False)
+        )
+        settings = loaded = load_settings(args.config, needs=secrets if checks_env else None)
         level = _level(args.command, settings.logging.level)
         # A chat on a terminal keeps its log records out of the conversation: in a file,
         # named in the chat's opening line. Redirected stderr is where the operator wants them.

@@ -10,6 +10,7 @@ from typing import Self
 
 from aiohttp import web
 
+from bot.core.errors import ListenError
 from bot.metrics import Metrics
 
 log = logging.getLogger("personabot.health")
@@ -45,12 +46,11 @@ class HealthServer:
         app.router.add_get("/metrics", self._metrics_page)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
-        await site.start()
+        await start_site(self._runner, self._host, self._port, "observability.listen")
         addresses = self._runner.addresses  # the bound port when 0 was asked for
         if addresses:
             self.port = int(addresses[0][1])
-        log.info("health and metrics on http://%s:%d", self._host, self.port)
+        log.info("health and metrics on http://%s", address(self._host, self.port))
         return self
 
     async def __aexit__(
@@ -84,3 +84,20 @@ class HealthServer:
                 log.warning("metrics refresh failed: %s", type(exc).__name__)
         body = self._metrics.exposition()
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+
+async def start_site(runner: web.AppRunner, host: str, port: int, setting: str) -> None:
+    """Bind ``runner`` on host:port, or a ListenError naming ``setting`` and the reason (the
+    port taken by another process, a host not on this machine), with the runner cleaned up."""
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ListenError(
+            f"{setting}: cannot listen on {address(host, port)}: {exc.strerror or exc}"
+        ) from None
+
+
+def address(host: str, port: int) -> str:
+    """``host:port`` as written in a URL (an IPv6 host in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

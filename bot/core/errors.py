@@ -12,6 +12,7 @@
     │   └── ModelRejected      permanent: authentication, permission, unknown model
     │       └── RequestRejected  this request can never succeed (400 bad request, 413 too
     │                            large): the turn is closed out, other requests may succeed
+    ├── ListenError            a port to serve on cannot be bound (taken, not allowed)
     ├── AdapterError           a platform adapter failed to deliver
     │   └── DeliveryRefused    the platform will never deliver there (bot blocked, chat gone)
     └── SelfCancelled          a plugin's code raised CancelledError though nobody cancelled it
@@ -49,7 +50,7 @@ class ConfigError(PersonabotError):
         five typos are five lines of one run, not one line of five."""
         out = []
         for problem, own in zip(self.problems, self.sources, strict=True):
-            where = own or self.source
+            where = self.source if own is None else own  # "": names its own source
             out.append(f"{where}: {problem}" if where else problem)
         return out or [str(self)]
 
@@ -92,6 +93,11 @@ class ModelRejected(ModelError):
 class RequestRejected(ModelRejected):
     """The provider refused this request itself (e.g. "prompt is too long", an empty
     message): sending it again fails again, but the next, different request may succeed."""
+
+
+class ListenError(PersonabotError):
+    """A port ``personabot`` serves on (console, health) cannot be bound: one line naming the
+    setting, the address and the reason, exit 1 (review 35a: a traceback before)."""
 
 
 class AdapterError(PersonabotError):

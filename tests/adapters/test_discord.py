@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from bot.app.build import Runtime, runtime
 from bot.config import DiscordBotSettings, Secrets, Settings
@@ -751,11 +752,16 @@ def test_configuration_errors_are_clear() -> None:
         create_adapter(entry, persona, Secrets({}))
     secrets = Secrets({"DISCORD_BOT_TOKEN": TOKEN})
     bad: list[tuple[dict[str, Any], str]] = [
-        ({"shard_id": 1}, "set both shard_id and shard_count"),
-        ({"shard_id": 2, "shard_count": 2}, "shard_id: must be below shard_count"),
         ({"api_base": "ftp://proxy"}, "api_base: must be an http"),
         ({"gateway_url": "http://gw"}, "gateway_url: must be a ws"),
     ]
+    # Shards are checked with the settings, so that config check names them (review 35a).
+    for shards, message in (
+        ({"shard_id": 1}, "set both shard_id and shard_count"),
+        ({"shard_id": 2, "shard_count": 2}, "shard_id: must be below shard_count"),
+    ):
+        with pytest.raises(ValidationError, match=re.escape(message)):
+            DiscordBotSettings(platform="discord", persona="companion", **shards)
     for extra, message in bad:
         with pytest.raises(ConfigError, match=re.escape(message)):
             create_adapter(

@@ -85,7 +85,7 @@ def test_every_configuration_problem_is_a_line_of_its_own(
         "[queue]\ndebounce_secnds = 2\n[memory]\nwindow_mesages = 3\n[logging]\nlevel = 5\n",
         encoding="utf-8",
     )
-    assert main(["config", "check", "--config", str(config)]) == 2
+    assert main(["config", "check", "--file-only", "--config", str(config)]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 3, lines
     assert all(line.startswith(f"personabot: config error: {config}: ") for line in lines)

@@ -14,10 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import re
 import shlex
-import shutil
 import signal
 import stat
 import subprocess
@@ -25,74 +22,18 @@ import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
 import tomlkit
 import tomlkit.items
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from tests.deploy.doc import ROOT, bash, blocks, env, moved, script, step
 from tests.fakes.messages_api import FakeMessagesAPI
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
 
-ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "deploy.md"
 TOKEN = "5550035:AAdeploy-doc-token-abcdefghijklmnop"
 API_KEY = "sk-ant-deploy-doc-test-key"
-SKIPPED = ("useradd", "chown", "systemctl", "journalctl")
-
-
-def _blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
-
-
-def _moved(text: str, root: Path) -> str:
-    """The doc's absolute paths under ``root`` (``/dev/null`` stays where it is)."""
-    return re.sub(r"(?<![\w.])/(etc|srv)/", lambda m: f"{root}/{m.group(1)}/", text)
-
-
-def _script(block: str, root: Path) -> str:
-    lines = [
-        _moved(line, root)
-        for line in block.splitlines()
-        if line.strip() and not line.lstrip().startswith(SKIPPED)
-    ]
-    return "set -euo pipefail\n" + "\n".join(lines) + "\n"
-
-
-def _bash(script: str, cwd: Path) -> str:
-    done = subprocess.run(
-        ["bash", "-c", script],
-        cwd=cwd,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, f"{script}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
-    return done.stdout
-
-
-def _env(**extra: str) -> dict[str, str]:
-    drop = ("ANTHROPIC_", "PERSONABOT_", "TELEGRAM_", "VIRTUAL_ENV", "PYTHONPATH")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    return env | extra
-
-
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The temporary root after the doc's release and install steps."""
-    assert shutil.which("uv"), "uv is needed to follow docs/deploy.md (README: Python + uv)"
-    root = tmp_path_factory.mktemp("root")
-    release = root / "release"
-    (root / "etc" / "systemd" / "system").mkdir(parents=True)  # there on any systemd host
-    build, server, check = (b for b in _blocks("sh") if "uv " in b or "config check" in b)
-    # The release step runs in the checkout; its folder is this test's, not the checkout's.
-    _bash(_script(build.replace("release", str(release)), root), ROOT)
-    _bash(_script(server, root), release)
-    assert "config check" in check
-    return root
 
 
 def test_the_doc_installs_the_wheel_alone_with_the_pinned_versions(installed: Path) -> None:
@@ -105,7 +46,7 @@ def test_the_doc_installs_the_wheel_alone_with_the_pinned_versions(installed: Pa
         " for d in m.distributions()}}))"
     )
     found = subprocess.run(
-        [python, "-c", probe], capture_output=True, text=True, check=True, env=_env()
+        [python, "-c", probe], capture_output=True, text=True, check=True, env=env()
     )
     seen = json.loads(found.stdout)
     assert seen["dev"] == []  # no test or lint tools in the service's environment
@@ -121,8 +62,9 @@ def test_the_doc_installs_the_wheel_alone_with_the_pinned_versions(installed: Pa
     # script), so the public packages named `adapters` or `memory` are never overwritten.
     site = next((venv / "lib").glob("python3.*/site-packages"))
     record = next(site.glob("personabot-*.dist-info")) / "RECORD"
-    tops = {line.split("/", 1)[0] for line in record.read_text().splitlines()}
-    assert tops == {"personabot", "personabot-0.1.0.dist-info", ".."}, tops  # ..: bin/
+    tops = {line.split(",")[0].split("/", 1)[0] for line in record.read_text().splitlines()}
+    # ..: bin/personabot; the .pth appends site-packages/personabot to sys.path (at the end).
+    assert tops == {"personabot", "personabot-0.1.0.dist-info", "personabot-names.pth", ".."}
     assert not any((site / name).exists() for name in ("bot", "adapters", "memory"))
     # The constraints file pins every runtime dependency within pyproject's ranges.
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
@@ -133,7 +75,7 @@ def test_the_doc_installs_the_wheel_alone_with_the_pinned_versions(installed: Pa
 
 
 def test_the_doc_config_and_the_unit_file_are_the_shipped_ones(installed: Path) -> None:
-    (unit_block,) = _blocks("ini")
+    (unit_block,) = blocks("ini")
     shipped = (ROOT / "deploy" / "personabot.service").read_text(encoding="utf-8")
     assert unit_block == shipped
     installed_unit = installed / "etc" / "systemd" / "system" / "personabot.service"
@@ -151,7 +93,7 @@ def test_the_doc_config_and_the_unit_file_are_the_shipped_ones(installed: Path) 
 def _unit(installed: Path) -> dict[str, str]:
     text = (installed / "etc" / "systemd" / "system" / "personabot.service").read_text()
     keys = {}
-    for line in _moved(text, installed).splitlines():
+    for line in moved(text, installed).splitlines():
         if "=" in line and not line.startswith("#"):
             key, value = line.split("=", 1)
             keys[key] = value
@@ -189,16 +131,21 @@ async def test_the_installed_unit_runs_a_bot_that_answers(installed: Path) -> No
         llm_table = doc["llm"]
         assert isinstance(llm_table, tomlkit.items.Table)
         llm_table["base_url"], llm_table["max_retries"] = llm.base_url, 0
+        doc["plugins"] = ["dice"]
         text = tomlkit.dumps(doc) + (
             f'\n[[bots]]\nplatform = "telegram"\npersona = "companion"\n'
             f'api_server = "{telegram.base_url}"\n'
         )
         config.write_text(text, encoding="utf-8")
+        # A plugin package installed into the service's environment as the doc says.
+        (plugin_line,) = (line for line in step("./my-plugin").splitlines() if line)
+        plugin_line = plugin_line.split("#")[0].replace("./my-plugin", str(ROOT / "examples"))
+        bash(script(plugin_line, installed), installed)
         env_file.write_text(f"ANTHROPIC_API_KEY={API_KEY}\nTELEGRAM_BOT_TOKEN={TOKEN}\n")
-        (_, _, check) = (b for b in _blocks("sh") if "uv " in b or "config check" in b)
-        out = _bash(_script(check, installed), installed)
+        out = bash(script(step("config check"), installed), installed)
         assert "configuration OK" in out and TOKEN not in out and API_KEY not in out
-        service_env = _env() | dict(
+        assert "plugins: dice" in out
+        service_env = env() | dict(
             line.split("=", 1) for line in env_file.read_text().splitlines() if line
         )
         async with _service(unit, service_env) as log:

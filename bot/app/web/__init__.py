@@ -9,7 +9,13 @@ from collections.abc import Callable
 from bot.app.web.playground import Playground
 from bot.app.web.server import WebConsole, is_loopback
 from bot.app.web.views import BotState, ConsoleData
-from bot.config import Secrets, Settings
+from bot.config import (
+    WEB_TOKEN_MIN,
+    Secrets,
+    Settings,
+    listen_address,
+    web_token_short,
+)
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
 from bot.metrics import Metrics
@@ -30,8 +36,8 @@ def console_token(settings: Settings, secrets: Secrets) -> str:
                 "start without one"
             ]
         )
-    if len(token) < 16:
-        raise ConfigError([f"web: {settings.web.token_env} is too short (16 characters at least)"])
+    if len(token) < WEB_TOKEN_MIN:
+        raise ConfigError([web_token_short(settings.web.token_env)])
     return token
 
 
@@ -49,9 +55,10 @@ def console(
 ) -> WebConsole:
     """The console on ``listen`` (host:port) over this store."""
     token = console_token(settings, secrets)
-    host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError([f"web: listen: expected host:port, got {listen!r}"])
+    try:
+        host, port = listen_address(listen)
+    except ValueError as exc:
+        raise ConfigError([f"web: {exc}"]) from None
     web = settings.web
     data = ConsoleData(
         settings=settings,

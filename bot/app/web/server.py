@@ -34,6 +34,7 @@ from typing import Any, Self
 import jinja2
 from aiohttp import web
 
+from bot.app.health import address, start_site
 from bot.app.web.auth import LoginLimiter, Session, Sessions, same_token
 from bot.app.web.chart import chart
 from bot.app.web.playground import Playground
@@ -143,10 +144,10 @@ class WebConsole:
     async def __aenter__(self) -> Self:
         self._runner = web.AppRunner(self.application(), access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, self._host, self.port).start()
+        await start_site(self._runner, self._host, self.port, "web.listen")
         if self._runner.addresses:
             self.port = int(self._runner.addresses[0][1])
-        log.info("operator console on http://%s:%d", self._host, self.port)
+        log.info("operator console on http://%s", address(self._host, self.port))
         return self
 
     async def __aexit__(
