@@ -160,9 +160,12 @@ class _RedactingSession(AiohttpSession):
         except TelegramAPIError as exc:  # an answer (from Telegram or a proxy) with an error
             exc.message = _scrub(exc.message, bot.token)
             # A server error, or a token Telegram no longer takes (revoked): the bot cannot
-            # work. A refused chat or a flood limit is about one request, not the connection.
+            # work; nor when its polling is refused (409: the token polled by another process
+            # or a webhook still set; review 35b). A refused chat or a flood limit on a send is
+            # about one request, not the connection.
             self.reachable = True
-            if isinstance(exc, TelegramServerError | TelegramUnauthorizedError):
+            refused = isinstance(exc, TelegramServerError | TelegramUnauthorizedError)
+            if refused or getattr(method, "__api_method__", None) == "getUpdates":
                 self._unreachable(method, f"{type(exc).__name__}: {exc.message}")
             raise
         except ClientDecodeError as exc:
