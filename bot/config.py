@@ -1249,6 +1249,8 @@ def _problems(exc: ValidationError) -> list[str]:
 # Keys whose values may be, or may contain, credentials: their input is never quoted.
 _SECRET_KEY_PARTS: Final = ("token", "secret", "password", "key", "url", "dsn", "api", "env")
 _HARMLESS_TEXT: Final = re.compile(r"^[\w .,+-]{0,32}$")
+# A run of letters and digits such as `openssl rand -hex 16` writes: a token, not a word.
+_RANDOM_LOOKING: Final = re.compile(r"(?=[A-Za-z_-]*\d)[A-Za-z0-9_-]{12,}")
 
 
 def _got(loc: Sequence[int | str], value: object) -> str:
@@ -1264,6 +1266,7 @@ def _got(loc: Sequence[int | str], value: object) -> str:
     if (
         isinstance(value, str)
         and _HARMLESS_TEXT.match(value)
+        and not _RANDOM_LOOKING.search(value)
         and not any(part in name for part in _SECRET_KEY_PARTS)
     ):
         return f" (got {value!r})"

@@ -11,6 +11,7 @@ import asyncio
 import difflib
 import json
 import signal
+import sys
 from typing import TYPE_CHECKING, Final, TextIO
 
 from bot.app.build import (
@@ -91,7 +92,7 @@ async def show_prompt(
         print(
             f"nothing to preview: {where} on {platform} has no open session with bot "
             f"{conversation.bot} yet (write to it first)",
-            file=out,
+            file=sys.stderr,  # not the prompt: `personabot prompt > file` stays empty
         )
         return 1
     return _print_prompt(out, *preview)

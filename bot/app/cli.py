@@ -103,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--file-only",
         action="store_true",
-        help="check the file alone, not the environment `run` reads (tokens, API key)",
+        help="check the file (and its PERSONABOT_ overrides), not the secrets `run` reads "
+        "(tokens, API key)",
     )
     config_sub.add_parser(
         "example",

@@ -66,8 +66,9 @@ def test_a_closed_pipe_ends_quietly_and_prompt_prints_only_its_answer(tmp_path: 
         os.close(write)
     assert done.returncode == EXIT_PIPE and b"Traceback" not in done.stderr, done.stderr
     code, out, err = personabot("prompt", "--platform", "console", "--chat", "me", cwd=tmp_path)
-    assert code == 1 and err == ""
-    assert out == (
+    # On stderr, as errors are (review 35a): `prompt > file` leaves no prompt-looking file.
+    assert code == 1 and out == ""
+    assert err == (
         "nothing to preview: chat 'me' on console has no open session with bot "
         "console-companion yet (write to it first)\n"
     )
@@ -158,3 +159,16 @@ def test_config_check_and_run_refuse_the_same_file_in_one_round(tmp_path: Path) 
     assert len(lines) == 3, lines
     code, _, run_err = personabot("run", cwd=tmp_path)
     assert code == 2 and run_err == err
+
+
+def test_a_random_looking_value_in_a_wrong_key_is_not_echoed(tmp_path: Path) -> None:
+    """Review 35a: the "short plain word" rule echoed a 32-character hex token pasted into
+    a number's key (``openssl rand -hex 16``); a plain word or number still is."""
+    token = "a2908c40b1c2d3e4f5a6b7c8d9e0f1a2"
+    path = tmp_path / "personabot.toml"
+    path.write_text(f'[queue]\ndebounce_seconds = "{token}"\nmax_wait_seconds = "soon"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    text = "\n".join(caught.value.lines())
+    assert token not in text and "queue.debounce_seconds" in text
+    assert "(got 'soon')" in text
