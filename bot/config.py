@@ -1188,7 +1188,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
             source=str(path),
         )
     try:
-        return tomllib.loads(raw.decode("utf-8"))
+        # utf-8-sig: a byte-order mark, which some Windows editors write, is skipped
+        # (tomllib refused it as "Invalid statement (at line 1, column 1)", review 35b).
+        return tomllib.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise ConfigError(["not a TOML file (not UTF-8 text)"], source=str(path)) from None
     except tomllib.TOMLDecodeError as exc:

@@ -49,11 +49,15 @@ BUILT_IN_PLATFORMS: Final = frozenset({"telegram", "discord", "console", "web"})
 def _bot_for(settings: Settings, platform: str, bot: str | None) -> tuple[str, PersonaSettings]:
     """The bot key and persona of a conversation on ``platform``."""
     if platform == "console":
-        persona = settings.persona(None)
+        if bot is None:
+            persona = settings.persona(None)
+            return f"console-{persona.id}", persona
         for p in settings.personas:
             if bot in (p.id, f"console-{p.id}"):
-                persona = p
-        return f"console-{persona.id}", persona
+                return f"console-{p.id}", p
+        # An unknown --bot was the default persona's chat, silently (review 35a).
+        known = ", ".join(f"console-{p.id}" for p in settings.personas)
+        raise ConfigError([f"--bot: no console bot named {bot!r} (bots: {known})"])
     entries = [b for b in settings.bots if b.platform == platform and bot in (None, b.key)]
     if not entries:
         platforms = sorted({b.platform for b in settings.bots} | {"console"})

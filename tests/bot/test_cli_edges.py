@@ -39,6 +39,9 @@ async def test_an_unknown_platform_is_named_not_answered_as_if_empty() -> None:
         _bot_for(settings, "whatsapp", None)
     with pytest.raises(ConfigError, match=r"no telegram bot named 'other' \(bots: telegram-"):
         _bot_for(settings, "telegram", "other")
+    with pytest.raises(ConfigError, match=r"no console bot named 'nosuch' \(bots: console-comp"):
+        _bot_for(settings, "console", "nosuch")
+    assert _bot_for(settings, "console", "companion")[0] == "console-companion"
     from bot.app.app import App
 
     app = App(settings, Secrets({}))
@@ -172,3 +175,11 @@ def test_a_random_looking_value_in_a_wrong_key_is_not_echoed(tmp_path: Path) -> 
     text = "\n".join(caught.value.lines())
     assert token not in text and "queue.debounce_seconds" in text
     assert "(got 'soon')" in text
+
+
+def test_a_configuration_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """Review 35b: a TOML saved with a BOM (Windows editors) was "Invalid statement (at line
+    1, column 1)", naming nothing an operator could see."""
+    path = tmp_path / "personabot.toml"
+    path.write_bytes("\ufeff[queue]\ndebounce_seconds = 2\n".encode())
+    assert load_settings(path).queue.debounce_seconds == 2
