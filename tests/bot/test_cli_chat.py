@@ -9,6 +9,7 @@ import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -172,3 +173,26 @@ async def test_on_a_terminal_logs_go_to_a_file_named_at_start(tmp_path: Path) ->
     assert "model unavailable" in (tmp_path / "personabot-chat.log").read_text()
     # ... and its last line says that there is something to read there.
     assert re.search(r"\r\n\d+ warnings or errors were logged to personabot-chat\.log\.\r\n$", seen)
+
+
+async def test_on_a_terminal_ctrl_c_with_everything_answered_exits_0(tmp_path: Path) -> None:
+    """Ctrl-C is one of the ways to leave: with nothing left unanswered it is no failure."""
+    master, slave = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=_env(),
+        stdin=slave, stdout=slave, stderr=slave,
+    )  # fmt: skip
+    os.close(slave)
+    terminal = _Terminal(master)
+    try:
+        await asyncio.to_thread(terminal.read_until, b"\n> ")
+        os.write(master, b"hello\n")
+        # The offline model's answer ends with the layers it got, then the prompt is back.
+        await asyncio.to_thread(terminal.read_until, b"in the window)\r\n> ")
+        proc.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(proc.wait(), timeout=30)
+        seen = await asyncio.to_thread(terminal.read_until, b"never shown", 2)
+    finally:
+        os.close(master)
+    assert code == 0, seen.decode()
+    assert b"unanswered" not in seen and b"not read" not in seen
