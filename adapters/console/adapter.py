@@ -46,10 +46,12 @@ class ConsoleAdapter(BaseAdapter):
         interactive: bool = False,
         files_dir: Path | None = None,
         pace: Callable[[], Awaitable[None]] | None = None,
+        previews: bool = True,
     ) -> None:
         """``pace``, when given, is awaited before the first line is read and after each line
         is handed over, before the next is read: a piped run waits there until the line is
-        answered, so the transcript reads in input order."""
+        answered, so the transcript reads in input order. ``previews``: print replies as they
+        are written (else each once, complete)."""
         super().__init__(bot_key=bot_key)
         self._files_dir = files_dir or Path.cwd()
         self.conversation = ConversationKey("console", user_id, None, bot_key)
@@ -60,6 +62,7 @@ class ConsoleAdapter(BaseAdapter):
         self._stdout = stdout
         self._interactive = interactive
         self._pace = pace
+        self._previews = previews
         self._run_id = uuid.uuid4().hex[:8]
         self._counter = 0
         self._mine: set[str] = set()  # ids of the lines of this run
@@ -167,7 +170,9 @@ class ConsoleAdapter(BaseAdapter):
         reply_to: str | None = None,
     ) -> Preview | None:
         """Print the reply as it is written (``bot.core.ports.Streams``), unless ``off``."""
-        return None if settings.mode == "off" else _ConsolePreview(self, reply_to)
+        if settings.mode == "off" or not self._previews:
+            return None
+        return _ConsolePreview(self, reply_to)
 
     async def retract(self, conversation: ConversationKey, message_id: str) -> None:
         """Nothing printed can be taken back (and the console posts no preview messages)."""

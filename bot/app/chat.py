@@ -93,6 +93,9 @@ async def run_chat(
         stdout=stdout,
         interactive=interactive,
         pace=None if interactive else pacer.pace,
+        # Piped, a reply streaming past the pacer's limit was printed in part, then again
+        # whole (or dropped) once newer input came: a transcript gets each reply once.
+        previews=interactive,
     )
     # A credential hidden anywhere in the URL (a token set in the environment) is masked too.
     known = [*secrets.values(settings.secret_names()), *settings.credentials()]

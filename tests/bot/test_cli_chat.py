@@ -196,3 +196,30 @@ async def test_on_a_terminal_ctrl_c_with_everything_answered_exits_0(tmp_path: P
         os.close(master)
     assert code == 0, seen.decode()
     assert b"unanswered" not in seen and b"not read" not in seen
+
+
+async def test_piped_a_slow_reply_is_printed_once_and_whole(tmp_path: Path) -> None:
+    """A reply the model would stream for longer than max_wait + timeout: a piped transcript
+    shows each reply once, complete. Streamed, the first was printed as it came, then thrown
+    away by the final check once the next line had gone in (to be printed again at the next
+    start), and the run ended with both lines unanswered."""
+    reply = "one two three four five six seven eight nine ten eleven twelve"
+    async with FakeMessagesAPI(reply_text=reply) as api:
+        api.token_interval = 0.25  # about 3 s of streaming, past the 1.5 s limit
+        env = _env(
+            ANTHROPIC_API_KEY="sk-test",
+            PERSONABOT_LLM__BASE_URL=api.base_url,
+            PERSONABOT_LLM__TIMEOUT_SECONDS="1",
+            PERSONABOT_QUEUE__MAX_WAIT_SECONDS="0.5",
+            PERSONABOT_QUEUE__DEBOUNCE_SECONDS="0.1",
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=env,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(b"first\nsecond\n"), timeout=40)
+    said = [line for line in out.decode().splitlines() if line.startswith("Mira: ")]
+    assert said[1:] == [f"Mira: {reply}"] * 2, (out.decode(), err.decode())
+    assert "[dropped]" not in out.decode()
+    assert proc.returncode == 0, err.decode()
