@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 from adapters.base import BaseAdapter
-from bot.core.errors import AdapterError
+from bot.core.errors import AdapterError, PreviewUnavailable
 from bot.core.events import Attachment, ConversationKey, Inbound, Reply
 from bot.core.ports import InboundHandler, Preview, StreamSettings
+from bot.core.terminal import safe_for_terminal
+from bot.runtime.commands import parse_command
 
 QUIT_COMMANDS = frozenset({"/quit", "/exit"})
 #: The lines /help adds for what the console itself handles (the runtime never sees them).
@@ -44,10 +46,12 @@ class ConsoleAdapter(BaseAdapter):
         interactive: bool = False,
         files_dir: Path | None = None,
         pace: Callable[[], Awaitable[None]] | None = None,
+        previews: bool = True,
     ) -> None:
         """``pace``, when given, is awaited before the first line is read and after each line
         is handed over, before the next is read: a piped run waits there until the line is
-        answered, so the transcript reads in input order."""
+        answered, so the transcript reads in input order. ``previews``: print replies as they
+        are written (else each once, complete)."""
         super().__init__(bot_key=bot_key)
         self._files_dir = files_dir or Path.cwd()
         self.conversation = ConversationKey("console", user_id, None, bot_key)
@@ -58,6 +62,7 @@ class ConsoleAdapter(BaseAdapter):
         self._stdout = stdout
         self._interactive = interactive
         self._pace = pace
+        self._previews = previews
         self._run_id = uuid.uuid4().hex[:8]
         self._counter = 0
         self._mine: set[str] = set()  # ids of the lines of this run
@@ -67,12 +72,36 @@ class ConsoleAdapter(BaseAdapter):
         self._prompting = False
         self._reading = True  # False once input ended: no prompt after the last answers
         self._streamed: str | None = None  # the reply printed so far while it is written
+        #: Set when stdout is closed under the chat (``personabot chat | head``): nothing can
+        #: be shown any more, so the chat stops (``bot.app.chat``).
+        self.output_gone = asyncio.Event()
+        #: Lines read from stdin so far (blank ones too): where a stopped run left its input.
+        self.lines_read = 0
+        self.input_ended = False  # EOF or /quit was read
+
+    @property
+    def interactive(self) -> bool:
+        """A person at a terminal (not piped input)."""
+        return self._interactive
 
     def write(self, text: str) -> None:
         """Print a line of the conversation."""
-        self._stdout.write(text + "\n")
-        self._stdout.flush()
+        self._emit(text + "\n")
         self._prompting = False
+
+    def _emit(self, text: str) -> None:
+        """Write and flush ``text`` made safe for a terminal: everything the chat shows passes
+        here (replies, a card's name and greeting, messages of the store), so no escape
+        sequence of a model or a card reaches the terminal. A closed stdout (EPIPE) is an
+        AdapterError, and sets ``output_gone``."""
+        if self.output_gone.is_set():
+            raise AdapterError("the chat's output is closed")
+        try:
+            self._stdout.write(safe_for_terminal(text))
+            self._stdout.flush()
+        except (BrokenPipeError, ValueError) as exc:  # ValueError: stdout closed in-process
+            self.output_gone.set()
+            raise AdapterError("the chat's output is closed") from exc
 
     def expect_late(self, earlier: Mapping[str, str]) -> None:
         """Texts (by message id) of messages an earlier run left unanswered: their answers are
@@ -81,8 +110,7 @@ class ConsoleAdapter(BaseAdapter):
 
     def _prompt(self) -> None:
         if self._interactive and self._reading and not self._prompting:
-            self._stdout.write("> ")
-            self._stdout.flush()
+            self._emit("> ")
             self._prompting = True
 
     def inbound(self, text: str) -> Inbound:
@@ -91,8 +119,8 @@ class ConsoleAdapter(BaseAdapter):
         self._counter += 1
         message_id = f"{self._run_id}-{self._counter}"
         self._mine.add(message_id)
-        if text.split(maxsplit=1)[:1] == ["/help"]:
-            self._help.add(message_id)
+        if (command := parse_command(text)) is not None and command.name == "help":
+            self._help.add(message_id)  # matched as the runtime matches it: /HELP too
         return Inbound(
             conversation=self.conversation,
             author_id=self._user_id,
@@ -110,8 +138,10 @@ class ConsoleAdapter(BaseAdapter):
         self._prompt()
         try:
             async for line in lines:
+                self.lines_read += 1
                 text = line.strip()
                 if text.lower() in QUIT_COMMANDS:
+                    self.input_ended = True
                     break
                 if not text:
                     self._prompt()
@@ -122,6 +152,7 @@ class ConsoleAdapter(BaseAdapter):
                 if self._pace is not None:
                     await self._pace()
             else:
+                self.input_ended = True
                 self.end_line()  # Ctrl-D after the prompt: the shell's prompt gets a line
         finally:
             self._reading = False
@@ -139,7 +170,9 @@ class ConsoleAdapter(BaseAdapter):
         reply_to: str | None = None,
     ) -> Preview | None:
         """Print the reply as it is written (``bot.core.ports.Streams``), unless ``off``."""
-        return None if settings.mode == "off" else _ConsolePreview(self, reply_to)
+        if settings.mode == "off" or not self._previews:
+            return None
+        return _ConsolePreview(self, reply_to)
 
     async def retract(self, conversation: ConversationKey, message_id: str) -> None:
         """Nothing printed can be taken back (and the console posts no preview messages)."""
@@ -159,26 +192,25 @@ class ConsoleAdapter(BaseAdapter):
     def _stream(self, text: str, reply_to: str | None = None) -> None:
         """Print the part of ``text`` not printed yet (a new model step starts a new line)."""
         printed = self._streamed
+        head = ""
         if printed is None and self._prompting:
-            self._stdout.write("\n")  # a late answer arrives while the prompt is shown
+            head += "\n"  # a late answer arrives while the prompt is shown
         if printed is None and (label := self._label(reply_to)) is not None:
-            self._stdout.write(label + "\n")
+            head += label + "\n"
         if printed is None or not text.startswith(printed):
             if printed is not None:
-                self._stdout.write("\n")
-            self._stdout.write(f"{self._persona_name}: ")
+                head += "\n"
+            head += f"{self._persona_name}: "
             printed = ""
-        self._stdout.write(text[len(printed) :])
-        self._stdout.flush()
         self._streamed = text
         self._prompting = False
+        self._emit(head + text[len(printed) :])
 
     def _dropped(self) -> None:
         """A streamed reply was taken back (newer input arrived, or the model failed)."""
         if self._streamed is not None:
-            self._stdout.write(" [dropped]\n")
-            self._stdout.flush()
             self._streamed = None
+            self._emit(" [dropped]\n")
 
     async def send(self, reply: Reply) -> None:
         """Print the reply under the persona's name (an attachment: written, path printed).
@@ -191,22 +223,23 @@ class ConsoleAdapter(BaseAdapter):
         if reply_to in self._help:
             text = f"{text}\n{CONSOLE_HELP}"
         streamed, self._streamed = self._streamed, None
+        head = ""
         if streamed is not None and reply.attachment is None:
             if text.startswith(streamed):
                 self.write(text[len(streamed) :])
                 self._prompt()
                 return
-            self._stdout.write("\n")
+            head = "\n"
         elif streamed is None:
             if self._prompting:
-                self._stdout.write("\n")  # an answer that comes while the prompt is shown
+                head += "\n"  # an answer that comes while the prompt is shown
             if (label := self._label(reply_to)) is not None:
-                self._stdout.write(label + "\n")
+                head += label + "\n"
         if reply.attachment is not None:
             path = self._save(reply.attachment)
-            self.write(f"{self._persona_name}: {text}\n  saved to {path}")
+            self.write(f"{head}{self._persona_name}: {text}\n  saved to {path}")
         else:
-            self.write(f"{self._persona_name}: {text}")
+            self.write(f"{head}{self._persona_name}: {text}")
         self._prompt()
 
     def _save(self, attachment: Attachment) -> Path:
@@ -261,8 +294,11 @@ class _ConsolePreview:
         return None
 
     async def show(self, text: str) -> None:
-        """Print what is new."""
-        self._adapter._stream(text, self._reply_to)
+        """Print what is new (stdout closed: no preview, and the chat stops)."""
+        try:
+            self._adapter._stream(text, self._reply_to)
+        except AdapterError as exc:
+            raise PreviewUnavailable(str(exc)) from exc
 
     async def discard(self) -> None:
         """Mark the printed reply as dropped."""

@@ -27,6 +27,7 @@ from bot.core.clock import SystemClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn, UserKey
 from bot.core.llm import ImageBlock
+from bot.core.terminal import safe_for_terminal
 from bot.llm.offline import OfflineLLM
 from bot.runtime.initiatives import check_in_prompt, due_check_in
 from bot.store.base import BaseStore
@@ -185,43 +186,49 @@ async def preview_prompt(
     return title, assembled
 
 
+def _show(out: TextIO, text: str = "") -> None:
+    """Print stored text (messages, a card's prompt, remembered facts) as text: never an
+    escape sequence a model or a card slipped in (bot.core.terminal)."""
+    print(safe_for_terminal(text), file=out)
+
+
 def _print_prompt(out: TextIO, title: str, assembled: Assembled) -> int:
     """A prompt layer by layer, with token estimates and cache breakpoints."""
     request = assembled.request
-    print(f"{title} (model {request.model})", file=out)
+    _show(out, f"{title} (model {request.model})")
     for name, tokens in assembled.breakdown:
-        print(f"  {name:<8} ~{tokens:>6} tokens", file=out)
-    print(f"  {'total':<8} ~{assembled.total_tokens:>6} tokens\n", file=out)
+        _show(out, f"  {name:<8} ~{tokens:>6} tokens")
+    _show(out, f"  {'total':<8} ~{assembled.total_tokens:>6} tokens\n")
     if assembled.lore is not None:
         _print_lore(out, assembled.lore)
     for i, block in enumerate(request.system):
         mark = "  [cache breakpoint]" if block.cache else ""
-        print(f"--- system block {i}{mark}\n{block.text}", file=out)
+        _show(out, f"--- system block {i}{mark}\n{block.text}")
     for message in request.messages:
         mark = "  [cache breakpoint]" if any(b.cache for b in message.blocks) else ""
         shown = [b for b in message.blocks if isinstance(b, ImageBlock)]
         if shown:
             sizes = ", ".join(f"{b.media_type} {len(b.data) // 1024} KB" for b in shown)
             mark += f"  [{len(shown)} image(s): {sizes}]"
-        print(f"--- {message.role}{mark}\n{message.text}", file=out)
+        _show(out, f"--- {message.role}{mark}\n{message.text}")
     if request.tools:
         names = ", ".join(t.name for t in request.tools)
-        print(f"--- tools ({request.tool_choice}): {names}", file=out)
+        _show(out, f"--- tools ({request.tool_choice}): {names}")
     return 0
 
 
 def _print_lore(out: TextIO, lore: LoreSelection) -> None:
     """Which lorebook entries fired, which were left out, and why (docs/personas.md)."""
-    print("lorebook:", file=out)
+    _show(out, "lorebook:")
     for fired in lore.fired:
-        print(f"  fired    {fired.label!r}: {fired.why} (~{fired.tokens} tokens)", file=out)
+        _show(out, f"  fired    {fired.label!r}: {fired.why} (~{fired.tokens} tokens)")
     listed, counted = lore.listed()
     for skipped in listed:
         detail = f" ({skipped.detail})" if skipped.detail else ""
-        print(f"  skipped  {skipped.label!r}: {skipped.reason}{detail}", file=out)
+        _show(out, f"  skipped  {skipped.label!r}: {skipped.reason}{detail}")
     if counted:
-        print(f"  skipped  {counted} more entries: no key match", file=out)
-    print(file=out)
+        _show(out, f"  skipped  {counted} more entries: no key match")
+    _show(out)
 
 
 async def user_memory(app: App, out: TextIO, *, action: str, platform: str, user: str) -> int:
@@ -238,11 +245,11 @@ async def user_memory(app: App, out: TextIO, *, action: str, platform: str, user
     async with app.open_memory() as (_, memory):
         record = await memory.user_memory(key)
         if action == "show":
-            print(
+            _show(
+                out,
                 record.render(f"user {user} on {platform}")
                 if record.items
                 else f"nothing is remembered about user {user} on {platform}",
-                file=out,
             )
             return 0
         # The same erasure as the person's own /forget (docs/privacy.md), so an operator

@@ -9,11 +9,13 @@ import getpass
 import logging
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 from adapters.console.adapter import ConsoleAdapter
 from bot.app.build import Runtime, session_policy
 from bot.app.logs import redact_text
+from bot.core.errors import AdapterError
+from bot.core.terminal import safe_for_terminal
 from bot.llm.offline import OfflineLLM
 from bot.runtime.router import BotHandler
 from bot.store.postgres import redact_url
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from bot.core.llm import BaseLLM
 
 
-#: The exit code of a chat that leaves input unanswered (EOF or /quit came first).
+#: The exit code of a chat that leaves input unanswered (or unread: stopped by a signal).
 EXIT_UNANSWERED = 1
 
 
@@ -56,7 +58,10 @@ async def run_chat(
     log_path: str | None = None,
 ) -> int:
     """``personabot chat``: the console adapter on the full pipeline. Returns the exit code:
-    0, or EXIT_UNANSWERED when input ended (EOF, /quit) with messages still unanswered.
+    0, or EXIT_UNANSWERED when the chat ended (EOF, /quit, SIGINT or SIGTERM) with messages
+    still unanswered, or stopped by a signal before the end of piped input. Raises
+    BrokenPipeError when stdout was closed under it (the CLI's EXIT_PIPE): the chat stops at
+    once, its unanswered messages kept.
 
     On a terminal the chat is live: lines typed quickly coalesce into one turn, commands
     answer at once. Piped, each line is answered (or its command run) before the next is
@@ -65,7 +70,11 @@ async def run_chat(
     as it comes, and is counted at exit if unanswered), so a piped run never hangs.
     ``log_path``: where the log records go (named in the opening line), if not stderr."""
     settings, secrets = app.settings, app.secrets
-    say = notice or (lambda line: print(line, file=stdout, flush=True))
+    show = notice or (lambda line: print(line, file=stdout, flush=True))
+
+    def say(line: str) -> None:
+        show(safe_for_terminal(line))  # a card's persona name, a path: never escape sequences
+
     persona = settings.persona(persona_id)
     app.prepare()
     llm = app.build_llm(offline_fallback=True)
@@ -84,6 +93,9 @@ async def run_chat(
         stdout=stdout,
         interactive=interactive,
         pace=None if interactive else pacer.pace,
+        # Piped, a reply streaming past the pacer's limit was printed in part, then again
+        # whole (or dropped) once newer input came: a transcript gets each reply once.
+        previews=interactive,
     )
     # A credential hidden anywhere in the URL (a token set in the environment) is masked too.
     known = [*secrets.values(settings.secret_names()), *settings.credentials()]
@@ -94,30 +106,50 @@ async def run_chat(
     if log_path:
         logging.getLogger().addHandler(tally)
     try:
-        unanswered = await _converse(app, persona, adapter, llm, pacer)
+        ending = await _converse(app, persona, adapter, llm, pacer)
     finally:
         logging.getLogger().removeHandler(tally)
+    if ending.how == "gone":
+        # Like any filter whose reader went away: nothing more to say, and no one to say it to.
+        raise BrokenPipeError("the chat's output was closed")
     if tally.count:
         logged = _count(tally.count, "warning or error was", "warnings or errors were")
         say(f"{logged} logged to {log_path}.")
-    if unanswered is None:
-        # Stopped by a signal: running turns got the grace period; pending input stays
-        # stored with its timer armed and is answered on the next start.
-        return 0
-    if unanswered:
+    return _report(ending, say)
+
+
+def _report(ending: _Ending, say: Callable[[str], None]) -> int:
+    """Say what was left unanswered; the exit code."""
+    stopped = ending.how == "signal"
+    unread = stopped and not ending.input_ended and not ending.interactive
+    if ending.unanswered:
         say(
-            f"{_count(unanswered, 'message', 'messages')} went unanswered; kept, and "
+            f"{'Stopped: ' if stopped else ''}"
+            f"{_count(ending.unanswered, 'message', 'messages')} went unanswered; kept, and "
             "answered at the next start or with the next message."
         )
-        return EXIT_UNANSWERED
-    return 0
+    if unread:
+        # Piped input cut short (``timeout 30 personabot chat < script``): the rest was never
+        # taken in, so it is neither stored nor answered.
+        say(f"Stopped: input after line {ending.lines_read} was not read.")
+    return EXIT_UNANSWERED if ending.unanswered or unread else 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Ending:
+    """How a chat ended, and what it left unanswered."""
+
+    how: Literal["input", "signal", "gone"]  # EOF or /quit; SIGINT or SIGTERM; stdout closed
+    unanswered: int  # messages stored and still pending
+    lines_read: int
+    input_ended: bool
+    interactive: bool
 
 
 async def _converse(
     app: App, persona: PersonaSettings, adapter: ConsoleAdapter, llm: BaseLLM, pacer: _Pacer
-) -> int | None:
-    """Run the chat until input ends; how many messages are left unanswered then (None:
-    stopped by a signal)."""
+) -> _Ending:
+    """Run the chat until input ends, a signal stops it or its output is closed."""
     async with app.running({pacer.bot: (persona, adapter)}, llm=llm) as rt:
         pacer.rt = rt
         session = await rt.store.open_session(
@@ -131,11 +163,26 @@ async def _converse(
             # A /start of the local user: the greeting takes the one outbound path, after the
             # access check (someone outside allow_users gets only the denied reply).
             await rt.router(adapter.inbound("/start"))
-        if await _read_until_end_or_signal(adapter, rt.router.for_bot(pacer.bot)):
-            return None
-        # Piped input the model stopped answering was waited for already: no second wait.
-        await wait_until_answered(rt, pacer.bot, pacer.within if pacer.waiting else 0.0)
-        return await rt.store.pending_count(adapter.conversation)
+        how = await _read_until_end(adapter, rt.router.for_bot(pacer.bot))
+        if how == "gone":
+            # Nothing can be shown any more: running turns are cancelled now (their messages
+            # stay pending, answered at the next start), not given the grace period.
+            rt.scheduler.abort()
+        elif how == "signal":
+            # Running turns get the grace period, as in ``run``; what they leave stays stored
+            # with its timer armed and is answered on the next start.
+            rt.scheduler.stop()
+            await rt.scheduler.drain(app.settings.queue.shutdown_grace_seconds)
+        else:
+            # Piped input the model stopped answering was waited for already: no second wait.
+            await wait_until_answered(rt, pacer.bot, pacer.within if pacer.waiting else 0.0)
+        return _Ending(
+            how=how,
+            unanswered=await rt.store.pending_count(adapter.conversation),
+            lines_read=adapter.lines_read,
+            input_ended=adapter.input_ended,
+            interactive=adapter.interactive,
+        )
 
 
 def _count(n: int, one: str, many: str) -> str:
@@ -171,10 +218,13 @@ class _Pacer:
             self.waiting = await wait_until_answered(self.rt, self.bot, self.within)
 
 
-async def _read_until_end_or_signal(adapter: ConsoleAdapter, router: BotHandler) -> bool:
-    """Run the console until EOF or /quit (False) or SIGINT/SIGTERM (True)."""
+async def _read_until_end(
+    adapter: ConsoleAdapter, router: BotHandler
+) -> Literal["input", "signal", "gone"]:
+    """Run the console until EOF or /quit, SIGINT or SIGTERM, or its stdout is closed."""
     loop = asyncio.get_running_loop()
     reading = asyncio.create_task(adapter.run(router), name="console")
+    gone = asyncio.create_task(adapter.output_gone.wait(), name="console-output-gone")
     signalled = False
 
     def stop() -> None:
@@ -188,12 +238,19 @@ async def _read_until_end_or_signal(adapter: ConsoleAdapter, router: BotHandler)
             loop.add_signal_handler(sig, stop)
             installed.append(sig)
     try:
-        with contextlib.suppress(asyncio.CancelledError):
-            await reading
+        await asyncio.wait({reading, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
-    return signalled
+        gone.cancel()
+        reading.cancel()
+        # A prompt or an end of line that met a closed stdout ends the reading with that
+        # AdapterError; output_gone says so.
+        with contextlib.suppress(asyncio.CancelledError, AdapterError):
+            await reading
+    if adapter.output_gone.is_set():
+        return "gone"
+    return "signal" if signalled else "input"
 
 
 def _local_user() -> str:

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from bot.app import persona_commands
 from bot.app.logs import open_log_file, redact_text, setup_logging
@@ -281,6 +281,18 @@ def _chat_on_terminal(command: str) -> bool:
         return False
 
 
+def _chat_log() -> TextIO | None:
+    """The chat's log file, or None (said on stderr: the records go there instead)."""
+    try:
+        return open_log_file(Path(CHAT_LOG))
+    except OSError as exc:
+        print(
+            f"personabot: not logging to a file: {exc.strerror}; log records go to stderr",
+            file=sys.stderr,
+        )
+        return None
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "persona":  # works on files, not on a loaded configuration
@@ -309,7 +321,7 @@ def _main(argv: Sequence[str] | None) -> int:
         level = _level(args.command, settings.logging.level)
         # A chat on a terminal keeps its log records out of the conversation: in a file,
         # named in the chat's opening line. Redirected stderr is where the operator wants them.
-        log_file = open_log_file(Path(CHAT_LOG)) if _chat_on_terminal(args.command) else None
+        log_file = _chat_log() if _chat_on_terminal(args.command) else None
         log_path = CHAT_LOG if log_file is not None else None
         setup_logging(level, known, log_file, fmt=args.log_format or settings.logging.format)
         # One composition root for every command; plugins load (and platform and provider

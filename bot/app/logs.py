@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -87,11 +89,29 @@ def setup_logging(
     logging.getLogger("personabot").setLevel(level)
 
 
-def open_log_file(path: Path) -> TextIO | None:
-    """``path`` opened for appending log records (only its owner may read it: records name
-    people and chats), or None when it cannot be (then the logs stay on stderr)."""
+def open_log_file(path: Path) -> TextIO:
+    """``path`` opened for appending log records, readable by its owner only (records name
+    people and chats): an existing file is made so. Raises OSError saying why it cannot be
+    (then the logs stay on stderr): a symbolic link is never followed (one planted in a shared
+    directory would send the records into the file it names), and a file that is not regular
+    or is someone else's is refused."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(exc.errno, f"{path} is a symbolic link (not followed)") from exc
+        raise OSError(exc.errno, f"cannot open {path}: {exc.strerror}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+        if info.st_uid != os.getuid():
+            raise OSError(errno.EPERM, f"{path} belongs to another user")
+        if info.st_mode & 0o077:
+            os.fchmod(fd, 0o600)  # left readable by others: records must not be
+        os.set_blocking(fd, True)
     except OSError:
-        return None
+        os.close(fd)
+        raise
     return os.fdopen(fd, "a", encoding="utf-8")

@@ -165,8 +165,9 @@ async def test_secret_never_reaches_output_or_store(tmp_path: Path) -> None:
 
 
 async def test_sigterm_exits_cleanly_and_keeps_unanswered_input(tmp_path: Path) -> None:
-    """SIGTERM while the model is still writing: exit 0, the message stays; the next start
-    answers it, labelled as the answer to that earlier message (issue 35, item 7)."""
+    """SIGTERM while the model is still writing: the message stays, and the run says so and
+    exits 1 (input left unanswered is no success, signal or not); the next start answers it,
+    labelled as the answer to that earlier message (issue 35, item 7)."""
     async with FakeMessagesAPI() as api:
         api.hold = asyncio.Event()  # the model never answers in the first run
         env = _env(
@@ -183,15 +184,12 @@ async def test_sigterm_exits_cleanly_and_keeps_unanswered_input(tmp_path: Path) 
         assert proc.stdin is not None
         proc.stdin.write(b"remember me\n")
         await proc.stdin.drain()
-        for _ in range(1500):
-            if api.requests:
-                break
-            await asyncio.sleep(0.02)
-        assert api.requests, "the model was never asked"
+        await asyncio.wait_for(api.received.wait(), timeout=30)  # the model was asked
         proc.send_signal(signal.SIGTERM)
         out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
-    assert proc.returncode == 0, err.decode()
+    assert proc.returncode == 1, err.decode()
     assert b"Mira: remember me" not in out
+    assert b"Stopped: 1 message went unanswered; kept" in out
     code, out2, _ = await _run(["chat"], tmp_path, "")
     assert code == 0
     late = out2.splitlines()
@@ -301,3 +299,14 @@ async def test_prompt_says_which_lorebook_entries_fired_and_why_others_did_not(
     assert "skipped  'off': disabled" in out and "skipped  'city': no key match" in out
     assert "<lorebook>" in out and "Vermithrax sleeps under Kell." in out
     assert "You are Mira." in out and "Mira's description:\nA keeper of a lighthouse." in out
+
+
+async def test_prompt_prints_stored_escape_sequences_as_text(tmp_path: Path) -> None:
+    """A message holding an escape sequence (OSC 0 sets the window title) is stored as it
+    came; ``personabot prompt`` shows it as text, never sends it to the terminal."""
+    user = getpass.getuser()
+    await _run(["chat"], tmp_path, "hi \x1b]0;PWNED\x07 there\n")
+    code, out, _ = await _run(["prompt", "--platform", "console", "--chat", user], tmp_path)
+    assert code == 0
+    assert "hi \\x1b]0;PWNED\\x07 there" in out
+    assert "\x1b" not in out and "\x07" not in out

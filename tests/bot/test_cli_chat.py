@@ -9,6 +9,7 @@ import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -172,3 +173,53 @@ async def test_on_a_terminal_logs_go_to_a_file_named_at_start(tmp_path: Path) ->
     assert "model unavailable" in (tmp_path / "personabot-chat.log").read_text()
     # ... and its last line says that there is something to read there.
     assert re.search(r"\r\n\d+ warnings or errors were logged to personabot-chat\.log\.\r\n$", seen)
+
+
+async def test_on_a_terminal_ctrl_c_with_everything_answered_exits_0(tmp_path: Path) -> None:
+    """Ctrl-C is one of the ways to leave: with nothing left unanswered it is no failure."""
+    master, slave = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=_env(),
+        stdin=slave, stdout=slave, stderr=slave,
+    )  # fmt: skip
+    os.close(slave)
+    terminal = _Terminal(master)
+    try:
+        await asyncio.to_thread(terminal.read_until, b"\n> ")
+        os.write(master, b"hello\n")
+        # The offline model's answer ends with the layers it got, then the prompt is back.
+        await asyncio.to_thread(terminal.read_until, b"in the window)\r\n> ")
+        proc.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(proc.wait(), timeout=30)
+        seen = await asyncio.to_thread(terminal.read_until, b"never shown", 2)
+    finally:
+        os.close(master)
+    assert code == 0, seen.decode()
+    assert b"unanswered" not in seen and b"not read" not in seen
+
+
+async def test_piped_a_slow_reply_is_printed_once_and_whole(tmp_path: Path) -> None:
+    """A reply the model would stream for longer than max_wait + timeout: a piped transcript
+    shows each reply once, complete. Streamed, the first was printed as it came, then thrown
+    away by the final check once the next line had gone in (to be printed again at the next
+    start), and the run ended with both lines unanswered."""
+    reply = "one two three four five six seven eight nine ten eleven twelve"
+    async with FakeMessagesAPI(reply_text=reply) as api:
+        api.token_interval = 0.25  # about 3 s of streaming, past the 1.5 s limit
+        env = _env(
+            ANTHROPIC_API_KEY="sk-test",
+            PERSONABOT_LLM__BASE_URL=api.base_url,
+            PERSONABOT_LLM__TIMEOUT_SECONDS="1",
+            PERSONABOT_QUEUE__MAX_WAIT_SECONDS="0.5",
+            PERSONABOT_QUEUE__DEBOUNCE_SECONDS="0.1",
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=env,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(b"first\nsecond\n"), timeout=40)
+    said = [line for line in out.decode().splitlines() if line.startswith("Mira: ")]
+    assert said[1:] == [f"Mira: {reply}"] * 2, (out.decode(), err.decode())
+    assert "[dropped]" not in out.decode()
+    assert proc.returncode == 0, err.decode()

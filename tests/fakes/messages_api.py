@@ -47,7 +47,8 @@ Behaviour of ``POST /v1/messages``:
   message's text),
   ``stop_reason`` :attr:`stop_reason`, and :attr:`usage`.
 * :attr:`latency` seconds (``asyncio.sleep``) are waited before every answer; while
-  :attr:`hold` is an unset ``asyncio.Event``, answers also wait for it (a held model call).
+  :attr:`hold` is an unset ``asyncio.Event``, answers also wait for it (a held model call);
+  :attr:`received` is set when a request arrives, so a test can wait for the call it holds.
 
 Streaming (a body with ``"stream": true``, what ``client.messages.stream(...)`` sends): every
 check and scripted error above still answers before the stream starts, as a plain HTTP error
@@ -582,6 +583,8 @@ class FakeMessagesAPI:
         self.require_api_key = True
         self.reject_sampling_params = True
         self.requests: list[RecordedRequest] = []
+        #: Set when a request arrives (clear it to wait for the next): a held call has come.
+        self.received = asyncio.Event()
         self._script: deque[CannedError | CannedReply] = deque()
         self._rules: list[Rule] = []
         self._breaks: deque[MidstreamFailure] = deque()
@@ -794,6 +797,7 @@ class FakeMessagesAPI:
             received_at=time.monotonic(),
         )
         self.requests.append(recorded)
+        self.received.set()
         return recorded
 
     def _error(self, canned: CannedError) -> web.Response:
