@@ -1033,16 +1033,22 @@ class RunNeeds:
         for index, entry in enumerate(raw_bots):
             if not isinstance(entry, dict):
                 return None
-            platform = entry.get("platform")
+            platform, token = entry.get("platform"), entry.get("token_env")
+            if token is not None and not (isinstance(token, str) and looks_like_env_name(token)):
+                continue  # perhaps the token itself pasted in: its own problem, never shown
             if platform in DEFAULT_TOKEN_VARIABLES:
-                token = entry.get("token_env") or DEFAULT_TOKEN_VARIABLES[platform]
+                token = token or DEFAULT_TOKEN_VARIABLES[platform]
                 key = entry.get("id") or f"{platform}-{entry.get('persona', '')}"
+                if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", str(key)):
+                    key = f"bots[{index}]"  # not an id (it has its own problem): not quoted
                 bots.append((index, str(key), str(platform), str(token)))
         provider = str(llm.get("provider", LLMSettings().provider))
-        listen = web.get("listen")
-        token_env = str(web.get("token_env", WebSettings().token_env)) if listen else None
+        listen, token_env = web.get("listen"), web.get("token_env", WebSettings().token_env)
+        if not (isinstance(token_env, str) and looks_like_env_name(token_env)):
+            token_env = None  # its own problem, never shown
         # No bots in a broken file is left to the file's own problems.
-        return cls(tuple(bots), provider, token_env) if bots or raw_bots == [] else None
+        web_token = token_env if listen else None
+        return cls(tuple(bots), provider, web_token) if bots or raw_bots == [] else None
 
     def problems(self, secrets: Secrets, *, empty_ok: bool = False) -> list[str]:
         """What ``run`` would refuse to start without, never quoting a value: ``[[bots]]``,
