@@ -21,9 +21,9 @@ from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn
 from bot.store.base import BaseStore
 from memory.assemble import Budget, assemble
 from memory.lorebook import MAX_CONTENT_CHARS
+from tests.cards.cast import persona
 from tests.fakes.llm import GatedLLM
 from tests.harness import BOT, harness
-from tests.review18.cast import persona
 
 DM = ConversationKey("telegram", "700", None, BOT)
 HUGE_ROLL = "{{roll:" + "9" * 5000 + "}}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bot.core.events import UserKey
 from memory.records import MemoryItem, UserMemory
-from tests.review22.rig import DM, T0, TOKEN, Rig, answered
+from tests.web.security.rig import DM, T0, TOKEN, Rig, answered
 
 
 async def test_a_conversation_page_showing_a_persons_memory_is_audited(rig: Rig) -> None:

@@ -7,7 +7,7 @@ import aiohttp
 
 from bot.core.events import ConversationKey, UserKey
 from memory.records import MemoryItem, UserMemory
-from tests.review22.rig import T0, TOKEN, Rig, answered
+from tests.web.security.rig import T0, TOKEN, Rig, answered
 
 XSS = '"><img src=x onerror=alert(1)>'
 RAW = "<img src=x"

@@ -22,9 +22,9 @@ from bot.core.events import ConversationKey, UserKey
 from bot.store.base import BaseStore
 from memory.records import MemoryItem, UserMemory
 from tests.bot.test_initiatives import HOUR, NO_QUIET, T0, Scripted
+from tests.cards.cast import cast, persona
 from tests.fakes.llm import GatedLLM
 from tests.harness import BOT, harness
-from tests.review18.cast import cast, persona
 
 DM = ConversationKey("telegram", "700", None, BOT)
 GROUP = ConversationKey("telegram", "-100", None, BOT)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests.review22.rig import TOKEN, Rig
+from tests.web.security.rig import TOKEN, Rig
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from bot.config import Secrets, Settings
 from bot.core.clock import SystemClock
 from bot.store.base import BaseStore
 from tests.fakes.llm import GatedLLM
-from tests.review22.rig import SETTINGS, TOKEN
+from tests.web.security.rig import SETTINGS, TOKEN
 
 GETS = ["/", "/conversations", "/conversations/1", "/people/telegram/7", "/retention", "/audit"]
 PAGE_POSTS = [

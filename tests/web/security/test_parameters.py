@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.review22.rig import DM, T0, TOKEN, Rig, answered
+from tests.web.security.rig import DM, T0, TOKEN, Rig, answered
 
 BAD = [
     "/conversations?after=1:99999999999999999999999",  # beyond a 64-bit row id

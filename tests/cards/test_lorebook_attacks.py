@@ -24,8 +24,8 @@ from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn
 from bot.core.llm import ModelRequest, TextBlock
 from memory.assemble import Budget, Participant, assemble
 from memory.records import MemoryItem, Summary, UserMemory
+from tests.cards.cast import persona
 from tests.harness import BOT
-from tests.review18.cast import persona
 
 DM = ConversationKey("telegram", "700", None, BOT)
 SESSION = SessionKey(DM, 1)

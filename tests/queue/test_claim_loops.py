@@ -14,7 +14,7 @@ import asyncpg
 
 from bot.core.queue_rules import turn_lease
 from bot.store.postgres import PostgresStore
-from tests.review20.rig import claiming, key, say, until
+from tests.queue.rig import claiming, key, say, until
 
 
 async def test_a_due_timer_whose_lease_a_dead_process_holds_is_not_polled(pg_dsn: str) -> None:

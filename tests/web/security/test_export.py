@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.review22.rig import Rig
+from tests.web.security.rig import Rig
 
 
 async def test_the_export_file_name_cannot_break_its_header(rig: Rig) -> None:

@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bot.store.base import BaseStore
-from tests.review22.rig import Rig, open_rig
+from tests.web.security.rig import Rig, open_rig
 
 
 @pytest.fixture
