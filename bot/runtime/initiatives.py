@@ -43,6 +43,7 @@ from bot.core.clock import Clock
 from bot.core.errors import ModelError, StoreError
 from bot.core.events import ConversationKey, Lease, OutboxItem, SessionKey, UserKey
 from bot.core.llm import BaseLLM, ModelRequest, ModelResult, ToolSpec
+from bot.core.queue_rules import turn_lease
 from bot.core.tasks import Background
 from bot.core.visible import has_visible_text
 from bot.metrics import Metrics
@@ -245,7 +246,7 @@ class Proactive:
             return "gone"
         lease = await leases.acquire(
             self._store,
-            f"turn:{conversation}",
+            turn_lease(conversation),
             holder=self._holder,
             ttl=persona.lease_seconds,
             clock=self._clock,

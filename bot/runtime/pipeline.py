@@ -128,10 +128,6 @@ class BotProfile:
     stream: StreamSettings = NO_STREAM
 
 
-#: The lease that serializes turns of one conversation across workers and processes.
-lease_name = turn_lease
-
-
 class Pipeline:
     """Runs turns for the bots this process hosts."""
 
@@ -249,7 +245,7 @@ class Pipeline:
         profile = self._profiles[conversation.bot]
         lease = await leases.acquire(
             self._store,
-            lease_name(conversation),
+            turn_lease(conversation),
             holder=self.holder,
             ttl=profile.lease_seconds,
             clock=self._clock,
@@ -269,12 +265,12 @@ class Pipeline:
             holder=self.holder,
             ttl=self._claim_ttl,
             bots=self.bots,
-            skip=[lease_name(key) for key in skip],
+            skip=[turn_lease(key) for key in skip],
         )
 
     async def next_claim_at(self, now: float, skip: Sequence[ConversationKey]) -> float | None:
         """When a claim could next take a turn of the hosted bots."""
-        return await self._store.next_claim_at(now, self.bots, [lease_name(k) for k in skip])
+        return await self._store.next_claim_at(now, self.bots, [turn_lease(k) for k in skip])
 
     async def run_claimed(self, turn: ClaimedTurn) -> TurnOutcome:
         """Run a turn the store handed over with its lease (released at the end)."""

@@ -13,9 +13,9 @@ import pytest
 from bot.core.clock import ManualClock
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey
+from bot.core.queue_rules import turn_lease
 from bot.core.tasks import Background
 from bot.queue import lease as leases
-from bot.runtime.pipeline import lease_name
 from bot.store.base import BaseStore
 from tests.fakes.llm import GatedLLM
 from tests.harness import BOT, harness, settle
@@ -61,7 +61,7 @@ async def test_a_refused_release_is_retried_and_the_next_turn_is_not_held_back(
         assert blip.failed == 1 and h.pipeline.releases.pending == 1  # the turn itself ended
         await h.advance(0.3)  # retries after 0.05 s (refused) and 0.1 s more
         assert blip.failed == 2 and h.pipeline.releases.pending == 0
-        assert await store.lease_expires_at(lease_name(C1)) == 0  # released
+        assert await store.lease_expires_at(turn_lease(C1)) == 0  # released
         await h.say(C1, "second")
         await h.advance(1.6)  # answered after the debounce, not after the lease's 30 s
         assert h.outlet.texts() == ["reply to: first", "reply to: second"]

@@ -29,6 +29,7 @@ from bot.core.events import (
     UserKey,
 )
 from bot.core.llm import ImageBlock, TextBlock
+from bot.core.queue_rules import turn_lease
 from bot.metrics import Metrics
 from bot.store.base import BaseStore
 from memory.assemble import Assembled
@@ -294,7 +295,7 @@ class ConsoleData:
         pending = await self._store.pending_turn(key, 1)
         waiting = 0 if pending is None else await self._store.pending_count(key)
         now = self._clock.now()
-        lease = await self._store.console_lease(f"turn:{key}", now)
+        lease = await self._store.console_lease(turn_lease(key), now)
         edits = await self._store.console_edits(chosen.key)
         await self._store.record_audit(
             viewer.actor,
