@@ -10,10 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from bot.core.events import ConversationKey, Inbound, SessionKey, StoredMessage
+from bot.core.events import Inbound
 from bot.runtime.tools import ToolRegistry
+from bot.runtime.turn_context import TurnContext
+
+__all__ = [
+    "AfterReply",
+    "BeforeModel",
+    "CallNext",
+    "Command",
+    "CommandSpec",
+    "Extensions",
+    "Handler",
+    "Middleware",
+    "TurnContext",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,22 +56,6 @@ CallNext = Callable[[Inbound], Awaitable[None]]
 #: Runs on every inbound event before it is stored: may drop it (not calling ``call_next``),
 #: replace it (``call_next(changed)``) or pass it on unchanged.
 Middleware = Callable[[Inbound, CallNext], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class TurnContext:
-    """What a turn hook sees about the turn about to run, or just answered."""
-
-    conversation: ConversationKey
-    session: SessionKey
-    bot: str
-    persona_id: str
-    messages: tuple[StoredMessage, ...]
-    now: float
-    # In a tool's check only: the arguments of the calls of the same tool that already passed
-    # their check in this turn. They are applied together with the reply, so a check that
-    # enforces a cap (remind_me: reminders per person) counts them (docs/plugins.md).
-    earlier_calls: tuple[Mapping[str, Any], ...] = ()
 
 
 #: Before the model request: the text of an extra prompt layer, or None for none.

@@ -32,7 +32,7 @@ import logging
 import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Final, get_type_hints
+from typing import Any, Final, get_type_hints
 
 import pydantic
 import pydantic_core
@@ -51,9 +51,7 @@ from bot.core.llm import (
     Usage,
 )
 from bot.core.tasks import within
-
-if TYPE_CHECKING:
-    from bot.runtime.extensions import TurnContext
+from bot.runtime.turn_context import TurnContext
 
 log = logging.getLogger("personabot.tools")
 
@@ -106,8 +104,6 @@ class Tool:
         side_effects: bool = False,
     ) -> Tool:
         """A tool from an ``async def`` with annotated parameters; ConfigError when unusable."""
-        from bot.runtime.extensions import TurnContext  # extensions imports this module
-
         tool_name = name or fn.__name__
         try:
             _NAME.validate_python(tool_name)

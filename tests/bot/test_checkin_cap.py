@@ -3,7 +3,7 @@ through the wired runtime on the manual clock, on both stores."""
 
 from __future__ import annotations
 
-from bot.app.admin import preview_prompt
+from bot.app.preview import preview_prompt
 from bot.config import ScheduleSettings, Settings
 from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey

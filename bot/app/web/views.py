@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.web import PLATFORM
-from bot.app.admin import preview_prompt
 from bot.app.build import build_retention
+from bot.app.preview import preview_prompt
 from bot.app.web.playground import OPERATOR, PREFIX
 from bot.config import PersonaSettings, Settings
 from bot.core.clock import Clock

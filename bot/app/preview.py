@@ -1,0 +1,99 @@
+"""The prompt the model would get now in a conversation, read and never written: what
+``personabot prompt`` prints and the console's conversation page shows (docs/web.md). Its own
+module so that the console needs nothing of the admin commands (issue 36: the
+admin -> app -> serve -> web -> admin import cycle)."""
+
+from __future__ import annotations
+
+from bot.app.build import initiative_policy, memory_policy, pin_for
+from bot.config import PersonaSettings, Settings
+from bot.core.agenda import CheckinCap
+from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn
+from bot.runtime.initiatives import check_in_prompt, due_check_in
+from bot.store.base import BaseStore
+from memory.assemble import Assembled
+from memory.retention.gaps import gap_notice
+from memory.service import Memory
+
+
+async def preview_prompt(
+    settings: Settings,
+    store: BaseStore,
+    memory: Memory,
+    conversation: ConversationKey,
+    persona: PersonaSettings,
+    now: float,
+    message: str | None = None,
+) -> tuple[str, Assembled] | None:
+    """The prompt the model would get now in ``conversation`` (None: no open session), and
+    what it is for: a pending turn's, a due check-in's, or the next message's (``message``,
+    or a placeholder) from the last person who spoke. ``personabot prompt`` and the console
+    show it; it reads, never writes.
+
+    A pending turn is the one the pipeline would take: the oldest ``max_turn_messages``, with
+    the gap notice it would carry; the title says how many more wait for later turns. (All
+    of a backlog of thousands, read and fitted on the bots' event loop, froze every chat.)"""
+    session = await store.current_session(conversation)
+    if session is None:
+        return None
+    # The chat's own persona (docs/personas.md#several-personas), when it switched.
+    if session.persona and session.persona in {p.id for p in settings.personas}:
+        persona = settings.persona(session.persona)
+    policy = memory_policy(settings, persona)
+    turn = await store.pending_turn(conversation, settings.queue_for(persona).max_turn_messages)
+    due = (
+        None
+        if turn is not None
+        else await due_check_in(
+            store,
+            memory,
+            initiative_policy(persona),
+            conversation,
+            now,
+            settings.schedule.timezone,
+            CheckinCap(settings.schedule.max_checkins_per_day),
+        )
+    )
+    if due is not None:
+        # A check-in is due: show what its decision would be asked (docs/initiatives.md).
+        state, tz = due
+        assert state.session_no is not None
+        key_now = SessionKey(conversation, state.session_no)
+        assembled = await check_in_prompt(memory, pin_for(persona), key_now, state, tz, now)
+        return f"check-in for {key_now}", assembled
+    if turn is None:
+        # No input pending: preview with a placeholder from the last person who spoke.
+        users = [m for m in await store.history(session.key, 50) if m.role == "user"]
+        author, name, private = (
+            (users[-1].author_id, users[-1].display_name, users[-1].is_private)
+            if users
+            else ("?", "?", True)
+        )
+        placeholder = StoredMessage(
+            0,
+            session.key,
+            0,
+            "user",
+            author,
+            name,
+            message or "(the next message)",
+            now,
+            is_private=private,
+        )
+        turn = Turn(session.key, 0, (placeholder,), now, persona=session.persona)
+        title = f"prompt for {turn.session}"
+    else:
+        waiting = await store.pending_count(conversation) - len(turn.messages)
+        title = f"prompt for {turn.session}: the next turn, {len(turn.messages)} message(s)"
+        if waiting > 0:
+            title += f"; {waiting} more wait for the turns after it"
+    summary = await memory.summary(turn.session)
+    gaps = await memory.gaps(turn.session, summary)
+    assembled = await memory.build(
+        turn,
+        pin_for(persona),
+        gap_notice=gap_notice(gaps) if gaps else None,
+        summary=summary,
+        policy=policy,
+    )
+    return title, assembled
