@@ -817,8 +817,7 @@ def _raw_problems(data: Mapping[str, Any]) -> list[str]:
         if not isinstance(persona, str) or not isinstance(listed, list):
             return []
         platform = entry.get("platform")
-        key = entry.get("id") or f"{platform}-{persona or (listed or [''])[0]}"
-        bots.append((persona, [p for p in listed if isinstance(p, str)], str(key)))
+        bots.append((persona, [p for p in listed if isinstance(p, str)], _raw_key(index, entry)))
         if (
             isinstance(platform, str)
             and platform not in BUILTIN_PLATFORMS
@@ -829,6 +828,15 @@ def _raw_problems(data: Mapping[str, Any]) -> list[str]:
                 unknown_name("platform", f"bots[{index}].platform", platform, BUILTIN_PLATFORMS)
             )
     return reference_problems(ids, bots) + problems
+
+
+def _raw_key(index: int, entry: Mapping[str, Any]) -> str:
+    """A raw ``[[bots]]`` entry's key as ``_BotBase.key`` derives it; ``bots[i]`` when that
+    is no id (a token pasted into ``id`` has its own problem and is never quoted)."""
+    listed = entry.get("personas")
+    first = listed[0] if isinstance(listed, list) and listed else ""
+    key = str(entry.get("id") or f"{entry.get('platform')}-{entry.get('persona') or first}")
+    return key if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", key) else f"bots[{index}]"
 
 
 _DEFAULT_PERSONA = PersonaSettings(
@@ -1038,17 +1046,12 @@ class RunNeeds:
                 continue  # perhaps the token itself pasted in: its own problem, never shown
             if platform in DEFAULT_TOKEN_VARIABLES:
                 token = token or DEFAULT_TOKEN_VARIABLES[platform]
-                key = entry.get("id") or f"{platform}-{entry.get('persona', '')}"
-                if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", str(key)):
-                    key = f"bots[{index}]"  # not an id (it has its own problem): not quoted
-                bots.append((index, str(key), str(platform), str(token)))
+                bots.append((index, _raw_key(index, entry), str(platform), str(token)))
         provider = str(llm.get("provider", LLMSettings().provider))
         listen, token_env = web.get("listen"), web.get("token_env", WebSettings().token_env)
         if not (isinstance(token_env, str) and looks_like_env_name(token_env)):
             token_env = None  # its own problem, never shown
-        # No bots in a broken file is left to the file's own problems.
-        web_token = token_env if listen else None
-        return cls(tuple(bots), provider, web_token) if bots or raw_bots == [] else None
+        return cls(tuple(bots), provider, token_env if listen else None)
 
     def problems(self, secrets: Secrets, *, empty_ok: bool = False) -> list[str]:
         """What ``run`` would refuse to start without, never quoting a value: ``[[bots]]``,

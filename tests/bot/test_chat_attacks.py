@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.bot.chat_process import Terminal, piped_chat, terminal_chat
+from tests.bot.chat_process import chat_env as _env
 from tests.fakes.messages_api import FakeMessagesAPI
 
 pytestmark = pytest.mark.timeout(60)
@@ -22,23 +24,13 @@ HOSTILE = (
 )
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PERSONABOT_"))}
-    env.update(extra)
-    return env
-
-
 async def test_model_output_cannot_send_terminal_escape_sequences(tmp_path: Path) -> None:
     """The model's text is printed as text: no ESC (or other C0/C1 control) reaches the
     terminal, so a reply cannot set the title, write the clipboard (OSC 52) or clear the
     screen."""
     async with FakeMessagesAPI(reply_text=HOSTILE) as api:
         env = _env(ANTHROPIC_API_KEY="sk-test", PERSONABOT_LLM__BASE_URL=api.base_url)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=env,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        proc = await piped_chat(tmp_path, env)
         out, err = await asyncio.wait_for(proc.communicate(b"hello\n"), timeout=40)
     assert proc.returncode == 0, err.decode()
     assert "RED" in out.decode()
@@ -55,11 +47,7 @@ async def test_a_card_persona_name_and_greeting_cannot_send_escape_sequences(
         'first_message = ["hi \\u001b]52;c;ZXZpbA==\\u0007"]\n',
         encoding="utf-8",
     )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "chat", "--config", "p.toml", cwd=tmp_path, env=_env(),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    proc = await piped_chat(tmp_path, _env(), "--config", "p.toml")
     out, err = await asyncio.wait_for(proc.communicate(b"hello\n"), timeout=40)
     assert proc.returncode == 0, err.decode()
     assert b"\x1b" not in out, out
@@ -79,11 +67,7 @@ async def test_piped_input_cut_short_by_sigterm_is_not_reported_as_success(
             PERSONABOT_LLM__BASE_URL=api.base_url,
             PERSONABOT_QUEUE__SHUTDOWN_GRACE_SECONDS="1",  # the held turn's grace period
         )
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=env,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        proc = await piped_chat(tmp_path, env)
         assert proc.stdin is not None
         proc.stdin.write(b"one\ntwo\nthree\n")
         await proc.stdin.drain()
@@ -115,9 +99,6 @@ async def test_the_chat_log_is_readable_by_its_owner_only_even_when_it_existed(
     only". A file left there world-readable (or a symlink planted in a shared directory) is
     appended to as it is: the records (names, chats, errors) land in a 0644 file, or in
     whatever file the link points to."""
-    import pty
-
-    from tests.bot.test_cli_chat import _Terminal
 
     victim = tmp_path / "elsewhere.txt"
     victim.write_text("someone else's file\n")
@@ -131,13 +112,8 @@ async def test_the_chat_log_is_readable_by_its_owner_only_even_when_it_existed(
             PERSONABOT_LLM__MAX_RETRIES="0",
             PERSONABOT_QUEUE__DEBOUNCE_SECONDS="0.1",
         )
-        master, slave = pty.openpty()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=env,
-            stdin=slave, stdout=slave, stderr=slave,
-        )  # fmt: skip
-        os.close(slave)
-        terminal = _Terminal(master)
+        proc, master = await terminal_chat(tmp_path, env)
+        terminal = Terminal(master)
         try:
             await asyncio.to_thread(terminal.read_until, b"\n> ")
             os.write(master, b"hello\n")

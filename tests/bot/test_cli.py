@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.bot.chat_process import piped_chat
 from tests.fakes.messages_api import FakeMessagesAPI
 
 SECRET = "sk-ant-test-Zm9vYmFyYmF6cXV4-very-secret"
@@ -176,11 +177,7 @@ async def test_sigterm_exits_cleanly_and_keeps_unanswered_input(tmp_path: Path) 
             PERSONABOT_LLM__MAX_RETRIES="0",
             PERSONABOT_QUEUE__SHUTDOWN_GRACE_SECONDS="0.5",
         )
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=env,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        proc = await piped_chat(tmp_path, env)
         assert proc.stdin is not None
         proc.stdin.write(b"remember me\n")
         await proc.stdin.drain()

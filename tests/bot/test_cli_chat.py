@@ -6,26 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pty
 import re
-import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.bot.chat_process import Terminal, piped_chat, terminal_chat
+from tests.bot.chat_process import chat_env as _env
 from tests.fakes.messages_api import FakeMessagesAPI
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PERSONABOT_"))}
-    env.update(extra)
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -80,39 +73,11 @@ async def test_piped_input_the_model_never_answers_exits_non_zero(tmp_path: Path
             PERSONABOT_QUEUE__DEBOUNCE_SECONDS="0.1",
             PERSONABOT_QUEUE__MAX_WAIT_SECONDS="0.5",
         )
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=env,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        proc = await piped_chat(tmp_path, env)
         out, err = await asyncio.wait_for(proc.communicate(b"one\ntwo\n"), timeout=40)
     assert proc.returncode == 1, err.decode()
     assert "2 messages went unanswered" in out.decode()
     assert "You said" not in out.decode()
-
-
-class _Terminal:
-    """The master side of a pseudo-terminal: what a person at that terminal sees."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.seen = b""
-
-    def read_until(self, needle: bytes, within: float = 30.0) -> bytes:
-        """Everything shown so far, once ``needle`` appeared (or the program ended)."""
-        deadline = time.monotonic() + within
-        while needle not in self.seen and time.monotonic() < deadline:
-            ready, _, _ = select.select([self.fd], [], [], deadline - time.monotonic())
-            if not ready:
-                break
-            try:
-                chunk = os.read(self.fd, 4096)
-            except OSError:  # the program ended: the terminal is gone
-                break
-            if not chunk:
-                break
-            self.seen += chunk
-        return self.seen
 
 
 async def _chat_on_a_terminal(
@@ -120,13 +85,8 @@ async def _chat_on_a_terminal(
 ) -> tuple[int, str]:
     """Run ``personabot chat`` on a pseudo-terminal: type ``line``, wait for ``answer`` and the
     prompt after it, then type ``last`` (Ctrl-D, /quit). The exit code and all it showed."""
-    master, slave = pty.openpty()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "chat", cwd=cwd, env=env,
-        stdin=slave, stdout=slave, stderr=slave,
-    )  # fmt: skip
-    os.close(slave)
-    terminal = _Terminal(master)
+    proc, master = await terminal_chat(cwd, env)
+    terminal = Terminal(master)
     try:
         await asyncio.to_thread(terminal.read_until, b"\n> ")
         os.write(master, line + b"\n")
@@ -177,13 +137,8 @@ async def test_on_a_terminal_logs_go_to_a_file_named_at_start(tmp_path: Path) ->
 
 async def test_on_a_terminal_ctrl_c_with_everything_answered_exits_0(tmp_path: Path) -> None:
     """Ctrl-C is one of the ways to leave: with nothing left unanswered it is no failure."""
-    master, slave = pty.openpty()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=_env(),
-        stdin=slave, stdout=slave, stderr=slave,
-    )  # fmt: skip
-    os.close(slave)
-    terminal = _Terminal(master)
+    proc, master = await terminal_chat(tmp_path, _env())
+    terminal = Terminal(master)
     try:
         await asyncio.to_thread(terminal.read_until, b"\n> ")
         os.write(master, b"hello\n")
@@ -213,11 +168,7 @@ async def test_piped_a_slow_reply_is_printed_once_and_whole(tmp_path: Path) -> N
             PERSONABOT_QUEUE__MAX_WAIT_SECONDS="0.5",
             PERSONABOT_QUEUE__DEBOUNCE_SECONDS="0.1",
         )
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "chat", cwd=tmp_path, env=env,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        proc = await piped_chat(tmp_path, env)
         out, err = await asyncio.wait_for(proc.communicate(b"first\nsecond\n"), timeout=40)
     said = [line for line in out.decode().splitlines() if line.startswith("Mira: ")]
     assert said[1:] == [f"Mira: {reply}"] * 2, (out.decode(), err.decode())

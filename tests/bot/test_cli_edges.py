@@ -183,3 +183,20 @@ def test_a_configuration_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> 
     path = tmp_path / "personabot.toml"
     path.write_bytes("\ufeff[queue]\ndebounce_seconds = 2\n".encode())
     assert load_settings(path).queue.debounce_seconds == 2
+
+
+def test_a_file_with_only_plugin_bots_and_a_typo_still_names_the_missing_key(
+    tmp_path: Path,
+) -> None:
+    """The environment is checked in the same round as a typo, also when every bot is on a
+    plugin's platform (no built-in token to name): the missing Anthropic key is named."""
+    path = tmp_path / "personabot.toml"
+    path.write_text(
+        'plugins = ["p"]\n[queue]\ndebounce_secnds = 1\n'
+        '[[bots]]\nplatform = "jsonl"\npersona = "companion"\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, needs=Secrets({}))
+    lines = caught.value.lines()
+    assert any("debounce_secnds" in line for line in lines)
+    assert any(line.startswith("ANTHROPIC_API_KEY: not set") for line in lines), lines
