@@ -16,13 +16,11 @@ from bot.core.events import (
     IngestResult,
     QueuePolicy,
     SessionPolicy,
-    Turn,
 )
-from bot.core.llm import Usage
 from bot.store import cols
 from bot.store.postgres._core import no_nul
 from bot.store.sql.conn import Conn
-from bot.store.sql.core import conv_args
+from bot.store.sql.core import ReplyRow, conv_args
 from bot.store.sql.ingest import (
     BATCH_STATE_SQL,
     IngestBase,
@@ -218,19 +216,9 @@ class WritesPart(IngestBase, QueuePart):
             ids[key] = conv_id
         return ids
 
-    async def _record_reply(
-        self,
-        db: Conn,
-        conv_id: int,
-        sid: int,
-        turn: Turn,
-        reply: str,
-        now: float,
-        usage: Usage,
-        model: str | None,
-        reply_to: str | None,
-    ) -> tuple[int, int]:
+    async def _record_reply(self, db: Conn, row: ReplyRow) -> tuple[int, int]:
         """The next turn, the reply, its messages answered and its outbox row in one statement."""
+        usage = row.usage
         recorded = await db.fetchrow(
             "WITH t AS (UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = $3 "
             "WHERE id = $2 RETURNING next_turn - 1 AS turn), "
@@ -245,18 +233,18 @@ class WritesPart(IngestBase, QueuePart):
             "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
             "reply_to, created_at) SELECT $1, $2, r.id, $4, $7::text, $3 FROM r "
             "RETURNING reply_message_id, id",
-            conv_id,
-            sid,
-            now,
-            reply,
-            turn.version,
-            [m.id for m in turn.messages],
-            reply_to,
+            row.conv_id,
+            row.sid,
+            row.now,
+            row.text,
+            row.version,
+            list(row.answers),
+            row.reply_to,
             usage.input_tokens,
             usage.output_tokens,
             usage.cache_creation_input_tokens,
             usage.cache_read_input_tokens,
-            model,
+            row.model,
         )
         assert recorded is not None
         return int(recorded[0]), int(recorded[1])

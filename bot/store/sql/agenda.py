@@ -22,20 +22,17 @@ from bot.core.agenda import (
     Reminder,
     ReminderStatus,
 )
-from bot.core.errors import StoreError
 from bot.core.events import (
     ConversationKey,
     FinishResult,
     Lease,
-    OutboxItem,
     SessionKey,
-    Turn,
     UserKey,
 )
 from bot.core.llm import Usage
 from bot.store import cols
 from bot.store.sql.conn import Conn
-from bot.store.sql.core import CONV_WHERE_C, SQLCore, conv_args
+from bot.store.sql.core import CONV_WHERE_C, ReplyRow, SQLCore, conv_args, refuse_blank
 
 _REMINDER_COLS = (
     "r.id, c.bot, c.platform, c.chat_id, c.thread_id, r.user_id, r.about, r.due_at, "
@@ -223,59 +220,26 @@ class AgendaPart(SQLCore):
         cap: CheckinCap | None = None,
     ) -> FinishResult:
         """Lock, fence, compare, then record; the same locks as ``finish_turn``."""
-        d = self.dialect
-        if not text.strip():
-            raise StoreError("refusing to record an empty or whitespace-only message")
+        refuse_blank(text)
         async with self._tx() as db:
-            conv_id = await self._conv_id(db, conversation, lock=True)
-            token = await self._lease_token(db, lease.name)
-            if conv_id is None or token != lease.token:
+            conv_id = await self._held(db, conversation, lease)
+            if conv_id is None:
                 return FinishResult("fenced")
-            row = await db.fetchrow(
-                "SELECT c.version, c.status, (SELECT id FROM sessions WHERE conversation_id = "
-                "c.id AND status = 'open' AND session_no = $2), (SELECT 1 FROM messages WHERE "
-                f"conversation_id = c.id AND pending = {d.true} LIMIT 1), "
-                "(SELECT enabled FROM initiatives WHERE conversation_id = c.id), "
-                "(SELECT status FROM reminders WHERE id = $3 AND conversation_id = c.id) "
-                "FROM conversations c WHERE c.id = $1",
-                conv_id,
-                session_no,
-                reminder if reminder is not None else 0,
-            )
-            assert row is not None
-            current = int(row[0])
-            still = (
-                current == version
-                and row[1] != "inactive"
-                and row[2] is not None
-                and row[3] is None
-                and (
-                    (row[4] is None or bool(row[4]))
-                    if origin == "initiative"
-                    else row[5] == "pending"
-                )
-            )
-            if not still:
+            current, sid = await self._still_due(db, conv_id, version, session_no, origin, reminder)
+            if sid is None or (
+                origin == "initiative"
+                and await self._capped(db, conv_id, conversation.bot, now, cap)
+            ):
                 return FinishResult("discarded", current_version=current)
-            if origin == "initiative" and cap is not None and cap.limit > 0:
-                # Counted and recorded under one lock per bot: two processes writing check-ins
-                # of the bot into different chats cannot both take the last one of the day.
-                await self._serialize(db, f"checkins:{conversation.bot}")
-                recent = await _recent_checkins(db, conversation.bot, now - cap.window, cap.limit)
-                frees = cap.frees_at(recent)
-                if frees is not None:
-                    await _arm(db, conv_id, frees, now, CAPPED)  # postponed, never lost
-                    return FinishResult("discarded", current_version=current)
-            sid = int(row[2])
-            turn = Turn(SessionKey(conversation, session_no), version, (), now)
-            reply_id, outbox_id = await self._record_reply(
-                db, conv_id, sid, turn, text, now, usage or Usage(), model, None
+            session = SessionKey(conversation, session_no)
+            item = await self._record(
+                db, ReplyRow(conv_id, sid, session, version, (), text, now, usage or Usage(), model)
             )
             await db.execute(
                 "UPDATE messages SET origin = $1, addressee = $2 WHERE id = $3",
                 origin,
                 addressee,
-                reply_id,
+                item.reply_message_id,
             )
             if origin == "initiative":
                 await db.execute(
@@ -293,18 +257,61 @@ class AgendaPart(SQLCore):
                     "UPDATE reminders SET status = 'sent', finished_at = $1, message_id = $2 "
                     "WHERE id = $3",
                     now,
-                    reply_id,
+                    item.reply_message_id,
                     reminder,
                 )
-        item = OutboxItem(
-            id=outbox_id,
-            conversation=conversation,
-            session=turn.session,
-            text=text,
-            reply_message_id=reply_id,
-            created_at=now,
-        )
         return FinishResult("recorded", outbox=item, current_version=current)
+
+    async def _still_due(
+        self,
+        db: Conn,
+        conv_id: int,
+        version: int,
+        session_no: int,
+        origin: AgendaKind,
+        reminder: int | None,
+    ) -> tuple[int, int | None]:
+        """(the conversation's version, the session's row id when the message may still be
+        written: no newer input, nothing pending, the chat active, the session open, the
+        check-ins still on or the reminder still pending; else None)."""
+        row = await db.fetchrow(
+            "SELECT c.version, c.status, (SELECT id FROM sessions WHERE conversation_id = "
+            "c.id AND status = 'open' AND session_no = $2), (SELECT 1 FROM messages WHERE "
+            f"conversation_id = c.id AND pending = {self.dialect.true} LIMIT 1), "
+            "(SELECT enabled FROM initiatives WHERE conversation_id = c.id), "
+            "(SELECT status FROM reminders WHERE id = $3 AND conversation_id = c.id) "
+            "FROM conversations c WHERE c.id = $1",
+            conv_id,
+            session_no,
+            reminder if reminder is not None else 0,
+        )
+        assert row is not None
+        current = int(row[0])
+        still = (
+            current == version
+            and row[1] != "inactive"
+            and row[2] is not None
+            and row[3] is None
+            and (
+                (row[4] is None or bool(row[4])) if origin == "initiative" else row[5] == "pending"
+            )
+        )
+        return current, int(row[2]) if still else None
+
+    async def _capped(
+        self, db: Conn, conv_id: int, bot: str, now: float, cap: CheckinCap | None
+    ) -> bool:
+        """Whether the bot's check-in cap holds; then the check-in is postponed, never lost.
+        Counted and recorded under one lock per bot: two processes writing check-ins of the
+        bot into different chats cannot both take the last one of the day."""
+        if cap is None or cap.limit <= 0:
+            return False
+        await self._serialize(db, f"checkins:{bot}")
+        frees = cap.frees_at(await _recent_checkins(db, bot, now - cap.window, cap.limit))
+        if frees is None:
+            return False
+        await _arm(db, conv_id, frees, now, CAPPED)
+        return True
 
     # -- reminders ------------------------------------------------------------------------------
 

@@ -7,11 +7,19 @@ import abc
 import logging
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from bot.core.agenda import NewReminder
 from bot.core.errors import StoreError
-from bot.core.events import ConversationKey, QueuePolicy, SessionKey, SessionPolicy, Turn
+from bot.core.events import (
+    ConversationKey,
+    Lease,
+    OutboxItem,
+    QueuePolicy,
+    SessionKey,
+    SessionPolicy,
+)
 from bot.core.llm import Usage
 from bot.core.media import StoredMedia
 from bot.core.queue_rules import settle
@@ -31,6 +39,42 @@ SESSION_ID = (
     "(SELECT s.id FROM sessions s JOIN conversations c ON c.id = s.conversation_id "
     f"WHERE {CONV_WHERE_C} AND s.session_no = $5)"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyRow:
+    """A message that passed the final check, as ``SQLCore._record`` writes it: a reply
+    (``answers`` the turn's messages) or a message the persona writes first (none)."""
+
+    conv_id: int
+    sid: int
+    session: SessionKey
+    version: int
+    answers: tuple[int, ...]
+    text: str
+    now: float
+    usage: Usage
+    model: str | None
+    reply_to: str | None = None
+
+    def outbox(self, reply_id: int, outbox_id: int) -> OutboxItem:
+        """The outbox row written with it, for Delivery."""
+        return OutboxItem(
+            id=outbox_id,
+            conversation=self.session.conversation,
+            session=self.session,
+            text=self.text,
+            reply_message_id=reply_id,
+            created_at=self.now,
+            reply_to_platform_message_id=self.reply_to,
+        )
+
+
+def refuse_blank(text: str) -> None:
+    """StoreError for an empty or whitespace-only message: recorded, it would make every
+    later request of the session fail."""
+    if not text.strip():
+        raise StoreError("refusing to record an empty or whitespace-only message")
 
 
 def conv_args(key: ConversationKey) -> tuple[str, str, str, str]:
@@ -281,18 +325,14 @@ class SQLCore(BaseStore):
             timer.armed_version,
         )
 
-    async def _record_reply(
-        self,
-        db: Conn,
-        conv_id: int,
-        sid: int,
-        turn: Turn,
-        reply: str,
-        now: float,
-        usage: Usage,
-        model: str | None,
-        reply_to: str | None,
-    ) -> tuple[int, int]:
+    async def _record(self, db: Conn, row: ReplyRow) -> OutboxItem:
+        """The final check's one write, for a reply and for a message the persona writes
+        first alike (``finish_turn``, ``finish_proactive``): the reply's rows, and the outbox
+        row Delivery sends (docs/architecture.md#delivery)."""
+        reply_id, outbox_id = await self._record_reply(db, row)
+        return row.outbox(reply_id, outbox_id)
+
+    async def _record_reply(self, db: Conn, row: ReplyRow) -> tuple[int, int]:
         """Write a reply that passed the final check: the next turn of its session, its
         messages marked answered by it, its outbox row; (reply id, outbox id)."""
         d = self.dialect
@@ -300,8 +340,8 @@ class SQLCore(BaseStore):
             await db.fetchval(
                 "UPDATE sessions SET next_turn = next_turn + 1, last_activity_at = $1 "
                 "WHERE id = $2 RETURNING next_turn - 1",
-                now,
-                sid,
+                row.now,
+                row.sid,
             )
         )
         reply_id = int(
@@ -311,30 +351,32 @@ class SQLCore(BaseStore):
                 "output_tokens, cache_write_tokens, cache_read_tokens) VALUES ($1, $2, $3, "
                 f"'assistant', 'assistant', '', $4, $5, {d.false}, $6, $7, $8, $9, $10, $11) "
                 "RETURNING id",
-                conv_id,
-                sid,
+                row.conv_id,
+                row.sid,
                 reply_turn,
-                reply,
-                turn.version,
-                now,
-                model,
-                *cols.usage_values(usage),
+                row.text,
+                row.version,
+                row.now,
+                row.model,
+                *cols.usage_values(row.usage),
             )
         )
-        await db.execute(
-            f"UPDATE messages SET pending = {d.false}, answered_by = $1 WHERE id" + d.any_of("$2"),
-            reply_id,
-            d.list_arg(m.id for m in turn.messages),
-        )
+        if row.answers:
+            await db.execute(
+                f"UPDATE messages SET pending = {d.false}, answered_by = $1 WHERE id"
+                + d.any_of("$2"),
+                reply_id,
+                d.list_arg(row.answers),
+            )
         outbox_id = await db.fetchval(
             "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
             "reply_to, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-            conv_id,
-            sid,
+            row.conv_id,
+            row.sid,
             reply_id,
-            reply,
-            reply_to,
-            now,
+            row.text,
+            row.reply_to,
+            row.now,
         )
         return reply_id, int(outbox_id)
 
@@ -355,6 +397,14 @@ class SQLCore(BaseStore):
             "SELECT token FROM leases WHERE name = $1" + self.dialect.for_update, name
         )
         return None if token is None else int(token)
+
+    async def _held(self, db: Conn, conversation: ConversationKey, lease: Lease) -> int | None:
+        """The conversation's row id, its row and then the lease's locked (the order of
+        every final check), when ``lease`` is still ours; None when fenced (or no such
+        conversation). Until commit no takeover can read the turn's messages."""
+        conv_id = await self._conv_id(db, conversation, lock=True)
+        token = await self._lease_token(db, lease.name)
+        return conv_id if conv_id is not None and token == lease.token else None
 
     # -- tombstones ----------------------------------------------------------------------------
 

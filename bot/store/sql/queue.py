@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from bot.core.agenda import NewReminder
-from bot.core.errors import StoreError
 from bot.core.events import (
     ClaimedTurn,
     Claims,
@@ -31,7 +30,14 @@ from bot.core.events import (
 from bot.core.llm import Usage
 from bot.core.queue_rules import final_verdict
 from bot.store import cols
-from bot.store.sql.core import CONV_WHERE_C, SQLCore, conv_args, session_args
+from bot.store.sql.core import (
+    CONV_WHERE_C,
+    ReplyRow,
+    SQLCore,
+    conv_args,
+    refuse_blank,
+    session_args,
+)
 
 #: Where the columns after MSG_COLS start in a row of ``pending_turn``'s read.
 _AFTER_MSG = len(cols.MSG_COLS.split(","))
@@ -188,9 +194,8 @@ class QueuePart(SQLCore):
         """Handle the turn without a reply, under the same locks and fencing as finish_turn."""
         d = self.dialect
         async with self._tx() as db:
-            conv_id = await self._conv_id(db, turn.session.conversation, lock=True)
-            token = await self._lease_token(db, lease.name)
-            if token != lease.token or conv_id is None:
+            conv_id = await self._held(db, turn.session.conversation, lease)
+            if conv_id is None:
                 return False
             await db.execute(
                 f"UPDATE messages SET pending = {d.false}, closed_reason = $2 WHERE id"
@@ -531,9 +536,7 @@ class QueuePart(SQLCore):
         lease, read the pending messages and answer them again while this transaction
         commits; the takeover waits for it and then finds nothing pending.
         """
-        if not reply.strip():
-            # An empty assistant message would make every later request of the session fail.
-            raise StoreError("refusing to record an empty or whitespace-only reply")
+        refuse_blank(reply)
         d = self.dialect
         key = turn.session.conversation
         async with self._tx() as db:
@@ -570,22 +573,24 @@ class QueuePart(SQLCore):
                 # stays; the next attempt will cover everything.
                 return FinishResult("discarded", current_version=version)
             conv_id = int(row[0])
-            reply_to = turn.messages[-1].platform_message_id if turn.messages else None
-            reply_id, outbox_id = await self._record_reply(
-                db, conv_id, int(row[1]), turn, reply, now, usage or Usage(), model, reply_to
+            item = await self._record(
+                db,
+                ReplyRow(
+                    conv_id=conv_id,
+                    sid=int(row[1]),
+                    session=turn.session,
+                    version=turn.version,
+                    answers=tuple(m.id for m in turn.messages),
+                    text=reply,
+                    now=now,
+                    usage=usage or Usage(),
+                    model=model,
+                    reply_to=turn.messages[-1].platform_message_id if turn.messages else None,
+                ),
             )
             if reminders:
                 await self._add_reminders(db, conv_id, reminders, now)
             await self._settle_timer(db, conv_id, turn.version, queue)
-        item = OutboxItem(
-            id=outbox_id,
-            conversation=key,
-            session=turn.session,
-            text=reply,
-            reply_message_id=reply_id,
-            created_at=now,
-            reply_to_platform_message_id=reply_to,
-        )
         return FinishResult("recorded", outbox=item, current_version=version)
 
     # -- outbox -------------------------------------------------------------------------------
@@ -594,8 +599,7 @@ class QueuePart(SQLCore):
         self, conversation: ConversationKey, text: str, now: float, reply_to: str | None = None
     ) -> OutboxItem:
         """A non-transcript row (reply_message_id 0) in the open session."""
-        if not text.strip():
-            raise StoreError("refusing to record an empty or whitespace-only message")
+        refuse_blank(text)
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation, now)
             assert conv_id is not None
@@ -663,21 +667,18 @@ class QueuePart(SQLCore):
 
     async def unsent_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
         """Never-attempted rows."""
-        async with self._read() as db:
-            rows = await db.fetch(
-                cols.OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts = 0 "
-                "AND o.created_at <= $1 ORDER BY o.id LIMIT $2",
-                older_than,
-                limit,
-            )
-        return [cols.outbox(r) for r in rows]
+        return await self._outbox_rows("o.attempts = 0 AND o.created_at", older_than, limit)
 
     async def uncertain_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
         """Attempted but unconfirmed rows."""
+        return await self._outbox_rows("o.attempts > 0 AND o.attempted_at", older_than, limit)
+
+    async def _outbox_rows(self, since: str, older_than: float, limit: int) -> list[OutboxItem]:
+        """Pending rows whose ``since`` column is at most ``older_than``, oldest first."""
         async with self._read() as db:
             rows = await db.fetch(
-                cols.OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts > 0 "
-                "AND o.attempted_at <= $1 ORDER BY o.id LIMIT $2",
+                cols.OUTBOX_SELECT + f"WHERE o.status = 'pending' AND {since} <= $1 "
+                "ORDER BY o.id LIMIT $2",
                 older_than,
                 limit,
             )
