@@ -62,7 +62,7 @@ from bot.llm.offline import OfflineLLM
 from bot.metrics import Metrics
 from bot.queue import Ingestor
 from bot.runtime.limits import LimitPolicy, Limits
-from bot.runtime.pipeline import BotProfile, Pipeline
+from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnParts
 from bot.runtime.usage import Accounting
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Budget, PersonaPin, render_turn
@@ -214,15 +214,19 @@ async def run_way(params: Params, way: Way, workdir: Path) -> Way:
         memory = Memory(
             store=store, llm=llm, clock=clock, policy_for=lambda _b: policy, account=accounting
         )
+        bots = Bots({BOT: profile})
         pipeline = Pipeline(
-            store=store,
-            llm=llm,
-            clock=clock,
-            memory=memory,
-            profiles={BOT: profile},
+            parts=TurnParts.of(
+                store,
+                llm=llm,
+                clock=clock,
+                memory=memory,
+                outlet_for=bots.outlet_for,
+                metrics=metrics,
+                accounting=accounting,
+            ),
+            bots=bots,
             limits=limits,
-            metrics=metrics,
-            accounting=accounting,
         )
         ingestor = Ingestor(store=store, clock=clock, policy_for=lambda _b: profile.queue)
         gap = 86400.0 / params.bursts

@@ -121,7 +121,7 @@ from bot.llm.offline import OfflineLLM
 from bot.queue import Ingestor
 from bot.runtime.images import prepare_image
 from bot.runtime.media import MediaPreparer, MediaSettings
-from bot.runtime.pipeline import BotProfile, Pipeline
+from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnParts
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Assembled, PersonaPin
 from memory.quoting import data_json
@@ -510,7 +510,12 @@ def wire(
     memory = memory_class(
         store=store, llm=memory_llm, clock=clock, policy_for=lambda _bot: policy, media=media
     )
-    pipeline = Pipeline(store=store, llm=llm, clock=clock, memory=memory, profiles={BOT: profile})
+    pipeline = Pipeline(
+        parts=TurnParts.of(
+            store, llm=llm, clock=clock, memory=memory, outlet_for=Bots({BOT: profile}).outlet_for
+        ),
+        bots=Bots({BOT: profile}),
+    )
     ingestor = Ingestor(store=store, clock=clock, policy_for=lambda _bot: profile.queue)
     return Wired(clock, memory, pipeline, ingestor, policy)
 

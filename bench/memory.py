@@ -68,7 +68,7 @@ from bot.core.llm import (
 )
 from bot.llm.offline import OfflineLLM
 from bot.queue import Ingestor
-from bot.runtime.pipeline import BotProfile, Pipeline
+from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnParts
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Assembled, Budget, PersonaPin
 from memory.records import MemoryItem, Section, Summary, UserMemory, trim_summary
@@ -721,7 +721,12 @@ def wire(store: SQLiteStore, memory_llm: BaseLLM) -> Runtime:
         outlet=NullOutlet(),
     )
     memory = Memory(store=store, llm=memory_llm, clock=clock, policy_for=lambda _bot: policy)
-    pipeline = Pipeline(store=store, llm=llm, clock=clock, memory=memory, profiles={BOT: profile})
+    pipeline = Pipeline(
+        parts=TurnParts.of(
+            store, llm=llm, clock=clock, memory=memory, outlet_for=Bots({BOT: profile}).outlet_for
+        ),
+        bots=Bots({BOT: profile}),
+    )
     ingestor = Ingestor(store=store, clock=clock, policy_for=lambda _bot: profile.queue)
     return Runtime(clock, llm, memory, pipeline, ingestor, policy)
 

@@ -77,7 +77,7 @@ from bot.core.events import ClaimedTurn, Claims, ConversationKey, Inbound, Queue
 from bot.core.llm import ModelRequest, ModelResult
 from bot.llm.offline import OfflineLLM
 from bot.queue import Ingestor, Scheduler
-from bot.runtime.pipeline import BotProfile, Pipeline
+from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnParts
 from bot.store.base import BaseStore
 from memory.assemble import Budget, PersonaPin
 from memory.service import Memory, MemoryPolicy
@@ -392,7 +392,12 @@ def build_harness(store: BaseStore, params: Params, shared_total: Any | None = N
         lease_seconds=params.lease,
     )
     memory = Memory(store=store, llm=llm, clock=clock, policy_for=lambda _bot: profile.memory)
-    pipeline = Pipeline(store=store, llm=llm, clock=clock, memory=memory, profiles={BOT: profile})
+    pipeline = Pipeline(
+        parts=TurnParts.of(
+            store, llm=llm, clock=clock, memory=memory, outlet_for=Bots({BOT: profile}).outlet_for
+        ),
+        bots=Bots({BOT: profile}),
+    )
     probe = TurnProbe(pipeline, clock, store)
     scheduler = Scheduler(
         store=store,

@@ -80,7 +80,7 @@ from bot.core.errors import StoreError
 from bot.core.events import ConversationKey, Inbound, QueuePolicy, Reply, SessionKey
 from bot.llm.offline import OfflineLLM
 from bot.queue import Ingestor, Scheduler
-from bot.runtime.pipeline import BotProfile, Pipeline
+from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnParts
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Budget, PersonaPin
 from memory.records import Summary
@@ -945,7 +945,12 @@ def _wire(store: PhasedStore, params: Params) -> Live:
         lease_seconds=30.0,
     )
     memory = Memory(store=store, llm=llm, clock=clock, policy_for=lambda _bot: profile.memory)
-    pipeline = Pipeline(store=store, llm=llm, clock=clock, memory=memory, profiles={BOT: profile})
+    pipeline = Pipeline(
+        parts=TurnParts.of(
+            store, llm=llm, clock=clock, memory=memory, outlet_for=Bots({BOT: profile}).outlet_for
+        ),
+        bots=Bots({BOT: profile}),
+    )
     turns = CountingTurns(pipeline)
     scheduler = Scheduler(
         store=store,

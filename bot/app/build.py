@@ -44,17 +44,17 @@ from bot.metrics import Metrics, Price
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.access import AccessPolicy
 from bot.runtime.commands import Commands, PersonaChoice, export_document
-from bot.runtime.delivery import Delivery
 from bot.runtime.exports import ExportPolicy, Exports
 from bot.runtime.extensions import Extensions
 from bot.runtime.initiatives import AgendaKey, AgendaPolicy, Persona, Proactive
 from bot.runtime.limits import LimitPolicy, Limits
 from bot.runtime.media import MediaPreparer, MediaSettings
-from bot.runtime.pipeline import BotProfile, GapPolicy, Pipeline
+from bot.runtime.pipeline import AgendaLink, BotProfile, Bots, GapPolicy, Pipeline, ReplyPolicies
 from bot.runtime.reminders import AgendaCommands, reminder_extensions
 from bot.runtime.router import Router
 from bot.runtime.stats import usage_report
 from bot.runtime.tools import ToolPolicy
+from bot.runtime.turn import TurnParts
 from bot.runtime.usage import Accounting
 from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore, is_postgres_url
@@ -545,26 +545,32 @@ async def runtime(
             metrics=metrics,
             extensions=extensions,
         )
+        bots = Bots(profiles, variants)
         pipeline = Pipeline(
-            store=store,
-            llm=llm,
-            clock=turn_clock,
-            memory=memory,
-            profiles=profiles,
-            personas=variants,
-            holder=holder,
-            extensions=extensions,
-            proactive=proactive,
-            agenda_wake=None if agenda is None else agenda.wake,
-            gap_policy=GapPolicy(
-                retention.gap_policy, retention.tell_user_message, retention.refuse_message
+            parts=TurnParts.of(
+                store,
+                llm=llm,
+                clock=turn_clock,
+                memory=memory,
+                outlet_for=bots.outlet_for,
+                holder=holder,
+                metrics=metrics,
+                accounting=accounting,
+                tools=ToolPolicy(**settings.tools.model_dump()),
+            ),
+            bots=bots,
+            policies=ReplyPolicies(
+                GapPolicy(
+                    retention.gap_policy, retention.tell_user_message, retention.refuse_message
+                ),
+                settings.llm.trouble_notice,
+                settings.llm.retry_max_seconds,
             ),
             limits=spending,
-            accounting=accounting,
-            metrics=metrics,
-            trouble_notice=settings.llm.trouble_notice,
-            retry_max_seconds=settings.llm.retry_max_seconds,
-            tool_policy=ToolPolicy(**settings.tools.model_dump()),
+            extensions=extensions,
+            agenda=None
+            if proactive is None or agenda is None
+            else AgendaLink(proactive, agenda.wake),
         )
         # Closed after the schedulers stopped (exits run last-pushed first).
         exits.push_async_callback(pipeline.aclose)
@@ -724,10 +730,16 @@ def build_agenda(
     clock, turn_clock = clocks
     schedule = settings.schedule
     proactive = Proactive(
-        store=store,
-        llm=llm,
-        clock=turn_clock,
-        memory=memory,
+        parts=TurnParts.of(
+            store,
+            llm=llm,
+            clock=turn_clock,
+            memory=memory,
+            outlet_for=lambda bot: profiles[bot].outlet if bot in profiles else None,
+            holder=holder,
+            metrics=metrics,
+            accounting=accounting,
+        ),
         personas={
             key: Persona(
                 profile.pin, initiative_policy(personas[key]), profile.lease_seconds, profile.memory
@@ -743,20 +755,12 @@ def build_agenda(
             )
             for (key, pid), profile in (variants or {}).items()
         },
-        delivery=Delivery(
-            store=store,
-            clock=turn_clock,
-            outlet_for=lambda bot: profiles[bot].outlet if bot in profiles else None,
-        ),
-        accounting=accounting,
-        holder=holder,
         policy=AgendaPolicy(
             schedule.timezone,
             schedule.reminders,
             schedule.max_reminders_per_person,
             schedule.max_checkins_per_day,
         ),
-        metrics=metrics,
     )
     if not schedule.reminders and not any(proactive.checks_in(k) for k in profiles):
         return None, None, extensions

@@ -35,7 +35,7 @@ from bot.core.ports import Outlet
 from bot.core.tasks import persist
 from bot.core.visible import has_visible_text
 from bot.runtime.streaming import PREVIEW_KEY
-from bot.store.base import BaseStore
+from bot.store.contracts import MessageStore, OutboxStore, SessionStore
 
 log = logging.getLogger("personabot.delivery")
 
@@ -49,9 +49,19 @@ class Delivery:
     """Sends outbox rows through the outlet of their bot."""
 
     def __init__(
-        self, *, store: BaseStore, clock: Clock, outlet_for: Callable[[str], Outlet | None]
+        self,
+        *,
+        outbox: OutboxStore,
+        chats: MessageStore,
+        sessions: SessionStore,
+        clock: Clock,
+        outlet_for: Callable[[str], Outlet | None],
     ) -> None:
-        self._store = store
+        # Narrowed by use: the outbox rows, a chat marked inactive when the platform refuses
+        # it, the streamed preview still on record at recovery (one store fills all three).
+        self._store = outbox
+        self._chats = chats
+        self._sessions = sessions
         self._clock = clock
         self._outlet_for = outlet_for
 
@@ -129,7 +139,7 @@ class Delivery:
             refused = str(exc)
             if await self._mark(
                 item,
-                lambda: self._store.set_conversation_status(item.conversation, False, refused),
+                lambda: self._chats.set_conversation_status(item.conversation, False, refused),
             ):
                 await self._mark(
                     item, lambda: self._store.mark_failed(item.id, self._clock.now(), refused)
@@ -182,9 +192,9 @@ class Delivery:
         replaces it (the preview's id is session state until then: bot/runtime/streaming.py)."""
         if not item.reply_message_id:
             return await self.deliver(item)
-        preview = await self._store.get_state(item.session, PREVIEW_KEY)
+        preview = await self._sessions.get_state(item.session, PREVIEW_KEY)
         replaces = preview if isinstance(preview, str) else None
         sent = await self.deliver(item, replaces=replaces)
         if sent and replaces is not None:
-            await self._store.delete_state(item.session, PREVIEW_KEY)
+            await self._sessions.delete_state(item.session, PREVIEW_KEY)
         return sent

@@ -72,7 +72,9 @@ class Exports:
         self._store = store
         self._clock = clock
         self._outlet_for = outlet_for
-        self._delivery = delivery or Delivery(store=store, clock=clock, outlet_for=outlet_for)
+        self._delivery = delivery or Delivery(
+            outbox=store, chats=store, sessions=store, clock=clock, outlet_for=outlet_for
+        )
         self._build = build
         self._policy = policy or ExportPolicy()
         self._holder = holder or f"export-{uuid.uuid4().hex[:12]}"

@@ -17,6 +17,7 @@ holds, as a plain line (the person asked for it; a missed reminder is worse than
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -30,6 +31,7 @@ from bot.core.agenda import (
     InitiativePolicy,
     InitiativeState,
     NewReminder,
+    Reminder,
     WhenError,
     ZoneError,
     blocked_by,
@@ -39,20 +41,15 @@ from bot.core.agenda import (
     zone,
     zone_name,
 )
-from bot.core.clock import Clock
 from bot.core.errors import ModelError, StoreError
-from bot.core.events import ConversationKey, Lease, OutboxItem, SessionKey, UserKey
-from bot.core.llm import BaseLLM, ModelRequest, ModelResult, ToolSpec
-from bot.core.queue_rules import turn_lease
+from bot.core.events import ConversationKey, FinishResult, Lease, OutboxItem, SessionKey, UserKey
+from bot.core.llm import ModelResult, ToolSpec
 from bot.core.tasks import Background
 from bot.core.visible import has_visible_text
-from bot.metrics import Metrics
-from bot.queue import lease as leases
-from bot.queue.lease import renewing
-from bot.runtime.delivery import Delivery
-from bot.runtime.tools import Effect, Tool, ToolError
-from bot.runtime.usage import Accounting
-from bot.store.base import BaseStore
+from bot.runtime.tools import Effect, LoopResult, Tool, ToolError
+from bot.runtime.turn import Ask, Draft, Job, TurnKernel, TurnParts
+from bot.runtime.turn_context import TurnContext
+from bot.store.contracts import AgendaStore
 from memory.assemble import Assembled, PersonaPin
 from memory.service import Memory, MemoryPolicy
 
@@ -157,43 +154,36 @@ def plain_reminder(about: str) -> str:
 
 
 class Proactive:
-    """Runs due check-ins and reminders of the bots this process hosts."""
+    """Runs due check-ins and reminders of the bots this process hosts, through the turn
+    kernel (bot/runtime/turn.py): each is a job under the conversation's turn lease."""
 
     def __init__(
         self,
         *,
-        store: BaseStore,
-        llm: BaseLLM,
-        clock: Clock,
-        memory: Memory,
+        parts: TurnParts,
         personas: Mapping[str, Persona],
-        delivery: Delivery,
-        accounting: Accounting,
-        holder: str,
         policy: AgendaPolicy = AgendaPolicy(),
-        metrics: Metrics | None = None,
         variants: Mapping[tuple[str, str], Persona] | None = None,
     ) -> None:
-        self._store = store
-        self._llm = llm
-        self._clock = clock
-        self._memory = memory
+        self._parts = parts
+        self._kernel = TurnKernel(parts)
+        self._stores = parts.stores
+        self._clock = parts.clock
         self._personas = dict(personas)
         # A bot's other personas by (bot, persona id): the chat's persona writes
         # (docs/personas.md#several-personas); ``personas`` holds each bot's default.
         self._variants = dict(variants or {})
-        self._delivery = delivery
-        self._accounting = accounting
-        self._holder = holder
         self.policy = policy
         self._default_zone = zone(policy.timezone)
-        self._metrics = metrics
-        #: Lease releases the store refused, retried in the background (bot.queue.lease).
-        self.releases = Background()
+
+    @property
+    def releases(self) -> Background:
+        """Lease releases the store refused, retried in the background (bot.queue.lease)."""
+        return self._kernel.releases
 
     async def aclose(self) -> None:
         """The process stops: stop retrying releases (their leases expire by themselves)."""
-        await self.releases.aclose()
+        await self._kernel.aclose()
 
     @property
     def bots(self) -> tuple[str, ...]:
@@ -208,7 +198,7 @@ class Proactive:
         ]
         return any(p is not None and p.initiative.enabled for p in personas)
 
-    def _persona(self, bot: str, persona: str | None) -> Persona | None:
+    def persona(self, bot: str, persona: str | None) -> Persona | None:
         """The bot's persona ``persona`` (an id; None or unknown: the default)."""
         if persona is not None and (bot, persona) in self._variants:
             return self._variants[bot, persona]
@@ -216,23 +206,30 @@ class Proactive:
 
     async def due(self, now: float, limit: int) -> list[tuple[AgendaKey, float]]:
         """Due work for the scheduler (bot.queue.scheduler ``due``)."""
-        items = await self._store.due_agenda(now, limit, bots=self.bots)
+        items = await self._stores.agenda.due_agenda(now, limit, bots=self.bots)
         return [(_key(item), item.due_at) for item in items]
 
     async def zone_for(self, user: UserKey) -> tuple[tzinfo, str]:
         """The person's time zone and its name (:func:`zone_for`)."""
-        return await zone_for(self._store, self._memory, user, self.policy.timezone)
+        return await zone_for(self._stores.agenda, self._parts.memory, user, self.policy.timezone)
+
+    def zone_named(self, name: str) -> tzinfo:
+        """A stored zone name's zone (the default zone when it is no longer known)."""
+        try:
+            return zone(name)
+        except ZoneError:
+            return self._default_zone
 
     async def replied(self, conversation: ConversationKey, persona_id: str | None = None) -> None:
         """A reply was recorded (by ``persona_id``; None: the default): the next check-in
         waits for the silence after it (the rules run again when it falls due, so quiet
         hours are applied then)."""
-        persona = self._persona(conversation.bot, persona_id)
+        persona = self.persona(conversation.bot, persona_id)
         if persona is None or not persona.initiative.enabled:
             return
         now = self._clock.now()
         try:
-            await self._store.arm_initiative(
+            await self._stores.agenda.arm_initiative(
                 conversation, now + persona.initiative.after_idle_seconds, now
             )
         except StoreError as exc:  # the reply is sent; the next reply arms it again
@@ -244,233 +241,41 @@ class Proactive:
         persona = self._personas.get(conversation.bot)
         if persona is None:
             return "gone"
-        lease = await leases.acquire(
-            self._store,
-            turn_lease(conversation),
-            holder=self._holder,
-            ttl=persona.lease_seconds,
-            clock=self._clock,
-        )
-        if lease is None:
-            return "busy"  # a turn (or another process) works on this chat: later
-        try:
-            if kind == "reminder":
-                outcome = await self._reminder(conversation, reminder, persona, lease)
-            else:
-                outcome = await self._check_in(conversation, persona, lease)
-        finally:
-            # Retried in the background if the store refuses it now (bot.queue.lease).
-            await leases.release(
-                self._store,
-                lease,
-                ttl=persona.lease_seconds,
-                clock=self._clock,
-                later=self.releases,
+        async with self._kernel.hold(conversation, persona.lease_seconds) as lease:
+            if lease is None:
+                return "busy"  # a turn (or another process) works on this chat: later
+            job: Job[Outcome] = (
+                ReminderJob(self, self._parts, Due(conversation, lease, persona), reminder)
+                if kind == "reminder"
+                else CheckInJob(self, self._parts, Due(conversation, lease, persona))
             )
+            outcome = await self._kernel.run(job, lease)
         log.info("%s of %s: %s", kind, conversation, outcome)
         return outcome
 
-    # -- check-ins --------------------------------------------------------------------------------
-
-    async def _check_in(
-        self, conversation: ConversationKey, persona: Persona, lease: Lease
-    ) -> Outcome:
-        now = self._clock.now()
-        state = await self._store.initiative_state(conversation)
-        if state is None:
-            return "gone"
-        persona = self._persona(conversation.bot, state.persona) or persona  # the chat's own
-        policy = persona.initiative
-        if not policy.enabled:
-            await self._store.arm_initiative(conversation, None, now, "not now: check-ins off")
-            return "off"
-        if state.pending:
-            # The person wrote: the reply re-arms; until then, look again after the silence.
-            await self._store.arm_initiative(conversation, now + policy.after_idle_seconds, now)
-            return "busy"
-        if state.last_user_at is None or state.person is None or state.session_no is None:
-            await self._store.arm_initiative(conversation, None, now, "not now: nobody wrote")
-            return "off"
-        blocker = blocked_by(
-            policy,
-            enabled=state.enabled,
-            active=state.active,
-            private=state.private,
-            unanswered=state.unanswered,
-        )
-        if blocker is not None:
-            # Disarmed: the person's next message (and its reply) arms it again.
-            await self._store.arm_initiative(conversation, None, now, f"not now: {blocker}")
-            return "off"
-        tz, _ = await self.zone_for(UserKey(conversation.platform, state.person))
-        due = check_in_due(
-            policy,
-            last_user_at=state.last_user_at,
-            last_initiative_at=state.sent_at,
-            tz=tz,
-            now=now,
-        )
-        if due > now:
-            await self._store.arm_initiative(conversation, due, now)
-            return "early"
-        postponed = await self._postponed(conversation, state.person, now)
-        if postponed is not None:
-            return postponed
-        session = SessionKey(conversation, state.session_no)
-        assembled = await check_in_prompt(
-            self._memory, persona.pin, session, state, tz, now, policy=persona.memory
-        )
-        request = assembled.request
-        try:
-            result = await self._ask(request, lease, persona)
-        except ModelError as exc:
-            log.warning("%s: check-in not decided (%s); trying again later", conversation, exc)
-            await self._store.arm_initiative(conversation, now + RETRY_SECONDS, now)
-            return "retry"
-        await self._accounting.charge(conversation, "initiative", result, {state.person: 1})
-        text, reason = _decision(result)
-        now = self._clock.now()
-        if text is None:
-            again = now + max(policy.min_interval_seconds, policy.after_idle_seconds)
-            await self._store.arm_initiative(conversation, again, now, f"skipped: {reason}")
-            self._count(conversation, "skipped")
-            return "skipped"
-        next_due = None
-        if state.unanswered + 1 < policy.max_unanswered:
-            next_due = check_in_due(
-                policy, last_user_at=state.last_user_at, last_initiative_at=now, tz=tz
-            )
-        finished = await self._store.finish_proactive(
-            conversation,
-            lease,
-            version=state.version,
-            session_no=state.session_no,
-            text=text,
-            now=now,
-            origin="initiative",
-            addressee=state.person,
-            usage=result.usage,
-            model=result.model,
-            next_due=next_due,
-            cap=self.policy.checkin_cap,  # checked again there, under a lock per bot
-        )
-        if finished.outcome != "recorded" or finished.outbox is None:
-            self._count(conversation, finished.outcome)
-            return "fenced" if finished.outcome == "fenced" else "discarded"
-        self._count(conversation, "sent")
-        self._memory.schedule_compaction(session)
-        await self._delivery.deliver(finished.outbox)
-        return "sent"
-
-    async def _postponed(
+    async def postponed(
         self, conversation: ConversationKey, person: str, now: float
     ) -> Outcome | None:
         """Re-armed for later when a limit holds (the token limits, the bot's check-in cap);
         None when the model may be asked."""
-        if not await self._accounting.allow(conversation, [person]):
-            await self._store.arm_initiative(
+        agenda = self._stores.agenda
+        if not await self._parts.accounting.allow(conversation, [person]):
+            await agenda.arm_initiative(
                 conversation, now + RETRY_SECONDS * 4, now, "not now: a token limit holds"
             )
             return "off"
-        frees = await capped_until(self._store, self.policy.checkin_cap, conversation.bot, now)
+        frees = await capped_until(agenda, self.policy.checkin_cap, conversation.bot, now)
         if frees is not None:
             # Postponed, never dropped: the rules run again when the window frees.
-            await self._store.arm_initiative(conversation, frees, now, CAPPED)
-            self._count(conversation, "capped")
+            await agenda.arm_initiative(conversation, frees, now, CAPPED)
+            self.count(conversation, "capped")
             return "capped"
         return None
 
-    # -- reminders --------------------------------------------------------------------------------
-
-    async def _reminder(
-        self, conversation: ConversationKey, reminder_id: int, persona: Persona, lease: Lease
-    ) -> Outcome:
-        reminder = await self._store.reminder(reminder_id)
-        if reminder is None or reminder.status != "pending":
-            return "gone"
-        now = self._clock.now()
-        state = await self._store.initiative_state(conversation)
-        if state is None:
-            return "gone"
-        persona = self._persona(conversation.bot, state.persona) or persona  # the chat's own
-        if not state.active:
-            await self._store.fail_reminder(reminder_id, REFUSED, now)
-            return "off"
-        if state.pending:
-            return "busy"  # the person is being answered: the reminder comes right after
-        session_no = state.session_no
-        if session_no is None:
-            session_no = (await self._store.open_session(conversation, now)).key.session_id
-            state = await self._store.initiative_state(conversation) or state
-        try:
-            tz = zone(reminder.timezone)
-        except ZoneError:
-            tz = self._default_zone
-        session = SessionKey(conversation, session_no)
-        text = plain_reminder(reminder.about)
-        result: ModelResult | None = None
-        if await self._accounting.allow(conversation, [reminder.user_id]):
-            assembled = await self._memory.build_proactive(
-                session,
-                persona.pin,
-                person=reminder.user_id,
-                private=state.private,
-                note=reminder_note(reminder.about, reminder.created_at, reminder.due_at, tz),
-                layer="reminder",
-                now=now,
-                policy=persona.memory,
-            )
-            try:
-                result = await self._ask(assembled.request, lease, persona)
-            except ModelError as exc:
-                log.warning("%s: reminder %d sent plainly (%s)", conversation, reminder_id, exc)
-            if result is not None:
-                await self._accounting.charge(
-                    conversation, "reminder", result, {reminder.user_id: 1}
-                )
-                if result.stop_reason != "refusal" and has_visible_text(result.text):
-                    text = result.text
-        finished = await self._store.finish_proactive(
-            conversation,
-            lease,
-            version=state.version,
-            session_no=session_no,
-            text=text,
-            now=self._clock.now(),
-            origin="reminder",
-            addressee=reminder.user_id,
-            usage=None if result is None else result.usage,
-            model=None if result is None else result.model,
-            reminder=reminder_id,
-        )
-        if finished.outcome != "recorded" or finished.outbox is None:
-            self._count(conversation, f"reminder_{finished.outcome}")
-            return "fenced" if finished.outcome == "fenced" else "discarded"
-        self._memory.schedule_compaction(session)
-        return await self._deliver_reminder(finished.outbox, reminder_id)
-
-    async def _deliver_reminder(self, outbox: OutboxItem, reminder_id: int) -> Outcome:
-        conversation = outbox.conversation
-        if not await self._delivery.deliver(outbox) and not (
-            await self._store.conversation_active(conversation)
-        ):
-            # The platform refused it (Delivery marks the chat inactive before returning):
-            # it never reached the person, so it is not "sent". Not retried: the chat refuses.
-            await self._store.fail_reminder(reminder_id, REFUSED, self._clock.now(), was="sent")
-            self._count(conversation, "reminder_refused")
-            return "off"
-        self._count(conversation, "reminder_sent")
-        return "sent"
-
-    async def _ask(self, request: ModelRequest, lease: Lease, persona: Persona) -> ModelResult:
-        """One model call under the renewed lease (a lost lease is fenced at the end)."""
-        async with renewing(self._store, lease, ttl=persona.lease_seconds, clock=self._clock):
-            return await self._llm.complete(request)
-
-    def _count(self, conversation: ConversationKey, outcome: str) -> None:
-        if self._metrics is not None:
-            labels = self._metrics.labels(conversation)
-            self._metrics.initiatives.labels(*labels, outcome).inc()
+    def count(self, conversation: ConversationKey, outcome: str) -> None:
+        """Count a check-in's or reminder's outcome in the metrics."""
+        metrics = self._parts.metrics
+        metrics.initiatives.labels(*metrics.labels(conversation), outcome).inc()
 
     # -- the remind_me tool ----------------------------------------------------------------------
 
@@ -500,7 +305,8 @@ class Proactive:
             due = reminder_due(at, tz, self._clock.now() - (CHECKED_SLACK if checked else 0.0))
         except WhenError as exc:
             raise ToolError(str(exc)) from None
-        waiting = 0 if checked else len(await self._store.reminders(user, bot=bot)) + earlier
+        agenda = self._stores.agenda
+        waiting = 0 if checked else len(await agenda.reminders(user, bot=bot)) + earlier
         if waiting >= self.policy.max_reminders_per_person:
             raise ToolError(
                 f"This person already has {waiting} reminders waiting, the most allowed; "
@@ -509,8 +315,292 @@ class Proactive:
         return NewReminder(user.user_id, about, due, name), f"{describe_local(due, tz)} ({name})"
 
 
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A due check-in or reminder under the conversation's turn lease."""
+
+    conversation: ConversationKey
+    lease: Lease
+    persona: Persona  # the bot's default; the chat's own persona writes (read by the job)
+
+
+def _context(due: Due, session: SessionKey, persona: Persona, now: float) -> TurnContext:
+    """What the model step sees of a message the persona writes first (no messages)."""
+    conversation = due.conversation
+    name = persona.pin.name
+    return TurnContext(conversation, session, conversation.bot, name, (), now)
+
+
+@dataclass(frozen=True, slots=True)
+class _Let:
+    """A check-in the rules let through: the chat's state, its session, the person (who
+    last wrote, when) and their time zone."""
+
+    state: InitiativeState
+    session: SessionKey
+    person: str
+    last_user_at: float
+    tz: tzinfo
+
+
+class CheckInJob(Job[Outcome]):
+    """A due check-in: its rules first (each re-arms or disarms as it goes), then the model's
+    required ``send``/``skip`` choice; a skip is recorded on the row, never sent."""
+
+    def __init__(self, runner: Proactive, parts: TurnParts, due: Due) -> None:
+        self._runner = runner
+        self._parts = parts
+        self._agenda = parts.stores.agenda
+        self._due = due
+        self._persona = due.persona
+        self.ttl = due.persona.lease_seconds
+        self._let: _Let | None = None  # what the rules let through (ready())
+        self._now = 0.0
+
+    async def ready(self) -> Outcome | None:
+        """The rules of docs/initiatives.md, in order; None when the model may be asked."""
+        conversation, now = self._due.conversation, self._parts.clock.now()
+        state = await self._agenda.initiative_state(conversation)
+        if state is None:
+            return "gone"
+        self._persona = self._runner.persona(conversation.bot, state.persona) or self._persona
+        self.ttl = self._persona.lease_seconds
+        policy = self._persona.initiative
+        arm = self._agenda.arm_initiative
+        if not policy.enabled:
+            await arm(conversation, None, now, "not now: check-ins off")
+            return "off"
+        if state.pending:
+            # The person wrote: the reply re-arms; until then, look again after the silence.
+            await arm(conversation, now + policy.after_idle_seconds, now)
+            return "busy"
+        if state.last_user_at is None or state.person is None or state.session_no is None:
+            await arm(conversation, None, now, "not now: nobody wrote")
+            return "off"
+        blocker = blocked_by(
+            policy,
+            enabled=state.enabled,
+            active=state.active,
+            private=state.private,
+            unanswered=state.unanswered,
+        )
+        if blocker is not None:
+            # Disarmed: the person's next message (and its reply) arms it again.
+            await arm(conversation, None, now, f"not now: {blocker}")
+            return "off"
+        tz, _ = await self._runner.zone_for(UserKey(conversation.platform, state.person))
+        due = check_in_due(
+            policy,
+            last_user_at=state.last_user_at,
+            last_initiative_at=state.sent_at,
+            tz=tz,
+            now=now,
+        )
+        if due > now:
+            await arm(conversation, due, now)
+            return "early"
+        session = SessionKey(conversation, state.session_no)
+        self._let, self._now = _Let(state, session, state.person, state.last_user_at, tz), now
+        return await self._runner.postponed(conversation, state.person, now)
+
+    def _ready(self) -> _Let:
+        assert self._let is not None  # ready() let it through
+        return self._let
+
+    async def prompt(self, lost: asyncio.Event) -> Ask:
+        """The session, the check-in note and the send/skip choice."""
+        let, persona, now = self._ready(), self._persona, self._now
+        assembled = await check_in_prompt(
+            self._parts.memory,
+            persona.pin,
+            let.session,
+            let.state,
+            let.tz,
+            now,
+            policy=persona.memory,
+        )
+        context = _context(self._due, let.session, persona, now)
+        return Ask(assembled.request, context, "initiative", {let.person: 1})
+
+    async def failed(self, exc: ModelError) -> Outcome:
+        """Not decided: try again later."""
+        conversation, now = self._due.conversation, self._now
+        log.warning("%s: check-in not decided (%s); trying again later", conversation, exc)
+        await self._agenda.arm_initiative(conversation, now + RETRY_SECONDS, now)
+        return "retry"
+
+    async def answered(self, answer: LoopResult) -> Draft | Outcome:
+        """The model's choice: a skip re-arms for later, a send is recorded."""
+        result = answer.result
+        text, reason = _decision(result)
+        self._now = now = self._parts.clock.now()
+        if text is None:
+            policy, conversation = self._persona.initiative, self._due.conversation
+            again = now + max(policy.min_interval_seconds, policy.after_idle_seconds)
+            await self._agenda.arm_initiative(conversation, again, now, f"skipped: {reason}")
+            self._runner.count(conversation, "skipped")
+            return "skipped"
+        return Draft(text, result.usage, result.model)
+
+    async def check(self, draft: Draft) -> FinishResult:
+        """``finish_proactive``, the bot's cap checked again there under a lock per bot."""
+        let, policy, now = self._ready(), self._persona.initiative, self._now
+        next_due = None
+        if let.state.unanswered + 1 < policy.max_unanswered:
+            next_due = check_in_due(
+                policy, last_user_at=let.last_user_at, last_initiative_at=now, tz=let.tz
+            )
+        return await self._agenda.finish_proactive(
+            self._due.conversation,
+            self._due.lease,
+            version=let.state.version,
+            session_no=let.session.session_id,
+            text=draft.text,
+            now=now,
+            origin="initiative",
+            addressee=let.person,
+            usage=draft.usage,
+            model=draft.model,
+            next_due=next_due,
+            cap=self._runner.policy.checkin_cap,
+        )
+
+    async def dropped(self, finished: FinishResult) -> Outcome:
+        """Fenced, or discarded (the person wrote, the row is no longer due, the cap)."""
+        self._runner.count(self._due.conversation, finished.outcome)
+        return "fenced" if finished.outcome == "fenced" else "discarded"
+
+    async def recorded(self, outbox: OutboxItem, draft: Draft) -> None:
+        """Counted as sent."""
+        self._runner.count(self._due.conversation, "sent")
+
+    async def delivered(self, sent: bool) -> Outcome:
+        """Recorded and handed to Delivery (a failed send is the outbox row's)."""
+        return "sent"
+
+
+class ReminderJob(Job[Outcome]):
+    """A due reminder: always sent, in the persona's words or, when the model fails or a
+    token limit holds, as a plain line (a missed reminder is worse than a plain one)."""
+
+    def __init__(self, runner: Proactive, parts: TurnParts, due: Due, reminder_id: int) -> None:
+        self._runner = runner
+        self._parts = parts
+        self._stores = parts.stores
+        self._due = due
+        self._id = reminder_id
+        self._persona = due.persona
+        self.ttl = due.persona.lease_seconds
+        self._reminder: Reminder | None = None
+        self._state: InitiativeState | None = None
+        self._session_no = 0
+
+    async def ready(self) -> Outcome | None:
+        """Still pending, the chat still active and nobody being answered in it."""
+        agenda, conversation = self._stores.agenda, self._due.conversation
+        reminder = await agenda.reminder(self._id)
+        if reminder is None or reminder.status != "pending":
+            return "gone"
+        now = self._parts.clock.now()
+        state = await agenda.initiative_state(conversation)
+        if state is None:
+            return "gone"
+        self._persona = self._runner.persona(conversation.bot, state.persona) or self._persona
+        self.ttl = self._persona.lease_seconds
+        if not state.active:
+            await agenda.fail_reminder(self._id, REFUSED, now)
+            return "off"
+        if state.pending:
+            return "busy"  # the person is being answered: the reminder comes right after
+        session_no = state.session_no
+        if session_no is None:
+            session_no = (
+                await self._stores.sessions.open_session(conversation, now)
+            ).key.session_id
+            state = await agenda.initiative_state(conversation) or state
+        self._reminder, self._state, self._session_no = reminder, state, session_no
+        return None
+
+    def _ready(self) -> tuple[Reminder, InitiativeState]:
+        assert self._reminder is not None  # ready() passed
+        assert self._state is not None
+        return self._reminder, self._state
+
+    async def prompt(self, lost: asyncio.Event) -> Ask | Draft:
+        """The reminder's note in the session; the plain line while a token limit holds."""
+        reminder, state = self._ready()
+        conversation, person = self._due.conversation, reminder.user_id
+        if not await self._parts.accounting.allow(conversation, [person]):
+            return Draft(plain_reminder(reminder.about))
+        now = self._parts.clock.now()
+        tz = self._runner.zone_named(reminder.timezone)
+        session = SessionKey(conversation, self._session_no)
+        assembled = await self._parts.memory.build_proactive(
+            session,
+            self._persona.pin,
+            person=person,
+            private=state.private,
+            note=reminder_note(reminder.about, reminder.created_at, reminder.due_at, tz),
+            layer="reminder",
+            now=now,
+            policy=self._persona.memory,
+        )
+        context = _context(self._due, session, self._persona, now)
+        return Ask(assembled.request, context, "reminder", {person: 1})
+
+    async def failed(self, exc: ModelError) -> Draft:
+        """Sent plainly."""
+        reminder, _ = self._ready()
+        log.warning("%s: reminder %d sent plainly (%s)", self._due.conversation, self._id, exc)
+        return Draft(plain_reminder(reminder.about))
+
+    async def answered(self, answer: LoopResult) -> Draft:
+        """The persona's words; the plain line when it gave none."""
+        reminder, _ = self._ready()
+        result = answer.result
+        text = plain_reminder(reminder.about)
+        if result.stop_reason != "refusal" and has_visible_text(result.text):
+            text = result.text
+        return Draft(text, result.usage, result.model)
+
+    async def check(self, draft: Draft) -> FinishResult:
+        """``finish_proactive``: recorded only while the reminder is still pending."""
+        reminder, state = self._ready()
+        return await self._stores.agenda.finish_proactive(
+            self._due.conversation,
+            self._due.lease,
+            version=state.version,
+            session_no=self._session_no,
+            text=draft.text,
+            now=self._parts.clock.now(),
+            origin="reminder",
+            addressee=reminder.user_id,
+            usage=draft.usage,
+            model=draft.model,
+            reminder=self._id,
+        )
+
+    async def dropped(self, finished: FinishResult) -> Outcome:
+        """Fenced, or discarded (the person wrote, the reminder was cancelled)."""
+        self._runner.count(self._due.conversation, f"reminder_{finished.outcome}")
+        return "fenced" if finished.outcome == "fenced" else "discarded"
+
+    async def delivered(self, sent: bool) -> Outcome:
+        """Sent; or refused by the platform, which never reached the person."""
+        conversation = self._due.conversation
+        if not sent and not await self._stores.messages.conversation_active(conversation):
+            # The platform refused it (Delivery marks the chat inactive before returning):
+            # it never reached the person, so it is not "sent". Not retried: the chat refuses.
+            now = self._parts.clock.now()
+            await self._stores.agenda.fail_reminder(self._id, REFUSED, now, was="sent")
+            self._runner.count(conversation, "reminder_refused")
+            return "off"
+        self._runner.count(conversation, "reminder_sent")
+        return "sent"
+
+
 async def zone_for(
-    store: BaseStore, memory: Memory, user: UserKey, default: str
+    store: AgendaStore, memory: Memory, user: UserKey, default: str
 ) -> tuple[tzinfo, str]:
     """The person's time zone and its name: ``/timezone``, else a remembered ``timezone``
     fact, else ``default``."""
@@ -527,7 +617,7 @@ async def zone_for(
     return zone(default), zone_name(default)
 
 
-async def capped_until(store: BaseStore, cap: CheckinCap, bot: str, now: float) -> float | None:
+async def capped_until(store: AgendaStore, cap: CheckinCap, bot: str, now: float) -> float | None:
     """When the bot may write its next check-in under ``cap`` (None: now)."""
     if cap.limit <= 0:
         return None
@@ -535,7 +625,7 @@ async def capped_until(store: BaseStore, cap: CheckinCap, bot: str, now: float) 
 
 
 async def due_check_in(
-    store: BaseStore,
+    store: AgendaStore,
     memory: Memory,
     policy: InitiativePolicy,
     conversation: ConversationKey,

@@ -75,7 +75,7 @@ class Router:
         self._outlets = dict(outlets)
         # Every answer goes out as an outbox row, like replies (docs/architecture.md#delivery).
         self._delivery = delivery or Delivery(
-            store=store, clock=clock, outlet_for=self._outlets.get
+            outbox=store, chats=store, sessions=store, clock=clock, outlet_for=self._outlets.get
         )
         self._store = store
         self._clock = clock

@@ -1,5 +1,12 @@
 """Streaming a reply while it is written (docs/architecture.md#streaming).
 
+The relay (:class:`Relay`) shows one generation's text on a platform's preview; the glue a
+turn needs around it lives here too (:class:`Previews`: the relay of a turn, a posted preview
+kept on record until the reply replaces it, one an earlier attempt left behind;
+:func:`streamed`: the model's work raced against the stop button). The turn kernel
+(bot/runtime/turn.py) closes the relay before the final check and takes its preview back when
+the final check did not record its generation.
+
 Stop requests: a person pressing a Telegram draft's stop button reaches the process that
 receives the update, which may not be the one writing the reply. The request is therefore a
 lease named after the conversation and the draft (held for an hour, so the store forgets it
@@ -13,16 +20,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Final, Literal
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Final, Literal, TypeVar
 
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, PreviewThrottled, PreviewUnavailable, StoreError
-from bot.core.events import ConversationKey
-from bot.core.ports import Preview
-from bot.store.contracts import LeaseStore
+from bot.core.events import ConversationKey, SessionKey, Turn
+from bot.core.ports import Outlet, Preview, Streams, StreamSettings
+from bot.store.contracts import LeaseStore, SessionStore
 
 log = logging.getLogger("personabot.streaming")
+
+T = TypeVar("T")
 
 #: Session state naming a posted preview message (``edit``) not yet replaced or deleted.
 PREVIEW_KEY: Final = "personabot:preview"
@@ -305,3 +314,87 @@ class Relay:
         except StoreError as exc:
             log.warning("%s: could not check for a stop request: %s", self._conversation, exc)
             return False
+
+
+class Previews:
+    """A turn's preview: its relay started where the bot streams in the chat, and a posted
+    preview (``edit``) on record as session state (``PREVIEW_KEY``) from its post until the
+    reply replaces it or it is deleted, so that a crash in between leaves no half reply
+    behind (outbox recovery edits the reply into it, the next turn deletes it)."""
+
+    def __init__(self, *, sessions: SessionStore, clock: Clock, stops: StopSignals) -> None:
+        self._sessions = sessions
+        self._clock = clock
+        #: Stop requests of streamed drafts (shared with the router, which hears of them).
+        self.stops = stops
+
+    async def open(
+        self, turn: Turn, outlet: Outlet, stream: StreamSettings, lost: asyncio.Event
+    ) -> Relay | None:
+        """The started relay of this generation, when the bot streams in this chat (else
+        None); ``lost`` is the lease renewal's event (a fenced worker stops at once)."""
+        if stream.mode == "off" or not isinstance(outlet, Streams):
+            return None
+        conversation = turn.session.conversation
+        if stream.mode == "edit":
+            await self._retract_orphan(turn.session, outlet)
+        reply_to = turn.messages[-1].platform_message_id if turn.messages else None
+        preview = outlet.preview(conversation, stream, reply_to=reply_to)
+        if preview is None:
+            return None
+        session = turn.session
+
+        async def posted(message_id: str) -> None:
+            try:
+                await self._sessions.set_state(session, PREVIEW_KEY, message_id, self._clock.now())
+            except StoreError as exc:
+                log.warning("%s: preview %s not on record: %s", session, message_id, exc)
+
+        relay = Relay(
+            preview,
+            clock=self._clock,
+            interval=stream.interval,
+            conversation=conversation,
+            stops=self.stops if stream.stop != "off" else None,
+            lost=lost,
+            on_posted=posted,
+        )
+        relay.start()
+        return relay
+
+    async def _retract_orphan(self, session: SessionKey, outlet: Streams) -> None:
+        """A preview still on record here was left by a generation that never finished (a
+        crash before its final check): delete it, so no half reply stays in the chat."""
+        orphan = await self._sessions.get_state(session, PREVIEW_KEY)
+        if isinstance(orphan, str):
+            log.info("%s: deleting preview %s left by an earlier attempt", session, orphan)
+            await outlet.retract(session.conversation, orphan)
+            await self._sessions.delete_state(session, PREVIEW_KEY)
+
+    async def forget(self, session: SessionKey, relay: Relay) -> None:
+        """The posted preview was replaced or deleted: no longer on record."""
+        if relay.preview.message_id is not None:
+            await self._sessions.delete_state(session, PREVIEW_KEY)
+
+    async def discard(self, session: SessionKey, relay: Relay) -> None:
+        """Not this generation's reply (discarded, fenced): take back what it showed; the
+        next generation shows its own."""
+        await relay.discard()
+        await self.forget(session, relay)
+
+
+async def streamed(work: Coroutine[Any, Any, T], relay: Relay) -> T | None:
+    """The result of ``work`` (the model writing into ``relay``), or None when the person
+    pressed stop first: the work is cancelled then (its error, if any, is raised here)."""
+    task = asyncio.ensure_future(work)
+    stop = asyncio.ensure_future(relay.stopped.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if not task.cancelled():
+        return task.result()  # the whole answer arrived (or its error is raised here)
+    return None

@@ -59,7 +59,14 @@ from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.llm.offline import OfflineLLM
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.commands import Commands
-from bot.runtime.pipeline import DEFAULT_REJECTED, BotProfile, Pipeline
+from bot.runtime.pipeline import (
+    DEFAULT_REJECTED,
+    BotProfile,
+    Bots,
+    Pipeline,
+    ReplyPolicies,
+    TurnParts,
+)
 from bot.runtime.router import Router
 from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore
@@ -364,14 +371,18 @@ class Process:
             clock=self.clock,
             policy_for=lambda _: profile.memory,
         )
+        bots = Bots({BOT: profile})
         self.pipeline = Pipeline(
-            store=self.store,
-            llm=self.llm,
-            clock=self.clock,
-            memory=self.memory,
-            profiles={BOT: profile},
-            holder=self.name,
-            trouble_notice=TROUBLE,
+            parts=TurnParts.of(
+                self.store,
+                llm=self.llm,
+                clock=self.clock,
+                memory=self.memory,
+                outlet_for=bots.outlet_for,
+                holder=self.name,
+            ),
+            bots=bots,
+            policies=ReplyPolicies(trouble_notice=TROUBLE),
         )
         await self.pipeline.recover_outbox(older_than=self.clock.now())
         wake = None

@@ -12,7 +12,7 @@ from bot.core.clock import SystemClock
 from bot.core.events import ClaimedTurn, Claims, ConversationKey, Inbound, QueuePolicy
 from bot.llm.offline import OfflineLLM
 from bot.queue import Scheduler
-from bot.runtime.pipeline import BotProfile, Pipeline, TurnOutcome
+from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnOutcome, TurnParts
 from bot.store.base import BaseStore
 from memory.assemble import Budget, PersonaPin
 from memory.service import Memory, MemoryPolicy
@@ -91,7 +91,13 @@ async def claiming(
     }
     llm = OfflineLLM()
     memory = Memory(store=store, llm=llm, clock=clock, policy_for=lambda b: profiles[b].memory)
-    pipeline = Pipeline(store=store, llm=llm, clock=clock, memory=memory, profiles=profiles)
+    hosted_bots = Bots(profiles)
+    pipeline = Pipeline(
+        parts=TurnParts.of(
+            store, llm=llm, clock=clock, memory=memory, outlet_for=hosted_bots.outlet_for
+        ),
+        bots=hosted_bots,
+    )
     counted = Counted(pipeline, gate=gate)
     scheduler: Scheduler[ConversationKey] = Scheduler(
         store=store,

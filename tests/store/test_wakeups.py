@@ -20,7 +20,7 @@ from bot.core.clock import SystemClock
 from bot.core.events import ConversationKey, Inbound, QueuePolicy
 from bot.llm.offline import OfflineLLM
 from bot.queue import Scheduler
-from bot.runtime.pipeline import BotProfile, Pipeline
+from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnParts
 from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore
 from bot.store.postgres._wakeups import parse
@@ -124,7 +124,12 @@ def _pipeline(store: BaseStore, outlet: RecordingOutlet, clock: SystemClock) -> 
     )
     llm = OfflineLLM()
     memory = Memory(store=store, llm=llm, clock=clock, policy_for=lambda _bot: profile.memory)
-    return Pipeline(store=store, llm=llm, clock=clock, memory=memory, profiles={BOT: profile})
+    return Pipeline(
+        parts=TurnParts.of(
+            store, llm=llm, clock=clock, memory=memory, outlet_for=Bots({BOT: profile}).outlet_for
+        ),
+        bots=Bots({BOT: profile}),
+    )
 
 
 async def _replies(outlet: RecordingOutlet, count: int, within: float) -> list[str]:

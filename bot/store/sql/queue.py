@@ -8,6 +8,7 @@ writes what they decide, inside one transaction each.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from bot.core.agenda import NewReminder
@@ -16,6 +17,7 @@ from bot.core.events import (
     Claims,
     ConversationKey,
     DueTimer,
+    FinishOutcome,
     FinishResult,
     Lease,
     OutboxItem,
@@ -30,6 +32,7 @@ from bot.core.events import (
 from bot.core.llm import Usage
 from bot.core.queue_rules import final_verdict
 from bot.store import cols
+from bot.store.sql.conn import Conn
 from bot.store.sql.core import (
     CONV_WHERE_C,
     ReplyRow,
@@ -67,6 +70,16 @@ def _lease_free(clock: str) -> str:
         f" AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = {cols.TURN_LEASE_SQL} "
         f"AND l.expires_at > {clock})"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """What the final check of a reply found: the verdict, the conversation's version and,
+    when it is recorded, the conversation's and the session's row ids."""
+
+    outcome: FinishOutcome
+    version: int = 0
+    row: tuple[int, int] | None = None
 
 
 class QueuePart(SQLCore):
@@ -537,47 +550,16 @@ class QueuePart(SQLCore):
         commits; the takeover waits for it and then finds nothing pending.
         """
         refuse_blank(reply)
-        d = self.dialect
-        key = turn.session.conversation
         async with self._tx() as db:
-            if d.for_update:
-                # Row locks: the conversation's first, then (in the read below) the lease's.
-                # On SQLite the write transaction itself serializes every writer.
-                await self._conv_id(db, key, lock=True)
-            # The conversation, the turn's session, the version, whether newer input joined
-            # the session, and the lease's token, its row locked: one read.
-            row = await db.fetchrow(
-                "SELECT c.id, s.id, c.version, (SELECT COUNT(*) FROM messages m WHERE "
-                f"m.session_id = s.id AND m.pending = {d.true} AND m.version > $6), "
-                f"(SELECT token FROM leases WHERE name = $7{d.for_update}) "
-                "FROM conversations c LEFT JOIN sessions s ON s.conversation_id = c.id "
-                f"AND s.session_no = $5 WHERE {CONV_WHERE_C}",
-                *session_args(turn.session),
-                turn.version,
-                lease.name,
-            )
-            if row is None or row[1] is None:
-                return FinishResult("fenced")  # the conversation or the session is gone
-            version = int(row[2])
-            verdict = final_verdict(
-                queue,
-                still_leased=row[4] is not None and int(row[4]) == lease.token,
-                newer_pending=int(row[3]) > 0,
-                first_pending_at=turn.first_pending_at,
-                now=now,
-            )
-            if verdict == "fenced":
-                return FinishResult("fenced")
-            if verdict == "discarded":
-                # Newer input joined this session while we generated: the timer it armed
-                # stays; the next attempt will cover everything.
-                return FinishResult("discarded", current_version=version)
-            conv_id = int(row[0])
+            found = await self._turn_verdict(db, turn, lease, queue, now)
+            if found.outcome != "recorded" or found.row is None:
+                return FinishResult(found.outcome, current_version=found.version)
+            conv_id, sid = found.row
             item = await self._record(
                 db,
                 ReplyRow(
                     conv_id=conv_id,
-                    sid=int(row[1]),
+                    sid=sid,
                     session=turn.session,
                     version=turn.version,
                     answers=tuple(m.id for m in turn.messages),
@@ -591,7 +573,43 @@ class QueuePart(SQLCore):
             if reminders:
                 await self._add_reminders(db, conv_id, reminders, now)
             await self._settle_timer(db, conv_id, turn.version, queue)
-        return FinishResult("recorded", outbox=item, current_version=version)
+        return FinishResult("recorded", outbox=item, current_version=found.version)
+
+    async def _turn_verdict(
+        self, db: Conn, turn: Turn, lease: Lease, queue: QueuePolicy, now: float
+    ) -> _Verdict:
+        """The final check's read and verdict (rules.final_verdict), its rows locked."""
+        d = self.dialect
+        if d.for_update:
+            # Row locks: the conversation's first, then (in the read below) the lease's.
+            # On SQLite the write transaction itself serializes every writer.
+            await self._conv_id(db, turn.session.conversation, lock=True)
+        # The conversation, the turn's session, the version, whether newer input joined
+        # the session, and the lease's token, its row locked: one read.
+        row = await db.fetchrow(
+            "SELECT c.id, s.id, c.version, (SELECT COUNT(*) FROM messages m WHERE "
+            f"m.session_id = s.id AND m.pending = {d.true} AND m.version > $6), "
+            f"(SELECT token FROM leases WHERE name = $7{d.for_update}) "
+            "FROM conversations c LEFT JOIN sessions s ON s.conversation_id = c.id "
+            f"AND s.session_no = $5 WHERE {CONV_WHERE_C}",
+            *session_args(turn.session),
+            turn.version,
+            lease.name,
+        )
+        if row is None or row[1] is None:
+            return _Verdict("fenced")  # the conversation or the session is gone
+        verdict = final_verdict(
+            queue,
+            still_leased=row[4] is not None and int(row[4]) == lease.token,
+            newer_pending=int(row[3]) > 0,
+            first_pending_at=turn.first_pending_at,
+            now=now,
+        )
+        # Discarded: newer input joined this session while we generated; the timer it armed
+        # stays, and the next attempt will cover everything.
+        version = 0 if verdict == "fenced" else int(row[2])
+        rows = (int(row[0]), int(row[1])) if verdict == "recorded" else None
+        return _Verdict(verdict, version, rows)
 
     # -- outbox -------------------------------------------------------------------------------
 

@@ -1,0 +1,271 @@
+"""A reply as a job of the turn kernel (bot/runtime/turn.py): what a reply adds to the sequence.
+
+- Its prompt: the turn's messages assembled by memory, built under the renewed lease and the
+  typing indicator (fetching a photo or transcribing a voice note may take longer than the
+  lease, bot/runtime/media.py), the ``before_model`` hooks' context layer, the plugin tools,
+  and a preview where the bot streams in this chat (docs/architecture.md#streaming).
+- No empty, whitespace-only or invisible (zero-width) text is ever recorded or sent: a
+  refusal gets the persona's refusal line.
+- The person's stop: keep what they saw (``stop = "keep"``) or nothing; the turn is answered
+  either way, so it does not run again.
+- Its final check is ``finish_turn``; the reminders the reply agreed to (the built-in
+  ``remind_me`` calls) are stored by it, exactly once. A recorded reply arms the next check-in
+  and wakes the agenda for new reminders (docs/initiatives.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from bot.core.agenda import NewReminder
+from bot.core.errors import ModelError
+from bot.core.events import FinishResult, Lease, OutboxItem, Turn
+from bot.core.llm import ModelResult, Usage
+from bot.core.shares import weights
+from bot.core.visible import has_visible_text
+from bot.runtime.extensions import Extensions
+from bot.runtime.hooks import context_layers
+from bot.runtime.initiatives import Proactive, reminder_effects
+from bot.runtime.profiles import BotProfile, TurnOutcome
+from bot.runtime.reminders import stored_reminders
+from bot.runtime.tools import Effect, LoopResult
+from bot.runtime.trouble import Trouble
+from bot.runtime.turn import Ask, Draft, Job, TurnParts
+from bot.runtime.turn_context import TurnContext
+from memory.assemble import with_context
+from memory.records import Summary
+from memory.tokens import estimate_tokens
+
+log = logging.getLogger("personabot.pipeline")
+
+
+def _nothing() -> None:
+    """No agenda scheduler to wake."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgendaLink:
+    """Check-ins and reminders as replies see them (docs/initiatives.md): a recorded reply
+    arms the next check-in; reminders it agreed to are stored with it, then ``wake``."""
+
+    proactive: Proactive
+    wake: Callable[[], None] = field(default=_nothing)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyTurn:
+    """One reply's turn under its lease, with what was read for it before the prompt."""
+
+    turn: Turn
+    lease: Lease
+    profile: BotProfile  # of the persona the turn's session speaks as
+    summary: Summary | None
+    gap_notice: str | None = None  # the prompt's note of missing turns
+    refusal: str | None = None  # the gap policy refuses: this text, no model call
+
+
+class ReplyJob(Job[TurnOutcome]):
+    """The kernel's job for one reply."""
+
+    def __init__(
+        self,
+        *,
+        parts: TurnParts,
+        trouble: Trouble,
+        extensions: Extensions,
+        agenda: AgendaLink | None,
+        reply: ReplyTurn,
+    ) -> None:
+        self._parts = parts
+        self._trouble = trouble
+        self._extensions = extensions
+        self._agenda = agenda
+        self._reply = reply
+        self._turn = reply.turn
+        self._profile = reply.profile
+        self.hooks = extensions.after_reply
+        self.ttl = reply.profile.lease_seconds
+        self._context: TurnContext | None = None
+        self._reminders: list[NewReminder] = []
+        self._prompt_tokens = 0
+        self._stopped = False
+
+    def context(self) -> TurnContext:
+        """What turn hooks and tools see of this turn (made once)."""
+        if self._context is None:
+            profile = self._profile
+            self._context = TurnContext(
+                conversation=self._turn.session.conversation,
+                session=self._turn.session,
+                bot=profile.key,
+                persona_id=profile.persona_id or profile.pin.name,
+                messages=self._turn.messages,
+                now=self._parts.clock.now(),
+            )
+        return self._context
+
+    def typing(self) -> contextlib.AbstractAsyncContextManager[object]:
+        """The typing indicator while the model writes (none for a refusal without it)."""
+        if self._reply.refusal is not None:
+            return contextlib.nullcontext()
+        return self._profile.outlet.typing(self._turn.session.conversation)
+
+    async def prompt(self, lost: asyncio.Event) -> Ask | Draft | TurnOutcome:
+        """The assembled turn with the hooks' context layer, the tools, the preview."""
+        if self._reply.refusal is not None:
+            return await self._draft(self._reply.refusal, Usage(), None)
+        p, turn, profile = self._parts, self._turn, self._profile
+        context = self.context()
+        assembled = await p.memory.build(
+            turn,
+            profile.pin,
+            gap_notice=self._reply.gap_notice,
+            summary=self._reply.summary,
+            policy=profile.memory,
+        )
+        log.debug(
+            "turn %s v0=%d messages=%d prompt~%d tokens",
+            turn.session,
+            turn.version,
+            len(turn.messages),
+            assembled.total_tokens,
+        )
+        layers = await context_layers(
+            self._extensions.before_model,
+            context,
+            clock=p.clock,
+            seconds=p.tools.hook_timeout_seconds,
+        )
+        prompted = with_context(assembled, layers)
+        self._prompt_tokens = prompted.total_tokens
+        relay = await p.previews.open(turn, profile.outlet, profile.stream, lost)
+        by = weights(turn.messages)
+        return Ask(prompted.request, context, "reply", by, self._extensions.tools, relay)
+
+    async def answered(self, answer: LoopResult) -> Draft:
+        """The answer's text, or the refusal line when it has none."""
+        await self._trouble.recovered(self._turn)
+        result = answer.result
+        if answer.steps:
+            log.info(
+                "turn %s: %d tool step(s), %d call(s), %d deferred effect(s)%s",
+                self._turn.session,
+                answer.steps,
+                answer.calls,
+                len(answer.effects),
+                f"; stopped at the {answer.bound} bound" if answer.bound else "",
+            )
+        text = result.text
+        if result.stop_reason == "refusal" or not has_visible_text(text):
+            conversation = self._turn.session.conversation
+            log.warning(
+                "model gave no answer for %s (stop_reason %s, %d characters); "
+                "sending the refusal line",
+                conversation,
+                result.stop_reason,
+                len(text),
+            )
+            metrics = self._parts.metrics
+            metrics.refusals.labels(*metrics.labels(conversation)).inc()
+            text = self._profile.refusal_message
+        return await self._draft(text, answer.usage, result.model, answer.effects)
+
+    async def _draft(
+        self, text: str, usage: Usage, model: str | None, effects: Sequence[Effect] = ()
+    ) -> Draft:
+        """A visible text to record; the built-in reminder calls set aside for the final
+        check, which stores them itself, exactly once (bot/runtime/tools.py runs the rest)."""
+        if not has_visible_text(text):  # e.g. an operator's blank refusal_message
+            text = self._profile.refusal
+        if self._agenda is not None and effects:
+            mine, effects = reminder_effects(effects)
+            if mine:
+                self._reminders = await stored_reminders(
+                    self._agenda.proactive, mine, self.context()
+                )
+        return Draft(text, usage, model, tuple(effects))
+
+    async def failed(self, exc: ModelError) -> TurnOutcome:
+        """Retry later, close the turn out, or park it (bot/runtime/trouble.py)."""
+        return await self._trouble.model_failed(self._turn, self._reply.lease, self._profile, exc)
+
+    async def stopped(self, ask: Ask) -> Draft | TurnOutcome:
+        """Keep what the person saw (``stop = "keep"``) or close the turn out."""
+        relay = ask.relay
+        assert relay is not None  # only a streamed generation is stopped
+        await relay.close()
+        turn, profile = self._turn, self._profile
+        kept = relay.shown if profile.stream.stop == "keep" else ""
+        # The cancelled call reported no usage: charge the prompt as assembled (images
+        # included) and what was shown, so that stopping early never makes generations free.
+        usage = Usage(input_tokens=self._prompt_tokens, output_tokens=estimate_tokens(relay.shown))
+        model = ask.request.model
+        await self._parts.accounting.charge(
+            turn.session.conversation, "reply", ModelResult(kept, usage, model, "stopped"), ask.by
+        )
+        log.info(
+            "%s: generation stopped by the person (%d characters kept)", turn.session, len(kept)
+        )
+        self._stopped = True
+        if has_visible_text(kept):
+            return Draft(kept, usage, model)
+        await relay.discard()
+        reason = "stopped by the person"
+        if not await self._trouble.close_out(turn, self._reply.lease, profile, reason, "stopped"):
+            return "fenced"
+        return "stopped"
+
+    async def check(self, draft: Draft) -> FinishResult:
+        """``finish_turn``: fencing, the version check, then the reply and its outbox row."""
+        p = self._parts
+        return await p.stores.queue.finish_turn(
+            self._turn,
+            self._reply.lease,
+            draft.text,
+            p.clock.now(),
+            self._profile.queue,
+            draft.usage,
+            draft.model,
+            self._reminders,
+        )
+
+    async def dropped(self, finished: FinishResult) -> TurnOutcome:
+        """Fenced (the lease was taken over) or discarded (newer input): nothing is sent."""
+        conversation = self._turn.session.conversation
+        if finished.outcome == "fenced":
+            log.warning("lease on %s was taken over; reply dropped", conversation)
+            return "fenced"
+        log.debug(
+            "newer input in %s (v%d > v%d); reply discarded",
+            conversation,
+            finished.current_version,
+            self._turn.version,
+        )
+        return "discarded"
+
+    async def recorded(self, outbox: OutboxItem, draft: Draft) -> None:
+        """Logged; the next check-in armed, the agenda woken for new reminders."""
+        turn, usage = self._turn, draft.usage
+        log.info(
+            "turn %s: %d message(s), in=%d out=%d cache_write=%d cache_read=%d, "
+            "%.2fs after the first message",
+            turn.session,
+            len(turn.messages),
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+            self._parts.clock.now() - turn.first_pending_at,
+        )
+        if self._agenda is not None:
+            await self._agenda.proactive.replied(turn.session.conversation, turn.persona)
+            if self._reminders:
+                self._agenda.wake()
+
+    async def delivered(self, sent: bool) -> TurnOutcome:
+        """Answered: the outbox row is sent, or failed for a reason it keeps."""
+        return "stopped" if self._stopped else "sent"

@@ -1,0 +1,370 @@
+"""The turn kernel: every message the persona writes runs one sequence.
+
+    lease -> prompt -> model (the tool loop; streamed where the chat shows it) -> final check
+          -> delivery -> deferred tool effects -> ``after_reply`` hooks
+
+A reply (``Pipeline``, bot/runtime/pipeline.py and bot/runtime/reply.py), a check-in and a
+reminder (``Proactive``, bot/runtime/initiatives.py) all run through :meth:`TurnKernel.run`
+under :meth:`TurnKernel.hold`; what differs is their :class:`Job`: how the prompt is built (or
+that no model call is needed), what the model's answer, its failure or a stop means, and which
+final check the store makes (``finish_turn`` or ``finish_proactive``).
+
+Invariants (docs/architecture.md#queue, #delivery, #streaming, #initiatives):
+- the turn lease (``queue_rules.turn_lease``) is held for the whole sequence: taken by its CAS
+  or handed over by a claim, renewed while the prompt is built and the model works (building
+  may fetch media for longer than the lease), released on every path; a release the store
+  refuses is retried in the background (bot/queue/lease.py), so the slot is free at once;
+- nothing is sent unless the store's final check (one transaction) recorded it: a worker
+  whose lease was taken over, or whose input went stale, never sends;
+- a streamed preview is closed before the final check (nothing shown lands after the final
+  message), taken back when its generation was not recorded, and off the record before the
+  recorded reply is sent (a crash then may leave it beside the reply, never delete a reply);
+- deferred tool effects and ``after_reply`` hooks run once the final check recorded the
+  message, even when its delivery failed (the outbox sends it later); never for a message the
+  final check discarded or fenced, nor for a failed model call.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from bot.core.clock import Clock
+from bot.core.errors import ModelError
+from bot.core.events import ConversationKey, FinishResult, Lease, OutboxItem
+from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
+from bot.core.ports import Outlet
+from bot.core.queue_rules import turn_lease
+from bot.core.tasks import Background
+from bot.metrics import Metrics
+from bot.queue import lease as leases
+from bot.queue.lease import renewing
+from bot.runtime.delivery import Delivery
+from bot.runtime.extensions import AfterReply
+from bot.runtime.hooks import after_reply
+from bot.runtime.limits import Limits
+from bot.runtime.streaming import Previews, Relay, StopSignals, streamed
+from bot.runtime.tools import CountCall, Effect, LoopResult, ToolLoop, ToolPolicy, ToolRegistry
+from bot.runtime.tools import apply as apply_effects
+from bot.runtime.turn_context import TurnContext
+from bot.runtime.usage import Accounting
+from bot.store.base import BaseStore
+from bot.store.contracts import AgendaStore, LeaseStore, MessageStore, QueueStore, SessionStore
+from memory.service import Memory
+
+O = TypeVar("O")  # noqa: E741 - the outcome a job ends with
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStores:
+    """The store contracts the turns use, each named by what it is for (one store object
+    fills every field: :meth:`of`)."""
+
+    queue: QueueStore  # the pending turn, timers, a reply's final check
+    agenda: AgendaStore  # check-ins and reminders, their final check
+    leases: LeaseStore  # the turn lease
+    sessions: SessionStore  # session state: notices told, a preview on record
+    messages: MessageStore  # the conversation's version, whether a chat is active
+
+    @classmethod
+    def of(cls, store: BaseStore) -> TurnStores:
+        """Every contract from the composition root's store."""
+        return cls(queue=store, agenda=store, leases=store, sessions=store, messages=store)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnParts:
+    """What every turn needs, replies, check-ins and reminders alike."""
+
+    stores: TurnStores
+    llm: BaseLLM
+    clock: Clock
+    memory: Memory
+    delivery: Delivery
+    accounting: Accounting
+    previews: Previews
+    metrics: Metrics
+    holder: str
+    tools: ToolPolicy = field(default_factory=ToolPolicy)
+
+    @classmethod
+    def of(
+        cls,
+        store: BaseStore,
+        *,
+        llm: BaseLLM,
+        clock: Clock,
+        memory: Memory,
+        outlet_for: Callable[[str], Outlet | None],
+        holder: str | None = None,
+        metrics: Metrics | None = None,
+        accounting: Accounting | None = None,
+        limits: Limits | None = None,
+        tools: ToolPolicy | None = None,
+        stops: StopSignals | None = None,
+    ) -> TurnParts:
+        """The parts on one store; what is not given is made here (a fresh holder name, the
+        metrics, accounting under ``limits``, the stop requests)."""
+        metrics = metrics or Metrics()
+        return cls(
+            stores=TurnStores.of(store),
+            llm=llm,
+            clock=clock,
+            memory=memory,
+            delivery=Delivery(
+                outbox=store, chats=store, sessions=store, clock=clock, outlet_for=outlet_for
+            ),
+            accounting=accounting
+            or Accounting(store=store, clock=clock, metrics=metrics, limits=limits),
+            previews=Previews(
+                sessions=store, clock=clock, stops=stops or StopSignals(store=store, clock=clock)
+            ),
+            metrics=metrics,
+            holder=holder or f"worker-{uuid.uuid4().hex[:12]}",
+            tools=tools or ToolPolicy(),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """The model step a job asks for: the request, whose words it reads (who pays, by
+    bot/core/shares.py), the tools it may call and the preview it is shown on."""
+
+    request: ModelRequest
+    context: TurnContext
+    purpose: str  # "reply", "initiative", "reminder": the accounting's label
+    by: Mapping[str, int]
+    tools: ToolRegistry = field(default_factory=ToolRegistry)
+    relay: Relay | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """What the final check is asked to record (visible text), with what the model left."""
+
+    text: str
+    usage: Usage = field(default_factory=Usage)
+    model: str | None = None
+    effects: tuple[Effect, ...] = ()
+
+
+class Job(abc.ABC, Generic[O]):
+    """What differs between a reply, a check-in and a reminder; the kernel runs the rest.
+
+    Each step returns the job's outcome ``O`` when the sequence ends there (nothing to ask,
+    a skip, a retry later), else what the next step takes.
+    """
+
+    #: The ``after_reply`` hooks of a recorded message (with its effects, if any).
+    hooks: Sequence[AfterReply] = ()
+    #: The lease's lifetime while the job works (its renewals); read after :meth:`ready`.
+    ttl: float = 30.0
+
+    async def ready(self) -> O | None:
+        """Checks under the lease before the model step (and its renewals) starts; the
+        outcome when the job ends there (nothing is due any more)."""
+        return None
+
+    def typing(self) -> contextlib.AbstractAsyncContextManager[object]:
+        """Held while the prompt is built and the model works (a typing indicator)."""
+        return contextlib.nullcontext()
+
+    @abc.abstractmethod
+    async def prompt(self, lost: asyncio.Event) -> Ask | Draft | O:
+        """The model step, or a text to record without one; under the renewed lease
+        (``lost`` is set if it is lost)."""
+
+    @abc.abstractmethod
+    async def answered(self, answer: LoopResult) -> Draft | O:
+        """What to record of the model's answer."""
+
+    @abc.abstractmethod
+    async def failed(self, exc: ModelError) -> Draft | O:
+        """The model gave no answer."""
+
+    async def stopped(self, ask: Ask) -> Draft | O:
+        """The person stopped the streamed generation (only a job that streams)."""
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    async def check(self, draft: Draft) -> FinishResult:
+        """The store's final check: record the draft and its outbox row, or refuse."""
+
+    @abc.abstractmethod
+    async def dropped(self, finished: FinishResult) -> O:
+        """The final check discarded or fenced the draft: nothing was recorded."""
+
+    async def recorded(self, outbox: OutboxItem, draft: Draft) -> None:
+        """The final check recorded the draft; called before it is delivered."""
+
+    @abc.abstractmethod
+    async def delivered(self, sent: bool) -> O:
+        """The recorded message went out (``sent``) or not (the outbox row says why)."""
+
+    def context(self) -> TurnContext:
+        """What tools' effects and the hooks see (needed only when there are some)."""
+        raise NotImplementedError
+
+
+class TurnKernel:
+    """Runs jobs through the one sequence; each runner has its own (and its own releases)."""
+
+    def __init__(self, parts: TurnParts) -> None:
+        self.parts = parts
+        #: Lease releases the store refused at the end of a turn, retried in the background.
+        self.releases = Background()
+
+    async def aclose(self) -> None:
+        """The process stops: stop retrying releases (their leases expire by themselves)."""
+        await self.releases.aclose()
+
+    @contextlib.asynccontextmanager
+    async def hold(
+        self, conversation: ConversationKey, ttl: float, lease: Lease | None = None
+    ) -> AsyncIterator[Lease | None]:
+        """The conversation's turn lease for the body: taken by its CAS unless a claim
+        handed it over (``lease``); None when another worker holds it (back off, do nothing).
+        Released on every path: a release the store refuses now is retried in the
+        background, so the next turn waits only as long as the store does."""
+        p = self.parts
+        if lease is None:
+            name = turn_lease(conversation)
+            lease = await leases.acquire(
+                p.stores.leases, name, holder=p.holder, ttl=ttl, clock=p.clock
+            )
+            if lease is None:
+                yield None
+                return
+        try:
+            yield lease
+        finally:
+            await leases.release(
+                p.stores.leases, lease, ttl=ttl, clock=p.clock, later=self.releases
+            )
+
+    async def run(self, job: Job[O], lease: Lease) -> O:
+        """The sequence under a held lease: prompt and model (renewed), final check,
+        delivery, effects and hooks."""
+        early = await job.ready()
+        if early is not None:
+            return early
+        step = await self._model_step(job, lease)
+        ask, decided = step
+        if not isinstance(decided, Draft):
+            return decided
+        relay = None if ask is None else ask.relay
+        finished = await job.check(decided)
+        if finished.outcome != "recorded" or finished.outbox is None:
+            if ask is not None and relay is not None:
+                await self.parts.previews.discard(ask.context.session, relay)
+            return await job.dropped(finished)
+        outbox = finished.outbox
+        await job.recorded(outbox, decided)
+        self.parts.memory.schedule_compaction(outbox.session)
+        return await job.delivered(await self._deliver(job, decided, outbox, relay))
+
+    async def _model_step(self, job: Job[O], lease: Lease) -> tuple[Ask | None, Draft | O]:
+        """Prompt and model under the renewed lease (and the job's typing indicator)."""
+        p = self.parts
+        ask: Ask | None = None
+        try:
+            async with (
+                job.typing(),
+                renewing(p.stores.leases, lease, ttl=job.ttl, clock=p.clock) as lost,
+            ):
+                planned = await job.prompt(lost)
+                if not isinstance(planned, Ask):
+                    return None, planned
+                ask = planned
+                answer = await self._ask(ask)
+        except ModelError as exc:
+            await _discard(ask)
+            return None, await job.failed(exc)
+        except BaseException:
+            await _discard(ask)  # cancelled (shutdown) or a bug: nothing half-written stays
+            raise
+        if answer is None:
+            return ask, await job.stopped(ask)
+        if ask.relay is not None:
+            await ask.relay.close()  # nothing more is shown: the final message comes next
+        return ask, await job.answered(answer)
+
+    async def _ask(self, ask: Ask) -> LoopResult | None:
+        """The tool loop (one model call when no tool is registered: check-ins, reminders);
+        streamed into the relay, if any. None: the person stopped it."""
+        p = self.parts
+        conversation = ask.context.conversation
+
+        async def charge(result: ModelResult) -> None:
+            # Each model call is charged as soon as it answered, a tool loop's steps too.
+            await p.accounting.charge(conversation, ask.purpose, result, ask.by)
+
+        loop = ToolLoop(
+            llm=p.llm,
+            clock=p.clock,
+            registry=ask.tools,
+            policy=p.tools,
+            context=ask.context,
+            charge=charge,
+            count=self.counter(conversation),
+        )
+        if ask.relay is None:
+            return await loop.run(ask.request)
+        return await streamed(loop.run(ask.request, stream=ask.relay.text), ask.relay)
+
+    async def _deliver(
+        self, job: Job[O], draft: Draft, outbox: OutboxItem, relay: Relay | None
+    ) -> bool:
+        """Send the recorded message (into its preview, if one was posted); then its
+        effects and hooks, which happen even when the send raised: it is recorded."""
+        replaces = None if relay is None else relay.preview.message_id
+        if relay is not None:
+            # Off the record before the send: a crash after it may leave the preview
+            # beside a re-sent reply, but the next turn can never delete a delivered reply.
+            await self.parts.previews.forget(outbox.session, relay)
+        try:
+            sent = await self.parts.delivery.deliver(outbox, replaces=replaces)
+        except Exception:
+            await self._after(job, draft)
+            raise
+        finally:
+            if relay is not None and replaces is None:
+                await relay.take_back_unknown()  # a preview post that arrived unanswered
+        await self._after(job, draft)
+        return sent
+
+    async def _after(self, job: Job[O], draft: Draft) -> None:
+        """A recorded message's deferred tool effects, then the ``after_reply`` hooks (none
+        may raise: bot/runtime/tools.py, bot/runtime/hooks.py)."""
+        if not draft.effects and not job.hooks:
+            return
+        p = self.parts
+        context = job.context()
+        count = self.counter(context.conversation)
+        await apply_effects(
+            draft.effects, clock=p.clock, policy=p.tools, context=context, count=count
+        )
+        await after_reply(
+            job.hooks, context, draft.text, clock=p.clock, seconds=p.tools.hook_timeout_seconds
+        )
+
+    def counter(self, conversation: ConversationKey) -> CountCall:
+        """Counts a conversation's tool calls in the metrics."""
+        metrics = self.parts.metrics
+        labels = metrics.labels(conversation)
+
+        def count(tool: str, outcome: str) -> None:
+            metrics.tool_calls.labels(*labels, tool, outcome).inc()
+
+        return count
+
+
+async def _discard(ask: Ask | None) -> None:
+    """Take back a failed generation's preview (nothing when there is none)."""
+    if ask is not None and ask.relay is not None:
+        await ask.relay.discard()
