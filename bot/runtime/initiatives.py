@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import tzinfo
 from typing import Final, Literal
 
@@ -39,21 +39,52 @@ from bot.core.agenda import (
     describe_local,
     reminder_due,
     zone,
-    zone_name,
 )
 from bot.core.errors import ModelError, StoreError
 from bot.core.events import ConversationKey, FinishResult, Lease, OutboxItem, SessionKey, UserKey
-from bot.core.llm import ModelResult, ToolSpec
 from bot.core.tasks import Background
 from bot.core.visible import has_visible_text
+from bot.runtime.proactive_prompts import (
+    SEND,
+    SKIP,
+    capped_until,
+    check_in_prompt,
+    decision,
+    due_check_in,
+    plain_reminder,
+    reminder_note,
+    zone_for,
+)
 from bot.runtime.tools import Effect, LoopResult, Tool, ToolError
 from bot.runtime.turn import Ask, Draft, Job, TurnKernel, TurnParts
 from bot.runtime.turn_context import TurnContext
-from bot.store.contracts import AgendaStore
-from memory.assemble import Assembled, PersonaPin
-from memory.service import Memory, MemoryPolicy
+from memory.assemble import PersonaPin
+from memory.service import MemoryPolicy
 
 log = logging.getLogger("personabot.initiatives")
+
+# SEND, SKIP, check_in_prompt and due_check_in live in bot/runtime/proactive_prompts.py and
+# are still importable from here.
+__all__ = [
+    "CHECKED_SLACK",
+    "REFUSED",
+    "REMIND_TOOL",
+    "RETRY_SECONDS",
+    "SEND",
+    "SKIP",
+    "AgendaKey",
+    "AgendaPolicy",
+    "CheckInJob",
+    "Due",
+    "Outcome",
+    "Persona",
+    "Proactive",
+    "ReminderJob",
+    "check_in_prompt",
+    "due_check_in",
+    "reminder_effects",
+    "zone_for",
+]
 
 #: A key of due work: (kind, conversation, reminder id or 0).
 AgendaKey = tuple[str, ConversationKey, int]
@@ -61,26 +92,6 @@ Outcome = Literal[
     "sent", "skipped", "discarded", "fenced", "busy", "early", "off", "gone", "retry", "capped"
 ]
 
-SEND: Final = ToolSpec(
-    "send",
-    "Write to the person now: the message they will read, in your own voice.",
-    {
-        "type": "object",
-        "properties": {"text": {"type": "string", "description": "the message"}},
-        "required": ["text"],
-        "additionalProperties": False,
-    },
-)
-SKIP: Final = ToolSpec(
-    "skip",
-    "Do not write now (nothing is sent); say why in a few words, for the operator's log.",
-    {
-        "type": "object",
-        "properties": {"reason": {"type": "string"}},
-        "required": ["reason"],
-        "additionalProperties": False,
-    },
-)
 REMIND_TOOL: Final = "remind_me"
 #: How long after its check a reminder call is still kept as agreed (a slow reply).
 CHECKED_SLACK: Final = 3600.0
@@ -116,41 +127,6 @@ class Persona:
     # The persona's memory policy (its budget, window): None means the bot's. A persona that
     # is not the bot's default has its own, as its turns do.
     memory: MemoryPolicy | None = None
-
-
-def _hours(seconds: float) -> str:
-    hours = seconds / 3600.0
-    if hours < 48:
-        return f"{hours:.0f} hours" if hours >= 1.5 else f"{seconds / 60:.0f} minutes"
-    return f"{hours / 24:.0f} days"
-
-
-def check_in_note(state: InitiativeState, now: float, tz: tzinfo) -> str:
-    """The prompt layer of a due check-in: how long it has been and the local time; what the
-    person last talked about is in the window and summary right before it."""
-    silent = now - (state.last_user_at or now)
-    return (
-        "Nobody has written here for "
-        f"{_hours(silent)}; it is {describe_local(now, tz)} for the person now. You may check "
-        "in on them, in character, picking up what they last talked about (see the "
-        "conversation above), or decide that now is not a good moment. Call exactly one tool: "
-        "send(text) with your message, or skip(reason). Do not mention this note, timers or "
-        "tools."
-    )
-
-
-def reminder_note(about: str, set_at: float, due_at: float, tz: tzinfo) -> str:
-    """The prompt layer of a due reminder."""
-    return (
-        f"On {describe_local(set_at, tz)} the person asked you to remind them at "
-        f"{describe_local(due_at, tz)} (now) about: {about!r}. Write that reminder now, in "
-        "character, briefly. Do not mention this note."
-    )
-
-
-def plain_reminder(about: str) -> str:
-    """A reminder without the model (it failed, or a limit holds)."""
-    return f"⏰ Reminder: {about}"
 
 
 class Proactive:
@@ -432,7 +408,7 @@ class CheckInJob(Job[Outcome]):
     async def answered(self, answer: LoopResult) -> Draft | Outcome:
         """The model's choice: a skip re-arms for later, a send is recorded."""
         result = answer.result
-        text, reason = _decision(result)
+        text, reason = decision(result)
         self._now = now = self._parts.clock.now()
         if text is None:
             policy, conversation = self._persona.initiative, self._due.conversation
@@ -599,114 +575,8 @@ class ReminderJob(Job[Outcome]):
         return "sent"
 
 
-async def zone_for(
-    store: AgendaStore, memory: Memory, user: UserKey, default: str
-) -> tuple[tzinfo, str]:
-    """The person's time zone and its name: ``/timezone``, else a remembered ``timezone``
-    fact, else ``default``."""
-    candidates = [await store.timezone_of(user)]
-    record = await memory.user_memory(user)
-    candidates += [i.value for i in record.items if i.field.lower() in {"timezone", "time zone"}]
-    for name in candidates:
-        if not name:
-            continue
-        try:
-            return zone(name), zone_name(name)
-        except ZoneError:
-            continue
-    return zone(default), zone_name(default)
-
-
-async def capped_until(store: AgendaStore, cap: CheckinCap, bot: str, now: float) -> float | None:
-    """When the bot may write its next check-in under ``cap`` (None: now)."""
-    if cap.limit <= 0:
-        return None
-    return cap.frees_at(await store.recent_checkins(bot, now - cap.window, cap.limit))
-
-
-async def due_check_in(
-    store: AgendaStore,
-    memory: Memory,
-    policy: InitiativePolicy,
-    conversation: ConversationKey,
-    now: float,
-    default_zone: str,
-    cap: CheckinCap = CheckinCap(),  # noqa: B008 - frozen, never mutated
-) -> tuple[InitiativeState, tzinfo] | None:
-    """The chat's state and the person's zone when a check-in would be decided now (for
-    ``personabot prompt``; the runner applies the same rules and re-arms as it goes). The
-    token limits are not looked at (they depend on who asks); the bot's cap is."""
-    state = await store.initiative_state(conversation)
-    if (
-        state is None
-        or not policy.enabled
-        or state.pending
-        or state.last_user_at is None
-        or state.person is None
-        or state.session_no is None
-        or blocked_by(
-            policy,
-            enabled=state.enabled,
-            active=state.active,
-            private=state.private,
-            unanswered=state.unanswered,
-        )
-        is not None
-    ):
-        return None
-    user = UserKey(conversation.platform, state.person)
-    tz, _ = await zone_for(store, memory, user, default_zone)
-    due = check_in_due(
-        policy, last_user_at=state.last_user_at, last_initiative_at=state.sent_at, tz=tz, now=now
-    )
-    if due > now or await capped_until(store, cap, conversation.bot, now) is not None:
-        return None
-    return state, tz
-
-
-async def check_in_prompt(
-    memory: Memory,
-    pin: PersonaPin,
-    session: SessionKey,
-    state: InitiativeState,
-    tz: tzinfo,
-    now: float,
-    *,
-    policy: MemoryPolicy | None = None,
-) -> Assembled:
-    """The request of a check-in decision: the session, the note, the send/skip choice
-    (``policy``: the persona's memory policy, when not the bot's)."""
-    assembled = await memory.build_proactive(
-        session,
-        pin,
-        person=state.person,
-        private=state.private,
-        note=check_in_note(state, now, tz),
-        layer="initiative",
-        now=now,
-        policy=policy,
-    )
-    request = replace(assembled.request, tools=(SEND, SKIP), tool_choice="any")
-    return Assembled(request=request, breakdown=assembled.breakdown)
-
-
 def _key(item: DueItem) -> AgendaKey:
     return (item.kind, item.conversation, item.reminder or 0)
-
-
-def _decision(result: ModelResult) -> tuple[str | None, str]:
-    """(text to send, or None to skip; the reason of a skip)."""
-    for use in result.tool_uses:
-        if use.name == "send":
-            text = use.input.get("text")
-            if isinstance(text, str) and has_visible_text(text):
-                return text.strip(), ""
-            return None, "send without text"
-        if use.name == "skip":
-            reason = use.input.get("reason")
-            return None, str(reason)[:200] if reason else "no reason given"
-    # No tool call (a provider that ignored the choice): never send unstructured text.
-    return None, "no decision"
 
 
 def reminder_effects(
