@@ -26,6 +26,7 @@ from bot.core.events import (
     ConversationKey,
     FinishResult,
     Lease,
+    OutboxItem,
     SessionKey,
     UserKey,
 )
@@ -235,32 +236,46 @@ class AgendaPart(SQLCore):
             item = await self._record(
                 db, ReplyRow(conv_id, sid, session, version, (), text, now, usage or Usage(), model)
             )
-            await db.execute(
-                "UPDATE messages SET origin = $1, addressee = $2 WHERE id = $3",
-                origin,
-                addressee,
-                item.reply_message_id,
-            )
-            if origin == "initiative":
-                await db.execute(
-                    "INSERT INTO initiatives (conversation_id, due_at, sent_at, decided_at, "
-                    "decision, updated_at) VALUES ($1, $2, $3, $3, 'sent', $3) "
-                    "ON CONFLICT (conversation_id) DO UPDATE SET due_at = excluded.due_at, "
-                    "sent_at = excluded.sent_at, decided_at = excluded.decided_at, "
-                    "decision = excluded.decision, updated_at = excluded.updated_at",
-                    conv_id,
-                    next_due,
-                    now,
-                )
-            else:
-                await db.execute(
-                    "UPDATE reminders SET status = 'sent', finished_at = $1, message_id = $2 "
-                    "WHERE id = $3",
-                    now,
-                    item.reply_message_id,
-                    reminder,
-                )
+            await self._mark_written(db, conv_id, item, origin, addressee, next_due, reminder)
         return FinishResult("recorded", outbox=item, current_version=current)
+
+    @staticmethod
+    async def _mark_written(
+        db: Conn,
+        conv_id: int,
+        item: OutboxItem,
+        origin: AgendaKind,
+        addressee: str,
+        next_due: float | None,
+        reminder: int | None,
+    ) -> None:
+        """The recorded message marked with its origin and addressee, and its row done: a
+        check-in's sent and the next one armed, a reminder's sent with its message."""
+        message, now = item.reply_message_id, item.created_at
+        await db.execute(
+            "UPDATE messages SET origin = $1, addressee = $2 WHERE id = $3",
+            origin,
+            addressee,
+            message,
+        )
+        if origin == "initiative":
+            await db.execute(
+                "INSERT INTO initiatives (conversation_id, due_at, sent_at, decided_at, "
+                "decision, updated_at) VALUES ($1, $2, $3, $3, 'sent', $3) "
+                "ON CONFLICT (conversation_id) DO UPDATE SET due_at = excluded.due_at, "
+                "sent_at = excluded.sent_at, decided_at = excluded.decided_at, "
+                "decision = excluded.decision, updated_at = excluded.updated_at",
+                conv_id,
+                next_due,
+                now,
+            )
+            return
+        await db.execute(
+            "UPDATE reminders SET status = 'sent', finished_at = $1, message_id = $2 WHERE id = $3",
+            now,
+            message,
+            reminder,
+        )
 
     async def _still_due(
         self,
