@@ -1,7 +1,8 @@
 """The persona writes first: check-ins after silence and reminders (docs/initiatives.md).
 
-Both run like a turn (bot/runtime/pipeline.py) under the conversation's turn lease, so never
-beside a reply of the same chat, and end in one final check (``finish_proactive``) that records
+Both run through the turn kernel like a reply (bot/runtime/turn.py: a ``CheckInJob`` or a
+``ReminderJob`` says what differs) under the conversation's turn lease, so never beside a
+reply of the same chat, and end in one final check (``finish_proactive``) that records
 the message in the session transcript (marked with its origin) and its outbox row, or
 discards it. Exactly once: the due rows live in the store, any process may pick one up, the
 lease CAS lets one worker at a time work on the chat and the final check lets only the lease
