@@ -281,9 +281,7 @@ async def test_a_conversation_page_lists_the_newest_sessions_and_deletions_only(
     assert lease is not None
     await rig.store.finish_turn(turn, lease, "ok", T0 + 300, Q)
     await rig.store.release_lease(lease)
-    assert await rig.store.delete_user_messages(
-        UserKey("telegram", "9"), closed_sessions_only=False
-    )
+    assert (await rig.store.erase_user_messages(UserKey("telegram", "9"))).messages
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     async with rig.http.get(f"{rig.base}/api/conversations/1", headers=bearer) as r:
         page = await r.json()

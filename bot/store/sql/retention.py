@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
-import time
-
 from bot.core.events import (
     OldMessages,
     RetentionEntry,
     SessionInfo,
     SessionKey,
     Tombstone,
-    UserKey,
 )
 from bot.store import cols, tombstones
 from bot.store.sql.conn import Conn
@@ -235,27 +232,6 @@ class RetentionPart(SQLCore):
                 limit,
             )
         return [cols.retention_entry(r) for r in rows]
-
-    async def delete_user_messages(
-        self, user: UserKey, *, closed_sessions_only: bool, now: float | None = None
-    ) -> int:
-        """Delete a person's messages on a platform (tombstoned)."""
-        d = self.dialect
-        status = "AND s.status != 'open'" if closed_sessions_only else ""
-        async with self._tx() as db:
-            rows = await db.fetch(
-                "DELETE FROM messages WHERE id IN (SELECT m.id FROM messages m "
-                "JOIN sessions s ON s.id = m.session_id JOIN conversations c "
-                "ON c.id = m.conversation_id WHERE c.platform = $1 AND m.author_id = $2 "
-                f"AND m.role = 'user' AND m.pending = {d.false} {status}) "
-                "RETURNING session_id, turn",
-                user.platform,
-                user.user_id,
-            )
-            await self._bury(
-                db, ((int(r[0]), int(r[1])) for r in rows), tombstones.FORGET, now or time.time()
-            )
-        return len(rows)
 
 
 async def _log_deletion(

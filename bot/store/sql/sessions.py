@@ -65,23 +65,6 @@ class SessionsPart(SQLCore):
             row = await self._session_by_id(db, sid)
         return cols.session_info(conversation, row)
 
-    async def close_session(
-        self, conversation: ConversationKey, now: float, reason: str = "closed"
-    ) -> SessionInfo | None:
-        """Close the open session, if any."""
-        async with self._tx() as db:
-            conv_id = await self._conv_id(db, conversation, lock=True)
-            if conv_id is None:
-                return None
-            row = await db.fetchrow(
-                "UPDATE sessions SET status = 'closed', closed_at = $1, close_reason = $2 "
-                f"WHERE conversation_id = $3 AND status = 'open' RETURNING {cols.SESSION_COLS}",
-                now,
-                reason,
-                conv_id,
-            )
-        return None if row is None else cols.session_info(conversation, row)
-
     async def get_session(self, session: SessionKey) -> SessionInfo | None:
         """A session by key."""
         async with self._read() as db:
@@ -203,13 +186,3 @@ class SessionsPart(SQLCore):
                     expected_version,
                 )
         return won is not None
-
-    async def delete_user_memory(self, user: UserKey) -> bool:
-        """Erase a user's memory."""
-        async with self._tx() as db:
-            removed = await db.execute(
-                "DELETE FROM user_memory WHERE platform = $1 AND user_id = $2",
-                user.platform,
-                user.user_id,
-            )
-        return removed > 0
