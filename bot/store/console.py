@@ -1,9 +1,11 @@
 """The operator console's store contract: its reads and its audit log (docs/web.md).
 
-Owned by the console: only ``bot/app/web`` (and the composition root, whose ``BaseStore``
-includes it) may import this module, so no runtime component sees these methods
+Owned by the console: only ``bot/app`` (the console in ``bot/app/web``, ``personabot prompt``,
+and the composition root, whose ``BaseStore`` includes it) imports this module, so no runtime
+component sees these methods
 (import-linter: "Only the console reads the console's store contract"). What the console
-reads that the runtime reads too (a turn, a transcript, usage) stays in bot/store/contracts.py.
+reads that the runtime reads too (a turn, a transcript, usage) is in bot/store/contracts.py
+(the ``*Reads`` contracts).
 """
 
 from __future__ import annotations
@@ -34,7 +36,12 @@ from bot.core.events import (
 class ConsoleStore(Protocol):
     """What the operator console reads and the audit log it writes (docs/web.md)."""
 
-    # -- a conversation's sessions and what personabot deleted of them -------------------------
+    # -- a conversation's backlog, sessions and what personabot deleted of them --------------------
+
+    @abc.abstractmethod
+    async def pending_count(self, conversation: ConversationKey) -> int:
+        """How many messages of the conversation wait for an answer (every session): what a
+        console or ``personabot prompt`` says beside the one bounded turn it shows."""
 
     @abc.abstractmethod
     async def get_session(self, session: SessionKey) -> SessionInfo | None:

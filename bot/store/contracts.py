@@ -91,7 +91,15 @@ class StoreLifecycle(Protocol):
         """The applied schema version."""
 
 
-class SessionStore(Protocol):
+class SessionReads(Protocol):
+    """A conversation's open session, read (the console, ``personabot prompt``, commands)."""
+
+    @abc.abstractmethod
+    async def current_session(self, conversation: ConversationKey) -> SessionInfo | None:
+        """The open session, or None (no conversation, or its last session was closed)."""
+
+
+class SessionStore(SessionReads, Protocol):
     """Sessions of a conversation and their session-scoped values (docs/architecture.md#keys)."""
 
     @abc.abstractmethod
@@ -99,10 +107,6 @@ class SessionStore(Protocol):
         self, conversation: ConversationKey, now: float, policy: SessionPolicy | None = None
     ) -> SessionInfo:
         """The conversation's open session; opens the next one if none is open or it expired."""
-
-    @abc.abstractmethod
-    async def current_session(self, conversation: ConversationKey) -> SessionInfo | None:
-        """The open session, or None (no conversation, or its last session was closed)."""
 
     @abc.abstractmethod
     async def new_session(
@@ -130,7 +134,34 @@ class SessionStore(Protocol):
         """Delete one value (or all of the session's, with None); return how many."""
 
 
-class MessageStore(Protocol):
+class TranscriptReads(Protocol):
+    """A session's stored messages, read (the prompt, the console, exports)."""
+
+    @abc.abstractmethod
+    async def history(
+        self,
+        session: SessionKey,
+        limit: int,
+        *,
+        after_turn: int = 0,
+        oldest_first: bool = False,
+    ) -> list[StoredMessage]:
+        """Answered or context messages of a session with ``turn > after_turn``.
+
+        The newest ``limit`` of them (or the oldest, with ``oldest_first``), in turn order.
+        Pending messages are not history: they are the next turn. Messages closed out because
+        the model rejected them are not history either: they are never submitted again.
+        """
+
+    @abc.abstractmethod
+    async def messages(
+        self, session: SessionKey, *, before_turn: int | None = None, limit: int | None = None
+    ) -> list[StoredMessage]:
+        """Stored messages of a session in turn order: every one, or the newest ``limit``
+        before ``before_turn`` (a page of the console's transcript)."""
+
+
+class MessageStore(TranscriptReads, Protocol):
     """Messages as they arrive, change and are read back (ingest is the queue's entry)."""
 
     @abc.abstractmethod
@@ -214,22 +245,6 @@ class MessageStore(Protocol):
         """The conversation's version counter (0 if it does not exist)."""
 
     @abc.abstractmethod
-    async def history(
-        self,
-        session: SessionKey,
-        limit: int,
-        *,
-        after_turn: int = 0,
-        oldest_first: bool = False,
-    ) -> list[StoredMessage]:
-        """Answered or context messages of a session with ``turn > after_turn``.
-
-        The newest ``limit`` of them (or the oldest, with ``oldest_first``), in turn order.
-        Pending messages are not history: they are the next turn. Messages closed out because
-        the model rejected them are not history either: they are never submitted again.
-        """
-
-    @abc.abstractmethod
     async def count_history(self, session: SessionKey, *, after_turn: int = 0) -> int:
         """How many history messages have ``turn > after_turn``."""
 
@@ -237,13 +252,6 @@ class MessageStore(Protocol):
     async def count_unsummarised(self, session: SessionKey) -> int:
         """How many history messages lie after the session's summary (all of them when it
         has none): what the summary check after a reply asks, in one read."""
-
-    @abc.abstractmethod
-    async def messages(
-        self, session: SessionKey, *, before_turn: int | None = None, limit: int | None = None
-    ) -> list[StoredMessage]:
-        """Stored messages of a session in turn order: every one, or the newest ``limit``
-        before ``before_turn`` (a page of the console's transcript)."""
 
 
 class MediaStore(Protocol):
@@ -277,8 +285,8 @@ class MediaStore(Protocol):
         """The cached bytes of those media rows (by media id) that have some."""
 
 
-class QueueStore(Protocol):
-    """The coalescing queue: pending turns, timers, the final check (docs/architecture.md#queue)."""
+class PendingReads(Protocol):
+    """The turn waiting for a reply, read (the pipeline, the console, ``personabot prompt``)."""
 
     @abc.abstractmethod
     async def pending_turn(
@@ -290,10 +298,9 @@ class QueueStore(Protocol):
         ``Turn.version`` is the conversation version read in the same transaction (v0).
         """
 
-    @abc.abstractmethod
-    async def pending_count(self, conversation: ConversationKey) -> int:
-        """How many messages of the conversation wait for an answer (every session): what a
-        console or ``personabot prompt`` says beside the one bounded turn it shows."""
+
+class QueueStore(PendingReads, Protocol):
+    """The coalescing queue: pending turns, timers, the final check (docs/architecture.md#queue)."""
 
     @abc.abstractmethod
     async def due_timers(
@@ -560,7 +567,21 @@ class OutboxStore(Protocol):
         non-transcript row is cleared)."""
 
 
-class UsageStore(Protocol):
+class UsageReads(Protocol):
+    """Model usage, read (limits, /stats, the console's overview)."""
+
+    @abc.abstractmethod
+    async def input_tokens_since(self, user: UserKey, since: float) -> int:
+        """Input tokens (uncached, cache writes and cache reads) charged to a person since
+        ``since``, over every bot of the store."""
+
+    @abc.abstractmethod
+    async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
+        """Replies recorded and tokens of every model call since ``since`` (of one bot, when
+        given)."""
+
+
+class UsageStore(UsageReads, Protocol):
     """Per-person turn limits and model usage."""
 
     @abc.abstractmethod
@@ -592,18 +613,16 @@ class UsageStore(Protocol):
         """Record one model call's usage (a reply or a memory task), split into shares
         charged to people (user id) or to the bot alone (None)."""
 
-    @abc.abstractmethod
-    async def input_tokens_since(self, user: UserKey, since: float) -> int:
-        """Input tokens (uncached, cache writes and cache reads) charged to a person since
-        ``since``, over every bot of the store."""
+
+class SummaryReads(Protocol):
+    """A session's rolling summary, read (the prompt, the console)."""
 
     @abc.abstractmethod
-    async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
-        """Replies recorded and tokens of every model call since ``since`` (of one bot, when
-        given)."""
+    async def get_summary(self, session: SessionKey) -> StoredSummary | None:
+        """The session's rolling summary, or None."""
 
 
-class MemoryStore(Protocol):
+class MemoryStore(SummaryReads, Protocol):
     """Long-term memory: user records, rolling summaries, extraction bookkeeping."""
 
     @abc.abstractmethod
@@ -624,10 +643,6 @@ class MemoryStore(Protocol):
         version is still that one (0: no record yet). Without it the write always wins
         (erasure): every writer that read the record before it then loses its CAS.
         """
-
-    @abc.abstractmethod
-    async def get_summary(self, session: SessionKey) -> StoredSummary | None:
-        """The session's rolling summary, or None."""
 
     @abc.abstractmethod
     async def save_summary(

@@ -304,7 +304,7 @@ async def test_the_retention_page_audits_one_page_of_open_sessions_at_a_time(
     """Review 34: each view of /retention audited every open session (a gap query each) and
     dry-ran retention over all of them: 5,000 open sessions took a second of the bots'
     loop. It audits one page (the console's page size) and links the next."""
-    from bot.app.web.views import ConsoleData
+    from bot.app.web import console_data
 
     settings = Settings.model_validate(
         {
@@ -314,7 +314,7 @@ async def test_the_retention_page_audits_one_page_of_open_sessions_at_a_time(
     )
     clock = ManualClock(T0 + 5 * 86400)
     memory = build_memory(settings, store, OfflineLLM(), clock)
-    data = ConsoleData(settings=settings, store=store, memory=memory, clock=clock, page_size=2)
+    data = console_data(settings=settings, store=store, memory=memory, clock=clock, page_size=2)
     for i in range(5):
         await _answered(
             store, ConversationKey("telegram", f"c{i}", None, "telegram-mira"), "P", "hi", T0 + i
@@ -338,7 +338,8 @@ async def test_a_chat_with_another_persona_is_shown_and_previewed_as_that_person
     """Issue 35, item 2: a chat held with ``personabot chat --persona seraphina`` (bot key
     ``console-seraphina``) was listed as the default persona's and its prompt preview built
     with the default persona's pin; the playground's ``web-<persona>`` chats too."""
-    from bot.app.web.views import ConsoleData, Viewer
+    from bot.app.web import console_data
+    from bot.app.web.views import Viewer
 
     personas = [
         {"id": "mira", "name": "Mira", "system": "You are Mira.", "first_message": ["Hi."]},
@@ -354,7 +355,7 @@ async def test_a_chat_with_another_persona_is_shown_and_previewed_as_that_person
     )
     clock = ManualClock(T0 + 100)
     memory = build_memory(settings, store, OfflineLLM(), clock)
-    data = ConsoleData(settings=settings, store=store, memory=memory, clock=clock, page_size=20)
+    data = console_data(settings=settings, store=store, memory=memory, clock=clock, page_size=20)
     for bot in ("console-seraphina", "web-seraphina"):
         platform = "console" if bot.startswith("console") else "web"
         key = ConversationKey(platform, "me", None, bot)

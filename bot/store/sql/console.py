@@ -55,7 +55,6 @@ class ConsolePart(SQLCore):
     async def console_conversations(
         self, *, search: str = "", after: tuple[float, int] | None = None, limit: int = 50
     ) -> list[ConversationRow]:
-        """Conversations by their newest session's activity, newest first (keyset pages)."""
         where = [_NEWEST]
         args: list[object] = []
         if after is not None:
@@ -105,7 +104,6 @@ class ConsolePart(SQLCore):
         ]
 
     async def console_conversation(self, conversation_id: int) -> ConversationKey | None:
-        """A conversation by row id."""
         async with self._read() as db:
             row = await db.fetchrow(
                 "SELECT bot, platform, chat_id, thread_id FROM conversations WHERE id = $1",
@@ -129,7 +127,6 @@ class ConsolePart(SQLCore):
         return {int(r[0]): float(r[1]) for r in rows}
 
     async def console_lease(self, name: str, now: float) -> tuple[str, float] | None:
-        """The lease's holder while it lasts."""
         async with self._read() as db:
             row = await db.fetchrow(
                 "SELECT holder, expires_at FROM leases WHERE name = $1 AND expires_at > $2",
@@ -283,7 +280,6 @@ class ConsolePart(SQLCore):
     async def record_audit(
         self, actor: str, action: str, target: str, detail: str, now: float
     ) -> None:
-        """Append an audit entry."""
         async with self._tx() as db:
             await db.execute(
                 "INSERT INTO operator_audit (at, actor, action, target, detail) "
@@ -296,7 +292,6 @@ class ConsolePart(SQLCore):
             )
 
     async def audit_log(self, *, before: int | None = None, limit: int = 50) -> list[AuditEntry]:
-        """Newest entries first."""
         async with self._read() as db:
             rows = await db.fetch(
                 "SELECT id, at, actor, action, target, detail FROM operator_audit "

@@ -102,7 +102,6 @@ class SQLCore(BaseStore):
         """Run one migration script (several statements)."""
 
     async def schema_version(self) -> int:
-        """The applied schema version."""
         async with self._read() as db:
             return int(await db.fetchval("SELECT MAX(version) FROM schema_version") or 0)
 

@@ -52,7 +52,6 @@ class MediaPart(SQLCore):
             )
 
     async def media_data(self, ids: Sequence[int]) -> dict[int, bytes]:
-        """The cached bytes of the rows that have some."""
         wanted = sorted(set(ids))
         if not wanted:
             return {}

@@ -35,7 +35,6 @@ class RetentionPart(SQLCore):
         return [(int(r[0]), int(r[1])) for r in rows]
 
     async def tombstones(self, session: SessionKey, limit: int | None = None) -> list[Tombstone]:
-        """The session's tombstones (all, or the newest ``limit``) in turn order."""
         async with self._read() as db:
             found = await self._session_row(db, session)
             rows = (
@@ -53,7 +52,6 @@ class RetentionPart(SQLCore):
         ]
 
     async def session_bounds(self, session: SessionKey) -> tuple[int, int] | None:
-        """First and last stored turn."""
         async with self._read() as db:
             found = await self._session_row(db, session)
             row = (
@@ -87,7 +85,6 @@ class RetentionPart(SQLCore):
         return infos, (int(rows[-1][0]) if len(rows) == limit else 0)
 
     async def expired_sessions(self, closed_before: float, limit: int = 100) -> list[SessionKey]:
-        """Closed sessions past their retention."""
         async with self._read() as db:
             rows = await db.fetch(
                 "SELECT c.bot, c.platform, c.chat_id, c.thread_id, s.session_no FROM sessions s "
@@ -99,7 +96,6 @@ class RetentionPart(SQLCore):
         return [SessionKey(cols.conversation_key(r[0], r[1], r[2], r[3]), int(r[4])) for r in rows]
 
     async def expire_session(self, session: SessionKey, now: float) -> int:
-        """Delete the whole closed session's data at once."""
         async with self._tx() as db:
             found = await self._session_row(db, session)
             if found is None:
@@ -133,7 +129,6 @@ class RetentionPart(SQLCore):
             return count
 
     async def old_messages(self, session: SessionKey, cutoff: float) -> OldMessages | None:
-        """Old answered/context messages of a session."""
         async with self._read() as db:
             found = await self._session_row(db, session)
             row = (
@@ -152,7 +147,6 @@ class RetentionPart(SQLCore):
         return OldMessages(session, int(row[0]), int(row[1]), int(row[2]), float(row[3]))
 
     async def sessions_with_old_messages(self, cutoff: float, limit: int = 100) -> list[SessionKey]:
-        """Open sessions holding old messages."""
         async with self._read() as db:
             rows = await db.fetch(
                 "SELECT c.bot, c.platform, c.chat_id, c.thread_id, s.session_no FROM sessions s "
@@ -168,7 +162,6 @@ class RetentionPart(SQLCore):
     async def delete_old_messages(
         self, session: SessionKey, through_turn: int, cutoff: float, now: float, limit: int
     ) -> int:
-        """One batch of per-message deletions, logged."""
         d = self.dialect
         async with self._tx() as db:
             found = await self._session_row(db, session)
@@ -215,7 +208,6 @@ class RetentionPart(SQLCore):
             return len(turns)
 
     async def prune_outbox(self, finished_before: float) -> int:
-        """Drop delivered (or given-up) outbox rows."""
         async with self._tx() as db:
             return await db.execute(
                 "DELETE FROM outbox WHERE status <> 'pending' AND finished_at <= $1",
@@ -223,7 +215,6 @@ class RetentionPart(SQLCore):
             )
 
     async def retention_log(self, limit: int = 100) -> list[RetentionEntry]:
-        """Newest audit-trail entries."""
         async with self._read() as db:
             rows = await db.fetch(
                 "SELECT r.at, c.bot, c.platform, c.chat_id, c.thread_id, r.session_no, "

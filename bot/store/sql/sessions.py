@@ -31,7 +31,6 @@ class SessionsPart(SQLCore):
     async def open_session(
         self, conversation: ConversationKey, now: float, policy: SessionPolicy | None = None
     ) -> SessionInfo:
-        """The open session, opening the next one when none is open or it expired."""
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation, now)
             assert conv_id is not None
@@ -40,7 +39,6 @@ class SessionsPart(SQLCore):
         return cols.session_info(conversation, row)
 
     async def current_session(self, conversation: ConversationKey) -> SessionInfo | None:
-        """The open session or None."""
         async with self._read() as db:
             row = await db.fetchrow(
                 f"SELECT {cols.SESSION_COLS} FROM sessions WHERE status = 'open' "
@@ -56,8 +54,6 @@ class SessionsPart(SQLCore):
         reason: str = "new",
         persona: str | None = None,
     ) -> SessionInfo:
-        """Close the open session and open the next (with ``persona``, or the chat's own),
-        atomically."""
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation, now)
             assert conv_id is not None
@@ -66,7 +62,6 @@ class SessionsPart(SQLCore):
         return cols.session_info(conversation, row)
 
     async def get_session(self, session: SessionKey) -> SessionInfo | None:
-        """A session by key."""
         async with self._read() as db:
             found = await self._session_row(db, session)
             row = None if found is None else await self._session_by_id(db, found[0])
@@ -75,7 +70,6 @@ class SessionsPart(SQLCore):
     async def list_sessions(
         self, conversation: ConversationKey, limit: int | None = None
     ) -> list[SessionInfo]:
-        """All sessions, or the newest ``limit``, oldest first."""
         async with self._read() as db:
             rows = await db.fetch(
                 f"SELECT {cols.SESSION_COLS} FROM sessions WHERE conversation_id = "
@@ -89,7 +83,6 @@ class SessionsPart(SQLCore):
     # -- session scope ------------------------------------------------------------------------
 
     async def get_state(self, session: SessionKey, name: str) -> str | NotSet:
-        """A session-scoped value or NOT_SET."""
         async with self._read() as db:
             value = await db.fetchval(
                 f"SELECT value FROM session_state WHERE session_id = {SESSION_ID} AND key = $6",
@@ -116,7 +109,6 @@ class SessionsPart(SQLCore):
             raise StoreError(f"unknown session {session}")
 
     async def delete_state(self, session: SessionKey, name: str | None = None) -> int:
-        """Delete one or all session-scoped values."""
         async with self._write() as db:
             if name is None:
                 return await db.execute(
@@ -132,7 +124,6 @@ class SessionsPart(SQLCore):
     # -- user scope ---------------------------------------------------------------------------
 
     async def get_user_memory(self, user: UserKey) -> str | NotSet:
-        """A user's memory record or NOT_SET."""
         async with self._read() as db:
             value = await db.fetchval(
                 "SELECT record FROM user_memory WHERE platform = $1 AND user_id = $2",
@@ -142,7 +133,6 @@ class SessionsPart(SQLCore):
         return NOT_SET if value is None else str(value)
 
     async def read_user_memory(self, user: UserKey) -> tuple[str | None, int]:
-        """A user's memory record and its version, read together."""
         async with self._read() as db:
             row = await db.fetchrow(
                 "SELECT record, version FROM user_memory WHERE platform = $1 AND user_id = $2",
