@@ -343,10 +343,6 @@ class QueueStore(PendingReads, Protocol):
         """Due timers of ``bots`` whose turn no process has started (lease free)."""
 
     @abc.abstractmethod
-    async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:
-        """The earliest armed timer's due time (of these bots, when given), or None."""
-
-    @abc.abstractmethod
     async def timer(self, conversation: ConversationKey) -> DueTimer | None:
         """The conversation's armed timer, or None."""
 

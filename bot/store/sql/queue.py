@@ -394,19 +394,6 @@ class QueuePart(SQLCore):
         assert row is not None
         return QueueBacklog(int(row[0]), None if row[1] is None else float(row[1]))
 
-    async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:
-        d = self.dialect
-        async with self._read() as db:
-            if bots is None:
-                value = await db.fetchval("SELECT MIN(due_at) FROM timers")
-            else:
-                value = await db.fetchval(
-                    "SELECT MIN(t.due_at) FROM timers t JOIN conversations c "
-                    "ON c.id = t.conversation_id WHERE c.bot" + d.any_of("$1", "TEXT"),
-                    d.list_arg(bots),
-                )
-        return None if value is None else float(value)
-
     async def timer(self, conversation: ConversationKey) -> DueTimer | None:
         async with self._read() as db:
             row = await db.fetchrow(
