@@ -636,20 +636,18 @@ class QueuePart(SQLCore):
         return claimed == 1
 
     async def unsent_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
-        async with self._read() as db:
-            rows = await db.fetch(
-                cols.OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts = 0 "
-                "AND o.created_at <= $1 ORDER BY o.id LIMIT $2",
-                older_than,
-                limit,
-            )
-        return [cols.outbox(r) for r in rows]
+        return await self._pending_outbox("o.attempts = 0 AND o.created_at", older_than, limit)
 
     async def uncertain_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
+        return await self._pending_outbox("o.attempts > 0 AND o.attempted_at", older_than, limit)
+
+    async def _pending_outbox(self, since: str, older_than: float, limit: int) -> list[OutboxItem]:
+        """Pending rows whose ``since`` column (with its attempts condition) is at or before
+        ``older_than``, oldest row first."""
         async with self._read() as db:
             rows = await db.fetch(
-                cols.OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts > 0 "
-                "AND o.attempted_at <= $1 ORDER BY o.id LIMIT $2",
+                cols.OUTBOX_SELECT + f"WHERE o.status = 'pending' AND {since} <= $1 "
+                "ORDER BY o.id LIMIT $2",
                 older_than,
                 limit,
             )
