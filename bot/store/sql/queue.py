@@ -236,16 +236,6 @@ class QueuePart(SQLCore):
             persona=None if persona is None else str(persona),
         )
 
-    async def pending_count(self, conversation: ConversationKey) -> int:
-        """Pending messages of the conversation (the partial index ``messages_pending``)."""
-        async with self._read() as db:
-            count = await db.fetchval(
-                "SELECT COUNT(*) FROM messages m JOIN conversations c ON c.id = m.conversation_id "
-                f"WHERE {CONV_WHERE_C} AND m.pending = {self.dialect.true}",
-                *conv_args(conversation),
-            )
-        return int(count or 0)
-
     # -- timers -------------------------------------------------------------------------------
 
     async def due_timers(

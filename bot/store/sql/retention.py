@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from bot.core.events import (
     OldMessages,
-    RetentionEntry,
     SessionInfo,
     SessionKey,
-    Tombstone,
 )
 from bot.store import cols, tombstones
 from bot.store.sql.conn import Conn
@@ -33,23 +31,6 @@ class RetentionPart(SQLCore):
         async with self._read() as db:
             rows = await db.fetch(_GAPS, *args)
         return [(int(r[0]), int(r[1])) for r in rows]
-
-    async def tombstones(self, session: SessionKey, limit: int | None = None) -> list[Tombstone]:
-        async with self._read() as db:
-            found = await self._session_row(db, session)
-            rows = (
-                []
-                if found is None
-                else await db.fetch(
-                    "SELECT first_turn, last_turn, reason, at FROM tombstones "
-                    "WHERE session_id = $1 ORDER BY first_turn DESC LIMIT $2",
-                    found[0],
-                    self.dialect.no_limit if limit is None else limit,
-                )
-            )
-        return [
-            Tombstone(session, int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in reversed(rows)
-        ]
 
     async def session_bounds(self, session: SessionKey) -> tuple[int, int] | None:
         async with self._read() as db:
@@ -213,16 +194,6 @@ class RetentionPart(SQLCore):
                 "DELETE FROM outbox WHERE status <> 'pending' AND finished_at <= $1",
                 finished_before,
             )
-
-    async def retention_log(self, limit: int = 100) -> list[RetentionEntry]:
-        async with self._read() as db:
-            rows = await db.fetch(
-                "SELECT r.at, c.bot, c.platform, c.chat_id, c.thread_id, r.session_no, "
-                "r.first_turn, r.last_turn, r.messages, r.reason FROM retention_log r "
-                "JOIN conversations c ON c.id = r.conversation_id ORDER BY r.id DESC LIMIT $1",
-                limit,
-            )
-        return [cols.retention_entry(r) for r in rows]
 
 
 async def _log_deletion(

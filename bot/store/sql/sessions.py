@@ -61,25 +61,6 @@ class SessionsPart(SQLCore):
             row = await self._session_by_id(db, sid)
         return cols.session_info(conversation, row)
 
-    async def get_session(self, session: SessionKey) -> SessionInfo | None:
-        async with self._read() as db:
-            found = await self._session_row(db, session)
-            row = None if found is None else await self._session_by_id(db, found[0])
-        return None if row is None else cols.session_info(session.conversation, row)
-
-    async def list_sessions(
-        self, conversation: ConversationKey, limit: int | None = None
-    ) -> list[SessionInfo]:
-        async with self._read() as db:
-            rows = await db.fetch(
-                f"SELECT {cols.SESSION_COLS} FROM sessions WHERE conversation_id = "
-                f"(SELECT id FROM conversations WHERE {CONV_WHERE}) "
-                "ORDER BY session_no DESC LIMIT $5",
-                *conv_args(conversation),
-                self.dialect.no_limit if limit is None else limit,
-            )
-        return [cols.session_info(conversation, r) for r in reversed(rows)]
-
     # -- session scope ------------------------------------------------------------------------
 
     async def get_state(self, session: SessionKey, name: str) -> str | NotSet:
