@@ -2,7 +2,8 @@
 composition root (bot/app/build.py, bot/app/app.py) hands around whole.
 
 The runtime's contracts are in bot/store/contracts.py, the console's in bot/store/console.py;
-a component takes the ones it uses, never this union (docs/architecture.md#map).
+a component takes the ones it uses, not this union (import-linter holds the components
+already narrowed to it; docs/architecture.md#map).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ Written once, here: each is a ``Protocol`` whose methods are abstract, so a back
 inherits them (``BaseStore``) must implement every one and restates no docstring, and a
 consumer that needs two of them declares the pair next to itself
 (``class _Store(UsageStore, LeaseStore, Protocol)``) without the store naming it.
-A consumer annotates the narrowest contract it uses (``Delivery`` takes an OutboxStore);
-the operator console's own reads are in bot/store/console.py, which only the console imports.
+A consumer annotates the narrowest contract it uses (``Exports`` takes a LeaseStore);
+the operator console's own reads are in bot/store/console.py, which only ``bot/app`` imports.
 
 Every method that writes is one transaction. Methods that the coalescing queue relies on
 (``ingest``, ``acquire_lease``, ``finish_turn``) are atomic across processes, not just
