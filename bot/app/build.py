@@ -597,6 +597,7 @@ async def runtime(
             build=lambda user, conversation: export_document(memory, user, conversation, defaults),
             policy=ExportPolicy(every_seconds=limits.export_every_minutes * 60),
             holder=seams.holder,
+            delivery=Delivery(store=store, clock=turn_clock, outlet_for=outlets.get),
         )
         # Exports still on the wire get the shutdown grace, at most 5 seconds.
         exits.push_async_callback(exports.aclose, min(5.0, queue.shutdown_grace_seconds))
@@ -634,6 +635,7 @@ async def runtime(
             extensions=extensions,
             middleware_timeout=settings.tools.command_timeout_seconds,
             stops=pipeline.stops,
+            delivery=Delivery(store=store, clock=clock, outlet_for=outlets.get),
         )
         if seams.background:
             await pipeline.recover_outbox(older_than=clock.now())
