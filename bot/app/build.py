@@ -44,6 +44,7 @@ from bot.metrics import Metrics, Price
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.access import AccessPolicy
 from bot.runtime.commands import Commands, PersonaChoice, export_document
+from bot.runtime.delivery import Delivery
 from bot.runtime.exports import ExportPolicy, Exports
 from bot.runtime.extensions import Extensions
 from bot.runtime.initiatives import AgendaKey, AgendaPolicy, Persona, Proactive
@@ -603,6 +604,7 @@ async def runtime(
             build=lambda user, conversation: export_document(memory, user, conversation, defaults),
             policy=ExportPolicy(every_seconds=limits.export_every_minutes * 60),
             holder=seams.holder,
+            delivery=Delivery(store=store, clock=turn_clock, outlet_for=outlets.get),
         )
         # Exports still on the wire get the shutdown grace, at most 5 seconds.
         exits.push_async_callback(exports.aclose, min(5.0, queue.shutdown_grace_seconds))
@@ -640,6 +642,7 @@ async def runtime(
             extensions=extensions,
             middleware_timeout=settings.tools.command_timeout_seconds,
             stops=pipeline.stops,
+            delivery=Delivery(store=store, clock=clock, outlet_for=outlets.get),
         )
         if seams.background:
             await pipeline.recover_outbox(older_than=clock.now())

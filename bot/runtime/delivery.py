@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import Literal, Protocol
 
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, DeliveryRefused
@@ -45,23 +45,18 @@ Kind = Literal["reply", "answer", "notice", "greeting", "denied"]
 MARK_RETRY_SECONDS = 5.0
 
 
+class DeliveryStore(OutboxStore, MessageStore, SessionStore, Protocol):
+    """What Delivery asks the store: the outbox rows, a chat marked inactive when the
+    platform refuses it, the streamed preview still on record at recovery."""
+
+
 class Delivery:
     """Sends outbox rows through the outlet of their bot."""
 
     def __init__(
-        self,
-        *,
-        outbox: OutboxStore,
-        chats: MessageStore,
-        sessions: SessionStore,
-        clock: Clock,
-        outlet_for: Callable[[str], Outlet | None],
+        self, *, store: DeliveryStore, clock: Clock, outlet_for: Callable[[str], Outlet | None]
     ) -> None:
-        # Narrowed by use: the outbox rows, a chat marked inactive when the platform refuses
-        # it, the streamed preview still on record at recovery (one store fills all three).
-        self._store = outbox
-        self._chats = chats
-        self._sessions = sessions
+        self._store = store
         self._clock = clock
         self._outlet_for = outlet_for
 
@@ -139,7 +134,7 @@ class Delivery:
             refused = str(exc)
             if await self._mark(
                 item,
-                lambda: self._chats.set_conversation_status(item.conversation, False, refused),
+                lambda: self._store.set_conversation_status(item.conversation, False, refused),
             ):
                 await self._mark(
                     item, lambda: self._store.mark_failed(item.id, self._clock.now(), refused)
@@ -192,9 +187,9 @@ class Delivery:
         replaces it (the preview's id is session state until then: bot/runtime/streaming.py)."""
         if not item.reply_message_id:
             return await self.deliver(item)
-        preview = await self._sessions.get_state(item.session, PREVIEW_KEY)
+        preview = await self._store.get_state(item.session, PREVIEW_KEY)
         replaces = preview if isinstance(preview, str) else None
         sent = await self.deliver(item, replaces=replaces)
         if sent and replaces is not None:
-            await self._sessions.delete_state(item.session, PREVIEW_KEY)
+            await self._store.delete_state(item.session, PREVIEW_KEY)
         return sent

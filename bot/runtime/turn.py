@@ -116,9 +116,7 @@ class TurnParts:
             llm=llm,
             clock=clock,
             memory=memory,
-            delivery=Delivery(
-                outbox=store, chats=store, sessions=store, clock=clock, outlet_for=outlet_for
-            ),
+            delivery=Delivery(store=store, clock=clock, outlet_for=outlet_for),
             accounting=accounting
             or Accounting(store=store, clock=clock, metrics=metrics, limits=limits),
             previews=Previews(
