@@ -144,7 +144,7 @@ class Proactive:
     ) -> None:
         self._parts = parts
         self._kernel = TurnKernel(parts)
-        self._stores = parts.stores
+        self._store = parts.store
         self._clock = parts.clock
         self._personas = dict(personas)
         # A bot's other personas by (bot, persona id): the chat's persona writes
@@ -183,12 +183,12 @@ class Proactive:
 
     async def due(self, now: float, limit: int) -> list[tuple[AgendaKey, float]]:
         """Due work for the scheduler (bot.queue.scheduler ``due``)."""
-        items = await self._stores.agenda.due_agenda(now, limit, bots=self.bots)
+        items = await self._store.due_agenda(now, limit, bots=self.bots)
         return [(_key(item), item.due_at) for item in items]
 
     async def zone_for(self, user: UserKey) -> tuple[tzinfo, str]:
         """The person's time zone and its name (:func:`zone_for`)."""
-        return await zone_for(self._stores.agenda, self._parts.memory, user, self.policy.timezone)
+        return await zone_for(self._store, self._parts.memory, user, self.policy.timezone)
 
     def zone_named(self, name: str) -> tzinfo:
         """A stored zone name's zone (the default zone when it is no longer known)."""
@@ -206,7 +206,7 @@ class Proactive:
             return
         now = self._clock.now()
         try:
-            await self._stores.agenda.arm_initiative(
+            await self._store.arm_initiative(
                 conversation, now + persona.initiative.after_idle_seconds, now
             )
         except StoreError as exc:  # the reply is sent; the next reply arms it again
@@ -235,7 +235,7 @@ class Proactive:
     ) -> Outcome | None:
         """Re-armed for later when a limit holds (the token limits, the bot's check-in cap);
         None when the model may be asked."""
-        agenda = self._stores.agenda
+        agenda = self._store
         if not await self._parts.accounting.allow(conversation, [person]):
             await agenda.arm_initiative(
                 conversation, now + RETRY_SECONDS * 4, now, "not now: a token limit holds"
@@ -282,7 +282,7 @@ class Proactive:
             due = reminder_due(at, tz, self._clock.now() - (CHECKED_SLACK if checked else 0.0))
         except WhenError as exc:
             raise ToolError(str(exc)) from None
-        agenda = self._stores.agenda
+        agenda = self._store
         waiting = 0 if checked else len(await agenda.reminders(user, bot=bot)) + earlier
         if waiting >= self.policy.max_reminders_per_person:
             raise ToolError(
@@ -327,7 +327,7 @@ class CheckInJob(Job[Outcome]):
     def __init__(self, runner: Proactive, parts: TurnParts, due: Due) -> None:
         self._runner = runner
         self._parts = parts
-        self._agenda = parts.stores.agenda
+        self._agenda = parts.store
         self._due = due
         self._persona = due.persona
         self.ttl = due.persona.lease_seconds
@@ -463,7 +463,7 @@ class ReminderJob(Job[Outcome]):
     def __init__(self, runner: Proactive, parts: TurnParts, due: Due, reminder_id: int) -> None:
         self._runner = runner
         self._parts = parts
-        self._stores = parts.stores
+        self._store = parts.store
         self._due = due
         self._id = reminder_id
         self._persona = due.persona
@@ -474,7 +474,7 @@ class ReminderJob(Job[Outcome]):
 
     async def ready(self) -> Outcome | None:
         """Still pending, the chat still active and nobody being answered in it."""
-        agenda, conversation = self._stores.agenda, self._due.conversation
+        agenda, conversation = self._store, self._due.conversation
         reminder = await agenda.reminder(self._id)
         if reminder is None or reminder.status != "pending":
             return "gone"
@@ -491,9 +491,7 @@ class ReminderJob(Job[Outcome]):
             return "busy"  # the person is being answered: the reminder comes right after
         session_no = state.session_no
         if session_no is None:
-            session_no = (
-                await self._stores.sessions.open_session(conversation, now)
-            ).key.session_id
+            session_no = (await self._store.open_session(conversation, now)).key.session_id
             state = await agenda.initiative_state(conversation) or state
         self._reminder, self._state, self._session_no = reminder, state, session_no
         return None
@@ -543,7 +541,7 @@ class ReminderJob(Job[Outcome]):
     async def check(self, draft: Draft) -> FinishResult:
         """``finish_proactive``: recorded only while the reminder is still pending."""
         reminder, state = self._ready()
-        return await self._stores.agenda.finish_proactive(
+        return await self._store.finish_proactive(
             self._due.conversation,
             self._due.lease,
             version=state.version,
@@ -565,11 +563,11 @@ class ReminderJob(Job[Outcome]):
     async def delivered(self, sent: bool) -> Outcome:
         """Sent; or refused by the platform, which never reached the person."""
         conversation = self._due.conversation
-        if not sent and not await self._stores.messages.conversation_active(conversation):
+        if not sent and not await self._store.conversation_active(conversation):
             # The platform refused it (Delivery marks the chat inactive before returning):
             # it never reached the person, so it is not "sent". Not retried: the chat refuses.
             now = self._parts.clock.now()
-            await self._stores.agenda.fail_reminder(self._id, REFUSED, now, was="sent")
+            await self._store.fail_reminder(self._id, REFUSED, now, was="sent")
             self._runner.count(conversation, "reminder_refused")
             return "off"
         self._runner.count(conversation, "reminder_sent")

@@ -146,7 +146,7 @@ class Pipeline:
 
     async def claim(self, now: float, limit: int, skip: Sequence[ConversationKey]) -> Claims:
         """Due turns of the hosted bots handed to this process, their leases taken."""
-        return await self._parts.stores.queue.claim_due_turns(
+        return await self._parts.store.claim_due_turns(
             now,
             limit,
             holder=self.holder,
@@ -158,7 +158,7 @@ class Pipeline:
     async def next_claim_at(self, now: float, skip: Sequence[ConversationKey]) -> float | None:
         """When a claim could next take a turn of the hosted bots."""
         skipped = [turn_lease(k) for k in skip]
-        return await self._parts.stores.queue.next_claim_at(now, self.bots, skipped)
+        return await self._parts.store.next_claim_at(now, self.bots, skipped)
 
     async def run_claimed(self, turn: ClaimedTurn) -> TurnOutcome:
         """Run a turn the store handed over with its lease (released at the end)."""
@@ -184,13 +184,13 @@ class Pipeline:
     async def _with_lease(
         self, conversation: ConversationKey, profile: BotProfile, lease: Lease
     ) -> TurnOutcome:
-        stores, memory = self._parts.stores, self._parts.memory
+        store, memory = self._parts.store, self._parts.memory
         # The oldest session first: what was pending when /new closed a session is answered
         # there, in a turn of its own; it never joins a turn of the new session.
-        turn = await stores.queue.pending_turn(conversation, profile.max_turn_messages)
+        turn = await store.pending_turn(conversation, profile.max_turn_messages)
         if turn is None:
-            version = await stores.messages.conversation_version(conversation)
-            await stores.queue.clear_timer(conversation, version)
+            version = await store.conversation_version(conversation)
+            await store.clear_timer(conversation, version)
             return "idle"
         # The turn's session says who answers: its persona's pin, model, budget and texts.
         profile = self.profile(conversation.bot, turn.persona)

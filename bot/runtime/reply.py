@@ -222,7 +222,7 @@ class ReplyJob(Job[TurnOutcome]):
     async def check(self, draft: Draft) -> FinishResult:
         """``finish_turn``: fencing, the version check, then the reply and its outbox row."""
         p = self._parts
-        return await p.stores.queue.finish_turn(
+        return await p.store.finish_turn(
             self._turn,
             self._reply.lease,
             draft.text,

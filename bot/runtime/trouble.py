@@ -28,7 +28,7 @@ class Trouble:
 
     def __init__(self, *, parts: TurnParts, policies: ReplyPolicies) -> None:
         self._parts = parts
-        self._stores = parts.stores
+        self._store = parts.store
         self._clock = parts.clock
         self._metrics = parts.metrics
         self._policies = policies
@@ -41,7 +41,7 @@ class Trouble:
     ) -> bool:
         """Mark the turn's messages handled without a reply, with the reason (stored, logged
         and counted); False when fenced."""
-        if not await self._stores.queue.skip_turn(
+        if not await self._store.skip_turn(
             turn, lease, self._clock.now(), profile.queue, reason=reason
         ):
             return False
@@ -79,21 +79,19 @@ class Trouble:
             "%s: turns %s are missing (gap policy %s)", turn.session, describe(gaps), policy
         )
         noted = f"turns {describe(gaps)} missing; gap policy {policy}"
-        sessions = self._stores.sessions
-        if await sessions.get_state(turn.session, GAP_NOTICED_KEY) != noted:
-            await sessions.set_state(turn.session, GAP_NOTICED_KEY, noted, self._clock.now())
+        if await self._store.get_state(turn.session, GAP_NOTICED_KEY) != noted:
+            await self._store.set_state(turn.session, GAP_NOTICED_KEY, noted, self._clock.now())
 
     async def tell_once(self, turn: Turn, gaps: tuple[Gap, ...]) -> None:
         """Tell the user about missing turns once per session (and again if the gap grows)."""
-        sessions = self._stores.sessions
-        told = await sessions.get_state(turn.session, GAP_TOLD_KEY)
+        told = await self._store.get_state(turn.session, GAP_TOLD_KEY)
         if told == describe(gaps):
             return
         text = self._policies.gaps.tell_user_message.format(
             first=gaps[0].first, last=gaps[-1].last, turns=describe(gaps)
         )
         await self._parts.delivery.send(turn.session.conversation, text, kind="notice")
-        await sessions.set_state(turn.session, GAP_TOLD_KEY, describe(gaps), self._clock.now())
+        await self._store.set_state(turn.session, GAP_TOLD_KEY, describe(gaps), self._clock.now())
 
     async def model_failed(
         self, turn: Turn, lease: Lease, profile: BotProfile, exc: ModelError
@@ -116,7 +114,7 @@ class Trouble:
         # Not about this turn (authentication, permission, unknown model): park these
         # messages (they stay stored and pending; the next message's turn covers them again,
         # once the operator fixed the cause) rather than loop.
-        await self._stores.queue.clear_timer(conversation, turn.version, only_if_idle=False)
+        await self._store.clear_timer(conversation, turn.version, only_if_idle=False)
         return "failed"
 
     async def _retry_later(self, turn: Turn, exc: ModelUnavailable) -> TurnOutcome:
@@ -129,23 +127,20 @@ class Trouble:
         if isinstance(exc, RateLimited) and exc.retry_after is not None:
             delay = max(delay, exc.retry_after)
         log.warning("model unavailable for %s (%s); retry in %.1fs", conversation, exc, delay)
-        await self._stores.queue.rearm_timer(conversation, self._clock.now() + delay)
+        await self._store.rearm_timer(conversation, self._clock.now() + delay)
         notice = self._policies.trouble_notice
-        if notice:
-            # Session state, not process memory: another process that retries the same
-            # conversation during the same outage does not notify again.
-            sessions = self._stores.sessions
-            if await sessions.get_state(turn.session, TROUBLE_KEY) is NOT_SET:
-                await sessions.set_state(turn.session, TROUBLE_KEY, "1", self._clock.now())
-                await self._parts.delivery.send(conversation, notice, kind="notice")
+        # Session state, not process memory: another process that retries the same
+        # conversation during the same outage does not notify again.
+        if notice and await self._store.get_state(turn.session, TROUBLE_KEY) is NOT_SET:
+            await self._store.set_state(turn.session, TROUBLE_KEY, "1", self._clock.now())
+            await self._parts.delivery.send(conversation, notice, kind="notice")
         return "retry"
 
     async def recovered(self, turn: Turn) -> None:
         """The model answered: the outage (if any) is over."""
         self._failures.pop(turn.session.conversation, None)
-        sessions = self._stores.sessions
         if (
             self._policies.trouble_notice
-            and await sessions.get_state(turn.session, TROUBLE_KEY) != NOT_SET
+            and await self._store.get_state(turn.session, TROUBLE_KEY) != NOT_SET
         ):
-            await sessions.delete_state(turn.session, TROUBLE_KEY)
+            await self._store.delete_state(turn.session, TROUBLE_KEY)

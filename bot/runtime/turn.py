@@ -32,7 +32,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from bot.core.clock import Clock
 from bot.core.errors import ModelError
@@ -60,28 +60,17 @@ from memory.service import Memory
 O = TypeVar("O")  # noqa: E741 - the outcome a job ends with
 
 
-@dataclass(frozen=True, slots=True)
-class TurnStores:
-    """The store contracts the turns use, each named by what it is for (one store object
-    fills every field: :meth:`of`)."""
-
-    queue: QueueStore  # the pending turn, timers, a reply's final check
-    agenda: AgendaStore  # check-ins and reminders, their final check
-    leases: LeaseStore  # the turn lease
-    sessions: SessionStore  # session state: notices told, a preview on record
-    messages: MessageStore  # the conversation's version, whether a chat is active
-
-    @classmethod
-    def of(cls, store: BaseStore) -> TurnStores:
-        """Every contract from the composition root's store."""
-        return cls(queue=store, agenda=store, leases=store, sessions=store, messages=store)
+class TurnStore(QueueStore, AgendaStore, LeaseStore, SessionStore, MessageStore, Protocol):
+    """What the turns ask the store: the pending turn, timers and a reply's final check;
+    check-ins and reminders and theirs; the turn lease; session state (notices told, a
+    preview on record); the conversation's version and whether a chat is active."""
 
 
 @dataclass(frozen=True, slots=True)
 class TurnParts:
     """What every turn needs, replies, check-ins and reminders alike."""
 
-    stores: TurnStores
+    store: TurnStore
     llm: BaseLLM
     clock: Clock
     memory: Memory
@@ -112,7 +101,7 @@ class TurnParts:
         metrics, accounting under ``limits``, the stop requests)."""
         metrics = metrics or Metrics()
         return cls(
-            stores=TurnStores.of(store),
+            store=store,
             llm=llm,
             clock=clock,
             memory=memory,
@@ -232,18 +221,14 @@ class TurnKernel:
         p = self.parts
         if lease is None:
             name = turn_lease(conversation)
-            lease = await leases.acquire(
-                p.stores.leases, name, holder=p.holder, ttl=ttl, clock=p.clock
-            )
+            lease = await leases.acquire(p.store, name, holder=p.holder, ttl=ttl, clock=p.clock)
             if lease is None:
                 yield None
                 return
         try:
             yield lease
         finally:
-            await leases.release(
-                p.stores.leases, lease, ttl=ttl, clock=p.clock, later=self.releases
-            )
+            await leases.release(p.store, lease, ttl=ttl, clock=p.clock, later=self.releases)
 
     async def run(self, job: Job[O], lease: Lease) -> O:
         """The sequence under a held lease: prompt and model (renewed), final check,
@@ -273,7 +258,7 @@ class TurnKernel:
         try:
             async with (
                 job.typing(),
-                renewing(p.stores.leases, lease, ttl=job.ttl, clock=p.clock) as lost,
+                renewing(p.store, lease, ttl=job.ttl, clock=p.clock) as lost,
             ):
                 planned = await job.prompt(lost)
                 if not isinstance(planned, Ask):
