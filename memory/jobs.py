@@ -1,0 +1,109 @@
+"""What memory's background jobs share: one task per key at a time, a lease per job across
+processes, and a pause after a failure.
+
+Memory work is derived from data, never queued in process (docs/architecture.md#prompt): a task
+lost in a crash is found again by the next turn or sweep, so these tasks hold nothing that
+must survive. Leases keep two processes from doing the same job at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
+from typing import Any
+
+from bot.core.clock import Clock
+from bot.store.contracts import LeaseStore
+
+log = logging.getLogger("personabot.memory")
+
+#: How long ``Jobs.aclose`` lets running work finish before it cancels it.
+_CLOSE_GRACE_SECONDS = 5.0
+
+
+class Jobs:
+    """Background memory work, at most one task per key (a session's compaction, the sweep)."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[Hashable, asyncio.Task[None]] = {}
+
+    def start(
+        self, key: Hashable, work: Callable[[], Coroutine[Any, Any, None]], *, what: str
+    ) -> None:
+        """Run ``work()`` in the background unless the task of ``key`` still runs (then that
+        one will find this work too: it reads the data afresh). A failure is logged as
+        ``what`` failed."""
+        running = self._tasks.get(key)
+        if running is not None and not running.done():
+            return
+        self._tasks[key] = asyncio.create_task(self._logged(key, work, what))
+
+    async def _logged(
+        self, key: Hashable, work: Callable[[], Coroutine[Any, Any, None]], what: str
+    ) -> None:
+        try:
+            await work()
+        except Exception:
+            log.exception("%s failed", what)
+        finally:
+            # Before the task is done, so ``start`` never sees a finished task under its key.
+            self._tasks.pop(key, None)
+
+    async def wait_idle(self) -> None:
+        """Wait until no background work is running (started so far or meanwhile)."""
+        while tasks := list(self._tasks.values()):
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Wait briefly for running work, then cancel what is left."""
+        tasks = list(self._tasks.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=_CLOSE_GRACE_SECONDS)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+class Leases:
+    """Memory jobs' leases: one holder per process, so two processes never run one job."""
+
+    def __init__(
+        self, *, store: LeaseStore, clock: Clock, holder: str | None = None, seconds: float = 60.0
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._holder = holder or f"memory-{uuid.uuid4().hex[:12]}"
+        self._seconds = seconds
+
+    @contextlib.asynccontextmanager
+    async def held(self, name: str) -> AsyncIterator[bool]:
+        """Hold the lease ``name`` for the body; yields whether it was free (False: another
+        process runs this job now, the body must skip it)."""
+        lease = await self._store.acquire_lease(
+            name, self._holder, self._seconds, self._clock.now()
+        )
+        try:
+            yield lease is not None
+        finally:
+            if lease is not None:
+                await self._store.release_lease(lease)
+
+
+class Backoff:
+    """A job that failed (the model, a limit) is not tried again for ``seconds``."""
+
+    def __init__(self, *, clock: Clock, seconds: float = 60.0) -> None:
+        self._clock = clock
+        self._seconds = seconds
+        self._until: dict[str, float] = {}
+
+    def waiting(self, key: str) -> bool:
+        """Whether the job ``key`` failed less than ``seconds`` ago."""
+        return self._until.get(key, 0.0) > self._clock.now()
+
+    def failed(self, key: str) -> None:
+        """The job ``key`` failed now."""
+        self._until[key] = self._clock.now() + self._seconds
