@@ -61,11 +61,8 @@ class Compaction:
     def schedule(self, session: SessionKey) -> None:
         """Fold overflowing history into the summary in the background (one task a session)."""
         self._jobs.start(
-            session, lambda: self._compacted(session), what=f"summary update of {session}"
+            session, lambda: self.compact(session), what=f"summary update of {session}"
         )
-
-    async def _compacted(self, session: SessionKey) -> None:
-        await self.compact(session)
 
     async def compact(self, session: SessionKey, *, through_turn: int | None = None) -> int:
         """Fold the oldest history into the summary; return the number of chunks folded.

@@ -10,8 +10,8 @@ from typing import Final
 from bot.core.events import StoredMessage
 from bot.core.llm import ImageBlock
 from bot.store.contracts import MediaStore
-from memory.assemble import ShownImage
 from memory.tokens import MAX_IMAGE_TOKENS, image_tokens
+from memory.turn import ShownImage
 
 #: Image bytes of one request at most, as base64: the Messages API refuses a body over 32 MB,
 #: and a few prepared images of up to 5 MB each would pass it whatever ``max_images`` says.

@@ -12,8 +12,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 
 from bot.core.clock import Clock
 from bot.store.contracts import LeaseStore
@@ -30,19 +29,17 @@ class Jobs:
     def __init__(self) -> None:
         self._tasks: dict[Hashable, asyncio.Task[None]] = {}
 
-    def start(
-        self, key: Hashable, work: Callable[[], Coroutine[Any, Any, None]], *, what: str
-    ) -> None:
+    def start(self, key: Hashable, work: Callable[[], Awaitable[object]], *, what: str) -> None:
         """Run ``work()`` in the background unless the task of ``key`` still runs (then that
-        one will find this work too: it reads the data afresh). A failure is logged as
-        ``what`` failed."""
+        one will find this work too: it reads the data afresh). Its result is dropped; a
+        failure is logged as ``what`` failed."""
         running = self._tasks.get(key)
         if running is not None and not running.done():
             return
         self._tasks[key] = asyncio.create_task(self._logged(key, work, what))
 
     async def _logged(
-        self, key: Hashable, work: Callable[[], Coroutine[Any, Any, None]], what: str
+        self, key: Hashable, work: Callable[[], Awaitable[object]], what: str
     ) -> None:
         try:
             await work()

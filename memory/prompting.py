@@ -87,16 +87,7 @@ class PromptBuilder:
                 turn.messages, history, max_images=policy.max_images
             )
             turn = replace(turn, messages=messages)
-        private = all(m.is_private for m in turn.messages)
-        participants = [
-            await self._participant(
-                turn.session.conversation,
-                author,
-                next(m.display_name for m in turn.messages if m.author_id == author),
-                private,
-            )
-            for author in turn.authors
-        ]
+        participants = await self._participants(turn)
         images = await shown_images(
             self._media_store, (*history, *turn.messages), policy.max_images
         )
@@ -175,6 +166,19 @@ class PromptBuilder:
         return await self._messages.history(
             session, policy.budget.window_messages * 2, after_turn=after
         )
+
+    async def _participants(self, turn: Turn) -> list[Participant]:
+        """The turn's authors (each by the name of their first message of it)."""
+        private = all(m.is_private for m in turn.messages)
+        return [
+            await self._participant(
+                turn.session.conversation,
+                author,
+                next(m.display_name for m in turn.messages if m.author_id == author),
+                private,
+            )
+            for author in turn.authors
+        ]
 
     async def _participant(
         self, conversation: ConversationKey, person: str, name: str, private: bool

@@ -41,10 +41,7 @@ class Sweep:
     def schedule(self, bots: Sequence[str] | None = None) -> None:
         """Run one sweep in the background now (e.g. when a session ends); none while one
         runs (it reads what is due afresh, so it finds this session too)."""
-        self._jobs.start(_SWEEP, lambda: self._swept(bots), what="memory sweep")
-
-    async def _swept(self, bots: Sequence[str] | None) -> None:
-        await self.extract_due(bots)
+        self._jobs.start(_SWEEP, lambda: self.extract_due(bots), what="memory sweep")
 
     async def extract_due(self, bots: Sequence[str] | None = None, limit: int = 20) -> int:
         """Learn from quiet or closed sessions; return how many sessions were processed."""
