@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from bot.core.clock import Clock
 from bot.core.errors import ModelError
@@ -24,12 +24,17 @@ from memory import stored
 from memory.calls import ChargedModel
 from memory.fit import fit_task
 from memory.images import shown_images
-from memory.jobs import Backoff, Jobs, Leases
+from memory.jobs import JobGate, Jobs
 from memory.policy import MemoryPolicy
 from memory.records import RecordError, Summary, merge_summary
 from memory.tasks import parse_summary_update, summary_request
 
 log = logging.getLogger("personabot.memory")
+
+
+class CompactionStore(MemoryStore, MessageStore, MediaStore, Protocol):
+    """What compaction reads and writes: the summary, the history past it, the chunk's images
+    (shown to the summariser, then their cached copies dropped)."""
 
 
 class Compaction:
@@ -38,22 +43,16 @@ class Compaction:
     def __init__(
         self,
         *,
-        records: MemoryStore,
-        messages: MessageStore,
-        media: MediaStore,
+        store: CompactionStore,
         model: ChargedModel,
-        leases: Leases,
-        backoff: Backoff,
+        gate: JobGate,
         jobs: Jobs,
         clock: Clock,
         policy_for: Callable[[str], MemoryPolicy],
     ) -> None:
-        self._records = records
-        self._messages = messages
-        self._media = media
+        self._store = store
         self._model = model
-        self._leases = leases
-        self._backoff = backoff
+        self._gate = gate
         self._jobs = jobs
         self._clock = clock
         self._policy_for = policy_for
@@ -76,14 +75,14 @@ class Compaction:
         ``through_turn`` (retention in message mode): fold at least up to that turn.
         """
         policy = self._policy_for(session.conversation.bot)
-        if through_turn is None and self._backoff.waiting(_key(session)):
+        if through_turn is None and self._gate.waiting(_key(session)):
             return 0
         if through_turn is None and not await self._overflowing(session, policy):
             # The common case after a turn: nothing to fold, known from one read, without
             # taking and releasing the summary lease (two write transactions a turn). What is
             # found to overflow is checked again under the lease below.
             return 0
-        async with self._leases.held(_key(session)) as held:
+        async with self._gate.held(_key(session)) as held:
             if not held:
                 return 0
             folded = 0
@@ -93,23 +92,23 @@ class Compaction:
 
     async def _overflowing(self, session: SessionKey, policy: MemoryPolicy) -> bool:
         """Whether more than twice the window lies after the summary (read without the lease)."""
-        return await self._messages.count_unsummarised(session) > 2 * policy.budget.window_messages
+        return await self._store.count_unsummarised(session) > 2 * policy.budget.window_messages
 
     async def _fold_next(
         self, session: SessionKey, policy: MemoryPolicy, through_turn: int | None
     ) -> bool:
         """Fold the next chunk, if one is due (under the summary lease); whether one was."""
         window = policy.budget.window_messages
-        current, stored_last = await stored.summary_row(self._records, session)
+        current, stored_last = await stored.summary_row(self._store, session)
         after = 0 if current is None else current.last_turn
-        count = await self._messages.count_history(session, after_turn=after)
+        count = await self._store.count_history(session, after_turn=after)
         if through_turn is not None and after < through_turn:
             size = min(2 * window, count)
         elif through_turn is None and count > 2 * window:
             size = count - window
         else:
             return False
-        chunk = await self._messages.history(
+        chunk = await self._store.history(
             session, min(size, 4 * window), after_turn=after, oldest_first=True
         )
         return bool(chunk) and await self._fold(
@@ -128,7 +127,7 @@ class Compaction:
         """Fold ``chunk`` into ``current`` and save it in place of the stored row whose last
         turn is ``replacing`` (None: no row yet); False when the model or the save failed."""
         # Fitted under the prompt budget: what does not fit is folded by the next call.
-        shown = await shown_images(self._media, chunk, policy.max_images)
+        shown = await shown_images(self._store, chunk, policy.max_images)
         images = {media_id: image.block for media_id, image in shown.items()}
         chunk, request = fit_task(
             chunk,
@@ -138,7 +137,7 @@ class Compaction:
         )
         update = await self._summarised(session, chunk, request)
         if update is None:
-            self._backoff.failed(_key(session))
+            self._gate.failed(_key(session))
             return False
         merged = merge_summary(
             current, update, chunk[0].turn, chunk[-1].turn, policy.budget.summary_tokens
@@ -169,7 +168,7 @@ class Compaction:
     ) -> bool:
         """Save ``merged`` if the stored summary still ends at ``replacing`` and every message
         of ``chunk`` is still stored; then drop the chunk's cached images."""
-        saved = await self._records.save_summary(
+        saved = await self._store.save_summary(
             session,
             merged.to_json(),
             merged.first_turn,
@@ -198,7 +197,7 @@ class Compaction:
         for message in chunk:
             for media in message.media:
                 if media.ref.kind == "image" and media.status == "ready":
-                    await self._media.save_media(
+                    await self._store.save_media(
                         media.id,
                         status="ready",
                         data=None,
@@ -210,5 +209,5 @@ class Compaction:
 
 
 def _key(session: SessionKey) -> str:
-    """The summary job's lease and backoff name."""
+    """The summary job's name at the gate (its lease, its pause after a failure)."""
     return f"summary:{session}"

@@ -14,16 +14,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from bot.core.clock import Clock
 from bot.core.errors import ModelError
 from bot.core.events import ConversationKey, SessionKey, StoredMessage, UserKey, is_person
-from bot.store.contracts import MemoryStore, MessageStore
+from bot.store.contracts import MemoryStore, TranscriptReads
 from memory import stored
 from memory.calls import ChargedModel
 from memory.content import own_words
 from memory.fit import fit_task
-from memory.jobs import Backoff, Leases
+from memory.jobs import JobGate
 from memory.policy import MemoryPolicy
 from memory.records import MemoryItem, RecordError, merge_memory, trim_memory
 from memory.tasks import extraction_request, parse_extraction
@@ -34,25 +35,25 @@ log = logging.getLogger("personabot.memory")
 _GIVE_UP_AFTER = 3
 
 
+class ExtractionStore(MemoryStore, TranscriptReads, Protocol):
+    """What extraction reads and writes: the people's records and the session's messages."""
+
+
 class Extraction:
     """Learns each person's memory items from their own addressed messages of a session."""
 
     def __init__(
         self,
         *,
-        records: MemoryStore,
-        messages: MessageStore,
+        store: ExtractionStore,
         model: ChargedModel,
-        leases: Leases,
-        backoff: Backoff,
+        gate: JobGate,
         clock: Clock,
         policy_for: Callable[[str], MemoryPolicy],
     ) -> None:
-        self._records = records
-        self._messages = messages
+        self._store = store
         self._model = model
-        self._leases = leases
-        self._backoff = backoff
+        self._gate = gate
         self._clock = clock
         self._policy_for = policy_for
         self._failures: dict[str, int] = {}
@@ -64,15 +65,13 @@ class Extraction:
         (a bystander's chatter) is never learned from.
         """
         key = f"extract:{session}"
-        if self._backoff.waiting(key):
+        if self._gate.waiting(key):
             return False
-        async with self._leases.held(key) as held:
+        async with self._gate.held(key) as held:
             if not held:
                 return False
             messages = [
-                m
-                for m in await self._messages.messages(session)
-                if m.role == "user" and m.turn > mark
+                m for m in await self._store.messages(session) if m.role == "user" and m.turn > mark
             ]
             if not messages:
                 return False
@@ -83,9 +82,9 @@ class Extraction:
             for author in dict.fromkeys(learned):
                 ok = await self._learn(session, author, mark) and ok
             if ok or self._give_up(key):
-                await self._records.mark_extracted(session, max(m.turn for m in messages))
+                await self._store.mark_extracted(session, max(m.turn for m in messages))
                 return True
-            self._backoff.failed(key)
+            self._gate.failed(key)
             return False
 
     def _give_up(self, key: str) -> bool:
@@ -104,7 +103,7 @@ class Extraction:
         said after their last /forget (read afresh on every attempt)."""
         return [
             m
-            for m in await self._messages.messages(session)
+            for m in await self._store.messages(session)
             if m.role == "user"
             and m.author_id == author
             and m.addressed
@@ -121,13 +120,13 @@ class Extraction:
         conversation = session.conversation
         policy = self._policy_for(conversation.bot)
         user = UserKey(conversation.platform, author)
-        async with self._leases.held(f"memory:{user.platform}:{user.user_id}") as held:
+        async with self._gate.held(f"memory:{user.platform}:{user.user_id}") as held:
             if not held:
                 return False
             items: list[MemoryItem] = []
             basis: tuple[tuple[int, str], ...] | None = None
             for _ in range(stored.CAS_ATTEMPTS):
-                record, version = await stored.versioned_memory(self._records, user)
+                record, version = await stored.versioned_memory(self._store, user)
                 messages = await self._learnable(session, author, mark, record.forgotten_at)
                 if not messages:
                     return True
@@ -141,7 +140,7 @@ class Extraction:
                     items = _scoped(parsed, messages)
                     basis = seen
                 merged = trim_memory(merge_memory(record, items), policy.budget.memory_tokens)
-                if await self._records.set_user_memory(
+                if await self._store.set_user_memory(
                     user, merged.to_json(), self._clock.now(), expected_version=version
                 ):
                     log.info("learned %d item(s) about user %s", len(items), author)

@@ -1,5 +1,5 @@
-"""What memory's background jobs share: one task per key at a time, a lease per job across
-processes, and a pause after a failure.
+"""What memory's background jobs share: one task per key at a time (``Jobs``), and a gate that
+keeps a job to one process at a time and pauses it after a failure (``JobGate``).
 
 Memory work is derived from data, never queued in process (docs/architecture.md#prompt): a task
 lost in a crash is found again by the next turn or sweep, so these tasks hold nothing that
@@ -64,23 +64,32 @@ class Jobs:
             await asyncio.gather(*pending, return_exceptions=True)
 
 
-class Leases:
-    """Memory jobs' leases: one holder per process, so two processes never run one job."""
+class JobGate:
+    """Whether a memory job may run now: never in two processes at once (a lease per job, one
+    holder per process), and not again for a while after it failed (the model, a limit)."""
 
     def __init__(
-        self, *, store: LeaseStore, clock: Clock, holder: str | None = None, seconds: float = 60.0
+        self,
+        *,
+        store: LeaseStore,
+        clock: Clock,
+        holder: str | None = None,
+        lease_seconds: float = 60.0,
+        retry_after_failure: float = 60.0,
     ) -> None:
         self._store = store
         self._clock = clock
         self._holder = holder or f"memory-{uuid.uuid4().hex[:12]}"
-        self._seconds = seconds
+        self._lease_seconds = lease_seconds
+        self._retry_after_failure = retry_after_failure
+        self._failed_until: dict[str, float] = {}
 
     @contextlib.asynccontextmanager
     async def held(self, name: str) -> AsyncIterator[bool]:
         """Hold the lease ``name`` for the body; yields whether it was free (False: another
         process runs this job now, the body must skip it)."""
         lease = await self._store.acquire_lease(
-            name, self._holder, self._seconds, self._clock.now()
+            name, self._holder, self._lease_seconds, self._clock.now()
         )
         try:
             yield lease is not None
@@ -88,19 +97,10 @@ class Leases:
             if lease is not None:
                 await self._store.release_lease(lease)
 
-
-class Backoff:
-    """A job that failed (the model, a limit) is not tried again for ``seconds``."""
-
-    def __init__(self, *, clock: Clock, seconds: float = 60.0) -> None:
-        self._clock = clock
-        self._seconds = seconds
-        self._until: dict[str, float] = {}
-
     def waiting(self, key: str) -> bool:
-        """Whether the job ``key`` failed less than ``seconds`` ago."""
-        return self._until.get(key, 0.0) > self._clock.now()
+        """Whether the job ``key`` failed less than ``retry_after_failure`` seconds ago."""
+        return self._failed_until.get(key, 0.0) > self._clock.now()
 
     def failed(self, key: str) -> None:
-        """The job ``key`` failed now."""
-        self._until[key] = self._clock.now() + self._seconds
+        """The job ``key`` failed now: it waits ``retry_after_failure`` seconds."""
+        self._failed_until[key] = self._clock.now() + self._retry_after_failure

@@ -23,7 +23,7 @@ from bot.core.events import (
     Turn,
     UserKey,
 )
-from bot.store.contracts import MediaStore, MemoryStore, MessageStore
+from bot.store.contracts import MediaStore, MemoryStore, TranscriptReads
 from memory import stored
 from memory.assemble import Assembled, Participant, PersonaPin, assemble
 from memory.images import shown_images
@@ -48,21 +48,21 @@ class MediaPreparation(Protocol):
         ...
 
 
+class PromptStore(MemoryStore, TranscriptReads, MediaStore, Protocol):
+    """What a prompt reads: the summary and the people's records, the window, image bytes."""
+
+
 class PromptBuilder:
     """Loads every layer of a prompt from the store and assembles it."""
 
     def __init__(
         self,
         *,
-        records: MemoryStore,
-        messages: MessageStore,
-        media_store: MediaStore,
+        store: PromptStore,
         policy_for: Callable[[str], MemoryPolicy],
         media: MediaPreparation | None = None,
     ) -> None:
-        self._records = records
-        self._messages = messages
-        self._media_store = media_store
+        self._store = store
         self._policy_for = policy_for
         self._media = media
 
@@ -80,7 +80,7 @@ class PromptBuilder:
         bot's default)."""
         policy = policy or self._policy_for(turn.session.conversation.bot)
         if isinstance(summary, NotSet):
-            summary = await stored.summary(self._records, turn.session)
+            summary = await stored.summary(self._store, turn.session)
         history: Sequence[StoredMessage] = await self._window(turn.session, summary, policy)
         if self._media is not None:
             messages, history = await self._media(
@@ -88,9 +88,7 @@ class PromptBuilder:
             )
             turn = replace(turn, messages=messages)
         participants = await self._participants(turn)
-        images = await shown_images(
-            self._media_store, (*history, *turn.messages), policy.max_images
-        )
+        images = await shown_images(self._store, (*history, *turn.messages), policy.max_images)
         return log_lore_drops(
             assemble(
                 pin,
@@ -121,7 +119,7 @@ class PromptBuilder:
         session's summary and window as for a turn, the person's memory as this chat may show
         it, and ``note`` where a turn's messages would be. Images stay text stand-ins."""
         policy = policy or self._policy_for(session.conversation.bot)
-        summary = await stored.summary(self._records, session)
+        summary = await stored.summary(self._store, session)
         history = await self._window(session, summary, policy)
         participants: list[Participant] = []
         if person is not None:
@@ -150,7 +148,7 @@ class PromptBuilder:
         """The part of a user's record that may be shown in this chat (prompts, /memory),
         under the bot's policy: see ``UserMemory.visible``."""
         policy = self._policy_for(conversation.bot)
-        record = await stored.user_memory(self._records, user)
+        record = await stored.user_memory(self._store, user)
         return record.visible(
             chat=None if private_chat else conversation.chat_id,
             private_in_groups=policy.private_memory_in_groups,
@@ -163,7 +161,7 @@ class PromptBuilder:
         """The history after ``summary``: at most twice the window (compaction folds the rest
         into the summary; docs/architecture.md#prompt, "Keeping the summary")."""
         after = 0 if summary is None else summary.last_turn
-        return await self._messages.history(
+        return await self._store.history(
             session, policy.budget.window_messages * 2, after_turn=after
         )
 

@@ -6,8 +6,8 @@ the reply path).
 (docs/architecture.md#map): prompt building (memory/prompting.py), compaction
 (memory/compaction.py), extraction and its sweep (memory/extraction.py, memory/sweep.py),
 erasure and export (memory/erasure.py); what they share is in memory/stored.py (records read
-and written by compare-and-swap), memory/jobs.py (background tasks, leases, backoff) and
-memory/calls.py (model calls, limited and charged).
+and written by compare-and-swap), memory/jobs.py (background tasks; the gate: a lease per job,
+a pause after a failure) and memory/calls.py (model calls, limited and charged).
 
 Work is derived from data, not from in-process queues: compaction is due whenever more
 history than the window lies after the summary, and extraction whenever a quiet or closed
@@ -31,7 +31,7 @@ from memory.calls import ModelAccount as ModelAccount  # re-exported: its old ho
 from memory.compaction import Compaction
 from memory.erasure import Eraser
 from memory.extraction import Extraction
-from memory.jobs import Backoff, Jobs, Leases
+from memory.jobs import JobGate, Jobs
 from memory.policy import MemoryPolicy as MemoryPolicy  # re-exported: its old home
 from memory.privacy import ForgetReport
 from memory.prompting import MediaPreparation as MediaPreparation  # re-exported: its old home
@@ -62,39 +62,37 @@ class Memory:
         self._store = store
         self._jobs = Jobs()
         model = ChargedModel(llm=llm, account=account)
-        leases = Leases(store=store, clock=clock, holder=holder, seconds=lease_seconds)
-        backoff = Backoff(clock=clock, seconds=retry_after_failure)
-        self.prompts: Final = PromptBuilder(
-            records=store, messages=store, media_store=store, policy_for=policy_for, media=media
+        gate = JobGate(
+            store=store,
+            clock=clock,
+            holder=holder,
+            lease_seconds=lease_seconds,
+            retry_after_failure=retry_after_failure,
         )
+        self.prompts: Final = PromptBuilder(store=store, policy_for=policy_for, media=media)
         self.compaction: Final = Compaction(
-            records=store,
-            messages=store,
-            media=store,
+            store=store,
             model=model,
-            leases=leases,
-            backoff=backoff,
+            gate=gate,
             jobs=self._jobs,
             clock=clock,
             policy_for=policy_for,
         )
         self.extraction: Final = Extraction(
-            records=store,
-            messages=store,
+            store=store,
             model=model,
-            leases=leases,
-            backoff=backoff,
+            gate=gate,
             clock=clock,
             policy_for=policy_for,
         )
         self.sweep: Final = Sweep(
-            records=store,
+            store=store,
             extraction=self.extraction,
             jobs=self._jobs,
             clock=clock,
             policy_for=policy_for,
         )
-        self.eraser: Final = Eraser(records=store, people=store, agenda=store, clock=clock)
+        self.eraser: Final = Eraser(store=store, clock=clock)
 
     # -- reading --------------------------------------------------------------------------------
 

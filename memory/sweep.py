@@ -26,13 +26,13 @@ class Sweep:
     def __init__(
         self,
         *,
-        records: MemoryStore,
+        store: MemoryStore,
         extraction: Extraction,
         jobs: Jobs,
         clock: Clock,
         policy_for: Callable[[str], MemoryPolicy],
     ) -> None:
-        self._records = records
+        self._store = store
         self._extraction = extraction
         self._jobs = jobs
         self._clock = clock
@@ -51,7 +51,7 @@ class Sweep:
             (self._policy_for(b).extract_after_idle_seconds for b in bots or ()),
             default=_QUIET_SECONDS,
         )
-        for session, mark in await self._records.sessions_to_extract(now - quiet, limit, bots):
+        for session, mark in await self._store.sessions_to_extract(now - quiet, limit, bots):
             if await self._extraction.extract(session, mark):
                 done += 1
         return done

@@ -1,6 +1,7 @@
 """What memory's jobs share (memory/jobs.py, memory/stored.py): one background task per key, a
-failure logged and not blocking the next run, a pause after a failure, and a person's record
-rewritten by compare-and-swap that reports when every attempt lost to another writer."""
+failure logged and not blocking the next run, a job paused after a failure and leased to one
+process, and a person's record rewritten by compare-and-swap that reports when every attempt
+lost to another writer."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from bot.core.events import UserKey
 from bot.store.base import BaseStore
 from memory import stored
 from memory.erasure import Eraser
-from memory.jobs import Backoff, Jobs
+from memory.jobs import JobGate, Jobs
 from memory.records import MemoryItem, UserMemory
 from memory.stored import Rewrite
 
@@ -72,13 +73,20 @@ async def test_wait_idle_waits_for_work_started_meanwhile() -> None:
     assert done == ["first", "second"]
 
 
-async def test_backoff_pauses_a_failed_job_on_the_clock(clock: ManualClock) -> None:
-    backoff = Backoff(clock=clock, seconds=60.0)
-    assert not backoff.waiting("summary:x")
-    backoff.failed("summary:x")
-    assert backoff.waiting("summary:x") and not backoff.waiting("extract:x")
+async def test_the_gate_pauses_a_failed_job_and_holds_one_lease_per_job(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    gate = JobGate(store=store, clock=clock, retry_after_failure=60.0)
+    assert not gate.waiting("summary:x")
+    gate.failed("summary:x")
+    assert gate.waiting("summary:x") and not gate.waiting("extract:x")
     await clock.advance(61)
-    assert not backoff.waiting("summary:x")
+    assert not gate.waiting("summary:x")
+    other = JobGate(store=store, clock=clock)  # another process
+    async with gate.held("summary:x") as held, other.held("summary:x") as also:
+        assert held and not also
+    async with other.held("summary:x") as held:
+        assert held  # released when the first one's body ended
 
 
 def _record(*values: str) -> UserMemory:
@@ -111,7 +119,7 @@ async def test_a_rewrite_that_always_loses_is_busy_and_erases_nothing(
         return raw, version
 
     monkeypatch.setattr(store, "read_user_memory", read_then_another_writer_wins)
-    eraser = Eraser(records=store, people=store, agenda=store, clock=clock)
+    eraser = Eraser(store=store, clock=clock)
     with pytest.raises(StoreError, match="busy"):
         await eraser.forget_item(ADA, "semantic", "interest", "chess")
     monkeypatch.undo()
