@@ -8,8 +8,8 @@ fetches them by ``file_id`` through the adapter's MediaSource (adapters/telegram
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final, Protocol
+from collections.abc import Callable, Sequence
+from typing import Final, Protocol, TypeVar
 
 from aiogram.types import (
     Animation,
@@ -20,6 +20,7 @@ from aiogram.types import (
     Message,
     PhotoSize,
     Sticker,
+    Video,
     VideoNote,
     Voice,
 )
@@ -33,32 +34,24 @@ USEFUL_EDGE: Final = 1568
 #: A description or label is a stand-in, never a copy of a whole payload.
 DESCRIPTION_LIMIT: Final = 300
 _NAME_LIMIT: Final = 100
+_F = TypeVar("_F")
 
 
 def media_of(holder: Message | ExternalReplyInfo) -> tuple[MediaRef, ...]:
     """Media references in a fixed order (a message rarely has more than one kind)."""
-    found: list[MediaRef] = []
-    if holder.photo:
-        found.append(_photo(holder.photo, "photo"))
-    if holder.live_photo is not None:
-        found.append(_live_photo(holder.live_photo))
-    if holder.sticker is not None:
-        found.append(_sticker(holder.sticker))
-    if holder.animation is not None:
-        found.append(_animation(holder.animation))
-    elif holder.document is not None:  # an animation comes with its document twin
-        found.append(_document(holder.document))
-    if holder.voice is not None:
-        found.append(_voice(holder.voice))
-    if holder.video_note is not None:
-        found.append(_video_note(holder.video_note))
-    if holder.audio is not None:
-        found.append(_audio(holder.audio))
-    if holder.video is not None:
-        video = holder.video
-        label = _labelled("video", video.file_name)
-        found.append(_clip("video", label, video, video.mime_type or ""))
-    return tuple(found)
+    twin = holder.document if holder.animation is None else None  # a GIF comes with its document
+    found = (
+        _photo(holder.photo, "photo") if holder.photo else None,
+        _read(_live_photo, holder.live_photo),
+        _read(_sticker, holder.sticker),
+        _read(_animation, holder.animation),
+        _read(_document, twin),
+        _read(_voice, holder.voice),
+        _read(_video_note, holder.video_note),
+        _read(_audio, holder.audio),
+        _read(_video, holder.video),
+    )
+    return tuple(ref for ref in found if ref is not None)
 
 
 def choose_photo(sizes: Sequence[PhotoSize]) -> PhotoSize | None:
@@ -90,15 +83,8 @@ class _File(Protocol):
     def file_size(self) -> int | None: ...
 
 
-class _Clip(_File, Protocol):
-    """A file that plays on screen: a video, a GIF, a live photo's video."""
-
-    @property
-    def width(self) -> int: ...
-    @property
-    def height(self) -> int: ...
-    @property
-    def duration(self) -> int: ...
+def _read(read: Callable[[_F], MediaRef], file: _F | None) -> MediaRef | None:
+    return None if file is None else read(file)
 
 
 def _file(
@@ -125,7 +111,9 @@ def _file(
     )
 
 
-def _clip(kind: MediaKind, label: str, clip: _Clip, media_type: str) -> MediaRef:
+def _clip(
+    kind: MediaKind, label: str, clip: Video | Animation | LivePhoto, media_type: str
+) -> MediaRef:
     """A file with a frame size and a duration."""
     return _file(
         kind, label, clip, media_type, width=clip.width, height=clip.height, duration=clip.duration
@@ -198,6 +186,11 @@ def _audio(audio: Audio) -> MediaRef:
     title = " - ".join(p for p in (audio.performer, audio.title) if p) or audio.file_name
     label = _labelled("audio", title)
     return _file("audio", label, audio, audio.mime_type or "", duration=audio.duration)
+
+
+def _video(video: Video) -> MediaRef:
+    label = _labelled("video", video.file_name)
+    return _clip("video", label, video, video.mime_type or "")
 
 
 def _labelled(what: str, name: str | None) -> str:

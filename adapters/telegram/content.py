@@ -223,18 +223,20 @@ def _dice(holder: _Holder) -> str:
 
 def _poll(holder: _Holder) -> str:
     poll = holder.poll
-    if poll is None:
-        return ""
-    options = " / ".join(o.text for o in poll.options)
-    return f"[poll: {short(f'{poll.question} ({options})')}]"
+    return "" if poll is None else _listing("poll", poll.question, [o.text for o in poll.options])
 
 
 def _checklist(holder: _Holder) -> str:
     checklist = holder.checklist
     if checklist is None:
         return ""
-    tasks = " / ".join(t.text for t in checklist.tasks)
-    return f"[checklist: {short(f'{checklist.title} ({tasks})')}]"
+    return _listing("checklist", checklist.title, [t.text for t in checklist.tasks])
+
+
+def _listing(kind: str, title: str, items: list[str]) -> str:
+    """``[poll: Coffee? (yes / no)]``: a title and its items, on one short line."""
+    listed = " / ".join(items)
+    return f"[{kind}: {short(f'{title} ({listed})')}]"
 
 
 def _game(holder: _Holder) -> str:
