@@ -56,7 +56,7 @@ from aiogram.types import (
 from aiogram.utils.token import TokenValidationError
 from aiohttp import web
 
-from adapters.base import BaseAdapter
+from adapters.streaming import StreamingAdapter
 from adapters.telegram.format import (
     MESSAGE_LIMIT,
     Chunk,
@@ -221,7 +221,7 @@ class _Target:
 # --------------------------------------------------------------------------------- adapter
 
 
-class TelegramAdapter(BaseAdapter):
+class TelegramAdapter(StreamingAdapter):
     r"""One Telegram bot account: receives updates, sends replies and typing actions.
 
     ``media`` is the account's ``bot.core.media.MediaSource`` (:class:`TelegramMedia`): the
@@ -841,17 +841,11 @@ class TelegramAdapter(BaseAdapter):
 
     # ---------------------------------------------------------------------- streaming
 
-    def preview(
-        self,
-        conversation: ConversationKey,
-        settings: StreamSettings,
-        *,
-        reply_to: str | None = None,
+    def _open_preview(
+        self, conversation: ConversationKey, settings: StreamSettings, reply_to: str | None
     ) -> Preview | None:
         """A draft in a private chat (any mode but ``off``); in a group, a posted message
         edited in place (mode ``edit`` only; Telegram has no drafts there), else None."""
-        if settings.mode == "off":
-            return None
         target = _Target.of(conversation)
         if target.private:
             if target.chat_id in self._draftless:
