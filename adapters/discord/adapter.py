@@ -34,6 +34,7 @@ from typing import Any, Final, Literal
 
 import discord
 
+from adapters.base import required_secret
 from adapters.discord.client import Event, QueueingClient, default_intents, quiet_voice_notes
 from adapters.discord.downloads import STALL_TIMEOUT, DiscordMedia
 from adapters.discord.endpoints import SharedEndpoints, endpoints_for
@@ -534,11 +535,7 @@ def create_adapter(
     if not isinstance(entry, DiscordBotSettings):
         raise ConfigError([f"bots.{entry.key}: not a Discord bot entry"])
     where = f"bots.{entry.key}"
-    token = secrets.get(entry.token_variable)
-    if token is None:
-        raise ConfigError(
-            [f"{entry.token_variable}: not set in the environment (token of bot {entry.key!r})"]
-        )
+    token = required_secret(secrets, entry.token_variable, f"token of bot {entry.key!r}")
     # shard_id / shard_count are checked with the settings (DiscordBotSettings).
     endpoints = endpoints_for(entry.api_base, entry.gateway_url, where=where)
     SharedEndpoints.acquire(endpoints, where=where)

@@ -56,6 +56,7 @@ from aiogram.types import (
 from aiogram.utils.token import TokenValidationError
 from aiohttp import web
 
+from adapters.base import required_secret
 from adapters.streaming import StreamingAdapter
 from adapters.telegram.format import (
     MESSAGE_LIMIT,
@@ -938,11 +939,7 @@ def create_adapter(
     """The adapter of a ``[[bots]] platform = "telegram"`` entry (tokens from the environment)."""
     if not isinstance(entry, TelegramBotSettings):
         raise ConfigError([f"bots ({entry.key}): not a telegram entry"])
-    token = secrets.get(entry.token_variable)
-    if token is None:
-        raise ConfigError(
-            [f"{entry.token_variable}: not set in the environment (token of bot {entry.key!r})"]
-        )
+    token = required_secret(secrets, entry.token_variable, f"token of bot {entry.key!r}")
     return TelegramAdapter(
         bot_key=entry.key,
         token=token,
@@ -958,14 +955,9 @@ def _webhook_settings(entry: TelegramBotSettings, secrets: Secrets) -> WebhookSe
     where = f"bots ({entry.key})"
     if entry.secret_token_env is None:
         raise ConfigError([f"{where}.secret_token_env: required when mode = 'webhook'"])
-    secret = secrets.get(entry.secret_token_env)
-    if secret is None:
-        raise ConfigError(
-            [
-                f"{entry.secret_token_env}: not set in the environment (webhook secret of bot "
-                f"{entry.key!r})"
-            ]
-        )
+    secret = required_secret(
+        secrets, entry.secret_token_env, f"webhook secret of bot {entry.key!r}"
+    )
     if not _SECRET.match(secret):
         raise ConfigError(
             [
