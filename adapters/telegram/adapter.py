@@ -6,7 +6,7 @@ aiogram objects never leave this package: a Telegram message becomes an :class:`
 
 Invariants:
 - the bot token is part of every request URL; nothing this module logs or raises contains it
-  (:class:`_RedactingSession` re-raises transport errors with the token scrubbed);
+  (:class:`~adapters.telegram.session.RedactingSession` scrubs it from transport errors);
 - a reply is sent chunk by chunk, in order; a flood limit (429) retries only the chunk it hit,
   so no chunk is ever sent twice by this adapter;
 - the typing task is cancelled on every exit of :meth:`TelegramAdapter.typing`;
@@ -28,10 +28,8 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
-from urllib.parse import quote
 
 from aiogram import Bot, Dispatcher
-from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import PRODUCTION, TelegramAPIServer
 from aiogram.exceptions import (
     ClientDecodeError,
@@ -44,7 +42,7 @@ from aiogram.exceptions import (
     TelegramUnauthorizedError,
 )
 from aiogram.methods import EditMessageText, SendChatAction, SendDocument, SendMessage
-from aiogram.methods.base import Response, TelegramMethod, TelegramType
+from aiogram.methods.base import TelegramMethod, TelegramType
 from aiogram.types import (
     BotCommand,
     BufferedInputFile,
@@ -85,7 +83,7 @@ from adapters.telegram.preview import (
     PreviewContext,
     delete_message,
 )
-from adapters.telegram.responses import response_type
+from adapters.telegram.session import RedactingSession, scrub
 from adapters.telegram.updates import GetRawUpdates, ParsedUpdate, parse_update
 from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSettings
 from bot.core.clock import Clock
@@ -98,7 +96,6 @@ log = logging.getLogger("personabot.telegram")
 
 SECRET_HEADER: Final = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES: Final = ("message", "edited_message", "stopped_message_generation")
-REDACTED: Final = "[redacted]"
 #: Telegram's limit for a document's caption, in characters.
 CAPTION_LIMIT: Final = 1024
 
@@ -112,79 +109,8 @@ _DRAFTLESS_CHATS: Final = 4096
 _POLL_BACKOFF_START: Final = 1.0
 _POLL_BACKOFF_MAX: Final = 30.0
 _T = TypeVar("_T")
-
-
-def _scrub(text: str, token: str) -> str:
-    """``text`` with the token (plain, URL-quoted, or its secret half) replaced."""
-    secret = token.split(":", 1)[-1]
-    for needle in (token, quote(token, safe=""), secret):
-        if len(needle) >= 8:
-            text = text.replace(needle, REDACTED)
-    return text
-
-
-class _RedactingSession(AiohttpSession):
-    """aiogram's aiohttp session; errors it raises never carry the token in the request URL.
-
-    It also remembers whether Telegram answered the last request (``reachable``) and the
-    last failure that made it unreachable (``problem``, the token scrubbed; ``now`` dates it).
-    """
-
-    reachable = True
-    problem: PlatformProblem | None = None
-    now: Callable[[], float] = staticmethod(time.time)
-
-    def check_response(
-        self,
-        bot: Bot,
-        method: TelegramMethod[TelegramType],
-        status_code: int,
-        content: str,
-    ) -> Response[TelegramType]:
-        """aiogram's reading of an answer, its model class kept alive (responses.py)."""
-        response_type(method.__returning__)
-        return super().check_response(bot, method, status_code, content)
-
-    async def make_request(
-        self,
-        bot: Bot,
-        method: TelegramMethod[TelegramType],
-        timeout: int | None = None,  # noqa: ASYNC109 - aiogram's signature
-    ) -> TelegramType:
-        """Make the request; re-raise failures with the token scrubbed."""
-        try:
-            result = await super().make_request(bot, method, timeout)
-        except TelegramNetworkError as exc:
-            self._unreachable(method, _scrub(exc.message, bot.token))
-            # ``from None``: the chained aiohttp error may quote the URL, token included.
-            raise TelegramNetworkError(method, _scrub(exc.message, bot.token)) from None
-        except TelegramAPIError as exc:  # an answer (from Telegram or a proxy) with an error
-            exc.message = _scrub(exc.message, bot.token)
-            # A server error, or a token Telegram no longer takes (revoked): the bot cannot
-            # work; nor when its polling is refused (409: the token polled by another process
-            # or a webhook still set; review 35b). A refused chat or a flood limit on a send is
-            # about one request, not the connection.
-            self.reachable = True
-            refused = isinstance(exc, TelegramServerError | TelegramUnauthorizedError)
-            if refused or getattr(method, "__api_method__", None) == "getUpdates":
-                self._unreachable(method, f"{type(exc).__name__}: {exc.message}")
-            raise
-        except ClientDecodeError as exc:
-            detail = _scrub(str(exc), bot.token)
-            self._unreachable(method, f"the answer could not be read: {detail}")
-            raise ClientDecodeError("Failed to decode object", ValueError(detail), "") from None
-        except Exception as exc:  # e.g. yarl's ValueError for a malformed api_server URL
-            detail = _scrub(f"{type(exc).__name__}: {exc}", bot.token)
-            self._unreachable(method, detail)
-            raise TelegramNetworkError(method, detail) from None
-        self.reachable = True
-        return result
-
-    def _unreachable(self, method: TelegramMethod[TelegramType], detail: str) -> None:
-        """Not connected, and why (``detail`` is already scrubbed of the token)."""
-        self.reachable = False
-        name = getattr(method, "__api_method__", type(method).__name__)
-        self.problem = PlatformProblem(f"{name} failed: {detail}"[:500], self.now())
+#: The session's old name (tests/adapters/test_telegram_responses.py imports it from here).
+_RedactingSession = RedactingSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +178,7 @@ class TelegramAdapter(StreamingAdapter):
     ) -> None:
         super().__init__(bot_key=bot_key)
         server = PRODUCTION if api_server is None else TelegramAPIServer.from_base(api_server)
-        self._session = _RedactingSession(api=server)
+        self._session = RedactingSession(api=server)
         if clock is not None:
             self._session.now = clock.now
         try:
@@ -838,7 +764,7 @@ class TelegramAdapter(StreamingAdapter):
         return DeliveryRefused(text) if refused else AdapterError(text)
 
     def _redact(self, text: str) -> str:
-        return _scrub(text, self._token)
+        return scrub(text, self._token)
 
     # ---------------------------------------------------------------------- streaming
 
