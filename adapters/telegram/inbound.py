@@ -62,18 +62,14 @@ class InboundRules:
 def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -> Inbound | None:
     """A Telegram message as an Inbound event, or None when the bot must ignore it.
 
-    One pass over the message, top-down: who wrote it, where, what it holds (media and
-    descriptions, then its text or caption), what it quotes, whom it addresses. Each part is
-    read by a leaf reader (adapters/telegram/authors.py, content.py, quotes.py) that never
-    calls back here.
-
+    One pass, top-down: who wrote it, where, what it holds, what it quotes, whom it addresses;
+    each part read by a leaf reader that never calls back (docs/architecture.md#media).
     ``text`` is what the person wrote (text or caption) with short descriptions of file-less
-    content (``[location: ...]``); media are ``Inbound.media``; a reply, quote or forward is
-    ``Inbound.quote``. A forward's own text is "" (what was forwarded is the quote's). Ignored:
-    messages of bots (this one included), service messages, non-text content with
-    ``non_text = "ignore"``, commands addressed to another bot (``/new@OtherBot``), unknown
-    unaddressed commands in groups (they are another bot's), edits that are commands, and live
-    location updates (edits).
+    content (``[location: ...]``); a forward's own text is "" (what was forwarded is the
+    quote's). Ignored: messages of bots (this one included), service messages, non-text
+    content with ``non_text = "ignore"``, commands addressed to another bot
+    (``/new@OtherBot``), unknown unaddressed commands in groups (they are another bot's),
+    edits that are commands, and live location updates (edits).
     """
     # Who: a person, or a chat posting as itself; never a bot.
     author = sender_of(message)
@@ -108,13 +104,8 @@ def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -
         if not private:
             return None
         text = "[an empty message]"  # never a silent drop in a private chat
-    # Whom it addresses: the linked channel's post copied into its discussion group (an
-    # automatic forward) is context, never a turn of its own (with group_trigger = "all" the
-    # bot would answer every channel post; a command or mention in it is the channel's,
-    # addressed to its subscribers).
-    context_only = bool(message.is_automatic_forward)
-    mentions = not (forward or context_only) and _mentions_bot(body, entities, rules.me)
-    replied = not context_only and _replies_to_bot(message, rules.me)
+    # Whom it addresses.
+    mentions, replied = _addressed(message, body, entities, rules.me, forward=forward)
     asked = private or rules.group_trigger == "all" or mentions or replied or bool(command)
     return Inbound(
         conversation=_key(message.chat.id, thread, rules.bot_key),
@@ -123,7 +114,7 @@ def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -
         text=text,
         platform_message_id=str(message.message_id),
         is_private=private,
-        triggers_reply=asked and not context_only,
+        triggers_reply=asked and not message.is_automatic_forward,
         reply_to_bot=replied,
         mentions_bot=mentions,
         kind="edit" if edited else "message",
@@ -202,6 +193,23 @@ def _command(
     rest = match["rest"] or ""
     # The router reads arguments after whitespace: "/weather, Paris" becomes "/weather , Paris".
     return f"/{name}{rest if not rest or rest[0].isspace() else ' ' + rest}"
+
+
+def _addressed(
+    message: Message,
+    body: str,
+    entities: Sequence[MessageEntity],
+    me: BotIdentity,
+    *,
+    forward: bool,
+) -> tuple[bool, bool]:
+    """(it mentions the bot, it replies to the bot). The linked channel's post copied into its
+    discussion group (an automatic forward) addresses no one: it is context, never a turn of
+    its own (with group_trigger = "all" the bot would answer every channel post; a command or
+    mention in it is the channel's, addressed to its subscribers)."""
+    if message.is_automatic_forward:
+        return False, False
+    return not forward and _mentions_bot(body, entities, me), _replies_to_bot(message, me)
 
 
 def _mentions_bot(text: str, entities: Sequence[MessageEntity], me: BotIdentity) -> bool:
