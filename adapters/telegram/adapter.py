@@ -411,17 +411,7 @@ class TelegramAdapter(StreamingAdapter):
                 delay = min(delay * 2, _POLL_BACKOFF_MAX)
                 continue
             before = offset
-            updates: list[Update] = []
-            for raw in raws:
-                parsed = parse_update(raw, self._bot)
-                if parsed.update is not None:
-                    self._repaired(parsed)
-                    updates.append(parsed.update)
-                else:
-                    self._rejected(handler, parsed)
-                if parsed.update_id is not None:
-                    # Sent with the next getUpdates, which waits for the batch to be stored.
-                    offset = max(offset or 0, parsed.update_id + 1)
+            updates, offset = self._parse_batch(raws, offset, handler)
             await self._feed_until_stored(dispatcher, handler, updates)
             if not raws or offset != before:
                 delay = _POLL_BACKOFF_START
@@ -437,6 +427,24 @@ class TelegramAdapter(StreamingAdapter):
             )
             await asyncio.sleep(delay)
             delay = min(delay * 2, _POLL_BACKOFF_MAX)
+
+    def _parse_batch(
+        self, raws: Sequence[object], offset: int | None, handler: InboundHandler
+    ) -> tuple[list[Update], int | None]:
+        """The updates of a ``getUpdates`` answer that could be read (each validated alone),
+        and the offset past every entry with a readable update id (sent with the next
+        ``getUpdates``, which waits for the batch to be stored)."""
+        updates: list[Update] = []
+        for raw in raws:
+            parsed = parse_update(raw, self._bot)
+            if parsed.update is not None:
+                self._repaired(parsed)
+                updates.append(parsed.update)
+            else:
+                self._rejected(handler, parsed)
+            if parsed.update_id is not None:
+                offset = max(offset or 0, parsed.update_id + 1)
+        return updates, offset
 
     async def _feed_until_stored(
         self, dispatcher: Dispatcher, handler: InboundHandler, updates: Sequence[Update]
