@@ -502,18 +502,10 @@ class App:
         policy_for: Callable[[str], MemoryPolicy] | None = None,
     ) -> AsyncIterator[tuple[BaseStore, Memory]]:
         """The store and memory service alone (no queue, no turns): for admin commands."""
-        from bot.core.clock import SystemClock
-        from bot.llm.offline import OfflineLLM
-
-        async with build.build_store(self.settings) as store:
-            memory = build.build_memory(
-                self.settings,
-                store,
-                llm or OfflineLLM(),
-                self.clock or SystemClock(),
-                policy_for=policy_for,
-            )
-            yield store, memory
+        async with build.open_memory(
+            self.settings, llm, self.clock, policy_for=policy_for
+        ) as opened:
+            yield opened
 
     # ------------------------------------------------------------------ internals
 
