@@ -27,6 +27,7 @@ from typing import Any, TypeVar, cast, overload
 from adapters.base import BaseAdapter
 from bot.app import build
 from bot.app.build import PlatformFactory, ProviderFactory, Runtime, Seams, TranscriberFactory
+from bot.app.lifespans import Lifespan, Lifespans
 from bot.config import (
     DEFAULT_TOKEN_VARIABLES,
     BotSettings,
@@ -109,6 +110,8 @@ class App:
         self._loaded: set[tuple[str | None, str]] = set()
         self._prepared = False
         self._exits: contextlib.AsyncExitStack | None = None
+        self._lifespans = Lifespans(_describe)
+        self._label: str | None = None  # the plugin whose setup runs now, as errors name it
 
     @classmethod
     def from_toml(
@@ -208,6 +211,14 @@ class App:
             return function
 
         return register if fn is None else register(fn)
+
+    def lifespan(self, fn: Lifespan) -> Lifespan:
+        """Register a resource of the plugin: ``@app.lifespan`` on an ``async def`` that opens
+        it, ``yield``s once and closes it. Opened when the bots start (after every plugin's
+        setup), closed when they stop, the last opened first (docs/plugins.md#lifespans)."""
+        label = self._label or f"lifespan {getattr(fn, '__qualname__', fn)!r}"
+        self._lifespans.add(label, fn)
+        return fn
 
     def platform(self, name: str, factory: PlatformFactory) -> None:
         """Register a platform: ``factory(entry, persona, secrets)`` makes the adapter of a
@@ -462,6 +473,7 @@ class App:
                 extensions=self.extensions(),
                 seams=seams,
                 transcriber=transcriber,
+                plugins=self._lifespans,
             ) as rt:
                 yield rt
         finally:
@@ -551,7 +563,7 @@ class App:
         entry = next((b for b in self.settings.bots if b.key == self._scope), None)
         if entry is not None:
             options |= entry.plugin_options.get(name, {})
-        self._options = options
+        self._options, self._label = options, label
         try:
             setup(self)
         except ConfigError as exc:
@@ -560,7 +572,7 @@ class App:
             log.debug("setup of plugin %s failed", name, exc_info=True)
             raise ConfigError([f"{label}: setup failed: {_describe(exc)}"]) from None
         finally:
-            self._options = {}
+            self._options, self._label = {}, None
         self._loaded.add(key)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
 from bot.app.build.background import Background, start_work
@@ -88,25 +89,30 @@ async def runtime(
     extensions: Extensions = Extensions(),  # noqa: B008 - frozen, never mutated
     seams: Seams = Seams(),
     transcriber: Transcriber | None = None,
+    plugins: AbstractAsyncContextManager[object] = contextlib.nullcontext(),  # noqa: B008
 ) -> AsyncIterator[Runtime]:
     """Open the store, wire queue, pipeline and router, run the scheduler; stop on exit.
 
     The one place the runtime is assembled: ``personabot run`` and ``chat`` (through
     ``App``), the admin commands (``open_memory``) and the tests' harness all come here. A
     ``store`` passed in is opened (if it is not) but closed by its owner, not here; so is the
-    ``transcriber`` of voice notes (None: voice notes are not transcribed).
+    ``transcriber`` of voice notes (None: voice notes are not transcribed). ``plugins``: the
+    plugins' lifespans (bot/app/lifespans.py), started before the store opens and stopped
+    after it closed.
 
     Everything opened is registered on ``exits`` as it is opened, so a failed start (a locked
     database, a port in use) closes exactly what it opened and never leaves the process
     hanging. Exits run last-pushed first: on a normal exit the agenda and the scheduler stop
     (running turns get the grace period), the loops are cancelled, the health server, the
-    exports, the agenda's runner, the pipeline and memory close, the store last but the model.
+    exports, the agenda's runner, the pipeline and memory close, then the store, the plugins'
+    lifespans and the model.
     """
     clock = clock or SystemClock()
     bots = hosted(settings, adapters, seams.admins)
     metrics = build_metrics(settings, bots)
     async with contextlib.AsyncExitStack() as exits:
         exits.push_async_callback(llm.aclose)
+        await exits.enter_async_context(plugins)
         opened = await open_store(settings, store, exits)
         holder = seams.holder or f"worker-{uuid.uuid4().hex[:12]}"
         turn_clock = seams.turn_clock or clock
