@@ -473,7 +473,7 @@ class App:
                 extensions=self.extensions(),
                 seams=seams,
                 transcriber=transcriber,
-                plugins=self._lifespans,
+                plugins=self._lifespans.running(),
             ) as rt:
                 yield rt
         finally:

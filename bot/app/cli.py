@@ -7,9 +7,9 @@ import asyncio
 import importlib.metadata
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from bot.app import persona_commands
 from bot.app.logs import open_log_file, redact_text, setup_logging
@@ -187,62 +187,49 @@ def _early_signals() -> EarlySignals:
 
 def _command(app: App, args: argparse.Namespace, log_path: str | None) -> int:
     """Run ``chat`` or an admin command on the App."""
+    return asyncio.run(_coroutine(app, args, log_path))
+
+
+def _coroutine(
+    app: App, args: argparse.Namespace, log_path: str | None
+) -> Coroutine[Any, Any, int]:
+    """What ``chat`` or an admin command runs (their modules imported only when used)."""
+    out = sys.stdout
     if args.command == "chat":
         from bot.app.chat import run_chat
 
-        return asyncio.run(
-            run_chat(
-                app,
-                persona_id=args.persona,
-                stdin=sys.stdin,
-                stdout=sys.stdout,
-                interactive=sys.stdin.isatty(),
-                log_path=log_path,
-            )
+        stdin, persona = sys.stdin, args.persona
+        return run_chat(
+            app,
+            persona_id=persona,
+            stdin=stdin,
+            stdout=out,
+            interactive=stdin.isatty(),
+            log_path=log_path,
         )
+    from bot.app import admin
+
     if args.command == "web":
-        from bot.app.admin import serve_console
-
-        return asyncio.run(
-            serve_console(app, args.listen or app.settings.web.listen or "127.0.0.1:8080")
-        )
+        return admin.serve_console(app, args.listen or app.settings.web.listen or "127.0.0.1:8080")
     if args.command == "prompt":
-        from bot.app.admin import show_prompt
-
-        return asyncio.run(
-            show_prompt(
-                app,
-                sys.stdout,
-                platform=args.platform,
-                chat=args.chat,
-                thread=args.thread,
-                bot=args.bot,
-                message=args.message,
-            )
+        chat, thread, bot = args.chat, args.thread, args.bot
+        return admin.show_prompt(
+            app,
+            out,
+            platform=args.platform,
+            chat=chat,
+            thread=thread,
+            bot=bot,
+            message=args.message,
         )
     if args.command == "memory":
-        from bot.app.admin import user_memory
-
-        return asyncio.run(
-            user_memory(
-                app,
-                sys.stdout,
-                action=args.memory_command,
-                platform=args.platform,
-                user=args.user,
-            )
-        )
+        action, platform = args.memory_command, args.platform
+        return admin.user_memory(app, out, action=action, platform=platform, user=args.user)
     if args.command == "db":
-        from bot.app.admin import db_command
-
-        return asyncio.run(db_command(app, sys.stdout, args.db_command, args))
-    from bot.app.admin import retention_audit, retention_run
-
+        return admin.db_command(app, out, args.db_command, args)
     if args.retention_command == "run":
-        return asyncio.run(retention_run(app, sys.stdout, dry_run=args.dry_run))
-    return asyncio.run(
-        retention_audit(app, sys.stdout, days=args.days, mode=args.mode, as_json=args.json)
-    )
+        return admin.retention_run(app, out, dry_run=args.dry_run)
+    return admin.retention_audit(app, out, days=args.days, mode=args.mode, as_json=args.json)
 
 
 #: Commands whose output is the terminal's whole point: their logs start at WARNING.

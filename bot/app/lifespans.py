@@ -23,10 +23,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 from bot.core.errors import ConfigError, PluginError
@@ -68,30 +67,20 @@ class Lifespans:
             )
         self._registered.append(_Registered(label, made))
 
-    def __len__(self) -> int:
-        return len(self._registered)
-
-    async def __aenter__(self) -> None:
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Start every lifespan (at the first of nested entries), stop them at the exit."""
         self._users += 1
-        if self._users > 1:
-            return  # a runtime inside another: started already
         try:
-            for each in self._registered:
-                await self._start(each)
-        except BaseException:
+            if self._users == 1:
+                for each in self._registered:
+                    await self._start(each)
+            yield
+        finally:
+            # Also after a failed start: what started before it stops again.
             self._users -= 1
-            await self._stop_all()
-            raise
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._users -= 1
-        if self._users == 0:
-            await self._stop_all()
+            if self._users == 0:
+                await self._stop_all()
 
     async def _start(self, each: _Registered) -> None:
         try:

@@ -70,15 +70,17 @@ def build_commands(
 def build_router(
     parts: Parts,
     ingestor: Ingestor,
-    commands: Commands,
     memory: Memory,
+    exports: Exports,
     pipeline: Pipeline,
-    extensions: Extensions,
+    plugged: tuple[Extensions, Agenda | None],
 ) -> Router:
-    """Each inbound event: access check, middleware, commands at once, the rest ingested."""
+    """Each inbound event: access check, middleware, commands at once, the rest ingested.
+    ``plugged``: the plugins' extensions and the agenda, whose commands join the built-in."""
+    extensions, agenda = plugged
     return Router(
         ingestor=ingestor,
-        commands=commands,
+        commands=build_commands(parts, memory, exports, extensions, agenda),
         outlets=parts.hosted.outlets,
         store=parts.store,
         clock=parts.clock,

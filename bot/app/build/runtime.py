@@ -12,8 +12,8 @@ from bot.app.build.background import Background, start_work
 from bot.app.build.parts import Parts
 from bot.app.build.policies import hosted
 from bot.app.build.readiness import open_health
-from bot.app.build.routing import build_commands, build_exports, build_router
-from bot.app.build.services import build_media, build_memory, build_metrics, build_spending
+from bot.app.build.routing import build_exports, build_router
+from bot.app.build.services import build_metrics, build_services
 from bot.app.build.stores import open_store
 from bot.app.build.turns import build_agenda, build_pipeline, build_queue
 from bot.app.health import HealthServer
@@ -94,18 +94,15 @@ async def runtime(
     """Open the store, wire queue, pipeline and router, run the scheduler; stop on exit.
 
     The one place the runtime is assembled: ``personabot run`` and ``chat`` (through
-    ``App``), the admin commands (``open_memory``) and the tests' harness all come here. A
-    ``store`` passed in is opened (if it is not) but closed by its owner, not here; so is the
-    ``transcriber`` of voice notes (None: voice notes are not transcribed). ``plugins``: the
-    plugins' lifespans (bot/app/lifespans.py), started before the store opens and stopped
-    after it closed.
+    ``App``) and the tests' harness come here. A ``store`` passed in is opened (if it is not)
+    but closed by its owner, not here; so is the ``transcriber`` of voice notes (None: voice
+    notes are not transcribed). ``plugins``: the plugins' lifespans (bot/app/lifespans.py).
 
     Everything opened is registered on ``exits`` as it is opened, so a failed start (a locked
     database, a port in use) closes exactly what it opened and never leaves the process
-    hanging. Exits run last-pushed first: on a normal exit the agenda and the scheduler stop
-    (running turns get the grace period), the loops are cancelled, the health server, the
-    exports, the agenda's runner, the pipeline and memory close, then the store, the plugins'
-    lifespans and the model.
+    hanging. Exits run last-pushed first: the agenda and the scheduler stop (running turns
+    get the grace period), the loops are cancelled, then the health server, the exports, the
+    agenda's runner, the pipeline, memory, the store, the plugins' lifespans, the model close.
     """
     clock = clock or SystemClock()
     bots = hosted(settings, adapters, seams.admins)
@@ -117,19 +114,7 @@ async def runtime(
         holder = seams.holder or f"worker-{uuid.uuid4().hex[:12]}"
         turn_clock = seams.turn_clock or clock
         parts = Parts(settings, bots, opened, llm, clock, turn_clock, metrics, holder)
-        spending = build_spending(settings, opened, turn_clock, bots, metrics)
-        media = build_media(
-            settings, opened, turn_clock, bots.outlets, transcriber=transcriber, metrics=metrics
-        )
-        memory = build_memory(
-            settings,
-            opened,
-            seams.memory_llm or llm,
-            turn_clock,
-            policy_for=lambda bot: bots.profile_of(bot).memory,
-            account=spending.accounting,
-            media=media,
-        )
+        spending, memory = build_services(parts, seams.memory_llm or llm, transcriber)
         exits.push_async_callback(memory.aclose)
         agenda, extensions = build_agenda(parts, memory, spending, extensions)
         pipeline = build_pipeline(parts, memory, spending, extensions, agenda)
@@ -140,22 +125,16 @@ async def runtime(
         scheduler, ingestor = build_queue(parts, pipeline)
         exports = build_exports(parts, memory, seams.holder)
         # Exports still on the wire get the shutdown grace, at most 5 seconds.
-        grace = min(5.0, settings.queue.shutdown_grace_seconds)
-        exits.push_async_callback(exports.aclose, grace)
-        commands = build_commands(parts, memory, exports, extensions, agenda)
-        router = build_router(parts, ingestor, commands, memory, pipeline, extensions)
+        exits.push_async_callback(exports.aclose, min(5.0, settings.queue.shutdown_grace_seconds))
+        router = build_router(parts, ingestor, memory, exports, pipeline, (extensions, agenda))
         if seams.background:
             await pipeline.recover_outbox(older_than=clock.now())
         health = await open_health(parts, exits) if seams.health else None
         background = Background()
         exits.push_async_callback(background.aclose)
+        work = (scheduler, agenda)
         start_work(
-            background,
-            parts,
-            memory,
-            (scheduler, agenda),
-            sweeps=seams.background,
-            retention=with_retention,
+            background, parts, memory, work, sweeps=seams.background, retention=with_retention
         )
         yield Runtime(
             store=opened,

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from bot.app.build import stores
+from bot.app.build.parts import Parts
 from bot.app.build.policies import Hosted, limit_policy, memory_policy, prices, retention_policy
 from bot.config import Settings
 from bot.core.clock import Clock, SystemClock
@@ -123,6 +124,33 @@ async def open_memory(
             settings, store, llm or OfflineLLM(), clock or SystemClock(), policy_for=policy_for
         )
         yield store, memory
+
+
+def build_services(
+    parts: Parts, memory_llm: BaseLLM, transcriber: Transcriber | None
+) -> tuple[Spending, Memory]:
+    """The limits and accounting, and memory (with the turns' media) on the turn clock, each
+    bot by its own profile's policy; ``memory_llm`` writes summaries and memory."""
+    clock, hosted = parts.turn_clock, parts.hosted
+    spending = build_spending(parts.settings, parts.store, clock, hosted, parts.metrics)
+    media = build_media(
+        parts.settings,
+        parts.store,
+        clock,
+        hosted.outlets,
+        transcriber=transcriber,
+        metrics=parts.metrics,
+    )
+    memory = build_memory(
+        parts.settings,
+        parts.store,
+        memory_llm,
+        clock,
+        policy_for=lambda bot: hosted.profile_of(bot).memory,
+        account=spending.accounting,
+        media=media,
+    )
+    return spending, memory
 
 
 def build_retention(
