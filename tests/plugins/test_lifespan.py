@@ -202,3 +202,25 @@ def test_a_lifespan_must_yield() -> None:
 
     with pytest.raises(ConfigError, match="must be an async generator function that yields"):
         app.lifespan(opens_only)
+
+
+async def test_the_example_journal_holds_every_reply_when_the_chat_ends(tmp_path: Path) -> None:
+    """examples/personabot_extras/journal.py: a file opened with the bots, a line per reply,
+    complete once the process stopped."""
+    journal = tmp_path / "replies.jsonl"
+    top = (
+        'plugins = ["personabot_extras.journal"]\n\n'
+        f'[plugin_options."personabot_extras.journal"]\npath = "{journal}"\n'
+    )
+    config = _config(tmp_path, "", top=top)
+    code, out, err = await _cli(
+        ["chat", "--config", str(config)], tmp_path, _env(), "hello\nhow are you?\n"
+    )
+    assert code == 0, err
+    lines = [json.loads(line) for line in journal.read_text(encoding="utf-8").splitlines()]
+    assert [line["reply"].splitlines()[0] for line in lines] == [
+        "[offline model] You said: hello",
+        "[offline model] You said: how are you?",
+    ]
+    assert "Mira: [offline model] You said: how are you?" in out
+    assert {line["persona"] for line in lines} == {"mira"}
