@@ -7,7 +7,8 @@
     await app.run()
 
 Plugins register on the App (``setup(app)``): commands, middleware, turn hooks, tools,
-platforms and model providers. The wiring itself is ``bot.app.build.runtime``.
+platforms and model providers, and lifespans for their own resources (bot/app/lifespans.py).
+The wiring itself is ``bot.app.build.runtime``.
 """
 
 from __future__ import annotations
@@ -447,8 +448,9 @@ class App:
         seams: Seams = Seams(),  # noqa: B008 - frozen, never mutated
     ) -> AsyncIterator[Runtime]:
         """Start the runtime (store, queue, pipeline, router) for ``bots`` (key -> persona and
-        outlet; default: an adapter for each ``[[bots]]`` entry, not yet receiving). The
-        caller runs the adapters; on exit running turns finish and everything closes."""
+        outlet; default: an adapter for each ``[[bots]]`` entry, not yet receiving), with the
+        plugins' lifespans. The caller runs the adapters; on exit running turns finish and
+        everything closes, the lifespans after the store."""
         self.prepare()
         made: list[BaseAdapter] = []
         made_closers: list[Callable[[], Awaitable[object]]] = []
