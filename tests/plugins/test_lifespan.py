@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -127,6 +128,26 @@ async def test_a_later_plugins_failed_setup_opens_nothing(tmp_path: Path) -> Non
     assert code == 2, (out, err)
     assert "plugins[1] 'pool_b': setup failed: KeyError: 'x'" in err
     assert _events(events) == []
+
+
+async def test_a_failed_start_after_the_plugins_started_closes_their_resources(
+    tmp_path: Path,
+) -> None:
+    """The plugins started, then the runtime could not (its health port is taken): the
+    process stops with that error and the plugins' resources are closed again."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        body = f'\n[observability]\nlisten = "127.0.0.1:{port}"\n'
+        config, events, env = _setup(
+            tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b")}, body
+        )
+        code, out, err = await _cli(["chat", "--config", str(config)], tmp_path, env, "hello\n")
+    assert code == 1, (out, err)
+    assert f"observability.listen: cannot listen on 127.0.0.1:{port}" in err
+    assert "Traceback" not in err
+    assert _events(events) == ["pool_a open", "pool_b open", "pool_b close", "pool_a close"]
 
 
 async def test_every_resource_closes_even_when_a_later_ones_close_raises(tmp_path: Path) -> None:
