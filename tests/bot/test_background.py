@@ -6,19 +6,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
 from adapters.base import BaseAdapter
 from bot.app import App
-from bot.app.build import Background
+from bot.app.build import Background, stores
+from bot.app.chat import EXIT_UNANSWERED, run_chat
 from bot.config import BotSettings, PersonaSettings, Secrets, Settings
+from bot.core.errors import StoreError
 from bot.core.events import ConversationKey, Reply
 from bot.core.ports import InboundHandler
 from bot.llm.offline import OfflineLLM
+from bot.store.sqlite import SQLiteStore
 
 
 async def test_tasks_stop_last_started_first_and_a_stoppable_one_finishes_its_work() -> None:
@@ -109,3 +114,38 @@ async def test_run_stops_with_exit_code_1_when_a_bots_task_fails(
     assert code == 1
     assert "bot flaky-companion stopped: the platform closed the connection" in caplog.messages
     assert "stopped (exit 1)" in caplog.messages
+
+
+class _NoAnnouncements(SQLiteStore):
+    """A store whose announcements of armed timers break at once (as a lost connection)."""
+
+    async def listen_timers(self, on_timer: Callable[[str | None, float | None], None]) -> None:
+        raise StoreError("the listening connection is gone")
+
+
+async def test_chat_stops_with_exit_code_1_when_a_runtime_task_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The chat does not sit waiting for replies its runtime can no longer give."""
+    path = tmp_path / "db.sqlite3"
+    settings = Settings.model_validate(
+        {"storage": {"url": f"sqlite:///{path}"}, "llm": {"provider": "offline"}}
+    )
+    monkeypatch.setattr(stores, "build_store", lambda _: _NoAnnouncements(path=path))
+    read, write = os.pipe()  # input that never ends by itself
+    stdin = os.fdopen(read, encoding="utf-8")
+    try:
+        with caplog.at_level(logging.ERROR):
+            async with asyncio.timeout(20):
+                code = await run_chat(
+                    App(settings, Secrets({})),
+                    persona_id=None,
+                    stdin=stdin,
+                    stdout=io.StringIO(),
+                    interactive=False,
+                )
+    finally:
+        os.close(write)  # the reading thread sees the end of input and lets go of stdin
+        stdin.close()
+    assert code == EXIT_UNANSWERED
+    assert "wake-ups stopped: the listening connection is gone" in caplog.messages
