@@ -4,8 +4,8 @@ Every task a runtime starts (the schedulers, the wake-ups, the memory sweeper, t
 worker, and in ``personabot run`` the bots' receivers and the loop watch) is started through
 its ``Background``, which keeps a reference to each (never fire-and-forget), records the
 first failure and stops them all, the last started first, waiting for each. A task that
-fails is logged once and sets ``failed``: ``personabot run`` then stops (exit code 1) instead
-of serving on with, say, no scheduler.
+fails is logged once and sets ``failed``: ``personabot run`` and ``chat`` then stop (exit code
+1) instead of serving on with, say, no scheduler.
 """
 
 from __future__ import annotations
