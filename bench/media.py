@@ -24,7 +24,7 @@ prompt, and how much latency fetching and downscaling them adds to a turn.
    images' own share of the cost can be read off. Requests are priced with bench/memory.py's
    prompt-cache model (write 1.25x, read 0.1x, 5-minute TTL, 1,024-token minimum) extended to
    image blocks: an image's tokens are ``memory.tokens.image_tokens`` of its size, its content
-   is the hash of its bytes. Dollars use the Sonnet input price of bot/config.py.
+   is the hash of its bytes. Dollars use the Sonnet input price of bot/config/llm.py.
 
 2. **Latency.** N turns (200; ``--quick`` 40) in each of three conversations, interleaved turn
    by turn: text only, one 1280x960 photo (~200 KB) per turn, one 4032x3024 image (~3 MB, sent

@@ -44,6 +44,7 @@ from bot.store.base import BaseStore
 from memory.assemble import Budget, PersonaPin
 from memory.service import Memory, MemoryPolicy
 from tests.fakes.outlet import RecordingOutlet
+from tests.store.helpers import in_flight
 
 BOT = "default"
 # Platform message ids unique across every harness of a test run (a reused id is a
@@ -122,7 +123,7 @@ async def settle(*stores: BaseStore, quiet_polls: int = 4) -> None:
     deadline = asyncio.get_running_loop().time() + 5.0
     while quiet < quiet_polls and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.001)
-        quiet = quiet + 1 if all(s.in_flight == 0 for s in stores) else 0
+        quiet = quiet + 1 if all(in_flight(s) == 0 for s in stores) else 0
 
 
 def harness_settings(

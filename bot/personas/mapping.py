@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from bot.core.errors import CardError
 
-# The config's bounds on a lorebook (bot/config.py LorebookSettings).
+# The config's bounds on a lorebook (bot/config/personas.py LorebookSettings).
 _SCAN_DEPTH: Final = (1, 200)
 _TOKEN_BUDGET: Final = (1, 100_000)
 

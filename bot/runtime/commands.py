@@ -14,7 +14,7 @@ from bot.core.events import ConversationKey, Inbound, SessionInfo, UserKey, is_p
 from bot.core.tasks import within
 from bot.runtime.exports import Exports
 from bot.runtime.extensions import Command, CommandSpec, Extensions, Handler
-from bot.store.base import BaseStore
+from bot.store.contracts import SessionStore
 from memory.service import Memory
 
 log = logging.getLogger("personabot.commands")
@@ -94,7 +94,7 @@ class Commands:
     def __init__(
         self,
         *,
-        store: BaseStore,
+        store: SessionStore,
         clock: Clock,
         greeting: Callable[[SessionInfo, Inbound], str],
         memory: Memory | None = None,

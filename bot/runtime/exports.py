@@ -31,7 +31,7 @@ from bot.core.errors import AdapterError
 from bot.core.events import Attachment, ConversationKey, Inbound, Lease, UserKey
 from bot.core.ports import Outlet
 from bot.runtime.delivery import Delivery
-from bot.store.base import BaseStore
+from bot.store.contracts import LeaseStore
 
 log = logging.getLogger("personabot.exports")
 
@@ -61,18 +61,18 @@ class Exports:
     def __init__(
         self,
         *,
-        store: BaseStore,
+        store: LeaseStore,
         clock: Clock,
         outlet_for: Callable[[str], Outlet | None],
         build: Builder,
         policy: ExportPolicy | None = None,
         holder: str | None = None,
-        delivery: Delivery | None = None,
+        delivery: Delivery,
     ) -> None:
         self._store = store
         self._clock = clock
         self._outlet_for = outlet_for
-        self._delivery = delivery or Delivery(store=store, clock=clock, outlet_for=outlet_for)
+        self._delivery = delivery
         self._build = build
         self._policy = policy or ExportPolicy()
         self._holder = holder or f"export-{uuid.uuid4().hex[:12]}"

@@ -7,14 +7,20 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from bot.core.clock import Clock
 from bot.core.events import Turn, UserKey
-from bot.store.base import BaseStore
+from bot.store.contracts import LeaseStore, UsageStore
 
 log = logging.getLogger("personabot.limits")
 
 DAY = 86400.0
+
+
+class LimitsStore(UsageStore, LeaseStore, Protocol):
+    """What the limits read and write: turn reservations and usage, and the lease that sends
+    one notice per limit period."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +81,7 @@ class Limits:
     def __init__(
         self,
         *,
-        store: BaseStore,
+        store: LimitsStore,
         clock: Clock,
         policy: LimitPolicy,
         is_admin: Callable[[str, str], bool],

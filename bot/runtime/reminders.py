@@ -20,7 +20,7 @@ from bot.core.events import Inbound, UserKey, is_person
 from bot.runtime.extensions import Command, Extensions, TurnContext
 from bot.runtime.initiatives import REMIND_TOOL, Proactive
 from bot.runtime.tools import Effect, Tool, ToolError
-from bot.store.base import BaseStore
+from bot.store.contracts import AgendaStore
 
 log = logging.getLogger("personabot.reminders")
 
@@ -139,7 +139,7 @@ _MAX_ID_DIGITS: Final = 18
 class AgendaCommands:
     """``/reminders``, ``/timezone``, ``/checkins``."""
 
-    def __init__(self, *, store: BaseStore, clock: Clock, proactive: Proactive) -> None:
+    def __init__(self, *, store: AgendaStore, clock: Clock, proactive: Proactive) -> None:
         self._store = store
         self._clock = clock
         self._proactive = proactive

@@ -10,6 +10,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
+from typing import Protocol
 
 from bot.core.clock import Clock
 from bot.core.errors import SelfCancelled
@@ -23,7 +24,7 @@ from bot.runtime.commands import Commands, parse_command
 from bot.runtime.delivery import Delivery, Kind
 from bot.runtime.extensions import Command, Extensions, Middleware
 from bot.runtime.streaming import StopSignals
-from bot.store.base import BaseStore
+from bot.store.contracts import LeaseStore, OutboxStore
 from memory.service import Memory
 
 log = logging.getLogger("personabot.router")
@@ -32,6 +33,11 @@ DAY = 86400.0
 # NUL (PostgreSQL text cannot hold it) and lone surrogates (no encoding can): a store refuses
 # them every time, and an update that is never stored blocks every later one behind it.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+class RouterStore(OutboxStore, LeaseStore, Protocol):
+    """What the router asks the store itself: whether a command was answered already (and
+    that it ran), and the lease that tells a denied chat once a day."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -59,12 +65,12 @@ class Router:
         ingestor: Ingestor,
         commands: Commands,
         outlets: Mapping[str, Outlet],
-        store: BaseStore,
+        store: RouterStore,
         clock: Clock,
         access: Mapping[str, AccessPolicy] | None = None,
         memory: Memory | None = None,
         metrics: Metrics | None = None,
-        delivery: Delivery | None = None,
+        delivery: Delivery,
         extensions: Extensions = Extensions(),  # noqa: B008 - frozen, never mutated
         middleware_timeout: float = 10.0,
         stops: StopSignals | None = None,
@@ -74,9 +80,7 @@ class Router:
         self._commands = commands
         self._outlets = dict(outlets)
         # Every answer goes out as an outbox row, like replies (docs/architecture.md#delivery).
-        self._delivery = delivery or Delivery(
-            store=store, clock=clock, outlet_for=self._outlets.get
-        )
+        self._delivery = delivery
         self._store = store
         self._clock = clock
         self._access = dict(access or {})

@@ -8,13 +8,13 @@ from collections.abc import Mapping
 from bot.core.clock import Clock
 from bot.core.llm import Usage
 from bot.metrics import Price
-from bot.store.base import BaseStore
+from bot.store.contracts import UsageReads
 
 DAY = 86400.0
 
 
 async def usage_report(
-    store: BaseStore, clock: Clock, prices: Mapping[str, Price], bot: str
+    store: UsageReads, clock: Clock, prices: Mapping[str, Price], bot: str
 ) -> str:
     """A short text report of today's (UTC) usage of one bot."""
     now = clock.now()

@@ -1,10 +1,16 @@
-"""BaseStore: every store contract at once, what the backends implement (bot/store/contracts.py)."""
+"""BaseStore: every store contract at once, what the backends implement and only the
+composition root (bot/app/build.py, bot/app/app.py) hands around whole.
+
+The runtime's contracts are in bot/store/contracts.py, the console's in bot/store/console.py;
+a component takes the ones it uses, not this union (import-linter holds the components
+already narrowed to it; docs/architecture.md#map).
+"""
 
 from __future__ import annotations
 
+from bot.store.console import ConsoleStore
 from bot.store.contracts import (
     AgendaStore,
-    ConsoleStore,
     LeaseStore,
     MediaStore,
     MemoryStore,
@@ -40,7 +46,6 @@ class BaseStore(
 __all__ = [
     "AgendaStore",
     "BaseStore",
-    "ConsoleStore",
     "LeaseStore",
     "MediaStore",
     "MemoryStore",

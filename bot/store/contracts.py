@@ -1,9 +1,16 @@
-"""The store contracts, split by consumer; a backend implements all of them (BaseStore).
+"""The store contracts the runtime uses, split by consumer; the backends implement all of them
+(``BaseStore`` in bot/store/base.py, the composition root's view).
+
+Written once, here: each is a ``Protocol`` whose methods are abstract, so a backend that
+inherits them (``BaseStore``) must implement every one and restates no docstring, and a
+consumer that needs two of them declares the pair next to itself
+(``class _Store(UsageStore, LeaseStore, Protocol)``) without the store naming it.
+A consumer annotates the narrowest contract it uses (``Exports`` takes a LeaseStore);
+the operator console's own reads are in bot/store/console.py, which only ``bot/app`` imports.
 
 Every method that writes is one transaction. Methods that the coalescing queue relies on
 (``ingest``, ``acquire_lease``, ``finish_turn``) are atomic across processes, not just
 coroutines: docs/architecture.md#queue must hold with several processes on one database.
-A consumer annotates the narrowest contract it uses (e.g. ``Delivery`` takes an OutboxStore).
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Final, Self
+from typing import Final, Protocol, Self
 
 from bot.core.agenda import (
     AgendaKind,
@@ -21,15 +28,6 @@ from bot.core.agenda import (
     NewReminder,
     Reminder,
     ReminderStatus,
-)
-from bot.core.console import (
-    AuditEntry,
-    ConsoleEvent,
-    ConversationRow,
-    PersonUsage,
-    PersonView,
-    QueueView,
-    UsageBucket,
 )
 from bot.core.events import (
     Claims,
@@ -47,27 +45,25 @@ from bot.core.events import (
     QueueBacklog,
     QueuePolicy,
     Reservation,
-    RetentionEntry,
     SessionInfo,
     SessionKey,
     SessionPolicy,
     StoredMessage,
     StoredSummary,
-    Tombstone,
     Turn,
     UsageStats,
     UserData,
     UserKey,
 )
 from bot.core.llm import Usage
-from bot.core.media import MediaStatus, StoredMedia
+from bot.core.media import MediaStatus
 
 #: The most bytes ``save_media`` caches for one media row (a prepared image is far smaller:
 #: bot/runtime/images.py keeps it under the Messages API's 5 MB per image).
 MAX_MEDIA_BYTES: Final = 20 * 1024 * 1024
 
 
-class StoreLifecycle(abc.ABC):
+class StoreLifecycle(Protocol):
     """Opening and closing a store (every consumer's store has these)."""
 
     async def __aenter__(self) -> Self:
@@ -82,11 +78,6 @@ class StoreLifecycle(abc.ABC):
     ) -> None:
         await self.aclose()
 
-    @property
-    @abc.abstractmethod
-    def in_flight(self) -> int:
-        """Store operations running or queued in this process right now."""
-
     @abc.abstractmethod
     async def open(self) -> None:
         """Connect and apply pending schema migrations."""
@@ -100,7 +91,15 @@ class StoreLifecycle(abc.ABC):
         """The applied schema version."""
 
 
-class SessionStore(abc.ABC):
+class SessionReads(Protocol):
+    """A conversation's open session, read (the console, ``personabot prompt``, commands)."""
+
+    @abc.abstractmethod
+    async def current_session(self, conversation: ConversationKey) -> SessionInfo | None:
+        """The open session, or None (no conversation, or its last session was closed)."""
+
+
+class SessionStore(SessionReads, Protocol):
     """Sessions of a conversation and their session-scoped values (docs/architecture.md#keys)."""
 
     @abc.abstractmethod
@@ -108,10 +107,6 @@ class SessionStore(abc.ABC):
         self, conversation: ConversationKey, now: float, policy: SessionPolicy | None = None
     ) -> SessionInfo:
         """The conversation's open session; opens the next one if none is open or it expired."""
-
-    @abc.abstractmethod
-    async def current_session(self, conversation: ConversationKey) -> SessionInfo | None:
-        """The open session, or None (no conversation, or its last session was closed)."""
 
     @abc.abstractmethod
     async def new_session(
@@ -127,22 +122,6 @@ class SessionStore(abc.ABC):
         it the same way."""
 
     @abc.abstractmethod
-    async def close_session(
-        self, conversation: ConversationKey, now: float, reason: str = "closed"
-    ) -> SessionInfo | None:
-        """Close the open session; return it, or None if none was open. Deletes nothing."""
-
-    @abc.abstractmethod
-    async def get_session(self, session: SessionKey) -> SessionInfo | None:
-        """A session by key, open or closed."""
-
-    @abc.abstractmethod
-    async def list_sessions(
-        self, conversation: ConversationKey, limit: int | None = None
-    ) -> list[SessionInfo]:
-        """Sessions of a conversation, oldest first: all, or the newest ``limit``."""
-
-    @abc.abstractmethod
     async def get_state(self, session: SessionKey, name: str) -> str | NotSet:
         """A session-scoped value, or NOT_SET."""
 
@@ -155,7 +134,34 @@ class SessionStore(abc.ABC):
         """Delete one value (or all of the session's, with None); return how many."""
 
 
-class MessageStore(abc.ABC):
+class TranscriptReads(Protocol):
+    """A session's stored messages, read (the prompt, the console, exports)."""
+
+    @abc.abstractmethod
+    async def history(
+        self,
+        session: SessionKey,
+        limit: int,
+        *,
+        after_turn: int = 0,
+        oldest_first: bool = False,
+    ) -> list[StoredMessage]:
+        """Answered or context messages of a session with ``turn > after_turn``.
+
+        The newest ``limit`` of them (or the oldest, with ``oldest_first``), in turn order.
+        Pending messages are not history: they are the next turn. Messages closed out because
+        the model rejected them are not history either: they are never submitted again.
+        """
+
+    @abc.abstractmethod
+    async def messages(
+        self, session: SessionKey, *, before_turn: int | None = None, limit: int | None = None
+    ) -> list[StoredMessage]:
+        """Stored messages of a session in turn order: every one, or the newest ``limit``
+        before ``before_turn`` (a page of the console's transcript)."""
+
+
+class MessageStore(TranscriptReads, Protocol):
     """Messages as they arrive, change and are read back (ingest is the queue's entry)."""
 
     @abc.abstractmethod
@@ -239,22 +245,6 @@ class MessageStore(abc.ABC):
         """The conversation's version counter (0 if it does not exist)."""
 
     @abc.abstractmethod
-    async def history(
-        self,
-        session: SessionKey,
-        limit: int,
-        *,
-        after_turn: int = 0,
-        oldest_first: bool = False,
-    ) -> list[StoredMessage]:
-        """Answered or context messages of a session with ``turn > after_turn``.
-
-        The newest ``limit`` of them (or the oldest, with ``oldest_first``), in turn order.
-        Pending messages are not history: they are the next turn. Messages closed out because
-        the model rejected them are not history either: they are never submitted again.
-        """
-
-    @abc.abstractmethod
     async def count_history(self, session: SessionKey, *, after_turn: int = 0) -> int:
         """How many history messages have ``turn > after_turn``."""
 
@@ -263,15 +253,8 @@ class MessageStore(abc.ABC):
         """How many history messages lie after the session's summary (all of them when it
         has none): what the summary check after a reply asks, in one read."""
 
-    @abc.abstractmethod
-    async def messages(
-        self, session: SessionKey, *, before_turn: int | None = None, limit: int | None = None
-    ) -> list[StoredMessage]:
-        """Stored messages of a session in turn order: every one, or the newest ``limit``
-        before ``before_turn`` (a page of the console's transcript)."""
 
-
-class MediaStore(abc.ABC):
+class MediaStore(Protocol):
     """Media of stored messages: what the turn made of them and their cached bytes
     (bot/core/media.py). Ingest writes the rows with their message (status ``new``); they
     are deleted with it (retention, /forget, a platform deletion)."""
@@ -301,14 +284,9 @@ class MediaStore(abc.ABC):
     async def media_data(self, ids: Sequence[int]) -> dict[int, bytes]:
         """The cached bytes of those media rows (by media id) that have some."""
 
-    @abc.abstractmethod
-    async def media_of(self, message_ids: Sequence[int]) -> dict[int, tuple[StoredMedia, ...]]:
-        """The media of these messages by message id, each in order (without bytes);
-        messages without media are not in it."""
 
-
-class QueueStore(abc.ABC):
-    """The coalescing queue: pending turns, timers, the final check (docs/architecture.md#queue)."""
+class PendingReads(Protocol):
+    """The turn waiting for a reply, read (the pipeline, the console, ``personabot prompt``)."""
 
     @abc.abstractmethod
     async def pending_turn(
@@ -320,10 +298,9 @@ class QueueStore(abc.ABC):
         ``Turn.version`` is the conversation version read in the same transaction (v0).
         """
 
-    @abc.abstractmethod
-    async def pending_count(self, conversation: ConversationKey) -> int:
-        """How many messages of the conversation wait for an answer (every session): what a
-        console or ``personabot prompt`` says beside the one bounded turn it shows."""
+
+class QueueStore(PendingReads, Protocol):
+    """The coalescing queue: pending turns, timers, the final check (docs/architecture.md#queue)."""
 
     @abc.abstractmethod
     async def due_timers(
@@ -364,10 +341,6 @@ class QueueStore(abc.ABC):
     @abc.abstractmethod
     async def queue_backlog(self, now: float, bots: Sequence[str]) -> QueueBacklog:
         """Due timers of ``bots`` whose turn no process has started (lease free)."""
-
-    @abc.abstractmethod
-    async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:
-        """The earliest armed timer's due time (of these bots, when given), or None."""
 
     @abc.abstractmethod
     async def timer(self, conversation: ConversationKey) -> DueTimer | None:
@@ -420,7 +393,7 @@ class QueueStore(abc.ABC):
         """
 
 
-class AgendaStore(abc.ABC):
+class AgendaStore(Protocol):
     """Check-ins and reminders: when the persona writes first (docs/initiatives.md)."""
 
     @abc.abstractmethod
@@ -523,7 +496,7 @@ class AgendaStore(abc.ABC):
         """Delete a person's reminders and settings (for /forget); return the reminders."""
 
 
-class LeaseStore(abc.ABC):
+class LeaseStore(Protocol):
     """Fenced leases: turns of one conversation, elections and rate windows."""
 
     @abc.abstractmethod
@@ -543,7 +516,7 @@ class LeaseStore(abc.ABC):
         """When the lease of this name expires (in the past when free); None if never taken."""
 
 
-class OutboxStore(abc.ABC):
+class OutboxStore(Protocol):
     """The outbox: replies recorded by the final check, sent at least once."""
 
     @abc.abstractmethod
@@ -590,7 +563,21 @@ class OutboxStore(abc.ABC):
         non-transcript row is cleared)."""
 
 
-class UsageStore(abc.ABC):
+class UsageReads(Protocol):
+    """Model usage, read (limits, /stats, the console's overview)."""
+
+    @abc.abstractmethod
+    async def input_tokens_since(self, user: UserKey, since: float) -> int:
+        """Input tokens (uncached, cache writes and cache reads) charged to a person since
+        ``since``, over every bot of the store."""
+
+    @abc.abstractmethod
+    async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
+        """Replies recorded and tokens of every model call since ``since`` (of one bot, when
+        given)."""
+
+
+class UsageStore(UsageReads, Protocol):
     """Per-person turn limits and model usage."""
 
     @abc.abstractmethod
@@ -622,18 +609,16 @@ class UsageStore(abc.ABC):
         """Record one model call's usage (a reply or a memory task), split into shares
         charged to people (user id) or to the bot alone (None)."""
 
-    @abc.abstractmethod
-    async def input_tokens_since(self, user: UserKey, since: float) -> int:
-        """Input tokens (uncached, cache writes and cache reads) charged to a person since
-        ``since``, over every bot of the store."""
+
+class SummaryReads(Protocol):
+    """A session's rolling summary, read (the prompt, the console)."""
 
     @abc.abstractmethod
-    async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
-        """Replies recorded and tokens of every model call since ``since`` (of one bot, when
-        given)."""
+    async def get_summary(self, session: SessionKey) -> StoredSummary | None:
+        """The session's rolling summary, or None."""
 
 
-class MemoryStore(abc.ABC):
+class MemoryStore(SummaryReads, Protocol):
     """Long-term memory: user records, rolling summaries, extraction bookkeeping."""
 
     @abc.abstractmethod
@@ -654,18 +639,6 @@ class MemoryStore(abc.ABC):
         version is still that one (0: no record yet). Without it the write always wins
         (erasure): every writer that read the record before it then loses its CAS.
         """
-
-    @abc.abstractmethod
-    async def delete_user_memory(self, user: UserKey) -> bool:
-        """Remove a user's record row; True if there was one.
-
-        The version restarts at 0, so a writer that read "no record" could still win its
-        CAS: erasure writes a tombstone with ``set_user_memory`` instead.
-        """
-
-    @abc.abstractmethod
-    async def get_summary(self, session: SessionKey) -> StoredSummary | None:
-        """The session's rolling summary, or None."""
 
     @abc.abstractmethod
     async def save_summary(
@@ -700,7 +673,7 @@ class MemoryStore(abc.ABC):
         """Record that user memory was learned from the session up to ``turn``."""
 
 
-class RetentionStore(abc.ABC):
+class RetentionStore(Protocol):
     """Retention and gaps: expiry, message age, tombstones (docs/architecture.md#retention)."""
 
     @abc.abstractmethod
@@ -714,11 +687,6 @@ class RetentionStore(abc.ABC):
         """Ranges (inclusive) of the session's turns 1..next_turn-1 that are neither stored,
         inside ``covered`` (the summary's range) nor tombstoned for a reason that explains them
         alone (a message-age tombstone does not: it leans on ``covered``): one indexed query."""
-
-    @abc.abstractmethod
-    async def tombstones(self, session: SessionKey, limit: int | None = None) -> list[Tombstone]:
-        """Turns of the session that personabot deleted itself, with the reasons, in turn
-        order: all, or the newest ``limit`` ranges."""
 
     @abc.abstractmethod
     async def sessions_page(
@@ -758,87 +726,8 @@ class RetentionStore(abc.ABC):
     async def prune_outbox(self, finished_before: float) -> int:
         """Delete outbox rows sent or failed at or before ``finished_before``; how many."""
 
-    @abc.abstractmethod
-    async def retention_log(self, limit: int = 100) -> list[RetentionEntry]:
-        """The newest entries of the retention audit trail."""
 
-    @abc.abstractmethod
-    async def delete_user_messages(
-        self, user: UserKey, *, closed_sessions_only: bool, now: float | None = None
-    ) -> int:
-        """Delete a person's messages (for /forget; tombstoned); return how many."""
-
-
-class ConsoleStore(abc.ABC):
-    """What the operator console reads and the audit log it writes (docs/web.md)."""
-
-    @abc.abstractmethod
-    async def console_conversations(
-        self, *, search: str = "", after: tuple[float, int] | None = None, limit: int = 50
-    ) -> list[ConversationRow]:
-        """Conversations by their newest session's activity, newest first, ``limit`` at a
-        time after the keyset ``after`` (a row's activity and session row id). ``search``:
-        a chat id, or part of a participant's display name (any case)."""
-
-    @abc.abstractmethod
-    async def console_conversation(self, conversation_id: int) -> ConversationKey | None:
-        """A conversation by its row id (the console's handle), or None."""
-
-    @abc.abstractmethod
-    async def console_person(
-        self, user: UserKey, sources: Sequence[int], names: int = 20, chats: int = 20
-    ) -> PersonView:
-        """Their message count, their newest ``names`` display names, the ``chats``
-        conversations they wrote in most recently (one query: newest message first), those
-        of their messages (or the replies to them) whose ids are in ``sources``, and whether
-        anything of them is stored at all."""
-
-    @abc.abstractmethod
-    async def console_edits(self, session: SessionKey) -> dict[int, float]:
-        """When each edited message of the session was last edited, by message id."""
-
-    @abc.abstractmethod
-    async def console_lease(self, name: str, now: float) -> tuple[str, float] | None:
-        """Who holds the lease ``name`` now, and until when (None: nobody)."""
-
-    @abc.abstractmethod
-    async def console_queue(self, now: float) -> QueueView:
-        """Armed timers, how many are due, turn leases held now by holder."""
-
-    @abc.abstractmethod
-    async def console_usage(self, since: float, bucket_seconds: float) -> list[UsageBucket]:
-        """Model calls since ``since`` in buckets of ``bucket_seconds`` (empty ones left out)."""
-
-    @abc.abstractmethod
-    async def console_last_inbound(self, bot: str) -> float | None:
-        """When a person last wrote to ``bot`` (its newest stored user message; None:
-        none)."""
-
-    @abc.abstractmethod
-    async def console_events(self, limit: int = 10) -> list[ConsoleEvent]:
-        """The newest sessions found with turns missing and turns the model rejected,
-        newest first."""
-
-    @abc.abstractmethod
-    async def console_top_input_tokens(self, since: float, limit: int) -> list[PersonUsage]:
-        """The ``limit`` people charged the most input tokens since ``since``, most first."""
-
-    @abc.abstractmethod
-    async def console_top_turns(self, since: float, limit: int) -> list[PersonUsage]:
-        """The ``limit`` people with the most turns since ``since``, most first."""
-
-    @abc.abstractmethod
-    async def record_audit(
-        self, actor: str, action: str, target: str, detail: str, now: float
-    ) -> None:
-        """Append to the operator audit log."""
-
-    @abc.abstractmethod
-    async def audit_log(self, *, before: int | None = None, limit: int = 50) -> list[AuditEntry]:
-        """Audit entries, newest first, older than entry id ``before``."""
-
-
-class PeopleStore(abc.ABC):
+class PeopleStore(Protocol):
     """A person's data across every chat (/forget, /export)."""
 
     @abc.abstractmethod

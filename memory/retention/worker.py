@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from bot.core.clock import Clock
 from bot.core.events import SessionKey
 from bot.metrics import Metrics
-from bot.store.base import BaseStore
+from bot.store.contracts import LeaseStore, RetentionStore
 from memory.retention.gaps import Gap
 from memory.service import Memory
 
@@ -66,13 +66,18 @@ class AtRisk:
     reason: str
 
 
+class RetentionWorkerStore(RetentionStore, LeaseStore, Protocol):
+    """What the worker uses: the retention statements, and the lease that keeps it to one
+    process at a time."""
+
+
 class Retention:
     """Runs the policy against the store; one worker at a time across processes (lease)."""
 
     def __init__(
         self,
         *,
-        store: BaseStore,
+        store: RetentionWorkerStore,
         memory: Memory,
         clock: Clock,
         policy: RetentionPolicy,

@@ -24,6 +24,7 @@ from tests.fakes.llm import GatedLLM
 from tests.fakes.media_source import FakeFiles, MediaOutlet
 from tests.fakes.transcription_api import FakeTranscriptionAPI
 from tests.harness import BOT, harness, settle
+from tests.store.helpers import close_session
 
 DM = ConversationKey("telegram", "42", None, BOT)
 
@@ -62,7 +63,7 @@ async def test_a_forwarded_voice_note_is_not_learned_as_the_forwarders_words(
             await h.advance(3)
             assert len(stt.calls) == 2  # both were transcribed, both answered
             assert len(h.outlet.texts(DM)) == 2
-            await store.close_session(DM, clock.now(), "test")
+            await close_session(store, DM, clock.now(), "test")
             await h.memory.extract_due()
             learned = await h.memory.user_memory(UserKey("telegram", "42"))
     values = [item.value for item in learned.items]

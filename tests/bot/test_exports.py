@@ -19,6 +19,7 @@ from tests.backends import StoreFactory
 from tests.bot.test_cli import _run
 from tests.fakes.llm import GatedLLM
 from tests.harness import Harness, harness, settle
+from tests.store.helpers import close_session
 
 DM = ConversationKey("telegram", "11")
 OTHER = ConversationKey("telegram", "33")
@@ -154,7 +155,7 @@ async def test_memory_in_a_group_shows_only_what_the_group_may_see(
         await h.say(GROUP, "@Mira I work as a nurse", author="11", name="Ada", private=False)
         await h.advance(3, step=0.5)
         for conversation in (DM, GROUP):
-            await store.close_session(conversation, clock.now(), "test")
+            await close_session(store, conversation, clock.now(), "test")
         await h.memory.extract_due()
         record = await h.memory.user_memory(UserKey("telegram", "11"))
         assert {i.value for i in record.items} >= {"spiders", "nurse"}
@@ -174,7 +175,7 @@ async def test_memory_in_a_group_with_only_private_facts_reveals_nothing(
     async with harness(store, clock, GatedLLM(), memory_llm=OfflineLLM()) as h:
         await h.say(DM, "I'm afraid of spiders", author="11", name="Ada")
         await h.advance(3, step=0.5)
-        await store.close_session(DM, clock.now(), "test")
+        await close_session(store, DM, clock.now(), "test")
         await h.memory.extract_due()
         await h.say(GROUP, "/memory", author="11", name="Ada", private=False)
         answer = h.outlet.texts(GROUP)[-1]

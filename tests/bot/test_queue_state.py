@@ -59,6 +59,7 @@ from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.llm.offline import OfflineLLM
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.commands import Commands
+from bot.runtime.delivery import Delivery
 from bot.runtime.pipeline import DEFAULT_REJECTED, BotProfile, Pipeline
 from bot.runtime.router import Router
 from bot.store.base import BaseStore
@@ -407,6 +408,9 @@ class Process:
             clock=self.clock,
             memory=self.memory,
             metrics=self.pipeline.metrics,
+            delivery=Delivery(
+                store=self.store, clock=self.clock, outlet_for={BOT: self.outlet}.get
+            ),
         )
         if self.scheduler is not None:
             self.scheduler_task = asyncio.create_task(self.scheduler.run(), name=self.name)

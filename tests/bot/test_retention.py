@@ -28,6 +28,7 @@ from memory.service import Memory, MemoryPolicy
 from tests.backends import StoreFactory
 from tests.fakes.llm import GatedLLM
 from tests.harness import harness
+from tests.store.helpers import close_session
 
 SUPPORT = ConversationKey("telegram", "support-1")
 HEALTHY = ConversationKey("telegram", "healthy-1")
@@ -164,7 +165,7 @@ async def test_closed_session_expires_as_a_unit(store: BaseStore, clock: ManualC
     for n in range(6):
         await exchange(store, clock, SUPPORT, f"old {n}", n)
         await clock.advance(10 * DAY)  # half of the session is older than 30 days...
-    await store.close_session(SUPPORT, clock.now(), "idle")
+    await close_session(store, SUPPORT, clock.now(), "idle")
     await exchange(store, clock, HEALTHY, "recent", 1)
     memory = memory_for(store, clock)
     for mode in ("message", "session"):
@@ -276,7 +277,7 @@ async def test_closed_sessions_never_crowd_out_open_ones(
     for i in range(3):
         conv = ConversationKey("telegram", f"closed-{i}")
         await exchange(store, clock, conv, "old", i)
-        await store.close_session(conv, clock.now(), "idle")
+        await close_session(store, conv, clock.now(), "idle")
     await exchange(store, clock, SUPPORT, "old but open", 99)
     await clock.advance(40 * DAY)
     cutoff = clock.now() - 30 * DAY

@@ -17,6 +17,7 @@ from memory.service import MemoryPolicy
 from memory.tokens import estimate_tokens
 from tests.fakes.llm import GatedLLM
 from tests.harness import PIN, Harness, harness
+from tests.store.helpers import close_session
 
 DM = ConversationKey("telegram", "500")
 GROUP = ConversationKey("telegram", "-100")
@@ -71,7 +72,7 @@ async def test_facts_cross_sessions_forget_erases_them_and_choices_stay_behind(
         # What was said before /forget is never learned again.
         s2 = await store.current_session(DM)
         assert s2 is not None
-        await store.close_session(DM, clock.now(), "test")
+        await close_session(store, DM, clock.now(), "test")
         await h.memory.extract_due()
         assert (await h.memory.user_memory(UserKey("telegram", "11"))).items == ()
 
@@ -82,7 +83,7 @@ async def test_memory_command_in_a_group_shows_only_the_asker(
     async with harness(store, clock, GatedLLM(), memory_llm=OfflineLLM()) as h:
         await turn(h, GROUP, "my name is Ada", author="11")
         await turn(h, GROUP, "I work as a pilot", author="22", name="Bo")
-        await store.close_session(GROUP, clock.now(), "test")
+        await close_session(store, GROUP, clock.now(), "test")
         await h.memory.extract_due()
         await h.say(GROUP, "/memory", author="22", name="Bo")
         answer = h.outlet.texts(GROUP)[-1]
@@ -101,13 +102,13 @@ async def test_malformed_extraction_keeps_the_previous_record(
 ) -> None:
     async with harness(store, clock, GatedLLM(), memory_llm=OfflineLLM()) as h:
         await turn(h, DM, "my name is Ada")
-        await store.close_session(DM, clock.now(), "test")
+        await close_session(store, DM, clock.now(), "test")
         await h.memory.extract_due()
     user = UserKey("telegram", "11")
     before = await store.get_user_memory(user)
     async with harness(store, clock, GatedLLM(), memory_llm=BrokenExtractor()) as h2:
         await turn(h2, DM, "my name is Bob")
-        await store.close_session(DM, clock.now(), "test")
+        await close_session(store, DM, clock.now(), "test")
         with caplog.at_level(logging.WARNING, logger="personabot.memory"):
             await h2.memory.extract_due()
         assert await store.get_user_memory(user) == before
@@ -151,7 +152,7 @@ async def test_deleting_a_message_drops_what_was_learned_only_from_it(
     async with harness(store, clock, GatedLLM(), memory_llm=OfflineLLM()) as h:
         await turn(h, DM, "my name is Ada")
         await turn(h, DM, "I work as a nurse")
-        await store.close_session(DM, clock.now(), "test")
+        await close_session(store, DM, clock.now(), "test")
         await h.memory.extract_due()
         user = UserKey("telegram", "11")
         assert len((await h.memory.user_memory(user)).items) == 2
@@ -170,7 +171,7 @@ async def test_export_sends_the_askers_data_only(store: BaseStore, clock: Manual
     async with harness(store, clock, GatedLLM(), memory_llm=OfflineLLM()) as h:
         await turn(h, GROUP, "my name is Ada", author="11")
         await turn(h, GROUP, "my name is Bo", author="22", name="Bo")
-        await store.close_session(GROUP, clock.now(), "test")
+        await close_session(store, GROUP, clock.now(), "test")
         await h.memory.extract_due()
         await h.say(GROUP, "/export", author="11", name="Ada", private=False)
         await h.exports.wait_idle()

@@ -19,6 +19,7 @@ from memory.records import MemoryItem, UserMemory
 from memory.service import MemoryPolicy
 from tests.fakes.llm import GatedLLM
 from tests.harness import Harness, harness, settle
+from tests.store.helpers import close_session
 
 DM = ConversationKey("telegram", "11")
 GROUP_A = ConversationKey("telegram", "-100")
@@ -68,7 +69,7 @@ async def turn(h: Harness, conv: ConversationKey, text: str, **kw: object) -> No
 async def learn(h: Harness, conv: ConversationKey, text: str) -> None:
     """A turn in ``conv``, then its session closed and memory learned from it."""
     await turn(h, conv, text)
-    await h.store.close_session(conv, h.clock.now(), "test")
+    await close_session(h.store, conv, h.clock.now(), "test")
     await h.memory.extract_due()
 
 
@@ -336,7 +337,7 @@ async def test_export_all_covers_every_chat_and_kind_of_row(
         await turn(h, DM, "I work as a nurse")
         await store.reserve_turn(ADA, "default", clock.now())
         for conv in (DM, GROUP_A):
-            await store.close_session(conv, clock.now(), "test")
+            await close_session(store, conv, clock.now(), "test")
         await h.memory.extract_due()
         doc = await h.memory.export_all(ADA)
     json.dumps(doc)  # JSON-able

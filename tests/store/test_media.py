@@ -23,6 +23,7 @@ from bot.core.events import (
 from bot.core.media import MediaKind, MediaRef, Quote, QuoteOrigin
 from bot.store.base import BaseStore
 from bot.store.contracts import MAX_MEDIA_BYTES
+from tests.store.helpers import media_of
 
 DM = ConversationKey("telegram", "11")
 GROUP = ConversationKey("telegram", "-100")
@@ -107,7 +108,7 @@ async def test_ingest_keeps_media_and_quote_and_every_read_returns_them(
     assert [m.status for m in first.media] == ["new", "new"]
     assert first.was_voice and first.media[0].message_id == result.message_id
     assert plain.media == () and plain.quote is None and not plain.was_voice
-    assert await store.media_of([first.id, plain.id]) == {first.id: first.media}
+    assert await media_of(store, [first.id, plain.id]) == {first.id: first.media}
 
     await _answer(store, DM, T0 + 2)
     session = turn.session
@@ -134,7 +135,7 @@ async def test_a_second_delivery_stores_no_media_twice(store: BaseStore) -> None
     assert session is not None
     [message] = await store.messages(session.key)
     assert len(message.media) == 2
-    assert len((await store.media_of([message.id]))[message.id]) == 2
+    assert len((await media_of(store, [message.id]))[message.id]) == 2
 
 
 async def test_what_the_turn_made_of_media_is_kept_and_read_back(store: BaseStore) -> None:
@@ -164,7 +165,7 @@ async def test_what_the_turn_made_of_media_is_kept_and_read_back(store: BaseStor
     # Every field is replaced: a later failure drops the cached bytes.
     await store.save_media(photo.id, status="failed", note="file is gone")
     assert await store.media_data([photo.id]) == {}
-    [message] = (await store.media_of([photo.message_id])).values()
+    [message] = (await media_of(store, [photo.message_id])).values()
     assert (message[0].status, message[0].note, message[0].width) == (
         "failed",
         "file is gone",

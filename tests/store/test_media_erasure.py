@@ -1,5 +1,5 @@
 """Cached media bytes go with their message on every path that deletes messages (issue 15):
-a platform deletion, /forget (erase and delete_user_messages), session expiry and message-age
+a platform deletion, /forget (in an open or a closed session), session expiry and message-age
 retention. The rows leave the table; on SQLite the bytes leave the database file too
 (secure_delete: a copy of the file never holds a photo someone had deleted)."""
 
@@ -17,6 +17,7 @@ from bot.core.events import ConversationKey, Inbound, QueuePolicy, UserKey
 from bot.core.media import MediaRef
 from bot.store.base import BaseStore
 from tests.backends import StoreFactory
+from tests.store.helpers import close_session, media_of
 
 GROUP = ConversationKey("telegram", "-100")
 ADA = UserKey("telegram", "11")
@@ -33,12 +34,12 @@ async def _forget(store: BaseStore) -> None:
 
 
 async def _forget_closed_sessions(store: BaseStore) -> None:
-    await store.close_session(GROUP, T0 + 10)
-    assert await store.delete_user_messages(ADA, closed_sessions_only=True, now=T0 + 11) == 1
+    await close_session(store, GROUP, T0 + 10)
+    assert (await store.erase_user_messages(ADA)).messages == 1
 
 
 async def _session_expiry(store: BaseStore) -> None:
-    closed = await store.close_session(GROUP, T0 + 10)
+    closed = await close_session(store, GROUP, T0 + 10)
     assert closed is not None
     assert await store.expire_session(closed.key, T0 + 20) == 2
 
@@ -99,7 +100,7 @@ async def test_cached_bytes_go_with_their_message(stores: StoreFactory, path: st
         ingested = await store.ingest(ada, T0, POLICY)
         await store.ingest(bo, T0 + 1, POLICY)
         assert ingested.message_id is not None
-        [media] = (await store.media_of([ingested.message_id]))[ingested.message_id]
+        [media] = (await media_of(store, [ingested.message_id]))[ingested.message_id]
         await store.save_media(media.id, status="ready", data=photo_bytes, media_type="image/jpeg")
         assert await store.media_data([media.id]) == {media.id: photo_bytes}
         assert await _raw_media(stores) == [(ingested.message_id, photo_bytes)]
@@ -109,7 +110,7 @@ async def test_cached_bytes_go_with_their_message(stores: StoreFactory, path: st
         await PATHS[path](store)
 
         assert await store.media_data([media.id]) == {}
-        assert await store.media_of([ingested.message_id]) == {}
+        assert await media_of(store, [ingested.message_id]) == {}
         assert await _raw_media(stores) == []
         if stores.backend.name == "sqlite":
             # Still running: neither the file nor its write-ahead log holds the photo.

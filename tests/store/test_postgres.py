@@ -19,6 +19,7 @@ from bot.store.postgres import PostgresStore, redact_url
 from tests import pg_cluster
 from tests.backends import PgTemplate
 from tests.pg_cluster import SUPERUSER
+from tests.store.helpers import in_flight
 
 T0 = 1_700_000_000.0
 KEY = ConversationKey("telegram", "1")
@@ -95,16 +96,16 @@ async def test_pool_waiters_count_as_in_flight(empty_db: str) -> None:
                 first = asyncio.create_task(store.acquire_lease("x", "a", 30, T0))
                 second = asyncio.create_task(store.conversation_version(KEY))
                 await asyncio.sleep(0)  # both tasks run up to their first wait
-                assert store.in_flight == 2
+                assert in_flight(store) == 2
                 done, _ = await asyncio.wait({first, second}, timeout=0.2)
                 assert not done  # one waits on the row lock, the other for the connection
-                assert store.in_flight == 2
+                assert in_flight(store) == 2
         finally:
             await conn.close()
         lease = await first
         assert lease is not None and lease.token == 2
         assert await second == 0
-        assert store.in_flight == 0
+        assert in_flight(store) == 0
 
 
 def test_redact_url_hides_only_the_password() -> None:

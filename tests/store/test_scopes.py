@@ -6,6 +6,7 @@ from __future__ import annotations
 from bot.core.events import NOT_SET, ConversationKey, SessionKey, SessionPolicy, UserKey
 from bot.store.base import BaseStore
 from tests.backends import StoreFactory
+from tests.store.helpers import close_session, delete_user_memory
 
 C1 = ConversationKey("telegram", "1001")
 C2 = ConversationKey("telegram", "2002")
@@ -26,7 +27,7 @@ async def test_sixteen_step_log(store: BaseStore) -> None:
     await store.set_state(c1s1, "choice", "white mug", T0)  # 7
     assert await store.get_state(c2s1, "choice") == "green mug"  # 8
     assert await store.get_state(c1s1, "choice") == "white mug"  # 9
-    closed = await store.close_session(C1, T0 + 1, "end")  # 10
+    closed = await close_session(store, C1, T0 + 1, "end")  # 10
     assert closed is not None and closed.status == "closed"
     c1s2 = (await store.open_session(C1, T0 + 2)).key  # 11
     assert c1s2 == SessionKey(C1, 2)
@@ -106,7 +107,7 @@ async def test_user_memory_is_per_platform_user(store: BaseStore) -> None:
     await store.set_user_memory(alice, '{"name": "Alice"}', T0)
     assert await store.get_user_memory(alice) == '{"name": "Alice"}'
     assert await store.get_user_memory(same_id_elsewhere) is NOT_SET
-    assert await store.delete_user_memory(alice) is True
+    assert await delete_user_memory(store, alice) is True
     assert await store.get_user_memory(alice) is NOT_SET
 
 
@@ -169,7 +170,7 @@ async def test_a_chat_keeps_its_persona_across_sessions_until_it_switches(store:
     assert (orin.key.session_id, orin.persona) == (2, "orin")
     kept = await store.new_session(C1, T0 + 2, "new")
     assert (kept.key.session_id, kept.persona) == (3, "orin")
-    await store.close_session(C1, T0 + 3)
+    await close_session(store, C1, T0 + 3)
     reopened = await store.open_session(C1, T0 + 4)
     assert (reopened.key.session_id, reopened.persona) == (4, "orin")
     idle = SessionPolicy(idle_seconds=10)

@@ -281,9 +281,7 @@ async def test_a_conversation_page_lists_the_newest_sessions_and_deletions_only(
     assert lease is not None
     await rig.store.finish_turn(turn, lease, "ok", T0 + 300, Q)
     await rig.store.release_lease(lease)
-    assert await rig.store.delete_user_messages(
-        UserKey("telegram", "9"), closed_sessions_only=False
-    )
+    assert (await rig.store.erase_user_messages(UserKey("telegram", "9"))).messages
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     async with rig.http.get(f"{rig.base}/api/conversations/1", headers=bearer) as r:
         page = await r.json()
@@ -306,7 +304,7 @@ async def test_the_retention_page_audits_one_page_of_open_sessions_at_a_time(
     """Review 34: each view of /retention audited every open session (a gap query each) and
     dry-ran retention over all of them: 5,000 open sessions took a second of the bots'
     loop. It audits one page (the console's page size) and links the next."""
-    from bot.app.web.views import ConsoleData
+    from bot.app.web import console_data
 
     settings = Settings.model_validate(
         {
@@ -316,7 +314,7 @@ async def test_the_retention_page_audits_one_page_of_open_sessions_at_a_time(
     )
     clock = ManualClock(T0 + 5 * 86400)
     memory = build_memory(settings, store, OfflineLLM(), clock)
-    data = ConsoleData(settings=settings, store=store, memory=memory, clock=clock, page_size=2)
+    data = console_data(settings=settings, store=store, memory=memory, clock=clock, page_size=2)
     for i in range(5):
         await _answered(
             store, ConversationKey("telegram", f"c{i}", None, "telegram-mira"), "P", "hi", T0 + i
@@ -340,7 +338,8 @@ async def test_a_chat_with_another_persona_is_shown_and_previewed_as_that_person
     """Issue 35, item 2: a chat held with ``personabot chat --persona seraphina`` (bot key
     ``console-seraphina``) was listed as the default persona's and its prompt preview built
     with the default persona's pin; the playground's ``web-<persona>`` chats too."""
-    from bot.app.web.views import ConsoleData, Viewer
+    from bot.app.web import console_data
+    from bot.app.web.views import Viewer
 
     personas = [
         {"id": "mira", "name": "Mira", "system": "You are Mira.", "first_message": ["Hi."]},
@@ -356,7 +355,7 @@ async def test_a_chat_with_another_persona_is_shown_and_previewed_as_that_person
     )
     clock = ManualClock(T0 + 100)
     memory = build_memory(settings, store, OfflineLLM(), clock)
-    data = ConsoleData(settings=settings, store=store, memory=memory, clock=clock, page_size=20)
+    data = console_data(settings=settings, store=store, memory=memory, clock=clock, page_size=20)
     for bot in ("console-seraphina", "web-seraphina"):
         platform = "console" if bot.startswith("console") else "web"
         key = ConversationKey(platform, "me", None, bot)

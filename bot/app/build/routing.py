@@ -8,6 +8,7 @@ from bot.app.build.turns import Agenda
 from bot.core.events import Inbound, SessionInfo
 from bot.queue import Ingestor
 from bot.runtime.commands import Commands, export_document
+from bot.runtime.delivery import Delivery
 from bot.runtime.exports import ExportPolicy, Exports
 from bot.runtime.extensions import Extensions
 from bot.runtime.pipeline import Pipeline
@@ -19,14 +20,15 @@ from memory.service import Memory
 
 def build_exports(parts: Parts, memory: Memory, holder: str | None) -> Exports:
     """``/export``: one JSON document per person, sent privately (bot/runtime/exports.py)."""
-    defaults = parts.hosted.defaults
+    defaults, outlets = parts.hosted.defaults, parts.hosted.outlets
     return Exports(
         store=parts.store,
         clock=parts.turn_clock,
-        outlet_for=parts.hosted.outlets.get,
+        outlet_for=outlets.get,
         build=lambda user, conversation: export_document(memory, user, conversation, defaults),
         policy=ExportPolicy(every_seconds=parts.settings.limits.export_every_minutes * 60),
         holder=holder,
+        delivery=Delivery(store=parts.store, clock=parts.turn_clock, outlet_for=outlets.get),
     )
 
 
@@ -78,10 +80,11 @@ def build_router(
     """Each inbound event: access check, middleware, commands at once, the rest ingested.
     ``plugged``: the plugins' extensions and the agenda, whose commands join the built-in."""
     extensions, agenda = plugged
+    outlets = parts.hosted.outlets
     return Router(
         ingestor=ingestor,
         commands=build_commands(parts, memory, exports, extensions, agenda),
-        outlets=parts.hosted.outlets,
+        outlets=outlets,
         store=parts.store,
         clock=parts.clock,
         access=parts.hosted.access,
@@ -90,4 +93,5 @@ def build_router(
         extensions=extensions,
         middleware_timeout=parts.settings.tools.command_timeout_seconds,
         stops=pipeline.stops,
+        delivery=Delivery(store=parts.store, clock=parts.clock, outlet_for=outlets.get),
     )

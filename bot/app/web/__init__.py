@@ -6,11 +6,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from bot.app.build import build_retention
+from bot.app.preview import preview_prompt
 from bot.app.web.playground import Playground
 from bot.app.web.server import WebConsole, is_loopback
 from bot.app.web.views import BotState, ConsoleData
 from bot.config import (
     WEB_TOKEN_MIN,
+    PersonaSettings,
     Secrets,
     Settings,
     listen_address,
@@ -18,11 +21,13 @@ from bot.config import (
 )
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
+from bot.core.events import ConversationKey
 from bot.metrics import Metrics
 from bot.store.base import BaseStore
+from memory.assemble import Assembled
 from memory.service import Memory
 
-__all__ = ["BotState", "WebConsole", "console", "console_token"]
+__all__ = ["BotState", "WebConsole", "console", "console_data", "console_token"]
 
 
 def console_token(settings: Settings, secrets: Secrets) -> str:
@@ -39,6 +44,38 @@ def console_token(settings: Settings, secrets: Secrets) -> str:
     if len(token) < WEB_TOKEN_MIN:
         raise ConfigError([web_token_short(settings.web.token_env)])
     return token
+
+
+def console_data(
+    *,
+    settings: Settings,
+    store: BaseStore,
+    memory: Memory,
+    clock: Clock,
+    page_size: int,
+    adapters_state: Callable[[str], BotState] | None = None,
+    metrics: Metrics | None = None,
+) -> ConsoleData:
+    """The console's pages over this store. ``ConsoleData`` reads only its contracts
+    (``ConsoleReads``); the prompt preview and the retention worker take the whole store, so
+    they are built here, where the store is whole."""
+
+    async def preview(
+        conversation: ConversationKey, persona: PersonaSettings, now: float
+    ) -> tuple[str, Assembled] | None:
+        return await preview_prompt(settings, store, memory, conversation, persona, now)
+
+    return ConsoleData(
+        settings=settings,
+        store=store,
+        memory=memory,
+        clock=clock,
+        page_size=page_size,
+        preview=preview,
+        retention=lambda: build_retention(settings, store, memory, clock),
+        adapters_state=adapters_state,
+        metrics=metrics,
+    )
 
 
 def console(
@@ -60,7 +97,7 @@ def console(
     except ValueError as exc:
         raise ConfigError([f"web: {exc}"]) from None
     web = settings.web
-    data = ConsoleData(
+    data = console_data(
         settings=settings,
         store=store,
         memory=memory,

@@ -10,13 +10,11 @@ every view of a person's memory.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from adapters.web import PLATFORM
-from bot.app.build import build_retention
-from bot.app.preview import preview_prompt
 from bot.app.web.playground import OPERATOR, PREFIX
 from bot.config import PersonaSettings, Settings
 from bot.core.clock import Clock
@@ -31,8 +29,10 @@ from bot.core.events import (
 from bot.core.llm import ImageBlock, TextBlock
 from bot.core.queue_rules import turn_lease
 from bot.metrics import Metrics
-from bot.store.base import BaseStore
+from bot.store.console import ConsoleStore
+from bot.store.contracts import PendingReads, SummaryReads, TranscriptReads, UsageReads
 from memory.assemble import Assembled
+from memory.retention.worker import Retention
 from memory.service import Memory
 
 DAY = 86400.0
@@ -44,6 +44,18 @@ LIST_PAGE = 50
 #: How many people the overview lists under each per-person daily limit, and how many events.
 NEAREST = 5
 EVENTS = 10
+
+
+class ConsoleReads(ConsoleStore, UsageReads, PendingReads, TranscriptReads, SummaryReads, Protocol):
+    """What the console reads from the store: its own contract, and the runtime's reads of a
+    turn, a transcript, a summary and usage (bot/store/contracts.py)."""
+
+
+#: The prompt a conversation would get now, and its title (``bot.app.preview.preview_prompt``
+#: over the whole store: wired by ``bot.app.web.console_data``).
+PromptPreview = Callable[
+    [ConversationKey, PersonaSettings, float], Awaitable[tuple[str, Assembled] | None]
+]
 
 
 class NotFound(LookupError):
@@ -73,16 +85,20 @@ class ConsoleData:
         self,
         *,
         settings: Settings,
-        store: BaseStore,
+        store: ConsoleReads,
         memory: Memory,
         clock: Clock,
         page_size: int,
+        preview: PromptPreview,
+        retention: Callable[[], Retention],
         adapters_state: Callable[[str], BotState] | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
         self._memory = memory
+        self._preview = preview
+        self._retention = retention
         self._clock = clock
         self._page = page_size
         # Bot key -> its connection, when the console runs inside ``personabot run``.
@@ -307,9 +323,7 @@ class ConsoleData:
         prompt = None
         if chosen.status == "open":
             persona = self._persona_of(key.bot)
-            preview = await preview_prompt(
-                self._settings, self._store, self._memory, key, persona, now
-            )
+            preview = await self._preview(key, persona, now)
             prompt = None if preview is None else _prompt(*preview)
         return {
             "id": conversation_id,
@@ -448,7 +462,7 @@ class ConsoleData:
         row ``after``), what the next run would do (its first page of open sessions). The
         whole audit costs a query or two per open session: 5,000 of them took a page a
         second (review 34), so it is paged here; ``personabot retention audit`` walks all."""
-        worker = build_retention(self._settings, self._store, self._memory, self._clock)
+        worker = self._retention()
         risks, cursor = await worker.audit_page(cursor=after, limit=self._page)
         dry = await worker.run_once(dry_run=True, max_sessions=self._page)
         return {

@@ -162,11 +162,6 @@ class PostgresCore(SQLCore):
             pool, self._pool = self._pool, None
             await pool.close()
 
-    @property
-    def in_flight(self) -> int:
-        """Operations running or waiting for a pool connection (for drains and tests)."""
-        return self._in_flight
-
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[Raw]:
         if self._pool is None:

@@ -150,7 +150,6 @@ class AgendaPart(SQLCore):
         now: float,
         decision: str | None = None,
     ) -> None:
-        """Upsert the due time; the decision (when given) is noted with ``now``."""
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation, lock=True)
             if conv_id is None:
@@ -158,7 +157,6 @@ class AgendaPart(SQLCore):
             await _arm(db, conv_id, due_at, now, decision)
 
     async def set_checkins(self, conversation: ConversationKey, enabled: bool, now: float) -> None:
-        """Allow or refuse check-ins in this chat; refusing also disarms."""
         d = self.dialect
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation, now)
@@ -309,7 +307,6 @@ class AgendaPart(SQLCore):
     # -- reminders ------------------------------------------------------------------------------
 
     async def reminder(self, reminder_id: int) -> Reminder | None:
-        """By id."""
         async with self._read() as db:
             row = await db.fetchrow(
                 f"SELECT {_REMINDER_COLS}{_REMINDER_FROM}WHERE r.id = $1", reminder_id
@@ -319,7 +316,6 @@ class AgendaPart(SQLCore):
     async def reminders(
         self, user: UserKey, *, bot: str | None = None, pending_only: bool = True
     ) -> list[Reminder]:
-        """A person's reminders on this platform (of one bot)."""
         where = "WHERE c.platform = $1 AND r.user_id = $2"
         args: list[Any] = [user.platform, user.user_id]
         if bot is not None:
@@ -336,7 +332,6 @@ class AgendaPart(SQLCore):
     async def cancel_reminder(
         self, user: UserKey, reminder_id: int, now: float, *, bot: str | None = None
     ) -> bool:
-        """Only the person's own, only while pending (and of ``bot``, when given)."""
         async with self._tx() as db:
             changed = await db.execute(
                 "UPDATE reminders SET status = 'cancelled', finished_at = $1 WHERE id = $2 "
@@ -369,7 +364,6 @@ class AgendaPart(SQLCore):
     # -- a person's settings --------------------------------------------------------------------
 
     async def set_timezone(self, user: UserKey, timezone: str | None, now: float) -> None:
-        """Upsert (None clears it)."""
         async with self._tx() as db:
             await db.execute(
                 "INSERT INTO person_settings (platform, user_id, timezone, updated_at) "
@@ -382,7 +376,6 @@ class AgendaPart(SQLCore):
             )
 
     async def timezone_of(self, user: UserKey) -> str | None:
-        """The stored zone name."""
         async with self._read() as db:
             value = await db.fetchval(
                 "SELECT timezone FROM person_settings WHERE platform = $1 AND user_id = $2",

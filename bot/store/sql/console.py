@@ -22,9 +22,16 @@ from bot.core.console import (
     QueueView,
     UsageBucket,
 )
-from bot.core.events import ConversationKey, SessionKey, UserKey
+from bot.core.events import (
+    ConversationKey,
+    RetentionEntry,
+    SessionInfo,
+    SessionKey,
+    Tombstone,
+    UserKey,
+)
 from bot.store import cols
-from bot.store.sql.core import SQLCore
+from bot.store.sql.core import CONV_WHERE, CONV_WHERE_C, SQLCore, conv_args
 
 _NEWEST = (
     "NOT EXISTS (SELECT 1 FROM sessions n WHERE n.conversation_id = s.conversation_id "
@@ -50,12 +57,72 @@ _EVENT_FROM = "FROM sessions s JOIN conversations c ON c.id = s.conversation_id"
 
 
 class ConsolePart(SQLCore):
-    """The console's reads and its audit log."""
+    """The console's reads (``ConsoleStore``, bot/store/console.py; a person's page is read
+    in bot/store/sql/people.py) and its audit log."""
+
+    # -- a conversation's backlog, sessions and what personabot deleted of them -------------------
+
+    async def pending_count(self, conversation: ConversationKey) -> int:
+        """Pending messages of the conversation (the partial index ``messages_pending``)."""
+        async with self._read() as db:
+            count = await db.fetchval(
+                "SELECT COUNT(*) FROM messages m JOIN conversations c ON c.id = m.conversation_id "
+                f"WHERE {CONV_WHERE_C} AND m.pending = {self.dialect.true}",
+                *conv_args(conversation),
+            )
+        return int(count or 0)
+
+    async def get_session(self, session: SessionKey) -> SessionInfo | None:
+        async with self._read() as db:
+            found = await self._session_row(db, session)
+            row = None if found is None else await self._session_by_id(db, found[0])
+        return None if row is None else cols.session_info(session.conversation, row)
+
+    async def list_sessions(
+        self, conversation: ConversationKey, limit: int | None = None
+    ) -> list[SessionInfo]:
+        async with self._read() as db:
+            rows = await db.fetch(
+                f"SELECT {cols.SESSION_COLS} FROM sessions WHERE conversation_id = "
+                f"(SELECT id FROM conversations WHERE {CONV_WHERE}) "
+                "ORDER BY session_no DESC LIMIT $5",
+                *conv_args(conversation),
+                self.dialect.no_limit if limit is None else limit,
+            )
+        return [cols.session_info(conversation, r) for r in reversed(rows)]
+
+    async def tombstones(self, session: SessionKey, limit: int | None = None) -> list[Tombstone]:
+        async with self._read() as db:
+            found = await self._session_row(db, session)
+            rows = (
+                []
+                if found is None
+                else await db.fetch(
+                    "SELECT first_turn, last_turn, reason, at FROM tombstones "
+                    "WHERE session_id = $1 ORDER BY first_turn DESC LIMIT $2",
+                    found[0],
+                    self.dialect.no_limit if limit is None else limit,
+                )
+            )
+        return [
+            Tombstone(session, int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in reversed(rows)
+        ]
+
+    async def retention_log(self, limit: int = 100) -> list[RetentionEntry]:
+        async with self._read() as db:
+            rows = await db.fetch(
+                "SELECT r.at, c.bot, c.platform, c.chat_id, c.thread_id, r.session_no, "
+                "r.first_turn, r.last_turn, r.messages, r.reason FROM retention_log r "
+                "JOIN conversations c ON c.id = r.conversation_id ORDER BY r.id DESC LIMIT $1",
+                limit,
+            )
+        return [cols.retention_entry(r) for r in rows]
+
+    # -- the console's own views ------------------------------------------------------------------
 
     async def console_conversations(
         self, *, search: str = "", after: tuple[float, int] | None = None, limit: int = 50
     ) -> list[ConversationRow]:
-        """Conversations by their newest session's activity, newest first (keyset pages)."""
         where = [_NEWEST]
         args: list[object] = []
         if after is not None:
@@ -105,7 +172,6 @@ class ConsolePart(SQLCore):
         ]
 
     async def console_conversation(self, conversation_id: int) -> ConversationKey | None:
-        """A conversation by row id."""
         async with self._read() as db:
             row = await db.fetchrow(
                 "SELECT bot, platform, chat_id, thread_id FROM conversations WHERE id = $1",
@@ -129,7 +195,6 @@ class ConsolePart(SQLCore):
         return {int(r[0]): float(r[1]) for r in rows}
 
     async def console_lease(self, name: str, now: float) -> tuple[str, float] | None:
-        """The lease's holder while it lasts."""
         async with self._read() as db:
             row = await db.fetchrow(
                 "SELECT holder, expires_at FROM leases WHERE name = $1 AND expires_at > $2",
@@ -283,7 +348,6 @@ class ConsolePart(SQLCore):
     async def record_audit(
         self, actor: str, action: str, target: str, detail: str, now: float
     ) -> None:
-        """Append an audit entry."""
         async with self._tx() as db:
             await db.execute(
                 "INSERT INTO operator_audit (at, actor, action, target, detail) "
@@ -296,7 +360,6 @@ class ConsolePart(SQLCore):
             )
 
     async def audit_log(self, *, before: int | None = None, limit: int = 50) -> list[AuditEntry]:
-        """Newest entries first."""
         async with self._read() as db:
             rows = await db.fetch(
                 "SELECT id, at, actor, action, target, detail FROM operator_audit "

@@ -50,6 +50,9 @@ class SQLCore(BaseStore):
     #: The database's clock as epoch seconds, when leases follow it (PostgreSQL's
     #: ``use_db_clock``); None: the caller's ``now``.
     _db_now: str | None = None
+    #: Store operations running or waiting for a connection in this process, counted by the
+    #: backend around every connection it hands out (tests wait for it to reach 0: settle()).
+    _in_flight: int
 
     async def _serialize(self, db: Conn, key: str) -> None:
         """Serialize transactions that share ``key`` until commit (a backend whose write
@@ -99,7 +102,6 @@ class SQLCore(BaseStore):
         """Run one migration script (several statements)."""
 
     async def schema_version(self) -> int:
-        """The applied schema version."""
         async with self._read() as db:
             return int(await db.fetchval("SELECT MAX(version) FROM schema_version") or 0)
 

@@ -8,7 +8,6 @@ Each store writes a message its own way (SQLite: a short statement sequence,
 
 from __future__ import annotations
 
-import abc
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -120,17 +119,7 @@ class IngestBase(MessagesPart):
         queue: QueuePolicy,
         sessions: SessionPolicy | None = None,
     ) -> IngestResult:
-        """Store a message, bump the version and arm the timer, in one short transaction."""
         return (await self.ingest_many([(inbound, queue)], now, sessions))[0]
-
-    @abc.abstractmethod
-    async def ingest_many(
-        self,
-        items: Sequence[tuple[Inbound, QueuePolicy]],
-        now: float,
-        sessions: SessionPolicy | None = None,
-    ) -> list[IngestResult]:
-        """Ingest every message in one transaction, in order; results in the same order."""
 
     async def _plan(
         self,

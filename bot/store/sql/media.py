@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Final, get_args
 
 from bot.core.errors import StoreError
-from bot.core.media import MediaStatus, StoredMedia
+from bot.core.media import MediaStatus
 from bot.store.contracts import MAX_MEDIA_BYTES
 from bot.store.sql.core import SQLCore
 
@@ -16,7 +16,7 @@ _STATUSES: Final = frozenset(get_args(MediaStatus))
 
 
 class MediaPart(SQLCore):
-    """save_media, media_data, media_of."""
+    """save_media, media_data."""
 
     async def save_media(
         self,
@@ -52,7 +52,6 @@ class MediaPart(SQLCore):
             )
 
     async def media_data(self, ids: Sequence[int]) -> dict[int, bytes]:
-        """The cached bytes of the rows that have some."""
         wanted = sorted(set(ids))
         if not wanted:
             return {}
@@ -63,8 +62,3 @@ class MediaPart(SQLCore):
                 d.list_arg(wanted),
             )
         return {int(r[0]): bytes(r[1]) for r in rows}
-
-    async def media_of(self, message_ids: Sequence[int]) -> dict[int, tuple[StoredMedia, ...]]:
-        """One query for the batch."""
-        async with self._read() as db:
-            return await self._load_media(db, message_ids)

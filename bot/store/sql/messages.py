@@ -57,8 +57,6 @@ class MessagesPart(SQLCore):
         triggers_reply: bool = False,
         sessions: SessionPolicy | None = None,
     ) -> EditOutcome:
-        """Update an unanswered user message; bump the version if it was pending, or if the
-        edit makes a context-only message of the open session address the bot."""
         d = self.dialect
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation, lock=True)
@@ -131,7 +129,6 @@ class MessagesPart(SQLCore):
         author_id: str | None = None,
         now: float | None = None,
     ) -> StoredMessage | None:
-        """Delete a stored message by its platform id (tombstoned); return it."""
         async with self._tx() as db:
             row = await db.fetchrow(
                 f"SELECT {cols.MSG_COLS}, m.session_id FROM messages m "
@@ -158,7 +155,6 @@ class MessagesPart(SQLCore):
     async def set_conversation_status(
         self, conversation: ConversationKey, active: bool, reason: str | None = None
     ) -> None:
-        """Mark a conversation (in)active."""
         async with self._tx() as db:
             await db.execute(
                 f"UPDATE conversations SET status = $5, status_reason = $6 WHERE {CONV_WHERE}",
@@ -168,7 +164,6 @@ class MessagesPart(SQLCore):
             )
 
     async def conversation_active(self, conversation: ConversationKey) -> bool:
-        """Whether the conversation is active."""
         async with self._read() as db:
             status = await db.fetchval(
                 f"SELECT status FROM conversations WHERE {CONV_WHERE}", *conv_args(conversation)
@@ -176,7 +171,6 @@ class MessagesPart(SQLCore):
         return bool(status != "inactive")
 
     async def conversation_version(self, conversation: ConversationKey) -> int:
-        """The version counter."""
         async with self._read() as db:
             version = await db.fetchval(
                 f"SELECT version FROM conversations WHERE {CONV_WHERE}", *conv_args(conversation)
@@ -191,7 +185,6 @@ class MessagesPart(SQLCore):
         after_turn: int = 0,
         oldest_first: bool = False,
     ) -> list[StoredMessage]:
-        """Non-pending messages after ``after_turn``: newest (or oldest) ``limit``."""
         order = "ASC" if oldest_first else "DESC"
         async with self._read() as db:
             rows = await db.fetch(
@@ -208,7 +201,6 @@ class MessagesPart(SQLCore):
         return [cols.message(session.conversation, r, media) for r in rows]
 
     async def count_history(self, session: SessionKey, *, after_turn: int = 0) -> int:
-        """Count of non-pending messages after ``after_turn``."""
         async with self._read() as db:
             count = await db.fetchval(
                 f"SELECT COUNT(*) FROM messages m WHERE session_id = {SESSION_ID} "
@@ -230,7 +222,6 @@ class MessagesPart(SQLCore):
         return int(count)
 
     async def get_summary(self, session: SessionKey) -> StoredSummary | None:
-        """The session's summary."""
         async with self._read() as db:
             row = await db.fetchrow(
                 "SELECT body, first_turn, last_turn, updated_at FROM summaries "
@@ -300,7 +291,6 @@ class MessagesPart(SQLCore):
     async def sessions_to_extract(
         self, quiet_before: float, limit: int = 20, bots: Sequence[str] | None = None
     ) -> list[tuple[SessionKey, int]]:
-        """Closed or quiet sessions with unlearned user messages."""
         d = self.dialect
         bots_filter = "" if bots is None else " AND c.bot" + d.any_of("$3", "TEXT")
         args: list[Any] = [quiet_before, limit] + ([] if bots is None else [d.list_arg(bots)])
@@ -333,7 +323,6 @@ class MessagesPart(SQLCore):
     async def messages(
         self, session: SessionKey, *, before_turn: int | None = None, limit: int | None = None
     ) -> list[StoredMessage]:
-        """Every message of a session, or the newest ``limit`` before ``before_turn``."""
         async with self._read() as db:
             found = await self._session_row(db, session)
             rows = (

@@ -60,7 +60,6 @@ class PeoplePart(SQLCore):
     """A person's rows across conversations: erasure and export."""
 
     async def erase_user_messages(self, user: UserKey) -> Erasure:
-        """Delete their messages, replies only to them, outbox rows and summaries: one step."""
         d = self.dialect
         who = (user.platform, user.user_id)
         async with self._tx() as db:

@@ -105,7 +105,6 @@ class QueuePart(SQLCore):
         return Reservation(int(reserved))
 
     async def release_turn(self, reservation_id: int) -> None:
-        """Drop a reservation."""
         async with self._write() as db:
             await db.execute("DELETE FROM turn_usage WHERE id = $1", reservation_id)
 
@@ -144,7 +143,6 @@ class QueuePart(SQLCore):
             )
 
     async def input_tokens_since(self, user: UserKey, since: float) -> int:
-        """Input tokens (cached or not) charged to the person since ``since``."""
         async with self._read() as db:
             value = await db.fetchval(
                 "SELECT COALESCE(SUM(input_tokens + cache_write_tokens + cache_read_tokens), 0) "
@@ -237,16 +235,6 @@ class QueuePart(SQLCore):
             else float(first_pending),
             persona=None if persona is None else str(persona),
         )
-
-    async def pending_count(self, conversation: ConversationKey) -> int:
-        """Pending messages of the conversation (the partial index ``messages_pending``)."""
-        async with self._read() as db:
-            count = await db.fetchval(
-                "SELECT COUNT(*) FROM messages m JOIN conversations c ON c.id = m.conversation_id "
-                f"WHERE {CONV_WHERE_C} AND m.pending = {self.dialect.true}",
-                *conv_args(conversation),
-            )
-        return int(count or 0)
 
     # -- timers -------------------------------------------------------------------------------
 
@@ -382,7 +370,6 @@ class QueuePart(SQLCore):
         return None if value is None else float(value)
 
     async def queue_backlog(self, now: float, bots: Sequence[str]) -> QueueBacklog:
-        """Due timers of ``bots`` whose turn lease is free: turns waiting for a slot."""
         d = self.dialect
         clock = self._db_now or "CAST($1 AS DOUBLE PRECISION)"
         async with self._read() as db:
@@ -397,22 +384,7 @@ class QueuePart(SQLCore):
         assert row is not None
         return QueueBacklog(int(row[0]), None if row[1] is None else float(row[1]))
 
-    async def next_due_at(self, bots: Sequence[str] | None = None) -> float | None:
-        """Earliest due time."""
-        d = self.dialect
-        async with self._read() as db:
-            if bots is None:
-                value = await db.fetchval("SELECT MIN(due_at) FROM timers")
-            else:
-                value = await db.fetchval(
-                    "SELECT MIN(t.due_at) FROM timers t JOIN conversations c "
-                    "ON c.id = t.conversation_id WHERE c.bot" + d.any_of("$1", "TEXT"),
-                    d.list_arg(bots),
-                )
-        return None if value is None else float(value)
-
     async def timer(self, conversation: ConversationKey) -> DueTimer | None:
-        """The conversation's timer."""
         async with self._read() as db:
             row = await db.fetchrow(
                 cols.TIMER_SELECT + f"WHERE {CONV_WHERE_C}", *conv_args(conversation)
@@ -420,7 +392,6 @@ class QueuePart(SQLCore):
         return None if row is None else cols.timer(row)
 
     async def rearm_timer(self, conversation: ConversationKey, due_at: float) -> None:
-        """Move (or arm) the conversation's timer."""
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation, lock=True)
             if conv_id is None:
@@ -437,7 +408,6 @@ class QueuePart(SQLCore):
     async def clear_timer(
         self, conversation: ConversationKey, armed_version: int, *, only_if_idle: bool = True
     ) -> bool:
-        """Remove the timer unless newer input re-armed it (or, by default, input is pending)."""
         # `pending = 1` matches SQLite's partial index messages_pending (a bare `pending`
         # would not).
         idle = (
@@ -482,7 +452,6 @@ class QueuePart(SQLCore):
         return Lease(name=name, holder=holder, token=int(row[0]), expires_at=float(row[1]))
 
     async def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease | None:
-        """Extend a lease still held under the same token."""
         clock = self._db_now or "CAST($5 AS DOUBLE PRECISION)"
         args: list[Any] = [lease.name, lease.token, lease.holder, ttl]
         async with self._write() as db:
@@ -497,7 +466,6 @@ class QueuePart(SQLCore):
         return Lease(lease.name, lease.holder, lease.token, float(expires))
 
     async def release_lease(self, lease: Lease) -> None:
-        """Free the lease if still ours."""
         async with self._write() as db:
             await db.execute(
                 "UPDATE leases SET expires_at = 0 WHERE name = $1 AND token = $2 AND holder = $3",
@@ -507,7 +475,6 @@ class QueuePart(SQLCore):
             )
 
     async def lease_expires_at(self, name: str) -> float | None:
-        """Read the lease's expiry (a rate limit's "until when")."""
         async with self._read() as db:
             value = await db.fetchval("SELECT expires_at FROM leases WHERE name = $1", name)
         return None if value is None else float(value)
@@ -593,7 +560,6 @@ class QueuePart(SQLCore):
     async def record_outbox(
         self, conversation: ConversationKey, text: str, now: float, reply_to: str | None = None
     ) -> OutboxItem:
-        """A non-transcript row (reply_message_id 0) in the open session."""
         if not text.strip():
             raise StoreError("refusing to record an empty or whitespace-only message")
         async with self._tx() as db:
@@ -622,7 +588,6 @@ class QueuePart(SQLCore):
     async def record_ran(
         self, conversation: ConversationKey, platform_message_id: str, now: float
     ) -> None:
-        """A non-transcript outbox row, finished at once: nothing to send, nothing to show."""
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation, now)
             assert conv_id is not None
@@ -650,7 +615,6 @@ class QueuePart(SQLCore):
         return found is not None
 
     async def begin_send(self, item: OutboxItem, now: float) -> bool:
-        """CAS on the attempt count: of two processes, one claims the attempt."""
         async with self._write() as db:
             claimed = await db.execute(
                 "UPDATE outbox SET attempts = attempts + 1, attempted_at = $1 "
@@ -662,29 +626,24 @@ class QueuePart(SQLCore):
         return claimed == 1
 
     async def unsent_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
-        """Never-attempted rows."""
-        async with self._read() as db:
-            rows = await db.fetch(
-                cols.OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts = 0 "
-                "AND o.created_at <= $1 ORDER BY o.id LIMIT $2",
-                older_than,
-                limit,
-            )
-        return [cols.outbox(r) for r in rows]
+        return await self._pending_outbox("o.attempts = 0 AND o.created_at", older_than, limit)
 
     async def uncertain_outbox(self, older_than: float, limit: int = 50) -> list[OutboxItem]:
-        """Attempted but unconfirmed rows."""
+        return await self._pending_outbox("o.attempts > 0 AND o.attempted_at", older_than, limit)
+
+    async def _pending_outbox(self, since: str, older_than: float, limit: int) -> list[OutboxItem]:
+        """Pending rows whose ``since`` column (with its attempts condition) is at or before
+        ``older_than``, oldest row first."""
         async with self._read() as db:
             rows = await db.fetch(
-                cols.OUTBOX_SELECT + "WHERE o.status = 'pending' AND o.attempts > 0 "
-                "AND o.attempted_at <= $1 ORDER BY o.id LIMIT $2",
+                cols.OUTBOX_SELECT + f"WHERE o.status = 'pending' AND {since} <= $1 "
+                "ORDER BY o.id LIMIT $2",
                 older_than,
                 limit,
             )
         return [cols.outbox(r) for r in rows]
 
     async def mark_sent(self, outbox_id: int, now: float) -> None:
-        """Confirm delivery."""
         async with self._write() as db:
             await db.execute(
                 f"UPDATE outbox SET status = 'sent', finished_at = $1, text = {cols.FINISHED_TEXT} "
@@ -694,7 +653,6 @@ class QueuePart(SQLCore):
             )
 
     async def mark_failed(self, outbox_id: int, now: float, reason: str) -> None:
-        """Give up on a row."""
         async with self._write() as db:
             await db.execute(
                 "UPDATE outbox SET status = 'failed', finished_at = $1, failure = $2, "

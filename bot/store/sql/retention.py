@@ -3,15 +3,10 @@
 
 from __future__ import annotations
 
-import time
-
 from bot.core.events import (
     OldMessages,
-    RetentionEntry,
     SessionInfo,
     SessionKey,
-    Tombstone,
-    UserKey,
 )
 from bot.store import cols, tombstones
 from bot.store.sql.conn import Conn
@@ -37,26 +32,7 @@ class RetentionPart(SQLCore):
             rows = await db.fetch(_GAPS, *args)
         return [(int(r[0]), int(r[1])) for r in rows]
 
-    async def tombstones(self, session: SessionKey, limit: int | None = None) -> list[Tombstone]:
-        """The session's tombstones (all, or the newest ``limit``) in turn order."""
-        async with self._read() as db:
-            found = await self._session_row(db, session)
-            rows = (
-                []
-                if found is None
-                else await db.fetch(
-                    "SELECT first_turn, last_turn, reason, at FROM tombstones "
-                    "WHERE session_id = $1 ORDER BY first_turn DESC LIMIT $2",
-                    found[0],
-                    self.dialect.no_limit if limit is None else limit,
-                )
-            )
-        return [
-            Tombstone(session, int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in reversed(rows)
-        ]
-
     async def session_bounds(self, session: SessionKey) -> tuple[int, int] | None:
-        """First and last stored turn."""
         async with self._read() as db:
             found = await self._session_row(db, session)
             row = (
@@ -90,7 +66,6 @@ class RetentionPart(SQLCore):
         return infos, (int(rows[-1][0]) if len(rows) == limit else 0)
 
     async def expired_sessions(self, closed_before: float, limit: int = 100) -> list[SessionKey]:
-        """Closed sessions past their retention."""
         async with self._read() as db:
             rows = await db.fetch(
                 "SELECT c.bot, c.platform, c.chat_id, c.thread_id, s.session_no FROM sessions s "
@@ -102,7 +77,6 @@ class RetentionPart(SQLCore):
         return [SessionKey(cols.conversation_key(r[0], r[1], r[2], r[3]), int(r[4])) for r in rows]
 
     async def expire_session(self, session: SessionKey, now: float) -> int:
-        """Delete the whole closed session's data at once."""
         async with self._tx() as db:
             found = await self._session_row(db, session)
             if found is None:
@@ -136,7 +110,6 @@ class RetentionPart(SQLCore):
             return count
 
     async def old_messages(self, session: SessionKey, cutoff: float) -> OldMessages | None:
-        """Old answered/context messages of a session."""
         async with self._read() as db:
             found = await self._session_row(db, session)
             row = (
@@ -155,7 +128,6 @@ class RetentionPart(SQLCore):
         return OldMessages(session, int(row[0]), int(row[1]), int(row[2]), float(row[3]))
 
     async def sessions_with_old_messages(self, cutoff: float, limit: int = 100) -> list[SessionKey]:
-        """Open sessions holding old messages."""
         async with self._read() as db:
             rows = await db.fetch(
                 "SELECT c.bot, c.platform, c.chat_id, c.thread_id, s.session_no FROM sessions s "
@@ -171,7 +143,6 @@ class RetentionPart(SQLCore):
     async def delete_old_messages(
         self, session: SessionKey, through_turn: int, cutoff: float, now: float, limit: int
     ) -> int:
-        """One batch of per-message deletions, logged."""
         d = self.dialect
         async with self._tx() as db:
             found = await self._session_row(db, session)
@@ -218,44 +189,11 @@ class RetentionPart(SQLCore):
             return len(turns)
 
     async def prune_outbox(self, finished_before: float) -> int:
-        """Drop delivered (or given-up) outbox rows."""
         async with self._tx() as db:
             return await db.execute(
                 "DELETE FROM outbox WHERE status <> 'pending' AND finished_at <= $1",
                 finished_before,
             )
-
-    async def retention_log(self, limit: int = 100) -> list[RetentionEntry]:
-        """Newest audit-trail entries."""
-        async with self._read() as db:
-            rows = await db.fetch(
-                "SELECT r.at, c.bot, c.platform, c.chat_id, c.thread_id, r.session_no, "
-                "r.first_turn, r.last_turn, r.messages, r.reason FROM retention_log r "
-                "JOIN conversations c ON c.id = r.conversation_id ORDER BY r.id DESC LIMIT $1",
-                limit,
-            )
-        return [cols.retention_entry(r) for r in rows]
-
-    async def delete_user_messages(
-        self, user: UserKey, *, closed_sessions_only: bool, now: float | None = None
-    ) -> int:
-        """Delete a person's messages on a platform (tombstoned)."""
-        d = self.dialect
-        status = "AND s.status != 'open'" if closed_sessions_only else ""
-        async with self._tx() as db:
-            rows = await db.fetch(
-                "DELETE FROM messages WHERE id IN (SELECT m.id FROM messages m "
-                "JOIN sessions s ON s.id = m.session_id JOIN conversations c "
-                "ON c.id = m.conversation_id WHERE c.platform = $1 AND m.author_id = $2 "
-                f"AND m.role = 'user' AND m.pending = {d.false} {status}) "
-                "RETURNING session_id, turn",
-                user.platform,
-                user.user_id,
-            )
-            await self._bury(
-                db, ((int(r[0]), int(r[1])) for r in rows), tombstones.FORGET, now or time.time()
-            )
-        return len(rows)
 
 
 async def _log_deletion(

@@ -31,7 +31,6 @@ class SessionsPart(SQLCore):
     async def open_session(
         self, conversation: ConversationKey, now: float, policy: SessionPolicy | None = None
     ) -> SessionInfo:
-        """The open session, opening the next one when none is open or it expired."""
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation, now)
             assert conv_id is not None
@@ -40,7 +39,6 @@ class SessionsPart(SQLCore):
         return cols.session_info(conversation, row)
 
     async def current_session(self, conversation: ConversationKey) -> SessionInfo | None:
-        """The open session or None."""
         async with self._read() as db:
             row = await db.fetchrow(
                 f"SELECT {cols.SESSION_COLS} FROM sessions WHERE status = 'open' "
@@ -56,8 +54,6 @@ class SessionsPart(SQLCore):
         reason: str = "new",
         persona: str | None = None,
     ) -> SessionInfo:
-        """Close the open session and open the next (with ``persona``, or the chat's own),
-        atomically."""
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation, now)
             assert conv_id is not None
@@ -65,48 +61,9 @@ class SessionsPart(SQLCore):
             row = await self._session_by_id(db, sid)
         return cols.session_info(conversation, row)
 
-    async def close_session(
-        self, conversation: ConversationKey, now: float, reason: str = "closed"
-    ) -> SessionInfo | None:
-        """Close the open session, if any."""
-        async with self._tx() as db:
-            conv_id = await self._conv_id(db, conversation, lock=True)
-            if conv_id is None:
-                return None
-            row = await db.fetchrow(
-                "UPDATE sessions SET status = 'closed', closed_at = $1, close_reason = $2 "
-                f"WHERE conversation_id = $3 AND status = 'open' RETURNING {cols.SESSION_COLS}",
-                now,
-                reason,
-                conv_id,
-            )
-        return None if row is None else cols.session_info(conversation, row)
-
-    async def get_session(self, session: SessionKey) -> SessionInfo | None:
-        """A session by key."""
-        async with self._read() as db:
-            found = await self._session_row(db, session)
-            row = None if found is None else await self._session_by_id(db, found[0])
-        return None if row is None else cols.session_info(session.conversation, row)
-
-    async def list_sessions(
-        self, conversation: ConversationKey, limit: int | None = None
-    ) -> list[SessionInfo]:
-        """All sessions, or the newest ``limit``, oldest first."""
-        async with self._read() as db:
-            rows = await db.fetch(
-                f"SELECT {cols.SESSION_COLS} FROM sessions WHERE conversation_id = "
-                f"(SELECT id FROM conversations WHERE {CONV_WHERE}) "
-                "ORDER BY session_no DESC LIMIT $5",
-                *conv_args(conversation),
-                self.dialect.no_limit if limit is None else limit,
-            )
-        return [cols.session_info(conversation, r) for r in reversed(rows)]
-
     # -- session scope ------------------------------------------------------------------------
 
     async def get_state(self, session: SessionKey, name: str) -> str | NotSet:
-        """A session-scoped value or NOT_SET."""
         async with self._read() as db:
             value = await db.fetchval(
                 f"SELECT value FROM session_state WHERE session_id = {SESSION_ID} AND key = $6",
@@ -133,7 +90,6 @@ class SessionsPart(SQLCore):
             raise StoreError(f"unknown session {session}")
 
     async def delete_state(self, session: SessionKey, name: str | None = None) -> int:
-        """Delete one or all session-scoped values."""
         async with self._write() as db:
             if name is None:
                 return await db.execute(
@@ -149,7 +105,6 @@ class SessionsPart(SQLCore):
     # -- user scope ---------------------------------------------------------------------------
 
     async def get_user_memory(self, user: UserKey) -> str | NotSet:
-        """A user's memory record or NOT_SET."""
         async with self._read() as db:
             value = await db.fetchval(
                 "SELECT record FROM user_memory WHERE platform = $1 AND user_id = $2",
@@ -159,7 +114,6 @@ class SessionsPart(SQLCore):
         return NOT_SET if value is None else str(value)
 
     async def read_user_memory(self, user: UserKey) -> tuple[str | None, int]:
-        """A user's memory record and its version, read together."""
         async with self._read() as db:
             row = await db.fetchrow(
                 "SELECT record, version FROM user_memory WHERE platform = $1 AND user_id = $2",
@@ -203,13 +157,3 @@ class SessionsPart(SQLCore):
                     expected_version,
                 )
         return won is not None
-
-    async def delete_user_memory(self, user: UserKey) -> bool:
-        """Erase a user's memory."""
-        async with self._tx() as db:
-            removed = await db.execute(
-                "DELETE FROM user_memory WHERE platform = $1 AND user_id = $2",
-                user.platform,
-                user.user_id,
-            )
-        return removed > 0

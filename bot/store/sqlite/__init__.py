@@ -65,17 +65,6 @@ class SQLiteStore(
         await self._empty_log()
         return erased
 
-    async def delete_user_messages(
-        self, user: UserKey, *, closed_sessions_only: bool, now: float | None = None
-    ) -> int:
-        """The shared deletion, then the log emptied when messages went."""
-        count = await super().delete_user_messages(
-            user, closed_sessions_only=closed_sessions_only, now=now
-        )
-        if count:
-            await self._empty_log()
-        return count
-
     async def expire_session(self, session: SessionKey, now: float) -> int:
         """The shared expiry, then the log emptied when messages went."""
         count = await super().expire_session(session, now)

@@ -193,11 +193,6 @@ class SQLiteCore(SQLCore):
             raise StoreError("store is not open")
         return self._db
 
-    @property
-    def in_flight(self) -> int:
-        """Operations running or waiting for the connection (for drains and tests)."""
-        return self._in_flight
-
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[Conn]:
         """One write transaction (BEGIN IMMEDIATE: every writer of the file waits)."""

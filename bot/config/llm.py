@@ -1,0 +1,106 @@
+"""What reaches a model: ``[llm]`` (the provider, its notices, prices), ``[media]`` (the
+images it is shown) and ``[transcription]`` (who turns voice notes into text)."""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from bot.config.fields import EnvName, Section, shown
+from bot.config.plugins import NAME_PATTERN
+
+
+class PriceSettings(Section):
+    """Dollars per million tokens of one model (cache write/read priced from input)."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+
+DEFAULT_PRICES: dict[str, PriceSettings] = {
+    "claude-opus-5-5": PriceSettings(input=5.0, output=25.0),
+    "claude-sonnet-5-5": PriceSettings(input=3.0, output=15.0),
+    "claude-haiku-5-5": PriceSettings(input=1.0, output=5.0),
+}
+
+
+class LLMSettings(Section):
+    """How the model is reached."""
+
+    # A registered model provider: "anthropic", "offline" or one a plugin adds.
+    provider: str = Field(default="anthropic", pattern=NAME_PATTERN)
+    # Keys for a plugin's provider (it validates them); the built-in ones take none.
+    options: dict[str, Any] = Field(default_factory=dict)
+    base_url: str | None = None
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=2, ge=0, le=10)
+    retry_max_seconds: float = Field(default=60.0, gt=0)
+    trouble_notice: str = "I'm having trouble thinking right now; I'll answer shortly."
+    # Sent (and recorded) instead of a reply without text, e.g. stop_reason "refusal".
+    refusal_message: str = Field(
+        default="I'd rather not answer that. Shall we talk about something else?", min_length=1
+    )
+    # Sent when the model rejects a turn for good (e.g. "prompt is too long"); "" = silent.
+    rejected_notice: str = (
+        "Sorry, I couldn't answer your last message (it was refused as too long or "
+        "malformed). It is kept; please write it again in shorter parts, or send /new to "
+        "start over."
+    )
+    prices: dict[str, PriceSettings] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+
+    @field_validator("trouble_notice", "rejected_notice", "refusal_message")
+    @classmethod
+    def _notices_shown(cls, text: str) -> str:
+        return shown(text)
+
+
+class MediaConfig(Section):
+    """Photos, stickers and voice notes (docs/architecture.md#media)."""
+
+    # Images shown to the model per request at most, the newest (0 = never fetch or show any:
+    # the model reads a text stand-in such as "[photo]" instead).
+    max_images: int = Field(default=6, ge=0, le=100)
+    # Larger files are not downloaded (Telegram lets bots download up to 20 MB).
+    max_download_mb: float = Field(default=20.0, gt=0, le=500)
+    fetch_timeout_seconds: float = Field(default=20.0, gt=0, le=600)
+
+
+class TranscriptionConfig(Section):
+    """Who transcribes voice notes (docs/transcription.md): by default an OpenAI-compatible
+    ``/audio/transcriptions`` server at ``url``; ``url = ""`` with the built-in provider (the
+    default): nobody, and the persona is told it cannot listen to voice notes."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether voice notes are transcribed at all."""
+        return self.provider != "openai" or bool(self.url)
+
+    # "openai": the built-in client of an OpenAI-compatible server; or one a plugin registers
+    # with app.transcriber (its own keys in ``options``).
+    provider: str = Field(default="openai", pattern=NAME_PATTERN)
+    options: dict[str, Any] = Field(default_factory=dict)
+    url: str = ""  # e.g. "http://127.0.0.1:8000/v1"
+    model: str = Field(default="whisper-1", min_length=1)
+    api_key_env: EnvName | None = None
+    language: str | None = Field(default=None, pattern=r"^[a-z]{2,3}$")
+    prompt: str | None = Field(default=None, max_length=1000)
+    timeout_seconds: float = Field(default=60.0, gt=0, le=600)
+    # Voice notes longer than this are not transcribed (bounds what transcription costs).
+    max_seconds: float = Field(default=300.0, gt=0, le=7200)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not url:
+            return url
+        if not url.startswith(("http://", "https://")):
+            raise ValueError('must be an http:// or https:// URL, or "" for none')
+        # What the client refuses at start (bot/llm/transcription.py), said here already.
+        parts = urllib.parse.urlsplit(url)
+        if not parts.hostname:
+            raise ValueError("must name a host, e.g. http://127.0.0.1:8000/v1")
+        if parts.query or parts.fragment:
+            raise ValueError("must not have a query or fragment")
+        return url

@@ -1,0 +1,64 @@
+"""What the model sees of a conversation and how long it is kept: ``[memory]``,
+``[sessions]`` and ``[retention]`` (docs/architecture.md#prompt, #retention)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from bot.config.fields import Section
+
+
+class SessionSettings(Section):
+    """When a conversation's session ends by itself."""
+
+    idle_timeout_minutes: float = Field(default=0, ge=0)
+    daily_reset_hour: int | None = Field(default=None, ge=0, le=23)
+    timezone_offset_hours: float = Field(default=0, ge=-14, le=14)
+
+
+class MemorySettings(Section):
+    """What the model sees of the conversation (docs/architecture.md#prompt)."""
+
+    window_messages: int = Field(default=24, ge=2, le=10_000)
+    prompt_budget_tokens: int = Field(default=6000, ge=256)
+    summary_budget_tokens: int = Field(default=800, ge=50)
+    user_memory_budget_tokens: int = Field(default=600, ge=50)
+    summary_model: str | None = None
+    private_memory_in_groups: bool = False
+    share_across_groups: bool = False
+    extract_after_idle_minutes: float = Field(default=5.0, ge=0)
+    sweep_interval_seconds: float = Field(default=30.0, gt=0)
+
+
+class RetentionSettings(Section):
+    """How long messages are kept and what the model is told about missing ones
+    (docs/architecture.md#retention)."""
+
+    mode: Literal["session", "message"] = "session"
+    days: float = Field(default=30, ge=0)
+    gap_policy: Literal["note", "tell_user", "refuse"] = "note"
+    interval_minutes: float = Field(default=60, gt=0)
+    batch_size: int = Field(default=500, ge=1, le=1_000_000)
+    forget_deletes_messages: bool = False
+    tell_user_message: str = (
+        "Some messages of this conversation (turns {turns}) are no longer available to me. "
+        "If something from them matters, please tell me again."
+    )
+    refuse_message: str = (
+        "Part of this conversation (turns {turns}) is no longer available, so I can't "
+        "continue it reliably. A human will take over; you can also send /new to start over."
+    )
+
+    @field_validator("tell_user_message", "refuse_message")
+    @classmethod
+    def _gap_placeholders(cls, text: str) -> str:
+        try:
+            text.format(turns="15-16", first=15, last=16)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"bad placeholder ({exc}); use {{turns}}, {{first}} or {{last}} "
+                "(double braces for a literal brace)"
+            ) from None
+        return text

@@ -1,0 +1,83 @@
+"""``RunNeeds``: what ``personabot run`` reads from the environment before it connects (bot
+tokens, the model's key, the console's token), so that ``config check`` and ``run`` name an
+unset one in the same round as a typo in the file (issue 35)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bot.config.bots import DEFAULT_TOKEN_VARIABLES, raw_key
+from bot.config.llm import LLMSettings
+from bot.config.observability import WEB_TOKEN_MIN, WebSettings, web_token_short
+from bot.config.secrets import Secrets
+from bot.config.settings import Settings
+from bot.core.redact import looks_like_env_name
+
+
+@dataclass(frozen=True)
+class RunNeeds:
+    """What ``personabot run`` reads from the environment before connecting, as the settings
+    (or, when they do not validate, the raw file) say: so that an unset token is named in
+    the same round as a typo (issue 35)."""
+
+    bots: tuple[tuple[int, str, str, str], ...]  # index, bot key, platform, token variable
+    provider: str
+    web_token_env: str | None  # when [web] listen is set
+
+    @classmethod
+    def of(cls, settings: Settings) -> RunNeeds:
+        bots = tuple((i, b.key, b.platform, b.token_variable) for i, b in enumerate(settings.bots))
+        web = settings.web.token_env if settings.web.listen else None
+        return cls(bots, settings.llm.provider, web)
+
+    @classmethod
+    def of_raw(cls, data: Mapping[str, Any]) -> RunNeeds | None:
+        """The same from a file that did not validate; None when its shape is too broken."""
+        llm, web, raw_bots = data.get("llm", {}), data.get("web", {}), data.get("bots", [])
+        if not (isinstance(llm, dict) and isinstance(web, dict) and isinstance(raw_bots, list)):
+            return None
+        bots = []
+        for index, entry in enumerate(raw_bots):
+            if not isinstance(entry, dict):
+                return None
+            platform, token = entry.get("platform"), entry.get("token_env")
+            if token is not None and not (isinstance(token, str) and looks_like_env_name(token)):
+                continue  # perhaps the token itself pasted in: its own problem, never shown
+            if platform in DEFAULT_TOKEN_VARIABLES:
+                token = token or DEFAULT_TOKEN_VARIABLES[platform]
+                bots.append((index, raw_key(index, entry), str(platform), str(token)))
+        provider = str(llm.get("provider", LLMSettings().provider))
+        listen, token_env = web.get("listen"), web.get("token_env", WebSettings().token_env)
+        if not (isinstance(token_env, str) and looks_like_env_name(token_env)):
+            token_env = None  # its own problem, never shown
+        return cls(tuple(bots), provider, token_env if listen else None)
+
+    def problems(self, secrets: Secrets, *, empty_ok: bool = False) -> list[str]:
+        """What ``run`` would refuse to start without, never quoting a value: ``[[bots]]``,
+        each built-in bot's token, the Anthropic key, the console's token."""
+        problems: list[str] = []
+        if not self.bots and not empty_ok:
+            problems.append(
+                "bots: no [[bots]] entries, so `personabot run` has nothing to host (add one, "
+                "see config.example.toml; `personabot chat` needs none: config check --file-only)"
+            )
+        for index, key, platform, variable in self.bots:
+            if platform in DEFAULT_TOKEN_VARIABLES and secrets.get(variable) is None:
+                problems.append(f"bots[{index}] ({key}): {variable} is not set in the environment")
+        if self.provider == "anthropic" and secrets.anthropic_api_key is None:
+            problems.append(
+                'ANTHROPIC_API_KEY: not set in the environment (llm.provider = "anthropic"; '
+                "`run` refuses to start without it, `chat` falls back to the offline model)"
+            )
+        if self.web_token_env:
+            token = secrets.get(self.web_token_env)
+            if token is None:
+                problems.append(
+                    f"web: {self.web_token_env} is not set in the environment ([web] listen is "
+                    "set; the console refuses to start without its token)"
+                )
+            elif len(token) < WEB_TOKEN_MIN:
+                problems.append(web_token_short(self.web_token_env))
+        return problems

@@ -1,0 +1,156 @@
+"""``Settings``: the whole file, its sections in the order ``config check`` and the docs show
+them, the environment's ``PERSONABOT_*`` overrides over it, and the checks across sections."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from bot.config.bots import BOT_URL_KEYS, BotSettings
+from bot.config.initiatives import ScheduleSettings
+from bot.config.limits import AccessSettings, LimitSettings, QueueSettings, ToolSettings
+from bot.config.llm import LLMSettings, MediaConfig, TranscriptionConfig
+from bot.config.memory import MemorySettings, RetentionSettings, SessionSettings
+from bot.config.observability import (
+    LoggingSettings,
+    ObservabilitySettings,
+    WebSettings,
+    listen_address,
+)
+from bot.config.personas import DEFAULT_PERSONA, PersonaSettings
+from bot.config.plugins import PluginName
+from bot.config.references import reference_problems
+from bot.config.secrets import MIN_SECRET
+from bot.config.storage import StorageSettings
+from bot.core.errors import ConfigError
+from bot.core.redact import url_secrets
+
+ENV_PREFIX: Final = "PERSONABOT_"
+
+
+class Settings(BaseSettings):
+    """All of personabot's configuration."""
+
+    model_config = SettingsConfigDict(
+        extra="forbid",
+        frozen=True,
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        nested_model_default_partial_update=True,
+    )
+
+    storage: StorageSettings = StorageSettings()
+    llm: LLMSettings = LLMSettings()
+    tools: ToolSettings = ToolSettings()
+    media: MediaConfig = MediaConfig()
+    transcription: TranscriptionConfig = TranscriptionConfig()
+    queue: QueueSettings = QueueSettings()
+    sessions: SessionSettings = SessionSettings()
+    memory: MemorySettings = MemorySettings()
+    retention: RetentionSettings = RetentionSettings()
+    access: AccessSettings = AccessSettings()
+    limits: LimitSettings = LimitSettings()
+    observability: ObservabilitySettings = ObservabilitySettings()
+    web: WebSettings = WebSettings()
+    logging: LoggingSettings = LoggingSettings()
+    schedule: ScheduleSettings = ScheduleSettings()
+    personas: list[PersonaSettings] = Field(default_factory=lambda: [DEFAULT_PERSONA])
+    bots: list[BotSettings] = Field(default_factory=list)
+    # Plugins of every bot (and of `personabot chat`): docs/plugins.md.
+    plugins: list[PluginName] = Field(default_factory=list)
+    # Each plugin's own options, by the name it is loaded as (app.options in its setup).
+    plugin_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment overrides the TOML file (passed as init values).
+        return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _references(self) -> Settings:
+        bots = [(b.persona, b.personas, b.key) for b in self.bots]
+        problems = reference_problems([p.id for p in self.personas], bots)
+        problems += self._shared_port()
+        if problems:
+            # Every reference problem at once, one per line (split again by
+            # bot/config/problems.py validation_problems).
+            raise ValueError("\n".join(problems))
+        self._pins_fit()
+        return self
+
+    def _shared_port(self) -> list[str]:
+        """The console and the health endpoints on one port: ``run`` died binding the second
+        (review 35a). Any host: ``localhost`` and ``127.0.0.1`` are the same socket."""
+        if not (self.web.listen and self.observability.listen):
+            return []
+        port = listen_address(self.web.listen)[1]
+        if port == 0 or port != listen_address(self.observability.listen)[1]:
+            return []
+        return [f"web.listen: port {port} is observability.listen's too; give each its own"]
+
+    def _pins_fit(self) -> None:
+        """Every persona's pin leaves room for a turn in its prompt budget; otherwise every
+        request would be sent over ``prompt_budget_tokens``."""
+        from memory.assemble import least_prompt_tokens
+
+        for index, persona in enumerate(self.personas):
+            need = least_prompt_tokens(persona.pin(lorebook=False))
+            budget = self.memory_for(persona).prompt_budget_tokens
+            if need > budget:
+                raise ValueError(
+                    f"personas[{index}]: the pinned persona takes ~{need} tokens with the "
+                    f"smallest turn, more than memory.prompt_budget_tokens ({budget}); shorten "
+                    "them or raise prompt_budget_tokens"
+                )
+
+    def persona(self, persona_id: str | None = None) -> PersonaSettings:
+        """The persona with this id, or the first one."""
+        if persona_id is None:
+            return self.personas[0]
+        for persona in self.personas:
+            if persona.id == persona_id:
+                return persona
+        known = ", ".join(p.id for p in self.personas)
+        raise ConfigError([f"--persona: no persona with id {persona_id!r} (known: {known})"])
+
+    def secret_names(self) -> list[str]:
+        """Environment variables the configuration reads secrets from."""
+        names: list[str] = []
+        for entry in self.bots:
+            names.append(entry.token_variable)
+            secret = getattr(entry, "secret_token_env", None)
+            if secret:
+                names.append(secret)
+        if self.transcription.api_key_env:
+            names.append(self.transcription.api_key_env)
+        names.append(self.web.token_env)
+        return names
+
+    def credentials(self) -> list[str]:
+        """Credentials written into configured URLs (user-info passwords, ``?password=``...),
+        so that logs can redact them like the environment's secrets."""
+        urls = [self.storage.url, self.llm.base_url, self.transcription.url]
+        for entry in self.bots:
+            urls += [getattr(entry, name, None) for name in BOT_URL_KEYS]
+        # The same minimum as the environment's secrets: a one-letter password redacted as a
+        # substring would mangle every line and give itself away (review 35a); URLs are shown
+        # through redact_url, which hides it whatever its length.
+        found = {s for url in urls if url for s in url_secrets(url) if len(s) >= MIN_SECRET}
+        return sorted(found, key=len, reverse=True)
+
+    def queue_for(self, persona: PersonaSettings) -> QueueSettings:
+        """Queue settings with the persona's override applied."""
+        return persona.queue or self.queue
+
+    def memory_for(self, persona: PersonaSettings) -> MemorySettings:
+        """Memory settings with the persona's override applied."""
+        return persona.memory or self.memory

@@ -1,0 +1,65 @@
+"""What tests set up or read past the store contracts (issue 36: no store method exists for
+tests alone). Each helper is SQL on the store's own connection interface (bot/store/sql), so
+it runs on both backends and inside the store's transactions; the product never needs it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bot.core.events import ConversationKey, SessionInfo, UserKey
+from bot.core.media import StoredMedia
+from bot.store import cols
+from bot.store.contracts import StoreLifecycle
+from bot.store.sql.core import SQLCore
+
+
+def _sql(store: StoreLifecycle) -> SQLCore:
+    """The store as its SQL implementation (every backend under test is one)."""
+    assert isinstance(store, SQLCore), f"not an SQL store: {type(store).__name__}"
+    return store
+
+
+def in_flight(store: StoreLifecycle) -> int:
+    """Store operations running or queued in this process (what ``settle`` waits out)."""
+    return _sql(store)._in_flight
+
+
+async def close_session(
+    store: StoreLifecycle, conversation: ConversationKey, now: float, reason: str = "closed"
+) -> SessionInfo | None:
+    """Close the conversation's open session without opening the next (what an idle timeout
+    does when the next message comes); return it, or None if none was open. Deletes nothing."""
+    sql = _sql(store)
+    async with sql._tx() as db:
+        conv_id = await sql._conv_id(db, conversation, lock=True)
+        if conv_id is None:
+            return None
+        row = await db.fetchrow(
+            "UPDATE sessions SET status = 'closed', closed_at = $1, close_reason = $2 "
+            f"WHERE conversation_id = $3 AND status = 'open' RETURNING {cols.SESSION_COLS}",
+            now,
+            reason,
+            conv_id,
+        )
+    return None if row is None else cols.session_info(conversation, row)
+
+
+async def media_of(
+    store: StoreLifecycle, message_ids: Sequence[int]
+) -> dict[int, tuple[StoredMedia, ...]]:
+    """The media rows of these messages by message id, each in order (without bytes)."""
+    sql = _sql(store)
+    async with sql._read() as db:
+        return await sql._load_media(db, message_ids)
+
+
+async def delete_user_memory(store: StoreLifecycle, user: UserKey) -> bool:
+    """Remove a user's memory record row; True if there was one."""
+    sql = _sql(store)
+    async with sql._tx() as db:
+        removed = await db.execute(
+            "DELETE FROM user_memory WHERE platform = $1 AND user_id = $2",
+            user.platform,
+            user.user_id,
+        )
+    return removed > 0
