@@ -9,7 +9,8 @@ from __future__ import annotations
 import abc
 from contextlib import AbstractAsyncContextManager
 
-from bot.core.errors import DeliveryRefused
+from bot.config import Secrets
+from bot.core.errors import ConfigError, DeliveryRefused
 from bot.core.events import ConversationKey, PlatformProblem, Reply
 from bot.core.ports import InboundHandler
 
@@ -64,3 +65,12 @@ class BaseAdapter(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release platform connections."""
+
+
+def required_secret(secrets: Secrets, variable: str, what: str) -> str:
+    """The value of environment variable ``variable``; a ConfigError saying it is not set,
+    and what it is (``what``: "token of bot 'mira'"), when it is not."""
+    value = secrets.get(variable)
+    if value is None:
+        raise ConfigError([f"{variable}: not set in the environment ({what})"])
+    return value

@@ -1,8 +1,9 @@
-"""Splitting long replies for platforms with a message size limit (shared by adapters).
+"""Text rules shared by adapters: splitting long replies, cutting quoted messages.
 
-Rules: split at paragraph, then line, then sentence, then word boundaries; never inside a code
-block, unless the block alone is longer than a message, in which case the block is cut at line
-boundaries and each part is closed and reopened with the same fence; never truncate.
+Splitting, for platforms with a message size limit: split at paragraph, then line, then
+sentence, then word boundaries; never inside a code block, unless the block alone is longer
+than a message, in which case the block is cut at line boundaries and each part is closed and
+reopened with the same fence; never truncate.
 """
 
 from __future__ import annotations
@@ -10,6 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Final
+
+#: Quoted text is context, not a second copy of a long message (docs/architecture.md#media).
+QUOTE_LIMIT: Final = 1000
 
 Measure = Callable[[str], int]
 
@@ -25,6 +30,11 @@ class _Block:
 def utf16_len(text: str) -> int:
     """Length in UTF-16 code units, as Telegram counts message length."""
     return len(text.encode("utf-16-le")) // 2
+
+
+def cut_quote(text: str) -> str:
+    """``text`` within :data:`QUOTE_LIMIT` characters, an ellipsis marking the cut."""
+    return text if len(text) <= QUOTE_LIMIT else text[: QUOTE_LIMIT - 1] + "…"
 
 
 def split_text(text: str, limit: int, *, measure: Measure = len) -> list[str]:

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from bot.app import build, cli
+from bot.app import cli
+from bot.app.build import stores
 from bot.config import Settings
 from bot.store.base import BaseStore
 from bot.store.sqlite import SQLiteStore
@@ -82,7 +83,7 @@ class StatementLog:
 
 def traced_build_store(log: StatementLog) -> None:
     """Make ``build_store`` hand out SQLite stores with ``log`` as their trace callback."""
-    original = build.build_store
+    original = stores.build_store
 
     def build_store(settings: Settings) -> BaseStore:
         store = original(settings)
@@ -90,7 +91,7 @@ def traced_build_store(log: StatementLog) -> None:
             store.trace = log
         return store
 
-    build.build_store = build_store
+    stores.build_store = build_store
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Benchmark of fitting a long turn into its token budget (memory/assemble.py ``fit_turn``).
+"""Benchmark of fitting a long turn into its token budget (memory/turn.py ``fit_turn``).
 
 A turn of n group messages, too long for ``room`` even at the shortest cut, so the oldest are
 left out: the case of a console preview or ``personabot prompt`` over a backlog, and of a turn
@@ -26,8 +26,8 @@ from typing import Any
 
 from bench._report import environment, format_table, utc_timestamp, write_json
 from bot.core.events import ConversationKey, SessionKey, StoredMessage
-from memory.assemble import _MIN_MESSAGE_CHARS, _blocks, fit_turn, render_turn
 from memory.tokens import estimate_tokens
+from memory.turn import MIN_MESSAGE_CHARS, fit_turn, message_blocks, render_turn
 
 ROOM = 4000
 KEY = SessionKey(ConversationKey("telegram", "-100", None, "bench"), 1)
@@ -48,10 +48,10 @@ def quadratic_fit(
             f"[... {len(messages) - len(kept)} earlier message(s) of this turn not shown: "
             "too long for one turn]"
         )
-        text = f"{marker}\n{render_turn(kept, _MIN_MESSAGE_CHARS)}"
+        text = f"{marker}\n{render_turn(kept, MIN_MESSAGE_CHARS)}"
         if estimate_tokens(text) <= room:
             break
-    return _blocks(kept, {}, _MIN_MESSAGE_CHARS, marker), tuple(kept)
+    return message_blocks(kept, {}, MIN_MESSAGE_CHARS, marker), tuple(kept)
 
 
 def turn(n: int) -> list[StoredMessage]:

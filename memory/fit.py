@@ -16,8 +16,8 @@ from typing import Final
 
 from bot.core.events import StoredMessage
 from bot.core.llm import ModelRequest
-from memory.assemble import cut
 from memory.tokens import estimate_tokens
+from memory.turn import cut
 
 # A summary or a fact rarely needs more of one message than this.
 TASK_MESSAGE_CHARS: Final = 1000

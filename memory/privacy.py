@@ -8,10 +8,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from bot.core.agenda import Reminder, ZoneError, describe_local, utc_text, zone
-from bot.core.events import Erasure, SessionKey, StoredMessage, UserData
+from bot.core.events import (
+    ConversationKey,
+    Erasure,
+    SessionKey,
+    StoredMessage,
+    StoredOutbox,
+    StoredSummary,
+    UserData,
+)
 from bot.core.media import Quote, StoredMedia
 
 
@@ -75,15 +83,13 @@ def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
+def _chat(c: ConversationKey) -> dict[str, Any]:
+    """Which chat of which bot a row of the export belongs to."""
+    return {"bot": c.bot, "platform": c.platform, "chat_id": c.chat_id, "thread_id": c.thread_id}
+
+
 def _where(session: SessionKey) -> dict[str, Any]:
-    c = session.conversation
-    return {
-        "bot": c.bot,
-        "platform": c.platform,
-        "chat_id": c.chat_id,
-        "thread_id": c.thread_id,
-        "session": session.session_id,
-    }
+    return {**_chat(session.conversation), "session": session.session_id}
 
 
 def _message(m: StoredMessage, persona: str | None = None) -> dict[str, Any]:
@@ -165,10 +171,7 @@ def agenda_export(reminders: Sequence[Reminder], timezone: str | None) -> dict[s
         "timezone": timezone,
         "reminders": [
             {
-                "bot": r.conversation.bot,
-                "platform": r.conversation.platform,
-                "chat_id": r.conversation.chat_id,
-                "thread_id": r.conversation.thread_id,
+                **_chat(r.conversation),
                 "id": r.id,
                 "about": r.about,
                 "due_at": r.due_at,
@@ -199,60 +202,11 @@ def export_document(
         "exported_at": now,
         "memory": _json_or_text(data.memory),
         "messages": [_message(m, persona(m.session)) for m in data.messages],
-        "replies_to_you": [
-            {
-                **{
-                    k: v
-                    for k, v in _message(m, persona(m.session)).items()
-                    if k != "addressed_to_the_bot"
-                },
-                # None: a reply; "initiative" or "reminder": the persona wrote first.
-                "origin": m.origin,
-            }
-            for m in data.replies
-        ],
-        "summaries": [
-            {
-                **_where(s.session),
-                "first_turn": s.first_turn,
-                "last_turn": s.last_turn,
-                "updated_at": s.updated_at,
-                "summary": _json_or_text(s.body),
-            }
-            for s in data.summaries
-        ],
-        "outbox": [
-            {
-                **_where(o.session),
-                "id": o.id,
-                "reply_id": o.reply_message_id,
-                "status": o.status,
-                "created_at": o.created_at,
-                "finished_at": o.finished_at,
-                "text": o.text,
-            }
-            for o in data.outbox
-        ],
+        "replies_to_you": [_reply(m, persona(m.session)) for m in data.replies],
+        "summaries": [_summary(s) for s in data.summaries],
+        "outbox": [_delivery(o) for o in data.outbox],
         "usage": [{"bot": bot, "at": at} for bot, at in data.usage],
-        "model_usage": [
-            dict(
-                zip(
-                    (
-                        "at",
-                        "bot",
-                        "purpose",
-                        "model",
-                        "input_tokens",
-                        "output_tokens",
-                        "cache_write_tokens",
-                        "cache_read_tokens",
-                    ),
-                    row,
-                    strict=True,
-                )
-            )
-            for row in data.charges
-        ],
+        "model_usage": [dict(zip(_CHARGE_FIELDS, row, strict=True)) for row in data.charges],
         "notes": [
             "Covers every chat and bot of this platform.",
             "Summaries are of whole conversations you took part in; they may mention others.",
@@ -260,3 +214,48 @@ def export_document(
             "and is not included.",
         ],
     }
+
+
+def _reply(m: StoredMessage, persona: str | None) -> dict[str, Any]:
+    """A reply of the bot's that answered the person, as a message (without whether it was
+    addressed to the bot) with its origin."""
+    return {
+        **{k: v for k, v in _message(m, persona).items() if k != "addressed_to_the_bot"},
+        # None: a reply; "initiative" or "reminder": the persona wrote first.
+        "origin": m.origin,
+    }
+
+
+def _summary(s: StoredSummary) -> dict[str, Any]:
+    return {
+        **_where(s.session),
+        "first_turn": s.first_turn,
+        "last_turn": s.last_turn,
+        "updated_at": s.updated_at,
+        "summary": _json_or_text(s.body),
+    }
+
+
+def _delivery(o: StoredOutbox) -> dict[str, Any]:
+    return {
+        **_where(o.session),
+        "id": o.id,
+        "reply_id": o.reply_message_id,
+        "status": o.status,
+        "created_at": o.created_at,
+        "finished_at": o.finished_at,
+        "text": o.text,
+    }
+
+
+#: The fields of one model call's charge, in the order of ``UserData.charges``' rows.
+_CHARGE_FIELDS: Final = (
+    "at",
+    "bot",
+    "purpose",
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "cache_write_tokens",
+    "cache_read_tokens",
+)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -24,6 +25,22 @@ from tests import pg_cluster
 from tests.backends import Backend, PgTemplate, StoreFactory
 
 BACKENDS = ["sqlite", "postgresql"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Let every Python process the tests start reuse compiled bytecode.
+
+    Many tests start real ``personabot`` processes (and test workers, when ``-n`` is given):
+    each one imports aiogram, discord.py and the Anthropic SDK. With ``PYTHONDONTWRITEBYTECODE``
+    set (as on the CI machines), every process compiled them again, seconds of CPU each. The
+    processes inherit this environment: the first one writes its bytecode under one cache
+    folder outside the checkout (``PYTHONPYCACHEPREFIX``), the next ones read it. What runs
+    is the same code; a changed source file is compiled again (Python checks its mtime).
+    """
+    del config
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    cache = Path(tempfile.gettempdir()) / f"personabot-test-bytecode-{os.getuid()}"
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", str(cache))
 
 
 @pytest.fixture

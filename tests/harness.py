@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,14 +103,39 @@ class Harness:
         )
         await settle(self.store)
 
-    async def advance(self, seconds: float, step: float = 0.1) -> None:
-        """Move the clock in small steps, letting the scheduler and turns run between them."""
-        remaining = seconds
-        while remaining > 1e-9:
-            delta = min(step, remaining)
-            await self.clock.advance(delta)
+    async def advance(self, seconds: float, step: float | None = None) -> None:
+        """Move the clock ``seconds`` on, letting the scheduler and turns run at each moment
+        something waits for: the clock jumps from one sleeper's deadline to the next and
+        everything settles at each stop. ``step`` moves in fixed strides instead (each one
+        wakes every sleeper due within it, in deadline order): for long stretches of hours,
+        where the scheduler's periodic scan would make one stop per scan interval."""
+        target = self.clock.now() + seconds
+        await settle(*SHARED_STORES, self.store)
+        while (now := self.clock.now()) < target - 1e-9:
+            if step is None:
+                deadline = self.clock.next_deadline()
+                stop = target if deadline is None else min(target, max(deadline, now))
+            else:
+                stop = min(target, now + step)
+            await self.clock.advance(stop - now)
             await settle(*SHARED_STORES, self.store)
-            remaining -= delta
+
+
+async def eventually(
+    check: Callable[[], bool | Awaitable[bool]], what: str, within: float = 5.0
+) -> None:
+    """Wait (real time, bounded by ``within``) for work that runs off the manual clock: HTTP
+    calls to the fake servers, tools, another process; ``check`` may be a coroutine."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        done = check()
+        if not isinstance(done, bool):
+            done = await done
+        if done:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"never happened within {within} s: {what}")
+        await asyncio.sleep(0.01)
 
 
 async def settle(*stores: BaseStore, quiet_polls: int = 4) -> None:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Literal, TextIO
 
-from adapters.base import BaseAdapter
+from adapters.streaming import StreamingAdapter
 from bot.core.errors import AdapterError, PreviewUnavailable
 from bot.core.events import Attachment, ConversationKey, Inbound, Reply
 from bot.core.ports import InboundHandler, Preview, StreamSettings
@@ -31,7 +31,7 @@ CONSOLE_HELP = "/quit - leave the chat (also /exit, Ctrl-D or Ctrl-C)"
 LABEL_CHARS = 60
 
 
-class ConsoleAdapter(BaseAdapter):
+class ConsoleAdapter(StreamingAdapter):
     """One local user talking to one persona in the terminal."""
 
     def __init__(
@@ -162,15 +162,11 @@ class ConsoleAdapter(BaseAdapter):
         if self._prompting:
             self.write("")
 
-    def preview(
-        self,
-        conversation: ConversationKey,
-        settings: StreamSettings,
-        *,
-        reply_to: str | None = None,
+    def _open_preview(
+        self, conversation: ConversationKey, settings: StreamSettings, reply_to: str | None
     ) -> Preview | None:
-        """Print the reply as it is written (``bot.core.ports.Streams``), unless ``off``."""
-        if settings.mode == "off" or not self._previews:
+        """Print the reply as it is written (unless previews are turned off here)."""
+        if not self._previews:
             return None
         return _ConsolePreview(self, reply_to)
 

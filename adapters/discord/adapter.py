@@ -34,7 +34,7 @@ from typing import Any, Final, Literal
 
 import discord
 
-from adapters.base import BaseAdapter
+from adapters.base import required_secret
 from adapters.discord.client import Event, QueueingClient, default_intents, quiet_voice_notes
 from adapters.discord.downloads import STALL_TIMEOUT, DiscordMedia
 from adapters.discord.endpoints import SharedEndpoints, endpoints_for
@@ -46,6 +46,7 @@ from adapters.discord.preview import (
     EditPreview,
     delete_message,
 )
+from adapters.streaming import StreamingAdapter
 from adapters.text import split_text
 from bot.config import BotSettings, DiscordBotSettings, PersonaSettings, Secrets
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
@@ -90,7 +91,7 @@ def nonce_for(outbox_id: int | None, index: int) -> str | None:
     return nonce
 
 
-class DiscordAdapter(BaseAdapter):
+class DiscordAdapter(StreamingAdapter):
     """One Discord bot account: gateway events in, replies out through the REST API.
 
     ``media`` is this account's ``MediaSource`` (bot/core/media.py): it downloads the
@@ -469,16 +470,12 @@ class DiscordAdapter(BaseAdapter):
 
     # ------------------------------------------------------------------ streaming
 
-    def preview(
-        self,
-        conversation: ConversationKey,
-        settings: StreamSettings,
-        *,
-        reply_to: str | None = None,
+    def _open_preview(
+        self, conversation: ConversationKey, settings: StreamSettings, reply_to: str | None
     ) -> Preview | None:
         """A message edited in place while the reply is written (``edit`` mode; Discord has no
         drafts, so any other mode shows the typing indicator only). It quotes ``reply_to`` in
-        guilds, as the reply would (``bot.core.ports.Streams``)."""
+        guilds, as the reply would."""
         if settings.mode != "edit":
             return None
         channel_id = _channel_id(conversation)
@@ -538,11 +535,7 @@ def create_adapter(
     if not isinstance(entry, DiscordBotSettings):
         raise ConfigError([f"bots.{entry.key}: not a Discord bot entry"])
     where = f"bots.{entry.key}"
-    token = secrets.get(entry.token_variable)
-    if token is None:
-        raise ConfigError(
-            [f"{entry.token_variable}: not set in the environment (token of bot {entry.key!r})"]
-        )
+    token = required_secret(secrets, entry.token_variable, f"token of bot {entry.key!r}")
     # shard_id / shard_count are checked with the settings (DiscordBotSettings).
     endpoints = endpoints_for(entry.api_base, entry.gateway_url, where=where)
     SharedEndpoints.acquire(endpoints, where=where)

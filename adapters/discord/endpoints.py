@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar, Final
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import yarl
 from discord.gateway import DiscordWebSocket
@@ -40,26 +40,31 @@ DISCORD_ENDPOINTS: Final = Endpoints(Route.BASE, str(DiscordWebSocket.DEFAULT_GA
 
 def endpoints_for(api_base: str | None, gateway_url: str | None, *, where: str) -> Endpoints:
     """Validate the configured URLs; unset means Discord's. ``where`` names the config entry."""
-    problems = []
+    problems: list[str] = []
     base = DISCORD_ENDPOINTS.api_base
     if api_base is not None:
-        parts = urlsplit(api_base.strip())
-        if parts.scheme not in {"http", "https"} or not parts.netloc:
-            shown = redact_url(api_base)
-            problems.append(f"{where}.api_base: must be an http(s) URL (got {shown!r})")
+        parts = _checked(api_base, "http", f"{where}.api_base", problems)
         # A bare proxy address gets Discord's API path, as proxies expect /api/v10/... paths.
         path = parts.path.rstrip("/") or API_PATH
         base = f"{parts.scheme}://{parts.netloc}{path}"
     gateway = DISCORD_ENDPOINTS.gateway_url
     if gateway_url is not None:
-        parts = urlsplit(gateway_url.strip())
-        if parts.scheme not in {"ws", "wss"} or not parts.netloc:
-            shown = redact_url(gateway_url)
-            problems.append(f"{where}.gateway_url: must be a ws(s) URL (got {shown!r})")
+        _checked(gateway_url, "ws", f"{where}.gateway_url", problems)
         gateway = gateway_url.strip()
     if problems:
         raise ConfigError(problems)
     return Endpoints(base, gateway)
+
+
+def _checked(url: str, scheme: str, what: str, problems: list[str]) -> SplitResult:
+    """``url`` split; a problem noted unless it has a host and its scheme is ``scheme`` or
+    its secure kind (``http`` or ``https``, ``ws`` or ``wss``)."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in {scheme, f"{scheme}s"} or not parts.netloc:
+        article = "an" if scheme == "http" else "a"
+        shown = redact_url(url)
+        problems.append(f"{what}: must be {article} {scheme}(s) URL (got {shown!r})")
+    return parts
 
 
 class SharedEndpoints:

@@ -20,7 +20,7 @@ from adapters.discord.content import Directory, embed_text, message_text
 from adapters.discord.media import media_of
 from adapters.discord.quotes import forward_quote, reply_quote
 from bot.core.events import ConversationKey, Inbound
-from bot.core.media import Quote
+from bot.core.media import MediaRef, Quote
 
 log = logging.getLogger("personabot.discord")
 
@@ -146,29 +146,15 @@ class InboundBuilder:
             log.info("a Discord DM %d with nothing readable; told as a stand-in", message.id)
             text = embed_text(message.embeds) or UNREADABLE
         place = await self.place(message.channel, message.channel.id, guild_id)
-        mentions_bot = self._mentions_bot(message, me)
-        reply_to_bot = target is not None and target.author.id == me.id
         command = self._command(message.content, me.id)
-        if command is not None:
-            text = command
-        triggers = (
-            place.is_private
-            or self._group_trigger == "all"
-            or mentions_bot
-            or reply_to_bot
-            or command is not None
-        )
-        return Inbound(
-            conversation=place.key(self._bot_key),
-            author_id=str(message.author.id),
-            display_name=message.author.display_name,
-            text=text,
-            platform_message_id=str(message.id),
-            is_private=place.is_private,
-            triggers_reply=triggers,
-            reply_to_bot=reply_to_bot,
-            mentions_bot=mentions_bot,
-            media=media,
+        return self._inbound(
+            message,
+            me,
+            place,
+            command or text,
+            media,
+            replies=target is not None and target.author.id == me.id,
+            command=command is not None,
             quote=quote,
         )
 
@@ -222,9 +208,27 @@ class InboundBuilder:
         if cached is not None and message_text(cached, directory) == text:
             return None
         place = await self.place(message.channel, event.channel_id, event.guild_id)
-        mentions_bot = self._mentions_bot(message, me)
-        reply_to_bot = _replies_to(message, me.id)
-        triggers = place.is_private or self._group_trigger == "all" or mentions_bot or reply_to_bot
+        replies = _replies_to(message, me.id)
+        return self._inbound(message, me, place, text, media, replies=replies, kind="edit")
+
+    def _inbound(
+        self,
+        message: discord.Message,
+        me: discord.ClientUser,
+        place: Place,
+        text: str,
+        media: tuple[MediaRef, ...],
+        *,
+        replies: bool,
+        command: bool = False,
+        kind: Literal["message", "edit"] = "message",
+        quote: Quote | None = None,
+    ) -> Inbound:
+        """``message`` as an Inbound in ``place``: a new message and an edit ask for a reply
+        by the same rule (a DM, ``group_trigger = "all"``, a mention, a reply to the bot, a
+        command)."""
+        mentions = self._mentions_bot(message, me)
+        asked = place.is_private or self._group_trigger == "all" or mentions or replies
         return Inbound(
             conversation=place.key(self._bot_key),
             author_id=str(message.author.id),
@@ -232,11 +236,12 @@ class InboundBuilder:
             text=text,
             platform_message_id=str(message.id),
             is_private=place.is_private,
-            triggers_reply=triggers,
-            reply_to_bot=reply_to_bot,
-            mentions_bot=mentions_bot,
-            kind="edit",
+            triggers_reply=asked or command,
+            reply_to_bot=replies,
+            mentions_bot=mentions,
+            kind=kind,
             media=media,
+            quote=quote,
         )
 
     async def deletions(

@@ -24,12 +24,13 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Final, Literal, TypeVar
+from typing import Final, TypeVar
 
 import aiohttp
 import discord
 from discord.http import HTTPClient, Route
 
+from adapters.streaming import PostedPreview
 from bot.core.errors import AdapterError, PreviewThrottled, PreviewUnavailable
 
 log = logging.getLogger("personabot.discord")
@@ -89,7 +90,7 @@ async def delete_message(client: ClientSource, channel_id: int, message_id: int)
         )
 
 
-class EditPreview:
+class EditPreview(PostedPreview):
     """One generation's reply as a message in a channel, posted by the first ``show`` and
     edited by the later ones; nothing it shows notifies anyone (``AllowedMentions.none()`` on
     the post and on every edit). Only the relay calls it, one call at a time."""
@@ -106,28 +107,13 @@ class EditPreview:
         self._channel_id = channel_id
         self._reference = reference
         self._timeout = timeout
-        self._message: int | None = None
+        self._message_id: int | None = None
         self._shown: str | None = None
         # The text of a post that went out but whose answer never came (it may have arrived):
         # None once a post was answered.
         self._unanswered: str | None = None
         # Within Discord's 25 characters; kept until the post is known to have arrived.
         self._nonce = f"preview-{secrets.token_hex(8)}"
-
-    @property
-    def kind(self) -> Literal["edit"]:
-        """A real message."""
-        return "edit"
-
-    @property
-    def draft_id(self) -> None:
-        """Discord has no drafts."""
-        return None
-
-    @property
-    def message_id(self) -> str | None:
-        """The posted message (None until the first ``show`` went through)."""
-        return None if self._message is None else str(self._message)
 
     async def show(self, text: str) -> None:
         """Post or edit the message to show ``text`` (its tail when too long); no call when
@@ -137,11 +123,11 @@ class EditPreview:
             return
         client = await self._client()
         channel = client.get_partial_messageable(self._channel_id)
-        posted = self._message
+        posted = self._message_id
         if posted is None:
             route = Route("POST", "/channels/{channel_id}/messages", channel_id=self._channel_id)
             message = await self._call(client, route, lambda: self._post(channel, shown))
-            self._message, self._shown = message.id, message.content
+            self._message_id, self._shown = message.id, message.content
             if message.content.strip() == shown.strip():  # Discord trims what it stores
                 self._shown = shown
                 return
@@ -165,10 +151,10 @@ class EditPreview:
     async def discard(self) -> None:
         """Delete the posted message, if any, also one whose post gave up waiting for its
         answer (found by its nonce); never raises (a failure is logged)."""
-        if self._message is None and self._unanswered is not None:
-            self._message = await self._find_unanswered(self._unanswered)
-        if self._message is not None:
-            await delete_message(self._client, self._channel_id, self._message)
+        if self._message_id is None and self._unanswered is not None:
+            self._message_id = await self._find_unanswered(self._unanswered)
+        if self._message_id is not None:
+            await delete_message(self._client, self._channel_id, self._message_id)
 
     async def _find_unanswered(self, text: str) -> int | None:
         """The message of a post cut off before its answer: it may have arrived, and posting

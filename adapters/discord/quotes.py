@@ -15,17 +15,11 @@ import discord
 
 from adapters.discord.content import Directory, Names, embed_text, message_text, readable
 from adapters.discord.media import media_of, stand_ins
+from adapters.text import cut_quote
 from bot.core.media import Quote
 
-#: Quoted text is cut to this many characters (a quote is context, not the turn).
-QUOTE_LIMIT: Final = 1000
 UNAVAILABLE: Final = "[a message that is no longer available]"
 _NO_TEXT: Final = "[a message without text]"
-
-
-def cut(text: str) -> str:
-    """``text`` within :data:`QUOTE_LIMIT` characters, an ellipsis marking the cut."""
-    return text if len(text) <= QUOTE_LIMIT else text[: QUOTE_LIMIT - 1] + "…"
 
 
 def reply_quote(
@@ -37,7 +31,7 @@ def reply_quote(
     return Quote(
         "reply",
         target.author.display_name,
-        cut(message_words(target, directory) or _NO_TEXT),
+        cut_quote(message_words(target, directory) or _NO_TEXT),
         author_id=str(target.author.id),
         from_bot=target.author.id == me_id,
     )
@@ -54,11 +48,11 @@ def forward_quote(
     text = readable(snapshot.content or "", names) or embed_text(snapshot.embeds)
     original = snapshot.cached_message
     if original is None:
-        return Quote("forward", "", cut(text))
+        return Quote("forward", "", cut_quote(text))
     return Quote(
         "forward",
         original.author.display_name,
-        cut(text),
+        cut_quote(text),
         author_id=str(original.author.id),
         from_bot=original.author.id == me_id,
     )

@@ -6,7 +6,7 @@ aiogram objects never leave this package: a Telegram message becomes an :class:`
 
 Invariants:
 - the bot token is part of every request URL; nothing this module logs or raises contains it
-  (:class:`_RedactingSession` re-raises transport errors with the token scrubbed);
+  (:class:`~adapters.telegram.session.RedactingSession` scrubs it from transport errors);
 - a reply is sent chunk by chunk, in order; a flood limit (429) retries only the chunk it hit,
   so no chunk is ever sent twice by this adapter;
 - the typing task is cancelled on every exit of :meth:`TelegramAdapter.typing`;
@@ -28,10 +28,8 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
-from urllib.parse import quote
 
 from aiogram import Bot, Dispatcher
-from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import PRODUCTION, TelegramAPIServer
 from aiogram.exceptions import (
     ClientDecodeError,
@@ -44,7 +42,7 @@ from aiogram.exceptions import (
     TelegramUnauthorizedError,
 )
 from aiogram.methods import EditMessageText, SendChatAction, SendDocument, SendMessage
-from aiogram.methods.base import Response, TelegramMethod, TelegramType
+from aiogram.methods.base import TelegramMethod, TelegramType
 from aiogram.types import (
     BotCommand,
     BufferedInputFile,
@@ -56,7 +54,8 @@ from aiogram.types import (
 from aiogram.utils.token import TokenValidationError
 from aiohttp import web
 
-from adapters.base import BaseAdapter
+from adapters.base import required_secret
+from adapters.streaming import StreamingAdapter
 from adapters.telegram.format import (
     MESSAGE_LIMIT,
     Chunk,
@@ -84,7 +83,7 @@ from adapters.telegram.preview import (
     PreviewContext,
     delete_message,
 )
-from adapters.telegram.responses import response_type
+from adapters.telegram.session import RedactingSession, scrub
 from adapters.telegram.updates import GetRawUpdates, ParsedUpdate, parse_update
 from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSettings
 from bot.core.clock import Clock
@@ -97,7 +96,6 @@ log = logging.getLogger("personabot.telegram")
 
 SECRET_HEADER: Final = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES: Final = ("message", "edited_message", "stopped_message_generation")
-REDACTED: Final = "[redacted]"
 #: Telegram's limit for a document's caption, in characters.
 CAPTION_LIMIT: Final = 1024
 
@@ -111,79 +109,8 @@ _DRAFTLESS_CHATS: Final = 4096
 _POLL_BACKOFF_START: Final = 1.0
 _POLL_BACKOFF_MAX: Final = 30.0
 _T = TypeVar("_T")
-
-
-def _scrub(text: str, token: str) -> str:
-    """``text`` with the token (plain, URL-quoted, or its secret half) replaced."""
-    secret = token.split(":", 1)[-1]
-    for needle in (token, quote(token, safe=""), secret):
-        if len(needle) >= 8:
-            text = text.replace(needle, REDACTED)
-    return text
-
-
-class _RedactingSession(AiohttpSession):
-    """aiogram's aiohttp session; errors it raises never carry the token in the request URL.
-
-    It also remembers whether Telegram answered the last request (``reachable``) and the
-    last failure that made it unreachable (``problem``, the token scrubbed; ``now`` dates it).
-    """
-
-    reachable = True
-    problem: PlatformProblem | None = None
-    now: Callable[[], float] = staticmethod(time.time)
-
-    def check_response(
-        self,
-        bot: Bot,
-        method: TelegramMethod[TelegramType],
-        status_code: int,
-        content: str,
-    ) -> Response[TelegramType]:
-        """aiogram's reading of an answer, its model class kept alive (responses.py)."""
-        response_type(method.__returning__)
-        return super().check_response(bot, method, status_code, content)
-
-    async def make_request(
-        self,
-        bot: Bot,
-        method: TelegramMethod[TelegramType],
-        timeout: int | None = None,  # noqa: ASYNC109 - aiogram's signature
-    ) -> TelegramType:
-        """Make the request; re-raise failures with the token scrubbed."""
-        try:
-            result = await super().make_request(bot, method, timeout)
-        except TelegramNetworkError as exc:
-            self._unreachable(method, _scrub(exc.message, bot.token))
-            # ``from None``: the chained aiohttp error may quote the URL, token included.
-            raise TelegramNetworkError(method, _scrub(exc.message, bot.token)) from None
-        except TelegramAPIError as exc:  # an answer (from Telegram or a proxy) with an error
-            exc.message = _scrub(exc.message, bot.token)
-            # A server error, or a token Telegram no longer takes (revoked): the bot cannot
-            # work; nor when its polling is refused (409: the token polled by another process
-            # or a webhook still set; review 35b). A refused chat or a flood limit on a send is
-            # about one request, not the connection.
-            self.reachable = True
-            refused = isinstance(exc, TelegramServerError | TelegramUnauthorizedError)
-            if refused or getattr(method, "__api_method__", None) == "getUpdates":
-                self._unreachable(method, f"{type(exc).__name__}: {exc.message}")
-            raise
-        except ClientDecodeError as exc:
-            detail = _scrub(str(exc), bot.token)
-            self._unreachable(method, f"the answer could not be read: {detail}")
-            raise ClientDecodeError("Failed to decode object", ValueError(detail), "") from None
-        except Exception as exc:  # e.g. yarl's ValueError for a malformed api_server URL
-            detail = _scrub(f"{type(exc).__name__}: {exc}", bot.token)
-            self._unreachable(method, detail)
-            raise TelegramNetworkError(method, detail) from None
-        self.reachable = True
-        return result
-
-    def _unreachable(self, method: TelegramMethod[TelegramType], detail: str) -> None:
-        """Not connected, and why (``detail`` is already scrubbed of the token)."""
-        self.reachable = False
-        name = getattr(method, "__api_method__", type(method).__name__)
-        self.problem = PlatformProblem(f"{name} failed: {detail}"[:500], self.now())
+#: The session's old name (tests/adapters/test_telegram_responses.py imports it from here).
+_RedactingSession = RedactingSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +148,7 @@ class _Target:
 # --------------------------------------------------------------------------------- adapter
 
 
-class TelegramAdapter(BaseAdapter):
+class TelegramAdapter(StreamingAdapter):
     r"""One Telegram bot account: receives updates, sends replies and typing actions.
 
     ``media`` is the account's ``bot.core.media.MediaSource`` (:class:`TelegramMedia`): the
@@ -251,7 +178,7 @@ class TelegramAdapter(BaseAdapter):
     ) -> None:
         super().__init__(bot_key=bot_key)
         server = PRODUCTION if api_server is None else TelegramAPIServer.from_base(api_server)
-        self._session = _RedactingSession(api=server)
+        self._session = RedactingSession(api=server)
         if clock is not None:
             self._session.now = clock.now
         try:
@@ -484,17 +411,7 @@ class TelegramAdapter(BaseAdapter):
                 delay = min(delay * 2, _POLL_BACKOFF_MAX)
                 continue
             before = offset
-            updates: list[Update] = []
-            for raw in raws:
-                parsed = parse_update(raw, self._bot)
-                if parsed.update is not None:
-                    self._repaired(parsed)
-                    updates.append(parsed.update)
-                else:
-                    self._rejected(handler, parsed)
-                if parsed.update_id is not None:
-                    # Sent with the next getUpdates, which waits for the batch to be stored.
-                    offset = max(offset or 0, parsed.update_id + 1)
+            updates, offset = self._parse_batch(raws, offset, handler)
             await self._feed_until_stored(dispatcher, handler, updates)
             if not raws or offset != before:
                 delay = _POLL_BACKOFF_START
@@ -510,6 +427,24 @@ class TelegramAdapter(BaseAdapter):
             )
             await asyncio.sleep(delay)
             delay = min(delay * 2, _POLL_BACKOFF_MAX)
+
+    def _parse_batch(
+        self, raws: Sequence[object], offset: int | None, handler: InboundHandler
+    ) -> tuple[list[Update], int | None]:
+        """The updates of a ``getUpdates`` answer that could be read (each validated alone),
+        and the offset past every entry with a readable update id (sent with the next
+        ``getUpdates``, which waits for the batch to be stored)."""
+        updates: list[Update] = []
+        for raw in raws:
+            parsed = parse_update(raw, self._bot)
+            if parsed.update is not None:
+                self._repaired(parsed)
+                updates.append(parsed.update)
+            else:
+                self._rejected(handler, parsed)
+            if parsed.update_id is not None:
+                offset = max(offset or 0, parsed.update_id + 1)
+        return updates, offset
 
     async def _feed_until_stored(
         self, dispatcher: Dispatcher, handler: InboundHandler, updates: Sequence[Update]
@@ -837,21 +772,15 @@ class TelegramAdapter(BaseAdapter):
         return DeliveryRefused(text) if refused else AdapterError(text)
 
     def _redact(self, text: str) -> str:
-        return _scrub(text, self._token)
+        return scrub(text, self._token)
 
     # ---------------------------------------------------------------------- streaming
 
-    def preview(
-        self,
-        conversation: ConversationKey,
-        settings: StreamSettings,
-        *,
-        reply_to: str | None = None,
+    def _open_preview(
+        self, conversation: ConversationKey, settings: StreamSettings, reply_to: str | None
     ) -> Preview | None:
         """A draft in a private chat (any mode but ``off``); in a group, a posted message
         edited in place (mode ``edit`` only; Telegram has no drafts there), else None."""
-        if settings.mode == "off":
-            return None
         target = _Target.of(conversation)
         if target.private:
             if target.chat_id in self._draftless:
@@ -944,11 +873,7 @@ def create_adapter(
     """The adapter of a ``[[bots]] platform = "telegram"`` entry (tokens from the environment)."""
     if not isinstance(entry, TelegramBotSettings):
         raise ConfigError([f"bots ({entry.key}): not a telegram entry"])
-    token = secrets.get(entry.token_variable)
-    if token is None:
-        raise ConfigError(
-            [f"{entry.token_variable}: not set in the environment (token of bot {entry.key!r})"]
-        )
+    token = required_secret(secrets, entry.token_variable, f"token of bot {entry.key!r}")
     return TelegramAdapter(
         bot_key=entry.key,
         token=token,
@@ -964,14 +889,9 @@ def _webhook_settings(entry: TelegramBotSettings, secrets: Secrets) -> WebhookSe
     where = f"bots ({entry.key})"
     if entry.secret_token_env is None:
         raise ConfigError([f"{where}.secret_token_env: required when mode = 'webhook'"])
-    secret = secrets.get(entry.secret_token_env)
-    if secret is None:
-        raise ConfigError(
-            [
-                f"{entry.secret_token_env}: not set in the environment (webhook secret of bot "
-                f"{entry.key!r})"
-            ]
-        )
+    secret = required_secret(
+        secrets, entry.secret_token_env, f"webhook secret of bot {entry.key!r}"
+    )
     if not _SECRET.match(secret):
         raise ConfigError(
             [

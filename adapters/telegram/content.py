@@ -1,8 +1,10 @@
 """What a Telegram message holds besides its text: media references and honest descriptions.
 
-Pure functions over aiogram's ``Message`` (and ``ExternalReplyInfo``, which carries the same
-content fields). Kinds with a file become :class:`MediaRef` (``bot.core.media``): the model may
-get the bytes later (bot/runtime/media.py fetches them through the adapter's MediaSource).
+A leaf reader of the Telegram intake (docs/architecture.md#media): pure functions over
+aiogram's ``Message`` (and ``ExternalReplyInfo``, which carries the same content fields).
+:mod:`adapters.telegram.inbound` reads a message's content here, and
+:mod:`adapters.telegram.quotes` the content of the message it replies to; nothing here calls
+either. Kinds with a file become :class:`MediaRef` (:mod:`adapters.telegram.attachments`).
 Kinds without a file (location, poll, contact...) become a short bracketed description the
 model reads as part of the message, so nothing a person sends is an empty turn. Service
 messages (someone joined, a pin, a topic created) are nothing a person said.
@@ -10,31 +12,28 @@ messages (someone joined, a pin, a topic created) are nothing a person said.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
-from aiogram.types import (
-    Animation,
-    Chat,
-    Document,
-    ExternalReplyInfo,
-    LivePhoto,
-    Message,
-    PhotoSize,
-    Sticker,
-)
+from aiogram.types import ExternalReplyInfo, Message
 
+from adapters.telegram.attachments import DOWNLOAD_LIMIT, USEFUL_EDGE, choose_photo, media_of, short
+from adapters.telegram.authors import chat_name
 from adapters.telegram.updates import UNREADABLE_FIELDS
-from bot.core.media import MediaKind, MediaRef
+from bot.core.media import MediaRef
 
-#: Bots may download files up to 20 MB (``getFile``); a larger one can never be fetched.
-DOWNLOAD_LIMIT: Final = 20 * 1024 * 1024
-#: A long edge beyond this costs the model tokens without benefit (the image is downscaled).
-USEFUL_EDGE: Final = 1568
-#: A description or label is a stand-in, never a copy of a whole payload.
-_DESCRIPTION_LIMIT: Final = 300
-_NAME_LIMIT: Final = 100
+# DOWNLOAD_LIMIT, USEFUL_EDGE and choose_photo live in attachments.py; named here too.
+__all__ = [
+    "DOWNLOAD_LIMIT",
+    "UNREADABLE",
+    "USEFUL_EDGE",
+    "Content",
+    "choose_photo",
+    "content_of",
+    "said",
+    "unreadable",
+]
+
 #: Said for a message that holds nothing aiogram could read (a kind newer than aiogram).
 UNREADABLE: Final = "[a message of a kind this bot cannot read]"
 #: What a content field dropped because it failed validation (adapters/telegram/updates.py)
@@ -145,7 +144,7 @@ def content_of(holder: Message | ExternalReplyInfo) -> Content:
     A message that holds no text, no content aiogram knows and is no service message gets
     :data:`UNREADABLE` (so a private chat never drops it silently); text alone is no content.
     """
-    media = _media(holder)
+    media = media_of(holder)
     described = [*_descriptions(holder), *_dropped(holder)]
     if media or described:
         return Content(media, " ".join(described))
@@ -157,197 +156,12 @@ def content_of(holder: Message | ExternalReplyInfo) -> Content:
     return Content(description=UNREADABLE)
 
 
-def choose_photo(sizes: Sequence[PhotoSize]) -> PhotoSize | None:
-    """The size to give the model: the smallest whose long edge reaches :data:`USEFUL_EDGE`,
-    else the largest; never one the Bot API would refuse to download (None if all are)."""
-    fits = [s for s in sizes if s.file_size is None or s.file_size <= DOWNLOAD_LIMIT]
-    if not fits:
-        return None
-    big = [s for s in fits if max(s.width, s.height) >= USEFUL_EDGE]
-    if big:
-        return min(big, key=lambda s: s.width * s.height)
-    return max(fits, key=lambda s: s.width * s.height)
-
-
-# --------------------------------------------------------------------------------- media
-
-
-def _media(holder: Message | ExternalReplyInfo) -> tuple[MediaRef, ...]:
-    """Media references in a fixed order (a message rarely has more than one kind)."""
-    found: list[MediaRef] = []
-    if holder.photo:
-        found.append(_photo(holder.photo, "photo"))
-    if holder.live_photo is not None:
-        found.append(_live_photo(holder.live_photo))
-    if holder.sticker is not None:
-        found.append(_sticker(holder.sticker))
-    if holder.animation is not None:
-        found.append(_animation(holder.animation))
-    elif holder.document is not None:  # an animation comes with its document twin
-        found.append(_document(holder.document))
-    if holder.voice is not None:
-        voice = holder.voice
-        found.append(
-            _file(
-                "voice",
-                "voice message",
-                voice,
-                voice.mime_type or "audio/ogg",
-                duration=voice.duration,
-            )
-        )
-    if holder.video_note is not None:
-        note = holder.video_note
-        found.append(
-            _file(
-                "video_note",
-                "video message",
-                note,
-                "video/mp4",
-                width=note.length,
-                height=note.length,
-                duration=note.duration,
-            )
-        )
-    if holder.audio is not None:
-        audio = holder.audio
-        title = " - ".join(p for p in (audio.performer, audio.title) if p) or audio.file_name
-        found.append(
-            _file(
-                "audio",
-                _labelled("audio", title),
-                audio,
-                audio.mime_type or "",
-                duration=audio.duration,
-            )
-        )
-    if holder.video is not None:
-        video = holder.video
-        found.append(
-            _file(
-                "video",
-                _labelled("video", video.file_name),
-                video,
-                video.mime_type or "",
-                width=video.width,
-                height=video.height,
-                duration=video.duration,
-            )
-        )
-    return tuple(found)
-
-
-class _File(Protocol):
-    """What every Telegram file object has."""
-
-    @property
-    def file_id(self) -> str: ...
-    @property
-    def file_unique_id(self) -> str: ...
-    @property
-    def file_size(self) -> int | None: ...
-
-
-def _file(
-    kind: MediaKind,
-    label: str,
-    file: _File,
-    media_type: str,
-    *,
-    width: int | None = None,
-    height: int | None = None,
-    duration: float | None = None,
-) -> MediaRef:
-    """The reference of one Telegram file (fetched by its ``file_id``)."""
-    return MediaRef(
-        kind,
-        label,
-        file.file_id,
-        file.file_unique_id,
-        media_type,
-        file.file_size,
-        width,
-        height,
-        None if duration is None else float(duration),
-    )
-
-
-def _photo(sizes: Sequence[PhotoSize], label: str) -> MediaRef:
-    """A photo as the size :func:`choose_photo` picks (ref "" when none can be downloaded)."""
-    size = choose_photo(sizes)
-    if size is None:
-        return MediaRef("image", label)
-    # Telegram re-encodes every photo it stores as JPEG.
-    return _file("image", label, size, "image/jpeg", width=size.width, height=size.height)
-
-
-def _live_photo(live: LivePhoto) -> MediaRef:
-    """A live photo: its still photo, else the short video."""
-    if live.photo and choose_photo(live.photo) is not None:
-        return _photo(live.photo, "live photo")
-    return _file(
-        "video",
-        "live photo",
-        live,
-        live.mime_type or "",
-        width=live.width,
-        height=live.height,
-        duration=live.duration,
-    )
-
-
-def _sticker(sticker: Sticker) -> MediaRef:
-    """A static sticker is its image (WebP); an animated or video one is its thumbnail."""
-    emoji = f" {sticker.emoji}" if sticker.emoji else ""
-    if not (sticker.is_animated or sticker.is_video):
-        return _file(
-            "image",
-            f"sticker{emoji}",
-            sticker,
-            "image/webp",
-            width=sticker.width,
-            height=sticker.height,
-        )
-    label = f"{'video' if sticker.is_video else 'animated'} sticker{emoji}"
-    return _thumbnail(sticker.thumbnail, label)
-
-
-def _animation(animation: Animation) -> MediaRef:
-    """A GIF (Telegram sends MP4): its thumbnail shows the model what it is of."""
-    if animation.thumbnail is not None:
-        return _thumbnail(animation.thumbnail, "GIF")
-    return _file(
-        "video",
-        "GIF",
-        animation,
-        animation.mime_type or "",
-        width=animation.width,
-        height=animation.height,
-        duration=animation.duration,
-    )
-
-
-def _thumbnail(thumbnail: PhotoSize | None, label: str) -> MediaRef:
-    """A still of something the model cannot watch; without one a label only (ref "")."""
-    if thumbnail is None:
-        return MediaRef("file", label)
-    # Telegram's thumbnails are JPEG or WebP: the preparation reads the bytes.
-    return _file("image", label, thumbnail, "", width=thumbnail.width, height=thumbnail.height)
-
-
-def _document(document: Document) -> MediaRef:
-    """A file; one whose MIME type is an image (sent "as a file", uncompressed) is an image."""
-    mime = (document.mime_type or "").lower()
-    kind: MediaKind = "image" if mime.startswith("image/") else "file"
-    return _file(
-        kind, _labelled("image" if kind == "image" else "file", document.file_name), document, mime
-    )
-
-
-def _labelled(what: str, name: str | None) -> str:
-    """``file report.pdf``: a kind and the name the sender gave, on one short line."""
-    name = _short(name or "", _NAME_LIMIT)
-    return f"{what} {name}" if name else what
+def said(message: Message) -> str:
+    """A message as text (a replied-to one, for its quote): its media and descriptions as
+    stand-ins, then its text or caption."""
+    body = message.text or message.caption or ""
+    stand_in = content_of(message).stand_in() if not message.text else ""
+    return " ".join(p for p in (stand_in, body) if p)
 
 
 # --------------------------------------------------------------------------- descriptions
@@ -392,14 +206,14 @@ def _location(holder: _Holder) -> str:
 
 def _venue(holder: _Holder) -> str:
     venue = holder.venue
-    return "" if venue is None else f"[place: {_short(f'{venue.title}, {venue.address}')}]"
+    return "" if venue is None else f"[place: {short(f'{venue.title}, {venue.address}')}]"
 
 
 def _contact(holder: _Holder) -> str:
     contact = holder.contact
     if contact is None:
         return ""
-    name = _short(" ".join(p for p in (contact.first_name, contact.last_name) if p))
+    name = short(" ".join(p for p in (contact.first_name, contact.last_name) if p))
     return f"[contact: {name}]" if name else "[contact]"
 
 
@@ -409,32 +223,34 @@ def _dice(holder: _Holder) -> str:
 
 def _poll(holder: _Holder) -> str:
     poll = holder.poll
-    if poll is None:
-        return ""
-    options = " / ".join(o.text for o in poll.options)
-    return f"[poll: {_short(f'{poll.question} ({options})')}]"
+    return "" if poll is None else _listing("poll", poll.question, [o.text for o in poll.options])
 
 
 def _checklist(holder: _Holder) -> str:
     checklist = holder.checklist
     if checklist is None:
         return ""
-    tasks = " / ".join(t.text for t in checklist.tasks)
-    return f"[checklist: {_short(f'{checklist.title} ({tasks})')}]"
+    return _listing("checklist", checklist.title, [t.text for t in checklist.tasks])
+
+
+def _listing(kind: str, title: str, items: list[str]) -> str:
+    """``[poll: Coffee? (yes / no)]``: a title and its items, on one short line."""
+    listed = " / ".join(items)
+    return f"[{kind}: {short(f'{title} ({listed})')}]"
 
 
 def _game(holder: _Holder) -> str:
-    return "" if holder.game is None else f"[game: {_short(holder.game.title)}]"
+    return "" if holder.game is None else f"[game: {short(holder.game.title)}]"
 
 
 def _invoice(holder: _Holder) -> str:
-    return "" if holder.invoice is None else f"[invoice: {_short(holder.invoice.title)}]"
+    return "" if holder.invoice is None else f"[invoice: {short(holder.invoice.title)}]"
 
 
 def _story(holder: _Holder) -> str:
     if holder.story is None:
         return ""
-    source = _short(chat_name(holder.story.chat))
+    source = short(chat_name(holder.story.chat))
     return f"[story from {source}]" if source else "[story]"
 
 
@@ -469,15 +285,3 @@ _DESCRIBERS: Final = (
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
-
-
-def chat_name(chat: Chat) -> str:
-    """A chat's title, or its person's name, or its @username ("" when it has none)."""
-    name = chat.title or " ".join(p for p in (chat.first_name, chat.last_name) if p)
-    return name.strip() or (f"@{chat.username}" if chat.username else "")
-
-
-def _short(text: str, limit: int = _DESCRIPTION_LIMIT) -> str:
-    """One line (whitespace collapsed, no brackets to close ours), at most ``limit`` chars."""
-    line = " ".join(text.replace("[", "(").replace("]", ")").split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -2,8 +2,10 @@
 
 Pure functions over aiogram's ``Message`` (and :class:`Albums`, a small bounded memory): the
 adapter (adapters/telegram/adapter.py) calls :func:`to_inbound` for every message and edit it
-receives. What a message holds is read by :mod:`adapters.telegram.content`, who wrote it and
-what it quotes by :mod:`adapters.telegram.quotes`.
+receives, then :meth:`Albums.apply`. :func:`to_inbound` is the intake's one pass; who wrote a
+message is read by :mod:`adapters.telegram.authors`, what it holds by
+:mod:`adapters.telegram.content` (its files by :mod:`adapters.telegram.attachments`), what it
+quotes by :mod:`adapters.telegram.quotes`.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import Final, Literal
 
 from aiogram.types import Message, MessageEntity, MessageGenerationStopped
 
+from adapters.telegram.authors import sender_of
 from adapters.telegram.content import content_of
-from adapters.telegram.quotes import forward_quote, reply_quote, sender_of
+from adapters.telegram.quotes import forward_quote, reply_quote
 from bot.core.events import ConversationKey, Inbound
 
 PLATFORM: Final = "telegram"
@@ -59,52 +62,51 @@ class InboundRules:
 def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -> Inbound | None:
     """A Telegram message as an Inbound event, or None when the bot must ignore it.
 
+    One pass, top-down: who wrote it, where, what it holds, what it quotes, whom it addresses;
+    each part read by a leaf reader that never calls back (docs/architecture.md#media).
     ``text`` is what the person wrote (text or caption) with short descriptions of file-less
-    content (``[location: ...]``); media are ``Inbound.media`` (adapters/telegram/content.py);
-    a reply, quote or forward is ``Inbound.quote`` (adapters/telegram/quotes.py). A forward's
-    own text is "" (what was forwarded is the quote's). Ignored: messages of bots (this one
-    included), service messages, non-text content with ``non_text = "ignore"``, commands
-    addressed to another bot (``/new@OtherBot``), unknown unaddressed commands in groups (they
-    are another bot's), edits that are commands, and live location updates (edits).
+    content (``[location: ...]``); a forward's own text is "" (what was forwarded is the
+    quote's). Ignored: messages of bots (this one included), service messages, non-text
+    content with ``non_text = "ignore"``, commands addressed to another bot
+    (``/new@OtherBot``), unknown unaddressed commands in groups (they are another bot's),
+    edits that are commands, and live location updates (edits).
     """
+    # Who: a person, or a chat posting as itself; never a bot.
     author = sender_of(message)
     if author is None or author.is_bot or author.user_id == rules.me.id:
         return None
     if edited and message.location is not None:
         return None  # a live location moving: an edit every few seconds, nothing said
+    # Where: the chat and, in a forum, its topic.
+    private = message.chat.type == "private"
+    thread = message.message_thread_id if message.is_topic_message else None
+    # What: the media and descriptions, then the text or caption (a command, or words).
     content = content_of(message)
     if content.service:
         return None
-    private = message.chat.type == "private"
     forward = message.forward_origin is not None and not message.is_automatic_forward
     command = None if forward else _command(message.text, rules, private=private)
     if command is False or (edited and command is not None):
         return None
     body, entities = _body(message)
     keep = rules.non_text == "placeholder"
-    said = " ".join(p for p in (content.description if keep else "", body or "") if p)
+    said = " ".join(p for p in (content.description if keep else "", body) if p)
     if not keep and not said.strip():
         return None  # nothing but media, and the bot is told to ignore media
     media = content.media if keep else ()
-    quote = forward_quote(message, rules.me.id, said)
-    text = "" if quote is not None else command or said
-    if quote is None:
-        quote = reply_quote(message, rules.me.id)
+    # What it quotes: a forward's content is the quote (the person said nothing of their own),
+    # else the message it replies to, or the part of it quoted.
+    if forward:
+        quote, text = forward_quote(message, rules.me.id, said), ""
+    else:
+        quote, text = reply_quote(message, rules.me.id), command or said
     if not text.strip() and not media and quote is None:
         if not private:
             return None
         text = "[an empty message]"  # never a silent drop in a private chat
-    mentions = not forward and _mentions_bot(body or "", entities, rules.me)
-    replied = _replies_to_bot(message, rules.me)
-    if message.is_automatic_forward:
-        # The linked channel's post copied into its discussion group: context, never a turn
-        # of its own (with group_trigger = "all" the bot would answer every channel post,
-        # and a command or mention in it is the channel's, addressed to its subscribers).
-        mentions = replied = False
-        command = None
-    triggers = private or rules.group_trigger == "all" or mentions or replied or bool(command)
-    triggers = triggers and not message.is_automatic_forward
-    thread = message.message_thread_id if message.is_topic_message else None
+    # Whom it addresses.
+    mentions, replied = _addressed(message, body, entities, rules.me, forward=forward)
+    asked = private or rules.group_trigger == "all" or mentions or replied or bool(command)
     return Inbound(
         conversation=_key(message.chat.id, thread, rules.bot_key),
         author_id=author.id,
@@ -112,7 +114,7 @@ def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -
         text=text,
         platform_message_id=str(message.message_id),
         is_private=private,
-        triggers_reply=triggers,
+        triggers_reply=asked and not message.is_automatic_forward,
         reply_to_bot=replied,
         mentions_bot=mentions,
         kind="edit" if edited else "message",
@@ -169,11 +171,11 @@ class Albums:
         return inbound
 
 
-def _body(message: Message) -> tuple[str | None, list[MessageEntity]]:
+def _body(message: Message) -> tuple[str, list[MessageEntity]]:
     """The text or, for media, the caption (captions are text), with its entities."""
     if message.text is not None:
         return message.text, list(message.entities or [])
-    return message.caption, list(message.caption_entities or [])
+    return message.caption or "", list(message.caption_entities or [])
 
 
 def _command(
@@ -191,6 +193,23 @@ def _command(
     rest = match["rest"] or ""
     # The router reads arguments after whitespace: "/weather, Paris" becomes "/weather , Paris".
     return f"/{name}{rest if not rest or rest[0].isspace() else ' ' + rest}"
+
+
+def _addressed(
+    message: Message,
+    body: str,
+    entities: Sequence[MessageEntity],
+    me: BotIdentity,
+    *,
+    forward: bool,
+) -> tuple[bool, bool]:
+    """(it mentions the bot, it replies to the bot). The linked channel's post copied into its
+    discussion group (an automatic forward) addresses no one: it is context, never a turn of
+    its own (with group_trigger = "all" the bot would answer every channel post; a command or
+    mention in it is the channel's, addressed to its subscribers)."""
+    if message.is_automatic_forward:
+        return False, False
+    return not forward and _mentions_bot(body, entities, me), _replies_to_bot(message, me)
 
 
 def _mentions_bot(text: str, entities: Sequence[MessageEntity], me: BotIdentity) -> bool:

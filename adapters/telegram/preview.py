@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+import abc
 import logging
 import secrets
 import time
@@ -37,6 +38,7 @@ from aiogram.exceptions import (
 from aiogram.methods import DeleteMessage, EditMessageText, SendMessage, SendMessageDraft
 from aiogram.types import Message, ReplyParameters
 
+from adapters.streaming import PostedPreview
 from adapters.telegram.format import MESSAGE_LIMIT, html_tail, tail, without_mentions
 from bot.core.errors import AdapterError, PreviewThrottled, PreviewUnavailable
 from bot.core.ports import StreamSettings
@@ -129,12 +131,55 @@ class EditLimiter:
         return uses
 
 
-class DraftPreview:
+class _Formatted(abc.ABC):
+    """What both previews share: the answer's tail as HTML, as plain text once the chat
+    rejected the formatting (for the rest of this preview)."""
+
+    _context: PreviewContext
+    _chat_id: int
+    _plain: bool
+    _what = "preview"  # how the log names it
+
+    @abc.abstractmethod
+    async def _put(self, text: str, parse_mode: str | None) -> None:
+        """Show ``text`` (one message's worth) in the chat."""
+
+    def _failure(self, exc: Exception) -> AdapterError:
+        return self._context.failure(self._chat_id, exc)
+
+    async def _show(self, markdown: str) -> None:
+        """Show the tail of ``markdown``: HTML, else plain text when the chat rejects it."""
+        if not self._plain:
+            try:
+                await self._put(html_tail(markdown).html, "HTML")
+                return
+            except TelegramBadRequest as exc:
+                if _BAD_ENTITIES not in exc.message.lower():
+                    raise self._failure(exc) from exc
+                log.warning(
+                    "telegram bot %s: chat %s rejected a %s's formatting (%s); plain text",
+                    self._context.bot_key,
+                    self._chat_id,
+                    self._what,
+                    self._context.redact(exc.message),
+                )
+                self._plain = True
+            except _ERRORS as exc:
+                raise self._failure(exc) from exc
+        try:
+            await self._put(tail(markdown, MESSAGE_LIMIT), None)
+        except _ERRORS as exc:
+            raise self._failure(exc) from exc
+
+
+class DraftPreview(_Formatted):
     """A draft in a private chat: ephemeral, replaced by the next draft or message.
 
     ``on_refused`` is called when Telegram refuses drafts in this chat (the adapter then stops
     offering previews there).
     """
+
+    _what = "draft"
 
     def __init__(
         self,
@@ -177,33 +222,13 @@ class DraftPreview:
         markdown = without_mentions(text)
         if markdown == self._shown:
             return
-        if not self._plain:
-            try:
-                await self._send(html_tail(markdown).html, "HTML")
-                self._shown = markdown
-                return
-            except TelegramBadRequest as exc:
-                if _BAD_ENTITIES not in exc.message.lower():
-                    raise self._failure(exc) from exc
-                log.warning(
-                    "telegram bot %s: chat %s rejected a draft's formatting (%s); plain text",
-                    self._context.bot_key,
-                    self._chat_id,
-                    self._context.redact(exc.message),
-                )
-                self._plain = True
-            except _ERRORS as exc:
-                raise self._failure(exc) from exc
-        try:
-            await self._send(tail(markdown, MESSAGE_LIMIT), None)
-        except _ERRORS as exc:
-            raise self._failure(exc) from exc
+        await self._show(markdown)
         self._shown = markdown
 
     async def discard(self) -> None:
         """Nothing to delete: a draft expires, and the next draft or message replaces it."""
 
-    async def _send(self, text: str, parse_mode: str | None) -> None:
+    async def _put(self, text: str, parse_mode: str | None) -> None:
         method = SendMessageDraft(
             chat_id=self._chat_id,
             draft_id=self._draft_id,
@@ -216,7 +241,7 @@ class DraftPreview:
         await self._context.bot(method)
 
     def _failure(self, exc: Exception) -> AdapterError:
-        error = self._context.failure(self._chat_id, exc)
+        error = super()._failure(exc)
         # TEXTDRAFT_PEER_INVALID (not a private chat) and its kin; 404: a Bot API server
         # without drafts. Neither changes during this process: stop offering drafts here.
         lowered = getattr(exc, "message", "").lower()
@@ -229,7 +254,7 @@ class DraftPreview:
         return error
 
 
-class EditPreview:
+class EditPreview(_Formatted, PostedPreview):
     """A message posted in a group at the first update and edited in place after it."""
 
     def __init__(
@@ -250,21 +275,6 @@ class EditPreview:
         self._shown: str | None = None
         self._plain = False
 
-    @property
-    def kind(self) -> Literal["edit"]:
-        """A real message, edited in place."""
-        return "edit"
-
-    @property
-    def draft_id(self) -> None:
-        """Posted messages have no stop button."""
-        return None
-
-    @property
-    def message_id(self) -> str | None:
-        """The posted message (None until the first update posted it)."""
-        return None if self._message_id is None else str(self._message_id)
-
     async def show(self, text: str) -> None:
         """Post the tail of ``text`` (first update) or edit the posted message to it.
 
@@ -281,27 +291,7 @@ class EditPreview:
                 f"{GROUP_EDITS} messages and edits in {GROUP_WINDOW:.0f}s",
                 retry_after=wait,
             )
-        if not self._plain:
-            try:
-                await self._put(html_tail(markdown).html, "HTML")
-                self._shown = markdown
-                return
-            except TelegramBadRequest as exc:
-                if _BAD_ENTITIES not in exc.message.lower():
-                    raise self._context.failure(self._chat_id, exc) from exc
-                log.warning(
-                    "telegram bot %s: chat %s rejected a preview's formatting (%s); plain text",
-                    self._context.bot_key,
-                    self._chat_id,
-                    self._context.redact(exc.message),
-                )
-                self._plain = True
-            except _ERRORS as exc:
-                raise self._context.failure(self._chat_id, exc) from exc
-        try:
-            await self._put(tail(markdown, MESSAGE_LIMIT), None)
-        except _ERRORS as exc:
-            raise self._context.failure(self._chat_id, exc) from exc
+        await self._show(markdown)
         self._shown = markdown
 
     async def discard(self) -> None:

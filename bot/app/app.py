@@ -7,7 +7,8 @@
     await app.run()
 
 Plugins register on the App (``setup(app)``): commands, middleware, turn hooks, tools,
-platforms and model providers. The wiring itself is ``bot.app.build.runtime``.
+platforms and model providers, and lifespans for their own resources (bot/app/lifespans.py).
+The wiring itself is ``bot.app.build.runtime``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, TypeVar, cast, overload
 from adapters.base import BaseAdapter
 from bot.app import build
 from bot.app.build import PlatformFactory, ProviderFactory, Runtime, Seams, TranscriberFactory
+from bot.app.lifespans import Lifespan, Lifespans
 from bot.config import (
     DEFAULT_TOKEN_VARIABLES,
     BotSettings,
@@ -109,6 +111,8 @@ class App:
         self._loaded: set[tuple[str | None, str]] = set()
         self._prepared = False
         self._exits: contextlib.AsyncExitStack | None = None
+        self._lifespans = Lifespans(_describe)
+        self._label: str | None = None  # the plugin whose setup runs now, as errors name it
 
     @classmethod
     def from_toml(
@@ -208,6 +212,14 @@ class App:
             return function
 
         return register if fn is None else register(fn)
+
+    def lifespan(self, fn: Lifespan) -> Lifespan:
+        """Register a resource of the plugin: ``@app.lifespan`` on an ``async def`` that opens
+        it, ``yield``s once and closes it. Opened when the bots start (after every plugin's
+        setup), closed when they stop, the last opened first (docs/plugins.md#lifespans)."""
+        label = self._label or f"lifespan {getattr(fn, '__qualname__', fn)!r}"
+        self._lifespans.add(label, fn)
+        return fn
 
     def platform(self, name: str, factory: PlatformFactory) -> None:
         """Register a platform: ``factory(entry, persona, secrets)`` makes the adapter of a
@@ -436,8 +448,9 @@ class App:
         seams: Seams = Seams(),  # noqa: B008 - frozen, never mutated
     ) -> AsyncIterator[Runtime]:
         """Start the runtime (store, queue, pipeline, router) for ``bots`` (key -> persona and
-        outlet; default: an adapter for each ``[[bots]]`` entry, not yet receiving). The
-        caller runs the adapters; on exit running turns finish and everything closes."""
+        outlet; default: an adapter for each ``[[bots]]`` entry, not yet receiving), with the
+        plugins' lifespans. The caller runs the adapters; on exit running turns finish and
+        everything closes, the lifespans after the store."""
         self.prepare()
         made: list[BaseAdapter] = []
         made_closers: list[Callable[[], Awaitable[object]]] = []
@@ -462,6 +475,7 @@ class App:
                 extensions=self.extensions(),
                 seams=seams,
                 transcriber=transcriber,
+                plugins=self._lifespans.running(),
             ) as rt:
                 yield rt
         finally:
@@ -502,18 +516,10 @@ class App:
         policy_for: Callable[[str], MemoryPolicy] | None = None,
     ) -> AsyncIterator[tuple[BaseStore, Memory]]:
         """The store and memory service alone (no queue, no turns): for admin commands."""
-        from bot.core.clock import SystemClock
-        from bot.llm.offline import OfflineLLM
-
-        async with build.build_store(self.settings) as store:
-            memory = build.build_memory(
-                self.settings,
-                store,
-                llm or OfflineLLM(),
-                self.clock or SystemClock(),
-                policy_for=policy_for,
-            )
-            yield store, memory
+        async with build.open_memory(
+            self.settings, llm, self.clock, policy_for=policy_for
+        ) as opened:
+            yield opened
 
     # ------------------------------------------------------------------ internals
 
@@ -559,7 +565,7 @@ class App:
         entry = next((b for b in self.settings.bots if b.key == self._scope), None)
         if entry is not None:
             options |= entry.plugin_options.get(name, {})
-        self._options = options
+        self._options, self._label = options, label
         try:
             setup(self)
         except ConfigError as exc:
@@ -568,7 +574,7 @@ class App:
             log.debug("setup of plugin %s failed", name, exc_info=True)
             raise ConfigError([f"{label}: setup failed: {_describe(exc)}"]) from None
         finally:
-            self._options = {}
+            self._options, self._label = {}, None
         self._loaded.add(key)
 
 

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from bot.core.llm import BaseLLM
 
 
-#: The exit code of a chat that leaves input unanswered (or unread: stopped by a signal).
+#: The exit code of a chat that leaves input unanswered (or unread: stopped by a signal), or
+#: that stopped because a task of its runtime failed.
 EXIT_UNANSWERED = 1
 
 
@@ -59,7 +60,8 @@ async def run_chat(
 ) -> int:
     """``personabot chat``: the console adapter on the full pipeline. Returns the exit code:
     0, or EXIT_UNANSWERED when the chat ended (EOF, /quit, SIGINT or SIGTERM) with messages
-    still unanswered, or stopped by a signal before the end of piped input. Raises
+    still unanswered, or stopped by a signal before the end of piped input, or by a task of
+    the runtime that failed (the scheduler, say: logged, and no reply would come). Raises
     BrokenPipeError when stdout was closed under it (the CLI's EXIT_PIPE): the chat stops at
     once, its unanswered messages kept.
 
@@ -120,7 +122,7 @@ async def run_chat(
 
 def _report(ending: _Ending, say: Callable[[str], None]) -> int:
     """Say what was left unanswered; the exit code."""
-    stopped = ending.how == "signal"
+    stopped = ending.how in ("signal", "failed")
     unread = stopped and not ending.input_ended and not ending.interactive
     if ending.unanswered:
         say(
@@ -132,14 +134,16 @@ def _report(ending: _Ending, say: Callable[[str], None]) -> int:
         # Piped input cut short (``timeout 30 personabot chat < script``): the rest was never
         # taken in, so it is neither stored nor answered.
         say(f"Stopped: input after line {ending.lines_read} was not read.")
-    return EXIT_UNANSWERED if ending.unanswered or unread else 0
+    failed = ending.how == "failed"  # a task of the runtime failed (logged): not a clean end
+    return EXIT_UNANSWERED if ending.unanswered or unread or failed else 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Ending:
     """How a chat ended, and what it left unanswered."""
 
-    how: Literal["input", "signal", "gone"]  # EOF or /quit; SIGINT or SIGTERM; stdout closed
+    #: EOF or /quit; SIGINT or SIGTERM; a runtime task failed; stdout closed.
+    how: Literal["input", "signal", "failed", "gone"]
     unanswered: int  # messages stored and still pending
     lines_read: int
     input_ended: bool
@@ -163,12 +167,12 @@ async def _converse(
             # A /start of the local user: the greeting takes the one outbound path, after the
             # access check (someone outside allow_users gets only the denied reply).
             await rt.router(adapter.inbound("/start"))
-        how = await _read_until_end(adapter, rt.router.for_bot(pacer.bot))
+        how = await _read_until_end(adapter, rt.router.for_bot(pacer.bot), rt.background.failed)
         if how == "gone":
             # Nothing can be shown any more: running turns are cancelled now (their messages
             # stay pending, answered at the next start), not given the grace period.
             rt.scheduler.abort()
-        elif how == "signal":
+        elif how in ("signal", "failed"):
             # Running turns get the grace period, as in ``run``; what they leave stays stored
             # with its timer armed and is answered on the next start.
             rt.scheduler.stop()
@@ -219,12 +223,14 @@ class _Pacer:
 
 
 async def _read_until_end(
-    adapter: ConsoleAdapter, router: BotHandler
-) -> Literal["input", "signal", "gone"]:
-    """Run the console until EOF or /quit, SIGINT or SIGTERM, or its stdout is closed."""
+    adapter: ConsoleAdapter, router: BotHandler, failed: asyncio.Event
+) -> Literal["input", "signal", "failed", "gone"]:
+    """Run the console until EOF or /quit, SIGINT or SIGTERM, a task of the runtime fails
+    (``failed``: the scheduler, say; it was logged), or its stdout is closed."""
     loop = asyncio.get_running_loop()
     reading = asyncio.create_task(adapter.run(router), name="console")
     gone = asyncio.create_task(adapter.output_gone.wait(), name="console-output-gone")
+    broken = asyncio.create_task(failed.wait(), name="runtime-failed")
     signalled = False
 
     def stop() -> None:
@@ -238,11 +244,12 @@ async def _read_until_end(
             loop.add_signal_handler(sig, stop)
             installed.append(sig)
     try:
-        await asyncio.wait({reading, gone}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({reading, gone, broken}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
         gone.cancel()
+        broken.cancel()
         reading.cancel()
         # A prompt or an end of line that met a closed stdout ends the reading with that
         # AdapterError; output_gone says so.
@@ -250,6 +257,8 @@ async def _read_until_end(
             await reading
     if adapter.output_gone.is_set():
         return "gone"
+    if failed.is_set():
+        return "failed"
     return "signal" if signalled else "input"
 
 

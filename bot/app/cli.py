@@ -7,9 +7,9 @@ import asyncio
 import importlib.metadata
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from bot.app import persona_commands
 from bot.app.logs import open_log_file, redact_text, setup_logging
@@ -38,66 +38,11 @@ def _parser() -> argparse.ArgumentParser:
         "--log-format", choices=["text", "json"], default=None, help="log line format"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-
-    def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument(
-            "--config",
-            type=Path,
-            default=None,
-            help="TOML file (default ./personabot.toml, else the bundled example values)",
-        )
-        # Also after the command (``run --log-format json``, as the docs write it); SUPPRESS
-        # leaves the value given before the command, if any, when it is not repeated here.
-        p.add_argument(
-            "--log-format",
-            choices=["text", "json"],
-            default=argparse.SUPPRESS,
-            help="log line format",
-        )
-        return p
-
-    chat = with_config(sub.add_parser("chat", help="chat with a persona in the terminal"))
-    chat.add_argument("--persona", default=None, help="persona id (default: the first)")
-    with_config(sub.add_parser("run", help="run the configured Telegram/Discord bots"))
-    prompt = with_config(sub.add_parser("prompt", help="print the prompt the model would get now"))
-    prompt.add_argument("--platform", required=True, help="telegram, discord or console")
-    prompt.add_argument("--chat", required=True, help="chat id (console: your user name)")
-    prompt.add_argument("--thread", default=None, help="thread / forum topic id")
-    prompt.add_argument("--bot", default=None, help="bot id when several share the platform")
-    prompt.add_argument(
-        "--message",
-        default=None,
-        help="with no input pending, preview the prompt for this next message (e.g. to see "
-        "which lorebook entries it fires)",
-    )
-    web = with_config(
-        sub.add_parser("web", help="serve the operator console alone, against the same store")
-    )
-    web.add_argument(
-        "--listen", default=None, help="host:port (default: [web] listen, else 127.0.0.1:8080)"
-    )
-    memory = sub.add_parser("memory", help="show or erase a user's long-term memory")
-    memory_sub = memory.add_subparsers(dest="memory_command", required=True)
-    for action in ("show", "forget"):
-        p = with_config(memory_sub.add_parser(action, help=f"{action} a user's memory"))
-        p.add_argument("--platform", required=True)
-        p.add_argument("--user", required=True, help="the platform's user id")
-    retention = sub.add_parser("retention", help="data retention: run it or audit a policy")
-    retention_sub = retention.add_subparsers(dest="retention_command", required=True)
-    run_now = with_config(retention_sub.add_parser("run", help="apply the policy now"))
-    run_now.add_argument("--dry-run", action="store_true", help="only report what would go")
-    audit = with_config(retention_sub.add_parser("audit", help="sessions that would lose turns"))
-    audit.add_argument("--days", type=float, default=None, help="proposed age limit")
-    audit.add_argument("--mode", choices=["session", "message"], default=None)
-    audit.add_argument("--json", action="store_true", help="machine-readable output")
-    db = sub.add_parser("db", help="database operations")
-    db_sub = db.add_subparsers(dest="db_command", required=True)
-    backup = with_config(db_sub.add_parser("backup", help="online backup of the SQLite store"))
-    backup.add_argument("path", type=Path, help="file to write")
-    with_config(db_sub.add_parser("migrate", help="apply pending schema migrations"))
+    _bot_commands(sub)
+    _data_commands(sub)
     config = sub.add_parser("config", help="configuration tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)
-    check = with_config(
+    check = _with_config(
         config_sub.add_parser("check", help="validate everything `run` needs, and summarise")
     )
     check.add_argument(
@@ -112,6 +57,71 @@ def _parser() -> argparse.ArgumentParser:
     )
     persona_commands.add_parser(sub)
     return parser
+
+
+def _with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="TOML file (default ./personabot.toml, else the bundled example values)",
+    )
+    # Also after the command (``run --log-format json``, as the docs write it); SUPPRESS
+    # leaves the value given before the command, if any, when it is not repeated here.
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=argparse.SUPPRESS,
+        help="log line format",
+    )
+    return p
+
+
+def _bot_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``chat``, ``run``, ``prompt`` and ``web``: the bots, and what they see."""
+    chat = _with_config(sub.add_parser("chat", help="chat with a persona in the terminal"))
+    chat.add_argument("--persona", default=None, help="persona id (default: the first)")
+    _with_config(sub.add_parser("run", help="run the configured Telegram/Discord bots"))
+    prompt = _with_config(sub.add_parser("prompt", help="print the prompt the model would get now"))
+    prompt.add_argument("--platform", required=True, help="telegram, discord or console")
+    prompt.add_argument("--chat", required=True, help="chat id (console: your user name)")
+    prompt.add_argument("--thread", default=None, help="thread / forum topic id")
+    prompt.add_argument("--bot", default=None, help="bot id when several share the platform")
+    prompt.add_argument(
+        "--message",
+        default=None,
+        help="with no input pending, preview the prompt for this next message (e.g. to see "
+        "which lorebook entries it fires)",
+    )
+    web = _with_config(
+        sub.add_parser("web", help="serve the operator console alone, against the same store")
+    )
+    web.add_argument(
+        "--listen", default=None, help="host:port (default: [web] listen, else 127.0.0.1:8080)"
+    )
+
+
+def _data_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``memory``, ``retention`` and ``db``: stored data."""
+    memory = sub.add_parser("memory", help="show or erase a user's long-term memory")
+    memory_sub = memory.add_subparsers(dest="memory_command", required=True)
+    for action in ("show", "forget"):
+        p = _with_config(memory_sub.add_parser(action, help=f"{action} a user's memory"))
+        p.add_argument("--platform", required=True)
+        p.add_argument("--user", required=True, help="the platform's user id")
+    retention = sub.add_parser("retention", help="data retention: run it or audit a policy")
+    retention_sub = retention.add_subparsers(dest="retention_command", required=True)
+    run_now = _with_config(retention_sub.add_parser("run", help="apply the policy now"))
+    run_now.add_argument("--dry-run", action="store_true", help="only report what would go")
+    audit = _with_config(retention_sub.add_parser("audit", help="sessions that would lose turns"))
+    audit.add_argument("--days", type=float, default=None, help="proposed age limit")
+    audit.add_argument("--mode", choices=["session", "message"], default=None)
+    audit.add_argument("--json", action="store_true", help="machine-readable output")
+    db = sub.add_parser("db", help="database operations")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    backup = _with_config(db_sub.add_parser("backup", help="online backup of the SQLite store"))
+    backup.add_argument("path", type=Path, help="file to write")
+    _with_config(db_sub.add_parser("migrate", help="apply pending schema migrations"))
 
 
 def _ready(app: App, secrets: Secrets, *, file_only: bool) -> None:
@@ -187,62 +197,49 @@ def _early_signals() -> EarlySignals:
 
 def _command(app: App, args: argparse.Namespace, log_path: str | None) -> int:
     """Run ``chat`` or an admin command on the App."""
+    return asyncio.run(_coroutine(app, args, log_path))
+
+
+def _coroutine(
+    app: App, args: argparse.Namespace, log_path: str | None
+) -> Coroutine[Any, Any, int]:
+    """What ``chat`` or an admin command runs (their modules imported only when used)."""
+    out = sys.stdout
     if args.command == "chat":
         from bot.app.chat import run_chat
 
-        return asyncio.run(
-            run_chat(
-                app,
-                persona_id=args.persona,
-                stdin=sys.stdin,
-                stdout=sys.stdout,
-                interactive=sys.stdin.isatty(),
-                log_path=log_path,
-            )
+        stdin, persona = sys.stdin, args.persona
+        return run_chat(
+            app,
+            persona_id=persona,
+            stdin=stdin,
+            stdout=out,
+            interactive=stdin.isatty(),
+            log_path=log_path,
         )
+    from bot.app import admin
+
     if args.command == "web":
-        from bot.app.admin import serve_console
-
-        return asyncio.run(
-            serve_console(app, args.listen or app.settings.web.listen or "127.0.0.1:8080")
-        )
+        return admin.serve_console(app, args.listen or app.settings.web.listen or "127.0.0.1:8080")
     if args.command == "prompt":
-        from bot.app.admin import show_prompt
-
-        return asyncio.run(
-            show_prompt(
-                app,
-                sys.stdout,
-                platform=args.platform,
-                chat=args.chat,
-                thread=args.thread,
-                bot=args.bot,
-                message=args.message,
-            )
+        chat, thread, bot = args.chat, args.thread, args.bot
+        return admin.show_prompt(
+            app,
+            out,
+            platform=args.platform,
+            chat=chat,
+            thread=thread,
+            bot=bot,
+            message=args.message,
         )
     if args.command == "memory":
-        from bot.app.admin import user_memory
-
-        return asyncio.run(
-            user_memory(
-                app,
-                sys.stdout,
-                action=args.memory_command,
-                platform=args.platform,
-                user=args.user,
-            )
-        )
+        action, platform = args.memory_command, args.platform
+        return admin.user_memory(app, out, action=action, platform=platform, user=args.user)
     if args.command == "db":
-        from bot.app.admin import db_command
-
-        return asyncio.run(db_command(app, sys.stdout, args.db_command, args))
-    from bot.app.admin import retention_audit, retention_run
-
+        return admin.db_command(app, out, args.db_command, args)
     if args.retention_command == "run":
-        return asyncio.run(retention_run(app, sys.stdout, dry_run=args.dry_run))
-    return asyncio.run(
-        retention_audit(app, sys.stdout, days=args.days, mode=args.mode, as_json=args.json)
-    )
+        return admin.retention_run(app, out, dry_run=args.dry_run)
+    return admin.retention_audit(app, out, days=args.days, mode=args.mode, as_json=args.json)
 
 
 #: Commands whose output is the terminal's whole point: their logs start at WARNING.

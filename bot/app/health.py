@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Self
+from typing import ClassVar, Self
 
 from aiohttp import web
 
@@ -19,8 +19,48 @@ Readiness = Callable[[], Awaitable[str | None]]  # None when ready, else the rea
 Refresh = Callable[[], Awaitable[object]]  # gauges read from elsewhere, before a scrape
 
 
-class HealthServer:
+class Site:
+    """An aiohttp application served on ``host:port`` while entered (port 0: the system picks
+    one, read back into ``port``); the health server and the operator console are sites."""
+
+    #: The setting a failure to listen names; what the log line calls the site.
+    setting: ClassVar[str]
+    what: ClassVar[str]
+    log: ClassVar[logging.Logger]
+
+    _host: str
+    port: int
+    _runner: web.AppRunner | None
+
+    def application(self) -> web.Application:
+        """The aiohttp application to serve."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        self._runner = web.AppRunner(self.application(), access_log=None)
+        await self._runner.setup()
+        await start_site(self._runner, self._host, self.port, self.setting)
+        if self._runner.addresses:
+            self.port = int(self._runner.addresses[0][1])
+        self.log.info("%s on http://%s", self.what, address(self._host, self.port))
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+class HealthServer(Site):
     """A small aiohttp server owned by the runtime; started and stopped with it."""
+
+    setting = "observability.listen"
+    what = "health and metrics"
+    log = log
 
     def __init__(
         self,
@@ -33,34 +73,18 @@ class HealthServer:
     ) -> None:
         self._host = host
         self._refresh = refresh
-        self._port = port
+        self.port = port
         self._metrics = metrics
         self._readiness = readiness
-        self._runner: web.AppRunner | None = None
-        self.port = port
+        self._runner = None
 
-    async def __aenter__(self) -> Self:
+    def application(self) -> web.Application:
+        """/healthz, /readyz and /metrics."""
         app = web.Application()
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics_page)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await start_site(self._runner, self._host, self._port, "observability.listen")
-        addresses = self._runner.addresses  # the bound port when 0 was asked for
-        if addresses:
-            self.port = int(addresses[0][1])
-        log.info("health and metrics on http://%s", address(self._host, self.port))
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        return app
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n")

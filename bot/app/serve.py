@@ -88,9 +88,8 @@ async def _serve(
     signals: ShutdownSignals,
     llm: BaseLLM,
 ) -> int:
-    """Run the adapters on the runtime until a stop request or a bot fails."""
+    """Run the adapters on the runtime until a stop request, a bot ends or a task fails."""
     settings = app.settings
-    code = 0
     hosted: dict[str, tuple[PersonaSettings, Outlet]] = dict(adapters)
     # The console closes first: no page reads a store the runtime already closed.
     async with (
@@ -124,23 +123,35 @@ async def _serve(
                 )
             )
         signals.on_abort(rt.scheduler.abort)  # from now on: cancel running turns
-        watch = asyncio.create_task(watch_event_loop(rt.metrics), name="event loop watch")
-        running = {
-            asyncio.create_task(_receive(rt, a, settings.queue.lease_seconds), name=f"bot {k}"): k
-            for k, (_, a) in adapters.items()
-        }
-        stopper = asyncio.create_task(signals.stop.wait())
-        log.info("running %d bot(s): %s", len(running), ", ".join(running.values()))
-        done, _ = await asyncio.wait([*running, stopper], return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if task is not stopper and not task.cancelled() and task.exception() is not None:
-                log.error("bot %s stopped: %s", running[task], task.exception())  # type: ignore[index]
-                code = 1
-        # Stop taking new input first; the runtime then lets running turns finish (grace).
-        for task in [*running, stopper, watch]:
-            task.cancel()
-        await asyncio.gather(*running, stopper, watch, return_exceptions=True)
+        lease = settings.queue.lease_seconds
+        code = await _receive_until_stopped(rt, adapters, signals, lease)
     return EXIT_ABORTED if signals.aborted else code
+
+
+async def _receive_until_stopped(
+    rt: Runtime,
+    adapters: dict[str, tuple[PersonaSettings, BaseAdapter]],
+    signals: ShutdownSignals,
+    lease_seconds: float,
+) -> int:
+    """Receive on every bot until a stop request, a bot ends or a background task fails
+    (logged by ``rt.background``); the exit code so far (1 after a failure)."""
+    background = rt.background
+    watch = background.start("event loop watch", watch_event_loop(rt.metrics))
+    receivers = [
+        background.start(f"bot {k}", _receive(rt, a, lease_seconds))
+        for k, (_, a) in adapters.items()
+    ]
+    log.info("running %d bot(s): %s", len(receivers), ", ".join(adapters))
+    ends = [asyncio.create_task(signals.stop.wait()), asyncio.create_task(background.failed.wait())]
+    await asyncio.wait([*receivers, *ends], return_when=asyncio.FIRST_COMPLETED)
+    code = 1 if background.failed.is_set() else 0
+    # Stop taking new input first; the runtime then lets running turns finish (grace).
+    for end in ends:
+        end.cancel()
+    await background.cancel([*receivers, watch])
+    await asyncio.gather(*ends, return_exceptions=True)
+    return code
 
 
 def _state(hosted: tuple[PersonaSettings, BaseAdapter] | None) -> BotState:

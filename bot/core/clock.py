@@ -54,6 +54,12 @@ class ManualClock:
         heapq.heappush(self._sleepers, (self._now + seconds, next(self._seq), fut))
         await fut
 
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of a sleeper still waiting, or None (nobody sleeps)."""
+        while self._sleepers and self._sleepers[0][2].done():
+            heapq.heappop(self._sleepers)  # a sleeper cancelled while it waited
+        return self._sleepers[0][0] if self._sleepers else None
+
     async def advance(self, seconds: float) -> None:
         """Move time forward, waking sleepers in deadline order, and let them run."""
         target = self._now + seconds

@@ -13,6 +13,7 @@
     │       └── RequestRejected  this request can never succeed (400 bad request, 413 too
     │                            large): the turn is closed out, other requests may succeed
     ├── ListenError            a port to serve on cannot be bound (taken, not allowed)
+    ├── PluginError            a plugin's resource failed to open at start (its lifespan)
     ├── AdapterError           a platform adapter failed to deliver
     │   └── DeliveryRefused    the platform will never deliver there (bot blocked, chat gone)
     └── SelfCancelled          a plugin's code raised CancelledError though nobody cancelled it
@@ -53,6 +54,11 @@ class ConfigError(PersonabotError):
             where = self.source if own is None else own  # "": names its own source
             out.append(f"{where}: {problem}" if where else problem)
         return out or [str(self)]
+
+
+class PluginError(PersonabotError):
+    """A plugin's lifespan failed to start: one line naming the plugin (bot/app/lifespans.py);
+    what the plugins opened before it is closed again."""
 
 
 class CardError(PersonabotError):

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from bot.core.events import SessionKey
+from bot.store.contracts import RetentionStore
 from memory.records import Summary
 
 
@@ -36,6 +38,16 @@ def covered_range(summary: Summary | None) -> tuple[int, int] | None:
 def as_gaps(ranges: Iterable[tuple[int, int]]) -> tuple[Gap, ...]:
     """Gaps from the store's (first, last) ranges."""
     return tuple(Gap(first, last) for first, last in ranges if first <= last)
+
+
+async def find_gaps(
+    store: RetentionStore, session: SessionKey, summary: Summary | None
+) -> tuple[Gap, ...]:
+    """Turns of the session (first to last) neither stored, covered by ``summary`` (the one
+    the prompt carries), nor deleted by personabot itself (tombstoned; turns retention folded
+    into a summary count only inside this one's range). One indexed query over the turns
+    after the summary (bot/store/tombstones.py), so it stays flat however long the session."""
+    return as_gaps(await store.missing_turns(session, covered_range(summary)))
 
 
 def describe(gaps: tuple[Gap, ...]) -> str:

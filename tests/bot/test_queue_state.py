@@ -128,12 +128,6 @@ FAILURES: tuple[Outcome, ...] = ("unavailable", "ratelimited", "rejected")
 class StepClock(ManualClock):
     """A manual clock that can wake its sleepers one at a time (deterministic interleaving)."""
 
-    def next_deadline(self) -> float | None:
-        """The earliest deadline of a sleeper still waiting, or None."""
-        while self._sleepers and self._sleepers[0][2].done():
-            heapq.heappop(self._sleepers)
-        return self._sleepers[0][0] if self._sleepers else None
-
     def wake_next(self) -> None:
         """Move to the earliest deadline and wake that one sleeper."""
         deadline, _, fut = heapq.heappop(self._sleepers)

@@ -56,7 +56,7 @@ async def test_a_refused_release_is_retried_and_the_next_turn_is_not_held_back(
     blip.times = 2  # the release at the end of the turn, and its first retry
     async with harness(store, clock, GatedLLM()) as h:
         await h.say(C1, "first")
-        await h.advance(1.6)
+        await h.advance(1.5)  # the debounce: the turn runs now, its release is refused
         assert h.outlet.texts() == ["reply to: first"]
         assert blip.failed == 1 and h.pipeline.releases.pending == 1  # the turn itself ended
         await h.advance(0.3)  # retries after 0.05 s (refused) and 0.1 s more

@@ -165,7 +165,7 @@ def test_dm_memory_is_absent_from_group_prompts() -> None:
 def test_a_turn_too_long_even_cut_leaves_out_only_the_fewest_oldest_messages() -> None:
     """Over the room at the shortest cut, the oldest messages go, as few as possible, and the
     marker says how many: the newest stay, and one older message more would not fit."""
-    from memory.assemble import _MIN_MESSAGE_CHARS, fit_turn, render_turn
+    from memory.turn import MIN_MESSAGE_CHARS, fit_turn, render_turn
 
     for private, authors in ((True, 1), (False, 3)):
         messages = [
@@ -180,6 +180,6 @@ def test_a_turn_too_long_even_cut_leaves_out_only_the_fewest_oldest_messages() -
             assert text.startswith(f"[... {left_out} earlier message(s) of this turn not shown")
             assert estimate_tokens(text) <= room
             assert "message 300 " in text and "message 1 " not in text
-            one_more = render_turn(messages[left_out - 1 :], _MIN_MESSAGE_CHARS)
+            one_more = render_turn(messages[left_out - 1 :], MIN_MESSAGE_CHARS)
             marker = f"[... {left_out - 1} earlier message(s) of this turn not shown: x]"
             assert estimate_tokens(f"{marker}\n{one_more}") > room

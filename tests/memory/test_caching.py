@@ -9,7 +9,7 @@ from bot.core.events import ConversationKey
 from bot.llm.anthropic import AnthropicLLM
 from bot.store.base import BaseStore
 from tests.fakes.messages_api import FakeMessagesAPI, RecordedRequest
-from tests.harness import harness
+from tests.harness import eventually, harness
 
 DM = ConversationKey("telegram", "700")
 
@@ -44,9 +44,12 @@ async def test_breakpoints_are_sent_and_the_prefix_is_stable(
         }
         llm = AnthropicLLM(api_key="sk-test-cache", base_url=api.base_url, max_retries=0)
         async with harness(store, clock, llm) as h:
-            for text in ("first question", "second question", "third question"):
+            for n, text in enumerate(("first question", "second question", "third question")):
                 await h.say(DM, text)
                 await h.advance(2, step=1.0)
+                # The model call is HTTP to the fake, off the manual clock: the next question
+                # must come after this reply, or the two merge into one turn.
+                await eventually(lambda n=n: len(h.outlet.texts()) == n + 1, f"reply {n + 1}")
             await llm.aclose()
         assert api.call_count == 3
         first, second, third = api.requests

@@ -10,7 +10,7 @@ import pytest
 
 from memory.assemble import Assembled
 from memory.lorebook import MATCH_SECONDS, Lorebook, LoreEntry, select
-from memory.service import _logged
+from memory.prompting import log_lore_drops
 from tests.cards.cards import personabot
 
 # A 28-character pattern, far under the 500-character limit: the `regex` library expands
@@ -50,7 +50,7 @@ def test_a_book_at_the_limits_cannot_flood_the_log_each_prompt(
     selection = select(book, ["hello"])
     assembled = Assembled(request=None, breakdown=(), lore=selection)  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING):
-        _logged(assembled, "chat")  # type: ignore[arg-type]
+        log_lore_drops(assembled, "chat")  # type: ignore[arg-type]
     logged = sum(len(r.getMessage()) for r in caplog.records)
     assert len(caplog.records) <= 100 and logged < 1_000_000, (len(caplog.records), logged)
 

@@ -297,7 +297,7 @@ def test_many_entries_left_out_are_one_warning_per_prompt(
     entry larger than the whole budget is said once, when the persona loads.)"""
     from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn
     from memory.assemble import Budget, PersonaPin, assemble
-    from memory.service import _logged
+    from memory.prompting import log_lore_drops
 
     book = Lorebook(
         tuple(LoreEntry(f"lore {i}", constant=True, name=f"e{i}") for i in range(500)),
@@ -308,6 +308,6 @@ def test_many_entries_left_out_are_one_warning_per_prompt(
     said = StoredMessage(1, session, 1, "user", "7", "Ana", "hello", 0.0)
     assembled = assemble(pin, Turn(session, 1, (said,), 0.0), Budget())
     caplog.set_level(logging.WARNING, "personabot.memory")
-    _logged(assembled, session)
+    log_lore_drops(assembled, session)
     (record,) = caplog.records
     assert "499 entries left out" in record.getMessage() and "(budget: 499)" in record.getMessage()

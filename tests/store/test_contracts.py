@@ -16,6 +16,10 @@ from bot.store.base import BaseStore
 from bot.store.console import ConsoleStore
 from bot.store.postgres import PostgresStore
 from bot.store.sqlite import SQLiteStore
+from memory.compaction import CompactionStore
+from memory.erasure import ErasureStore
+from memory.extraction import ExtractionStore
+from memory.prompting import PromptStore
 from memory.retention.worker import RetentionWorkerStore
 
 #: What a consumer may see at most (aiogram's BaseStorage has 5 methods, Litestar's Store 6).
@@ -26,7 +30,16 @@ RUNTIME = [
     for _, c in inspect.getmembers(contracts, inspect.isclass)
     if c.__module__ == contracts.__name__ and getattr(c, "_is_protocol", False)
 ]
-COMBINED = [LimitsStore, RouterStore, RetentionWorkerStore, ConsoleReads]
+COMBINED = [
+    LimitsStore,
+    RouterStore,
+    RetentionWorkerStore,
+    ConsoleReads,
+    PromptStore,
+    CompactionStore,
+    ExtractionStore,
+    ErasureStore,
+]
 
 
 def _methods(contract: type) -> set[str]:

@@ -23,7 +23,7 @@ from tests.backends import StoreFactory
 from tests.fakes.llm import GatedLLM
 from tests.fakes.messages_api import FakeMessagesAPI, RecordedRequest
 from tests.fakes.outlet import RecordingOutlet
-from tests.harness import Harness, harness, settle
+from tests.harness import Harness, eventually, harness, settle
 
 C1 = ConversationKey("telegram", "100")
 
@@ -46,15 +46,6 @@ def plugins(
 ) -> Extensions:
     """What a plugin's ``setup(app)`` would have registered."""
     return Extensions(tools=ToolRegistry(tools), before_model=before, after_reply=after)
-
-
-async def eventually(check: Callable[[], bool], what: str) -> None:
-    """Wait (real time, bounded) for work that runs off the clock: HTTP calls, tools."""
-    for _ in range(500):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
 
 
 def turns(h: Harness, outcome: str) -> float:

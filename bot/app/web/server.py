@@ -28,13 +28,12 @@ import urllib.parse
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from importlib import resources
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import jinja2
 from aiohttp import web
 
-from bot.app.health import address, start_site
+from bot.app.health import Site
 from bot.app.web.auth import LoginLimiter, Session, Sessions, same_token
 from bot.app.web.chart import chart
 from bot.app.web.playground import Playground
@@ -75,8 +74,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class WebConsole:
+class WebConsole(Site):
     """The console on ``host:port``, for the operator holding ``token``."""
+
+    setting = "web.listen"
+    what = "operator console"
+    log = log
 
     def __init__(
         self,
@@ -140,24 +143,6 @@ class WebConsole:
         for action in ("forget-item", "forget", "export"):
             post(f"/api/people/{{platform}}/{{user}}/{action}", self._api_action(action))
         return app
-
-    async def __aenter__(self) -> Self:
-        self._runner = web.AppRunner(self.application(), access_log=None)
-        await self._runner.setup()
-        await start_site(self._runner, self._host, self.port, "web.listen")
-        if self._runner.addresses:
-            self.port = int(self._runner.addresses[0][1])
-        log.info("operator console on http://%s", address(self._host, self.port))
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     # -- middleware ---------------------------------------------------------------------------
 

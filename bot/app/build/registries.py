@@ -1,0 +1,144 @@
+"""What plugins add to by name: platforms, model providers and transcribers, and the built-in
+ones (docs/plugins.md#platforms). The App keeps one registry of each; these build from them."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+
+from adapters.base import BaseAdapter
+from bot.config import (
+    BotSettings,
+    LLMSettings,
+    PersonaSettings,
+    Secrets,
+    Settings,
+    TranscriptionConfig,
+    unknown_name,
+)
+from bot.core.errors import ConfigError
+from bot.core.llm import BaseLLM
+from bot.core.media import Transcriber
+from bot.llm.offline import OfflineLLM
+from bot.llm.transcription import OpenAITranscriber, TranscriptionSettings, transcriber_from
+
+#: Makes the adapter of one ``[[bots]]`` entry (docs/plugins.md#platforms).
+PlatformFactory = Callable[[BotSettings, PersonaSettings, Secrets], BaseAdapter]
+#: Makes the model client of ``[llm]`` (docs/plugins.md#model-providers).
+ProviderFactory = Callable[[LLMSettings, Secrets], BaseLLM]
+#: Makes the transcriber of ``[transcription] provider = name`` (bot.core.media.Transcriber;
+#: one with an ``async aclose()`` is closed when the process stops).
+TranscriberFactory = Callable[[TranscriptionConfig, Secrets], Transcriber]
+
+
+def builtin_platform(name: str) -> PlatformFactory:
+    """The ``create_adapter`` of ``adapters.<name>``, imported only when a bot uses it."""
+
+    def create(entry: BotSettings, persona: PersonaSettings, secrets: Secrets) -> BaseAdapter:
+        module = importlib.import_module(f"adapters.{name}")
+        adapter: BaseAdapter = module.create_adapter(entry, persona, secrets)
+        return adapter
+
+    return create
+
+
+def anthropic_provider(llm: LLMSettings, secrets: Secrets) -> BaseLLM:
+    """Claude through the Messages API; ConfigError without ``ANTHROPIC_API_KEY``."""
+    key = secrets.anthropic_api_key
+    if key is None:
+        raise ConfigError(
+            [
+                "ANTHROPIC_API_KEY: not set in the environment (needed by llm.provider = "
+                "'anthropic'; set llm.provider = 'offline' to run without Claude)"
+            ]
+        )
+    from bot.llm.anthropic import AnthropicLLM
+
+    return AnthropicLLM(
+        api_key=key,
+        base_url=llm.base_url,
+        timeout_seconds=llm.timeout_seconds,
+        max_retries=llm.max_retries,
+    )
+
+
+def offline_provider(llm: LLMSettings, secrets: Secrets) -> BaseLLM:
+    """The offline model: no network, echoes what it received."""
+    return OfflineLLM()
+
+
+def builtin_platforms() -> dict[str, PlatformFactory]:
+    """The platforms personabot ships."""
+    return {name: builtin_platform(name) for name in ("telegram", "discord")}
+
+
+def builtin_providers() -> dict[str, ProviderFactory]:
+    """The model providers personabot ships."""
+    return {"anthropic": anthropic_provider, "offline": offline_provider}
+
+
+def unknown(kind: str, key: str, name: str, installed: Mapping[str, object]) -> ConfigError:
+    """The error for a platform or provider nobody registered, listing what is installed."""
+    return ConfigError([unknown_name(kind, key, name, installed)])
+
+
+def build_llm(
+    settings: Settings,
+    secrets: Secrets,
+    *,
+    offline_fallback: bool,
+    providers: Mapping[str, ProviderFactory] | None = None,
+) -> BaseLLM:
+    """The configured model; without an API key, the offline model only if allowed."""
+    providers = builtin_providers() if providers is None else providers
+    name = settings.llm.provider
+    factory = providers.get(name)
+    if factory is None:
+        raise unknown("model provider", "llm.provider", name, providers)
+    if name == "anthropic" and secrets.anthropic_api_key is None and offline_fallback:
+        return OfflineLLM()
+    return factory(settings.llm, secrets)
+
+
+def openai_transcriber(config: TranscriptionConfig, secrets: Secrets) -> OpenAITranscriber:
+    """The built-in transcriber: an OpenAI-compatible ``/audio/transcriptions`` client."""
+    key = secrets.get(config.api_key_env) if config.api_key_env else None
+    if config.api_key_env and key is None:
+        raise ConfigError(
+            [f"transcription.api_key_env: the environment variable {config.api_key_env} is unset"]
+        )
+    return transcriber_from(
+        TranscriptionSettings(
+            url=config.url,
+            model=config.model,
+            api_key_env=config.api_key_env,
+            language=config.language,
+            prompt=config.prompt,
+            timeout_seconds=config.timeout_seconds,
+            max_seconds=config.max_seconds,
+        ),
+        key,
+    )
+
+
+def builtin_transcribers() -> dict[str, TranscriberFactory]:
+    """The transcription providers personabot ships."""
+    return {"openai": openai_transcriber}
+
+
+def build_transcriber(
+    settings: Settings,
+    secrets: Secrets,
+    transcribers: Mapping[str, TranscriberFactory] | None = None,
+) -> Transcriber | None:
+    """The configured transcriber of voice notes, or None when there is none."""
+    config = settings.transcription
+    if not config.enabled:
+        return None
+    transcribers = builtin_transcribers() if transcribers is None else transcribers
+    factory = transcribers.get(config.provider)
+    if factory is None:
+        raise unknown(
+            "transcription provider", "transcription.provider", config.provider, transcribers
+        )
+    return factory(config, secrets)

@@ -1,0 +1,141 @@
+"""The turns: the pipeline that answers, the runner of check-ins and reminders, and the
+queue (scheduler and ingestor) that starts them. One builder each, so that a change of a
+constructor touches one small function."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.app.build.parts import Parts
+from bot.app.build.policies import (
+    agenda_policy,
+    gap_policy,
+    initiative_policy,
+    session_policy,
+)
+from bot.app.build.services import Spending
+from bot.config import PersonaSettings
+from bot.core.events import ConversationKey
+from bot.queue import Ingestor, Scheduler
+from bot.runtime.extensions import Extensions
+from bot.runtime.initiatives import AgendaKey, Persona, Proactive
+from bot.runtime.pipeline import AgendaLink, BotProfile, Bots, Pipeline, ReplyPolicies
+from bot.runtime.reminders import reminder_extensions
+from bot.runtime.tools import ToolPolicy
+from bot.runtime.turn import TurnParts
+from memory.service import Memory
+
+
+@dataclass(frozen=True, slots=True)
+class Agenda:
+    """Check-ins and reminders, when some bot here uses them (docs/initiatives.md)."""
+
+    #: Runs a due check-in or reminder under the turn lease.
+    proactive: Proactive
+    #: Finds them due, on the runtime's clock.
+    scheduler: Scheduler[AgendaKey]
+
+
+def build_agenda(
+    parts: Parts, memory: Memory, spending: Spending, extensions: Extensions
+) -> tuple[Agenda | None, Extensions]:
+    """The agenda (None when no bot uses check-ins and reminders are off) and the extensions
+    with the ``remind_me`` tool added when reminders are on."""
+    settings, hosted = parts.settings, parts.hosted
+    schedule = settings.schedule
+    profiles = hosted.profiles
+    proactive = Proactive(
+        parts=TurnParts.of(
+            parts.store,
+            llm=parts.llm,
+            clock=parts.turn_clock,
+            memory=memory,
+            outlet_for=lambda bot: profiles[bot].outlet if bot in profiles else None,
+            holder=parts.holder,
+            metrics=parts.metrics,
+            accounting=spending.accounting,
+        ),
+        personas={key: _persona(profile, hosted.bots[key][0]) for key, profile in profiles.items()},
+        variants={
+            (key, pid): _persona(profile, settings.persona(pid))
+            for (key, pid), profile in hosted.variants.items()
+        },
+        policy=agenda_policy(settings),
+    )
+    if not schedule.reminders and not any(proactive.checks_in(k) for k in profiles):
+        return None, extensions
+    if schedule.reminders:
+        extensions = reminder_extensions(proactive, extensions)
+    scheduler = Scheduler(
+        store=parts.store,
+        clock=parts.clock,
+        run_turn=proactive.run,
+        bots=list(profiles),
+        due=proactive.due,
+        scan_interval=schedule.scan_interval_seconds,
+        max_concurrent=2,
+        busy_backoff=2.0,
+        shutdown_grace=settings.queue.shutdown_grace_seconds,
+    )
+    return Agenda(proactive, scheduler), extensions
+
+
+def _persona(profile: BotProfile, persona: PersonaSettings) -> Persona:
+    """What the runner of check-ins needs of one persona of a bot."""
+    return Persona(profile.pin, initiative_policy(persona), profile.lease_seconds, profile.memory)
+
+
+def build_pipeline(
+    parts: Parts,
+    memory: Memory,
+    spending: Spending,
+    extensions: Extensions,
+    agenda: Agenda | None,
+) -> Pipeline:
+    """One turn: lease, prompt, model, final check, send (bot/runtime/pipeline.py)."""
+    settings = parts.settings
+    bots = Bots(parts.hosted.profiles, parts.hosted.variants)
+    return Pipeline(
+        parts=TurnParts.of(
+            parts.store,
+            llm=parts.llm,
+            clock=parts.turn_clock,
+            memory=memory,
+            outlet_for=bots.outlet_for,
+            holder=parts.holder,
+            metrics=parts.metrics,
+            accounting=spending.accounting,
+            tools=ToolPolicy(**settings.tools.model_dump()),
+        ),
+        bots=bots,
+        policies=ReplyPolicies(
+            gap_policy(settings), settings.llm.trouble_notice, settings.llm.retry_max_seconds
+        ),
+        limits=spending.limits,
+        extensions=extensions,
+        agenda=None if agenda is None else AgendaLink(agenda.proactive, agenda.scheduler.wake),
+    )
+
+
+def build_queue(parts: Parts, pipeline: Pipeline) -> tuple[Scheduler[ConversationKey], Ingestor]:
+    """The scheduler that starts due turns and the ingestor that arms their timers."""
+    queue = parts.settings.queue
+    scheduler = Scheduler(
+        store=parts.store,
+        clock=parts.clock,
+        run_turn=pipeline.run_turn,
+        bots=list(parts.hosted.profiles),
+        scan_interval=queue.scan_interval_seconds,
+        max_concurrent=queue.max_concurrent_turns,
+        shutdown_grace=queue.shutdown_grace_seconds,
+        metrics=parts.metrics,
+        claims=pipeline,  # due turns are claimed, not raced (docs/scaling.md#claims)
+    )
+    ingestor = Ingestor(
+        store=parts.store,
+        clock=parts.clock,
+        policy_for=lambda bot: parts.hosted.profile_of(bot).queue,
+        sessions=session_policy(parts.settings),
+        wake=scheduler.wake,
+    )
+    return scheduler, ingestor

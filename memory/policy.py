@@ -1,0 +1,20 @@
+"""The memory settings of one bot, as every memory job reads them (docs/architecture.md#prompt)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memory.assemble import Budget
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPolicy:
+    """Memory settings of one bot (its persona's overrides applied)."""
+
+    budget: Budget
+    summary_model: str
+    private_memory_in_groups: bool = False
+    extract_after_idle_seconds: float = 300.0
+    share_across_groups: bool = False
+    # Images shown per request at most (the newest; 0 = none): docs/architecture.md#media.
+    max_images: int = 6

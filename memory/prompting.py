@@ -1,0 +1,217 @@
+"""A turn's prompt, built from the store: the layers `assemble` (pure) needs, read for one
+turn or for a message the persona writes first (docs/architecture.md#prompt).
+
+The window is read after the summary the prompt carries, so the two never overlap; the
+summary may be passed in by a caller that already read it (the pipeline's gap check read the
+same one, so the gap notice and the prompt agree).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Final, Protocol
+
+from bot.core.events import (
+    NOT_SET,
+    ConversationKey,
+    NotSet,
+    SessionKey,
+    StoredMessage,
+    Turn,
+    UserKey,
+)
+from bot.store.contracts import MediaStore, MemoryStore, TranscriptReads
+from memory import stored
+from memory.assemble import Assembled, Participant, PersonaPin, assemble
+from memory.images import shown_images
+from memory.policy import MemoryPolicy
+from memory.records import Summary, UserMemory
+
+log = logging.getLogger("personabot.memory")
+
+
+class MediaPreparation(Protocol):
+    """Fetches and prepares the media a turn's prompt needs (bot.runtime.media.MediaPreparer):
+    the newest images (at most ``max_images``) and the turn's voice notes."""
+
+    async def __call__(
+        self,
+        turn: Sequence[StoredMessage],
+        history: Sequence[StoredMessage],
+        *,
+        max_images: int,
+    ) -> tuple[tuple[StoredMessage, ...], tuple[StoredMessage, ...]]:
+        """The turn's and the history's messages with their media rows as now stored."""
+        ...
+
+
+class PromptStore(MemoryStore, TranscriptReads, MediaStore, Protocol):
+    """What a prompt reads: the summary and the people's records, the window, image bytes."""
+
+
+class PromptBuilder:
+    """Loads every layer of a prompt from the store and assembles it."""
+
+    def __init__(
+        self,
+        *,
+        store: PromptStore,
+        policy_for: Callable[[str], MemoryPolicy],
+        media: MediaPreparation | None = None,
+    ) -> None:
+        self._store = store
+        self._policy_for = policy_for
+        self._media = media
+
+    async def build(
+        self,
+        turn: Turn,
+        pin: PersonaPin,
+        *,
+        gap_notice: str | None = None,
+        summary: Summary | NotSet | None = NOT_SET,
+        policy: MemoryPolicy | None = None,
+    ) -> Assembled:
+        """Load every layer of this turn's prompt from the store and assemble it (pass the
+        ``summary`` when the caller already read it; ``policy``: the persona's, when not the
+        bot's default)."""
+        policy = policy or self._policy_for(turn.session.conversation.bot)
+        if isinstance(summary, NotSet):
+            summary = await stored.summary(self._store, turn.session)
+        history: Sequence[StoredMessage] = await self._window(turn.session, summary, policy)
+        if self._media is not None:
+            messages, history = await self._media(
+                turn.messages, history, max_images=policy.max_images
+            )
+            turn = replace(turn, messages=messages)
+        participants = await self._participants(turn)
+        images = await shown_images(self._store, (*history, *turn.messages), policy.max_images)
+        return log_lore_drops(
+            assemble(
+                pin,
+                turn,
+                policy.budget,
+                history=history,
+                participants=participants,
+                summary=summary,
+                gap_notice=gap_notice,
+                images=images,
+            ),
+            turn.session,
+        )
+
+    async def build_proactive(
+        self,
+        session: SessionKey,
+        pin: PersonaPin,
+        *,
+        person: str | None,
+        private: bool,
+        note: str,
+        layer: str,
+        now: float,
+        policy: MemoryPolicy | None = None,
+    ) -> Assembled:
+        """The prompt of a message the persona writes first (docs/initiatives.md): the
+        session's summary and window as for a turn, the person's memory as this chat may show
+        it, and ``note`` where a turn's messages would be. Images stay text stand-ins."""
+        policy = policy or self._policy_for(session.conversation.bot)
+        summary = await stored.summary(self._store, session)
+        history = await self._window(session, summary, policy)
+        participants: list[Participant] = []
+        if person is not None:
+            name = next((m.display_name for m in reversed(history) if m.author_id == person), "")
+            participants.append(
+                await self._participant(session.conversation, person, name, private)
+            )
+        return log_lore_drops(
+            assemble(
+                pin,
+                Turn(session=session, version=0, messages=(), first_pending_at=now),
+                policy.budget,
+                history=history,
+                participants=participants,
+                summary=summary,
+                note=note,
+                note_layer=layer,
+                private=private,
+            ),
+            session,
+        )
+
+    async def visible_memory(
+        self, user: UserKey, conversation: ConversationKey, *, private_chat: bool
+    ) -> UserMemory:
+        """The part of a user's record that may be shown in this chat (prompts, /memory),
+        under the bot's policy: see ``UserMemory.visible``."""
+        policy = self._policy_for(conversation.bot)
+        record = await stored.user_memory(self._store, user)
+        return record.visible(
+            chat=None if private_chat else conversation.chat_id,
+            private_in_groups=policy.private_memory_in_groups,
+            across_groups=policy.share_across_groups,
+        )
+
+    async def _window(
+        self, session: SessionKey, summary: Summary | None, policy: MemoryPolicy
+    ) -> list[StoredMessage]:
+        """The history after ``summary``: at most twice the window (compaction folds the rest
+        into the summary; docs/architecture.md#prompt, "Keeping the summary")."""
+        after = 0 if summary is None else summary.last_turn
+        return await self._store.history(
+            session, policy.budget.window_messages * 2, after_turn=after
+        )
+
+    async def _participants(self, turn: Turn) -> list[Participant]:
+        """The turn's authors (each by the name of their first message of it)."""
+        private = all(m.is_private for m in turn.messages)
+        return [
+            await self._participant(
+                turn.session.conversation,
+                author,
+                next(m.display_name for m in turn.messages if m.author_id == author),
+                private,
+            )
+            for author in turn.authors
+        ]
+
+    async def _participant(
+        self, conversation: ConversationKey, person: str, name: str, private: bool
+    ) -> Participant:
+        """A person of the prompt with what this chat may show of their memory (None: nothing)."""
+        visible = await self.visible_memory(
+            UserKey(conversation.platform, person), conversation, private_chat=private
+        )
+        return Participant(person, name, visible if visible.items else None)
+
+
+def log_lore_drops(assembled: Assembled, session: SessionKey) -> Assembled:
+    """The prompt, after logging what its lorebook could not fit or could not match in time: a
+    drop is never silent (docs/personas.md#lorebooks). A bad pattern is logged once, when
+    the persona is loaded (bot/app/build.py pin_for), not on every prompt."""
+    if assembled.lore is None:
+        return assembled
+    # One line a prompt, however many entries: a book of thousands dropped by budget (or by
+    # a hostile text running out the time budget) logged a line per entry, every message.
+    left = [s for s in assembled.lore.skipped if s.reason in _LEFT_OUT]
+    if len(left) == 1:
+        (one,) = left
+        log.warning(
+            "lorebook entry %r left out of %s: %s (%s)", one.label, session, one.reason, one.detail
+        )
+    elif left:
+        counts = Counter(s.reason for s in left)
+        log.warning(
+            "lorebook: %d entries left out of %s (%s), e.g. %s",
+            len(left),
+            session,
+            ", ".join(f"{reason}: {n}" for reason, n in sorted(counts.items())),
+            ", ".join(f"{s.label!r} ({s.reason}: {s.detail})" for s in left[:3]),
+        )
+    return assembled
+
+
+_LEFT_OUT: Final = frozenset({"budget", "regex timeout", "time budget"})

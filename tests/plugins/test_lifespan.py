@@ -1,0 +1,247 @@
+"""Plugins' lifespans (``@app.lifespan``, bot/app/lifespans.py): a resource a plugin opens
+when the bots start is closed when they stop, also when a later plugin fails to start or to
+load, and in reverse order. Plugins are named in the TOML and ``personabot`` runs as a
+process, as a user would run it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bot.app import App
+from bot.config import Secrets, Settings
+from bot.core.clock import ManualClock
+from bot.core.errors import ConfigError
+from tests.fakes.llm import GatedLLM
+from tests.fakes.media_source import FakeFiles, MediaOutlet
+from tests.harness import PERSONA
+from tests.plugins.test_entry_points import _cli, _config, _env, personabot_run
+
+SECRET = "res-token-abcdefghijklmnop123456"
+
+
+def _plugin(name: str, *, start: str = "", stop: str = "", setup: str = "") -> str:
+    """A plugin module that holds a resource: it writes ``<name> open`` and ``<name> close``
+    to the file ``events`` of its options, and ``/<name>`` says whether it is open now."""
+    return f"""
+import os
+import pathlib
+
+
+def setup(app):
+    events = pathlib.Path(app.options["events"])
+    state = {{"open": False}}
+    {setup}
+
+    def note(what):
+        with events.open("a", encoding="utf-8") as file:
+            file.write(f"{name} {{what}}\\n")
+
+    @app.lifespan
+    async def resource():
+        {start}
+        state["open"] = True
+        note("open")
+        try:
+            yield
+        finally:
+            state["open"] = False
+            note("close")
+            {stop}
+
+    @app.command("{name}", help="is the resource open?")
+    async def ask(event, command):
+        return "{name} is " + ("open" if state["open"] else "closed")
+"""
+
+
+BROKEN_START = "raise RuntimeError('cannot connect with ' + os.environ['RES_TOKEN'])"
+BROKEN_STOP = "raise RuntimeError('the pool did not close')"
+
+
+def _setup(
+    tmp_path: Path, plugins: dict[str, str], body: str = ""
+) -> tuple[Path, Path, dict[str, str]]:
+    """The plugin modules, a TOML naming them in this order, the events file, the env."""
+    folder = tmp_path / "plugins"
+    folder.mkdir(exist_ok=True)
+    for name, text in plugins.items():
+        (folder / f"{name}.py").write_text(text, encoding="utf-8")
+    events = tmp_path / "events.txt"
+    top = f"plugins = {json.dumps(list(plugins))}\n" + "".join(
+        f'\n[plugin_options.{name}]\nevents = "{events}"\n' for name in plugins
+    )
+    config = _config(tmp_path, body, top=top)
+    return config, events, _env(folder, RES_TOKEN=SECRET)
+
+
+def _events(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+async def test_resources_are_open_while_the_chat_runs_and_closed_in_reverse_order(
+    tmp_path: Path,
+) -> None:
+    config, events, env = _setup(
+        tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b")}
+    )
+    code, out, err = await _cli(
+        ["chat", "--config", str(config)], tmp_path, env, "/pool_a\n/pool_b\n"
+    )
+    assert code == 0, err
+    assert "Mira: pool_a is open" in out and "Mira: pool_b is open" in out
+    assert _events(events) == ["pool_a open", "pool_b open", "pool_b close", "pool_a close"]
+
+
+async def test_a_later_plugins_failed_startup_closes_what_was_opened(tmp_path: Path) -> None:
+    """The process stops with one line naming the plugin (its secret masked); the resource
+    the first plugin opened is closed again and no message is taken in."""
+    config, events, env = _setup(
+        tmp_path,
+        {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", start=BROKEN_START)},
+    )
+    code, out, err = await _cli(["chat", "--config", str(config)], tmp_path, env, "hello\n")
+    assert code == 1, (out, err)
+    assert err.strip().splitlines() == [
+        "personabot: plugins[1] 'pool_b': startup failed: RuntimeError: cannot connect with "
+        "[redacted]"
+    ]
+    assert SECRET not in out + err
+    assert _events(events) == ["pool_a open", "pool_a close"]
+    assert "You said" not in out
+
+
+async def test_a_later_plugins_failed_setup_opens_nothing(tmp_path: Path) -> None:
+    """Resources open when the bots start, never in ``setup``: a plugin that fails to load
+    stops the process before any resource was opened (and so does ``config check``, which
+    loads plugins but starts nothing)."""
+    config, events, env = _setup(
+        tmp_path,
+        {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", setup="raise KeyError('x')")},
+    )
+    code, out, err = await _cli(["chat", "--config", str(config)], tmp_path, env, "hello\n")
+    assert code == 2, (out, err)
+    assert "plugins[1] 'pool_b': setup failed: KeyError: 'x'" in err
+    assert _events(events) == []
+
+
+async def test_a_failed_start_after_the_plugins_started_closes_their_resources(
+    tmp_path: Path,
+) -> None:
+    """The plugins started, then the runtime could not (its health port is taken): the
+    process stops with that error and the plugins' resources are closed again."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        body = f'\n[observability]\nlisten = "127.0.0.1:{port}"\n'
+        config, events, env = _setup(
+            tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b")}, body
+        )
+        code, out, err = await _cli(["chat", "--config", str(config)], tmp_path, env, "hello\n")
+    assert code == 1, (out, err)
+    assert f"observability.listen: cannot listen on 127.0.0.1:{port}" in err
+    assert "Traceback" not in err
+    assert _events(events) == ["pool_a open", "pool_b open", "pool_b close", "pool_a close"]
+
+
+async def test_every_resource_closes_even_when_a_later_ones_close_raises(tmp_path: Path) -> None:
+    config, events, env = _setup(
+        tmp_path,
+        {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", stop=BROKEN_STOP)},
+    )
+    code, out, err = await _cli(["chat", "--config", str(config)], tmp_path, env, "/pool_a\n")
+    assert code == 0, err
+    assert "Mira: pool_a is open" in out
+    assert _events(events) == ["pool_a open", "pool_b open", "pool_b close", "pool_a close"]
+    assert "plugins[1] 'pool_b': shutdown failed: RuntimeError: the pool did not close" in err
+    assert "Traceback" not in err
+
+
+async def test_run_opens_at_start_and_closes_after_sigterm_and_config_check_opens_nothing(
+    tmp_path: Path,
+) -> None:
+    inbox, outbox = tmp_path / "inbox.jsonl", tmp_path / "outbox.jsonl"
+    body = (
+        '\n[[bots]]\nplatform = "jsonl"\npersona = "mira"\n'
+        f'options = {{ inbox = "{inbox}", outbox = "{outbox}" }}\n'
+    )
+    config, events, env = _setup(tmp_path, {"pool_a": _plugin("pool_a")}, body)
+    text = config.read_text().replace(
+        'plugins = ["pool_a"]', 'plugins = ["pool_a", "personabot_extras.jsonl"]'
+    )
+    config.write_text(text)
+    code, out, err = await _cli(["config", "check", "--config", str(config)], tmp_path, env)
+    assert code == 0, err
+    assert "configuration OK" in out
+    assert _events(events) == []  # setup ran, nothing started
+    line = {"id": "1", "chat": "c1", "user": "u1", "name": "Ann", "text": "/pool_a"}
+    inbox.write_text(json.dumps(line) + "\n")
+    async with personabot_run(tmp_path, config, env):
+        async with asyncio.timeout(30):
+            while not outbox.exists() or not outbox.read_text():  # noqa: ASYNC110 - a file
+                await asyncio.sleep(0.05)
+        assert _events(events) == ["pool_a open"]
+    (reply,) = [json.loads(x) for x in outbox.read_text().splitlines()]
+    assert reply == {"chat": "c1", "text": "pool_a is open"}
+    assert _events(events) == ["pool_a open", "pool_a close"]
+
+
+async def test_a_runtime_inside_another_shares_the_resources(tmp_path: Path) -> None:
+    """The console's playground runs a second runtime of the same App inside ``run``: the
+    resources open once, at the first start, and close at the last stop."""
+    seen: list[str] = []
+    settings = Settings.model_validate({"storage": {"url": f"sqlite:///{tmp_path / 'db'}"}})
+    clock = ManualClock(1000.0)
+    app = App(settings, Secrets({}), clock=clock, llm=GatedLLM())
+
+    @app.lifespan
+    async def resource() -> AsyncIterator[None]:
+        seen.append("open")
+        yield
+        seen.append("close")
+
+    outlet = MediaOutlet(clock, FakeFiles(clock))
+    async with app.running({"a": (PERSONA, outlet)}):
+        async with app.running({"b": (PERSONA, outlet)}):
+            assert seen == ["open"]
+        assert seen == ["open"]
+    assert seen == ["open", "close"]
+
+
+def test_a_lifespan_must_yield() -> None:
+    """A plain ``async def`` would open and never close: refused when it is registered."""
+    app = App(Settings.model_validate({}), Secrets({}))
+
+    async def opens_only() -> None:
+        pass
+
+    with pytest.raises(ConfigError, match="must be an async generator function that yields"):
+        app.lifespan(opens_only)
+
+
+async def test_the_example_journal_holds_every_reply_when_the_chat_ends(tmp_path: Path) -> None:
+    """examples/personabot_extras/journal.py: a file opened with the bots, a line per reply,
+    complete once the process stopped."""
+    journal = tmp_path / "replies.jsonl"
+    top = (
+        'plugins = ["personabot_extras.journal"]\n\n'
+        f'[plugin_options."personabot_extras.journal"]\npath = "{journal}"\n'
+    )
+    config = _config(tmp_path, "", top=top)
+    code, out, err = await _cli(
+        ["chat", "--config", str(config)], tmp_path, _env(), "hello\nhow are you?\n"
+    )
+    assert code == 0, err
+    lines = [json.loads(line) for line in journal.read_text(encoding="utf-8").splitlines()]
+    assert [line["reply"].splitlines()[0] for line in lines] == [
+        "[offline model] You said: hello",
+        "[offline model] You said: how are you?",
+    ]
+    assert "Mira: [offline model] You said: how are you?" in out
+    assert {line["persona"] for line in lines} == {"mira"}
