@@ -24,7 +24,6 @@ import contextlib
 import copy
 import itertools
 import json
-import os
 import signal
 import socket
 import sys
@@ -42,6 +41,7 @@ from bot.core.ports import InboundHandler
 from bot.llm.offline import OfflineLLM
 from tests.fakes.discord_api import FakeDiscord, FakeGuild, FakeUser
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
+from tests.processes import clean_env
 
 # discord.py imports the deprecated ``audioop`` (see tests/adapters/test_discord.py).
 with warnings.catch_warnings():
@@ -782,8 +782,9 @@ async def personabot_run(
 ) -> AsyncIterator[Process]:
     """``personabot run`` with both bots, started and connected; SIGTERMed on exit."""
     config = _run_config(tmp, api, fake, free_port())
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PERSONABOT_"))}
-    env.update(REPLAY_TG_TOKEN=TG_TOKEN, REPLAY_TG_SECRET=WEBHOOK_SECRET, REPLAY_DC_TOKEN=DC_TOKEN)
+    env = clean_env(
+        REPLAY_TG_TOKEN=TG_TOKEN, REPLAY_TG_SECRET=WEBHOOK_SECRET, REPLAY_DC_TOKEN=DC_TOKEN
+    )
     log = tmp / "run.log"
     with log.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(

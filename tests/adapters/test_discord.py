@@ -130,12 +130,21 @@ async def inbound_only(
 ) -> AsyncIterator[tuple[DiscordAdapter, RecordingHandler]]:
     """The adapter connected to the fake, handing events to a recording handler."""
     adapter = _adapter(fake, **extra)
+    async with connected_to(fake, adapter) as handler:
+        yield adapter, handler
+
+
+@contextlib.asynccontextmanager
+async def connected_to(
+    fake: FakeDiscord, adapter: DiscordAdapter
+) -> AsyncIterator[RecordingHandler]:
+    """Run ``adapter`` on the fake's gateway for the block, its events recorded; then close it."""
     handler = RecordingHandler()
-    before = fake.sessions
+    before = fake.sessions  # the session this adapter starts, not one that just ended
     task = asyncio.create_task(adapter.run(handler))
     try:
         await fake.wait_identified(after=before)
-        yield adapter, handler
+        yield handler
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

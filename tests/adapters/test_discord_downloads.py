@@ -14,7 +14,12 @@ import pytest
 from bot.core.errors import MediaRejected, MediaUnavailable
 from bot.core.events import Inbound
 from bot.core.media import MediaRef
-from tests.adapters.test_discord import TOKEN, RecordingHandler, _endpoints_released
+from tests.adapters.test_discord import (
+    TOKEN,
+    RecordingHandler,
+    _endpoints_released,
+    connected_to,
+)
 from tests.fakes.discord_api import FakeDiscord, Upload
 
 # isort: split
@@ -35,16 +40,8 @@ async def running(
     endpoints = endpoints_for(fake.api_base, fake.gateway_url, where="bots.mira")
     SharedEndpoints.acquire(endpoints, where="bots.mira")
     adapter = DiscordAdapter(bot_key="mira", token=TOKEN, **options)
-    handler = RecordingHandler()
-    before = fake.sessions
-    task = asyncio.create_task(adapter.run(handler))
-    try:
-        await fake.wait_identified(after=before)
+    async with connected_to(fake, adapter) as handler:
         yield adapter, handler
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await adapter.aclose()
 
 
 async def _received(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import sqlite3
 import sys
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.fakes.discord_api import FakeDiscord
+from tests.processes import clean_env
 
 TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4.GfAkEt.discord-bot-token-that-must-never-be-logged"
 OFFLINE = "[offline model] You said:"
@@ -91,8 +91,7 @@ gateway_url = "{fake.gateway_url}"
 @contextlib.asynccontextmanager
 async def personabot_run(tmp_path: Path, fake: FakeDiscord) -> AsyncIterator[BotProcess]:
     """Start ``personabot run``; on exit SIGTERM it, require exit 0 and no leaked token."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PERSONABOT_"))}
-    env["DISCORD_BOT_TOKEN"] = TOKEN
+    env = clean_env(DISCORD_BOT_TOKEN=TOKEN)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot", "run", "--config", str(_config(tmp_path, fake)),
         cwd=tmp_path, env=env, stdin=asyncio.subprocess.DEVNULL,

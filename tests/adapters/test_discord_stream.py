@@ -34,6 +34,7 @@ from tests.adapters.test_discord import (
     Running,
     _endpoints_released,
     _key,
+    connected_to,
 )
 from tests.fakes.discord_api import Bucket, FakeDiscord, FakeGuild, FakeUser, RecordedRequest
 
@@ -58,16 +59,8 @@ async def connected(
     """The adapter (with its preview timeout) on the fake's gateway, events recorded."""
     SharedEndpoints.acquire(endpoints_for(fake.api_base, fake.gateway_url, where="test"), where="t")
     adapter = DiscordAdapter(bot_key="mira", token=TOKEN, preview_timeout=preview_timeout)
-    handler = RecordingHandler()
-    before = fake.sessions
-    task = asyncio.create_task(adapter.run(handler))
-    try:
-        await fake.wait_identified(after=before)
+    async with connected_to(fake, adapter) as handler:
         yield adapter, handler
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await adapter.aclose()
 
 
 def _preview(adapter: DiscordAdapter, channel: int, reply_to: str | None = None) -> Preview:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import sqlite3
 import sys
@@ -12,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
+from tests.processes import DROPPED, clean_env
 
 MIRA = "5550001:AAMira-e2e-token-abcdefghijklmnopqrstu"
 SASHA = "5550002:AASasha-e2e-token-abcdefghijklmnopqrs"
@@ -19,10 +19,7 @@ USER = TgUser(4242, "Sasha")
 
 
 def _env(**extra: str) -> dict[str, str]:
-    drop = ("ANTHROPIC_", "PERSONABOT_", "TELEGRAM_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update(extra)
-    return env
+    return clean_env(drop=(*DROPPED, "TELEGRAM_"), **extra)
 
 
 def _config(tmp_path: Path, bots: str, *, level: str = "INFO") -> Path:

@@ -11,18 +11,12 @@ import time
 from pathlib import Path
 
 from tests.fakes.messages_api import FakeMessagesAPI
-
-
-def chat_env(**extra: str) -> dict[str, str]:
-    """This environment without any ANTHROPIC_ or PERSONABOT_ variable, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PERSONABOT_"))}
-    env.update(extra)
-    return env
+from tests.processes import clean_env
 
 
 def model_env(api: FakeMessagesAPI, **extra: str) -> dict[str, str]:
-    """``chat_env`` talking to the fake Messages API ``api``."""
-    return chat_env(ANTHROPIC_API_KEY="sk-test", PERSONABOT_LLM__BASE_URL=api.base_url, **extra)
+    """:func:`~tests.processes.clean_env` talking to the fake Messages API ``api``."""
+    return clean_env(ANTHROPIC_API_KEY="sk-test", PERSONABOT_LLM__BASE_URL=api.base_url, **extra)
 
 
 async def piped_chat(cwd: Path, env: dict[str, str], *args: str) -> asyncio.subprocess.Process:

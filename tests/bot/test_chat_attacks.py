@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.bot.chat_process import Terminal, piped_chat, terminal_chat
-from tests.bot.chat_process import chat_env as _env
 from tests.fakes.messages_api import FakeMessagesAPI
+from tests.processes import clean_env
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -29,7 +29,7 @@ async def test_model_output_cannot_send_terminal_escape_sequences(tmp_path: Path
     terminal, so a reply cannot set the title, write the clipboard (OSC 52) or clear the
     screen."""
     async with FakeMessagesAPI(reply_text=HOSTILE) as api:
-        env = _env(ANTHROPIC_API_KEY="sk-test", PERSONABOT_LLM__BASE_URL=api.base_url)
+        env = clean_env(ANTHROPIC_API_KEY="sk-test", PERSONABOT_LLM__BASE_URL=api.base_url)
         proc = await piped_chat(tmp_path, env)
         out, err = await asyncio.wait_for(proc.communicate(b"hello\n"), timeout=40)
     assert proc.returncode == 0, err.decode()
@@ -47,7 +47,7 @@ async def test_a_card_persona_name_and_greeting_cannot_send_escape_sequences(
         'first_message = ["hi \\u001b]52;c;ZXZpbA==\\u0007"]\n',
         encoding="utf-8",
     )
-    proc = await piped_chat(tmp_path, _env(), "--config", "p.toml")
+    proc = await piped_chat(tmp_path, clean_env(), "--config", "p.toml")
     out, err = await asyncio.wait_for(proc.communicate(b"hello\n"), timeout=40)
     assert proc.returncode == 0, err.decode()
     assert b"\x1b" not in out, out
@@ -62,7 +62,7 @@ async def test_piped_input_cut_short_by_sigterm_is_not_reported_as_success(
     prints nothing about them."""
     async with FakeMessagesAPI() as api:
         api.hold = asyncio.Event()  # the model never answers
-        env = _env(
+        env = clean_env(
             ANTHROPIC_API_KEY="sk-test",
             PERSONABOT_LLM__BASE_URL=api.base_url,
             PERSONABOT_QUEUE__SHUTDOWN_GRACE_SECONDS="1",  # the held turn's grace period
@@ -86,7 +86,7 @@ def test_help_in_capitals_lists_quit_too(tmp_path: Path) -> None:
 
     run = subprocess.run(
         [sys.executable, "-m", "bot", "chat"], input="/HELP\n", capture_output=True,
-        text=True, cwd=tmp_path, env=_env(), timeout=50, check=False,
+        text=True, cwd=tmp_path, env=clean_env(), timeout=50, check=False,
     )  # fmt: skip
     assert "Mira: Commands:" in run.stdout, run.stdout
     assert "/quit - leave the chat" in run.stdout, run.stdout
@@ -106,7 +106,7 @@ async def test_the_chat_log_is_readable_by_its_owner_only_even_when_it_existed(
     (tmp_path / "personabot-chat.log").symlink_to(victim)
     async with FakeMessagesAPI() as api:
         api.fail_next(status=529)  # one warning gets logged
-        env = _env(
+        env = clean_env(
             ANTHROPIC_API_KEY="sk-test",
             PERSONABOT_LLM__BASE_URL=api.base_url,
             PERSONABOT_LLM__MAX_RETRIES="0",
@@ -134,7 +134,7 @@ def test_a_reader_that_goes_away_ends_a_piped_chat_promptly(tmp_path: Path) -> N
     import time
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bot", "chat"], cwd=tmp_path, env=_env(),
+        [sys.executable, "-m", "bot", "chat"], cwd=tmp_path, env=clean_env(),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None

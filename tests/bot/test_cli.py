@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
-import os
 import signal
 import sqlite3
 import sys
@@ -15,14 +14,9 @@ import pytest
 
 from tests.bot.chat_process import piped_chat
 from tests.fakes.messages_api import FakeMessagesAPI
+from tests.processes import clean_env
 
 SECRET = "sk-ant-test-Zm9vYmFyYmF6cXV4-very-secret"
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PERSONABOT_"))}
-    env.update(extra)
-    return env
 
 
 async def _run(
@@ -34,7 +28,7 @@ async def _run(
         "bot",
         *args,
         cwd=cwd,
-        env=env or _env(),
+        env=env or clean_env(),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -104,7 +98,7 @@ async def test_config_check_refuses_what_run_would_refuse(tmp_path: Path) -> Non
     assert "PERSONABOT_WEB_TOKEN is not set in the environment" in lines[3]
     code, _, err = await _run(["config", "check"], tmp_path)  # the bundled example
     assert code == 2 and "bots: no [[bots]] entries" in err
-    env = _env(
+    env = clean_env(
         TELEGRAM_BOT_TOKEN="123:abc",
         MY_DISCORD="d" * 30,
         ANTHROPIC_API_KEY="sk-test",
@@ -146,7 +140,7 @@ async def test_secret_never_reaches_output_or_store(tmp_path: Path) -> None:
     """Claude rejects the key; the error is logged loudly but the key appears nowhere."""
     async with FakeMessagesAPI() as api:
         api.fail_next(status=401, message=f"invalid x-api-key {SECRET}", times=5)
-        env = _env(
+        env = clean_env(
             ANTHROPIC_API_KEY=SECRET,
             PERSONABOT_LLM__BASE_URL=api.base_url,
             PERSONABOT_LLM__MAX_RETRIES="0",
@@ -171,7 +165,7 @@ async def test_sigterm_exits_cleanly_and_keeps_unanswered_input(tmp_path: Path) 
     labelled as the answer to that earlier message (issue 35, item 7)."""
     async with FakeMessagesAPI() as api:
         api.hold = asyncio.Event()  # the model never answers in the first run
-        env = _env(
+        env = clean_env(
             ANTHROPIC_API_KEY="sk-test",
             PERSONABOT_LLM__BASE_URL=api.base_url,
             PERSONABOT_LLM__MAX_RETRIES="0",
@@ -228,7 +222,7 @@ async def test_config_check_never_shows_the_database_password(tmp_path: Path) ->
 
 
 async def test_json_logs_for_collectors(tmp_path: Path) -> None:
-    env = _env(PERSONABOT_LOGGING__LEVEL="DEBUG", PERSONABOT_QUEUE__DEBOUNCE_SECONDS="0.1")
+    env = clean_env(PERSONABOT_LOGGING__LEVEL="DEBUG", PERSONABOT_QUEUE__DEBOUNCE_SECONDS="0.1")
     code, _, err = await _run(["--log-format", "json", "chat"], tmp_path, "hello\n", env=env)
     assert code == 0
     lines = [json.loads(line) for line in err.splitlines() if line.strip()]

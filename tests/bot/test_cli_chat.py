@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.bot.chat_process import Terminal, piped_chat, terminal_chat
-from tests.bot.chat_process import chat_env as _env
 from tests.fakes.messages_api import FakeMessagesAPI
+from tests.processes import clean_env
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,7 +30,7 @@ def readme_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.Completed
         capture_output=True,
         text=True,
         cwd=tmp_path_factory.mktemp("readme"),
-        env=_env(),
+        env=clean_env(),
         timeout=50,
         check=False,
     )
@@ -65,7 +65,7 @@ async def test_piped_input_the_model_never_answers_exits_non_zero(tmp_path: Path
     many messages went unanswered and exits 1 (they stay stored for the next start)."""
     async with FakeMessagesAPI() as api:
         api.fail_next(status=529, times=100)
-        env = _env(
+        env = clean_env(
             ANTHROPIC_API_KEY="sk-test",
             PERSONABOT_LLM__BASE_URL=api.base_url,
             PERSONABOT_LLM__MAX_RETRIES="0",
@@ -103,7 +103,7 @@ async def test_on_a_terminal_ctrl_d_ends_the_prompt_line(tmp_path: Path) -> None
     """Ctrl-D at the prompt ends the prompt's line, so the shell's prompt starts on its own."""
     code, seen = await _chat_on_a_terminal(
         tmp_path,
-        _env(),
+        clean_env(),
         b"hello",
         b"(prompt layers: persona, turn; 0 earlier messages in the window)",
         b"\x04",
@@ -117,7 +117,7 @@ async def test_on_a_terminal_logs_go_to_a_file_named_at_start(tmp_path: Path) ->
     conversation only; its opening line names the file the records went to."""
     async with FakeMessagesAPI() as api:
         api.fail_next(status=529)
-        env = _env(
+        env = clean_env(
             ANTHROPIC_API_KEY="sk-test",
             PERSONABOT_LLM__BASE_URL=api.base_url,
             PERSONABOT_LLM__MAX_RETRIES="0",
@@ -137,7 +137,7 @@ async def test_on_a_terminal_logs_go_to_a_file_named_at_start(tmp_path: Path) ->
 
 async def test_on_a_terminal_ctrl_c_with_everything_answered_exits_0(tmp_path: Path) -> None:
     """Ctrl-C is one of the ways to leave: with nothing left unanswered it is no failure."""
-    proc, master = await terminal_chat(tmp_path, _env())
+    proc, master = await terminal_chat(tmp_path, clean_env())
     terminal = Terminal(master)
     try:
         await asyncio.to_thread(terminal.read_until, b"\n> ")
@@ -161,7 +161,7 @@ async def test_piped_a_slow_reply_is_printed_once_and_whole(tmp_path: Path) -> N
     reply = "one two three four five six seven eight nine ten eleven twelve"
     async with FakeMessagesAPI(reply_text=reply) as api:
         api.token_interval = 0.25  # about 3 s of streaming, past the 1.5 s limit
-        env = _env(
+        env = clean_env(
             ANTHROPIC_API_KEY="sk-test",
             PERSONABOT_LLM__BASE_URL=api.base_url,
             PERSONABOT_LLM__TIMEOUT_SECONDS="1",

@@ -16,7 +16,8 @@ from bot.app.admin import _bot_for, user_memory
 from bot.app.cli import EXIT_PIPE, _parser
 from bot.config import Secrets, Settings, load_settings
 from bot.core.errors import ConfigError
-from tests.cards.cards import env, personabot
+from tests.cards.cards import personabot
+from tests.processes import clean_env
 
 
 def test_version_and_the_log_format_before_or_after_the_command(
@@ -58,7 +59,7 @@ def test_a_closed_pipe_ends_quietly_and_prompt_prints_only_its_answer(tmp_path: 
         done = subprocess.run(
             [sys.executable, "-m", "bot", "config", "check", "--file-only"],
             cwd=tmp_path,
-            env=env(),
+            env=clean_env(),
             stdin=subprocess.DEVNULL,
             stdout=write,
             stderr=subprocess.PIPE,

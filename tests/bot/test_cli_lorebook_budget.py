@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.bot.test_cli import _env, _run
+from tests.bot.test_cli import _run
 from tests.fakes.messages_api import FakeMessagesAPI
+from tests.processes import clean_env
 
 BUDGET = 100
 # Each about 60 estimated tokens: under the budget of 100 alone, over it together.
@@ -94,7 +95,7 @@ async def test_the_entry_ranked_last_is_dropped_and_reported(tmp_path: Path, cas
     (kept,) = set(CONTENTS) - {dropped}
     async with FakeMessagesAPI(reply_text="Mm.") as claude:
         config = _config(tmp_path, claude.base_url, ranks)
-        env = _env(ANTHROPIC_API_KEY="sk-test-lore-budget")
+        env = clean_env(ANTHROPIC_API_KEY="sk-test-lore-budget")
         code, _, err = await _run(["chat", *config], tmp_path, "tell me about the dragon\n", env)
         assert code == 0, err
         (request,) = claude.requests

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.bot.test_cli import _env, _run
+from tests.bot.test_cli import _run
+from tests.processes import clean_env
 
 API_KEY = "sk-ant-test-0000000000000000000000"
 TELEGRAM = "123456:ABCdefGHIjklMNOpqrSTUvwxYZ012345678"
@@ -90,7 +91,7 @@ async def test_config_check_names_what_run_refuses_at_start(tmp_path: Path, case
         "TELEGRAM_BOT_TOKEN": TELEGRAM,
         "DISCORD_BOT_TOKEN": "xxxxx.yyyy.zzzz",
     }
-    env = _env(**(base | extra))
+    env = clean_env(**(base | extra))
     code, out, err = await _run(["config", "check", "--config", "p.toml"], tmp_path, env=env)
     assert code == 2, f"config check said OK, but run refuses at start:\n{out}"
     assert "Traceback" not in err
@@ -117,7 +118,7 @@ async def test_a_secret_pasted_into_a_listen_key_is_not_echoed(tmp_path: Path) -
     key = "sk-ant-api03-" + "Zq8vJ2mKx9LwP4nR7tY1uB3cD5eF6gH8iJ0kL2mN4oP6qR8sT0uV2wX4yZ6aB8"
     (tmp_path / "p.toml").write_text(f'[web]\nlisten = "{key}"\n' + BASE)
     code, out, err = await _run(
-        ["config", "check", "--file-only", "--config", "p.toml"], tmp_path, env=_env()
+        ["config", "check", "--file-only", "--config", "p.toml"], tmp_path, env=clean_env()
     )
     assert code == 2
     assert key not in out + err
@@ -128,7 +129,7 @@ async def test_a_secret_pasted_into_storage_url_is_not_printed(tmp_path: Path) -
     key = "sk-ant-api03-" + "Zq8vJ2mKx9LwP4nR7tY1uB3cD5eF6gH8iJ0kL2mN4oP6qR8sT0uV2wX4yZ6aB8"
     (tmp_path / "p.toml").write_text(BASE.replace("sqlite:///rev.sqlite3", key))
     code, out, err = await _run(
-        ["config", "check", "--file-only", "--config", "p.toml"], tmp_path, env=_env()
+        ["config", "check", "--file-only", "--config", "p.toml"], tmp_path, env=clean_env()
     )
     assert key not in out + err
     assert code == 2
@@ -150,7 +151,7 @@ async def test_a_json_override_is_attributed_to_its_variable(
     code, _out, err = await _run(
         ["config", "check", "--file-only", "--config", "p.toml"],
         tmp_path,
-        env=_env(**{variable: value}),
+        env=clean_env(**{variable: value}),
     )
     assert code == 2
     line = next(line for line in err.splitlines() if key in line)
@@ -165,7 +166,9 @@ async def test_one_run_names_the_environment_problems_with_the_file_problems(
     (tmp_path / "p.toml").write_text(
         BASE.replace("[storage]", "[queue]\ndebounce_secnds = 2\n[storage]") + TELEGRAM_BOT
     )
-    code, _out, err = await _run(["config", "check", "--config", "p.toml"], tmp_path, env=_env())
+    code, _out, err = await _run(
+        ["config", "check", "--config", "p.toml"], tmp_path, env=clean_env()
+    )
     assert code == 2
     assert "debounce_secnds" in err
     assert "ANTHROPIC_API_KEY" in err
@@ -182,7 +185,7 @@ async def test_a_typo_in_an_override_section_is_named(tmp_path: Path, variable: 
     code, out, err = await _run(
         ["config", "check", "--file-only", "--config", "p.toml"],
         tmp_path,
-        env=_env(**{variable: "2"}),
+        env=clean_env(**{variable: "2"}),
     )
     assert code == 2, out
     assert variable in err
@@ -200,7 +203,7 @@ async def test_run_on_a_port_in_use_says_so_in_one_line(tmp_path: Path) -> None:
         (tmp_path / "p.toml").write_text(
             f'[observability]\nlisten = "127.0.0.1:{port}"\n' + BASE + TELEGRAM_BOT
         )
-        env = _env(ANTHROPIC_API_KEY=API_KEY, TELEGRAM_BOT_TOKEN=TELEGRAM)
+        env = clean_env(ANTHROPIC_API_KEY=API_KEY, TELEGRAM_BOT_TOKEN=TELEGRAM)
         code, _out, err = await _run(["run", "--config", "p.toml"], tmp_path, env=env)
     assert code == 1
     assert "Traceback" not in err, err
@@ -232,7 +235,7 @@ async def test_a_bracketed_ipv6_listen_address_is_refused_by_check_or_served_by_
         'options = { inbox = "in.jsonl", outbox = "out.jsonl" }\n'
     )
     (tmp_path / "in.jsonl").write_text("")
-    env = _env(PYTHONPATH=str(examples), PERSONABOT_WEB_TOKEN="0123456789abcdef0123")
+    env = clean_env(PYTHONPATH=str(examples), PERSONABOT_WEB_TOKEN="0123456789abcdef0123")
     code, _out, err = await _run(["config", "check", "--config", "p.toml"], tmp_path, env=env)
     if code == 2:
         return  # refused by the check: run and check agree

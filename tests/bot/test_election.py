@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sqlite3
 import sys
@@ -20,6 +19,7 @@ from bot.runtime.election import Exclusive
 from bot.store.base import BaseStore
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
 from tests.harness import settle
+from tests.processes import DROPPED, clean_env
 
 TOKEN = "5550009:AAElect-e2e-token-abcdefghijklmnopqrs"
 USER = TgUser(777, "Ann")
@@ -141,12 +141,7 @@ async def test_killing_the_poller_hands_polling_to_another_process(
     async with FakeTelegramAPI() as api:
         api.add_bot(TOKEN, "elect_bot")
         config = _config(tmp_path, api, db_url)
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("ANTHROPIC_", "PERSONABOT_", "TELEGRAM_"))
-        }
-        env["TELEGRAM_BOT_TOKEN"] = TOKEN
+        env = clean_env(drop=(*DROPPED, "TELEGRAM_"), TELEGRAM_BOT_TOKEN=TOKEN)
         # Each process's log, for the failure message: which one did what, and when.
         logs = [(tmp_path / f"process-{n}.log").open("wb") for n in range(2)]
         procs = [

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import random
 import re
 import signal
@@ -29,6 +28,7 @@ import asyncpg
 import pytest
 
 from tests.fakes.messages_api import CannedReply, FakeMessagesAPI, RecordedRequest
+from tests.processes import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 FILLER = "and that is all I wanted to say"
@@ -114,10 +114,10 @@ def worker_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     Without it each worker compiles the Claude SDK from source when bytecode writing is off
     (PYTHONDONTWRITEBYTECODE), seconds per process.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PERSONABOT_"))}
+    env = clean_env(
+        PYTHONPYCACHEPREFIX=str(tmp_path_factory.mktemp("pycache")), ANTHROPIC_API_KEY="test"
+    )
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = str(tmp_path_factory.mktemp("pycache"))
-    env["ANTHROPIC_API_KEY"] = "test"
     # One worker started up to READY (on a throwaway SQLite file) compiles what all import.
     tmp = tmp_path_factory.mktemp("warm")
     config = tmp / "personabot.toml"

@@ -11,7 +11,6 @@ import ast
 import asyncio
 import contextlib
 import getpass
-import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ from tests.bot.test_pipeline import FlakyLLM
 from tests.fakes.llm import GatedLLM
 from tests.fakes.outlet import RecordingOutlet
 from tests.harness import harness
+from tests.processes import clean_env
 
 DM = ConversationKey("telegram", "42")
 
@@ -213,10 +213,6 @@ def test_nothing_but_delivery_calls_an_outlets_send() -> None:
 # -- the console: `personabot chat`, the real entry point -------------------------------------
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PERSONABOT_"))}
-
-
 async def _chat(cwd: Path, stdin: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -224,7 +220,7 @@ async def _chat(cwd: Path, stdin: str) -> tuple[int, str, str]:
         "bot",
         "chat",
         cwd=cwd,
-        env=_env(),
+        env=clean_env(),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot.core.redact import looks_like_env_name, redact_url, url_secrets
-from tests.bot.test_cli import _env, _run
+from tests.bot.test_cli import _run
+from tests.processes import clean_env
 
 PG_PASSWORD = "Qs-pg-pass-7f3a91c2d4"
 PROXY_PASSWORD = "proxy-pass-0b9e77aa12"
@@ -102,7 +103,7 @@ async def test_run_startup_errors_and_json_logs_hide_url_credentials(tmp_path: P
         f'{OFFLINE}[storage]\nurl = "{url}"\n[logging]\nlevel = "DEBUG"\n'
         f'[[bots]]\nplatform = "discord"\npersona = "companion"\napi_base = "{api_base}"\n',
     )
-    env = _env(DISCORD_BOT_TOKEN="MTIz.discord-token-for-the-secret-test")
+    env = clean_env(DISCORD_BOT_TOKEN="MTIz.discord-token-for-the-secret-test")
     code, out, err = await _run(
         ["--log-format", "json", "run", "--config", config], tmp_path, env=env
     )
@@ -177,7 +178,7 @@ async def test_a_known_secret_anywhere_in_a_url_is_hidden_by_config_check(
         f'{OFFLINE}[storage]\nurl = "{url}"\n[[bots]]\nplatform = "telegram"\n'
         'persona = "companion"\n',
     )
-    env = _env(TELEGRAM_BOT_TOKEN=TG_TOKEN)
+    env = clean_env(TELEGRAM_BOT_TOKEN=TG_TOKEN)
     code, out, err = await _run(
         ["config", "check", "--file-only", "--config", config], tmp_path, env=env
     )
@@ -194,7 +195,7 @@ async def test_a_malformed_json_environment_override_is_a_config_error(
 ) -> None:
     """Review 12: a PERSONABOT_* override that is not valid JSON (a nested table) crashed with
     pydantic-settings' traceback instead of a config error naming the variable."""
-    env = _env(PERSONABOT_STORAGE='{"url": "postgresql://bot:' + PG_PASSWORD + '@db/pb"')
+    env = clean_env(PERSONABOT_STORAGE='{"url": "postgresql://bot:' + PG_PASSWORD + '@db/pb"')
     code, out, err = await _run(["config", "check", "--file-only"], tmp_path, env=env)
     assert code == 2, err
     assert "Traceback" not in err

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sqlite3
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from tests.fakes.messages_api import FakeMessagesAPI
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
+from tests.processes import DROPPED, clean_env
 
 TOKEN = "5550003:AASignal-test-token-abcdefghijklmnopq"
 USER = TgUser(777, "Ana")
@@ -67,10 +67,7 @@ api_server = "{api.base_url}"
 
 
 def _env() -> dict[str, str]:
-    drop = ("ANTHROPIC_", "PERSONABOT_", "TELEGRAM_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update(MIRA_TG=TOKEN, ANTHROPIC_API_KEY="test")
-    return env
+    return clean_env(drop=(*DROPPED, "TELEGRAM_"), MIRA_TG=TOKEN, ANTHROPIC_API_KEY="test")
 
 
 def _rows(tmp_path: Path, sql: str) -> list[tuple[object, ...]]:

@@ -6,7 +6,6 @@ import base64
 import copy
 import io
 import json
-import os
 import subprocess
 import sys
 import zipfile
@@ -15,6 +14,8 @@ from typing import Any
 
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
+
+from tests.processes import clean_env
 
 # Unknown extensions as cards carry them: nested, with null, unicode, numbers of every kind.
 EXTENSIONS: dict[str, Any] = {
@@ -135,17 +136,13 @@ def write_card(path: Path, card: dict[str, Any]) -> Path:
     return path
 
 
-def env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PERSONABOT_"))}
-
-
 def personabot(*args: str, cwd: Path, stdin: str | None = None) -> tuple[int, str, str]:
     """The ``personabot`` command line as a process (its real entry point, ``python -m bot``),
     given ``stdin`` (else none)."""
     done = subprocess.run(
         [sys.executable, "-m", "bot", *args],
         cwd=cwd,
-        env=env(),
+        env=clean_env(),
         input=stdin,
         stdin=subprocess.DEVNULL if stdin is None else None,
         capture_output=True,

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from bot.personas.importer import import_card
-from tests.cards.cards import env, personabot, v2_card, write_card
+from tests.cards.cards import personabot, v2_card, write_card
+from tests.processes import clean_env
 
 # 1,545 one-byte characters: 515 tokens by the estimate (UTF-8 bytes / 3) plus 4 = 519.
 BIG = "x" * 1545
@@ -53,7 +54,7 @@ def test_a_chat_is_told_once_and_the_prompt_report_says_too_large(tmp_path: Path
     chat = subprocess.Popen(
         [sys.executable, "-m", "bot", "chat"],
         cwd=tmp_path,
-        env=env(),
+        env=clean_env(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -4,10 +4,11 @@ out (they change this machine)."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
+
+from tests.processes import DROPPED, clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "deploy.md"
@@ -47,9 +48,7 @@ def bash(script: str, cwd: Path) -> str:
 
 
 def env(**extra: str) -> dict[str, str]:
-    drop = ("ANTHROPIC_", "PERSONABOT_", "TELEGRAM_", "VIRTUAL_ENV", "PYTHONPATH")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    return env | extra
+    return clean_env(drop=(*DROPPED, "TELEGRAM_", "VIRTUAL_ENV", "PYTHONPATH"), **extra)
 
 
 def step(needle: str) -> str:

@@ -88,14 +88,16 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 from urllib.parse import quote
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.server import FakeServer
+
 __all__ = [
     "Bucket",
+    "FailureOptions",
     "FakeDiscord",
     "FakeFile",
     "FakeGuild",
@@ -259,7 +261,16 @@ class ScriptedFailure:
     retry_after: float | None = None
 
 
-class FakeDiscord:
+class FailureOptions(TypedDict, total=False):
+    """The keywords of :meth:`FakeDiscord.fail_next` that its per-route shorthands pass on."""
+
+    code: int
+    message: str
+    retry_after: float | None
+    times: int
+
+
+class FakeDiscord(FakeServer):
     """A fake Discord REST API and gateway; use as ``async with FakeDiscord(token=...)``."""
 
     def __init__(
@@ -273,6 +284,7 @@ class FakeDiscord:
         edit_limit: Bucket | None = Bucket(),
         delete_limit: Bucket | None = None,
     ) -> None:
+        super().__init__()
         self.token = token
         self.allow_message_content = allow_message_content
         self._heartbeat_ms = heartbeat_interval_ms
@@ -318,8 +330,6 @@ class FakeDiscord:
         self._connected = asyncio.Event()
         self._answered = 0
         self._changed = asyncio.Condition()
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
 
     # ------------------------------------------------------------------ world
 
@@ -469,8 +479,9 @@ class FakeDiscord:
 
     # ------------------------------------------------------------------ scripting
 
-    def fail_next_send(
+    def fail_next(
         self,
+        route: MessageRoute,
         channel_id: int,
         status: int,
         *,
@@ -479,35 +490,21 @@ class FakeDiscord:
         retry_after: float | None = None,
         times: int = 1,
     ) -> None:
-        """Answer the next ``times`` sends to ``channel_id`` with an error."""
-        self._script(
-            "create", channel_id, ScriptedFailure(status, code, message, retry_after), times
-        )
+        """Answer the next ``times`` requests of ``route`` in ``channel_id`` with an error."""
+        failure = ScriptedFailure(status, code, message, retry_after)
+        self._failures.setdefault((route, channel_id), deque()).extend([failure] * times)
 
-    def fail_next_edit(
-        self,
-        channel_id: int,
-        status: int,
-        *,
-        code: int = 0,
-        message: str = "scripted failure",
-        retry_after: float | None = None,
-        times: int = 1,
-    ) -> None:
-        """Answer the next ``times`` message edits in ``channel_id`` with an error."""
-        self._script("edit", channel_id, ScriptedFailure(status, code, message, retry_after), times)
+    def fail_next_send(self, channel_id: int, status: int, **how: Unpack[FailureOptions]) -> None:
+        """Answer the next sends to ``channel_id`` with an error (see :meth:`fail_next`)."""
+        self.fail_next("create", channel_id, status, **how)
 
-    def fail_next_delete(
-        self,
-        channel_id: int,
-        status: int,
-        *,
-        code: int = 0,
-        message: str = "scripted failure",
-        times: int = 1,
-    ) -> None:
-        """Answer the next ``times`` message deletions in ``channel_id`` with an error."""
-        self._script("delete", channel_id, ScriptedFailure(status, code, message), times)
+    def fail_next_edit(self, channel_id: int, status: int, **how: Unpack[FailureOptions]) -> None:
+        """Answer the next message edits in ``channel_id`` with an error."""
+        self.fail_next("edit", channel_id, status, **how)
+
+    def fail_next_delete(self, channel_id: int, status: int, **how: Unpack[FailureOptions]) -> None:
+        """Answer the next message deletions in ``channel_id`` with an error."""
+        self.fail_next("delete", channel_id, status, **how)
 
     def answer_late(self, route: MessageRoute, channel_id: int, seconds: float) -> None:
         """The next request of ``route`` in ``channel_id`` is carried out at once, but its answer
@@ -518,11 +515,6 @@ class FakeDiscord:
         late = self._late.get((route, channel_id))
         if late:
             await asyncio.sleep(late.popleft())
-
-    def _script(
-        self, route: MessageRoute, channel_id: int, failure: ScriptedFailure, times: int
-    ) -> None:
-        self._failures.setdefault((route, channel_id), deque()).extend([failure] * times)
 
     def _scripted(self, route: MessageRoute, channel_id: int) -> web.Response | None:
         """The scripted failure due for this request, if any (consumed)."""
@@ -868,24 +860,16 @@ class FakeDiscord:
     # ------------------------------------------------------------------ server
 
     @property
-    def port(self) -> int:
-        """The TCP port the server listens on."""
-        if self._port is None:
-            raise RuntimeError("FakeDiscord is not started")
-        return self._port
-
-    @property
     def api_base(self) -> str:
         """The REST base URL (``api_base`` of a bot entry)."""
-        return f"http://127.0.0.1:{self.port}/api/v10"
+        return f"{self.base_url}/api/v10"
 
     @property
     def gateway_url(self) -> str:
         """The gateway URL (``gateway_url`` of a bot entry)."""
         return f"ws://127.0.0.1:{self.port}/gateway"
 
-    async def start(self) -> None:
-        """Listen on a free port of 127.0.0.1."""
+    def _build_app(self) -> web.Application:
         app = web.Application(middlewares=[self._record])
         api = "/api/v10"
         app.router.add_get("/gateway", self._gateway)
@@ -905,32 +889,13 @@ class FakeDiscord:
         app.router.add_get(api + "/users/{user_id:\\d+}", self._get_user)
         app.router.add_post(f"{api}/users/@me/channels", self._open_dm)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self._port = int(self._runner.addresses[0][1])
+        return app
 
-    async def close(self) -> None:
-        """Close every gateway connection, end hanging downloads and stop the server."""
+    async def _before_cleanup(self) -> None:
+        """Close every gateway connection and end hanging downloads."""
         self._hung.set()
         for ws in list(self._sockets):
             await ws.close(code=1001)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeDiscord:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def _notify(self) -> None:
         async with self._changed:

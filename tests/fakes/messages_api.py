@@ -99,13 +99,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal
 
 from aiohttp import web
 from PIL import Image
 
 from memory.tokens import image_tokens
+from tests.fakes.server import FakeServer
 
 __all__ = [
     "DEFAULT_ERROR_TYPES",
@@ -543,7 +543,7 @@ def _image_error(recorded: RecordedRequest) -> str | None:
     return None
 
 
-class FakeMessagesAPI:
+class FakeMessagesAPI(FakeServer):
     """A local Messages API server; use as ``async with FakeMessagesAPI() as api``.
 
     Attributes you may set at any time:
@@ -566,6 +566,7 @@ class FakeMessagesAPI:
         latency: float = 0.0,
         shutdown_timeout: float = 0.5,
     ) -> None:
+        super().__init__(shutdown_timeout=shutdown_timeout)
         self.reply_text = reply_text
         self.usage: dict[str, int | None] = dict(
             usage
@@ -591,9 +592,6 @@ class FakeMessagesAPI:
         self._pauses: deque[StreamPause] = deque()
         self._all_pauses: list[StreamPause] = []  # released on close: no handler stays held
         self._ids = itertools.count(1)
-        self._shutdown_timeout = shutdown_timeout
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
 
     # ----------------------------------------------------------------- scripting
 
@@ -738,48 +736,19 @@ class FakeMessagesAPI:
         """Scripted answers not consumed yet."""
         return len(self._script)
 
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("FakeMessagesAPI is not running; use `async with`")
-        return self._port
-
-    @property
-    def base_url(self) -> str:
-        """Pass this as the SDK's ``base_url`` (it appends ``/v1/messages`` itself)."""
-        return f"http://127.0.0.1:{self.port}"
+    # ``base_url`` (from FakeServer) is the SDK's ``base_url``: it appends ``/v1/messages``.
 
     # ----------------------------------------------------------------- lifecycle
 
-    async def start(self) -> None:
+    def _build_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.router.add_post("/v1/messages", self._handle_messages)
         app.router.add_route("*", "/{tail:.*}", self._handle_unknown)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=self._shutdown_timeout)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self._port = int(self._runner.addresses[0][1])
+        return app
 
-    async def close(self) -> None:
+    async def _before_cleanup(self) -> None:
         for pause in self._all_pauses:
             pause.release()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-            self._port = None
-
-    async def __aenter__(self) -> FakeMessagesAPI:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     # ------------------------------------------------------------------ handlers
 

@@ -69,11 +69,12 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal
 
 import aiohttp
 from aiohttp import web
+
+from tests.fakes.server import FakeServer
 
 MESSAGE_LIMIT = 4096
 WEBHOOK_SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
@@ -455,10 +456,11 @@ class _ApiError(Exception):
 # --------------------------------------------------------------------------------- server
 
 
-class FakeTelegramAPI:
+class FakeTelegramAPI(FakeServer):
     """A local Bot API server for one or more bot tokens; use as ``async with``."""
 
     def __init__(self, *, shutdown_timeout: float = 0.5) -> None:
+        super().__init__(shutdown_timeout=shutdown_timeout)
         self.calls: list[ApiCall] = []
         self._accounts: dict[str, _Account] = {}
         self._chats: dict[int, TgChat] = {}
@@ -477,9 +479,6 @@ class FakeTelegramAPI:
         self._released = asyncio.Event()  # set at close: hanging downloads end
         self._changed = asyncio.Event()
         self._closing = False
-        self._shutdown_timeout = shutdown_timeout
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
 
     # --------------------------------------------------------------------- accounts
 
@@ -929,45 +928,21 @@ class FakeTelegramAPI:
 
     # -------------------------------------------------------------------- lifecycle
 
-    @property
-    def base_url(self) -> str:
-        """Pass this as the bot's ``api_server`` (aiogram appends ``/bot<token>/<method>``)."""
-        if self._port is None:
-            raise RuntimeError("FakeTelegramAPI is not running; use `async with`")
-        return f"http://127.0.0.1:{self._port}"
+    # ``base_url`` (from FakeServer) is the bot's ``api_server``: aiogram appends
+    # ``/bot<token>/<method>``.
 
-    async def start(self) -> None:
-        """Listen on 127.0.0.1 and a free port."""
+    def _build_app(self) -> web.Application:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         app.router.add_route("GET", "/file/bot{token}/{path:.+}", self._download)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=self._shutdown_timeout)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self._port = int(self._runner.addresses[0][1])
+        return app
 
-    async def close(self) -> None:
-        """Wake long polls and stop listening."""
+    async def _before_cleanup(self) -> None:
+        """Wake long polls and hanging downloads."""
         self._closing = True
         self._released.set()
         self._notify()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeTelegramAPI:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     # ---------------------------------------------------------------------- serving
 

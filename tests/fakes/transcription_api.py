@@ -35,10 +35,11 @@ import json
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from types import TracebackType
 from typing import Any, Literal
 
 from aiohttp import BodyPartReader, web
+
+from tests.fakes.server import FakeServer
 
 __all__ = ["OPENAI_EXTENSIONS", "FakeTranscriptionAPI", "RecordedCall", "Scripted"]
 
@@ -92,7 +93,7 @@ class Scripted:
     raw_body: bytes | None = None
 
 
-class FakeTranscriptionAPI:
+class FakeTranscriptionAPI(FakeServer):
     """A local transcription server; use as ``async with FakeTranscriptionAPI() as api``.
 
     Attributes you may set at any time: ``transcript`` (None: the audio decoded as UTF-8),
@@ -101,6 +102,7 @@ class FakeTranscriptionAPI:
     """
 
     def __init__(self, *, transcript: str | None = None, api_key: str | None = None) -> None:
+        super().__init__()
         self.transcript = transcript
         self.api_key = api_key
         self.models: set[str] | None = None
@@ -110,8 +112,6 @@ class FakeTranscriptionAPI:
         self._script: deque[Scripted] = deque()
         self._release = asyncio.Event()  # set on close: held requests end
         self.arrived = asyncio.Event()  # set whenever a call has been recorded
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
 
     # ----------------------------------------------------------------- scripting
 
@@ -156,15 +156,9 @@ class FakeTranscriptionAPI:
     # ---------------------------------------------------------------- inspection
 
     @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("FakeTranscriptionAPI is not running; use `async with`")
-        return self._port
-
-    @property
     def base_url(self) -> str:
         """The ``/v1`` base URL a client appends ``/audio/transcriptions`` to."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{super().base_url}/v1"
 
     # ----------------------------------------------------------------- handlers
 
@@ -234,35 +228,15 @@ class FakeTranscriptionAPI:
 
     # ----------------------------------------------------------------- lifecycle
 
-    async def start(self) -> None:
+    def _build_app(self) -> web.Application:
         # Above the biggest upload a test makes, so ``max_bytes`` is what answers 413.
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post(PATH, self._handle)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self._port = int(self._runner.addresses[0][1])
+        return app
 
-    async def close(self) -> None:
+    async def _before_cleanup(self) -> None:
         self._release.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-            self._port = None
-
-    async def __aenter__(self) -> FakeTranscriptionAPI:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 async def _read_form(request: web.Request, call: RecordedCall) -> RecordedCall:

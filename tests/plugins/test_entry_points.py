@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
+from tests.processes import DROPPED, clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -23,11 +24,8 @@ USER = TgUser(4343, "Ann")
 
 
 def _env(*paths: Path, **extra: str) -> dict[str, str]:
-    drop = ("ANTHROPIC_", "PERSONABOT_", "TELEGRAM_", "PYTHONPATH")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (*paths, EXAMPLES, ROOT))
-    env.update(extra)
-    return env
+    pythonpath = os.pathsep.join(str(p) for p in (*paths, EXAMPLES, ROOT))
+    return clean_env(drop=(*DROPPED, "TELEGRAM_", "PYTHONPATH"), PYTHONPATH=pythonpath, **extra)
 
 
 def _config(tmp_path: Path, body: str, *, top: str = "") -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sqlite3
 import sys
 import threading
@@ -22,6 +21,7 @@ from bot.store.migrations.sqlite import MIGRATIONS
 from bot.store.postgres import PostgresStore
 from bot.store.sqlite import SQLiteStore
 from tests.backends import StoreFactory
+from tests.processes import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "s3cret-pw-never-shown"
@@ -91,8 +91,9 @@ api_server = "http://127.0.0.1:9"
 
 async def personabot(tmp_path: Path, *args: str, within: float = 30.0) -> tuple[int, str, float]:
     """Run the CLI; (exit code, output, seconds). A process that outlives ``within`` fails."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PERSONABOT_", "PG"))}
-    env["MIRA_TG"] = "5550009:AAOpen-test-token-abcdefghijklmnopqrs"
+    env = clean_env(
+        drop=("PERSONABOT_", "PG"), MIRA_TG="5550009:AAOpen-test-token-abcdefghijklmnopqrs"
+    )
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot", *args, cwd=ROOT, env=env,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sqlite3
 import sys
@@ -17,6 +16,7 @@ import pytest
 
 from tests.fakes.messages_api import FakeMessagesAPI
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
+from tests.processes import DROPPED, clean_env
 
 pytestmark = pytest.mark.timeout(120)
 TOKEN = "5550011:AAStream-kill-token-abcdefghijklmnop"
@@ -60,13 +60,9 @@ async def _run(tmp_path: Path, config: Path, log: Path) -> asyncio.subprocess.Pr
 
 
 async def _spawn(tmp_path: Path, config: Path, stderr: object) -> asyncio.subprocess.Process:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ANTHROPIC_", "PERSONABOT_", "TELEGRAM_"))
-    }
-    env["TELEGRAM_BOT_TOKEN"] = TOKEN
-    env["ANTHROPIC_API_KEY"] = "sk-test-kill"
+    env = clean_env(
+        drop=(*DROPPED, "TELEGRAM_"), TELEGRAM_BOT_TOKEN=TOKEN, ANTHROPIC_API_KEY="sk-test-kill"
+    )
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

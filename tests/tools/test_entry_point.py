@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.fakes.messages_api import FakeMessagesAPI
+from tests.processes import DROPPED, clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -76,11 +77,11 @@ model = "claude-test"
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    drop = ("ANTHROPIC_", "PERSONABOT_", "TELEGRAM_", "PYTHONPATH")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (tmp_path, EXAMPLES, ROOT))
-    env["ANTHROPIC_API_KEY"] = "sk-test-entry-point"
-    return env
+    return clean_env(
+        drop=(*DROPPED, "TELEGRAM_", "PYTHONPATH"),
+        PYTHONPATH=os.pathsep.join(str(p) for p in (tmp_path, EXAMPLES, ROOT)),
+        ANTHROPIC_API_KEY="sk-test-entry-point",
+    )
 
 
 async def _chat(

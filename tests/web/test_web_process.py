@@ -4,7 +4,6 @@ console with one, and stops cleanly on SIGTERM."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import sys
@@ -12,12 +11,13 @@ from pathlib import Path
 
 import aiohttp
 
+from tests.processes import clean_env
+
 TOKEN = "proc-token-0123456789abcdef"
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PERSONABOT_")}
-    return {**env, **extra}
+    return clean_env(drop=("PERSONABOT_",), **extra)
 
 
 async def test_personabot_web_serves_the_console_and_stops_on_sigterm(tmp_path: Path) -> None:
