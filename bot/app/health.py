@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 from typing import ClassVar, Self
 
 from aiohttp import web
@@ -45,12 +44,7 @@ class Site:
         self.log.info("%s on http://%s", self.what, address(self._host, self.port))
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
 

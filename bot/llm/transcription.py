@@ -21,7 +21,6 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from types import TracebackType
 from typing import Final
 
 import aiohttp
@@ -188,12 +187,7 @@ class OpenAITranscriber:
     async def __aenter__(self) -> OpenAITranscriber:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def _post(self, form: aiohttp.FormData, headers: dict[str, str]) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from types import TracebackType
 from typing import Final, Protocol, Self
 
 from bot.core.agenda import (
@@ -70,12 +69,7 @@ class StoreLifecycle(Protocol):
         await self.open()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     @abc.abstractmethod
