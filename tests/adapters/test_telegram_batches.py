@@ -85,13 +85,15 @@ def _fault(url: str) -> Fault:
 
 @asynccontextmanager
 async def batch_bot(
-    tmp_path: Path, url: str, llm: GatedLLM, **sections: object
+    tmp_path: Path, url: str, llm: GatedLLM, *, debounce: float = 0.2, **sections: object
 ) -> AsyncIterator[Rig]:
     """The bot on the fake Bot API with a short debounce, a short busy timeout (a fault shows
     at once) and any other settings ``sections`` (e.g. ``retention=``)."""
     settings = Settings(
         storage=StorageSettings(url=url, busy_timeout_ms=200),
-        queue=QueueSettings(debounce_seconds=0.2, max_wait_seconds=2.0, scan_interval_seconds=0.2),
+        queue=QueueSettings(
+            debounce_seconds=debounce, max_wait_seconds=2.0, scan_interval_seconds=0.2
+        ),
         personas=[PERSONA],
         **sections,  # type: ignore[arg-type]
     )

@@ -26,7 +26,13 @@ async def test_a_mixed_100_update_batch_is_stored_in_order_and_answered_once(
     tmp_path: Path, store_url: str
 ) -> None:
     llm = GatedLLM(answer=lambda r: "got it")
-    async with batch_bot(tmp_path, store_url, llm) as rig:
+    # Each person's edit in the batch first commits what came before it (docs/architecture.md,
+    # "Ingest in batches"), so one person's five updates land in two of the batch's
+    # transactions. The debounce must outlast the gap between two of them for the count of
+    # model calls below to hold: with 0.2 s, a loaded machine (three test workers on two
+    # cores) let a turn start between them, and the final check threw its reply away (one
+    # reply still, but a 21st call). A second is far more than the gap, however loaded.
+    async with batch_bot(tmp_path, store_url, llm, debounce=1.0) as rig:
         api = rig.api  # type: ignore[attr-defined]
         polls = api.polls_started(TOKEN)
         for n, person in enumerate(PEOPLE):  # 5 updates each, pushed in one go
