@@ -4,6 +4,7 @@ messages it reads allow, and every answered call charged to them (docs/architect
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from bot.core.events import ConversationKey, StoredMessage
@@ -27,20 +28,20 @@ class ModelAccount(Protocol):
         """Record an answered call, split between people by these weights."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class ChargedModel:
     """Memory tasks' model calls, allowed and charged by ``account`` (None: unlimited, free)."""
 
-    def __init__(self, *, llm: BaseLLM, account: ModelAccount | None = None) -> None:
-        self._llm = llm
-        self._account = account
+    llm: BaseLLM
+    account: ModelAccount | None = None
 
     async def allowed(
         self, conversation: ConversationKey, messages: Sequence[StoredMessage]
     ) -> bool:
         """Whether a task over these messages may call the model now (their authors' limits)."""
-        if self._account is None:
+        if self.account is None:
             return True
-        return await self._account.allow(conversation, list(weights(messages)))
+        return await self.account.allow(conversation, list(weights(messages)))
 
     async def complete(
         self,
@@ -51,7 +52,7 @@ class ChargedModel:
     ) -> ModelResult:
         """The model's answer, charged to the authors of ``messages`` by their share of it
         (ModelError when the call failed: nothing is charged)."""
-        result = await self._llm.complete(request)
-        if self._account is not None:
-            await self._account.charge(conversation, purpose, result, weights(messages))
+        result = await self.llm.complete(request)
+        if self.account is not None:
+            await self.account.charge(conversation, purpose, result, weights(messages))
         return result

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from bot.core.clock import Clock
@@ -37,31 +38,20 @@ class CompactionStore(MemoryStore, MessageStore, MediaStore, Protocol):
     (shown to the summariser, then their cached copies dropped)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Compaction:
     """Folds overflowing history into the summary, one chunk at a time, under a lease."""
 
-    def __init__(
-        self,
-        *,
-        store: CompactionStore,
-        model: ChargedModel,
-        gate: JobGate,
-        jobs: Jobs,
-        clock: Clock,
-        policy_for: Callable[[str], MemoryPolicy],
-    ) -> None:
-        self._store = store
-        self._model = model
-        self._gate = gate
-        self._jobs = jobs
-        self._clock = clock
-        self._policy_for = policy_for
+    store: CompactionStore
+    model: ChargedModel
+    gate: JobGate
+    jobs: Jobs
+    clock: Clock
+    policy_for: Callable[[str], MemoryPolicy]
 
     def schedule(self, session: SessionKey) -> None:
         """Fold overflowing history into the summary in the background (one task a session)."""
-        self._jobs.start(
-            session, lambda: self.compact(session), what=f"summary update of {session}"
-        )
+        self.jobs.start(session, lambda: self.compact(session), what=f"summary update of {session}")
 
     async def compact(self, session: SessionKey, *, through_turn: int | None = None) -> int:
         """Fold the oldest history into the summary; return the number of chunks folded.
@@ -74,15 +64,15 @@ class Compaction:
 
         ``through_turn`` (retention in message mode): fold at least up to that turn.
         """
-        policy = self._policy_for(session.conversation.bot)
-        if through_turn is None and self._gate.waiting(_key(session)):
+        policy = self.policy_for(session.conversation.bot)
+        if through_turn is None and self.gate.waiting(_key(session)):
             return 0
         if through_turn is None and not await self._overflowing(session, policy):
             # The common case after a turn: nothing to fold, known from one read, without
             # taking and releasing the summary lease (two write transactions a turn). What is
             # found to overflow is checked again under the lease below.
             return 0
-        async with self._gate.held(_key(session)) as held:
+        async with self.gate.held(_key(session)) as held:
             if not held:
                 return 0
             folded = 0
@@ -92,23 +82,23 @@ class Compaction:
 
     async def _overflowing(self, session: SessionKey, policy: MemoryPolicy) -> bool:
         """Whether more than twice the window lies after the summary (read without the lease)."""
-        return await self._store.count_unsummarised(session) > 2 * policy.budget.window_messages
+        return await self.store.count_unsummarised(session) > 2 * policy.budget.window_messages
 
     async def _fold_next(
         self, session: SessionKey, policy: MemoryPolicy, through_turn: int | None
     ) -> bool:
         """Fold the next chunk, if one is due (under the summary lease); whether one was."""
         window = policy.budget.window_messages
-        current, stored_last = await stored.summary_row(self._store, session)
+        current, stored_last = await stored.summary_row(self.store, session)
         after = 0 if current is None else current.last_turn
-        count = await self._store.count_history(session, after_turn=after)
+        count = await self.store.count_history(session, after_turn=after)
         if through_turn is not None and after < through_turn:
             size = min(2 * window, count)
         elif through_turn is None and count > 2 * window:
             size = count - window
         else:
             return False
-        chunk = await self._store.history(
+        chunk = await self.store.history(
             session, min(size, 4 * window), after_turn=after, oldest_first=True
         )
         return bool(chunk) and await self._fold(
@@ -127,7 +117,7 @@ class Compaction:
         """Fold ``chunk`` into ``current`` and save it in place of the stored row whose last
         turn is ``replacing`` (None: no row yet); False when the model or the save failed."""
         # Fitted under the prompt budget: what does not fit is folded by the next call.
-        shown = await shown_images(self._store, chunk, policy.max_images)
+        shown = await shown_images(self.store, chunk, policy.max_images)
         images = {media_id: image.block for media_id, image in shown.items()}
         chunk, request = fit_task(
             chunk,
@@ -137,7 +127,7 @@ class Compaction:
         )
         update = await self._summarised(session, chunk, request)
         if update is None:
-            self._gate.failed(_key(session))
+            self.gate.failed(_key(session))
             return False
         merged = merge_summary(
             current, update, chunk[0].turn, chunk[-1].turn, policy.budget.summary_tokens
@@ -149,10 +139,10 @@ class Compaction:
     ) -> dict[str, Any] | None:
         """The model's update of the summary from ``chunk``; None when a limit defers the call
         or the model failed (logged: the summary is kept as it was)."""
-        if not await self._model.allowed(session.conversation, chunk):
+        if not await self.model.allowed(session.conversation, chunk):
             return None
         try:
-            result = await self._model.complete(session.conversation, "summary", request, chunk)
+            result = await self.model.complete(session.conversation, "summary", request, chunk)
             return parse_summary_update(result.text)
         except (ModelError, RecordError) as exc:
             log.warning("summary of %s not updated (kept as it was): %s", session, exc)
@@ -168,12 +158,12 @@ class Compaction:
     ) -> bool:
         """Save ``merged`` if the stored summary still ends at ``replacing`` and every message
         of ``chunk`` is still stored; then drop the chunk's cached images."""
-        saved = await self._store.save_summary(
+        saved = await self.store.save_summary(
             session,
             merged.to_json(),
             merged.first_turn,
             merged.last_turn,
-            self._clock.now(),
+            self.clock.now(),
             expected_last_turn=replacing,
             # Who is folded in (for /forget and /export), and what: a message deleted
             # meanwhile (/forget) makes the save lose, so it is never summarised back.
@@ -197,7 +187,7 @@ class Compaction:
         for message in chunk:
             for media in message.media:
                 if media.ref.kind == "image" and media.status == "ready":
-                    await self._store.save_media(
+                    await self.store.save_media(
                         media.id,
                         status="ready",
                         data=None,

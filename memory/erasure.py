@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from bot.core.clock import Clock
@@ -31,12 +31,12 @@ class ErasureStore(MemoryStore, PeopleStore, AgendaStore, Protocol):
     reminders and time zone."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Eraser:
     """Erases and exports what is stored about a person."""
 
-    def __init__(self, *, store: ErasureStore, clock: Clock) -> None:
-        self._store = store
-        self._clock = clock
+    store: ErasureStore
+    clock: Clock
 
     async def drop_sources(self, user: UserKey, message_ids: Sequence[int]) -> None:
         """A message was deleted: drop memory items whose only source it was.
@@ -45,7 +45,7 @@ class Eraser:
         the deleted message lose its compare-and-swap and re-read the messages.
         """
         rewrite = await stored.rewrite_memory(
-            self._store, user, lambda record: forget_sources(record, message_ids), self._clock
+            self.store, user, lambda record: forget_sources(record, message_ids), self.clock
         )
         if rewrite is Rewrite.BUSY:
             # Every attempt lost to another writer: that writer re-read after the deletion
@@ -66,7 +66,7 @@ class Eraser:
             )
             return None if len(kept) == len(record.items) else replace(record, items=kept)
 
-        rewrite = await stored.rewrite_memory(self._store, user, without, self._clock)
+        rewrite = await stored.rewrite_memory(self.store, user, without, self.clock)
         if rewrite is Rewrite.BUSY:
             raise StoreError(f"memory of user {user.user_id} busy; the item was not erased")
         return rewrite is Rewrite.WRITTEN
@@ -78,18 +78,18 @@ class Eraser:
         The tombstone is written unconditionally and bumps the record's version: every
         extraction or deletion that read before it loses its compare-and-swap.
         """
-        before = await stored.user_memory(self._store, user)
-        tombstone = UserMemory(items=(), forgotten_at=self._clock.now())
-        await self._store.set_user_memory(user, tombstone.to_json(), self._clock.now())
+        before = await stored.user_memory(self.store, user)
+        tombstone = UserMemory(items=(), forgotten_at=self.clock.now())
+        await self.store.set_user_memory(user, tombstone.to_json(), self.clock.now())
         return len(before.items)
 
     async def erase(self, user: UserKey, *, delete_messages: bool) -> ForgetReport:
         """/forget: erase the memory, and with ``delete_messages`` every message-shaped row
         about the person in every chat of the platform; report what went and what stays."""
         items = await self.forget(user)
-        erasure = await self._store.erase_user_messages(user) if delete_messages else None
+        erasure = await self.store.erase_user_messages(user) if delete_messages else None
         # Reminders hold what the person said; the time zone is about them: both always go.
-        reminders = await self._store.erase_agenda(user)
+        reminders = await self.store.erase_agenda(user)
         log.info("user %s forgotten (messages deleted: %s)", user.user_id, delete_messages)
         return ForgetReport(items=items, erasure=erasure, reminders=reminders)
 
@@ -98,7 +98,7 @@ class Eraser:
     ) -> dict[str, Any]:
         """Everything stored about the person on this platform, as a JSON-able document
         (``personas``: each bot's default persona id, shown for sessions that chose none)."""
-        document = export_document(await self._store.user_data(user), self._clock.now(), personas)
-        reminders = await self._store.reminders(user, pending_only=False)
-        document.update(agenda_export(reminders, await self._store.timezone_of(user)))
+        document = export_document(await self.store.user_data(user), self.clock.now(), personas)
+        reminders = await self.store.reminders(user, pending_only=False)
+        document.update(agenda_export(reminders, await self.store.timezone_of(user)))
         return document

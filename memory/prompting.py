@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
 from bot.core.events import (
@@ -52,19 +52,13 @@ class PromptStore(MemoryStore, TranscriptReads, MediaStore, Protocol):
     """What a prompt reads: the summary and the people's records, the window, image bytes."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class PromptBuilder:
     """Loads every layer of a prompt from the store and assembles it."""
 
-    def __init__(
-        self,
-        *,
-        store: PromptStore,
-        policy_for: Callable[[str], MemoryPolicy],
-        media: MediaPreparation | None = None,
-    ) -> None:
-        self._store = store
-        self._policy_for = policy_for
-        self._media = media
+    store: PromptStore
+    policy_for: Callable[[str], MemoryPolicy]
+    media: MediaPreparation | None = None
 
     async def build(
         self,
@@ -78,17 +72,17 @@ class PromptBuilder:
         """Load every layer of this turn's prompt from the store and assemble it (pass the
         ``summary`` when the caller already read it; ``policy``: the persona's, when not the
         bot's default)."""
-        policy = policy or self._policy_for(turn.session.conversation.bot)
+        policy = policy or self.policy_for(turn.session.conversation.bot)
         if isinstance(summary, NotSet):
-            summary = await stored.summary(self._store, turn.session)
+            summary = await stored.summary(self.store, turn.session)
         history: Sequence[StoredMessage] = await self._window(turn.session, summary, policy)
-        if self._media is not None:
-            messages, history = await self._media(
+        if self.media is not None:
+            messages, history = await self.media(
                 turn.messages, history, max_images=policy.max_images
             )
             turn = replace(turn, messages=messages)
         participants = await self._participants(turn)
-        images = await shown_images(self._store, (*history, *turn.messages), policy.max_images)
+        images = await shown_images(self.store, (*history, *turn.messages), policy.max_images)
         return log_lore_drops(
             assemble(
                 pin,
@@ -118,8 +112,8 @@ class PromptBuilder:
         """The prompt of a message the persona writes first (docs/initiatives.md): the
         session's summary and window as for a turn, the person's memory as this chat may show
         it, and ``note`` where a turn's messages would be. Images stay text stand-ins."""
-        policy = policy or self._policy_for(session.conversation.bot)
-        summary = await stored.summary(self._store, session)
+        policy = policy or self.policy_for(session.conversation.bot)
+        summary = await stored.summary(self.store, session)
         history = await self._window(session, summary, policy)
         participants: list[Participant] = []
         if person is not None:
@@ -147,8 +141,8 @@ class PromptBuilder:
     ) -> UserMemory:
         """The part of a user's record that may be shown in this chat (prompts, /memory),
         under the bot's policy: see ``UserMemory.visible``."""
-        policy = self._policy_for(conversation.bot)
-        record = await stored.user_memory(self._store, user)
+        policy = self.policy_for(conversation.bot)
+        record = await stored.user_memory(self.store, user)
         return record.visible(
             chat=None if private_chat else conversation.chat_id,
             private_in_groups=policy.private_memory_in_groups,
@@ -161,7 +155,7 @@ class PromptBuilder:
         """The history after ``summary``: at most twice the window (compaction folds the rest
         into the summary; docs/architecture.md#prompt, "Keeping the summary")."""
         after = 0 if summary is None else summary.last_turn
-        return await self._store.history(
+        return await self.store.history(
             session, policy.budget.window_messages * 2, after_turn=after
         )
 

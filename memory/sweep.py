@@ -8,6 +8,7 @@ or skipped for a busy lease is made up by the next one.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from bot.core.clock import Clock
@@ -20,39 +21,31 @@ from memory.policy import MemoryPolicy
 _QUIET_SECONDS: Final = 300.0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Sweep:
     """Runs extraction over every session that is due, now or in the background."""
 
-    def __init__(
-        self,
-        *,
-        store: MemoryStore,
-        extraction: Extraction,
-        jobs: Jobs,
-        clock: Clock,
-        policy_for: Callable[[str], MemoryPolicy],
-    ) -> None:
-        self._store = store
-        self._extraction = extraction
-        self._jobs = jobs
-        self._clock = clock
-        self._policy_for = policy_for
+    store: MemoryStore
+    extraction: Extraction
+    jobs: Jobs
+    clock: Clock
+    policy_for: Callable[[str], MemoryPolicy]
 
     def schedule(self, bots: Sequence[str] | None = None) -> None:
         """Run one sweep in the background now (e.g. when a session ends); none while one
         runs (it reads what is due afresh, so it finds this session too)."""
-        self._jobs.start(_SWEEP, lambda: self.extract_due(bots), what="memory sweep")
+        self.jobs.start(_SWEEP, lambda: self.extract_due(bots), what="memory sweep")
 
     async def extract_due(self, bots: Sequence[str] | None = None, limit: int = 20) -> int:
         """Learn from quiet or closed sessions; return how many sessions were processed."""
         done = 0
-        now = self._clock.now()
+        now = self.clock.now()
         quiet = min(
-            (self._policy_for(b).extract_after_idle_seconds for b in bots or ()),
+            (self.policy_for(b).extract_after_idle_seconds for b in bots or ()),
             default=_QUIET_SECONDS,
         )
-        for session, mark in await self._store.sessions_to_extract(now - quiet, limit, bots):
-            if await self._extraction.extract(session, mark):
+        for session, mark in await self.store.sessions_to_extract(now - quiet, limit, bots):
+            if await self.extraction.extract(session, mark):
                 done += 1
         return done
 

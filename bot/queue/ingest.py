@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from bot.core.clock import Clock
 from bot.core.events import (
@@ -22,32 +23,24 @@ from bot.store.contracts import MessageStore
 log = logging.getLogger("personabot.queue")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Ingestor:
     """Stores inbound messages and arms timers; wakes the local scheduler."""
 
-    def __init__(
-        self,
-        *,
-        store: MessageStore,
-        clock: Clock,
-        policy_for: Callable[[str], QueuePolicy],
-        sessions: SessionPolicy | None = None,
-        wake: Callable[[float], None] | None = None,
-    ) -> None:
-        self._store = store
-        self._clock = clock
-        self._policy_for = policy_for
-        self._sessions = sessions
-        self._wake = wake
+    store: MessageStore
+    clock: Clock
+    policy_for: Callable[[str], QueuePolicy]
+    sessions: SessionPolicy | None = None
+    wake: Callable[[float], None] | None = None
 
     async def ingest(self, inbound: Inbound) -> IngestResult:
         """One short transaction; a duplicate delivery is a no-op."""
-        policy = self._policy_for(inbound.conversation.bot)
-        result = await self._store.ingest(inbound, self._clock.now(), policy, self._sessions)
+        policy = self.policy_for(inbound.conversation.bot)
+        result = await self.store.ingest(inbound, self.clock.now(), policy, self.sessions)
         if not result.stored:
             log.debug("duplicate delivery %s ignored", inbound.platform_message_id)
-        elif result.due_at is not None and self._wake is not None:
-            self._wake(result.due_at)
+        elif result.due_at is not None and self.wake is not None:
+            self.wake(result.due_at)
         return result
 
     async def ingest_many(self, inbounds: Sequence[Inbound]) -> list[IngestResult]:
@@ -55,11 +48,11 @@ class Ingestor:
         StoreError, none; the local scheduler is woken once, for the earliest due time."""
         if not inbounds:
             return []
-        items = [(i, self._policy_for(i.conversation.bot)) for i in inbounds]
-        results = await self._store.ingest_many(items, self._clock.now(), self._sessions)
+        items = [(i, self.policy_for(i.conversation.bot)) for i in inbounds]
+        results = await self.store.ingest_many(items, self.clock.now(), self.sessions)
         due = [r.due_at for r in results if r.stored and r.due_at is not None]
-        if due and self._wake is not None:
-            self._wake(min(due))
+        if due and self.wake is not None:
+            self.wake(min(due))
         return results
 
     async def edit(self, inbound: Inbound) -> bool:
@@ -71,20 +64,20 @@ class Ingestor:
         """
         if inbound.platform_message_id is None:
             return False
-        policy = self._policy_for(inbound.conversation.bot)
-        outcome = await self._store.edit_message(
+        policy = self.policy_for(inbound.conversation.bot)
+        outcome = await self.store.edit_message(
             inbound.conversation,
             inbound.platform_message_id,
             inbound.text,
-            self._clock.now(),
+            self.clock.now(),
             policy,
             author_id=inbound.author_id or None,
             triggers_reply=inbound.triggers_reply,
-            sessions=self._sessions,
+            sessions=self.sessions,
         )
         log.debug("edit of %s: %s", inbound.platform_message_id, outcome)
-        if outcome == "updated" and self._wake is not None:
-            self._wake(self._clock.now())
+        if outcome == "updated" and self.wake is not None:
+            self.wake(self.clock.now())
         return outcome == "updated"
 
     async def delete(self, inbound: Inbound) -> StoredMessage | None:
@@ -92,9 +85,9 @@ class Ingestor:
         if inbound.platform_message_id is None:
             return None
         # Discord's delete events name no author (None: the platform removed it, whoever did).
-        return await self._store.delete_message(
+        return await self.store.delete_message(
             inbound.conversation,
             inbound.platform_message_id,
             author_id=inbound.author_id or None,
-            now=self._clock.now(),
+            now=self.clock.now(),
         )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from bot.core.clock import Clock
@@ -50,15 +51,13 @@ class DeliveryStore(OutboxStore, MessageStore, SessionStore, Protocol):
     platform refuses it, the streamed preview still on record at recovery."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Delivery:
     """Sends outbox rows through the outlet of their bot."""
 
-    def __init__(
-        self, *, store: DeliveryStore, clock: Clock, outlet_for: Callable[[str], Outlet | None]
-    ) -> None:
-        self._store = store
-        self._clock = clock
-        self._outlet_for = outlet_for
+    store: DeliveryStore
+    clock: Clock
+    outlet_for: Callable[[str], Outlet | None]
 
     async def send(
         self,
@@ -74,11 +73,11 @@ class Delivery:
             # An operator's blank notice or greeting: the platforms refuse empty messages.
             log.debug("nothing visible to send as %s to %s", kind, conversation)
             return False
-        if self._outlet_for(conversation.bot) is None:
+        if self.outlet_for(conversation.bot) is None:
             log.warning("%s to %s not sent: bot not hosted here", kind, conversation)
             return False
-        item = await self._store.record_outbox(
-            conversation, text, self._clock.now(), reply_to=reply_to
+        item = await self.store.record_outbox(
+            conversation, text, self.clock.now(), reply_to=reply_to
         )
         return await self.deliver(item, kind=kind)
 
@@ -87,7 +86,7 @@ class Delivery:
     ) -> bool:
         """Send now without an outbox row, for a chat of which nothing may be stored (the
         denied reply: its once-a-day lease is its record); False if not sent (logged)."""
-        outlet = self._outlet_for(conversation.bot)
+        outlet = self.outlet_for(conversation.bot)
         if outlet is None or not has_visible_text(text):
             return False
         try:
@@ -102,7 +101,7 @@ class Delivery:
     ) -> None:
         """Send a file now, without an outbox row (it is never stored); raise AdapterError
         (DeliveryRefused when the platform never will) for the caller to answer."""
-        outlet = self._outlet_for(conversation.bot)
+        outlet = self.outlet_for(conversation.bot)
         if outlet is None:
             raise AdapterError(f"bot {conversation.bot} is not hosted here")
         await outlet.send(Reply(conversation, caption, attachment=attachment))
@@ -113,8 +112,8 @@ class Delivery:
         """Claim the attempt, send, confirm; False if not sent. ``replaces``: a streamed
         preview message the reply's first chunk is edited into (docs/architecture.md#streaming)."""
         kind = kind or ("reply" if item.reply_message_id else "answer")
-        outlet = self._outlet_for(item.conversation.bot)
-        if outlet is None or not await self._store.begin_send(item, self._clock.now()):
+        outlet = self.outlet_for(item.conversation.bot)
+        if outlet is None or not await self.store.begin_send(item, self.clock.now()):
             return False  # not hosted here, or another worker claimed this attempt
         reply = Reply(
             conversation=item.conversation,
@@ -134,29 +133,29 @@ class Delivery:
             refused = str(exc)
             if await self._mark(
                 item,
-                lambda: self._store.set_conversation_status(item.conversation, False, refused),
+                lambda: self.store.set_conversation_status(item.conversation, False, refused),
             ):
                 await self._mark(
-                    item, lambda: self._store.mark_failed(item.id, self._clock.now(), refused)
+                    item, lambda: self.store.mark_failed(item.id, self.clock.now(), refused)
                 )
             return False
         except AdapterError as exc:
             log.error("could not deliver %s %d to %s: %s", kind, item.id, item.conversation, exc)
             failure = str(exc)
             await self._mark(
-                item, lambda: self._store.mark_failed(item.id, self._clock.now(), failure)
+                item, lambda: self.store.mark_failed(item.id, self.clock.now(), failure)
             )
             return False
-        await self._mark(item, lambda: self._store.mark_sent(item.id, self._clock.now()))
+        await self._mark(item, lambda: self.store.mark_sent(item.id, self.clock.now()))
         return True
 
     async def _mark(self, item: OutboxItem, write: Callable[[], Awaitable[None]]) -> bool:
         """Record what became of a send attempt, retried for ``MARK_RETRY_SECONDS`` while the
         store fails (each mark may be repeated: it sets the row's final state). Given up, the
         row stays unconfirmed (logged, False): the next start treats it as a crash mid-send."""
-        until = self._clock.now() + MARK_RETRY_SECONDS
+        until = self.clock.now() + MARK_RETRY_SECONDS
         what = f"outbox mark of row {item.id} to {item.conversation}"
-        if await persist(self._clock, write, until=until, what=what) is None:
+        if await persist(self.clock, write, until=until, what=what) is None:
             log.error("%s not recorded; the next start takes it for a crash mid-send", what)
             return False
         return True
@@ -164,10 +163,10 @@ class Delivery:
     async def recover(self, older_than: float) -> int:
         """Deliver rows recorded but not sent before a crash; return how many were sent."""
         sent = 0
-        for item in await self._store.unsent_outbox(older_than):
+        for item in await self.store.unsent_outbox(older_than):
             sent += await self._recover(item)
-        for item in await self._store.uncertain_outbox(older_than):
-            outlet = self._outlet_for(item.conversation.bot)
+        for item in await self.store.uncertain_outbox(older_than):
+            outlet = self.outlet_for(item.conversation.bot)
             if outlet is None:
                 continue
             if outlet.idempotent_send:
@@ -179,7 +178,7 @@ class Delivery:
                 item.id,
                 item.conversation,
             )
-            await self._store.mark_failed(item.id, self._clock.now(), "uncertain delivery")
+            await self.store.mark_failed(item.id, self.clock.now(), "uncertain delivery")
         return sent
 
     async def _recover(self, item: OutboxItem) -> bool:
@@ -187,9 +186,9 @@ class Delivery:
         replaces it (the preview's id is session state until then: bot/runtime/streaming.py)."""
         if not item.reply_message_id:
             return await self.deliver(item)
-        preview = await self._store.get_state(item.session, PREVIEW_KEY)
+        preview = await self.store.get_state(item.session, PREVIEW_KEY)
         replaces = preview if isinstance(preview, str) else None
         sent = await self.deliver(item, replaces=replaces)
         if sent and replaces is not None:
-            await self._store.delete_state(item.session, PREVIEW_KEY)
+            await self.store.delete_state(item.session, PREVIEW_KEY)
         return sent

@@ -75,32 +75,25 @@ def _when(at: float) -> str:
     return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%d %H:%M")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Limits:
     """Admits turns under the configured limits; admins are exempt."""
 
-    def __init__(
-        self,
-        *,
-        store: LimitsStore,
-        clock: Clock,
-        policy: LimitPolicy,
-        is_admin: Callable[[str, str], bool],
-    ) -> None:
-        self._store = store
-        self._clock = clock
-        self._policy = policy
-        self._is_admin = is_admin
+    store: LimitsStore
+    clock: Clock
+    policy: LimitPolicy
+    is_admin: Callable[[str, str], bool]
 
     async def admit(self, turn: Turn) -> Admission:
         """Check the bot's daily tokens, then each non-admin author's own limits: a limited
         author's messages are held back, never the others' (one person cannot silence a
         group)."""
-        policy = self._policy
+        policy = self.policy
         if not policy.active:
             return Admission(True)
         conversation = turn.session.conversation
-        now = self._clock.now()
-        people = [a for a in turn.authors if not self._is_admin(conversation.bot, a)]
+        now = self.clock.now()
+        people = [a for a in turn.authors if not self.is_admin(conversation.bot, a)]
         if not people:
             return Admission(True)
         if await self._bot_budget_spent(conversation.bot, now):
@@ -136,15 +129,15 @@ class Limits:
     async def allow_task(self, bot: str, platform: str, authors: Sequence[str]) -> bool:
         """Whether a memory task (summary, extraction) over these people's messages may call
         the model now: the bot's daily tokens and each non-admin author's input budget."""
-        policy = self._policy
-        now = self._clock.now()
+        policy = self.policy
+        now = self.clock.now()
         if policy.bot_tokens_per_day and await self._bot_budget_spent(bot, now):
             return False
         if policy.user_input_tokens_per_day:
             for author in authors:
-                if self._is_admin(bot, author):
+                if self.is_admin(bot, author):
                     continue
-                used = await self._store.input_tokens_since(
+                used = await self.store.input_tokens_since(
                     UserKey(platform, author), _day_start(now)
                 )
                 if used >= policy.user_input_tokens_per_day:
@@ -152,24 +145,24 @@ class Limits:
         return True
 
     async def _bot_budget_spent(self, bot: str, now: float) -> bool:
-        if not self._policy.bot_tokens_per_day:
+        if not self.policy.bot_tokens_per_day:
             return False
-        used = await self._store.usage_since(_day_start(now), bot)
-        return used.input_tokens + used.output_tokens >= self._policy.bot_tokens_per_day
+        used = await self.store.usage_since(_day_start(now), bot)
+        return used.input_tokens + used.output_tokens >= self.policy.bot_tokens_per_day
 
     async def _person_limit(
         self, user: UserKey, bot: str, now: float, granted: list[int]
     ) -> tuple[float | None, str]:
         """When the person may continue and which limit holds them (None: not limited); a
         granted turn reservation is appended to ``granted``."""
-        policy = self._policy
+        policy = self.policy
         if policy.user_input_tokens_per_day:
-            used = await self._store.input_tokens_since(user, _day_start(now))
+            used = await self.store.input_tokens_since(user, _day_start(now))
             if used >= policy.user_input_tokens_per_day:
                 return _day_start(now) + DAY, "user_input_tokens"
         if not (policy.user_turns_per_hour or policy.user_turns_per_day):
             return None, ""
-        reservation = await self._store.reserve_turn(
+        reservation = await self.store.reserve_turn(
             user,
             bot,
             now,
@@ -192,14 +185,14 @@ class Limits:
     async def release(self, admission: Admission) -> None:
         """Give back the reservations of a turn that did not reply."""
         for rid in admission.reservations:
-            await self._store.release_turn(rid)
+            await self.store.release_turn(rid)
 
     async def _notice_once(self, key: str, until: float, now: float) -> str | None:
         """The limit message, the first time this limit is hit in its period (a lease that
         lives until the limit lifts remembers it across processes)."""
-        lease = await self._store.acquire_lease(
+        lease = await self.store.acquire_lease(
             f"limit-notice:{key}", "limits", max(60.0, until - now), now
         )
         if lease is None:
             return None
-        return self._policy.message.format(until=_when(until))
+        return self.policy.message.format(until=_when(until))

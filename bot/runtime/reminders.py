@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Final
 
 from bot.core.agenda import NewReminder, ZoneError, describe_local, zone_name
@@ -136,13 +136,13 @@ Handler = Callable[[Inbound, Command], Awaitable[str | None]]
 _MAX_ID_DIGITS: Final = 18
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class AgendaCommands:
     """``/reminders``, ``/timezone``, ``/checkins``."""
 
-    def __init__(self, *, store: AgendaStore, clock: Clock, proactive: Proactive) -> None:
-        self._store = store
-        self._clock = clock
-        self._proactive = proactive
+    store: AgendaStore
+    clock: Clock
+    proactive: Proactive
 
     def specs(self, *, checkins: bool) -> list[tuple[str, str, Handler]]:
         """(name, help, handler) of each command (``/checkins`` when a bot checks in)."""
@@ -153,7 +153,7 @@ class AgendaCommands:
             specs.append(
                 ("checkins", "let me write first after a silence, or not (on|off)", self.checkins)
             )
-        if self._proactive.policy.reminders:
+        if self.proactive.policy.reminders:
             specs.insert(
                 0, ("reminders", "list your reminders; /reminders cancel N", self.reminders)
             )
@@ -171,12 +171,12 @@ class AgendaCommands:
                 return "You have no waiting reminder with that number."
             number = int(words[1].lstrip("#"))
             bot = inbound.conversation.bot
-            if await self._store.cancel_reminder(user, number, self._clock.now(), bot=bot):
+            if await self.store.cancel_reminder(user, number, self.clock.now(), bot=bot):
                 return f"Reminder #{number} cancelled."
             return f"You have no waiting reminder #{number}."
         if words:
             return "Send /reminders to list them, or /reminders cancel N."
-        waiting = await self._store.reminders(user, bot=inbound.conversation.bot)
+        waiting = await self.store.reminders(user, bot=inbound.conversation.bot)
         here = ""
         if not inbound.is_private:
             # A group reads the answer: only what was asked for in it, as /memory shows a
@@ -189,7 +189,7 @@ class AgendaCommands:
                 f"You have no reminders waiting{here}. Ask me in a message to remind you of "
                 "something."
             )
-        tz, name = await self._proactive.zone_for(user)
+        tz, name = await self.proactive.zone_for(user)
         lines = [f"#{r.id} {describe_local(r.due_at, tz)}: {r.about}" for r in waiting]
         return (
             f"Your reminders{here} ({name}):\n"
@@ -202,20 +202,20 @@ class AgendaCommands:
         if not is_person(user.user_id):
             return "/timezone is about one person: send it as yourself."
         wanted = command.args.strip()
-        now = self._clock.now()
+        now = self.clock.now()
         if wanted.lower() in {"clear", "reset", "none"}:
-            await self._store.set_timezone(user, None, now)
-            _, name = await self._proactive.zone_for(user)
+            await self.store.set_timezone(user, None, now)
+            _, name = await self.proactive.zone_for(user)
             return f"Your time zone is forgotten; I use {name} now."
         if wanted:
             try:
                 name = zone_name(wanted)
             except ZoneError as exc:
                 return f"I can't use that: {exc}."
-            await self._store.set_timezone(user, name, now)
-            tz, _ = await self._proactive.zone_for(user)
+            await self.store.set_timezone(user, name, now)
+            tz, _ = await self.proactive.zone_for(user)
             return f"Your time zone is {name}; it is {describe_local(now, tz)} there."
-        tz, name = await self._proactive.zone_for(user)
+        tz, name = await self.proactive.zone_for(user)
         return (
             f"I use {name} for you (it is {describe_local(now, tz)} there). "
             "Set yours with /timezone Europe/Berlin (or UTC+2)."
@@ -224,17 +224,17 @@ class AgendaCommands:
     async def checkins(self, inbound: Inbound, command: Command) -> str:
         conversation = inbound.conversation
         wanted = command.args.strip().lower()
-        now = self._clock.now()
+        now = self.clock.now()
         if wanted in {"off", "no", "stop"}:
-            await self._store.set_checkins(conversation, False, now)
+            await self.store.set_checkins(conversation, False, now)
             return "Okay, I won't write first in this chat. /checkins on to allow it again."
         if wanted in {"on", "yes"}:
-            await self._store.set_checkins(conversation, True, now)
-            await self._proactive.replied(conversation)  # armed from now
-            if not self._proactive.checks_in(conversation.bot):
+            await self.store.set_checkins(conversation, True, now)
+            await self.proactive.replied(conversation)  # armed from now
+            if not self.proactive.checks_in(conversation.bot):
                 return "Check-ins are allowed here, but this bot does not write first."
             return "Okay, I may write first in this chat after a while of silence."
-        state = await self._store.initiative_state(conversation)
+        state = await self.store.initiative_state(conversation)
         on = state is None or state.enabled
         shown = "on" if on else "off"
         return f"Check-ins are {shown} in this chat. Send /checkins on or /checkins off."

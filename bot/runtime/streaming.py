@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
 from bot.core.clock import Clock
@@ -316,17 +317,16 @@ class Relay:
             return False
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Previews:
     """A turn's preview: its relay started where the bot streams in the chat, and a posted
     preview (``edit``) on record as session state (``PREVIEW_KEY``) from its post until the
     reply replaces it or it is deleted, so that a crash in between leaves no half reply
     behind (outbox recovery edits the reply into it, the next turn deletes it)."""
 
-    def __init__(self, *, sessions: SessionStore, clock: Clock, stops: StopSignals) -> None:
-        self._sessions = sessions
-        self._clock = clock
-        #: Stop requests of streamed drafts (shared with the router, which hears of them).
-        self.stops = stops
+    sessions: SessionStore
+    clock: Clock
+    stops: StopSignals
 
     async def open(
         self, turn: Turn, outlet: Outlet, stream: StreamSettings, lost: asyncio.Event
@@ -346,13 +346,13 @@ class Previews:
 
         async def posted(message_id: str) -> None:
             try:
-                await self._sessions.set_state(session, PREVIEW_KEY, message_id, self._clock.now())
+                await self.sessions.set_state(session, PREVIEW_KEY, message_id, self.clock.now())
             except StoreError as exc:
                 log.warning("%s: preview %s not on record: %s", session, message_id, exc)
 
         relay = Relay(
             preview,
-            clock=self._clock,
+            clock=self.clock,
             interval=stream.interval,
             conversation=conversation,
             stops=self.stops if stream.stop != "off" else None,
@@ -365,16 +365,16 @@ class Previews:
     async def _retract_orphan(self, session: SessionKey, outlet: Streams) -> None:
         """A preview still on record here was left by a generation that never finished (a
         crash before its final check): delete it, so no half reply stays in the chat."""
-        orphan = await self._sessions.get_state(session, PREVIEW_KEY)
+        orphan = await self.sessions.get_state(session, PREVIEW_KEY)
         if isinstance(orphan, str):
             log.info("%s: deleting preview %s left by an earlier attempt", session, orphan)
             await outlet.retract(session.conversation, orphan)
-            await self._sessions.delete_state(session, PREVIEW_KEY)
+            await self.sessions.delete_state(session, PREVIEW_KEY)
 
     async def forget(self, session: SessionKey, relay: Relay) -> None:
         """The posted preview was replaced or deleted: no longer on record."""
         if relay.preview.message_id is not None:
-            await self._sessions.delete_state(session, PREVIEW_KEY)
+            await self.sessions.delete_state(session, PREVIEW_KEY)
 
     async def discard(self, session: SessionKey, relay: Relay) -> None:
         """Not this generation's reply (discarded, fenced): take back what it showed; the

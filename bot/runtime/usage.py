@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from bot.core.clock import Clock
 from bot.core.events import ConversationKey
@@ -21,27 +22,20 @@ from bot.store.contracts import UsageStore
 log = logging.getLogger("personabot.usage")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Accounting:
     """Charges model calls and asks the limits whether a memory task may run."""
 
-    def __init__(
-        self,
-        *,
-        store: UsageStore,
-        clock: Clock,
-        metrics: Metrics,
-        limits: Limits | None = None,
-    ) -> None:
-        self._store = store
-        self._clock = clock
-        self._metrics = metrics
-        self._limits = limits
+    store: UsageStore
+    clock: Clock
+    metrics: Metrics
+    limits: Limits | None = None
 
     async def allow(self, conversation: ConversationKey, authors: Sequence[str]) -> bool:
         """Whether a memory task over these people's messages may call the model now."""
-        if self._limits is None:
+        if self.limits is None:
             return True
-        allowed = await self._limits.allow_task(conversation.bot, conversation.platform, authors)
+        allowed = await self.limits.allow_task(conversation.bot, conversation.platform, authors)
         if not allowed:
             log.info("memory task of %s deferred: a token limit is reached", conversation)
         return allowed
@@ -54,9 +48,9 @@ class Accounting:
         by: Mapping[str, int],
     ) -> None:
         """Record one answered call: store rows (one per share), call count, tokens, cost."""
-        labels = self._metrics.labels(conversation)
-        self._metrics.model_calls.labels(*labels, purpose).inc()
-        self._metrics.usage(conversation, result.model, result.usage)
-        await self._store.record_usage(
-            conversation, purpose, result.model, split(result.usage, by), self._clock.now()
+        labels = self.metrics.labels(conversation)
+        self.metrics.model_calls.labels(*labels, purpose).inc()
+        self.metrics.usage(conversation, result.model, result.usage)
+        await self.store.record_usage(
+            conversation, purpose, result.model, split(result.usage, by), self.clock.now()
         )

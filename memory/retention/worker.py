@@ -71,60 +71,50 @@ class RetentionWorkerStore(RetentionStore, LeaseStore, Protocol):
     process at a time."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Retention:
     """Runs the policy against the store; one worker at a time across processes (lease)."""
 
-    def __init__(
-        self,
-        *,
-        store: RetentionWorkerStore,
-        memory: Memory,
-        clock: Clock,
-        policy: RetentionPolicy,
-        holder: str = "retention",
-        lease_seconds: float = 600.0,
-        metrics: Metrics | None = None,
-    ) -> None:
-        self._store = store
-        self._memory = memory
-        self._clock = clock
-        self._policy = policy
-        self._holder = holder
-        self._lease_seconds = lease_seconds
-        self._metrics = metrics
+    store: RetentionWorkerStore
+    memory: Memory
+    clock: Clock
+    policy: RetentionPolicy
+    holder: str = "retention"
+    lease_seconds: float = 600.0
+    metrics: Metrics | None = None
 
     async def run_once(
         self, *, dry_run: bool = False, max_sessions: int | None = None
     ) -> RetentionReport:
         """Apply the policy once; a dry run only reports (on at most ``max_sessions`` open
         sessions in message mode, then a line says there may be more: the console's page)."""
-        if self._policy.days <= 0:
+        if self.policy.days <= 0:
             return RetentionReport(dry_run, skipped="retention is disabled (days = 0)")
-        now = self._clock.now()
+        now = self.clock.now()
         # A dry run writes nothing, so it takes no lease: the console's retention page (a
         # dry run per view) must not make the real run skip its turn, nor wait for it.
         lease = (
             None
             if dry_run
-            else await self._store.acquire_lease(LEASE, self._holder, self._lease_seconds, now)
+            else await self.store.acquire_lease(LEASE, self.holder, self.lease_seconds, now)
         )
         if lease is None and not dry_run:
             return RetentionReport(dry_run, skipped="another retention worker is running")
         try:
-            cutoff = now - self._policy.days * DAY
+            cutoff = now - self.policy.days * DAY
             expired, deleted, lines = await self._expire_closed(cutoff, dry_run)
             summarised = 0
-            if self._policy.mode == "message":
+            if self.policy.mode == "message":
                 more, summarised, more_lines = await self._age_open(
                     cutoff, dry_run, None if not dry_run else max_sessions
                 )
                 deleted += more
                 lines += more_lines
             if not dry_run:
-                await self._store.prune_outbox(now - self._policy.outbox_days * DAY)
+                await self.store.prune_outbox(now - self.policy.outbox_days * DAY)
         finally:
             if lease is not None:
-                await self._store.release_lease(lease)
+                await self.store.release_lease(lease)
         log.info(
             "retention%s: %d session(s) expired, %d message(s) deleted",
             " (dry run)" if dry_run else "",
@@ -137,16 +127,14 @@ class Retention:
         sessions = deleted = 0
         lines: list[str] = []
         seen: set[SessionKey] = set()
-        while batch := [
-            s for s in await self._store.expired_sessions(cutoff, 100) if s not in seen
-        ]:
+        while batch := [s for s in await self.store.expired_sessions(cutoff, 100) if s not in seen]:
             for session in batch:
                 seen.add(session)
                 if dry_run:
-                    bounds = await self._store.session_bounds(session)
+                    bounds = await self.store.session_bounds(session)
                     count = 0 if bounds is None else bounds[1] - bounds[0] + 1
                 else:
-                    count = await self._store.expire_session(session, self._clock.now())
+                    count = await self.store.expire_session(session, self.clock.now())
                     await self._breathe()
                 sessions += 1
                 deleted += count
@@ -156,7 +144,7 @@ class Retention:
         return sessions, deleted, lines
 
     async def _breathe(self) -> None:
-        await asyncio.sleep(self._policy.pause_seconds)
+        await asyncio.sleep(self.policy.pause_seconds)
 
     async def _age_open(
         self, cutoff: float, dry_run: bool, max_sessions: int | None = None
@@ -169,7 +157,7 @@ class Retention:
             # page until every one was handled once.
             page = [
                 s
-                for s in await self._store.sessions_with_old_messages(cutoff, len(done) + 500)
+                for s in await self.store.sessions_with_old_messages(cutoff, len(done) + 500)
                 if s not in done
             ]
             if not page:
@@ -189,7 +177,7 @@ class Retention:
     ) -> tuple[int, int, list[str]]:
         """Summarise, then delete, one open session's old messages: (deleted, summarised,
         report lines)."""
-        old = await self._store.old_messages(session, cutoff)
+        old = await self.store.old_messages(session, cutoff)
         if old is None:
             return 0, 0, []
         if dry_run:
@@ -202,8 +190,8 @@ class Retention:
                 ],
             )
         # Summary first: the rows go only once the summary covers them.
-        summarised = int(await self._memory.compact(session, through_turn=old.last_turn) > 0)
-        summary = await self._memory.summary(session)
+        summarised = int(await self.memory.compact(session, through_turn=old.last_turn) > 0)
+        summary = await self.memory.summary(session)
         covered = 0 if summary is None else min(summary.last_turn, old.last_turn)
         if covered < old.first_turn:
             log.warning(
@@ -216,8 +204,8 @@ class Retention:
         count = 0
         # The store deletes only what the summary it reads in the same transaction covers
         # (never below its first turn), so a summary changed meanwhile cannot make a hole.
-        while n := await self._store.delete_old_messages(
-            session, covered, cutoff, self._clock.now(), self._policy.batch_size
+        while n := await self.store.delete_old_messages(
+            session, covered, cutoff, self.clock.now(), self.policy.batch_size
         ):
             count += n
             await self._breathe()
@@ -251,11 +239,11 @@ class Retention:
         """The audit of one page of open sessions (``limit`` of them after ``cursor``) and
         where the next page starts (0: this was the last): what the console shows per view,
         where the whole audit is a query or two per open session."""
-        policy = policy or self._policy
-        now = self._clock.now()
+        policy = policy or self.policy
+        now = self.clock.now()
         cutoff = now - policy.days * DAY if policy.days > 0 else None
         risks: list[AtRisk] = []
-        page, cursor = await self._store.sessions_page("open", cursor, limit)
+        page, cursor = await self.store.sessions_page("open", cursor, limit)
         for info in page:
             risks += await self._session_risks(info.key, policy, cutoff, now)
         return risks, cursor
@@ -265,14 +253,14 @@ class Retention:
     ) -> list[AtRisk]:
         risks = [
             AtRisk(session, gap.first, gap.last, 0.0, "already missing")
-            for gap in await self._memory.gaps(session)
+            for gap in await self.memory.gaps(session)
         ]
         if policy.mode != "message" or cutoff is None:
             return risks
-        old = await self._store.old_messages(session, cutoff)
+        old = await self.store.old_messages(session, cutoff)
         if old is None:
             return risks
-        summary = await self._memory.summary(session)
+        summary = await self.memory.summary(session)
         covered = 0 if summary is None else summary.last_turn
         uncovered = Gap(max(old.first_turn, covered + 1), old.last_turn)
         if uncovered.first <= uncovered.last:
