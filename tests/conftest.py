@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -34,12 +33,13 @@ def pytest_configure(config: pytest.Config) -> None:
     each one imports aiogram, discord.py and the Anthropic SDK. With ``PYTHONDONTWRITEBYTECODE``
     set (as on the CI machines), every process compiled them again, seconds of CPU each. The
     processes inherit this environment: the first one writes its bytecode under one cache
-    folder outside the checkout (``PYTHONPYCACHEPREFIX``), the next ones read it. What runs
-    is the same code; a changed source file is compiled again (Python checks its mtime).
+    folder (``PYTHONPYCACHEPREFIX``), the next ones read it. The folder is inside the checkout
+    (``.pytest_cache/``, ignored by git), never a shared temporary directory where another
+    user could leave bytecode of their own for our processes to run. What runs is the same
+    code; a changed source file is compiled again (Python checks its mtime).
     """
-    del config
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    cache = Path(tempfile.gettempdir()) / f"personabot-test-bytecode-{os.getuid()}"
+    cache = config.rootpath / ".pytest_cache" / "bytecode"
     os.environ.setdefault("PYTHONPYCACHEPREFIX", str(cache))
 
 

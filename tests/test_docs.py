@@ -3,6 +3,7 @@ every relative link of the docs and the README names a file and a heading that e
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -81,3 +82,12 @@ def test_every_relative_link_of_the_docs_lands() -> None:
             elif anchor and linked.suffix == ".md" and anchor not in _targets(linked):
                 broken.append(f"{where} (no such heading)")
     assert broken == []
+
+
+def test_the_test_processes_bytecode_cache_is_inside_the_checkout() -> None:
+    """Bytecode the test processes share lives in the checkout, not in a shared /tmp folder
+    another user of the machine could fill (tests/conftest.py)."""
+    root = Path(__file__).resolve().parent.parent
+    cache = Path(os.environ["PYTHONPYCACHEPREFIX"]).resolve()
+    assert cache.is_relative_to(root / ".pytest_cache"), cache
+    assert "PYTHONDONTWRITEBYTECODE" not in os.environ
