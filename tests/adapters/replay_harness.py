@@ -41,7 +41,7 @@ from bot.core.ports import InboundHandler
 from bot.llm.offline import OfflineLLM
 from tests.fakes.discord_api import FakeDiscord, FakeGuild, FakeUser
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
-from tests.processes import clean_env
+from tests.processes import Running, clean_env, spawn
 
 # discord.py imports the deprecated ``audioop`` (see tests/adapters/test_discord.py).
 with warnings.catch_warnings():
@@ -724,7 +724,7 @@ async def used(pool: Pool[R]) -> AsyncIterator[R]:
 class Process:
     """A running ``personabot run`` hosting a Telegram (webhook) and a Discord bot."""
 
-    proc: asyncio.subprocess.Process
+    proc: Running
     log: Path
 
     def output(self) -> str:
@@ -787,7 +787,7 @@ async def personabot_run(
     )
     log = tmp / "run.log"
     with log.open("wb") as err:
-        proc = await asyncio.create_subprocess_exec(
+        proc = await spawn(
             sys.executable, "-m", "bot", "run", "--config", str(config),
             cwd=tmp, env=env, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL, stderr=err,

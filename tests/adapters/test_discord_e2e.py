@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.fakes.discord_api import FakeDiscord
-from tests.processes import clean_env
+from tests.processes import Running, clean_env, spawn
 
 TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4.GfAkEt.discord-bot-token-that-must-never-be-logged"
 OFFLINE = "[offline model] You said:"
@@ -27,7 +27,7 @@ OFFLINE = "[offline model] You said:"
 class BotProcess:
     """A running ``personabot run`` and what it printed once stopped."""
 
-    proc: asyncio.subprocess.Process
+    proc: Running
     db: Path
     output: list[str] = field(default_factory=list)
 
@@ -92,7 +92,7 @@ gateway_url = "{fake.gateway_url}"
 async def personabot_run(tmp_path: Path, fake: FakeDiscord) -> AsyncIterator[BotProcess]:
     """Start ``personabot run``; on exit SIGTERM it, require exit 0 and no leaked token."""
     env = clean_env(DISCORD_BOT_TOKEN=TOKEN)
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         sys.executable, "-m", "bot", "run", "--config", str(_config(tmp_path, fake)),
         cwd=tmp_path, env=env, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
-from tests.processes import DROPPED, clean_env
+from tests.processes import DROPPED, Running, clean_env, spawn
 
 MIRA = "5550001:AAMira-e2e-token-abcdefghijklmnopqrstu"
 SASHA = "5550002:AASasha-e2e-token-abcdefghijklmnopqrs"
@@ -60,10 +60,10 @@ first_message = ["Hey, Sasha here."]
 @contextlib.asynccontextmanager
 async def personabot_run(
     tmp_path: Path, config: Path, env: dict[str, str]
-) -> AsyncIterator[asyncio.subprocess.Process]:
+) -> AsyncIterator[Running]:
     """``python -m bot run``; on exit SIGTERM, and it must stop cleanly (exit code 0)."""
     with (tmp_path / "out.log").open("wb") as out, (tmp_path / "err.log").open("wb") as err:
-        proc = await asyncio.create_subprocess_exec(
+        proc = await spawn(
             sys.executable, "-m", "bot", "run", "--config", str(config),
             cwd=tmp_path, env=env, stdout=out, stderr=err,
         )  # fmt: skip

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from tests.fakes.messages_api import FakeMessagesAPI
-from tests.processes import clean_env
+from tests.processes import Running, clean_env, spawn
 
 
 def model_env(api: FakeMessagesAPI, **extra: str) -> dict[str, str]:
@@ -19,19 +19,19 @@ def model_env(api: FakeMessagesAPI, **extra: str) -> dict[str, str]:
     return clean_env(ANTHROPIC_API_KEY="sk-test", PERSONABOT_LLM__BASE_URL=api.base_url, **extra)
 
 
-async def piped_chat(cwd: Path, env: dict[str, str], *args: str) -> asyncio.subprocess.Process:
+async def piped_chat(cwd: Path, env: dict[str, str], *args: str) -> Running:
     """``python -m bot chat ARGS`` with stdin, stdout and stderr piped."""
-    return await asyncio.create_subprocess_exec(
+    return await spawn(
         sys.executable, "-m", "bot", "chat", *args, cwd=cwd, env=env,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
 
 
-async def terminal_chat(cwd: Path, env: dict[str, str]) -> tuple[asyncio.subprocess.Process, int]:
+async def terminal_chat(cwd: Path, env: dict[str, str]) -> tuple[Running, int]:
     """``python -m bot chat`` on a pseudo-terminal: the process and the terminal's master fd."""
     master, slave = pty.openpty()
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         sys.executable, "-m", "bot", "chat", cwd=cwd, env=env,
         stdin=slave, stdout=slave, stderr=slave,
     )  # fmt: skip

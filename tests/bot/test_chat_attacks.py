@@ -12,7 +12,7 @@ import pytest
 
 from tests.bot.chat_process import Terminal, piped_chat, terminal_chat
 from tests.fakes.messages_api import FakeMessagesAPI
-from tests.processes import clean_env
+from tests.processes import clean_env, run
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,14 +82,11 @@ async def test_piped_input_cut_short_by_sigterm_is_not_reported_as_success(
 
 def test_help_in_capitals_lists_quit_too(tmp_path: Path) -> None:
     """``/HELP`` is answered as /help (commands are case-insensitive), but without /quit."""
-    import subprocess
-
-    run = subprocess.run(
-        [sys.executable, "-m", "bot", "chat"], input="/HELP\n", capture_output=True,
-        text=True, cwd=tmp_path, env=clean_env(), timeout=50, check=False,
-    )  # fmt: skip
-    assert "Mira: Commands:" in run.stdout, run.stdout
-    assert "/quit - leave the chat" in run.stdout, run.stdout
+    done = run(
+        [sys.executable, "-m", "bot", "chat"], input="/HELP\n", cwd=tmp_path, env=clean_env()
+    )
+    assert "Mira: Commands:" in done.stdout, done.stdout
+    assert "/quit - leave the chat" in done.stdout, done.stdout
 
 
 async def test_the_chat_log_is_readable_by_its_owner_only_even_when_it_existed(

@@ -14,7 +14,7 @@ import pytest
 
 from tests.bot.chat_process import piped_chat
 from tests.fakes.messages_api import FakeMessagesAPI
-from tests.processes import clean_env
+from tests.processes import clean_env, spawn
 
 SECRET = "sk-ant-test-Zm9vYmFyYmF6cXV4-very-secret"
 
@@ -22,7 +22,7 @@ SECRET = "sk-ant-test-Zm9vYmFyYmF6cXV4-very-secret"
 async def _run(
     args: list[str], cwd: Path, stdin: str = "", env: dict[str, str] | None = None
 ) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         sys.executable,
         "-m",
         "bot",

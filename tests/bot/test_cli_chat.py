@@ -16,7 +16,7 @@ import pytest
 
 from tests.bot.chat_process import Terminal, piped_chat, terminal_chat
 from tests.fakes.messages_api import FakeMessagesAPI
-from tests.processes import clean_env
+from tests.processes import clean_env, run
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,15 +24,11 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture(scope="module")
 def readme_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
     """The README's piped example, with a /help: one process for the tests that read it."""
-    return subprocess.run(
+    return run(
         [sys.executable, "-m", "bot", "chat"],
         input="hello\n/help\n/new\nagain\n",
-        capture_output=True,
-        text=True,
         cwd=tmp_path_factory.mktemp("readme"),
         env=clean_env(),
-        timeout=50,
-        check=False,
     )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.bot.test_cli import _run
-from tests.processes import clean_env
+from tests.processes import clean_env, spawn
 
 API_KEY = "sk-ant-test-0000000000000000000000"
 TELEGRAM = "123456:ABCdefGHIjklMNOpqrSTUvwxYZ012345678"
@@ -240,7 +240,7 @@ async def test_a_bracketed_ipv6_listen_address_is_refused_by_check_or_served_by_
     if code == 2:
         return  # refused by the check: run and check agree
     assert code == 0, err
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         sys.executable,
         "-m",
         "bot",

@@ -19,7 +19,7 @@ from bot.runtime.election import Exclusive
 from bot.store.base import BaseStore
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
 from tests.harness import settle
-from tests.processes import DROPPED, clean_env
+from tests.processes import DROPPED, clean_env, spawn
 
 TOKEN = "5550009:AAElect-e2e-token-abcdefghijklmnopqrs"
 USER = TgUser(777, "Ann")
@@ -145,7 +145,7 @@ async def test_killing_the_poller_hands_polling_to_another_process(
         # Each process's log, for the failure message: which one did what, and when.
         logs = [(tmp_path / f"process-{n}.log").open("wb") for n in range(2)]
         procs = [
-            await asyncio.create_subprocess_exec(
+            await spawn(
                 sys.executable,
                 "-m",
                 "bot",

@@ -26,6 +26,7 @@ from tests.fakes.adapter import QueueAdapter
 from tests.fakes.llm import GatedLLM
 from tests.fakes.messages_api import FakeMessagesAPI
 from tests.harness import harness
+from tests.processes import spawn
 
 DM = ConversationKey("telegram", "42")
 OTHER = ConversationKey("telegram", "43")
@@ -265,7 +266,7 @@ async def test_db_backup_is_a_valid_store(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text(f'[storage]\nurl = "sqlite:///{src}"\n')
     backup = tmp_path / "backup.sqlite3"
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         sys.executable,
         "-m",
         "bot",

@@ -28,7 +28,7 @@ import asyncpg
 import pytest
 
 from tests.fakes.messages_api import CannedReply, FakeMessagesAPI, RecordedRequest
-from tests.processes import clean_env
+from tests.processes import Running, clean_env, spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 FILLER = "and that is all I wanted to say"
@@ -39,7 +39,7 @@ WORKER = (sys.executable, "-m", "tests.fakes.worker")
 class Worker:
     """One running worker process."""
 
-    proc: asyncio.subprocess.Process
+    proc: Running
     port: int
     pid: int
     holder: str
@@ -142,14 +142,14 @@ async def workers(
     count: int, config: Path, tmp_path: Path, env: dict[str, str]
 ) -> AsyncIterator[list[Worker]]:
     """Start ``count`` workers, wait until each listens; stop the survivors on exit."""
-    procs: list[tuple[asyncio.subprocess.Process, Path, Path]] = []
+    procs: list[tuple[Running, Path, Path]] = []
     started: list[Worker] = []
     try:
         for i in range(count):
             log = tmp_path / f"worker-{i}.log"
             replies = tmp_path / f"replies-{i}.jsonl"
             with log.open("wb") as err:
-                proc = await asyncio.create_subprocess_exec(
+                proc = await spawn(
                     *WORKER,
                     "--config",
                     str(config),

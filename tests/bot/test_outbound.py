@@ -30,7 +30,7 @@ from tests.bot.test_pipeline import FlakyLLM
 from tests.fakes.llm import GatedLLM
 from tests.fakes.outlet import RecordingOutlet
 from tests.harness import harness
-from tests.processes import clean_env
+from tests.processes import clean_env, spawn
 
 DM = ConversationKey("telegram", "42")
 
@@ -214,7 +214,7 @@ def test_nothing_but_delivery_calls_an_outlets_send() -> None:
 
 
 async def _chat(cwd: Path, stdin: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         sys.executable,
         "-m",
         "bot",

@@ -28,6 +28,7 @@ from memory.service import Memory, MemoryPolicy
 from tests.backends import StoreFactory
 from tests.fakes.llm import GatedLLM
 from tests.harness import harness
+from tests.processes import spawn
 from tests.store.helpers import close_session
 
 SUPPORT = ConversationKey("telegram", "support-1")
@@ -243,7 +244,7 @@ async def test_audit_cli_lists_exactly_the_sessions_at_risk(
     config.write_text(f'[storage]\nurl = "sqlite:///{path}"\n[retention]\nmode = "message"\n')
 
     async def audit(*extra: str) -> tuple[int, str]:
-        proc = await asyncio.create_subprocess_exec(
+        proc = await spawn(
             sys.executable,
             "-m",
             "bot",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tests.fakes.messages_api import FakeMessagesAPI
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
-from tests.processes import DROPPED, clean_env
+from tests.processes import DROPPED, Running, clean_env, spawn
 
 TOKEN = "5550003:AASignal-test-token-abcdefghijklmnopq"
 USER = TgUser(777, "Ana")
@@ -77,10 +77,10 @@ def _rows(tmp_path: Path, sql: str) -> list[tuple[object, ...]]:
 
 async def _start(
     tmp_path: Path, config: Path, log: str, api: FakeTelegramAPI
-) -> tuple[asyncio.subprocess.Process, Path]:
+) -> tuple[Running, Path]:
     err_path = tmp_path / log
     with err_path.open("wb") as err:
-        proc = await asyncio.create_subprocess_exec(
+        proc = await spawn(
             sys.executable, "-m", "bot", "run", "--config", str(config),
             cwd=tmp_path, env=_env(), stdout=asyncio.subprocess.DEVNULL, stderr=err,
         )  # fmt: skip
@@ -89,7 +89,7 @@ async def _start(
     return proc, err_path
 
 
-async def _stopped(proc: asyncio.subprocess.Process, within: float) -> int:
+async def _stopped(proc: Running, within: float) -> int:
     try:
         return await asyncio.wait_for(proc.wait(), timeout=within)
     except TimeoutError:
@@ -195,7 +195,7 @@ async def test_a_sigterm_while_starting_stops_cleanly_with_a_log_line(tmp_path: 
         api.add_bot(TOKEN, "mira_bot")
         err_path = tmp_path / "start.log"
         with err_path.open("wb") as err:
-            proc = await asyncio.create_subprocess_exec(
+            proc = await spawn(
                 sys.executable, "-m", "bot", "run", "--config", str(_config(tmp_path, api, llm)),
                 cwd=tmp_path, env=_env(), stdout=asyncio.subprocess.DEVNULL, stderr=err,
             )  # fmt: skip

@@ -6,7 +6,6 @@ import base64
 import copy
 import io
 import json
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 
-from tests.processes import clean_env
+from tests.processes import clean_env, run
 
 # Unknown extensions as cards carry them: nested, with null, unicode, numbers of every kind.
 EXTENSIONS: dict[str, Any] = {
@@ -139,17 +138,7 @@ def write_card(path: Path, card: dict[str, Any]) -> Path:
 def personabot(*args: str, cwd: Path, stdin: str | None = None) -> tuple[int, str, str]:
     """The ``personabot`` command line as a process (its real entry point, ``python -m bot``),
     given ``stdin`` (else none)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "bot", *args],
-        cwd=cwd,
-        env=clean_env(),
-        input=stdin,
-        stdin=subprocess.DEVNULL if stdin is None else None,
-        capture_output=True,
-        text=True,
-        timeout=50,
-        check=False,
-    )
+    done = run([sys.executable, "-m", "bot", *args], cwd=cwd, env=clean_env(), input=stdin)
     return done.returncode, done.stdout, done.stderr
 
 

@@ -27,6 +27,7 @@ from tests.adapters.test_telegram_e2e import _env
 from tests.cards.cards import b64, png_bytes
 from tests.fakes.messages_api import FakeMessagesAPI
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
+from tests.processes import spawn
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "personas.md"
 SECTION = "## From a downloaded card to a running Telegram bot"
@@ -94,7 +95,7 @@ def _downloaded_card(path: Path) -> None:
 
 
 async def _command(args: Sequence[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         _personabot(), *args, cwd=cwd, env=env,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -108,7 +109,7 @@ async def _command(args: Sequence[str], cwd: Path, env: dict[str, str]) -> tuple
 async def _running(args: Sequence[str], cwd: Path, env: dict[str, str]) -> AsyncIterator[None]:
     """A long-running command; on exit SIGTERM, and it must stop cleanly (exit code 0)."""
     with (cwd / "out.log").open("wb") as out, (cwd / "err.log").open("wb") as err:
-        proc = await asyncio.create_subprocess_exec(
+        proc = await spawn(
             _personabot(), *args, cwd=cwd, env=env,
             stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err,
         )  # fmt: skip

@@ -31,6 +31,7 @@ from packaging.version import Version
 from tests.deploy.doc import ROOT, bash, blocks, env, moved, script, step
 from tests.fakes.messages_api import FakeMessagesAPI
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
+from tests.processes import spawn
 
 TOKEN = "5550035:AAdeploy-doc-token-abcdefghijklmnop"
 API_KEY = "sk-ant-deploy-doc-test-key"
@@ -107,7 +108,7 @@ async def _service(unit: dict[str, str], env: dict[str, str]) -> AsyncIterator[P
     cwd = Path(unit["WorkingDirectory"])
     log = cwd.parent / "service.log"
     with log.open("wb") as out:
-        proc = await asyncio.create_subprocess_exec(
+        proc = await spawn(
             *shlex.split(unit["ExecStart"]), cwd=cwd, env=env, stdout=out, stderr=out
         )
         try:

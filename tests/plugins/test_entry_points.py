@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
-from tests.processes import DROPPED, clean_env
+from tests.processes import DROPPED, clean_env, spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -64,7 +64,7 @@ first_message = ["Hey, Sasha here."]
 async def _cli(
     args: list[str], cwd: Path, env: dict[str, str], stdin: str = ""
 ) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         sys.executable, "-m", "bot", *args, cwd=cwd, env=env,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -78,7 +78,7 @@ async def _cli(
 async def personabot_run(tmp_path: Path, config: Path, env: dict[str, str]) -> AsyncIterator[None]:
     """``python -m bot run``; on exit SIGTERM, and it must stop cleanly (exit code 0)."""
     with (tmp_path / "out.log").open("wb") as out, (tmp_path / "err.log").open("wb") as err:
-        proc = await asyncio.create_subprocess_exec(
+        proc = await spawn(
             sys.executable, "-m", "bot", "run", "--config", str(config),
             cwd=tmp_path, env=env, stdout=out, stderr=err,
         )  # fmt: skip

@@ -21,7 +21,7 @@ from bot.store.migrations.sqlite import MIGRATIONS
 from bot.store.postgres import PostgresStore
 from bot.store.sqlite import SQLiteStore
 from tests.backends import StoreFactory
-from tests.processes import clean_env
+from tests.processes import clean_env, spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "s3cret-pw-never-shown"
@@ -95,7 +95,7 @@ async def personabot(tmp_path: Path, *args: str, within: float = 30.0) -> tuple[
         drop=("PERSONABOT_", "PG"), MIRA_TG="5550009:AAOpen-test-token-abcdefghijklmnopqrs"
     )
     started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         sys.executable, "-m", "bot", *args, cwd=ROOT, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip

@@ -16,7 +16,7 @@ import pytest
 
 from tests.fakes.messages_api import FakeMessagesAPI
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
-from tests.processes import DROPPED, clean_env
+from tests.processes import DROPPED, Running, clean_env, spawn
 
 pytestmark = pytest.mark.timeout(120)
 TOKEN = "5550011:AAStream-kill-token-abcdefghijklmnop"
@@ -54,16 +54,16 @@ stream_interval_seconds = 0.3
     return path
 
 
-async def _run(tmp_path: Path, config: Path, log: Path) -> asyncio.subprocess.Process:
+async def _run(tmp_path: Path, config: Path, log: Path) -> Running:
     with log.open("wb") as stderr:  # the child keeps its own copy of the descriptor
         return await _spawn(tmp_path, config, stderr)
 
 
-async def _spawn(tmp_path: Path, config: Path, stderr: object) -> asyncio.subprocess.Process:
+async def _spawn(tmp_path: Path, config: Path, stderr: object) -> Running:
     env = clean_env(
         drop=(*DROPPED, "TELEGRAM_"), TELEGRAM_BOT_TOKEN=TOKEN, ANTHROPIC_API_KEY="sk-test-kill"
     )
-    return await asyncio.create_subprocess_exec(
+    return await spawn(
         sys.executable,
         "-m",
         "bot",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.fakes.messages_api import FakeMessagesAPI
-from tests.processes import DROPPED, clean_env
+from tests.processes import DROPPED, Running, clean_env, spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -84,10 +84,8 @@ def _env(tmp_path: Path) -> dict[str, str]:
     )
 
 
-async def _chat(
-    tmp_path: Path, config: Path, stdin: int = asyncio.subprocess.PIPE
-) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
+async def _chat(tmp_path: Path, config: Path, stdin: int = asyncio.subprocess.PIPE) -> Running:
+    return await spawn(
         sys.executable, "-m", "bot", "chat", "--config", str(config),
         cwd=tmp_path, env=_env(tmp_path), stdin=stdin,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

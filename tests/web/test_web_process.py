@@ -11,7 +11,7 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.processes import clean_env
+from tests.processes import clean_env, spawn
 
 TOKEN = "proc-token-0123456789abcdef"
 
@@ -28,13 +28,13 @@ async def test_personabot_web_serves_the_console_and_stops_on_sigterm(tmp_path: 
         encoding="utf-8",
     )
     args = [sys.executable, "-m", "bot", "web", "--config", str(config), "--listen", "127.0.0.1:0"]
-    refused = await asyncio.create_subprocess_exec(
+    refused = await spawn(
         *args, env=_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     out, err = await refused.communicate()
     assert refused.returncode == 2, err
     assert b"PERSONABOT_WEB_TOKEN" in err + out
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         *args,
         env=_env(PERSONABOT_WEB_TOKEN=TOKEN),
         stdout=asyncio.subprocess.PIPE,
