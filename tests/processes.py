@@ -32,10 +32,10 @@ DROPPED: Final = ("ANTHROPIC_", "PERSONABOT_")
 ZYGOTE: Final = Path(__file__).with_name("zygote.py")
 
 #: Environment variables the interpreter reads at start-up (the server has its own values);
-#: a request that sets one differently is started with exec. PYTHONUNBUFFERED the child
-#: applies itself.
+#: a request that sets one differently is started with exec. PYTHONUNBUFFERED and PYTHONPATH
+#: the child applies itself.
 _INTERPRETER: Final = ("PYTHON", "LC_", "LANG")
-_APPLIED: Final = frozenset({"PYTHONUNBUFFERED"})
+_APPLIED: Final = frozenset({"PYTHONUNBUFFERED", "PYTHONPATH"})
 
 PIPE: Final = asyncio.subprocess.PIPE
 DEVNULL: Final = asyncio.subprocess.DEVNULL
@@ -171,6 +171,8 @@ class _Zygote:
         if len(argv) < 2 or argv[0] != sys.executable:
             return False
         if not ((argv[1] == "-m" and len(argv) > 2) or argv[1].endswith(".py")):
+            return False
+        if "PYTHONPATH" in self.env:
             return False
         names = {k for k in (*env, *self.env) if k.startswith(_INTERPRETER)} - _APPLIED
         return all(env.get(k) == self.env.get(k) for k in names)

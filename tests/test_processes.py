@@ -97,10 +97,28 @@ async def test_a_signal_ends_the_child_and_its_code_says_which(tmp_path: Path, s
         os.kill(proc.pid, 0)
 
 
+async def test_pythonpath_comes_after_the_scripts_folder(tmp_path: Path) -> None:
+    """Plugins on PYTHONPATH (the entry-point tests) are found as with exec."""
+    results = []
+    for forked in (False, True):
+        env = clean_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{tmp_path / 'b'}")
+        proc = await (
+            spawn(sys.executable, PROBE, "path", cwd=tmp_path, env=env, stdout=PIPE)
+            if forked
+            else asyncio.create_subprocess_exec(
+                sys.executable, PROBE, "path", cwd=tmp_path, env=env, stdout=PIPE
+            )
+        )
+        assert isinstance(proc, Forked) == forked
+        results.append(json.loads((await proc.communicate())[0]))
+    assert results[0] == results[1]
+    assert results[0][1:3] == [str(tmp_path), str(tmp_path / "b")]
+
+
 async def test_an_interpreter_setting_is_started_with_exec(tmp_path: Path) -> None:
-    """A PYTHON* variable the zygote did not start with (here PYTHONPATH) cannot be applied
+    """A PYTHON* variable the zygote did not start with (here the hash seed) cannot be applied
     to a running interpreter: that process is executed."""
-    env = clean_env(PYTHONPATH=str(tmp_path))
+    env = clean_env(PYTHONHASHSEED="7")
     proc = await spawn(sys.executable, PROBE, "report", cwd=tmp_path, env=env, stdout=PIPE)
     assert not isinstance(proc, Forked)
     out, _ = await proc.communicate()

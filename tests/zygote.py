@@ -190,6 +190,10 @@ def become(request: Request) -> None:
     sys.stdin = sys.__stdin__ = _stdio(0, "r", sys.__stdin__)  # type: ignore[arg-type]
     sys.stdout = sys.__stdout__ = _stdio(1, "w", sys.__stdout__)  # type: ignore[arg-type]
     sys.stderr = sys.__stderr__ = _stdio(2, "w", sys.__stderr__)  # type: ignore[arg-type]
+    # PYTHONPATH's entries follow sys.path[0], as the interpreter puts them (the client
+    # starts no child here when the server itself had a PYTHONPATH).
+    extra = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    sys.path[0:0] = extra
     argv = request.argv
     if argv[0] == "-m":
         # python -m MODULE: sys.path[0] is the working directory, argv[0] the module's file.

@@ -14,7 +14,6 @@ import json
 import random
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -108,33 +107,9 @@ model = "claude-test"
 
 
 @pytest.fixture(scope="module")
-def worker_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The workers' environment, with their imports compiled once into a bytecode cache.
-
-    Without it each worker compiles the Claude SDK from source when bytecode writing is off
-    (PYTHONDONTWRITEBYTECODE), seconds per process.
-    """
-    env = clean_env(
-        PYTHONPYCACHEPREFIX=str(tmp_path_factory.mktemp("pycache")), ANTHROPIC_API_KEY="test"
-    )
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    # One worker started up to READY (on a throwaway SQLite file) compiles what all import.
-    tmp = tmp_path_factory.mktemp("warm")
-    config = tmp / "personabot.toml"
-    config.write_text(f'[storage]\nurl = "sqlite:///{tmp}/warm.sqlite3"\n', encoding="utf-8")
-    with subprocess.Popen(
-        [*WORKER, "--config", str(config), "--replies", str(tmp / "replies.jsonl")],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    ) as warm:
-        assert warm.stdout is not None
-        ready = warm.stdout.readline()
-        warm.terminate()
-        warm.communicate(timeout=60)
-    assert ready.startswith(b"READY"), ready
-    return env
+def worker_env() -> dict[str, str]:
+    """The workers' environment (their imports are the zygote's: tests/processes.py)."""
+    return clean_env(ANTHROPIC_API_KEY="test")
 
 
 @contextlib.asynccontextmanager
