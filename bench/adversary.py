@@ -47,6 +47,7 @@ from bench._report import (
     utc_timestamp,
     write_json,
 )
+from bot.app.build import memory_on, turn_parts
 from bot.core.clock import ManualClock
 from bot.core.events import (
     ConversationKey,
@@ -62,12 +63,12 @@ from bot.llm.offline import OfflineLLM
 from bot.metrics import Metrics
 from bot.queue import Ingestor
 from bot.runtime.limits import LimitPolicy, Limits
-from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnParts
+from bot.runtime.pipeline import BotProfile, Bots, Pipeline
 from bot.runtime.usage import Accounting
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Budget, PersonaPin, render_turn
 from memory.fit import request_tokens
-from memory.service import Memory, MemoryPolicy
+from memory.service import MemoryPolicy
 from memory.tokens import estimate_tokens
 
 BOT = "bench"
@@ -211,12 +212,13 @@ async def run_way(params: Params, way: Way, workdir: Path) -> Way:
             is_admin=lambda _bot, _user: False,
         )
         accounting = Accounting(store=store, clock=clock, metrics=metrics, limits=limits)
-        memory = Memory(
+        memory = memory_on(
             store=store, llm=llm, clock=clock, policy_for=lambda _b: policy, account=accounting
         )
         bots = Bots({BOT: profile})
         pipeline = Pipeline(
-            parts=TurnParts.of(
+            store=store,
+            parts=turn_parts(
                 store,
                 llm=llm,
                 clock=clock,

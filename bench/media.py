@@ -95,6 +95,7 @@ from bench.memory import (
     price_conversation,
     request_blocks,
 )
+from bot.app.build import memory_jobs, turn_parts
 from bot.config import DEFAULT_PRICES
 from bot.core.clock import ManualClock
 from bot.core.events import (
@@ -121,7 +122,7 @@ from bot.llm.offline import OfflineLLM
 from bot.queue import Ingestor
 from bot.runtime.images import prepare_image
 from bot.runtime.media import MediaPreparer, MediaSettings
-from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnParts
+from bot.runtime.pipeline import BotProfile, Bots, Pipeline
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Assembled, PersonaPin
 from memory.quoting import data_json
@@ -508,10 +509,14 @@ def wire(
         outlet=Outlet(),
     )
     memory = memory_class(
-        store=store, llm=memory_llm, clock=clock, policy_for=lambda _bot: policy, media=media
+        store=store,
+        jobs=memory_jobs(
+            store, llm=memory_llm, clock=clock, policy_for=lambda _bot: policy, media=media
+        ),
     )
     pipeline = Pipeline(
-        parts=TurnParts.of(
+        store=store,
+        parts=turn_parts(
             store, llm=llm, clock=clock, memory=memory, outlet_for=Bots({BOT: profile}).outlet_for
         ),
         bots=Bots({BOT: profile}),

@@ -55,6 +55,7 @@ from bench._report import (
     utc_timestamp,
     write_json,
 )
+from bot.app.build import memory_on, turn_parts
 from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey, Inbound, QueuePolicy, Reply, Turn
 from bot.core.llm import (
@@ -68,7 +69,7 @@ from bot.core.llm import (
 )
 from bot.llm.offline import OfflineLLM
 from bot.queue import Ingestor
-from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnParts
+from bot.runtime.pipeline import BotProfile, Bots, Pipeline
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Assembled, Budget, PersonaPin
 from memory.records import MemoryItem, Section, Summary, UserMemory, trim_summary
@@ -720,9 +721,10 @@ def wire(store: SQLiteStore, memory_llm: BaseLLM) -> Runtime:
         memory=policy,
         outlet=NullOutlet(),
     )
-    memory = Memory(store=store, llm=memory_llm, clock=clock, policy_for=lambda _bot: policy)
+    memory = memory_on(store=store, llm=memory_llm, clock=clock, policy_for=lambda _bot: policy)
     pipeline = Pipeline(
-        parts=TurnParts.of(
+        store=store,
+        parts=turn_parts(
             store, llm=llm, clock=clock, memory=memory, outlet_for=Bots({BOT: profile}).outlet_for
         ),
         bots=Bots({BOT: profile}),
@@ -1050,7 +1052,7 @@ async def prepare_probe(
     bulk_fill(path, size, texts, now, policy.budget)
     fill_seconds = time.perf_counter() - started
     turn = await pending_probe_turn(store, now)
-    memory = Memory(
+    memory = memory_on(
         store=store, llm=OfflineLLM(), clock=ManualClock(now), policy_for=lambda _: policy
     )
     return Probe(size, memory, turn, fill_seconds)

@@ -71,16 +71,17 @@ from bench._stores import (
     drop_raw_table,
     raw_inserts,
 )
+from bot.app.build import memory_on, turn_parts
 from bot.core.clock import SystemClock
 from bot.core.errors import StoreError
 from bot.core.events import ClaimedTurn, Claims, ConversationKey, Inbound, QueuePolicy, Reply
 from bot.core.llm import ModelRequest, ModelResult
 from bot.llm.offline import OfflineLLM
 from bot.queue import Ingestor, Scheduler
-from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnParts
+from bot.runtime.pipeline import BotProfile, Bots, Pipeline
 from bot.store.base import BaseStore
 from memory.assemble import Budget, PersonaPin
-from memory.service import Memory, MemoryPolicy
+from memory.service import MemoryPolicy
 
 log = logging.getLogger("personabot.bench.queue")
 
@@ -391,9 +392,10 @@ def build_harness(store: BaseStore, params: Params, shared_total: Any | None = N
         outlet=outlet,
         lease_seconds=params.lease,
     )
-    memory = Memory(store=store, llm=llm, clock=clock, policy_for=lambda _bot: profile.memory)
+    memory = memory_on(store=store, llm=llm, clock=clock, policy_for=lambda _bot: profile.memory)
     pipeline = Pipeline(
-        parts=TurnParts.of(
+        store=store,
+        parts=turn_parts(
             store, llm=llm, clock=clock, memory=memory, outlet_for=Bots({BOT: profile}).outlet_for
         ),
         bots=Bots({BOT: profile}),

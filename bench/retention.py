@@ -75,12 +75,13 @@ from bench._report import (
     write_json,
 )
 from bench.queue import stop_scheduler
+from bot.app.build import memory_on, turn_parts
 from bot.core.clock import SystemClock
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey, Inbound, QueuePolicy, Reply, SessionKey
 from bot.llm.offline import OfflineLLM
 from bot.queue import Ingestor, Scheduler
-from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnParts
+from bot.runtime.pipeline import BotProfile, Bots, Pipeline
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Budget, PersonaPin
 from memory.records import Summary
@@ -687,7 +688,7 @@ def make_retention(
     """A retention worker whose summaries come from the offline model (no latency)."""
     clock = SystemClock()
     policy = MemoryPolicy(budget=Budget(), summary_model="offline")
-    memory = Memory(
+    memory = memory_on(
         store=store, llm=llm or OfflineLLM(), clock=clock, policy_for=lambda _bot: policy
     )
     return Retention(
@@ -944,9 +945,10 @@ def _wire(store: PhasedStore, params: Params) -> Live:
         outlet=outlet,
         lease_seconds=30.0,
     )
-    memory = Memory(store=store, llm=llm, clock=clock, policy_for=lambda _bot: profile.memory)
+    memory = memory_on(store=store, llm=llm, clock=clock, policy_for=lambda _bot: profile.memory)
     pipeline = Pipeline(
-        parts=TurnParts.of(
+        store=store,
+        parts=turn_parts(
             store, llm=llm, clock=clock, memory=memory, outlet_for=Bots({BOT: profile}).outlet_for
         ),
         bots=Bots({BOT: profile}),

@@ -2,7 +2,8 @@
 and keeps the summary and the users' long-term memory up to date in the background (never on
 the reply path).
 
-``Memory`` only composes the jobs, each a module of its own with the store contracts it uses
+``Memory`` only composes the jobs (built on one store by the composition root,
+bot/app/build/memory.py), each a module of its own with the store contracts it uses
 (docs/architecture.md#map): prompt building (memory/prompting.py), compaction
 (memory/compaction.py), extraction and its sweep (memory/extraction.py, memory/sweep.py),
 erasure and export (memory/erasure.py); what they share is in memory/stored.py (records read
@@ -17,21 +18,19 @@ the next turn or sweep finds it again. Leases keep two processes from doing the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
-from bot.core.clock import Clock
 from bot.core.events import NOT_SET, ConversationKey, NotSet, SessionKey, Turn, UserKey
-from bot.core.llm import BaseLLM
-from bot.store.base import BaseStore
+from bot.store.contracts import MemoryStore, RetentionStore
 from memory import stored
 from memory.assemble import Assembled, PersonaPin
-from memory.calls import ChargedModel
 from memory.calls import ModelAccount as ModelAccount  # re-exported: its old home
 from memory.compaction import Compaction
 from memory.erasure import Eraser
 from memory.extraction import Extraction
-from memory.jobs import JobGate, Jobs
+from memory.jobs import Jobs
 from memory.policy import MemoryPolicy as MemoryPolicy  # re-exported: its old home
 from memory.privacy import ForgetReport
 from memory.prompting import MediaPreparation as MediaPreparation  # re-exported: its old home
@@ -42,57 +41,36 @@ from memory.stored import load_memory as load_memory  # re-exported: its old hom
 from memory.sweep import Sweep
 
 
+class ServiceStore(MemoryStore, RetentionStore, Protocol):
+    """What the facade itself reads: a user's record, a session's summary and its gaps."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryJobs:
+    """The jobs the facade composes, each on the store contract it uses (built by the
+    composition root: bot/app/build/memory.py ``memory_jobs``)."""
+
+    prompts: PromptBuilder
+    compaction: Compaction
+    extraction: Extraction
+    sweep: Sweep
+    eraser: Eraser
+    #: The background tasks the jobs run (compaction and sweeps).
+    tasks: Jobs
+
+
 class Memory:
     """Prompt building plus background summary and user-memory upkeep: the jobs composed on
     one store, for callers that need more than one of them."""
 
-    def __init__(
-        self,
-        *,
-        store: BaseStore,
-        llm: BaseLLM,
-        clock: Clock,
-        policy_for: Callable[[str], MemoryPolicy],
-        holder: str | None = None,
-        lease_seconds: float = 60.0,
-        retry_after_failure: float = 60.0,
-        account: ModelAccount | None = None,
-        media: MediaPreparation | None = None,
-    ) -> None:
+    def __init__(self, *, store: ServiceStore, jobs: MemoryJobs) -> None:
         self._store = store
-        self._jobs = Jobs()
-        model = ChargedModel(llm=llm, account=account)
-        gate = JobGate(
-            store=store,
-            clock=clock,
-            holder=holder,
-            lease_seconds=lease_seconds,
-            retry_after_failure=retry_after_failure,
-        )
-        self.prompts: Final = PromptBuilder(store=store, policy_for=policy_for, media=media)
-        self.compaction: Final = Compaction(
-            store=store,
-            model=model,
-            gate=gate,
-            jobs=self._jobs,
-            clock=clock,
-            policy_for=policy_for,
-        )
-        self.extraction: Final = Extraction(
-            store=store,
-            model=model,
-            gate=gate,
-            clock=clock,
-            policy_for=policy_for,
-        )
-        self.sweep: Final = Sweep(
-            store=store,
-            extraction=self.extraction,
-            jobs=self._jobs,
-            clock=clock,
-            policy_for=policy_for,
-        )
-        self.eraser: Final = Eraser(store=store, clock=clock)
+        self._jobs = jobs.tasks
+        self.prompts: Final = jobs.prompts
+        self.compaction: Final = jobs.compaction
+        self.extraction: Final = jobs.extraction
+        self.sweep: Final = jobs.sweep
+        self.eraser: Final = jobs.eraser
 
     # -- reading --------------------------------------------------------------------------------
 

@@ -5,20 +5,30 @@ admin -> app -> serve -> web -> admin import cycle)."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from bot.app.build import initiative_policy, memory_policy, pin_for
 from bot.config import PersonaSettings, Settings
 from bot.core.agenda import CheckinCap
 from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn
 from bot.runtime.initiatives import check_in_prompt, due_check_in
-from bot.store.base import BaseStore
+from bot.store.console import PendingCounts
+from bot.store.contracts import AgendaStore, PendingReads, SessionReads, TranscriptReads
 from memory.assemble import Assembled
 from memory.retention.gaps import gap_notice
 from memory.service import Memory
 
 
+class PreviewStore(
+    SessionReads, PendingReads, TranscriptReads, PendingCounts, AgendaStore, Protocol
+):
+    """What the preview reads: the open session, its pending turn and backlog, the history
+    of the last person who spoke, and the check-in rules' state (docs/initiatives.md)."""
+
+
 async def preview_prompt(
     settings: Settings,
-    store: BaseStore,
+    store: PreviewStore,
     memory: Memory,
     conversation: ConversationKey,
     persona: PersonaSettings,

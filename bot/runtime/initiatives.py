@@ -23,7 +23,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 from bot.core.agenda import (
     CAPPED,
@@ -59,6 +59,7 @@ from bot.runtime.proactive_prompts import (
 from bot.runtime.tools import Effect, LoopResult, Tool, ToolError
 from bot.runtime.turn import Ask, Draft, Job, TurnKernel, TurnParts
 from bot.runtime.turn_context import TurnContext
+from bot.store.contracts import AgendaStore, ConversationReads, SessionStore
 from memory.assemble import PersonaPin
 from memory.service import MemoryPolicy
 
@@ -130,6 +131,12 @@ class Persona:
     memory: MemoryPolicy | None = None
 
 
+class ProactiveStore(AgendaStore, SessionStore, ConversationReads, Protocol):
+    """What check-ins and reminders ask the store: the agenda and its final check
+    (``finish_proactive``), the open session a reminder is written in, and whether the chat
+    is still active (the turn lease is the kernel's: ``TurnParts.leases``)."""
+
+
 class Proactive:
     """Runs due check-ins and reminders of the bots this process hosts, through the turn
     kernel (bot/runtime/turn.py): each is a job under the conversation's turn lease."""
@@ -137,6 +144,7 @@ class Proactive:
     def __init__(
         self,
         *,
+        store: ProactiveStore,
         parts: TurnParts,
         personas: Mapping[str, Persona],
         policy: AgendaPolicy = AgendaPolicy(),
@@ -144,7 +152,7 @@ class Proactive:
     ) -> None:
         self._parts = parts
         self._kernel = TurnKernel(parts)
-        self._store = parts.store
+        self._store = store
         self._clock = parts.clock
         self._personas = dict(personas)
         # A bot's other personas by (bot, persona id): the chat's persona writes
@@ -222,9 +230,11 @@ class Proactive:
             if lease is None:
                 return "busy"  # a turn (or another process) works on this chat: later
             job: Job[Outcome] = (
-                ReminderJob(self, self._parts, Due(conversation, lease, persona), reminder)
+                ReminderJob(
+                    self, self._parts, self._store, Due(conversation, lease, persona), reminder
+                )
                 if kind == "reminder"
-                else CheckInJob(self, self._parts, Due(conversation, lease, persona))
+                else CheckInJob(self, self._parts, self._store, Due(conversation, lease, persona))
             )
             outcome = await self._kernel.run(job, lease)
         log.info("%s of %s: %s", kind, conversation, outcome)
@@ -324,10 +334,10 @@ class CheckInJob(Job[Outcome]):
     """A due check-in: its rules first (each re-arms or disarms as it goes), then the model's
     required ``send``/``skip`` choice; a skip is recorded on the row, never sent."""
 
-    def __init__(self, runner: Proactive, parts: TurnParts, due: Due) -> None:
+    def __init__(self, runner: Proactive, parts: TurnParts, agenda: AgendaStore, due: Due) -> None:
         self._runner = runner
         self._parts = parts
-        self._agenda = parts.store
+        self._agenda = agenda
         self._due = due
         self._persona = due.persona
         self.ttl = due.persona.lease_seconds
@@ -460,10 +470,17 @@ class ReminderJob(Job[Outcome]):
     """A due reminder: always sent, in the persona's words or, when the model fails or a
     token limit holds, as a plain line (a missed reminder is worse than a plain one)."""
 
-    def __init__(self, runner: Proactive, parts: TurnParts, due: Due, reminder_id: int) -> None:
+    def __init__(
+        self,
+        runner: Proactive,
+        parts: TurnParts,
+        store: ProactiveStore,
+        due: Due,
+        reminder_id: int,
+    ) -> None:
         self._runner = runner
         self._parts = parts
-        self._store = parts.store
+        self._store = store
         self._due = due
         self._id = reminder_id
         self._persona = due.persona

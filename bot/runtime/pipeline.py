@@ -24,6 +24,7 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from bot.core.events import ClaimedTurn, Claims, ConversationKey, Lease, Turn
 from bot.core.queue_rules import turn_lease
@@ -44,8 +45,9 @@ from bot.runtime.profiles import (
 )
 from bot.runtime.reply import AgendaLink, ReplyJob, ReplyTurn
 from bot.runtime.streaming import StopSignals
-from bot.runtime.trouble import GAP_TOLD_KEY, TROUBLE_KEY, Trouble
+from bot.runtime.trouble import GAP_TOLD_KEY, TROUBLE_KEY, Trouble, TroubleStore
 from bot.runtime.turn import TurnKernel, TurnParts
+from bot.store.contracts import ConversationReads
 from memory.retention.gaps import Gap, describe, gap_notice
 
 log = logging.getLogger("personabot.pipeline")
@@ -62,9 +64,16 @@ __all__ = [
     "GapPolicy",
     "Pipeline",
     "ReplyPolicies",
+    "ReplyStore",
     "TurnOutcome",
     "TurnParts",
 ]
+
+
+class ReplyStore(TroubleStore, ConversationReads, Protocol):
+    """What the reply side asks the store: due turns claimed, the pending turn and the
+    conversation's version, its timer, the final check (``finish_turn``), a turn closed out,
+    and the session's notes (the turn lease is the kernel's: ``TurnParts.leases``)."""
 
 
 class Pipeline:
@@ -73,6 +82,7 @@ class Pipeline:
     def __init__(
         self,
         *,
+        store: ReplyStore,
         parts: TurnParts,
         bots: Bots,
         policies: ReplyPolicies | None = None,
@@ -80,6 +90,7 @@ class Pipeline:
         extensions: Extensions | None = None,
         agenda: AgendaLink | None = None,
     ) -> None:
+        self._store = store
         self._parts = parts
         self._kernel = TurnKernel(parts)
         self._bots = bots
@@ -89,7 +100,7 @@ class Pipeline:
         self._per_bot: dict[str, Extensions] = {}
         # Check-ins and reminders (docs/initiatives.md), when some bot uses them.
         self._agenda = agenda
-        self._trouble = Trouble(parts=parts, policies=self._policies)
+        self._trouble = Trouble(store=store, parts=parts, policies=self._policies)
 
     @property
     def holder(self) -> str:
@@ -146,7 +157,7 @@ class Pipeline:
 
     async def claim(self, now: float, limit: int, skip: Sequence[ConversationKey]) -> Claims:
         """Due turns of the hosted bots handed to this process, their leases taken."""
-        return await self._parts.store.claim_due_turns(
+        return await self._store.claim_due_turns(
             now,
             limit,
             holder=self.holder,
@@ -158,7 +169,7 @@ class Pipeline:
     async def next_claim_at(self, now: float, skip: Sequence[ConversationKey]) -> float | None:
         """When a claim could next take a turn of the hosted bots."""
         skipped = [turn_lease(k) for k in skip]
-        return await self._parts.store.next_claim_at(now, self.bots, skipped)
+        return await self._store.next_claim_at(now, self.bots, skipped)
 
     async def run_claimed(self, turn: ClaimedTurn) -> TurnOutcome:
         """Run a turn the store handed over with its lease (released at the end)."""
@@ -184,7 +195,7 @@ class Pipeline:
     async def _with_lease(
         self, conversation: ConversationKey, profile: BotProfile, lease: Lease
     ) -> TurnOutcome:
-        store, memory = self._parts.store, self._parts.memory
+        store, memory = self._store, self._parts.memory
         # The oldest session first: what was pending when /new closed a session is answered
         # there, in a turn of its own; it never joins a turn of the new session.
         turn = await store.pending_turn(conversation, profile.max_turn_messages)
@@ -245,6 +256,7 @@ class Pipeline:
 
     async def _reply(self, reply: ReplyTurn) -> TurnOutcome:
         job = ReplyJob(
+            store=self._store,
             parts=self._parts,
             trouble=self._trouble,
             extensions=self._extensions_for(reply.profile.key),

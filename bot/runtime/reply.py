@@ -36,6 +36,7 @@ from bot.runtime.tools import Effect, LoopResult
 from bot.runtime.trouble import Trouble
 from bot.runtime.turn import Ask, Draft, Job, TurnParts
 from bot.runtime.turn_context import TurnContext
+from bot.store.contracts import QueueStore
 from memory.assemble import with_context
 from memory.records import Summary
 from memory.tokens import estimate_tokens
@@ -74,12 +75,14 @@ class ReplyJob(Job[TurnOutcome]):
     def __init__(
         self,
         *,
+        store: QueueStore,
         parts: TurnParts,
         trouble: Trouble,
         extensions: Extensions,
         agenda: AgendaLink | None,
         reply: ReplyTurn,
     ) -> None:
+        self._store = store
         self._parts = parts
         self._trouble = trouble
         self._extensions = extensions
@@ -222,7 +225,7 @@ class ReplyJob(Job[TurnOutcome]):
     async def check(self, draft: Draft) -> FinishResult:
         """``finish_turn``: fencing, the version check, then the reply and its outbox row."""
         p = self._parts
-        return await p.store.finish_turn(
+        return await self._store.finish_turn(
             self._turn,
             self._reply.lease,
             draft.text,

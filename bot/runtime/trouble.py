@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from typing import Protocol
 
 from bot.core.console import GAP_NOTICED_KEY
 from bot.core.errors import ModelError, ModelUnavailable, RateLimited, RequestRejected
@@ -15,6 +16,7 @@ from bot.core.events import NOT_SET, ConversationKey, Lease, Turn
 from bot.runtime.limits import Admission
 from bot.runtime.profiles import BotProfile, ReplyPolicies, TurnOutcome
 from bot.runtime.turn import TurnParts
+from bot.store.contracts import QueueStore, SessionStore
 from memory.retention.gaps import Gap, describe
 
 log = logging.getLogger("personabot.pipeline")
@@ -23,12 +25,17 @@ GAP_TOLD_KEY = "personabot:gap_told"
 TROUBLE_KEY = "personabot:trouble_told"
 
 
+class TroubleStore(QueueStore, SessionStore, Protocol):
+    """What Trouble asks the store: a turn closed out, its timer cleared or moved, and the
+    session's notes of what the chat was told."""
+
+
 class Trouble:
     """Closes out, parks or re-arms the turns of replies that cannot be answered now."""
 
-    def __init__(self, *, parts: TurnParts, policies: ReplyPolicies) -> None:
+    def __init__(self, *, store: TroubleStore, parts: TurnParts, policies: ReplyPolicies) -> None:
         self._parts = parts
-        self._store = parts.store
+        self._store = store
         self._clock = parts.clock
         self._metrics = parts.metrics
         self._policies = policies

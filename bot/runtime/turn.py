@@ -29,16 +29,14 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from bot.core.clock import Clock
 from bot.core.errors import ModelError
 from bot.core.events import ConversationKey, FinishResult, Lease, OutboxItem
 from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
-from bot.core.ports import Outlet
 from bot.core.queue_rules import turn_lease
 from bot.core.tasks import Background
 from bot.metrics import Metrics
@@ -47,30 +45,26 @@ from bot.queue.lease import renewing
 from bot.runtime.delivery import Delivery
 from bot.runtime.extensions import AfterReply
 from bot.runtime.hooks import after_reply
-from bot.runtime.limits import Limits
-from bot.runtime.streaming import Previews, Relay, StopSignals, streamed
+from bot.runtime.streaming import Previews, Relay, streamed
 from bot.runtime.tools import CountCall, Effect, LoopResult, ToolLoop, ToolPolicy, ToolRegistry
 from bot.runtime.tools import apply as apply_effects
 from bot.runtime.turn_context import TurnContext
 from bot.runtime.usage import Accounting
-from bot.store.base import BaseStore
-from bot.store.contracts import AgendaStore, LeaseStore, MessageStore, QueueStore, SessionStore
+from bot.store.contracts import LeaseStore
 from memory.service import Memory
 
 O = TypeVar("O")  # noqa: E741 - the outcome a job ends with
 
 
-class TurnStore(QueueStore, AgendaStore, LeaseStore, SessionStore, MessageStore, Protocol):
-    """What the turns ask the store: the pending turn, timers and a reply's final check;
-    check-ins and reminders and theirs; the turn lease; session state (notices told, a
-    preview on record); the conversation's version and whether a chat is active."""
-
-
 @dataclass(frozen=True, slots=True)
 class TurnParts:
-    """What every turn needs, replies, check-ins and reminders alike."""
+    """What every turn needs, replies, check-ins and reminders alike. Of the store, the
+    kernel asks only for the turn lease; each runner gets the rest of what it asks as its own
+    narrow contract (``ReplyStore`` in bot/runtime/pipeline.py, ``ProactiveStore`` in
+    bot/runtime/initiatives.py), and the composition root builds the parts
+    (bot/app/build/turns.py ``turn_parts``)."""
 
-    store: TurnStore
+    leases: LeaseStore
     llm: BaseLLM
     clock: Clock
     memory: Memory
@@ -80,41 +74,6 @@ class TurnParts:
     metrics: Metrics
     holder: str
     tools: ToolPolicy = field(default_factory=ToolPolicy)
-
-    @classmethod
-    def of(
-        cls,
-        store: BaseStore,
-        *,
-        llm: BaseLLM,
-        clock: Clock,
-        memory: Memory,
-        outlet_for: Callable[[str], Outlet | None],
-        holder: str | None = None,
-        metrics: Metrics | None = None,
-        accounting: Accounting | None = None,
-        limits: Limits | None = None,
-        tools: ToolPolicy | None = None,
-        stops: StopSignals | None = None,
-    ) -> TurnParts:
-        """The parts on one store; what is not given is made here (a fresh holder name, the
-        metrics, accounting under ``limits``, the stop requests)."""
-        metrics = metrics or Metrics()
-        return cls(
-            store=store,
-            llm=llm,
-            clock=clock,
-            memory=memory,
-            delivery=Delivery(store=store, clock=clock, outlet_for=outlet_for),
-            accounting=accounting
-            or Accounting(store=store, clock=clock, metrics=metrics, limits=limits),
-            previews=Previews(
-                sessions=store, clock=clock, stops=stops or StopSignals(store=store, clock=clock)
-            ),
-            metrics=metrics,
-            holder=holder or f"worker-{uuid.uuid4().hex[:12]}",
-            tools=tools or ToolPolicy(),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,14 +180,14 @@ class TurnKernel:
         p = self.parts
         if lease is None:
             name = turn_lease(conversation)
-            lease = await leases.acquire(p.store, name, holder=p.holder, ttl=ttl, clock=p.clock)
+            lease = await leases.acquire(p.leases, name, holder=p.holder, ttl=ttl, clock=p.clock)
             if lease is None:
                 yield None
                 return
         try:
             yield lease
         finally:
-            await leases.release(p.store, lease, ttl=ttl, clock=p.clock, later=self.releases)
+            await leases.release(p.leases, lease, ttl=ttl, clock=p.clock, later=self.releases)
 
     async def run(self, job: Job[O], lease: Lease) -> O:
         """The sequence under a held lease: prompt and model (renewed), final check,
@@ -258,7 +217,7 @@ class TurnKernel:
         try:
             async with (
                 job.typing(),
-                renewing(p.store, lease, ttl=job.ttl, clock=p.clock) as lost,
+                renewing(p.leases, lease, ttl=job.ttl, clock=p.clock) as lost,
             ):
                 planned = await job.prompt(lost)
                 if not isinstance(planned, Ask):

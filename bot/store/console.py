@@ -33,15 +33,19 @@ from bot.core.events import (
 )
 
 
-class ConsoleStore(Protocol):
-    """What the operator console reads and the audit log it writes (docs/web.md)."""
-
-    # -- a conversation's backlog, sessions and what personabot deleted of them --------------------
+class PendingCounts(Protocol):
+    """A conversation's backlog, counted (the console and ``personabot prompt``)."""
 
     @abc.abstractmethod
     async def pending_count(self, conversation: ConversationKey) -> int:
         """How many messages of the conversation wait for an answer (every session): what a
         console or ``personabot prompt`` says beside the one bounded turn it shows."""
+
+
+class ConsoleStore(PendingCounts, Protocol):
+    """What the operator console reads and the audit log it writes (docs/web.md)."""
+
+    # -- a conversation's sessions and what personabot deleted of them ----------------------------
 
     @abc.abstractmethod
     async def get_session(self, session: SessionKey) -> SessionInfo | None:

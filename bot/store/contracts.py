@@ -155,7 +155,19 @@ class TranscriptReads(Protocol):
         before ``before_turn`` (a page of the console's transcript)."""
 
 
-class MessageStore(TranscriptReads, Protocol):
+class ConversationReads(Protocol):
+    """Whether a chat is active and its version (the turns' checks before they write)."""
+
+    @abc.abstractmethod
+    async def conversation_active(self, conversation: ConversationKey) -> bool:
+        """False when the conversation was marked inactive (True if unknown)."""
+
+    @abc.abstractmethod
+    async def conversation_version(self, conversation: ConversationKey) -> int:
+        """The conversation's version counter (0 if it does not exist)."""
+
+
+class MessageStore(TranscriptReads, ConversationReads, Protocol):
     """Messages as they arrive, change and are read back (ingest is the queue's entry)."""
 
     @abc.abstractmethod
@@ -229,14 +241,6 @@ class MessageStore(TranscriptReads, Protocol):
         self, conversation: ConversationKey, active: bool, reason: str | None = None
     ) -> None:
         """Mark a conversation inactive (delivery refused) or active again."""
-
-    @abc.abstractmethod
-    async def conversation_active(self, conversation: ConversationKey) -> bool:
-        """False when the conversation was marked inactive (True if unknown)."""
-
-    @abc.abstractmethod
-    async def conversation_version(self, conversation: ConversationKey) -> int:
-        """The conversation's version counter (0 if it does not exist)."""
 
     @abc.abstractmethod
     async def count_history(self, session: SessionKey, *, after_turn: int = 0) -> int:

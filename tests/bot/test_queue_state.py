@@ -52,6 +52,7 @@ from hypothesis.stateful import (
 )
 
 import bot.core.errors
+from bot.app.build import memory_on, turn_parts
 from bot.core.clock import ManualClock
 from bot.core.errors import ModelRejected, ModelUnavailable, RateLimited
 from bot.core.events import ConversationKey, Inbound, QueuePolicy, Reply, StoredMessage
@@ -66,7 +67,6 @@ from bot.runtime.pipeline import (
     Bots,
     Pipeline,
     ReplyPolicies,
-    TurnParts,
 )
 from bot.runtime.router import Router
 from bot.store.base import BaseStore
@@ -360,7 +360,7 @@ class Process:
             outlet=self.outlet,
             lease_seconds=LEASE,
         )
-        self.memory = Memory(
+        self.memory = memory_on(
             store=self.store,
             llm=OfflineLLM(),
             clock=self.clock,
@@ -368,7 +368,8 @@ class Process:
         )
         bots = Bots({BOT: profile})
         self.pipeline = Pipeline(
-            parts=TurnParts.of(
+            store=self.store,
+            parts=turn_parts(
                 self.store,
                 llm=self.llm,
                 clock=self.clock,

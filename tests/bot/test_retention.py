@@ -12,6 +12,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from bot.app.build import memory_on
 from bot.config import load_settings
 from bot.core.clock import ManualClock
 from bot.core.errors import ConfigError, ModelUnavailable, StoreError
@@ -68,7 +69,7 @@ async def support_session(store: BaseStore, clock: ManualClock) -> None:
 
 def memory_for(store: BaseStore, clock: ManualClock, llm: BaseLLM | None = None) -> Memory:
     policy = MemoryPolicy(budget=Budget(window_messages=8), summary_model="m")
-    return Memory(store=store, llm=llm or OfflineLLM(), clock=clock, policy_for=lambda _: policy)
+    return memory_on(store=store, llm=llm or OfflineLLM(), clock=clock, policy_for=lambda _: policy)
 
 
 def retention(

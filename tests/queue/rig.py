@@ -8,14 +8,15 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
+from bot.app.build import memory_on, turn_parts
 from bot.core.clock import SystemClock
 from bot.core.events import ClaimedTurn, Claims, ConversationKey, Inbound, QueuePolicy
 from bot.llm.offline import OfflineLLM
 from bot.queue import Scheduler
-from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnOutcome, TurnParts
+from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnOutcome
 from bot.store.base import BaseStore
 from memory.assemble import Budget, PersonaPin
-from memory.service import Memory, MemoryPolicy
+from memory.service import MemoryPolicy
 from tests.fakes.outlet import RecordingOutlet
 
 PIN = PersonaPin(name="Mira", system="You are Mira.", first_message=("Hello!",), model="offline")
@@ -90,10 +91,11 @@ async def claiming(
         for bot in bots
     }
     llm = OfflineLLM()
-    memory = Memory(store=store, llm=llm, clock=clock, policy_for=lambda b: profiles[b].memory)
+    memory = memory_on(store=store, llm=llm, clock=clock, policy_for=lambda b: profiles[b].memory)
     hosted_bots = Bots(profiles)
     pipeline = Pipeline(
-        parts=TurnParts.of(
+        store=store,
+        parts=turn_parts(
             store, llm=llm, clock=clock, memory=memory, outlet_for=hosted_bots.outlet_for
         ),
         bots=hosted_bots,

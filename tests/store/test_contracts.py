@@ -8,9 +8,14 @@ import inspect
 
 import pytest
 
+from bot.app.preview import PreviewStore
 from bot.app.web.views import ConsoleReads
+from bot.runtime.delivery import DeliveryStore
+from bot.runtime.initiatives import ProactiveStore
 from bot.runtime.limits import LimitsStore
+from bot.runtime.pipeline import ReplyStore
 from bot.runtime.router import RouterStore
+from bot.runtime.trouble import TroubleStore
 from bot.store import contracts
 from bot.store.base import BaseStore
 from bot.store.console import ConsoleStore
@@ -21,6 +26,7 @@ from memory.erasure import ErasureStore
 from memory.extraction import ExtractionStore
 from memory.prompting import PromptStore
 from memory.retention.worker import RetentionWorkerStore
+from memory.service import ServiceStore
 
 #: What a consumer may see at most (aiogram's BaseStorage has 5 methods, Litestar's Store 6).
 MOST = 25
@@ -39,6 +45,12 @@ COMBINED = [
     CompactionStore,
     ExtractionStore,
     ErasureStore,
+    ServiceStore,
+    ReplyStore,
+    TroubleStore,
+    ProactiveStore,
+    DeliveryStore,
+    PreviewStore,
 ]
 
 

@@ -16,16 +16,17 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
+from bot.app.build import memory_on, turn_parts
 from bot.core.clock import SystemClock
 from bot.core.events import ConversationKey, Inbound, QueuePolicy
 from bot.llm.offline import OfflineLLM
 from bot.queue import Scheduler
-from bot.runtime.pipeline import BotProfile, Bots, Pipeline, TurnParts
+from bot.runtime.pipeline import BotProfile, Bots, Pipeline
 from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore
 from bot.store.postgres._wakeups import parse
 from memory.assemble import Budget, PersonaPin
-from memory.service import Memory, MemoryPolicy
+from memory.service import MemoryPolicy
 from tests import pg_cluster
 from tests.fakes.outlet import RecordingOutlet
 
@@ -123,9 +124,10 @@ def _pipeline(store: BaseStore, outlet: RecordingOutlet, clock: SystemClock) -> 
         lease_seconds=10.0,
     )
     llm = OfflineLLM()
-    memory = Memory(store=store, llm=llm, clock=clock, policy_for=lambda _bot: profile.memory)
+    memory = memory_on(store=store, llm=llm, clock=clock, policy_for=lambda _bot: profile.memory)
     return Pipeline(
-        parts=TurnParts.of(
+        store=store,
+        parts=turn_parts(
             store, llm=llm, clock=clock, memory=memory, outlet_for=Bots({BOT: profile}).outlet_for
         ),
         bots=Bots({BOT: profile}),

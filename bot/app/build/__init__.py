@@ -12,6 +12,7 @@ Every name is importable from ``bot.app.build`` as before the split.
 """
 
 from bot.app.build.background import Background
+from bot.app.build.memory import memory_jobs, memory_on
 from bot.app.build.policies import (
     Hosted,
     access_policies,
@@ -49,7 +50,7 @@ from bot.app.build.services import (
     open_memory,
 )
 from bot.app.build.stores import build_store
-from bot.app.build.turns import Agenda, build_agenda
+from bot.app.build.turns import Agenda, build_agenda, turn_parts
 
 __all__ = [
     "Agenda",
@@ -78,6 +79,8 @@ __all__ = [
     "initiative_policy",
     "macro_view",
     "media_source",
+    "memory_jobs",
+    "memory_on",
     "memory_policy",
     "offline_provider",
     "open_memory",
@@ -88,5 +91,6 @@ __all__ = [
     "readiness",
     "runtime",
     "session_policy",
+    "turn_parts",
     "unknown",
 ]

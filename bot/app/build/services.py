@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from bot.app.build import stores
+from bot.app.build.memory import memory_on
 from bot.app.build.parts import Parts
 from bot.app.build.policies import Hosted, limit_policy, memory_policy, prices, retention_policy
 from bot.config import Settings
@@ -104,8 +105,8 @@ def build_memory(
         def policy_for(bot: str) -> MemoryPolicy:
             return by_bot.get(bot, default)
 
-    return Memory(
-        store=store, llm=llm, clock=clock, policy_for=policy_for, account=account, media=media
+    return memory_on(
+        store, llm=llm, clock=clock, policy_for=policy_for, account=account, media=media
     )
 
 

@@ -4,6 +4,8 @@ constructor touches one small function."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.app.build.parts import Parts
@@ -15,14 +17,23 @@ from bot.app.build.policies import (
 )
 from bot.app.build.services import Spending
 from bot.config import PersonaSettings
+from bot.core.clock import Clock
 from bot.core.events import ConversationKey
+from bot.core.llm import BaseLLM
+from bot.core.ports import Outlet
+from bot.metrics import Metrics
 from bot.queue import Ingestor, Scheduler
+from bot.runtime.delivery import Delivery
 from bot.runtime.extensions import Extensions
 from bot.runtime.initiatives import AgendaKey, Persona, Proactive
+from bot.runtime.limits import Limits
 from bot.runtime.pipeline import AgendaLink, BotProfile, Bots, Pipeline, ReplyPolicies
 from bot.runtime.reminders import reminder_extensions
+from bot.runtime.streaming import Previews, StopSignals
 from bot.runtime.tools import ToolPolicy
 from bot.runtime.turn import TurnParts
+from bot.runtime.usage import Accounting
+from bot.store.base import BaseStore
 from memory.service import Memory
 
 
@@ -36,6 +47,41 @@ class Agenda:
     scheduler: Scheduler[AgendaKey]
 
 
+def turn_parts(
+    store: BaseStore,
+    *,
+    llm: BaseLLM,
+    clock: Clock,
+    memory: Memory,
+    outlet_for: Callable[[str], Outlet | None],
+    holder: str | None = None,
+    metrics: Metrics | None = None,
+    accounting: Accounting | None = None,
+    limits: Limits | None = None,
+    tools: ToolPolicy | None = None,
+    stops: StopSignals | None = None,
+) -> TurnParts:
+    """The parts of turns on one store, each part taking it as the contract it uses; what is
+    not given is made here (a fresh holder name, the metrics, accounting under ``limits``,
+    the stop requests)."""
+    metrics = metrics or Metrics()
+    return TurnParts(
+        leases=store,
+        llm=llm,
+        clock=clock,
+        memory=memory,
+        delivery=Delivery(store=store, clock=clock, outlet_for=outlet_for),
+        accounting=accounting
+        or Accounting(store=store, clock=clock, metrics=metrics, limits=limits),
+        previews=Previews(
+            sessions=store, clock=clock, stops=stops or StopSignals(store=store, clock=clock)
+        ),
+        metrics=metrics,
+        holder=holder or f"worker-{uuid.uuid4().hex[:12]}",
+        tools=tools or ToolPolicy(),
+    )
+
+
 def build_agenda(
     parts: Parts, memory: Memory, spending: Spending, extensions: Extensions
 ) -> tuple[Agenda | None, Extensions]:
@@ -45,7 +91,8 @@ def build_agenda(
     schedule = settings.schedule
     profiles = hosted.profiles
     proactive = Proactive(
-        parts=TurnParts.of(
+        store=parts.store,
+        parts=turn_parts(
             parts.store,
             llm=parts.llm,
             clock=parts.turn_clock,
@@ -96,7 +143,8 @@ def build_pipeline(
     settings = parts.settings
     bots = Bots(parts.hosted.profiles, parts.hosted.variants)
     return Pipeline(
-        parts=TurnParts.of(
+        store=parts.store,
+        parts=turn_parts(
             parts.store,
             llm=parts.llm,
             clock=parts.turn_clock,
