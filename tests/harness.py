@@ -141,18 +141,13 @@ async def eventually(
 async def settle(*stores: BaseStore, quiet_polls: int = 4) -> None:
     """Let every task run until it waits on the clock or a gate, not on store I/O.
 
-    Store calls run in a thread (SQLite) or on the socket (PostgreSQL); the store counts them
-    from the moment they queue for a connection until the caller resumes. Quiet means no call
-    running or queued over several consecutive event-loop iterations (a waiter takes the lock
-    on the next iteration). While a call runs the poll sleeps a millisecond, leaving the thread
-    the GIL; once quiet it confirms with bare iterations (``sleep(0)``), so a settle that finds
-    nothing to wait for costs microseconds, not ``quiet_polls`` milliseconds.
+    Store calls run in a thread; the store counts them. Quiet means no call running or
+    queued over several consecutive polls (a waiter takes the lock on the next iteration).
     """
-    loop = asyncio.get_running_loop()
     quiet = 0
-    deadline = loop.time() + 5.0
-    while quiet < quiet_polls * 4 and loop.time() < deadline:
-        await asyncio.sleep(0 if quiet else 0.001)
+    deadline = asyncio.get_running_loop().time() + 5.0
+    while quiet < quiet_polls and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.001)
         quiet = quiet + 1 if all(in_flight(s) == 0 for s in stores) else 0
 
 
