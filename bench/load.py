@@ -60,7 +60,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
@@ -103,6 +103,10 @@ MONITOR_INTERVAL: Final = 0.05
 
 
 # -- parameters ------------------------------------------------------------------------------
+
+
+#: How the runtime processes are started (``asyncio.create_subprocess_exec``'s signature).
+Spawn = Callable[..., Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,14 +394,16 @@ def _child_env() -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def runtimes(count: int, config: Path, workdir: Path) -> AsyncIterator[list[RuntimeProcess]]:
+async def runtimes(
+    count: int, config: Path, workdir: Path, spawn: Spawn
+) -> AsyncIterator[list[RuntimeProcess]]:
     """``count`` runtime processes on ``config``; SIGTERM on exit (a clean stop: exit 0)."""
     started: list[RuntimeProcess] = []
     try:
         for i in range(count):
             stderr = workdir / f"runtime-{i}.err"
             with (workdir / f"runtime-{i}.out").open("wb") as out, stderr.open("wb") as err:
-                proc = await asyncio.create_subprocess_exec(
+                proc = await spawn(
                     sys.executable, "-m", "bench._load_runtime", str(config),
                     str(workdir / f"runtime-{i}.counts.json"),
                     cwd=ROOT, env=_child_env(), stdout=out, stderr=err,
@@ -570,7 +576,7 @@ def _lat(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
-async def run_config(params: Params, processes: int) -> dict[str, Any]:
+async def run_config(params: Params, processes: int, spawn: Spawn) -> dict[str, Any]:
     """One configuration on a fresh database and fresh fakes; its JSON report."""
     async with (
         bench_target(params.store, name=DATABASE, server_settings=PG_SETTINGS) as target,
@@ -591,7 +597,7 @@ async def run_config(params: Params, processes: int) -> dict[str, Any]:
             failures: list[str] = []
             codes: list[int | None] = []
             try:
-                async with runtimes(processes, config, workdir) as procs:
+                async with runtimes(processes, config, workdir, spawn) as procs:
                     await wait_ready(procs, telegram, within=120)
                     log.info("runtime process(es) ready")
                     await drive(params, observer, marks, procs, pg, failures)
@@ -928,13 +934,13 @@ def _short(statement: str, width: int = 100) -> str:
 # -- main ------------------------------------------------------------------------------------
 
 
-async def run(params: Params) -> int:
+async def run(params: Params, spawn: Spawn = asyncio.create_subprocess_exec) -> int:
     """Every configuration; tables, JSON, the exit status."""
     runs = []
     for processes in params.processes:
         print(f"=== {params.store}, {processes} runtime process(es) ===", flush=True)
         single = replace(params, processes=(processes,))
-        result = await run_config(single, processes)
+        result = await run_config(single, processes, spawn)
         runs.append(result)
         print(details(result), end="\n\n", flush=True)
     title = (
@@ -961,12 +967,15 @@ async def run(params: Params) -> int:
     return 1 if failed else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m bench.load``."""
+def main(
+    argv: Sequence[str] | None = None, *, spawn: Spawn = asyncio.create_subprocess_exec
+) -> int:
+    """Entry point of ``python -m bench.load``; ``spawn`` starts the runtime processes (the
+    tests hand their own: tests/processes.py)."""
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
     try:
-        return asyncio.run(run(params_from(args)))
+        return asyncio.run(run(params_from(args), spawn))
     except RuntimeError as exc:  # a runtime that did not start or answer at all
         print(f"FAIL: {exc}", file=sys.stderr)
         return 1

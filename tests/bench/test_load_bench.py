@@ -15,6 +15,7 @@ import pytest
 from bench import load
 from bench._load_runtime import normalize
 from tests import pg_cluster
+from tests.processes import spawn
 
 TINY = ["--quick", "--people", "8", "--seconds", "1", "--idle-seconds", "2", "--latency", "0.2"]
 TINY += ["--debounce", "0.5"]  # shorter than the product default: a shorter run
@@ -56,7 +57,7 @@ def _counted(run: dict[str, Any]) -> None:
 
 def test_a_tiny_run_on_sqlite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "load.json"
-    status = load.main([*TINY, "--out", str(out)])
+    status = load.main([*TINY, "--out", str(out)], spawn=spawn)
     printed = capsys.readouterr().out
     assert status == 0, printed
     report = json.loads(out.read_text(encoding="utf-8"))
@@ -78,7 +79,9 @@ def test_two_runtime_processes_on_postgresql(
             pytest.fail(f"{pg_cluster.REQUIRE_ENV} is set but PostgreSQL is unavailable")
         pytest.skip("no PostgreSQL: " + pg_cluster.HOW_TO_ENABLE)
     out = tmp_path / "load.json"
-    status = load.main([*TINY, "--store", "postgresql", "--processes", "2", "--out", str(out)])
+    status = load.main(
+        [*TINY, "--store", "postgresql", "--processes", "2", "--out", str(out)], spawn=spawn
+    )
     printed = capsys.readouterr().out
     assert status == 0, printed
     (run,) = json.loads(out.read_text(encoding="utf-8"))["runs"]
