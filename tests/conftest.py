@@ -20,10 +20,13 @@ import pytest
 from bot.core.clock import ManualClock
 from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore
-from tests import pg_cluster
+from tests import pg_cluster, processes
 from tests.backends import Backend, PgTemplate, StoreFactory
 
 BACKENDS = ["sqlite", "postgresql"]
+
+#: From this many collected tests on, the zygote starts with the run (see below).
+EAGER_ZYGOTE = 200
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,6 +44,14 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     cache = config.rootpath / ".pytest_cache" / "bytecode"
     os.environ.setdefault("PYTHONPYCACHEPREFIX", str(cache))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """In a run of many tests (the suite, on each worker), start the process zygote at once
+    (tests/processes.py): most such runs start processes, and its seconds of imports then
+    overlap with the first tests instead of holding up the first one that starts a process."""
+    if len(session.items) >= EAGER_ZYGOTE and os.environ.get("PERSONABOT_TEST_EXEC") != "1":
+        processes.prestart()
 
 
 @pytest.fixture

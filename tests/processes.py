@@ -192,6 +192,12 @@ _zygote: _Zygote | None = None
 _lock = threading.Lock()
 
 
+def prestart() -> None:
+    """Start this worker's zygote now, so that its imports overlap with other tests instead of
+    delaying the first test that starts a process (tests/conftest.py, for big runs)."""
+    _server()
+
+
 def _server() -> _Zygote:
     global _zygote
     with _lock:
