@@ -371,10 +371,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"at the limits p50 under {args.target_ms:g} ms": all(
             t.p50 * 1000 < args.target_ms for t in limit_cases
         ),
+        # A scan that did not stop once every key was found would run to the deadline
+        # (MATCH_SECONDS); a tenth of it leaves room for a loaded machine (a fixed 10 ms
+        # failed a run at load 7 with 25 ms) and still tells the two apart.
         "overlapping keys stop once all are found": by[
             ("overlapping keys, all occur", "compiled")
         ].p95
-        < 0.01,
+        < MATCH_SECONDS / 10,
         "overlapping keys end within the time budget": by[
             ("overlapping keys and a 'b'", "compiled")
         ].p95
