@@ -107,30 +107,6 @@ class Memory:
             turn, pin, gap_notice=gap_notice, summary=summary, policy=policy
         )
 
-    async def build_proactive(
-        self,
-        session: SessionKey,
-        pin: PersonaPin,
-        *,
-        person: str | None,
-        private: bool,
-        note: str,
-        layer: str,
-        now: float,
-        policy: MemoryPolicy | None = None,
-    ) -> Assembled:
-        """The prompt of a message the persona writes first: ``PromptBuilder.build_proactive``."""
-        return await self.prompts.build_proactive(
-            session,
-            pin,
-            person=person,
-            private=private,
-            note=note,
-            layer=layer,
-            now=now,
-            policy=policy,
-        )
-
     async def visible_memory(
         self, user: UserKey, conversation: ConversationKey, *, private_chat: bool
     ) -> UserMemory:

@@ -527,7 +527,7 @@ class ReminderJob(Job[Outcome]):
         now = self._parts.clock.now()
         tz = self._runner.zone_named(reminder.timezone)
         session = SessionKey(conversation, self._session_no)
-        assembled = await self._parts.memory.build_proactive(
+        assembled = await self._parts.memory.prompts.build_proactive(
             session,
             self._persona.pin,
             person=person,

@@ -162,7 +162,7 @@ async def check_in_prompt(
 ) -> Assembled:
     """The request of a check-in decision: the session, the note, the send/skip choice
     (``policy``: the persona's memory policy, when not the bot's)."""
-    assembled = await memory.build_proactive(
+    assembled = await memory.prompts.build_proactive(
         session,
         pin,
         person=state.person,

@@ -5,6 +5,7 @@ only its own ``ServiceStore``."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Required, TypedDict, Unpack
 
 from bot.core.clock import Clock
 from bot.core.llm import BaseLLM
@@ -58,28 +59,19 @@ def memory_jobs(
     )
 
 
-def memory_on(
-    store: BaseStore,
-    *,
-    llm: BaseLLM,
-    clock: Clock,
-    policy_for: Callable[[str], MemoryPolicy],
-    holder: str | None = None,
-    lease_seconds: float = 60.0,
-    retry_after_failure: float = 60.0,
-    account: ModelAccount | None = None,
-    media: MediaPreparation | None = None,
-) -> Memory:
+class JobOptions(TypedDict, total=False):
+    """``memory_jobs``' keyword arguments, for ``memory_on`` to pass on unchanged."""
+
+    llm: Required[BaseLLM]
+    clock: Required[Clock]
+    policy_for: Required[Callable[[str], MemoryPolicy]]
+    holder: str | None
+    lease_seconds: float
+    retry_after_failure: float
+    account: ModelAccount | None
+    media: MediaPreparation | None
+
+
+def memory_on(store: BaseStore, **options: Unpack[JobOptions]) -> Memory:
     """The memory service on one store: ``memory_jobs`` composed by the facade."""
-    jobs = memory_jobs(
-        store,
-        llm=llm,
-        clock=clock,
-        policy_for=policy_for,
-        holder=holder,
-        lease_seconds=lease_seconds,
-        retry_after_failure=retry_after_failure,
-        account=account,
-        media=media,
-    )
-    return Memory(store=store, jobs=jobs)
+    return Memory(store=store, jobs=memory_jobs(store, **options))

@@ -82,6 +82,27 @@ def turn_parts(
     )
 
 
+def _runtime_turn_parts(
+    parts: Parts,
+    memory: Memory,
+    spending: Spending,
+    outlet_for: Callable[[str], Outlet | None],
+    tools: ToolPolicy | None = None,
+) -> TurnParts:
+    """``turn_parts`` on the runtime's store, model, turn clock, holder, metrics and spending."""
+    return turn_parts(
+        parts.store,
+        llm=parts.llm,
+        clock=parts.turn_clock,
+        memory=memory,
+        outlet_for=outlet_for,
+        holder=parts.holder,
+        metrics=parts.metrics,
+        accounting=spending.accounting,
+        tools=tools,
+    )
+
+
 def build_agenda(
     parts: Parts, memory: Memory, spending: Spending, extensions: Extensions
 ) -> tuple[Agenda | None, Extensions]:
@@ -92,15 +113,8 @@ def build_agenda(
     profiles = hosted.profiles
     proactive = Proactive(
         store=parts.store,
-        parts=turn_parts(
-            parts.store,
-            llm=parts.llm,
-            clock=parts.turn_clock,
-            memory=memory,
-            outlet_for=lambda bot: profiles[bot].outlet if bot in profiles else None,
-            holder=parts.holder,
-            metrics=parts.metrics,
-            accounting=spending.accounting,
+        parts=_runtime_turn_parts(
+            parts, memory, spending, lambda bot: profiles[bot].outlet if bot in profiles else None
         ),
         personas={key: _persona(profile, hosted.bots[key][0]) for key, profile in profiles.items()},
         variants={
@@ -144,16 +158,8 @@ def build_pipeline(
     bots = Bots(parts.hosted.profiles, parts.hosted.variants)
     return Pipeline(
         store=parts.store,
-        parts=turn_parts(
-            parts.store,
-            llm=parts.llm,
-            clock=parts.turn_clock,
-            memory=memory,
-            outlet_for=bots.outlet_for,
-            holder=parts.holder,
-            metrics=parts.metrics,
-            accounting=spending.accounting,
-            tools=ToolPolicy(**settings.tools.model_dump()),
+        parts=_runtime_turn_parts(
+            parts, memory, spending, bots.outlet_for, ToolPolicy(**settings.tools.model_dump())
         ),
         bots=bots,
         policies=ReplyPolicies(
