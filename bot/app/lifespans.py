@@ -14,12 +14,16 @@ The rules (each tested in tests/plugins/test_lifespan.py):
   fails with one ``PluginError`` line that names the plugin; nothing is left open;
 - every stop runs, even when an earlier one raised: a failed stop is logged, never raised,
   so one plugin cannot keep another's resource open;
+- a stop request while they start (SIGTERM to ``personabot run``: ``give_up``) cancels the
+  start that runs, or the one about to begin: a lifespan that never returns cannot keep the
+  process from stopping; those started are stopped again;
 - a runtime started inside another one of the same App (the console's playground inside
   ``personabot run``) shares them: they start at the first start and stop at the last stop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import logging
@@ -51,6 +55,9 @@ class Lifespans:
         self._started: list[tuple[str, AbstractAsyncContextManager[object]]] = []
         self._users = 0
         self._describe = describe
+        self._starting: asyncio.Task[Any] | None = None
+        #: Set by ``give_up``: the start was (or is to be) cancelled by a stop request.
+        self.given_up = False
 
     def add(self, label: str, fn: Lifespan) -> None:
         """Register ``fn`` for the plugin ``label``; ConfigError when it is neither form."""
@@ -72,15 +79,28 @@ class Lifespans:
         """Start every lifespan (at the first of nested entries), stop them at the exit."""
         self._users += 1
         try:
-            if self._users == 1:
-                for each in self._registered:
-                    await self._start(each)
+            if self._users == 1 and self._registered:
+                if self.given_up:
+                    raise asyncio.CancelledError  # stopped before they started: start none
+                self._starting = asyncio.current_task()
+                try:
+                    for each in self._registered:
+                        await self._start(each)
+                finally:
+                    self._starting = None
             yield
         finally:
             # Also after a failed start: what started before it stops again.
             self._users -= 1
             if self._users == 0:
                 await self._stop_all()
+
+    def give_up(self) -> None:
+        """A stop request while the bots start: cancel the lifespans' start running now (the
+        task awaiting it gets ``CancelledError``), or refuse the one about to begin."""
+        self.given_up = True
+        if self._starting is not None:
+            self._starting.cancel()
 
     async def _start(self, each: _Registered) -> None:
         try:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -190,6 +192,47 @@ async def test_run_opens_at_start_and_closes_after_sigterm_and_config_check_open
     (reply,) = [json.loads(x) for x in outbox.read_text().splitlines()]
     assert reply == {"chat": "c1", "text": "pool_a is open"}
     assert _events(events) == ["pool_a open", "pool_a close"]
+
+
+async def test_sigterm_while_a_lifespan_never_yields_stops_run_and_closes_the_others(
+    tmp_path: Path,
+) -> None:
+    """A lifespan whose start never returns (a connect without a timeout): SIGTERM still
+    stops ``personabot run`` (exit 0, not a hang), the resource opened before it is closed
+    and no message is answered."""
+    inbox, outbox = tmp_path / "inbox.jsonl", tmp_path / "outbox.jsonl"
+    body = (
+        '\n[[bots]]\nplatform = "jsonl"\npersona = "mira"\n'
+        f'options = {{ inbox = "{inbox}", outbox = "{outbox}" }}\n'
+    )
+    hangs = 'note("starting"); import asyncio; await asyncio.Event().wait()'
+    config, events, env = _setup(
+        tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", start=hangs)}, body
+    )
+    text = config.read_text().replace(
+        'plugins = ["pool_a", "pool_b"]',
+        'plugins = ["pool_a", "pool_b", "personabot_extras.jsonl"]',
+    )
+    config.write_text(text)
+    line = {"id": "1", "chat": "c1", "user": "u1", "name": "Ann", "text": "/pool_a"}
+    inbox.write_text(json.dumps(line) + "\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "run", "--config", str(config),
+        cwd=tmp_path, env=env, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(30):
+            while "pool_b starting" not in _events(events):  # noqa: ASYNC110 - a file
+                await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()
+    assert _events(events) == ["pool_a open", "pool_b starting", "pool_a close"]
+    assert not outbox.exists() or not outbox.read_text()
 
 
 async def test_a_runtime_inside_another_shares_the_resources(tmp_path: Path) -> None:
