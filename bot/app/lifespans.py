@@ -108,6 +108,11 @@ class Lifespans:
             if not hasattr(manager, "__aenter__"):
                 raise TypeError(f"returned {type(manager).__name__}, not an async context manager")
             await manager.__aenter__()
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # we are cancelled (a stop request): not the plugin's failure
+            raise PluginError(f"{each.label}: startup failed: {self._describe(exc)}") from None
         except Exception as exc:
             log.debug("%s: startup failed", each.label, exc_info=True)
             raise PluginError(f"{each.label}: startup failed: {self._describe(exc)}") from None
@@ -119,5 +124,11 @@ class Lifespans:
             label, manager = self._started.pop()
             try:
                 await manager.__aexit__(None, None, None)
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # we are cancelled: not the plugin's failure
+                # The plugin's own slip (``task.cancel(); await task`` in its close).
+                log.error("%s: shutdown failed: %s", label, self._describe(exc))
             except Exception as exc:
                 log.error("%s: shutdown failed: %s", label, self._describe(exc))

@@ -165,6 +165,45 @@ async def test_every_resource_closes_even_when_a_later_ones_close_raises(tmp_pat
     assert "Traceback" not in err
 
 
+async def test_a_close_that_awaits_its_own_cancelled_task_is_a_failed_close_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    """A common slip in a plugin: ``task.cancel(); await task`` after ``yield`` raises
+    ``CancelledError`` out of its close. That is the plugin's failed close (logged, the
+    next close still runs, exit 0), not a traceback that ends the chat with exit code 1."""
+    awaits_cancelled = (
+        "import asyncio; task = asyncio.ensure_future(asyncio.sleep(60)); task.cancel(); await task"
+    )
+    config, events, env = _setup(
+        tmp_path,
+        {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", stop=awaits_cancelled)},
+    )
+    code, out, err = await _cli(["chat", "--config", str(config)], tmp_path, env, "/pool_a\n")
+    assert code == 0, err
+    assert "Mira: pool_a is open" in out
+    assert _events(events) == ["pool_a open", "pool_b open", "pool_b close", "pool_a close"]
+    assert "plugins[1] 'pool_b': shutdown failed: CancelledError" in err
+    assert "Traceback" not in err
+
+
+async def test_a_start_that_awaits_its_own_cancelled_task_is_a_failed_start(
+    tmp_path: Path,
+) -> None:
+    awaits_cancelled = (
+        "import asyncio; task = asyncio.ensure_future(asyncio.sleep(60)); task.cancel(); await task"
+    )
+    config, events, env = _setup(
+        tmp_path,
+        {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", start=awaits_cancelled)},
+    )
+    code, out, err = await _cli(["chat", "--config", str(config)], tmp_path, env, "hello\n")
+    assert code == 1, (out, err)
+    assert err.strip().splitlines() == [
+        "personabot: plugins[1] 'pool_b': startup failed: CancelledError:"
+    ]
+    assert _events(events) == ["pool_a open", "pool_a close"]
+
+
 async def test_run_opens_at_start_and_closes_after_sigterm_and_config_check_opens_nothing(
     tmp_path: Path,
 ) -> None:
