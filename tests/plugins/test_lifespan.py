@@ -274,6 +274,36 @@ async def test_sigterm_while_a_lifespan_never_yields_stops_run_and_closes_the_ot
     assert not outbox.exists() or not outbox.read_text()
 
 
+async def test_sigterm_while_a_lifespan_never_yields_stops_chat_and_closes_the_others(
+    tmp_path: Path,
+) -> None:
+    """``personabot chat`` as above: SIGTERM while a lifespan hangs in its start closes the
+    resource opened before it (not a kill by the signal), and says the input went unread."""
+    hangs = 'note("starting"); import asyncio; await asyncio.Event().wait()'
+    config, events, env = _setup(
+        tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", start=hangs)}
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "chat", "--config", str(config),
+        cwd=tmp_path, env=env, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(30):
+            while "pool_b starting" not in _events(events):  # noqa: ASYNC110 - a file
+                await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = await asyncio.wait_for(proc.communicate(b"hello\n"), timeout=10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 1, (out, err)
+    assert _events(events) == ["pool_a open", "pool_b starting", "pool_a close"]
+    assert "Stopped: input after line 0 was not read." in out.decode()
+    assert "Traceback" not in err.decode()
+
+
 async def test_a_runtime_inside_another_shares_the_resources(tmp_path: Path) -> None:
     """The console's playground runs a second runtime of the same App inside ``run``: the
     resources open once, at the first start, and close at the last stop."""
