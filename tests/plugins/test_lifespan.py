@@ -304,6 +304,34 @@ async def test_sigterm_while_a_lifespan_never_yields_stops_chat_and_closes_the_o
     assert "Traceback" not in err.decode()
 
 
+async def test_sigterm_while_a_lifespan_never_yields_stops_web_and_closes_the_others(
+    tmp_path: Path,
+) -> None:
+    """``personabot web`` (its playground starts the plugins' lifespans) as above."""
+    hangs = 'note("starting"); import asyncio; await asyncio.Event().wait()'
+    config, events, env = _setup(
+        tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", start=hangs)}
+    )
+    env["PERSONABOT_WEB_TOKEN"] = "web-token-0123456789abcdef"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "web", "--config", str(config), "--listen", "127.0.0.1:0",
+        cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(30):
+            while "pool_b starting" not in _events(events):  # noqa: ASYNC110 - a file
+                await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()
+    assert _events(events) == ["pool_a open", "pool_b starting", "pool_a close"]
+    assert "Traceback" not in err.decode()
+
+
 async def test_a_runtime_inside_another_shares_the_resources(tmp_path: Path) -> None:
     """The console's playground runs a second runtime of the same App inside ``run``: the
     resources open once, at the first start, and close at the last stop."""
