@@ -489,6 +489,11 @@ class App:
         to) is cancelled (bot/app/lifespans.py); ``start_given_up`` says it happened."""
         self._lifespans.give_up()
 
+    def abandon_stopping(self) -> None:
+        """A second SIGINT: a plugin's close that does not return is given up (each later
+        one gets a second), so the shutdown ends (bot/app/lifespans.py)."""
+        self._lifespans.abandon_stops()
+
     @property
     def start_given_up(self) -> bool:
         """Whether a stop request gave the plugins' start up (see ``give_up_starting``)."""

@@ -17,6 +17,9 @@ The rules (each tested in tests/plugins/test_lifespan.py):
 - a stop request while they start (SIGTERM to ``personabot run``: ``give_up``) cancels the
   start that runs, or the one about to begin: a lifespan that never returns cannot keep the
   process from stopping; those started are stopped again;
+- a second SIGINT (``personabot run``'s abort: ``abandon_stops``) gives up a close that is
+  still running (one that never returns would keep the process alive) and gives each close
+  after it ``ABANDONED_CLOSE_SECONDS``;
 - a runtime started inside another one of the same App (the console's playground inside
   ``personabot run``) shares them: they start at the first start and stop at the last stop.
 """
@@ -35,6 +38,9 @@ from typing import Any
 from bot.core.errors import ConfigError, PluginError
 
 log = logging.getLogger("personabot.plugins")
+
+#: How long each close may take once a second SIGINT asked to abort the shutdown.
+ABANDONED_CLOSE_SECONDS = 1.0
 
 #: What ``@app.lifespan`` decorates: an async generator function that yields once, or a
 #: function returning an async context manager (``@contextlib.asynccontextmanager``).
@@ -58,6 +64,8 @@ class Lifespans:
         self._starting: asyncio.Task[Any] | None = None
         #: Set by ``give_up``: the start was (or is to be) cancelled by a stop request.
         self.given_up = False
+        self._stopping: asyncio.Task[Any] | None = None
+        self._abandoned = False
 
     def add(self, label: str, fn: Lifespan) -> None:
         """Register ``fn`` for the plugin ``label``; ConfigError when it is neither form."""
@@ -102,6 +110,13 @@ class Lifespans:
         if self._starting is not None:
             self._starting.cancel()
 
+    def abandon_stops(self) -> None:
+        """The shutdown is aborted (a second SIGINT): the close running now is cancelled,
+        each one after it gets ``ABANDONED_CLOSE_SECONDS``."""
+        self._abandoned = True
+        if self._stopping is not None:
+            self._stopping.cancel()
+
     async def _start(self, each: _Registered) -> None:
         try:
             manager = each.open()
@@ -122,13 +137,31 @@ class Lifespans:
         """Stop what started, the last first; each even when an earlier one failed."""
         while self._started:
             label, manager = self._started.pop()
-            try:
+            if not await self._stop(label, manager):
+                log.error("%s: shutdown given up (second SIGINT)", label)
+
+    async def _stop(self, label: str, manager: AbstractAsyncContextManager[object]) -> bool:
+        """Run one close; False when it was given up (``abandon_stops``). A failure of the
+        plugin's own is logged, never raised."""
+        task = asyncio.current_task()
+        abandoned = self._abandoned
+        limit = asyncio.timeout(ABANDONED_CLOSE_SECONDS if abandoned else None)
+        self._stopping = task
+        try:
+            async with limit:
                 await manager.__aexit__(None, None, None)
-            except asyncio.CancelledError as exc:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
+        except asyncio.CancelledError as exc:
+            if task is not None and task.cancelling():
+                if abandoned or not self._abandoned:
                     raise  # we are cancelled: not the plugin's failure
-                # The plugin's own slip (``task.cancel(); await task`` in its close).
-                log.error("%s: shutdown failed: %s", label, self._describe(exc))
-            except Exception as exc:
-                log.error("%s: shutdown failed: %s", label, self._describe(exc))
+                task.uncancel()  # abandon_stops cancelled this close: the next one goes on
+                return False
+            # The plugin's own slip (``task.cancel(); await task`` in its close).
+            log.error("%s: shutdown failed: %s", label, self._describe(exc))
+        except Exception as exc:
+            if isinstance(exc, TimeoutError) and limit.expired():
+                return False
+            log.error("%s: shutdown failed: %s", label, self._describe(exc))
+        finally:
+            self._stopping = None
+        return True

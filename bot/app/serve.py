@@ -127,7 +127,13 @@ async def _serve(
                 )
             )
         signals.on_stop_while_starting(None)  # started: the receivers' loop sees the stop
-        signals.on_abort(rt.scheduler.abort)  # from now on: cancel running turns
+        scheduler = rt.scheduler
+
+        def abort() -> None:
+            scheduler.abort()  # from now on: cancel running turns
+            app.abandon_stopping()  # and give up a plugin's close that never returns
+
+        signals.on_abort(abort)
         lease = settings.queue.lease_seconds
         code = await _receive_until_stopped(rt, adapters, signals, lease)
     return EXIT_ABORTED if signals.aborted else code

@@ -332,6 +332,49 @@ async def test_sigterm_while_a_lifespan_never_yields_stops_web_and_closes_the_ot
     assert "Traceback" not in err.decode()
 
 
+async def test_a_second_sigint_ends_run_when_a_close_never_returns(tmp_path: Path) -> None:
+    """A close that never returns (a pool waiting for a connection that is gone) keeps the
+    process in its shutdown; a second SIGINT aborts as documented (bot/app/signals.py): the
+    hanging close is given up, the next one still runs, exit code 130."""
+    inbox, outbox = tmp_path / "inbox.jsonl", tmp_path / "outbox.jsonl"
+    body = (
+        '\n[[bots]]\nplatform = "jsonl"\npersona = "mira"\n'
+        f'options = {{ inbox = "{inbox}", outbox = "{outbox}" }}\n'
+    )
+    hangs = "import asyncio; await asyncio.Event().wait()"
+    config, events, env = _setup(
+        tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", stop=hangs)}, body
+    )
+    text = config.read_text().replace(
+        'plugins = ["pool_a", "pool_b"]',
+        'plugins = ["pool_a", "pool_b", "personabot_extras.jsonl"]',
+    )
+    config.write_text(text)
+    line = {"id": "1", "chat": "c1", "user": "u1", "name": "Ann", "text": "/pool_b"}
+    inbox.write_text(json.dumps(line) + "\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "run", "--config", str(config),
+        cwd=tmp_path, env=env, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(30):
+            while not outbox.exists() or not outbox.read_text():  # noqa: ASYNC110 - a file
+                await asyncio.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            while "pool_b close" not in _events(events):  # noqa: ASYNC110 - a file
+                await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 130, err.decode()
+    assert _events(events) == ["pool_a open", "pool_b open", "pool_b close", "pool_a close"]
+    assert "plugins[1] 'pool_b': shutdown given up (second SIGINT)" in err.decode()
+    assert "Traceback" not in err.decode()
+
+
 async def test_a_runtime_inside_another_shares_the_resources(tmp_path: Path) -> None:
     """The console's playground runs a second runtime of the same App inside ``run``: the
     resources open once, at the first start, and close at the last stop."""
