@@ -73,7 +73,7 @@ class Lifespans:
             made: Callable[[], AbstractAsyncContextManager[object]] = (
                 contextlib.asynccontextmanager(fn)
             )
-        elif callable(fn) and not inspect.iscoroutinefunction(fn):
+        elif callable(fn) and not (inspect.iscoroutinefunction(fn) or _plain_generator(fn)):
             made = fn
         else:
             name = getattr(fn, "__qualname__", fn)
@@ -165,3 +165,10 @@ class Lifespans:
         finally:
             self._stopping = None
         return True
+
+
+def _plain_generator(fn: object) -> bool:
+    """``def`` with ``yield`` (``async`` forgotten), also under ``@contextmanager``: no start
+    could enter it, so it is refused when registered (``config check`` names it too)."""
+    wrapped = inspect.unwrap(fn) if callable(fn) else fn
+    return inspect.isgeneratorfunction(fn) or inspect.isgeneratorfunction(wrapped)

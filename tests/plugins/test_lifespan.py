@@ -397,6 +397,28 @@ async def test_a_runtime_inside_another_shares_the_resources(tmp_path: Path) -> 
     assert seen == ["open", "close"]
 
 
+async def test_config_check_refuses_a_lifespan_run_would_refuse(tmp_path: Path) -> None:
+    """``def`` instead of ``async def`` (a plain generator): ``run`` cannot start it (no
+    async context manager), so ``config check`` refuses it too, naming the plugin."""
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "sync_pool.py").write_text(
+        "def setup(app):\n    @app.lifespan\n    def pool():\n        yield\n",
+        encoding="utf-8",
+    )
+    body = (
+        '\n[[bots]]\nplatform = "jsonl"\npersona = "mira"\n'
+        f'options = {{ inbox = "{tmp_path / "in"}", outbox = "{tmp_path / "out"}" }}\n'
+    )
+    top = 'plugins = ["sync_pool", "personabot_extras.jsonl"]\n'
+    config = _config(tmp_path, body, top=top)
+    code, out, err = await _cli(
+        ["config", "check", "--config", str(config)], tmp_path, _env(folder)
+    )
+    assert code == 2, (out, err)
+    assert "plugins[0] 'sync_pool': lifespan 'setup.<locals>.pool': must be an async" in err
+
+
 def test_a_lifespan_must_yield() -> None:
     """A plain ``async def`` would open and never close: refused when it is registered."""
     app = App(Settings.model_validate({}), Secrets({}))
