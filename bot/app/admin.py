@@ -265,14 +265,33 @@ __all__ = ["db_command", "retention_audit", "retention_run", "show_prompt", "use
 async def serve_console(app: App, listen: str) -> int:
     """``personabot web``: the operator console alone (docs/web.md), until SIGINT/SIGTERM;
     another process may run the bots on the same store."""
-    from bot.app.web import console, console_token
-    from bot.app.web.playground import playground
+    from bot.app.web import console_token
 
     console_token(app.settings, app.secrets)  # refused before the store is opened
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def stopping() -> None:
+        stop.set()
+        app.give_up_starting()  # a plugin's lifespan still starting in the playground
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stopping)
+    try:
+        return await _console_until(app, listen, stop)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is None or not app.start_given_up:
+            raise
+        task.uncancel()  # stopped while starting: what had opened closed again
+        return 0
+
+
+async def _console_until(app: App, listen: str, stop: asyncio.Event) -> int:
+    """The console (and its playground's runtime) until ``stop``."""
+    from bot.app.web import console
+    from bot.app.web.playground import playground
+
     clock = SystemClock()
     async with (
         app.open_memory() as (store, memory),

@@ -484,6 +484,21 @@ class App:
             for close in made_closers:
                 await close()
 
+    def give_up_starting(self) -> None:
+        """A stop request while the bots start: a plugin's lifespan still starting (or about
+        to) is cancelled (bot/app/lifespans.py); ``start_given_up`` says it happened."""
+        self._lifespans.give_up()
+
+    def abandon_stopping(self) -> None:
+        """A second SIGINT: a plugin's close that does not return is given up (each later
+        one gets a second), so the shutdown ends (bot/app/lifespans.py)."""
+        self._lifespans.abandon_stops()
+
+    @property
+    def start_given_up(self) -> bool:
+        """Whether a stop request gave the plugins' start up (see ``give_up_starting``)."""
+        return self._lifespans.given_up
+
     async def __aenter__(self) -> Runtime:
         """``async with app as rt``: ``running()`` with the configured bots."""
         exits = contextlib.AsyncExitStack()

@@ -153,7 +153,45 @@ class _Ending:
 async def _converse(
     app: App, persona: PersonaSettings, adapter: ConsoleAdapter, llm: BaseLLM, pacer: _Pacer
 ) -> _Ending:
-    """Run the chat until input ends, a signal stops it or its output is closed."""
+    """Run the chat until input ends, a signal stops it or its output is closed.
+
+    SIGINT/SIGTERM while the runtime starts stop the chat too: a plugin's lifespan still
+    starting is given up (bot/app/lifespans.py) and what opened closes again, instead of the
+    signal killing the process with its resources open."""
+    loop = asyncio.get_running_loop()
+    asked = asyncio.Event()
+
+    def stop_starting() -> None:
+        asked.set()
+        app.give_up_starting()
+
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop_starting)
+            installed.append(sig)
+    try:
+        return await _chat(app, persona, adapter, llm, pacer, asked)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is None or not (asked.is_set() and app.start_given_up):
+            raise
+        task.uncancel()
+        return _Ending("signal", 0, adapter.lines_read, adapter.input_ended, adapter.interactive)
+    finally:
+        for sig in installed:  # no-op when the reading replaced and removed them
+            loop.remove_signal_handler(sig)
+
+
+async def _chat(
+    app: App,
+    persona: PersonaSettings,
+    adapter: ConsoleAdapter,
+    llm: BaseLLM,
+    pacer: _Pacer,
+    asked: asyncio.Event,
+) -> _Ending:
+    """The chat on a started runtime (``asked``: a signal came while it started)."""
     async with app.running({pacer.bot: (persona, adapter)}, llm=llm) as rt:
         pacer.rt = rt
         session = await rt.store.open_session(
@@ -167,7 +205,9 @@ async def _converse(
             # A /start of the local user: the greeting takes the one outbound path, after the
             # access check (someone outside allow_users gets only the denied reply).
             await rt.router(adapter.inbound("/start"))
-        how = await _read_until_end(adapter, rt.router.for_bot(pacer.bot), rt.background.failed)
+        how: Literal["input", "signal", "failed", "gone"] = "signal"
+        if not asked.is_set():
+            how = await _read_until_end(adapter, rt.router.for_bot(pacer.bot), rt.background.failed)
         if how == "gone":
             # Nothing can be shown any more: running turns are cancelled now (their messages
             # stay pending, answered at the next start), not given the grace period.

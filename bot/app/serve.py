@@ -55,6 +55,9 @@ async def run_bots(app: App, *, early: EarlySignals | None = None) -> int:
     main = asyncio.current_task()
     # Installed before startup and kept until every adapter is closed: no signal can kill
     # the process half-way through a shutdown (see bot/app/signals.py).
+    # A stop request during startup also gives up a plugin's lifespan that is still starting
+    # (one that never returns would otherwise keep the process alive after SIGTERM).
+    signals.on_stop_while_starting(app.give_up_starting)
     signals.install(early)
     try:
         for entry in settings.bots:
@@ -63,11 +66,12 @@ async def run_bots(app: App, *, early: EarlySignals | None = None) -> int:
             signals.on_abort(main.cancel)  # during startup a second SIGINT gives up at once
         code = await _serve(app, adapters, signals, llm)
     except asyncio.CancelledError:
-        if not signals.aborted or main is None:
+        if main is None or not (signals.aborted or app.start_given_up):
             raise
         main.uncancel()
-        code = EXIT_ABORTED
+        code = EXIT_ABORTED if signals.aborted else 0
     finally:
+        signals.on_stop_while_starting(None)
         signals.on_abort(None)
         # Adapters close only after the runtime stopped: replies finishing during the
         # shutdown grace period must still reach the platform.
@@ -122,7 +126,14 @@ async def _serve(
                     metrics=rt.metrics,
                 )
             )
-        signals.on_abort(rt.scheduler.abort)  # from now on: cancel running turns
+        signals.on_stop_while_starting(None)  # started: the receivers' loop sees the stop
+        scheduler = rt.scheduler
+
+        def abort() -> None:
+            scheduler.abort()  # from now on: cancel running turns
+            app.abandon_stopping()  # and give up a plugin's close that never returns
+
+        signals.on_abort(abort)
         lease = settings.queue.lease_seconds
         code = await _receive_until_stopped(rt, adapters, signals, lease)
     return EXIT_ABORTED if signals.aborted else code

@@ -48,11 +48,17 @@ class ShutdownSignals:
         self.aborted = False
         self._grace = grace_seconds
         self._abort: Callable[[], object] | None = None
+        self._give_up: Callable[[], object] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def on_abort(self, action: Callable[[], object] | None) -> None:
         """What a second SIGINT does now (startup: give up; running: cancel turns)."""
         self._abort = action
+
+    def on_stop_while_starting(self, action: Callable[[], object] | None) -> None:
+        """What the first signal also does while the bots start (give up a plugin's start
+        that may never return); ``None`` once they run."""
+        self._give_up = action
 
     def install(self, early: EarlySignals | None = None) -> None:
         """Handle SIGINT and SIGTERM on the running loop (no-op where unsupported), after
@@ -84,6 +90,8 @@ class ShutdownSignals:
                 self._grace,
             )
             self.stop.set()
+            if self._give_up is not None:
+                self._give_up()
         elif self.aborted:
             log.warning("%s received while aborting: ignored", name)
         elif sig == signal.SIGINT:

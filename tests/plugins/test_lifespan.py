@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -163,6 +165,45 @@ async def test_every_resource_closes_even_when_a_later_ones_close_raises(tmp_pat
     assert "Traceback" not in err
 
 
+async def test_a_close_that_awaits_its_own_cancelled_task_is_a_failed_close_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    """A common slip in a plugin: ``task.cancel(); await task`` after ``yield`` raises
+    ``CancelledError`` out of its close. That is the plugin's failed close (logged, the
+    next close still runs, exit 0), not a traceback that ends the chat with exit code 1."""
+    awaits_cancelled = (
+        "import asyncio; task = asyncio.ensure_future(asyncio.sleep(60)); task.cancel(); await task"
+    )
+    config, events, env = _setup(
+        tmp_path,
+        {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", stop=awaits_cancelled)},
+    )
+    code, out, err = await _cli(["chat", "--config", str(config)], tmp_path, env, "/pool_a\n")
+    assert code == 0, err
+    assert "Mira: pool_a is open" in out
+    assert _events(events) == ["pool_a open", "pool_b open", "pool_b close", "pool_a close"]
+    assert "plugins[1] 'pool_b': shutdown failed: CancelledError" in err
+    assert "Traceback" not in err
+
+
+async def test_a_start_that_awaits_its_own_cancelled_task_is_a_failed_start(
+    tmp_path: Path,
+) -> None:
+    awaits_cancelled = (
+        "import asyncio; task = asyncio.ensure_future(asyncio.sleep(60)); task.cancel(); await task"
+    )
+    config, events, env = _setup(
+        tmp_path,
+        {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", start=awaits_cancelled)},
+    )
+    code, out, err = await _cli(["chat", "--config", str(config)], tmp_path, env, "hello\n")
+    assert code == 1, (out, err)
+    assert err.strip().splitlines() == [
+        "personabot: plugins[1] 'pool_b': startup failed: CancelledError:"
+    ]
+    assert _events(events) == ["pool_a open", "pool_a close"]
+
+
 async def test_run_opens_at_start_and_closes_after_sigterm_and_config_check_opens_nothing(
     tmp_path: Path,
 ) -> None:
@@ -192,6 +233,148 @@ async def test_run_opens_at_start_and_closes_after_sigterm_and_config_check_open
     assert _events(events) == ["pool_a open", "pool_a close"]
 
 
+async def test_sigterm_while_a_lifespan_never_yields_stops_run_and_closes_the_others(
+    tmp_path: Path,
+) -> None:
+    """A lifespan whose start never returns (a connect without a timeout): SIGTERM still
+    stops ``personabot run`` (exit 0, not a hang), the resource opened before it is closed
+    and no message is answered."""
+    inbox, outbox = tmp_path / "inbox.jsonl", tmp_path / "outbox.jsonl"
+    body = (
+        '\n[[bots]]\nplatform = "jsonl"\npersona = "mira"\n'
+        f'options = {{ inbox = "{inbox}", outbox = "{outbox}" }}\n'
+    )
+    hangs = 'note("starting"); import asyncio; await asyncio.Event().wait()'
+    config, events, env = _setup(
+        tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", start=hangs)}, body
+    )
+    text = config.read_text().replace(
+        'plugins = ["pool_a", "pool_b"]',
+        'plugins = ["pool_a", "pool_b", "personabot_extras.jsonl"]',
+    )
+    config.write_text(text)
+    line = {"id": "1", "chat": "c1", "user": "u1", "name": "Ann", "text": "/pool_a"}
+    inbox.write_text(json.dumps(line) + "\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "run", "--config", str(config),
+        cwd=tmp_path, env=env, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(30):
+            while "pool_b starting" not in _events(events):  # noqa: ASYNC110 - a file
+                await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()
+    assert _events(events) == ["pool_a open", "pool_b starting", "pool_a close"]
+    assert not outbox.exists() or not outbox.read_text()
+
+
+async def test_sigterm_while_a_lifespan_never_yields_stops_chat_and_closes_the_others(
+    tmp_path: Path,
+) -> None:
+    """``personabot chat`` as above: SIGTERM while a lifespan hangs in its start closes the
+    resource opened before it (not a kill by the signal), and says the input went unread."""
+    hangs = 'note("starting"); import asyncio; await asyncio.Event().wait()'
+    config, events, env = _setup(
+        tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", start=hangs)}
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "chat", "--config", str(config),
+        cwd=tmp_path, env=env, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(30):
+            while "pool_b starting" not in _events(events):  # noqa: ASYNC110 - a file
+                await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = await asyncio.wait_for(proc.communicate(b"hello\n"), timeout=10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 1, (out, err)
+    assert _events(events) == ["pool_a open", "pool_b starting", "pool_a close"]
+    assert "Stopped: input after line 0 was not read." in out.decode()
+    assert "Traceback" not in err.decode()
+
+
+async def test_sigterm_while_a_lifespan_never_yields_stops_web_and_closes_the_others(
+    tmp_path: Path,
+) -> None:
+    """``personabot web`` (its playground starts the plugins' lifespans) as above."""
+    hangs = 'note("starting"); import asyncio; await asyncio.Event().wait()'
+    config, events, env = _setup(
+        tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", start=hangs)}
+    )
+    env["PERSONABOT_WEB_TOKEN"] = "web-token-0123456789abcdef"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "web", "--config", str(config), "--listen", "127.0.0.1:0",
+        cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(30):
+            while "pool_b starting" not in _events(events):  # noqa: ASYNC110 - a file
+                await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()
+    assert _events(events) == ["pool_a open", "pool_b starting", "pool_a close"]
+    assert "Traceback" not in err.decode()
+
+
+async def test_a_second_sigint_ends_run_when_a_close_never_returns(tmp_path: Path) -> None:
+    """A close that never returns (a pool waiting for a connection that is gone) keeps the
+    process in its shutdown; a second SIGINT aborts as documented (bot/app/signals.py): the
+    hanging close is given up, the next one still runs, exit code 130."""
+    inbox, outbox = tmp_path / "inbox.jsonl", tmp_path / "outbox.jsonl"
+    body = (
+        '\n[[bots]]\nplatform = "jsonl"\npersona = "mira"\n'
+        f'options = {{ inbox = "{inbox}", outbox = "{outbox}" }}\n'
+    )
+    hangs = "import asyncio; await asyncio.Event().wait()"
+    config, events, env = _setup(
+        tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", stop=hangs)}, body
+    )
+    text = config.read_text().replace(
+        'plugins = ["pool_a", "pool_b"]',
+        'plugins = ["pool_a", "pool_b", "personabot_extras.jsonl"]',
+    )
+    config.write_text(text)
+    line = {"id": "1", "chat": "c1", "user": "u1", "name": "Ann", "text": "/pool_b"}
+    inbox.write_text(json.dumps(line) + "\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "run", "--config", str(config),
+        cwd=tmp_path, env=env, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(30):
+            while not outbox.exists() or not outbox.read_text():  # noqa: ASYNC110 - a file
+                await asyncio.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            while "pool_b close" not in _events(events):  # noqa: ASYNC110 - a file
+                await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 130, err.decode()
+    assert _events(events) == ["pool_a open", "pool_b open", "pool_b close", "pool_a close"]
+    assert "plugins[1] 'pool_b': shutdown given up (second SIGINT)" in err.decode()
+    assert "Traceback" not in err.decode()
+
+
 async def test_a_runtime_inside_another_shares_the_resources(tmp_path: Path) -> None:
     """The console's playground runs a second runtime of the same App inside ``run``: the
     resources open once, at the first start, and close at the last stop."""
@@ -212,6 +395,28 @@ async def test_a_runtime_inside_another_shares_the_resources(tmp_path: Path) -> 
             assert seen == ["open"]
         assert seen == ["open"]
     assert seen == ["open", "close"]
+
+
+async def test_config_check_refuses_a_lifespan_run_would_refuse(tmp_path: Path) -> None:
+    """``def`` instead of ``async def`` (a plain generator): ``run`` cannot start it (no
+    async context manager), so ``config check`` refuses it too, naming the plugin."""
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "sync_pool.py").write_text(
+        "def setup(app):\n    @app.lifespan\n    def pool():\n        yield\n",
+        encoding="utf-8",
+    )
+    body = (
+        '\n[[bots]]\nplatform = "jsonl"\npersona = "mira"\n'
+        f'options = {{ inbox = "{tmp_path / "in"}", outbox = "{tmp_path / "out"}" }}\n'
+    )
+    top = 'plugins = ["sync_pool", "personabot_extras.jsonl"]\n'
+    config = _config(tmp_path, body, top=top)
+    code, out, err = await _cli(
+        ["config", "check", "--config", str(config)], tmp_path, _env(folder)
+    )
+    assert code == 2, (out, err)
+    assert "plugins[0] 'sync_pool': lifespan 'setup.<locals>.pool': must be an async" in err
 
 
 def test_a_lifespan_must_yield() -> None:
