@@ -23,6 +23,7 @@ from tests.fakes.llm import GatedLLM
 from tests.fakes.media_source import FakeFiles, MediaOutlet
 from tests.harness import PERSONA
 from tests.plugins.test_entry_points import _cli, _config, _env, personabot_run
+from tests.processes import spawn
 
 SECRET = "res-token-abcdefghijklmnop123456"
 
@@ -255,7 +256,7 @@ async def test_sigterm_while_a_lifespan_never_yields_stops_run_and_closes_the_ot
     config.write_text(text)
     line = {"id": "1", "chat": "c1", "user": "u1", "name": "Ann", "text": "/pool_a"}
     inbox.write_text(json.dumps(line) + "\n")
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         sys.executable, "-m", "bot", "run", "--config", str(config),
         cwd=tmp_path, env=env, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -283,7 +284,7 @@ async def test_sigterm_while_a_lifespan_never_yields_stops_chat_and_closes_the_o
     config, events, env = _setup(
         tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", start=hangs)}
     )
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         sys.executable, "-m", "bot", "chat", "--config", str(config),
         cwd=tmp_path, env=env, stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -313,7 +314,7 @@ async def test_sigterm_while_a_lifespan_never_yields_stops_web_and_closes_the_ot
         tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", start=hangs)}
     )
     env["PERSONABOT_WEB_TOKEN"] = "web-token-0123456789abcdef"
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         sys.executable, "-m", "bot", "web", "--config", str(config), "--listen", "127.0.0.1:0",
         cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -352,7 +353,7 @@ async def test_a_second_sigint_ends_run_when_a_close_never_returns(tmp_path: Pat
     config.write_text(text)
     line = {"id": "1", "chat": "c1", "user": "u1", "name": "Ann", "text": "/pool_b"}
     inbox.write_text(json.dumps(line) + "\n")
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         sys.executable, "-m", "bot", "run", "--config", str(config),
         cwd=tmp_path, env=env, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
