@@ -85,7 +85,12 @@ async def _start(
             cwd=tmp_path, env=_env(), stdout=asyncio.subprocess.DEVNULL, stderr=err,
         )  # fmt: skip
     polls = api.polls_started(TOKEN)
-    await api.wait_for(lambda: api.polls_started(TOKEN) > polls, within=40, what="polling")
+    try:
+        await api.wait_for(lambda: api.polls_started(TOKEN) > polls, within=40, what="polling")
+    except BaseException:
+        proc.kill()  # a process that never polled is not left running after the test
+        await proc.wait()
+        raise
     return proc, err_path
 
 
