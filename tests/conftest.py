@@ -46,6 +46,21 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYTHONPYCACHEPREFIX", str(cache))
 
 
+#: Files whose tests take tens of seconds each (`uv run pytest --durations=20`): they run
+#: first, so that no worker starts one as the others finish (the run's tail).
+SLOW_FIRST = (
+    "tests/bot/test_queue_state.py",
+    "tests/deploy/test_deploy_doc.py",
+    "tests/cards/test_quickstart.py",
+    "tests/web/test_browser.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest files first (a stable sort: the rest keep their order)."""
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in SLOW_FIRST)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """In a run of many tests (the suite, on each worker), start the process zygote at once
     (tests/processes.py): most such runs start processes, and its seconds of imports then
