@@ -27,6 +27,8 @@ BACKENDS = ["sqlite", "postgresql"]
 
 #: From this many collected tests on, the zygote starts with the run (see below).
 EAGER_ZYGOTE = 200
+#: Set to 1, every test process is exec'd (tests/processes.py).
+EXEC = "PERSONABOT_TEST_EXEC"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -44,6 +46,11 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     cache = config.rootpath / ".pytest_cache" / "bytecode"
     os.environ.setdefault("PYTHONPYCACHEPREFIX", str(cache))
+    # The controller of a run on several workers starts one process zygote for all of them
+    # (tests/processes.py), before they start: its imports overlap with their collection.
+    workers = config.getoption("numprocesses", None)
+    if workers and not hasattr(config, "workerinput") and os.environ.get(EXEC) != "1":
+        processes.share()
 
 
 #: Files whose tests take tens of seconds each (`uv run pytest --durations=20`): they run
@@ -57,15 +64,37 @@ SLOW_FIRST = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slowest files first (a stable sort: the rest keep their order)."""
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in SLOW_FIRST)
+    """The slowest files' tests first: one at the head of each worker's first share (xdist's
+    worksteal hands the collection out in contiguous shares, sized as below), the rest of the
+    tests in their order after them."""
+    slow = sorted(
+        (item for item in items if _file(item) in SLOW_FIRST),
+        key=lambda item: SLOW_FIRST.index(_file(item)),
+    )
+    rest = [item for item in items if _file(item) not in SLOW_FIRST]
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    ordered: list[pytest.Item] = []
+    remaining = len(items)
+    for share in range(workers):
+        size = remaining // (workers - share)
+        remaining -= size
+        head = slow[share::workers]
+        ordered += head
+        take = max(0, size - len(head))
+        ordered += rest[:take]
+        del rest[:take]
+    items[:] = ordered + rest
+
+
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """In a run of many tests (the suite, on each worker), start the process zygote at once
     (tests/processes.py): most such runs start processes, and its seconds of imports then
     overlap with the first tests instead of holding up the first one that starts a process."""
-    if len(session.items) >= EAGER_ZYGOTE and os.environ.get("PERSONABOT_TEST_EXEC") != "1":
+    if len(session.items) >= EAGER_ZYGOTE and os.environ.get(EXEC) != "1":
         processes.prestart()
 
 

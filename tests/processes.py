@@ -135,38 +135,52 @@ class Forked:
         self.send_signal(9)
 
 
-class _Zygote:
-    """This worker's zygote server: started on first use, stopped when the worker exits."""
+#: The socket of a zygote the test run's controller started for all its workers.
+SHARED: Final = "PERSONABOT_TEST_ZYGOTE"
 
-    def __init__(self) -> None:
-        folder = tempfile.mkdtemp(prefix="personabot-zygote-")
-        self.path = os.path.join(folder, "socket")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        listener.bind(self.path)
-        listener.listen(64)
+
+class _Zygote:
+    """A zygote server: this process's own (started on first use, stopped at exit), or the
+    one the controller of a run on several workers shares with them (``SHARED``)."""
+
+    def __init__(self, path: str, proc: subprocess.Popen[bytes] | None) -> None:
+        self.path = path
+        self.proc = proc
         self.env = clean_env()
-        self.log = open(os.path.join(folder, "zygote.log"), "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
+
+    @classmethod
+    def start(cls) -> _Zygote:
+        folder = tempfile.mkdtemp(prefix="personabot-zygote-")
+        path = os.path.join(folder, "socket")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        listener.bind(path)
+        listener.listen(64)
+        log = open(os.path.join(folder, "zygote.log"), "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
             [sys.executable, "-P", str(ZYGOTE), str(listener.fileno())],
             stdin=subprocess.PIPE,
-            stdout=self.log,
-            stderr=self.log,
-            env=self.env,
+            stdout=log,
+            stderr=log,
+            env=clean_env(),
             pass_fds=(listener.fileno(),),
         )
         listener.close()
-        atexit.register(self.stop)
+        log.close()
+        made = cls(path, proc)
+        atexit.register(made.stop)
+        return made
 
     def stop(self) -> None:
-        if self.proc.stdin is not None:
+        if self.proc is not None and self.proc.stdin is not None:
             self.proc.stdin.close()  # the server kills its children and exits
-        self.proc.wait(timeout=30)
-        self.log.close()
+            self.proc.wait(timeout=30)
 
     def accepts(self, argv: Sequence[str], env: dict[str, str]) -> bool:
         """Whether the server can start this: ``python -m M`` or ``python SCRIPT.py`` with the
         interpreter settings it was started with."""
-        if os.environ.get("PERSONABOT_TEST_EXEC") == "1" or self.proc.poll() is not None:
+        if os.environ.get("PERSONABOT_TEST_EXEC") == "1":
+            return False
+        if self.proc is not None and self.proc.poll() is not None:
             return False
         if len(argv) < 2 or argv[0] != sys.executable:
             return False
@@ -193,16 +207,23 @@ _lock = threading.Lock()
 
 
 def prestart() -> None:
-    """Start this worker's zygote now, so that its imports overlap with other tests instead of
-    delaying the first test that starts a process (tests/conftest.py, for big runs)."""
+    """Start this process's zygote now, so that its imports overlap with other tests instead
+    of delaying the first test that starts a process (tests/conftest.py, for big runs)."""
     _server()
+
+
+def share() -> None:
+    """Start a zygote for the workers this process (a run's controller) is about to start:
+    they inherit its socket in ``SHARED`` and start none of their own (tests/conftest.py)."""
+    os.environ[SHARED] = _server().path
 
 
 def _server() -> _Zygote:
     global _zygote
     with _lock:
         if _zygote is None:
-            _zygote = _Zygote()
+            shared = os.environ.get(SHARED)
+            _zygote = _Zygote(shared, None) if shared else _Zygote.start()
         return _zygote
 
 
