@@ -82,6 +82,10 @@ class Metrics:
         self.discarded = counter(
             "personabot_replies_discarded", "Replies thrown away by the final check"
         )
+        self.generations_cut = counter(
+            "personabot_generations_cut",
+            "Reply generations cancelled because newer input made them stale (queue rule 9)",
+        )
         self.lease_conflicts = counter(
             "personabot_lease_conflicts", "Turns skipped because another worker held the lease"
         )

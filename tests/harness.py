@@ -169,6 +169,7 @@ def harness_settings(
     transcription: TranscriptionConfig | None = None,
     persona: PersonaSettings = PERSONA,
     schedule: ScheduleSettings | None = None,
+    cut_stale: bool = True,
 ) -> Settings:
     """The Settings that make the App wire what this harness describes.
 
@@ -190,6 +191,7 @@ def harness_settings(
             scan_interval_seconds=0.5,
             shutdown_grace_seconds=1.0,
             max_turn_tokens=budget.turn_tokens,
+            cut_stale=cut_stale,
         ),
         memory=MemorySettings.model_construct(
             window_messages=budget.window_messages,
@@ -260,6 +262,7 @@ async def harness(
     initiative: InitiativeSettings | None = None,
     schedule: ScheduleSettings | None = None,
     persona: PersonaSettings = PERSONA,
+    cut_stale: bool = True,
 ) -> AsyncIterator[Harness]:
     """The App's runtime on ``store`` (owned by the caller) with a manual clock and a
     recording outlet; on exit the scheduler stops and waits for turns."""
@@ -283,6 +286,7 @@ async def harness(
         tool_policy=tool_policy,
         media=media,
         transcription=transcription,
+        cut_stale=cut_stale,
     )
     app = App(settings, Secrets({}), clock=clock, llm=llm)
     if extensions is not None:

@@ -26,6 +26,9 @@ class QueueSettings(Section):
     # /readyz answers 503 while a due turn has waited longer than this for a slot: the process
     # is overloaded (docs/scaling.md#overload). 0: never for that reason.
     max_backlog_age_seconds: float = Field(default=60.0, ge=0)
+    # A reply's generation is cut as soon as this process stores newer input that makes it
+    # stale (docs/architecture.md#queue rule 9); false: it runs to its end and is discarded.
+    cut_stale: bool = True
 
     @model_validator(mode="after")
     def _debounce_within_cap(self) -> QueueSettings:

@@ -1,7 +1,9 @@
 """Ingest: store an inbound message, bump the conversation's version and arm its timer.
 
 Ingest returns at once and never calls the model; the scheduler runs the turn later. The rules
-are in docs/architecture.md ("The coalescing queue").
+are in docs/architecture.md ("The coalescing queue"). Pending input stored here, and an edit of
+an unanswered message, is announced to this process's running generations of the conversation
+(bot/queue/cutoff.py, rule 9) right after its transaction committed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from bot.core.events import (
     SessionPolicy,
     StoredMessage,
 )
+from bot.queue.cutoff import Cutoffs, Edited, Stored
 from bot.store.contracts import MessageStore
 
 log = logging.getLogger("personabot.queue")
@@ -32,15 +35,20 @@ class Ingestor:
     policy_for: Callable[[str], QueuePolicy]
     sessions: SessionPolicy | None = None
     wake: Callable[[float], None] | None = None
+    #: The running generations told of newer input (None: ``[queue] cut_stale = false``).
+    cutoffs: Cutoffs | None = None
 
     async def ingest(self, inbound: Inbound) -> IngestResult:
         """One short transaction; a duplicate delivery is a no-op."""
         policy = self.policy_for(inbound.conversation.bot)
-        result = await self.store.ingest(inbound, self.clock.now(), policy, self.sessions)
+        now = self.clock.now()
+        result = await self.store.ingest(inbound, now, policy, self.sessions)
         if not result.stored:
             log.debug("duplicate delivery %s ignored", inbound.platform_message_id)
-        elif result.due_at is not None and self.wake is not None:
+            return result
+        if result.due_at is not None and self.wake is not None:
             self.wake(result.due_at)
+        self._stored(inbound, result, now)
         return result
 
     async def ingest_many(self, inbounds: Sequence[Inbound]) -> list[IngestResult]:
@@ -49,10 +57,14 @@ class Ingestor:
         if not inbounds:
             return []
         items = [(i, self.policy_for(i.conversation.bot)) for i in inbounds]
-        results = await self.store.ingest_many(items, self.clock.now(), self.sessions)
+        now = self.clock.now()
+        results = await self.store.ingest_many(items, now, self.sessions)
         due = [r.due_at for r in results if r.stored and r.due_at is not None]
         if due and self.wake is not None:
             self.wake(min(due))
+        for inbound, result in zip(inbounds, results, strict=True):
+            if result.stored:
+                self._stored(inbound, result, now)
         return results
 
     async def edit(self, inbound: Inbound) -> bool:
@@ -65,20 +77,36 @@ class Ingestor:
         if inbound.platform_message_id is None:
             return False
         policy = self.policy_for(inbound.conversation.bot)
+        now = self.clock.now()
         outcome = await self.store.edit_message(
             inbound.conversation,
             inbound.platform_message_id,
             inbound.text,
-            self.clock.now(),
+            now,
             policy,
             author_id=inbound.author_id or None,
             triggers_reply=inbound.triggers_reply,
             sessions=self.sessions,
         )
         log.debug("edit of %s: %s", inbound.platform_message_id, outcome)
-        if outcome == "updated" and self.wake is not None:
+        if outcome != "updated":
+            return False
+        if self.wake is not None:
             self.wake(self.clock.now())
-        return outcome == "updated"
+        if self.cutoffs is not None:
+            # The store does not say whether the edit re-armed the message (it was pending)
+            # or only changed a context message's text: the generation decides, by whether
+            # the message is one of its turn's, read before this edit (bot/runtime/reply.py).
+            edited = Edited(inbound.platform_message_id, inbound.text, now)
+            self.cutoffs.notify(inbound.conversation, edited)
+        return True
+
+    def _stored(self, inbound: Inbound, result: IngestResult, now: float) -> None:
+        """Tell the conversation's running generations of a stored message that asks for a
+        reply (stored pending); context-only messages make no reply stale (rule 5)."""
+        if self.cutoffs is not None and inbound.triggers_reply:
+            newer = Stored(result.session, result.version, now)
+            self.cutoffs.notify(inbound.conversation, newer)
 
     async def delete(self, inbound: Inbound) -> StoredMessage | None:
         """Remove a message the user deleted on the platform; return what was removed."""

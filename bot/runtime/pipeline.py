@@ -30,6 +30,7 @@ from bot.core.events import ClaimedTurn, Claims, ConversationKey, Lease, Turn
 from bot.core.queue_rules import turn_lease
 from bot.core.tasks import Background
 from bot.metrics import Metrics
+from bot.queue.cutoff import Cutoffs
 from bot.runtime.delivery import Delivery
 from bot.runtime.extensions import Extensions
 from bot.runtime.limits import Admission, Limits
@@ -126,6 +127,11 @@ class Pipeline:
     def stops(self) -> StopSignals:
         """Stop requests of streamed drafts (shared with the router, which hears of them)."""
         return self._parts.previews.stops
+
+    @property
+    def cutoffs(self) -> Cutoffs | None:
+        """Its running generations, for the ingestor to cut (None: never cut)."""
+        return self._parts.cutoffs
 
     @property
     def delivery(self) -> Delivery:

@@ -8,6 +8,9 @@
   refusal gets the persona's refusal line.
 - The person's stop: keep what they saw (``stop = "keep"``) or nothing; the turn is answered
   either way, so it does not run again.
+- Newer input cuts it (docs/architecture.md#queue rule 9): the ingestor's signal is checked
+  against this turn's session, ``v0``, messages and hard cap, so that a reply is cut only
+  when its final check would discard it; a cut turn ends "discarded", its usage charged.
 - Its final check is ``finish_turn``; the reminders the reply agreed to (the built-in
   ``remind_me`` calls) are stored by it, exactly once. A recorded reply arms the next check-in
   and wakes the agenda for new reminders (docs/initiatives.md).
@@ -27,6 +30,7 @@ from bot.core.events import FinishResult, Lease, OutboxItem, Turn
 from bot.core.llm import ModelResult, Usage
 from bot.core.shares import weights
 from bot.core.visible import has_visible_text
+from bot.queue.cutoff import Edited, NewerInput
 from bot.runtime.extensions import Extensions
 from bot.runtime.hooks import context_layers
 from bot.runtime.initiatives import Proactive, reminder_effects
@@ -92,6 +96,7 @@ class ReplyJob(Job[TurnOutcome]):
         self._profile = reply.profile
         self.hooks = extensions.after_reply
         self.ttl = reply.profile.lease_seconds
+        self.cut_key = reply.turn.session.conversation
         self._context: TurnContext | None = None
         self._reminders: list[NewReminder] = []
         self._prompt_tokens = 0
@@ -221,6 +226,46 @@ class ReplyJob(Job[TurnOutcome]):
         if not await self._trouble.close_out(turn, self._reply.lease, profile, reason, "stopped"):
             return "fenced"
         return "stopped"
+
+    def cut_by(self, newer: NewerInput) -> bool:
+        """Whether the final check would discard this reply for ``newer`` input: pending
+        input of the turn's session newer than ``v0`` (a new message; an edit of one of the
+        turn's messages, which re-arms it with a newer version), stored before the hard cap
+        (rule 6: past it, the final check records, and a person who never stops typing
+        still gets answers)."""
+        turn = self._turn
+        if newer.at >= turn.first_pending_at + self._profile.queue.max_wait:
+            return False
+        if isinstance(newer, Edited):
+            # An edit stored before this turn's snapshot is in it already (same text): the
+            # signal may come after the snapshot, so the text tells, not the order.
+            return any(
+                m.platform_message_id == newer.message_id and m.text != newer.text
+                for m in turn.messages
+            )
+        # Input up to v0 is this turn's own (its signal may arrive after the snapshot);
+        # input in another session (after /new, an idle timeout) is the next turn's.
+        return newer.session == turn.session and newer.version > turn.version
+
+    async def cut(self, ask: Ask | None, written: str | None) -> TurnOutcome:
+        """Discarded, as the final check would have; the cancelled call is charged (it
+        reported no usage): the prompt as assembled and what it streamed, so that cutting
+        never makes generations free. The timer the newer input armed stands."""
+        turn = self._turn
+        if ask is not None:
+            usage = Usage(
+                input_tokens=self._prompt_tokens,
+                output_tokens=estimate_tokens(written) if written else 0,
+            )
+            result = ModelResult(written or "", usage, ask.request.model, "cut")
+            await self._parts.accounting.charge(turn.session.conversation, "reply", result, ask.by)
+        log.info(
+            "%s: newer input; generation cut (v%d, %d characters written)",
+            turn.session,
+            turn.version,
+            len(written or ""),
+        )
+        return "discarded"
 
     async def check(self, draft: Draft) -> FinishResult:
         """``finish_turn``: fencing, the version check, then the reply and its outbox row."""

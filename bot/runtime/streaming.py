@@ -143,6 +143,11 @@ class Relay:
         """The whole text as of the last update the person saw ("" when none)."""
         return self._shown
 
+    @property
+    def writing(self) -> str:
+        """The text of the model call writing now (the latest step), shown or not."""
+        return self._text
+
     def text(self, step: int, delta: str) -> None:
         """The sink of ``ToolLoop.run``: a new model step starts its preview afresh."""
         if step != self._step:

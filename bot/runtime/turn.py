@@ -21,7 +21,14 @@ Invariants (docs/architecture.md#queue, #delivery, #streaming, #initiatives):
   recorded reply is sent (a crash then may leave it beside the reply, never delete a reply);
 - deferred tool effects and ``after_reply`` hooks run once the final check recorded the
   message, even when its delivery failed (the outbox sends it later); never for a message the
-  final check discarded or fenced, nor for a failed model call.
+  final check discarded or fenced, nor for a failed model call;
+- a job that names the conversation whose newer input cuts it (``Job.cut_key``: replies) is
+  cut while it prompts and generates, as soon as this process stores input that its
+  ``cut_by`` says the final check would discard it for (docs/architecture.md#queue rule 9):
+  the model call is cancelled, its preview taken back, nothing recorded or sent, and the lease
+  released like a discarded turn's. Once the model step returned, only the final check
+  decides; a tool with side effects never ran before it (they are deferred), so a cut never
+  leaves an effect half done.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from bot.core.queue_rules import turn_lease
 from bot.core.tasks import Background
 from bot.metrics import Metrics
 from bot.queue import lease as leases
+from bot.queue.cutoff import Cut, Cutoffs, NewerInput, unless_cut
 from bot.queue.lease import renewing
 from bot.runtime.delivery import Delivery
 from bot.runtime.extensions import AfterReply
@@ -74,6 +82,8 @@ class TurnParts:
     metrics: Metrics
     holder: str
     tools: ToolPolicy = field(default_factory=ToolPolicy)
+    #: Running reply generations, cut by newer input (None: ``[queue] cut_stale = false``).
+    cutoffs: Cutoffs | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +120,9 @@ class Job(abc.ABC, Generic[O]):
     hooks: Sequence[AfterReply] = ()
     #: The lease's lifetime while the job works (its renewals); read after :meth:`ready`.
     ttl: float = 30.0
+    #: The conversation whose newer input may cut the model step (None: never cut; check-ins
+    #: and reminders are not stale when the person writes).
+    cut_key: ConversationKey | None = None
 
     async def ready(self) -> O | None:
         """Checks under the lease before the model step (and its renewals) starts; the
@@ -135,6 +148,17 @@ class Job(abc.ABC, Generic[O]):
 
     async def stopped(self, ask: Ask) -> Draft | O:
         """The person stopped the streamed generation (only a job that streams)."""
+        raise NotImplementedError
+
+    def cut_by(self, newer: NewerInput) -> bool:
+        """Whether the final check would discard this job's answer for ``newer`` input (only
+        a job with a ``cut_key``; called synchronously by the ingestor, so no I/O)."""
+        return False
+
+    async def cut(self, ask: Ask | None, written: str | None) -> O:
+        """Newer input cut the model step: charge what the cancelled call cost (``ask``:
+        the model was called, ``written``: the text it streamed so far, None when it did not
+        stream) and end as the final check would have. Its preview is taken back already."""
         raise NotImplementedError
 
     @abc.abstractmethod
@@ -211,30 +235,60 @@ class TurnKernel:
         return await job.delivered(await self._deliver(job, decided, outbox, relay))
 
     async def _model_step(self, job: Job[O], lease: Lease) -> tuple[Ask | None, Draft | O]:
-        """Prompt and model under the renewed lease (and the job's typing indicator)."""
+        """Prompt and model under the renewed lease (and the job's typing indicator), cut
+        by newer input if the job can be."""
         p = self.parts
         ask: Ask | None = None
-        try:
-            async with (
-                job.typing(),
-                renewing(p.leases, lease, ttl=job.ttl, clock=p.clock) as lost,
-            ):
-                planned = await job.prompt(lost)
-                if not isinstance(planned, Ask):
-                    return None, planned
-                ask = planned
-                answer = await self._ask(ask)
-        except ModelError as exc:
-            await _discard(ask)
-            return None, await job.failed(exc)
-        except BaseException:
-            await _discard(ask)  # cancelled (shutdown) or a bug: nothing half-written stays
-            raise
+        called = True
+        answer: LoopResult | Cut | None
+        with self._watch(job) as cut:
+            try:
+                async with (
+                    job.typing(),
+                    renewing(p.leases, lease, ttl=job.ttl, clock=p.clock) as lost,
+                ):
+                    planned = await job.prompt(lost)
+                    if not isinstance(planned, Ask):
+                        return None, planned
+                    ask = planned
+                    if cut is None:
+                        answer = await self._ask(ask)
+                    else:
+                        called = not cut.is_set()  # else cut while the prompt was built
+                        answer = await unless_cut(self._ask(ask), cut)
+            except ModelError as exc:
+                await _discard(ask)
+                return None, await job.failed(exc)
+            except BaseException:
+                await _discard(ask)  # cancelled (shutdown) or a bug: nothing half-written stays
+                raise
+        if isinstance(answer, Cut):
+            return None, await self._cut(job, ask, called)
         if answer is None:
             return ask, await job.stopped(ask)
         if ask.relay is not None:
             await ask.relay.close()  # nothing more is shown: the final message comes next
         return ask, await job.answered(answer)
+
+    def _watch(self, job: Job[O]) -> contextlib.AbstractContextManager[asyncio.Event | None]:
+        """The job's cut signal for the model step (None: it is never cut)."""
+        cutoffs = self.parts.cutoffs
+        if cutoffs is None or job.cut_key is None:
+            return contextlib.nullcontext()
+        return cutoffs.watch(job.cut_key, job.cut_by)
+
+    async def _cut(self, job: Job[O], ask: Ask, called: bool) -> O:
+        """The generation was cut (``called``: after the model was asked): its preview taken
+        back and forgotten (the next generation shows its own), counted, then the job ends
+        it."""
+        p = self.parts
+        written = None
+        if ask.relay is not None:
+            written = ask.relay.writing
+            await p.previews.discard(ask.context.session, ask.relay)
+        conversation = ask.context.conversation
+        p.metrics.generations_cut.labels(*p.metrics.labels(conversation)).inc()
+        return await job.cut(ask if called else None, written)
 
     async def _ask(self, ask: Ask) -> LoopResult | None:
         """The tool loop (one model call when no tool is registered: check-ins, reminders);

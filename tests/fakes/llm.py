@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from collections.abc import Callable
 
 from bot.core.clock import Clock
-from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
+from bot.core.llm import BaseLLM, ModelRequest, ModelResult, TextSink, Usage
 
 
 class GatedLLM(BaseLLM):
@@ -15,7 +16,9 @@ class GatedLLM(BaseLLM):
 
     ``generation`` seconds on ``clock`` model a slow model without real sleeping; with
     ``gated=True`` every call also waits for :meth:`release`. With ``delegate`` the answer
-    comes from that model (e.g. OfflineLLM's extraction), after the wait.
+    comes from that model (e.g. OfflineLLM's extraction), after the wait. A streamed call
+    writes ``partial`` at once, before it waits, and the answer after it. A call cancelled
+    while it waits (the caller closed the request) is counted in :attr:`cancelled`.
     """
 
     name = "gated"
@@ -28,13 +31,17 @@ class GatedLLM(BaseLLM):
         gated: bool = False,
         answer: Callable[[ModelRequest], str] | None = None,
         delegate: BaseLLM | None = None,
+        partial: str = "",
     ) -> None:
         self._clock = clock
         self._generation = generation
         self._gated = gated
         self._answer = answer or (lambda r: f"reply to: {r.messages[-1].text}")
         self._delegate = delegate  # when set, answers (after the gate) come from it
+        self._partial = partial
         self.requests: list[ModelRequest] = []
+        #: Indexes of the calls cancelled while they waited.
+        self.cancelled: list[int] = []
         self.started = asyncio.Event()
         self._gates: list[asyncio.Event] = []
 
@@ -55,17 +62,31 @@ class GatedLLM(BaseLLM):
 
     async def complete(self, request: ModelRequest) -> ModelResult:
         """Record the request, wait as configured, answer."""
+        index = len(self.requests)
         self.requests.append(request)
         gate = asyncio.Event()
         self._gates.append(gate)
         self.started.set()
-        if self._generation and self._clock is not None:
-            await self._clock.sleep(self._generation)
-        if self._gated:
-            await gate.wait()
+        try:
+            if self._generation and self._clock is not None:
+                await self._clock.sleep(self._generation)
+            if self._gated:
+                await gate.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(index)
+            raise
         if self._delegate is not None:
             return await self._delegate.complete(request)
         return ModelResult(self._answer(request), Usage(10, 5), "gated")
+
+    async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelResult:
+        """``partial`` at once, then the answer once the call is let through."""
+        if not self._partial:
+            return await super().stream(request, on_text)
+        on_text(self._partial)
+        result = await self.complete(request)
+        on_text(result.text)
+        return dataclasses.replace(result, text=self._partial + result.text)
 
 
 _CHOICE = re.compile(r"I pick the (\w+) mug")

@@ -46,7 +46,7 @@ def setup(app: App) -> None:
 '''
 
 
-def _config(tmp_path: Path, api: FakeMessagesAPI, plugins: str) -> Path:
+def _config(tmp_path: Path, api: FakeMessagesAPI, plugins: str, queue: str = "") -> Path:
     path = tmp_path / "personabot.toml"
     path.write_text(
         f"""{plugins}
@@ -63,7 +63,7 @@ debounce_seconds = 0.2
 max_wait_seconds = 2
 scan_interval_seconds = 0.2
 shutdown_grace_seconds = 2
-
+{queue}
 [[personas]]
 id = "mira"
 name = "Mira"
@@ -129,7 +129,8 @@ async def test_chat_a_turn_discarded_by_newer_input_leaves_no_side_effect(
     tmp_path: Path,
 ) -> None:
     """Typed on a terminal (the live chat: piped input waits for each answer, so no newer
-    input can arrive while a turn runs), a line sent while the model works discards its turn."""
+    input can arrive while a turn runs), a line sent while the model works discards its turn
+    (by the final check: the cut-off, which would cancel it at once, is off here)."""
     (tmp_path / "notes_plugin.py").write_text(NOTES_PLUGIN, encoding="utf-8")
     plugins = f'plugins = ["notes_plugin"]\n\n[plugin_options.notes_plugin]\ndir = "{tmp_path}"\n'
     terminal, stdin = pty.openpty()
@@ -140,7 +141,8 @@ async def test_chat_a_turn_discarded_by_newer_input_leaves_no_side_effect(
             )
             api.reply_next("Noted: call Ola.")  # generated while newer input arrived: discarded
             api.reply_next("Noted, and his number is +47 000.")
-            proc = await _chat(tmp_path, _config(tmp_path, api, plugins), stdin=stdin)
+            config = _config(tmp_path, api, plugins, "cut_stale = false\n")
+            proc = await _chat(tmp_path, config, stdin=stdin)
             os.close(stdin)
             os.write(terminal, b"remind me to call Ola\n")
             await _eventually(lambda: api.call_count == 1, "the first model call")

@@ -415,7 +415,9 @@ async def test_newer_input_discards_the_turn_and_its_side_effect(
         Tool.from_function(contacts),
         after=(record,),
     )
-    async with harness(store, clock, llm, memory_llm=OfflineLLM(), extensions=ext) as h:
+    # The final check's fence (the cut-off, which would cancel the loop at once, is off).
+    harnessed = harness(store, clock, llm, memory_llm=OfflineLLM(), extensions=ext, cut_stale=False)
+    async with harnessed as h:
         await h.say(C1, "remind me to call Ola")
         await h.advance(1.6)
         await eventually(lambda: api.call_count == 1, "the first model call")
@@ -441,6 +443,39 @@ class _FrozenClock:
 
     async def sleep(self, seconds: float) -> None:
         await ManualClock().sleep(3600)  # a clock nobody advances
+
+
+async def test_newer_input_cuts_the_tool_loop_and_drops_its_side_effect(
+    store: BaseStore, clock: ManualClock, api: FakeMessagesAPI, llm: AnthropicLLM
+) -> None:
+    """The cut-off (docs/architecture.md#queue rule 9) during a tool loop: the side effect
+    was only deferred, so the cut turn leaves none; the next turn answers everything."""
+    notes: list[str] = []
+    gate = asyncio.Event()
+
+    async def save_note(text: str) -> None:
+        """Save a note."""
+        notes.append(text)
+
+    async def contacts(name: str) -> str:
+        """Find a contact (slow)."""
+        await gate.wait()
+        return f"{name}: +47 000"
+
+    api.tool_use_next("save_note", {"text": "call Ola"}, calls=[("contacts", {"name": "Ola"})])
+    api.reply_next("Noted, and his number is +47 000.")  # the next turn: text only
+    ext = plugins(Tool.from_function(save_note, side_effects=True), Tool.from_function(contacts))
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), extensions=ext) as h:
+        await h.say(C1, "remind me to call Ola")
+        await h.advance(1.6)
+        await eventually(lambda: api.call_count == 1, "the first model call")
+        await h.say(C1, "and find his number")  # cuts the loop while the lookup runs
+        assert turns(h, "discarded") == 1 and notes == []
+        gate.set()
+        await answered(h)
+    assert h.outlet.texts() == ["Noted, and his number is +47 000."]
+    assert api.call_count == 2  # the cut loop never asked the model again
+    assert notes == []
 
 
 async def test_a_lost_lease_fences_the_turn_and_its_side_effect(

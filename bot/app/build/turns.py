@@ -23,6 +23,7 @@ from bot.core.llm import BaseLLM
 from bot.core.ports import Outlet
 from bot.metrics import Metrics
 from bot.queue import Ingestor, Scheduler
+from bot.queue.cutoff import Cutoffs
 from bot.runtime.delivery import Delivery
 from bot.runtime.extensions import Extensions
 from bot.runtime.initiatives import AgendaKey, Persona, Proactive
@@ -60,10 +61,11 @@ def turn_parts(
     limits: Limits | None = None,
     tools: ToolPolicy | None = None,
     stops: StopSignals | None = None,
+    cutoffs: Cutoffs | None = None,
 ) -> TurnParts:
     """The parts of turns on one store, each part taking it as the contract it uses; what is
     not given is made here (a fresh holder name, the metrics, accounting under ``limits``,
-    the stop requests)."""
+    the stop requests); generations are cut only with ``cutoffs``."""
     metrics = metrics or Metrics()
     return TurnParts(
         leases=store,
@@ -79,6 +81,7 @@ def turn_parts(
         metrics=metrics,
         holder=holder or f"worker-{uuid.uuid4().hex[:12]}",
         tools=tools or ToolPolicy(),
+        cutoffs=cutoffs,
     )
 
 
@@ -88,6 +91,7 @@ def _runtime_turn_parts(
     spending: Spending,
     outlet_for: Callable[[str], Outlet | None],
     tools: ToolPolicy | None = None,
+    cutoffs: Cutoffs | None = None,
 ) -> TurnParts:
     """``turn_parts`` on the runtime's store, model, turn clock, holder, metrics and spending."""
     return turn_parts(
@@ -100,6 +104,7 @@ def _runtime_turn_parts(
         metrics=parts.metrics,
         accounting=spending.accounting,
         tools=tools,
+        cutoffs=cutoffs,
     )
 
 
@@ -153,14 +158,16 @@ def build_pipeline(
     extensions: Extensions,
     agenda: Agenda | None,
 ) -> Pipeline:
-    """One turn: lease, prompt, model, final check, send (bot/runtime/pipeline.py)."""
+    """One turn: lease, prompt, model, final check, send (bot/runtime/pipeline.py); with
+    ``[queue] cut_stale`` its generations are cut by newer input (the registry the ingestor
+    of ``build_queue`` tells, ``Pipeline.cutoffs``)."""
     settings = parts.settings
     bots = Bots(parts.hosted.profiles, parts.hosted.variants)
+    cutoffs = Cutoffs() if settings.queue.cut_stale else None
+    tools = ToolPolicy(**settings.tools.model_dump())
     return Pipeline(
         store=parts.store,
-        parts=_runtime_turn_parts(
-            parts, memory, spending, bots.outlet_for, ToolPolicy(**settings.tools.model_dump())
-        ),
+        parts=_runtime_turn_parts(parts, memory, spending, bots.outlet_for, tools, cutoffs),
         bots=bots,
         policies=ReplyPolicies(
             gap_policy(settings), settings.llm.trouble_notice, settings.llm.retry_max_seconds
@@ -191,5 +198,6 @@ def build_queue(parts: Parts, pipeline: Pipeline) -> tuple[Scheduler[Conversatio
         policy_for=lambda bot: parts.hosted.profile_of(bot).queue,
         sessions=session_policy(parts.settings),
         wake=scheduler.wake,
+        cutoffs=pipeline.cutoffs,
     )
     return scheduler, ingestor
