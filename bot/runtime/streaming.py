@@ -143,10 +143,9 @@ class Relay:
         """The whole text as of the last update the person saw ("" when none)."""
         return self._shown
 
-    @property
-    def writing(self) -> str:
-        """The text of the model call writing now (the latest step), shown or not."""
-        return self._text
+    def written(self, step: int) -> str:
+        """What model call ``step`` streamed so far, shown or not ("" before its first text)."""
+        return self._text if step == self._step else ""
 
     def text(self, step: int, delta: str) -> None:
         """The sink of ``ToolLoop.run``: a new model step starts its preview afresh."""

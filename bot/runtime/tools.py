@@ -251,6 +251,9 @@ class ToolLoop:
         # step run concurrently, and a cap counted by two checks at once would let both pass.
         self._checking = asyncio.Lock()
         self._accepted: list[Effect] = []
+        #: The index of the model call running now (None: none is; tools run, or done): a
+        #: loop cancelled midway (bot/queue/cutoff.py) charges that call, which never answered.
+        self.asking: int | None = None
 
     async def run(self, request: ModelRequest, *, stream: StepTextSink | None = None) -> LoopResult:
         """The final answer; ModelError from the provider propagates (no effect survives).
@@ -267,6 +270,7 @@ class ToolLoop:
         effects: list[Effect] = []
         bound: str | None = None
         while True:
+            self.asking = asked
             if stream is None:
                 result = await self._llm.complete(request)
             else:
@@ -274,6 +278,7 @@ class ToolLoop:
             asked += 1
             usage += result.usage
             await self._charge(result)
+            self.asking = None  # charged: a cancelled loop charges the call only until here
             uses = result.tool_uses
             if not uses or request.tool_choice == "none" or not self._registry:
                 # A provider may ignore "none": its text is the answer all the same.

@@ -156,9 +156,10 @@ class Job(abc.ABC, Generic[O]):
         return False
 
     async def cut(self, ask: Ask | None, written: str | None) -> O:
-        """Newer input cut the model step: charge what the cancelled call cost (``ask``:
-        the model was called, ``written``: the text it streamed so far, None when it did not
-        stream) and end as the final check would have. Its preview is taken back already."""
+        """Newer input cut the model step: charge what the cancelled call cost (``ask``: a
+        model call was running, None when none was; ``written``: the text it streamed so far,
+        None when it did not stream) and end as the final check would have. Its preview is
+        taken back already; calls of a tool loop that answered were charged as they did."""
         raise NotImplementedError
 
     @abc.abstractmethod
@@ -239,7 +240,6 @@ class TurnKernel:
         by newer input if the job can be."""
         p = self.parts
         ask: Ask | None = None
-        called = True
         answer: LoopResult | Cut | None
         with self._watch(job) as cut:
             try:
@@ -251,11 +251,11 @@ class TurnKernel:
                     if not isinstance(planned, Ask):
                         return None, planned
                     ask = planned
+                    loop = self._loop(ask)
                     if cut is None:
-                        answer = await self._ask(ask)
+                        answer = await self._ask(ask, loop)
                     else:
-                        called = not cut.is_set()  # else cut while the prompt was built
-                        answer = await unless_cut(self._ask(ask), cut)
+                        answer = await unless_cut(self._ask(ask, loop), cut)
             except ModelError as exc:
                 await _discard(ask)
                 return None, await job.failed(exc)
@@ -263,7 +263,7 @@ class TurnKernel:
                 await _discard(ask)  # cancelled (shutdown) or a bug: nothing half-written stays
                 raise
         if isinstance(answer, Cut):
-            return None, await self._cut(job, ask, called)
+            return None, await self._cut(job, ask, loop.asking)
         if answer is None:
             return ask, await job.stopped(ask)
         if ask.relay is not None:
@@ -277,22 +277,23 @@ class TurnKernel:
             return contextlib.nullcontext()
         return cutoffs.watch(job.cut_key, job.cut_by)
 
-    async def _cut(self, job: Job[O], ask: Ask, called: bool) -> O:
-        """The generation was cut (``called``: after the model was asked): its preview taken
-        back and forgotten (the next generation shows its own), counted, then the job ends
-        it."""
+    async def _cut(self, job: Job[O], ask: Ask, asking: int | None) -> O:
+        """The generation was cut (``asking``: the model call it cancelled, if one was
+        running; the calls that answered are charged already): its preview taken back and
+        forgotten (the next generation shows its own), counted, then the job ends it."""
         p = self.parts
         written = None
         if ask.relay is not None:
-            written = ask.relay.writing
+            if asking is not None:
+                written = ask.relay.written(asking)
             await p.previews.discard(ask.context.session, ask.relay)
         conversation = ask.context.conversation
         p.metrics.generations_cut.labels(*p.metrics.labels(conversation)).inc()
-        return await job.cut(ask if called else None, written)
+        return await job.cut(None if asking is None else ask, written)
 
-    async def _ask(self, ask: Ask) -> LoopResult | None:
-        """The tool loop (one model call when no tool is registered: check-ins, reminders);
-        streamed into the relay, if any. None: the person stopped it."""
+    def _loop(self, ask: Ask) -> ToolLoop:
+        """The tool loop of a model step (one model call when no tool is registered:
+        check-ins, reminders), each call charged as soon as it answered."""
         p = self.parts
         conversation = ask.context.conversation
 
@@ -300,7 +301,7 @@ class TurnKernel:
             # Each model call is charged as soon as it answered, a tool loop's steps too.
             await p.accounting.charge(conversation, ask.purpose, result, ask.by)
 
-        loop = ToolLoop(
+        return ToolLoop(
             llm=p.llm,
             clock=p.clock,
             registry=ask.tools,
@@ -309,6 +310,9 @@ class TurnKernel:
             charge=charge,
             count=self.counter(conversation),
         )
+
+    async def _ask(self, ask: Ask, loop: ToolLoop) -> LoopResult | None:
+        """The tool loop, streamed into the relay, if any. None: the person stopped it."""
         if ask.relay is None:
             return await loop.run(ask.request)
         return await streamed(loop.run(ask.request, stream=ask.relay.text), ask.relay)

@@ -9,10 +9,12 @@ from typing import Literal
 
 from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey, Inbound
+from bot.core.llm import ModelRequest, ModelResult
 from bot.core.ports import StreamSettings
 from bot.core.queue_rules import turn_lease
 from bot.runtime.streaming import PREVIEW_KEY
 from bot.store.base import BaseStore
+from tests.bot.test_initiatives import CHECK_IN, HOUR, NO_QUIET, T0, Scripted
 from tests.fakes.llm import GatedLLM
 from tests.fakes.outlet import RecordingOutlet
 from tests.harness import Harness, harness
@@ -144,6 +146,41 @@ async def test_a_command_does_not_cut(store: BaseStore, clock: ManualClock) -> N
         await h.advance(0.2)
         assert h.outlet.texts()[-1] == "reply to: hello\nand another thing"
         assert len(h.outlet.replies) == 2
+
+
+class CountingScripted(Scripted):
+    """The check-in model of tests/bot/test_initiatives.py, counting cancelled calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancelled = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        try:
+            return await super().complete(request)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+
+
+async def test_a_check_in_is_not_cut(store: BaseStore) -> None:
+    chat = ConversationKey("telegram", "42", None, "default")
+    clock = ManualClock(T0)
+    llm = CountingScripted()
+    llm.gate = asyncio.Event()
+    async with harness(store, clock, llm, initiative=NO_QUIET) as h:
+        await h.say(chat, "see you")
+        await h.advance(3.0, step=0.5)
+        await h.advance(2.1 * HOUR, step=300)
+        assert llm.waiting.is_set()  # the check-in is being decided
+        await h.say(chat, "hi again!")
+        assert llm.cancelled == 0  # only replies are cut; the check-in's own check decides
+        llm.gate.set()
+        await h.advance(10.0, step=0.5)
+        assert h.outlet.texts(chat) == ["reply to: see you", "reply to: hi again!"]
+        assert CHECK_IN not in h.outlet.texts(chat)
+        assert llm.cancelled == 0
+        assert _count(h, "personabot_generations_cut_total") == 0
 
 
 class PostedPreview:

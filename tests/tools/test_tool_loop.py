@@ -476,6 +476,12 @@ async def test_newer_input_cuts_the_tool_loop_and_drops_its_side_effect(
     assert h.outlet.texts() == ["Noted, and his number is +47 000."]
     assert api.call_count == 2  # the cut loop never asked the model again
     assert notes == []
+    # Each call charged once: the cut came while a tool ran, with no model call in flight.
+    calls = h.pipeline.metrics.registry.get_sample_value(
+        "personabot_model_calls_total",
+        {"platform": "telegram", "persona": "default", "purpose": "reply"},
+    )
+    assert calls == 2
 
 
 async def test_a_lost_lease_fences_the_turn_and_its_side_effect(
