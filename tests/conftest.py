@@ -60,6 +60,7 @@ SLOW_FIRST = (
     "tests/deploy/test_deploy_doc.py",
     "tests/cards/test_quickstart.py",
     "tests/web/test_browser.py",
+    "tests/bench/test_typist_bench.py",
 )
 
 
