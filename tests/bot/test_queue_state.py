@@ -59,6 +59,7 @@ from bot.core.events import ConversationKey, Inbound, QueuePolicy, Reply, Stored
 from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.llm.offline import OfflineLLM
 from bot.queue import Ingestor, Scheduler
+from bot.queue.cutoff import Cutoffs
 from bot.runtime.commands import Commands
 from bot.runtime.delivery import Delivery
 from bot.runtime.pipeline import (
@@ -107,6 +108,7 @@ MUST_REACH = (
     "crash mid-turn",
     "kill mid-turn",
     "/new with pending messages",
+    "newer input cut a generation",
 )
 
 TOKEN = re.compile(r"\bm(\d+)\b")
@@ -237,6 +239,8 @@ class ScriptedLLM(BaseLLM):
     def __init__(self, machine: QueueMachine, process: str) -> None:
         self._machine = machine
         self._process = process
+        #: Set when the process cancels its own tasks (a crash, the end of the run).
+        self.cancelling = False
 
     async def complete(self, request: ModelRequest) -> ModelResult:
         """Register the call (and check what it was given), then wait for the answer."""
@@ -277,7 +281,11 @@ class ScriptedLLM(BaseLLM):
             return await call.future
         finally:
             if not call.future.done():
-                call.future.cancel()  # the turn was cancelled (crash, shutdown)
+                call.future.cancel()  # the turn was cancelled: a crash, shutdown or a cut
+            # A cancelled task cancels the future it awaits: a cancellation the process did
+            # not start itself is newer input cutting the generation (rule 9).
+            if call.future.cancelled() and not self.cancelling:
+                machine.reached["newer input cut a generation"] += 1
 
     @staticmethod
     def settle_call(call: Call, outcome: Outcome) -> None:
@@ -342,6 +350,8 @@ class Process:
         self.store = machine.new_store()
         self.llm = ScriptedLLM(machine, self.name)
         self.outlet = CheckedOutlet(machine, self.name)
+        # Newer input stored here cuts this process's stale generations (rule 9).
+        self.cutoffs = Cutoffs()
         self.turns: dict[ConversationKey, asyncio.Task[str]] = {}
         self.scheduler: Scheduler | None = None
         self.scheduler_task: asyncio.Task[None] | None = None
@@ -376,6 +386,7 @@ class Process:
                 memory=self.memory,
                 outlet_for=bots.outlet_for,
                 holder=self.name,
+                cutoffs=self.cutoffs,
             ),
             bots=bots,
             policies=ReplyPolicies(trouble_notice=TROUBLE),
@@ -398,7 +409,11 @@ class Process:
             )
             wake = self.scheduler.wake
         ingestor = Ingestor(
-            store=self.store, clock=self.clock, policy_for=lambda _: QUEUE, wake=wake
+            store=self.store,
+            clock=self.clock,
+            policy_for=lambda _: QUEUE,
+            wake=wake,
+            cutoffs=self.cutoffs,
         )
         commands = Commands(
             store=self.store,
@@ -432,6 +447,7 @@ class Process:
 
     async def cancel(self) -> None:
         """Cancel everything running here (leases are released by the pipeline's finally)."""
+        self.llm.cancelling = True  # what is cancelled from here on is not cut
         tasks = self.tasks()
         for task in tasks:
             task.cancel()
