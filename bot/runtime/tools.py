@@ -254,6 +254,7 @@ class ToolLoop:
         #: The index of the model call running now (None: none is; tools run, or done): a
         #: loop cancelled midway (bot/queue/cutoff.py) charges that call, which never answered.
         self.asking: int | None = None
+        self._charging: asyncio.Future[None] | None = None
 
     async def run(self, request: ModelRequest, *, stream: StepTextSink | None = None) -> LoopResult:
         """The final answer; ModelError from the provider propagates (no effect survives).
@@ -277,8 +278,12 @@ class ToolLoop:
                 result = await self._llm.stream(request, functools.partial(stream, asked))
             asked += 1
             usage += result.usage
-            await self._charge(result)
-            self.asking = None  # charged: a cancelled loop charges the call only until here
+            # Answered: from here the call is charged by its own usage, never again by a cut's
+            # estimate (``asking``), and a cut landing while the charge is written does not
+            # stop it halfway (shielded; held here so that it is not collected).
+            self.asking = None
+            self._charging = asyncio.ensure_future(self._charge(result))
+            await asyncio.shield(self._charging)
             uses = result.tool_uses
             if not uses or request.tool_choice == "none" or not self._registry:
                 # A provider may ignore "none": its text is the answer all the same.

@@ -282,14 +282,17 @@ class TurnKernel:
         running; the calls that answered are charged already): its preview taken back and
         forgotten (the next generation shows its own), counted, then the job ends it."""
         p = self.parts
-        written = None
-        if ask.relay is not None:
-            if asking is not None:
-                written = ask.relay.written(asking)
-            await p.previews.discard(ask.context.session, ask.relay)
+        relay = ask.relay
+        written = None if relay is None or asking is None else relay.written(asking)
         conversation = ask.context.conversation
         p.metrics.generations_cut.labels(*p.metrics.labels(conversation)).inc()
-        return await job.cut(None if asking is None else ask, written)
+        # Counted and charged before the preview is taken back: a store blip there must not
+        # make the cut call free (the turn then fails out; the next one answers it all).
+        try:
+            return await job.cut(None if asking is None else ask, written)
+        finally:
+            if relay is not None:
+                await p.previews.discard(ask.context.session, relay)
 
     def _loop(self, ask: Ask) -> ToolLoop:
         """The tool loop of a model step (one model call when no tool is registered:

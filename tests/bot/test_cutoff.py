@@ -264,12 +264,6 @@ async def test_a_cut_while_a_streamed_preview_is_shown_leaves_no_orphan(
         assert _count(h, "personabot_tokens_total", kind="output") > 5
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review37: ToolLoop.asking is reset only after the answered call's charge "
-    "returned, so a cut landing during that charge's store write charges the call again "
-    "(an estimate on top of its reported usage)",
-)
 async def test_a_cut_during_the_answered_calls_charge_does_not_charge_it_twice(
     store: BaseStore, clock: ManualClock
 ) -> None:
@@ -306,12 +300,6 @@ async def test_a_cut_during_the_answered_calls_charge_does_not_charge_it_twice(
         assert stats.output_tokens == 5 + 5
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review37: TurnKernel._cut takes the preview back (forgetting it in session "
-    "state) before it counts the cut and charges the cancelled call: a store blip on that "
-    "delete_state raises out of the turn and the cut call is never charged",
-)
 async def test_a_store_blip_forgetting_the_cut_preview_still_charges_the_cut_call(
     store: BaseStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
