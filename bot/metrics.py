@@ -86,6 +86,15 @@ class Metrics:
             "personabot_generations_cut",
             "Reply generations cancelled because newer input made them stale (queue rule 9)",
         )
+        self.cut_tokens = counter(
+            "personabot_generations_cut_tokens",
+            "Tokens charged for reply generations cut by newer input (estimated when cut)",
+            "kind",
+        )
+        self.cut_cost = counter(
+            "personabot_generations_cut_cost_dollars",
+            "Estimated cost of reply generations cut by newer input",
+        )
         self.lease_conflicts = counter(
             "personabot_lease_conflicts", "Turns skipped because another worker held the lease"
         )
@@ -164,6 +173,16 @@ class Metrics:
         price = self._prices.get(model)
         if price is not None:
             self.cost.labels(*labels).inc(price.cost(usage))
+
+    def cut_usage(self, conversation: ConversationKey, model: str, usage: Usage) -> None:
+        """What a cut generation was charged (also in ``usage``'s totals): the console's
+        "generations cut" line (docs/architecture.md#queue rule 9)."""
+        labels = self.labels(conversation)
+        self.cut_tokens.labels(*labels, "input").inc(usage.input_tokens)
+        self.cut_tokens.labels(*labels, "output").inc(usage.output_tokens)
+        price = self._prices.get(model)
+        if price is not None:
+            self.cut_cost.labels(*labels).inc(price.cost(usage))
 
     def price(self, model: str) -> Price | None:
         """The configured price of a model."""

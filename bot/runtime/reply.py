@@ -259,6 +259,7 @@ class ReplyJob(Job[TurnOutcome]):
             )
             result = ModelResult(written or "", usage, ask.request.model, "cut")
             await self._parts.accounting.charge(turn.session.conversation, "reply", result, ask.by)
+            self._parts.metrics.cut_usage(turn.session.conversation, ask.request.model, usage)
         log.info(
             "%s: newer input; generation cut (v%d, %d characters written)",
             turn.session,

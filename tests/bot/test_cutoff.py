@@ -9,6 +9,8 @@ from typing import Literal
 
 import pytest
 
+from bot.app.web import console_data
+from bot.config import Settings
 from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey, Inbound
 from bot.core.llm import ModelRequest, ModelResult
@@ -325,3 +327,33 @@ async def test_a_store_blip_forgetting_the_cut_preview_still_charges_the_cut_cal
         # Both calls are charged: the cut one from its prompt and what it streamed.
         assert _count(h, "personabot_model_calls_total", purpose="reply") == 2
         assert _count(h, "personabot_generations_cut_total") == 1
+
+
+async def test_the_console_says_how_many_generations_were_cut_and_what_they_cost(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Issue 37 item 4: the operator sees the cuts, and what was charged for them, next to
+    the turns (the overview's "this process" section, /api/overview)."""
+    llm = GatedLLM(clock=clock, gated=True)
+    async with harness(store, clock, llm) as h:
+        await h.say(C1, "one")
+        await h.advance(1.6)
+        await h.say(C1, "two")  # cuts the generation of "one"
+        assert llm.cancelled == [0]
+        await h.advance(1.6)
+        llm.release()
+        await h.advance(0.2)
+        assert h.outlet.texts() == ["reply to: one\ntwo"]
+        data = console_data(
+            settings=Settings.model_validate({}),
+            store=h.store,
+            memory=h.memory,
+            clock=clock,
+            page_size=20,
+            metrics=h.pipeline.metrics,
+        )
+        counts = (await data.overview())["this_process"]
+    assert counts["cut"]["generations"] == 1
+    # The cut call was charged its prompt (it streamed nothing): input tokens, no output.
+    assert counts["cut"]["tokens"]["input"] > 0 and counts["cut"]["tokens"]["output"] == 0
+    assert counts["turns"]["discarded"] == 1 and counts["turns"]["sent"] == 1

@@ -224,6 +224,14 @@ class ConsoleData:
                         found[key] = found.get(key, 0) + int(sample.value)
             return found
 
+        def amount(counter: Any) -> float:
+            return sum(
+                float(sample.value)
+                for metric in counter.collect()
+                for sample in metric.samples
+                if sample.name.endswith("_total")
+            )
+
         turns = totals(self._metrics.turns, "outcome")
         errors = sum(n for k, n in turns.items() if k not in ("sent", "idle", "busy", "discarded"))
         return {
@@ -234,6 +242,11 @@ class ConsoleData:
             "gap_notices": totals(self._metrics.gap_notices, "policy"),
             "limit_hits": totals(self._metrics.limit_hits, "limit"),
             "closed_out": totals(self._metrics.closed_out, "reason"),
+            "cut": {
+                "generations": int(amount(self._metrics.generations_cut)),
+                "tokens": totals(self._metrics.cut_tokens, "kind"),
+                "cost": round(amount(self._metrics.cut_cost), 4),
+            },
         }
 
     def _state_of(self, bot: str) -> dict[str, Any]:
