@@ -247,14 +247,14 @@ class ReplyJob(Job[TurnOutcome]):
         # input in another session (after /new, an idle timeout) is the next turn's.
         return newer.session == turn.session and newer.version > turn.version
 
-    async def cut(self, ask: Ask | None, written: str | None) -> TurnOutcome:
+    async def cut(self, ask: Ask | None, written: str | None, grown: int = 0) -> TurnOutcome:
         """Discarded, as the final check would have; the cancelled call is charged (it
         reported no usage): the prompt as assembled and what it streamed, so that cutting
         never makes generations free. The timer the newer input armed stands."""
         turn = self._turn
         if ask is not None:
             usage = Usage(
-                input_tokens=self._prompt_tokens,
+                input_tokens=self._prompt_tokens + grown,
                 output_tokens=estimate_tokens(written) if written else 0,
             )
             result = ModelResult(written or "", usage, ask.request.model, "cut")

@@ -254,6 +254,8 @@ class ToolLoop:
         #: The index of the model call running now (None: none is; tools run, or done): a
         #: loop cancelled midway (bot/queue/cutoff.py) charges that call, which never answered.
         self.asking: int | None = None
+        #: The request of the model call ``asking`` names (for a cut's estimate of its input).
+        self.asked: ModelRequest | None = None
         self._charging: asyncio.Future[None] | None = None
 
     async def run(self, request: ModelRequest, *, stream: StepTextSink | None = None) -> LoopResult:
@@ -272,6 +274,7 @@ class ToolLoop:
         bound: str | None = None
         while True:
             self.asking = asked
+            self.asked = request  # a later step's request holds the tool results before it
             if stream is None:
                 result = await self._llm.complete(request)
             else:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -43,7 +44,16 @@ from typing import Generic, TypeVar
 from bot.core.clock import Clock
 from bot.core.errors import ModelError
 from bot.core.events import ConversationKey, FinishResult, Lease, OutboxItem
-from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
+from bot.core.llm import (
+    BaseLLM,
+    ContentBlock,
+    ModelRequest,
+    ModelResult,
+    TextBlock,
+    ToolResult,
+    ToolUse,
+    Usage,
+)
 from bot.core.queue_rules import turn_lease
 from bot.core.tasks import Background
 from bot.metrics import Metrics
@@ -60,6 +70,7 @@ from bot.runtime.turn_context import TurnContext
 from bot.runtime.usage import Accounting
 from bot.store.contracts import LeaseStore
 from memory.service import Memory
+from memory.tokens import estimate_tokens
 
 O = TypeVar("O")  # noqa: E741 - the outcome a job ends with
 
@@ -155,11 +166,12 @@ class Job(abc.ABC, Generic[O]):
         a job with a ``cut_key``; called synchronously by the ingestor, so no I/O)."""
         return False
 
-    async def cut(self, ask: Ask | None, written: str | None) -> O:
+    async def cut(self, ask: Ask | None, written: str | None, grown: int = 0) -> O:
         """Newer input cut the model step: charge what the cancelled call cost (``ask``: a
         model call was running, None when none was; ``written``: the text it streamed so far,
-        None when it did not stream) and end as the final check would have. Its preview is
-        taken back already; calls of a tool loop that answered were charged as they did."""
+        None when it did not stream; ``grown``: the estimated tokens its request held beyond
+        the first, a tool loop's steps) and end as the final check would have. Calls of a
+        tool loop that answered were charged as they did."""
         raise NotImplementedError
 
     @abc.abstractmethod
@@ -263,7 +275,7 @@ class TurnKernel:
                 await _discard(ask)  # cancelled (shutdown) or a bug: nothing half-written stays
                 raise
         if isinstance(answer, Cut):
-            return None, await self._cut(job, ask, loop.asking)
+            return None, await self._cut(job, ask, loop)
         if answer is None:
             return ask, await job.stopped(ask)
         if ask.relay is not None:
@@ -277,19 +289,25 @@ class TurnKernel:
             return contextlib.nullcontext()
         return cutoffs.watch(job.cut_key, job.cut_by)
 
-    async def _cut(self, job: Job[O], ask: Ask, asking: int | None) -> O:
-        """The generation was cut (``asking``: the model call it cancelled, if one was
-        running; the calls that answered are charged already): its preview taken back and
-        forgotten (the next generation shows its own), counted, then the job ends it."""
+    async def _cut(self, job: Job[O], ask: Ask, loop: ToolLoop) -> O:
+        """The generation was cut (``loop.asking``: the model call it cancelled, if one was
+        running; the calls that answered are charged already): counted, the job ends it, its
+        preview taken back and forgotten (the next generation shows its own)."""
         p = self.parts
         relay = ask.relay
+        asking = loop.asking
         written = None if relay is None or asking is None else relay.written(asking)
+        # A tool loop's later call asked with the steps before it (tool uses and results).
+        grown = 0
+        if asking and loop.asked is not None:
+            steps = loop.asked.messages[len(ask.request.messages) :]
+            grown = sum(_block_tokens(b) for m in steps for b in m.blocks)
         conversation = ask.context.conversation
         p.metrics.generations_cut.labels(*p.metrics.labels(conversation)).inc()
         # Counted and charged before the preview is taken back: a store blip there must not
         # make the cut call free (the turn then fails out; the next one answers it all).
         try:
-            return await job.cut(None if asking is None else ask, written)
+            return await job.cut(None if asking is None else ask, written, grown)
         finally:
             if relay is not None:
                 await p.previews.discard(ask.context.session, relay)
@@ -371,3 +389,14 @@ async def _discard(ask: Ask | None) -> None:
     """Take back a failed generation's preview (nothing when there is none)."""
     if ask is not None and ask.relay is not None:
         await ask.relay.discard()
+
+
+def _block_tokens(block: ContentBlock) -> int:
+    """Estimated input tokens of a tool loop's step block (images are not counted)."""
+    if isinstance(block, TextBlock):
+        return estimate_tokens(block.text)
+    if isinstance(block, ToolResult):
+        return estimate_tokens(block.content)
+    if isinstance(block, ToolUse):
+        return estimate_tokens(block.name + json.dumps(dict(block.input)))
+    return 0

@@ -484,6 +484,37 @@ async def test_newer_input_cuts_the_tool_loop_and_drops_its_side_effect(
     assert calls == 2
 
 
+async def test_a_cut_during_a_later_step_charges_the_tool_results_it_asked_with(
+    store: BaseStore, clock: ManualClock, api: FakeMessagesAPI, llm: AnthropicLLM
+) -> None:
+    """Review of issue 37: a tool loop cut while its second model call runs was charged only
+    the first prompt, not the tool results that call carried (here ~2,000 tokens of them)."""
+
+    async def lookup(name: str) -> str:
+        """Look a name up (a long answer)."""
+        api.hold = asyncio.Event()  # the model call that follows is held: the cut lands there
+        return f"{name}: " + "a long record line. " * 400
+
+    api.tool_use_next("lookup", {"name": "Ola"})
+    api.reply_next("Ola is a friend.")  # the second call, held and cut: never shown
+    api.reply_next("Here is what I found about Ola.")  # the next turn: text only
+    async with harness(store, clock, llm, extensions=plugins(Tool.from_function(lookup))) as h:
+        await h.say(C1, "who is Ola?")
+        await h.advance(1.6)
+        await eventually(lambda: api.call_count == 2, "the second model call, held")
+        await h.say(C1, "and where does he live?")  # cuts the held second call
+        assert turns(h, "discarded") == 1
+        input_cut = h.pipeline.metrics.registry.get_sample_value(
+            "personabot_generations_cut_tokens_total",
+            {"platform": "telegram", "persona": "default", "kind": "input"},
+        )
+        assert input_cut is not None and input_cut > 1500, input_cut
+        assert api.hold is not None
+        api.hold.set()
+        await answered(h)
+    assert h.outlet.texts() == ["Here is what I found about Ola."]
+
+
 async def test_a_lost_lease_fences_the_turn_and_its_side_effect(
     stores: StoreFactory, clock: ManualClock, api: FakeMessagesAPI, llm: AnthropicLLM
 ) -> None:
