@@ -17,6 +17,13 @@ from tests.processes import DEVNULL, PIPE, Forked, Running, clean_env, spawn
 PROBE = Path(__file__).parent / "data" / "processes" / "probe.py"
 
 
+@pytest.fixture(autouse=True)
+def _forking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests compare the zygote's children with exec'd ones: they fork even in a run
+    that execs every other process (``PERSONABOT_TEST_EXEC=1``)."""
+    monkeypatch.delenv("PERSONABOT_TEST_EXEC", raising=False)
+
+
 async def _start(forked: bool, *args: str, cwd: Path, **kwargs: object) -> Running:
     env = clean_env(PROBE_VALUE="from the test")
     if not forked:
