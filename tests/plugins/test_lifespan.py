@@ -23,7 +23,7 @@ from tests.fakes.llm import GatedLLM
 from tests.fakes.media_source import FakeFiles, MediaOutlet
 from tests.harness import PERSONA
 from tests.plugins.test_entry_points import _cli, _config, _env, personabot_run
-from tests.processes import spawn
+from tests.processes import Running, spawn
 
 SECRET = "res-token-abcdefghijklmnop123456"
 
@@ -234,32 +234,38 @@ async def test_run_opens_at_start_and_closes_after_sigterm_and_config_check_open
     assert _events(events) == ["pool_a open", "pool_a close"]
 
 
+async def _run_on_jsonl(tmp_path: Path, pool_b: str, command: str) -> tuple[Running, Path, Path]:
+    """``personabot run`` hosting a JSONL bot with plugins pool_a and ``pool_b`` (stderr
+    piped), its inbox holding one ``command`` from Ann: the process, the events file and the
+    outbox."""
+    inbox, outbox = tmp_path / "inbox.jsonl", tmp_path / "outbox.jsonl"
+    body = (
+        '\n[[bots]]\nplatform = "jsonl"\npersona = "mira"\n'
+        f'options = {{ inbox = "{inbox}", outbox = "{outbox}" }}\n'
+    )
+    config, events, env = _setup(tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": pool_b}, body)
+    text = config.read_text().replace(
+        'plugins = ["pool_a", "pool_b"]',
+        'plugins = ["pool_a", "pool_b", "personabot_extras.jsonl"]',
+    )
+    config.write_text(text)
+    line = {"id": "1", "chat": "c1", "user": "u1", "name": "Ann", "text": command}
+    inbox.write_text(json.dumps(line) + "\n")
+    proc = await spawn(
+        sys.executable, "-m", "bot", "run", "--config", str(config),
+        cwd=tmp_path, env=env, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    return proc, events, outbox
+
+
 async def test_sigterm_while_a_lifespan_never_yields_stops_run_and_closes_the_others(
     tmp_path: Path,
 ) -> None:
     """A lifespan whose start never returns (a connect without a timeout): SIGTERM still
     stops ``personabot run`` (exit 0, not a hang), the resource opened before it is closed
     and no message is answered."""
-    inbox, outbox = tmp_path / "inbox.jsonl", tmp_path / "outbox.jsonl"
-    body = (
-        '\n[[bots]]\nplatform = "jsonl"\npersona = "mira"\n'
-        f'options = {{ inbox = "{inbox}", outbox = "{outbox}" }}\n'
-    )
     hangs = 'note("starting"); import asyncio; await asyncio.Event().wait()'
-    config, events, env = _setup(
-        tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", start=hangs)}, body
-    )
-    text = config.read_text().replace(
-        'plugins = ["pool_a", "pool_b"]',
-        'plugins = ["pool_a", "pool_b", "personabot_extras.jsonl"]',
-    )
-    config.write_text(text)
-    line = {"id": "1", "chat": "c1", "user": "u1", "name": "Ann", "text": "/pool_a"}
-    inbox.write_text(json.dumps(line) + "\n")
-    proc = await spawn(
-        sys.executable, "-m", "bot", "run", "--config", str(config),
-        cwd=tmp_path, env=env, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    proc, events, outbox = await _run_on_jsonl(tmp_path, _plugin("pool_b", start=hangs), "/pool_a")
     try:
         async with asyncio.timeout(30):
             while "pool_b starting" not in _events(events):  # noqa: ASYNC110 - a file
@@ -337,26 +343,8 @@ async def test_a_second_sigint_ends_run_when_a_close_never_returns(tmp_path: Pat
     """A close that never returns (a pool waiting for a connection that is gone) keeps the
     process in its shutdown; a second SIGINT aborts as documented (bot/app/signals.py): the
     hanging close is given up, the next one still runs, exit code 130."""
-    inbox, outbox = tmp_path / "inbox.jsonl", tmp_path / "outbox.jsonl"
-    body = (
-        '\n[[bots]]\nplatform = "jsonl"\npersona = "mira"\n'
-        f'options = {{ inbox = "{inbox}", outbox = "{outbox}" }}\n'
-    )
     hangs = "import asyncio; await asyncio.Event().wait()"
-    config, events, env = _setup(
-        tmp_path, {"pool_a": _plugin("pool_a"), "pool_b": _plugin("pool_b", stop=hangs)}, body
-    )
-    text = config.read_text().replace(
-        'plugins = ["pool_a", "pool_b"]',
-        'plugins = ["pool_a", "pool_b", "personabot_extras.jsonl"]',
-    )
-    config.write_text(text)
-    line = {"id": "1", "chat": "c1", "user": "u1", "name": "Ann", "text": "/pool_b"}
-    inbox.write_text(json.dumps(line) + "\n")
-    proc = await spawn(
-        sys.executable, "-m", "bot", "run", "--config", str(config),
-        cwd=tmp_path, env=env, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    proc, events, outbox = await _run_on_jsonl(tmp_path, _plugin("pool_b", stop=hangs), "/pool_b")
     try:
         async with asyncio.timeout(30):
             while not outbox.exists() or not outbox.read_text():  # noqa: ASYNC110 - a file
