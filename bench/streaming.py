@@ -90,14 +90,14 @@ class TurnFigures:
     final_ok: bool
 
 
-def _reply(words: int) -> str:
+def reply_text(words: int) -> str:
     vocabulary = "tea leaves steep slowly in water just below boiling for a calm cup".split()  # noqa: SIM905
     return " ".join(vocabulary[i % len(vocabulary)] for i in range(words)) + "."
 
 
 async def _mode(params: Params, mode: str, root: Path) -> list[TurnFigures]:
     """Run ``params.turns`` turns with ``stream = mode``; the figures of each."""
-    text = _reply(params.words)
+    text = reply_text(params.words)
     async with FakeTelegramAPI() as tg, FakeMessagesAPI(reply_text=text) as claude:
         tg.add_bot(TOKEN, "mira_bot", "Mira")
         claude.token_interval = 1.0 / params.token_rate

@@ -48,9 +48,9 @@ from bench._report import (
     utc_timestamp,
     write_json,
 )
+from bench.streaming import PERSONA, reply_text
 from bot.app.build import runtime
 from bot.config import (
-    PersonaSettings,
     QueueSettings,
     Settings,
     StorageSettings,
@@ -62,9 +62,6 @@ from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, TgUser
 
 TOKEN: Final = "123456789:AAHbench-typist-token-0123456789abcd"
 BOT: Final = "bench-telegram"
-PERSONA: Final = PersonaSettings(
-    id="mira", name="Mira", system="You are Mira.", first_message=["Hi"]
-)
 #: The issue's targets (bench, not timed tests).
 STALE_TARGET: Final = 0.2
 SLACK_S: Final = 0.3
@@ -95,14 +92,9 @@ class BurstFigures:
     last_to_reply_ms: float
 
 
-def _reply(words: int) -> str:
-    vocabulary = "tea leaves steep slowly in water just below boiling for a calm cup".split()  # noqa: SIM905
-    return " ".join(vocabulary[i % len(vocabulary)] for i in range(words)) + "."
-
-
 async def _mode(params: Params, cut: bool, root: Path) -> list[BurstFigures]:
     """Every burst of ``params`` with ``cut_stale = cut``; the figures of each."""
-    text = _reply(params.words)
+    text = reply_text(params.words)
     pieces = tokens(text)
     async with FakeTelegramAPI() as tg, FakeMessagesAPI(reply_text=text) as claude:
         tg.add_bot(TOKEN, "mira_bot", "Mira")
