@@ -247,6 +247,14 @@ class ReplyJob(Job[TurnOutcome]):
         # input in another session (after /new, an idle timeout) is the next turn's.
         return newer.session == turn.session and newer.version > turn.version
 
+    async def stale(self) -> bool:
+        """The final check's verdict if it ran now, read without its locks: newer pending
+        input in the turn's session, before the hard cap (another process stored it)."""
+        turn = self._turn
+        if self._parts.clock.now() >= turn.first_pending_at + self._profile.queue.max_wait:
+            return False
+        return await self._store.newer_input(turn.session, turn.version)
+
     async def cut(self, ask: Ask | None, written: str | None, grown: int = 0) -> TurnOutcome:
         """Discarded, as the final check would have; the cancelled call is charged (it
         reported no usage): the prompt as assembled and what it streamed, so that cutting

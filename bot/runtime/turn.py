@@ -166,6 +166,12 @@ class Job(abc.ABC, Generic[O]):
         a job with a ``cut_key``; called synchronously by the ingestor, so no I/O)."""
         return False
 
+    async def stale(self) -> bool:
+        """Whether the store holds input that would make the final check discard this job's
+        answer if it ran now (a job with a ``cut_key``; asked when another process announces
+        input of the conversation, docs/architecture.md#queue rule 9)."""
+        return False
+
     async def cut(self, ask: Ask | None, written: str | None, grown: int = 0) -> O:
         """Newer input cut the model step: charge what the cancelled call cost (``ask``: a
         model call was running, None when none was; ``written``: the text it streamed so far,
@@ -287,7 +293,7 @@ class TurnKernel:
         cutoffs = self.parts.cutoffs
         if cutoffs is None or job.cut_key is None:
             return contextlib.nullcontext()
-        return cutoffs.watch(job.cut_key, job.cut_by)
+        return cutoffs.watch(job.cut_key, job.cut_by, job.stale)
 
     async def _cut(self, job: Job[O], ask: Ask, loop: ToolLoop) -> O:
         """The generation was cut (``loop.asking``: the model call it cancelled, if one was

@@ -301,6 +301,12 @@ class QueueStore(PendingReads, Protocol):
     """The coalescing queue: pending turns, timers, the final check (docs/architecture.md#queue)."""
 
     @abc.abstractmethod
+    async def newer_input(self, session: SessionKey, version: int) -> bool:
+        """Whether ``session`` holds pending input newer than ``version`` (the final check's
+        reason to discard a turn read at that version: a message stored, or one of its
+        messages edited, since), read without locks (docs/architecture.md#queue rule 9)."""
+
+    @abc.abstractmethod
     async def due_timers(
         self, now: float, limit: int = 100, bots: Sequence[str] | None = None
     ) -> list[DueTimer]:
@@ -322,11 +328,17 @@ class QueueStore(PendingReads, Protocol):
         processes claiming at once, each timer goes to at most one (docs/scaling.md#claims).
         """
 
-    async def listen_timers(self, on_timer: Callable[[str | None, float | None], None]) -> None:
+    async def listen_timers(
+        self,
+        on_timer: Callable[[str | None, float | None], None],
+        on_input: Callable[[ConversationKey | None], None] | None = None,
+    ) -> None:
         """Until cancelled, call ``on_timer(bot, due_at)`` for every timer any process arms
         or moves, and ``on_timer(None, None)`` when announcements may have been missed (look
-        at the store). A store of one process (SQLite) returns at once: its scheduler is woken
-        in-process. A shortcut only: the scheduler's scan stays the guarantee."""
+        at the store); with ``on_input``, also ``on_input(conversation)`` for the timer's
+        conversation (``on_input(None)``: any). A store of one process (SQLite) returns at
+        once: its scheduler and its generations are told in-process. A shortcut only: the
+        scheduler's scan and the final check stay the guarantee."""
         return
 
     @abc.abstractmethod

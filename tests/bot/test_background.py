@@ -119,7 +119,11 @@ async def test_run_stops_with_exit_code_1_when_a_bots_task_fails(
 class _NoAnnouncements(SQLiteStore):
     """A store whose announcements of armed timers break at once (as a lost connection)."""
 
-    async def listen_timers(self, on_timer: Callable[[str | None, float | None], None]) -> None:
+    async def listen_timers(
+        self,
+        on_timer: Callable[[str | None, float | None], None],
+        on_input: Callable[[ConversationKey | None], None] | None = None,
+    ) -> None:
         raise StoreError("the listening connection is gone")
 
 

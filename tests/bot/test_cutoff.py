@@ -5,6 +5,7 @@ everything; the hard cap, commands and ``cut_stale = false`` leave the generatio
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Literal
 
 import pytest
@@ -16,8 +17,11 @@ from bot.core.events import ConversationKey, Inbound
 from bot.core.llm import ModelRequest, ModelResult
 from bot.core.ports import StreamSettings
 from bot.core.queue_rules import turn_lease
+from bot.queue.cutoff import Cutoffs
+from bot.queue.ingest import Ingestor
 from bot.runtime.streaming import PREVIEW_KEY
 from bot.store.base import BaseStore
+from bot.store.postgres import PostgresStore
 from tests.bot.test_initiatives import CHECK_IN, HOUR, NO_QUIET, T0, Scripted
 from tests.bot.test_store_blips import Blip
 from tests.fakes.llm import GatedLLM
@@ -357,3 +361,95 @@ async def test_the_console_says_how_many_generations_were_cut_and_what_they_cost
     # The cut call was charged its prompt (it streamed nothing): input tokens, no output.
     assert counts["cut"]["tokens"]["input"] > 0 and counts["cut"]["tokens"]["output"] == 0
     assert counts["turns"]["discarded"] == 1 and counts["turns"]["sent"] == 1
+
+
+# -- input another process stored (PostgreSQL's announcement, bot/store/postgres/_wakeups.py) --
+
+
+def _elsewhere(h: Harness) -> Ingestor:
+    """Another process's ingestor on the same store: it tells none of this process's
+    generations (only the announcement of its timer reaches them)."""
+    return replace(h.ingestor, cutoffs=None, wake=None)
+
+
+def _announced(h: Harness, conversation: ConversationKey | None) -> Cutoffs:
+    cutoffs = h.pipeline.cutoffs
+    assert cutoffs is not None
+    cutoffs.announced(conversation)
+    return cutoffs
+
+
+async def test_input_stored_elsewhere_cuts_once_its_conversation_is_announced(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """SQLite: only the announcement (given by hand) cuts. PostgreSQL: the trigger's real
+    announcement reaches this process's listener and cuts by itself."""
+    llm = GatedLLM(clock=clock, gated=True)
+    async with harness(store, clock, llm) as h:
+        await h.say(C1, "one")
+        await h.advance(1.6)
+        assert llm.calls == 1
+        await _elsewhere(h).ingest(Inbound(C1, "u1", "Sasha", "two", "x2"))
+        await h.advance(0)
+        if isinstance(store, PostgresStore):
+            async with asyncio.timeout(10):
+                while not llm.cancelled:
+                    await h.advance(0)
+        else:
+            assert llm.cancelled == []  # not stored here: no in-process signal
+            cutoffs = _announced(h, ConversationKey("telegram", "999"))
+            await h.advance(0)
+            assert llm.cancelled == [] and cutoffs.checks == 0  # another chat: no check
+            _announced(h, C1)
+            await h.advance(0)
+            assert cutoffs.checks == 1
+        assert llm.cancelled == [0]
+        await h.advance(1.6)
+        assert llm.calls == 2 and llm.last_input() == "one\ntwo"
+        llm.release()
+        await h.advance(0.2)
+        assert h.outlet.texts() == ["reply to: one\ntwo"]
+        assert _count(h, "personabot_generations_cut_total") == 1
+
+
+async def test_an_announcement_with_nothing_newer_or_past_the_cap_cuts_nothing(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """A timer moved without new input (a re-arm) finds the generation current; input stored
+    elsewhere past the hard cap is the next turn's (rule 6), as the final check decides."""
+    llm = GatedLLM(clock=clock, gated=True)
+    async with harness(store, clock, llm, max_wait=4.0) as h:
+        await h.say(C1, "one")
+        await h.advance(1.6)
+        cutoffs = _announced(h, None)  # the listener reconnected: every generation looks
+        await h.advance(0)
+        assert cutoffs.checks >= 1 and llm.cancelled == []
+        checks = cutoffs.checks
+        await h.advance(2.5)  # past "one" + 4 s
+        await _elsewhere(h).ingest(Inbound(C1, "u1", "Sasha", "two", "x2"))
+        _announced(h, C1)
+        await h.advance(0)
+        assert cutoffs.checks > checks and llm.cancelled == []
+        llm.release(0)
+        await h.advance(0.2)
+        assert h.outlet.texts() == ["reply to: one"]  # recorded past the cap
+        await h.advance(1.6)
+        llm.release(1)
+        await h.advance(0.2)
+        assert h.outlet.texts() == ["reply to: one", "reply to: two"]
+        assert _count(h, "personabot_generations_cut_total") == 0
+
+
+async def test_an_edit_stored_elsewhere_cuts_once_announced(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    llm = GatedLLM(clock=clock, gated=True)
+    async with harness(store, clock, llm) as h:
+        await h.say(C1, "tea or cofee?", message_id="e1")
+        await h.advance(1.6)
+        await _elsewhere(h).edit(Inbound(C1, "u1", "Sasha", "tea or coffee?", "e1", kind="edit"))
+        _announced(h, C1)
+        await h.advance(0)
+        assert llm.cancelled == [0]
+        await h.advance(1.6)
+        assert llm.calls == 2 and llm.last_input() == "tea or coffee?"

@@ -280,6 +280,58 @@ async def test_sigkill_mid_generation_another_process_replies_once(
     assert [(r["role"], r["pending"]) for r in rows] == [("user", False), ("assistant", False)]
 
 
+async def test_input_stored_by_one_process_cuts_the_generation_running_in_another(
+    pg_dsn: str, tmp_path: Path, worker_env: dict[str, str]
+) -> None:
+    """docs/architecture.md#queue rule 9 across processes: process B generates an answer to
+    "are you there?" (the model holds it 60 s); process A stores "and one more thing". B hears
+    PostgreSQL's announcement, finds its generation stale and closes the model request at
+    once, rather than after 60 s; the next turn answers both messages, once."""
+    first = "are you there?"
+    more = "and one more thing"
+    async with FakeMessagesAPI(notice_disconnects=True) as api:
+        api.answer_when(lambda r: more not in r.last_user_text, CannedReply(), delay=60.0)
+        config = write_config(
+            tmp_path / "personabot.toml",
+            dsn=pg_dsn,
+            api_url=api.base_url,
+            lease=30.0,
+            debounce=0.3,
+            scan=0.2,
+        )
+        async with (
+            workers(2, config, tmp_path, worker_env) as procs,
+            aiohttp.ClientSession() as http,
+        ):
+            await post(http, procs[0], "x1", first, "x1-0")
+            await eventually(lambda: api.call_count == 1, 15, "the first generation")
+            db = await asyncpg.connect(pg_dsn)
+            try:
+                holder = await db.fetchval(
+                    "SELECT holder FROM leases WHERE name LIKE 'turn:%:x1' AND expires_at > $1",
+                    time.time(),
+                )
+            finally:
+                await db.close()
+            b = next(w for w in procs if w.holder == holder)
+            a = next(w for w in procs if w is not b)
+            await post(http, a, "x1", more, "x1-1")  # stored (committed) by A
+            stored = time.monotonic()
+            stale = api.requests[0]
+            await eventually(lambda: bool(stale.abandoned_at), 20, "B to close its request")
+            await eventually(lambda: len(a.delivered() + b.delivered()) == 1, 20, "the reply")
+            delivered = a.delivered() + b.delivered()
+            calls = api.call_count
+
+    # Closed long before the model would have answered (60 s): B was told, it did not wait.
+    assert stale.abandoned_at[0] - stored < 20
+    assert [m for m in stale.text_of("user") if m.strip()] == [first]
+    assert calls == 2
+    assert api.requests[1].last_user_text.split("\n") == [first, more]
+    (reply,) = delivered
+    assert str(reply["text"]).split("\n") == [first, more]
+
+
 # -- check-ins and reminders (docs/initiatives.md#what-is-guaranteed) ---------------------------
 
 #: Check-ins about 3 s after the reply (0.0008 h), no quiet hours, one unanswered at most,

@@ -72,6 +72,9 @@ one ``content_block_delta`` event.
 * :meth:`pause_after_tokens` holds the next streamed answer once it has sent ``n`` tokens:
   it returns a :class:`StreamPause`; ``await pause.reached.wait()`` until the tokens are sent,
   then ``pause.release()`` lets the stream go on.
+* :attr:`RecordedRequest.abandoned_at` holds when the client closed the request before its
+  answer was complete: a stream whose next write failed, or (with ``notice_disconnects=True``:
+  aiohttp's handler cancellation) any request still waiting for its answer.
 * :attr:`RecordedRequest.streamed` says whether a request asked for a stream;
   :attr:`RecordedRequest.token_times` holds the ``time.monotonic()`` at which each token was
   written, :attr:`RecordedRequest.received_at` when the request arrived (so a benchmark can
@@ -90,7 +93,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import contextlib
 import io
 import itertools
 import json
@@ -198,6 +200,9 @@ class RecordedRequest:
     # time.monotonic() of each token written to a streamed answer, in order (the list fills
     # while the answer streams).
     token_times: list[float] = field(default_factory=list)
+    # time.monotonic() when the client closed the request before its answer was complete
+    # (one entry at most; only noticed with ``FakeMessagesAPI(notice_disconnects=True)``).
+    abandoned_at: list[float] = field(default_factory=list)
 
     @property
     def streamed(self) -> bool:
@@ -565,8 +570,13 @@ class FakeMessagesAPI(FakeServer):
         usage: Mapping[str, int | None] | None = None,
         latency: float = 0.0,
         shutdown_timeout: float = 0.5,
+        notice_disconnects: bool = False,
     ) -> None:
         super().__init__(shutdown_timeout=shutdown_timeout)
+        # A request whose client goes away is cancelled and marked (abandoned_at): a test of
+        # a cut-off sees the provider told to stop. Off by default: a handler goes on as the
+        # real API's might, and scripted answers are consumed as before.
+        self.handler_cancellation = notice_disconnects
         self.reply_text = reply_text
         self.usage: dict[str, int | None] = dict(
             usage
@@ -791,6 +801,14 @@ class FakeMessagesAPI(FakeServer):
 
     async def _handle_messages(self, request: web.Request) -> web.StreamResponse:
         recorded = await self._record(request)
+        try:
+            return await self._answer(request, recorded)
+        except asyncio.CancelledError:
+            # Only with handler_cancellation (or at shutdown): the client closed the request.
+            recorded.abandoned_at.append(time.monotonic())
+            raise
+
+    async def _answer(self, request: web.Request, recorded: RecordedRequest) -> web.StreamResponse:
         if self.latency > 0:
             await asyncio.sleep(self.latency)
         if self.hold is not None:
@@ -856,9 +874,11 @@ class FakeMessagesAPI(FakeServer):
             headers={**headers, "content-type": "text/event-stream", "cache-control": "no-cache"}
         )
         await response.prepare(request)
-        # The client may go away (e.g. its read timeout): then there is nothing more to send.
-        with contextlib.suppress(ConnectionResetError):
+        # The client may go away (e.g. its read timeout, a cut-off): nothing more to send.
+        try:
             await self._send_events(request, recorded, message, response, failure, pause)
+        except ConnectionResetError:
+            recorded.abandoned_at.append(time.monotonic())
         return response
 
     async def _send_events(

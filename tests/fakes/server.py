@@ -30,6 +30,9 @@ class FakeServer:
         self._shutdown_timeout = shutdown_timeout
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
+        #: Cancel a handler whose client went away (aiohttp's ``handler_cancellation``), so a
+        #: fake can notice a request its client closed; set before :meth:`start`.
+        self.handler_cancellation = False
 
     def _build_app(self) -> web.Application:
         """The application to serve, its routes added (called by every :meth:`start`)."""
@@ -57,7 +60,10 @@ class FakeServer:
     async def start(self) -> None:
         """Listen on 127.0.0.1 and a free port."""
         self._runner = web.AppRunner(
-            self._build_app(), access_log=None, shutdown_timeout=self._shutdown_timeout
+            self._build_app(),
+            access_log=None,
+            shutdown_timeout=self._shutdown_timeout,
+            handler_cancellation=self.handler_cancellation,
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

@@ -24,7 +24,7 @@ from bot.queue import Scheduler
 from bot.runtime.pipeline import BotProfile, Bots, Pipeline
 from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore
-from bot.store.postgres._wakeups import parse
+from bot.store.postgres._wakeups import parse, parse_input
 from memory.assemble import Budget, PersonaPin
 from memory.service import MemoryPolicy
 from tests import pg_cluster
@@ -88,6 +88,52 @@ async def test_a_timer_armed_or_moved_elsewhere_is_announced_with_its_due_time(
             await b.rearm_timer(key(1), 5000.5)
             await heard.until(3)
             assert heard.items[2] == (BOT, 5000.5)
+
+
+def test_input_announcements_name_a_conversation_and_garbage_is_refused() -> None:
+    assert parse_input('["b", "telegram", "42", ""]') == ConversationKey(
+        "telegram", "42", None, "b"
+    )
+    assert parse_input('["b b", "discord", "1", "t 9"]') == ConversationKey(
+        "discord", "1", "t 9", "b b"
+    )
+    for garbage in ("", "b 1700000000.25", "[1, 2, 3, 4]", '["b", "telegram", "42"]', "{}"):
+        assert parse_input(garbage) is None
+
+
+async def test_the_conversation_of_a_timer_armed_elsewhere_is_announced(pg_dsn: str) -> None:
+    """Migration 17: besides the due time, the armed timer's conversation, so that a process
+    with a generation of it running checks it (docs/architecture.md#queue rule 9)."""
+    threaded = ConversationKey("discord", "chan", "thread 7", BOT)
+    async with PostgresStore(dsn=pg_dsn) as a, PostgresStore(dsn=pg_dsn) as b:
+        heard, inputs = Heard(), list[ConversationKey | None]()
+        changed = asyncio.Event()
+
+        def on_input(conversation: ConversationKey | None) -> None:
+            inputs.append(conversation)
+            changed.set()
+
+        async def until(count: int) -> None:
+            async with asyncio.timeout(10):
+                while len(inputs) < count:
+                    changed.clear()
+                    await changed.wait()
+
+        task = asyncio.create_task(a.listen_timers(heard, on_input))
+        try:
+            await until(1)
+            assert inputs == [None]  # connected: every running generation looks
+            await b.ingest(Inbound(threaded, "u", "Sasha", "hi", "p1"), 1000.0, POLICY)
+            await until(2)
+            await b.ingest(Inbound(key(3), "u", "Sasha", "hi", "p2"), 1000.0, POLICY)
+            await until(3)
+            assert inputs[1:] == [threaded, key(3)]
+            await heard.until(3)  # the timers' own announcements are as before
+            assert [bot for bot, _ in heard.items[1:]] == [BOT, BOT]
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 async def test_a_killed_listening_connection_comes_back_and_asks_for_a_look(

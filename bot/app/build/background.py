@@ -21,6 +21,7 @@ from bot.app.build.turns import Agenda
 from bot.core.clock import Clock
 from bot.core.events import ConversationKey
 from bot.queue import Scheduler
+from bot.queue.cutoff import Cutoffs
 from memory.retention.worker import Retention
 from memory.service import Memory
 
@@ -87,9 +88,11 @@ def start_work(
     *,
     sweeps: bool,
     retention: bool,
+    cutoffs: Cutoffs | None = None,
 ) -> None:
     """Start the runtime's work. Stopped in reverse at exit: the agenda, then the scheduler
-    (running turns get the shutdown grace period), then the loops, which are cancelled."""
+    (running turns get the shutdown grace period), then the loops, which are cancelled.
+    ``cutoffs``: the running generations another process's input may cut."""
     settings, clock = parts.settings, parts.clock
     scheduler, agenda = queue
     bots = list(parts.hosted.profiles)
@@ -100,22 +103,25 @@ def start_work(
         worker = build_retention(settings, parts.store, memory, clock, parts.metrics)
         every = settings.retention.interval_minutes * 60
         background.start("retention", retain(worker, clock, every))
-    background.start("wake-ups", relay_wake_ups(parts, scheduler))
+    background.start("wake-ups", relay_wake_ups(parts, scheduler, cutoffs))
     background.start("scheduler", scheduler.run(), stop=scheduler.stop)
     if agenda is not None:
         runner = agenda.scheduler
         background.start("check-ins and reminders", runner.run(), stop=runner.stop)
 
 
-async def relay_wake_ups(parts: Parts, scheduler: Scheduler[ConversationKey]) -> None:
-    """Timers armed by any process (PostgreSQL's announcements) set the scheduler's alarm."""
+async def relay_wake_ups(
+    parts: Parts, scheduler: Scheduler[ConversationKey], cutoffs: Cutoffs | None
+) -> None:
+    """Timers armed by any process (PostgreSQL's announcements) set the scheduler's alarm,
+    and have this process's generations of their conversation check for newer input."""
     hosted = frozenset(parts.hosted.profiles)
 
     def announced(bot: str | None, due_at: float | None) -> None:
         if bot is None or bot in hosted:
             scheduler.wake(due_at)
 
-    await parts.store.listen_timers(announced)
+    await parts.store.listen_timers(announced, None if cutoffs is None else cutoffs.announced)
 
 
 async def retain(worker: Retention, clock: Clock, interval: float) -> None:

@@ -134,7 +134,13 @@ async def runtime(
         exits.push_async_callback(background.aclose)
         work = (scheduler, agenda)
         start_work(
-            background, parts, memory, work, sweeps=seams.background, retention=with_retention
+            background,
+            parts,
+            memory,
+            work,
+            sweeps=seams.background,
+            retention=with_retention,
+            cutoffs=pipeline.cutoffs,
         )
         yield Runtime(
             store=opened,

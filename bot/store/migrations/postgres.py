@@ -31,6 +31,26 @@ TIMER_ARMED_TRIGGER: Final = f"""
             FOR EACH ROW EXECUTE FUNCTION personabot_timer_armed();
 """
 
+#: The channel on which the conversation of every armed or moved timer is named, as a JSON
+#: array [bot, platform, chat_id, thread_id] ('' = no thread): a process with a generation of
+#: that conversation running checks whether newer input made it stale (the cut-off).
+INPUT_CHANNEL: Final = "personabot_input"
+
+# Migration 17 replaces the function of migration 13's trigger (the trigger stays): the same
+# announcement on the timers channel, and the conversation on the input channel.
+INPUT_ANNOUNCED_TRIGGER: Final = f"""
+        CREATE OR REPLACE FUNCTION personabot_timer_armed() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            c conversations%ROWTYPE;
+        BEGIN
+            SELECT * INTO c FROM conversations WHERE id = NEW.conversation_id;
+            PERFORM pg_notify('{TIMERS_CHANNEL}', c.bot || ' ' || NEW.due_at::text);
+            PERFORM pg_notify('{INPUT_CHANNEL}',
+                json_build_array(c.bot, c.platform, c.chat_id, c.thread_id)::text);
+            RETURN NULL;
+        END $$;
+"""
+
 TYPES: Final = ColumnTypes(
     serial="BIGSERIAL",
     bigint="BIGINT",
@@ -44,6 +64,7 @@ TYPES: Final = ColumnTypes(
     blank_text="btrim(text, E' \\t\\n\\r') = ''",
     blob="BYTEA",
     timer_armed_trigger=TIMER_ARMED_TRIGGER,
+    input_announced_trigger=INPUT_ANNOUNCED_TRIGGER,
 )
 
 MIGRATIONS: Final[tuple[tuple[int, str], ...]] = render(TYPES)

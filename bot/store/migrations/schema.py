@@ -27,6 +27,9 @@ class ColumnTypes:
     #: What runs when a timer is armed or moved: PostgreSQL notifies the other processes
     #: (docs/scaling.md#wake-ups); SQLite has one process, woken in-process.
     timer_armed_trigger: str = ""
+    #: Version 17's: PostgreSQL's trigger also names the conversation (the cut-off,
+    #: docs/architecture.md#queue rule 9); SQLite: nothing.
+    input_announced_trigger: str = ""
 
 
 def render(types: ColumnTypes) -> tuple[tuple[int, str], ...]:
@@ -474,6 +477,18 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
             AND su.first_turn <= tombstones.first_turn
             AND tombstones.last_turn <= su.last_turn
         );
+        """,
+    ),
+    (
+        17,
+        """
+        -- PostgreSQL: an armed or moved timer (new input, an edit of a pending message) also
+        -- names its conversation on the channel personabot_input, so that another process's
+        -- running generation of that conversation checks whether it went stale and stops
+        -- (docs/architecture.md#queue rule 9). The timers channel keeps its payload: a process
+        -- of the previous version goes on reading it during a rolling upgrade.
+        -- SQLite: nothing (one process signals its generations in-process).
+        {input_announced_trigger}
         """,
     ),
 )

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from bot.core.events import ConversationKey
 from bot.core.redact import redact_url
 from bot.store.postgres._core import PostgresCore, is_postgres_url
 from bot.store.postgres._wakeups import TimerListener
@@ -71,11 +72,16 @@ class PostgresStore(
 ):
     """The BaseStore contract on PostgreSQL; each part holds one concern."""
 
-    async def listen_timers(self, on_timer: Callable[[str | None, float | None], None]) -> None:
+    async def listen_timers(
+        self,
+        on_timer: Callable[[str | None, float | None], None],
+        on_input: Callable[[ConversationKey | None], None] | None = None,
+    ) -> None:
         """Pass every process's timer announcements on until cancelled (reconnecting)."""
         listener = TimerListener(
             dsn=self._dsn,
             on_timer=on_timer,
+            on_input=on_input,
             redact=self._redact,
             connect_timeout=self._connect_timeout,
         )

@@ -4,7 +4,9 @@ Migration 13's trigger announces each armed or moved timer on ``personabot_timer
 ``"<bot> <due_at>"`` when its transaction commits. One connection of its own (outside the
 pool: a pooled connection is reset and handed to others) listens and passes each announcement
 on, so another process's scheduler sets its alarm to the due time instead of finding the timer
-at its next scan.
+at its next scan. Migration 17's trigger also names the timer's conversation on
+``personabot_input``: a process running a generation of that conversation checks whether
+newer input made it stale and cuts it (docs/architecture.md#queue rule 9).
 
 Notifications are a shortcut, never the guarantee: one sent while this connection was down is
 lost, so every (re)connection asks for a look at the store at once, and the scheduler's scan
@@ -16,18 +18,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable
 from typing import Any, Final
 
 import asyncpg
 
-from bot.store.migrations.postgres import TIMERS_CHANNEL
+from bot.core.events import ConversationKey
+from bot.store.migrations.postgres import INPUT_CHANNEL, TIMERS_CHANNEL
 
 log = logging.getLogger("personabot.store")
 
 #: Called with (bot, due time) per announcement; (None, None): look at the store now.
 OnTimer = Callable[[str | None, float | None], None]
+#: Called with the conversation of each armed timer; None: any conversation may have input.
+OnInput = Callable[[ConversationKey | None], None]
 
 _ERRORS: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
@@ -42,6 +48,20 @@ def parse(payload: str) -> tuple[str, float] | None:
     return (bot, due_at) if bot else None
 
 
+def parse_input(payload: str) -> ConversationKey | None:
+    """``[bot, platform, chat_id, thread_id]`` as JSON ('' = no thread)."""
+    try:
+        fields = json.loads(payload)
+    except ValueError:
+        return None
+    if not (
+        isinstance(fields, list) and len(fields) == 4 and all(isinstance(f, str) for f in fields)
+    ):
+        return None
+    bot, platform, chat_id, thread = fields
+    return ConversationKey(platform, chat_id, thread or None, bot)
+
+
 class TimerListener:
     """Listens for armed timers until cancelled, reconnecting with backoff."""
 
@@ -50,6 +70,7 @@ class TimerListener:
         *,
         dsn: str,
         on_timer: OnTimer,
+        on_input: OnInput | None = None,
         redact: Callable[[str], str],
         connect_timeout: float = 10.0,
         ping_seconds: float = 15.0,
@@ -57,6 +78,7 @@ class TimerListener:
     ) -> None:
         self._dsn = dsn
         self._on_timer = on_timer
+        self._on_input = on_input
         self._redact = redact
         self._connect_timeout = connect_timeout
         self._ping = ping_seconds
@@ -71,6 +93,15 @@ class TimerListener:
             log.warning("ignored a malformed timer announcement: %r", str(payload)[:100])
             return
         self._on_timer(*parsed)
+
+    def _input(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        if self._on_input is None:
+            return
+        conversation = parse_input(str(payload))
+        if conversation is None:
+            log.warning("ignored a malformed input announcement: %r", str(payload)[:100])
+            return
+        self._on_input(conversation)
 
     async def run(self) -> None:
         """Listen, and listen again after every failure, until cancelled."""
@@ -102,10 +133,14 @@ class TimerListener:
         conn.add_termination_listener(lambda _c: closed.set())
         try:
             await conn.add_listener(TIMERS_CHANNEL, self._notified)
+            if self._on_input is not None:
+                await conn.add_listener(INPUT_CHANNEL, self._input)
             self.connections += 1
             self.listening.set()
             # Whatever was announced while no connection listened is lost: look now.
             self._on_timer(None, None)
+            if self._on_input is not None:
+                self._on_input(None)
             while not closed.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(closed.wait(), timeout=self._ping)

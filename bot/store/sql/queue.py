@@ -35,6 +35,7 @@ from bot.store import cols
 from bot.store.sql.conn import Conn
 from bot.store.sql.core import (
     CONV_WHERE_C,
+    SESSION_ID,
     ReplyRow,
     SQLCore,
     conv_args,
@@ -253,6 +254,18 @@ class QueuePart(SQLCore):
             else float(first_pending),
             persona=None if persona is None else str(persona),
         )
+
+    async def newer_input(self, session: SessionKey, version: int) -> bool:
+        """The final check's ``newer_pending`` read (``_turn_verdict``), without its locks."""
+        d = self.dialect
+        async with self._read() as db:
+            found = await db.fetchval(
+                f"SELECT 1 FROM messages m WHERE m.session_id = {SESSION_ID} "
+                f"AND m.pending = {d.true} AND m.version > $6 LIMIT 1",
+                *session_args(session),
+                version,
+            )
+        return found is not None
 
     # -- timers -------------------------------------------------------------------------------
 
