@@ -395,9 +395,14 @@ def _child_env() -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def runtimes(
-    count: int, config: Path, workdir: Path, spawn: Spawn
+    count: int,
+    config: Path,
+    workdir: Path,
+    spawn: Spawn,
+    env: Callable[[int], Mapping[str, str]] = lambda _i: {},
 ) -> AsyncIterator[list[RuntimeProcess]]:
-    """``count`` runtime processes on ``config``; SIGTERM on exit (a clean stop: exit 0)."""
+    """``count`` runtime processes on ``config`` (``env(i)``: what process i's environment
+    adds); SIGTERM on exit (a clean stop: exit 0)."""
     started: list[RuntimeProcess] = []
     try:
         for i in range(count):
@@ -406,7 +411,7 @@ async def runtimes(
                 proc = await spawn(
                     sys.executable, "-m", "bench._load_runtime", str(config),
                     str(workdir / f"runtime-{i}.counts.json"),
-                    cwd=ROOT, env=_child_env(), stdout=out, stderr=err,
+                    cwd=ROOT, env={**_child_env(), **env(i)}, stdout=out, stderr=err,
                 )  # fmt: skip
             started.append(RuntimeProcess(i, proc, stderr, workdir / f"runtime-{i}.counts.json"))
         yield started
