@@ -25,16 +25,22 @@ class StreamingAdapter(BaseAdapter):
         settings: StreamSettings,
         *,
         reply_to: str | None = None,
+        draft_id: int | None = None,
     ) -> Preview | None:
         """A preview for one generation in ``conversation``, or None: never with mode
-        ``off``; else as the platform decides (:meth:`_open_preview`)."""
+        ``off``; else as the platform decides (:meth:`_open_preview`). ``draft_id``: the
+        draft of a cut generation to continue, where previews are drafts."""
         if settings.mode == "off":
             return None
-        return self._open_preview(conversation, settings, reply_to)
+        return self._open_preview(conversation, settings, reply_to, draft_id)
 
     @abc.abstractmethod
     def _open_preview(
-        self, conversation: ConversationKey, settings: StreamSettings, reply_to: str | None
+        self,
+        conversation: ConversationKey,
+        settings: StreamSettings,
+        reply_to: str | None,
+        draft_id: int | None,
     ) -> Preview | None:
         """The platform's preview under ``settings`` (mode is not ``off``), or None."""
 

@@ -163,7 +163,11 @@ class ConsoleAdapter(StreamingAdapter):
             self.write("")
 
     def _open_preview(
-        self, conversation: ConversationKey, settings: StreamSettings, reply_to: str | None
+        self,
+        conversation: ConversationKey,
+        settings: StreamSettings,
+        reply_to: str | None,
+        draft_id: int | None,
     ) -> Preview | None:
         """Print the reply as it is written (unless previews are turned off here)."""
         if not self._previews:

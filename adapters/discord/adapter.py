@@ -471,7 +471,11 @@ class DiscordAdapter(StreamingAdapter):
     # ------------------------------------------------------------------ streaming
 
     def _open_preview(
-        self, conversation: ConversationKey, settings: StreamSettings, reply_to: str | None
+        self,
+        conversation: ConversationKey,
+        settings: StreamSettings,
+        reply_to: str | None,
+        draft_id: int | None,
     ) -> Preview | None:
         """A message edited in place while the reply is written (``edit`` mode; Discord has no
         drafts, so any other mode shows the typing indicator only). It quotes ``reply_to`` in

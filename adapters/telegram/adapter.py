@@ -777,10 +777,15 @@ class TelegramAdapter(StreamingAdapter):
     # ---------------------------------------------------------------------- streaming
 
     def _open_preview(
-        self, conversation: ConversationKey, settings: StreamSettings, reply_to: str | None
+        self,
+        conversation: ConversationKey,
+        settings: StreamSettings,
+        reply_to: str | None,
+        draft_id: int | None,
     ) -> Preview | None:
-        """A draft in a private chat (any mode but ``off``); in a group, a posted message
-        edited in place (mode ``edit`` only; Telegram has no drafts there), else None."""
+        """A draft in a private chat (any mode but ``off``; ``draft_id`` continues a cut
+        generation's draft); in a group, a posted message edited in place (mode ``edit``
+        only; Telegram has no drafts there), else None."""
         target = _Target.of(conversation)
         if target.private:
             if target.chat_id in self._draftless:
@@ -791,6 +796,7 @@ class TelegramAdapter(StreamingAdapter):
                 target.thread_id,
                 settings,
                 on_refused=lambda: self._refuse_drafts(target.chat_id),
+                draft_id=draft_id,
             )
         if settings.mode != "edit":
             return None

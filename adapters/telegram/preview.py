@@ -189,6 +189,7 @@ class DraftPreview(_Formatted):
         settings: StreamSettings,
         *,
         on_refused: Callable[[], None],
+        draft_id: int | None = None,
     ) -> None:
         self._context = context
         self._chat_id = chat_id
@@ -196,9 +197,10 @@ class DraftPreview(_Formatted):
         self._can_stop = settings.stop != "off"
         self._keep_on_stop = settings.stop == "keep"
         self._on_refused = on_refused
-        # Fresh per preview: the stop update names it, and a new id never animates over the
-        # draft of an earlier turn.
-        self._draft_id = secrets.randbelow(_MAX_DRAFT_ID) + 1
+        # Fresh per preview (the stop update names it, and a new id never animates over the
+        # draft of an earlier turn), unless it continues the draft of a generation that newer
+        # input cut: the same id animates that draft into this one (no second bubble).
+        self._draft_id = draft_id or secrets.randbelow(_MAX_DRAFT_ID) + 1
         self._shown: str | None = None
         self._plain = False
 

@@ -72,10 +72,13 @@ class Streams(Protocol):
         settings: StreamSettings,
         *,
         reply_to: str | None = None,
+        draft_id: int | None = None,
     ) -> Preview | None:
         """A preview for one generation in ``conversation``, or None when this chat streams
         nothing under ``settings`` (then the typing indicator is all the person sees).
-        ``reply_to`` is the platform message a posted preview quotes (groups)."""
+        ``reply_to`` is the platform message a posted preview quotes (groups); ``draft_id``
+        the draft of a cut generation this one continues (the same id: Telegram animates the
+        change instead of showing a new bubble; ignored where previews are not drafts)."""
         ...
 
     async def retract(self, conversation: ConversationKey, message_id: str) -> None:

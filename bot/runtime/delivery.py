@@ -35,7 +35,7 @@ from bot.core.events import Attachment, ConversationKey, OutboxItem, Reply
 from bot.core.ports import Outlet
 from bot.core.tasks import persist
 from bot.core.visible import has_visible_text
-from bot.runtime.streaming import PREVIEW_KEY
+from bot.runtime.previews import PREVIEW_KEY, OnRecord
 from bot.store.contracts import MessageStore, OutboxStore, SessionStore
 
 log = logging.getLogger("personabot.delivery")
@@ -186,8 +186,7 @@ class Delivery:
         replaces it (the preview's id is session state until then: bot/runtime/streaming.py)."""
         if not item.reply_message_id:
             return await self.deliver(item)
-        preview = await self.store.get_state(item.session, PREVIEW_KEY)
-        replaces = preview if isinstance(preview, str) else None
+        replaces = OnRecord.parse(await self.store.get_state(item.session, PREVIEW_KEY)).replaces
         sent = await self.deliver(item, replaces=replaces)
         if sent and replaces is not None:
             await self.store.delete_state(item.session, PREVIEW_KEY)

@@ -1,11 +1,10 @@
 """Streaming a reply while it is written (docs/architecture.md#streaming).
 
-The relay (:class:`Relay`) shows one generation's text on a platform's preview; the glue a
-turn needs around it lives here too (:class:`Previews`: the relay of a turn, a posted preview
-kept on record until the reply replaces it, one an earlier attempt left behind;
-:func:`streamed`: the model's work raced against the stop button). The turn kernel
-(bot/runtime/turn.py) closes the relay before the final check and takes its preview back when
-the final check did not record its generation.
+The relay (:class:`Relay`) shows one generation's text on a platform's preview;
+:func:`streamed` races the model's work against the stop button. What a turn keeps on record
+of its preview, and the hand-over of a cut generation's preview, are bot/runtime/previews.py's.
+The turn kernel (bot/runtime/turn.py) closes the relay before the final check and takes its
+preview back when the final check did not record its generation.
 
 Stop requests: a person pressing a Telegram draft's stop button reaches the process that
 receives the update, which may not be the one writing the reply. The request is therefore a
@@ -21,21 +20,18 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, PreviewThrottled, PreviewUnavailable, StoreError
-from bot.core.events import ConversationKey, SessionKey, Turn
-from bot.core.ports import Outlet, Preview, Streams, StreamSettings
-from bot.store.contracts import LeaseStore, SessionStore
+from bot.core.events import ConversationKey
+from bot.core.ports import Preview
+from bot.store.contracts import LeaseStore
 
 log = logging.getLogger("personabot.streaming")
 
 T = TypeVar("T")
 
-#: Session state naming a posted preview message (``edit``) not yet replaced or deleted.
-PREVIEW_KEY: Final = "personabot:preview"
 #: How long a stop request is kept: far longer than any generation.
 STOP_SECONDS: Final = 3600.0
 
@@ -136,6 +132,11 @@ class Relay:
         self._stop_event: asyncio.Event | None = None
         #: Preview calls made (shown, throttled or failed), for metrics and benchmarks.
         self.calls = 0
+        #: Posted previews of cut generations this one took over and has not yet replaced,
+        #: and how to delete one (bot/runtime/previews.py deletes them once this one posts,
+        #: or when the turn ends).
+        self.predecessors: tuple[str, ...] = ()
+        self.retract: Callable[[str], Awaitable[None]] | None = None
         self._throttled_until = -float("inf")
 
     @property
@@ -319,72 +320,6 @@ class Relay:
         except StoreError as exc:
             log.warning("%s: could not check for a stop request: %s", self._conversation, exc)
             return False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
-class Previews:
-    """A turn's preview: its relay started where the bot streams in the chat, and a posted
-    preview (``edit``) on record as session state (``PREVIEW_KEY``) from its post until the
-    reply replaces it or it is deleted, so that a crash in between leaves no half reply
-    behind (outbox recovery edits the reply into it, the next turn deletes it)."""
-
-    sessions: SessionStore
-    clock: Clock
-    stops: StopSignals
-
-    async def open(
-        self, turn: Turn, outlet: Outlet, stream: StreamSettings, lost: asyncio.Event
-    ) -> Relay | None:
-        """The started relay of this generation, when the bot streams in this chat (else
-        None); ``lost`` is the lease renewal's event (a fenced worker stops at once)."""
-        if stream.mode == "off" or not isinstance(outlet, Streams):
-            return None
-        conversation = turn.session.conversation
-        if stream.mode == "edit":
-            await self._retract_orphan(turn.session, outlet)
-        reply_to = turn.messages[-1].platform_message_id if turn.messages else None
-        preview = outlet.preview(conversation, stream, reply_to=reply_to)
-        if preview is None:
-            return None
-        session = turn.session
-
-        async def posted(message_id: str) -> None:
-            try:
-                await self.sessions.set_state(session, PREVIEW_KEY, message_id, self.clock.now())
-            except StoreError as exc:
-                log.warning("%s: preview %s not on record: %s", session, message_id, exc)
-
-        relay = Relay(
-            preview,
-            clock=self.clock,
-            interval=stream.interval,
-            conversation=conversation,
-            stops=self.stops if stream.stop != "off" else None,
-            lost=lost,
-            on_posted=posted,
-        )
-        relay.start()
-        return relay
-
-    async def _retract_orphan(self, session: SessionKey, outlet: Streams) -> None:
-        """A preview still on record here was left by a generation that never finished (a
-        crash before its final check): delete it, so no half reply stays in the chat."""
-        orphan = await self.sessions.get_state(session, PREVIEW_KEY)
-        if isinstance(orphan, str):
-            log.info("%s: deleting preview %s left by an earlier attempt", session, orphan)
-            await outlet.retract(session.conversation, orphan)
-            await self.sessions.delete_state(session, PREVIEW_KEY)
-
-    async def forget(self, session: SessionKey, relay: Relay) -> None:
-        """The posted preview was replaced or deleted: no longer on record."""
-        if relay.preview.message_id is not None:
-            await self.sessions.delete_state(session, PREVIEW_KEY)
-
-    async def discard(self, session: SessionKey, relay: Relay) -> None:
-        """Not this generation's reply (discarded, fenced): take back what it showed; the
-        next generation shows its own."""
-        await relay.discard()
-        await self.forget(session, relay)
 
 
 async def streamed(work: Coroutine[Any, Any, T], relay: Relay) -> T | None:

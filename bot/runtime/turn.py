@@ -63,7 +63,8 @@ from bot.queue.lease import renewing
 from bot.runtime.delivery import Delivery
 from bot.runtime.extensions import AfterReply
 from bot.runtime.hooks import after_reply
-from bot.runtime.streaming import Previews, Relay, streamed
+from bot.runtime.previews import Previews
+from bot.runtime.streaming import Relay, streamed
 from bot.runtime.tools import CountCall, Effect, LoopResult, ToolLoop, ToolPolicy, ToolRegistry
 from bot.runtime.tools import apply as apply_effects
 from bot.runtime.turn_context import TurnContext
@@ -209,8 +210,10 @@ class TurnKernel:
         self.releases = Background()
 
     async def aclose(self) -> None:
-        """The process stops: stop retrying releases (their leases expire by themselves)."""
+        """The process stops: stop retrying releases (their leases expire by themselves) and
+        waiting for hand-overs (the next generation of their session takes them over)."""
         await self.releases.aclose()
+        await self.parts.previews.aclose()
 
     @contextlib.asynccontextmanager
     async def hold(
@@ -298,7 +301,7 @@ class TurnKernel:
     async def _cut(self, job: Job[O], ask: Ask, loop: ToolLoop) -> O:
         """The generation was cut (``loop.asking``: the model call it cancelled, if one was
         running; the calls that answered are charged already): counted, the job ends it, its
-        preview taken back and forgotten (the next generation shows its own)."""
+        preview handed over to the next generation (bot/runtime/previews.py)."""
         p = self.parts
         relay = ask.relay
         asking = loop.asking
@@ -316,7 +319,7 @@ class TurnKernel:
             return await job.cut(None if asking is None else ask, written, grown)
         finally:
             if relay is not None:
-                await p.previews.discard(ask.context.session, relay)
+                await p.previews.hand_over(ask.context.session, relay)
 
     def _loop(self, ask: Ask) -> ToolLoop:
         """The tool loop of a model step (one model call when no tool is registered:
@@ -362,6 +365,8 @@ class TurnKernel:
         finally:
             if relay is not None and replaces is None:
                 await relay.take_back_unknown()  # a preview post that arrived unanswered
+                # What it took over from a cut generation goes once the reply is out.
+                await self.parts.previews.settle(outbox.session, relay)
         await self._after(job, draft)
         return sent
 

@@ -8,22 +8,19 @@ import asyncio
 from dataclasses import replace
 from typing import Literal
 
-import pytest
-
 from bot.app.web import console_data
 from bot.config import Settings
 from bot.core.clock import ManualClock
-from bot.core.events import ConversationKey, Inbound
+from bot.core.events import ConversationKey, Inbound, Reply, SessionKey
 from bot.core.llm import ModelRequest, ModelResult
 from bot.core.ports import StreamSettings
 from bot.core.queue_rules import turn_lease
 from bot.queue.cutoff import Cutoffs
 from bot.queue.ingest import Ingestor
-from bot.runtime.streaming import PREVIEW_KEY
+from bot.runtime.previews import HANDOVER_SECONDS, PREVIEW_KEY
 from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore
 from tests.bot.test_initiatives import CHECK_IN, HOUR, NO_QUIET, T0, Scripted
-from tests.bot.test_store_blips import Blip
 from tests.fakes.llm import GatedLLM
 from tests.fakes.outlet import RecordingOutlet
 from tests.harness import Harness, harness
@@ -193,81 +190,185 @@ async def test_a_check_in_is_not_cut(store: BaseStore) -> None:
 
 
 class PostedPreview:
-    """An edited-in-place preview (Discord's kind): posted on its first update."""
+    """An edited-in-place preview (Discord's kind, a Telegram group's): posted on its first
+    update; or, with ``draft``, a Telegram draft (its id continued or fresh)."""
 
-    def __init__(self, outlet: PreviewOutlet) -> None:
+    def __init__(self, outlet: PreviewOutlet, draft: int | None = None) -> None:
         self._outlet = outlet
         self._posted: str | None = None
+        self._draft = draft
 
     @property
     def kind(self) -> Literal["draft", "edit", "console"]:
-        return "edit"
+        return "edit" if self._draft is None else "draft"
 
     @property
     def draft_id(self) -> int | None:
-        return None
+        return self._draft
 
     @property
     def message_id(self) -> str | None:
         return self._posted
 
     async def show(self, text: str) -> None:
+        if self._draft is not None:
+            self._outlet.events.append(("draft", f"d{self._draft}"))
+            self._outlet.shown.append((f"d{self._draft}", text))
+            return
         if self._posted is None:
             self._posted = f"p{len(self._outlet.posted) + 1}"
             self._outlet.posted.append(self._posted)
+            self._outlet.events.append(("post", self._posted))
         self._outlet.shown.append((self._posted, text))
 
     async def discard(self) -> None:
         if self._posted is not None:
             self._outlet.deleted.append(self._posted)
+            self._outlet.events.append(("delete", self._posted))
 
 
 class PreviewOutlet(RecordingOutlet):
-    """A recording outlet that streams: every preview it posted, showed and deleted."""
+    """A recording outlet that streams: every preview it posted, showed and deleted, in
+    order (``events``); ``drafts``: previews are drafts (a Telegram private chat)."""
 
-    def __init__(self, clock: ManualClock) -> None:
+    def __init__(self, clock: ManualClock, *, drafts: bool = False) -> None:
         super().__init__(clock)
+        self.drafts = drafts
         self.posted: list[str] = []
         self.shown: list[tuple[str, str]] = []
         self.deleted: list[str] = []
+        self.events: list[tuple[str, str]] = []
+        self.draft_ids = iter(range(1, 1000))
 
     def preview(
-        self, conversation: ConversationKey, settings: StreamSettings, *, reply_to: str | None
+        self,
+        conversation: ConversationKey,
+        settings: StreamSettings,
+        *,
+        reply_to: str | None,
+        draft_id: int | None = None,
     ) -> PostedPreview:
+        if self.drafts:
+            return PostedPreview(self, draft_id or next(self.draft_ids))
         return PostedPreview(self)
 
     async def retract(self, conversation: ConversationKey, message_id: str) -> None:
         self.deleted.append(message_id)
+        self.events.append(("delete", message_id))
+
+    async def send(self, reply: Reply) -> None:
+        await super().send(reply)
+        self.events.append(("reply", reply.replaces or "new"))
 
 
-async def test_a_cut_while_a_streamed_preview_is_shown_leaves_no_orphan(
+PARTIAL = "Let me think about that one for a moment..."
+
+
+async def _preview_shown(h: Harness, llm: GatedLLM) -> SessionKey:
+    """The first generation shows its preview; its session."""
+    await h.say(C1, "one", message_id="m-one")
+    await h.advance(1.6)
+    await asyncio.sleep(0)
+    assert llm.calls == 1
+    turn = await h.store.pending_turn(C1, 10)
+    assert turn is not None
+    return turn.session
+
+
+async def test_a_cut_preview_stays_until_the_next_generation_posts_below_the_newer_message(
     store: BaseStore, clock: ManualClock
 ) -> None:
-    partial = "Let me think about that one for a moment..."
-    llm = GatedLLM(clock=clock, gated=True, partial=partial)
+    """Issue 37 item 2: no flicker. The cut generation's message stays (the person never sees
+    the answer vanish) until the next generation's preview is posted below "two"; it is
+    deleted then, and the reply replaces the new preview: nothing of the first stays."""
+    llm = GatedLLM(clock=clock, gated=True, partial=PARTIAL)
     outlet = PreviewOutlet(clock)
     async with harness(store, clock, llm, outlet=outlet) as h:
-        await h.say(C1, "one")
-        await h.advance(1.6)
-        await asyncio.sleep(0)
-        assert llm.calls == 1 and outlet.shown == [("p1", partial)]
-        session = (await h.store.pending_turn(C1, 10)).session  # type: ignore[union-attr]
+        session = await _preview_shown(h, llm)
+        assert outlet.shown == [("p1", PARTIAL)]
         assert await h.store.get_state(session, PREVIEW_KEY) == "p1"
         await h.say(C1, "two")  # cut while the preview shows half a reply
         assert llm.cancelled == [0]
-        assert outlet.deleted == ["p1"]  # taken back at once
-        assert not isinstance(await h.store.get_state(session, PREVIEW_KEY), str)  # forgotten
-        await h.advance(1.6)
+        await h.advance(0.5)
+        assert outlet.deleted == []  # handed over: still shown, still on record
+        assert await h.store.get_state(session, PREVIEW_KEY) == "p1"
+        await h.advance(1.1)
+        await asyncio.sleep(0)
         assert llm.calls == 2
+        assert outlet.events == [("post", "p1"), ("post", "p2"), ("delete", "p1")]
+        assert await h.store.get_state(session, PREVIEW_KEY) == "p2"
         llm.release(1)
         await h.advance(0.5)
         replies = [r for _, r in outlet.replies]
-        assert [r.text for r in replies] == [partial + "reply to: one\ntwo"]
-        # The second preview became the reply; nothing of the first stays in the chat.
-        assert outlet.posted == ["p1", "p2"] and replies[0].replaces == "p2"
-        assert outlet.deleted == ["p1"]
+        assert [r.text for r in replies] == [PARTIAL + "reply to: one\ntwo"]
+        assert replies[0].replaces == "p2" and outlet.deleted == ["p1"]
+        assert not isinstance(await h.store.get_state(session, PREVIEW_KEY), str)
         # The cut call's output is charged from what it streamed (no usage arrived).
         assert _count(h, "personabot_tokens_total", kind="output") > 5
+
+
+async def test_a_reply_sent_without_a_preview_takes_the_cut_preview_away_after_it(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    llm = GatedLLM(clock=clock, gated=True, partial=PARTIAL)
+    outlet = PreviewOutlet(clock)
+    async with harness(store, clock, llm, outlet=outlet) as h:
+        session = await _preview_shown(h, llm)
+        await h.say(C1, "two")  # cut
+        llm.partial = ""  # the next generation shows nothing before its answer
+        await h.advance(1.6)
+        llm.release(1)
+        await h.advance(0.5)
+        assert h.outlet.texts() == ["reply to: one\ntwo"]
+        assert outlet.events == [("post", "p1"), ("reply", "new"), ("delete", "p1")]
+        assert not isinstance(await h.store.get_state(session, PREVIEW_KEY), str)
+
+
+async def test_a_cut_preview_nobody_takes_over_is_deleted_after_the_hand_over_wait(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Nothing follows the cut (the person deleted both messages before the next turn): the
+    preview leaves no trace, HANDOVER_SECONDS later."""
+    llm = GatedLLM(clock=clock, gated=True, partial=PARTIAL)
+    outlet = PreviewOutlet(clock)
+    async with harness(store, clock, llm, outlet=outlet) as h:
+        session = await _preview_shown(h, llm)
+        await h.say(C1, "two", message_id="m-two")  # cut
+        for message_id in ("m-one", "m-two"):
+            await h.router(Inbound(C1, "u1", "Sasha", "", message_id, kind="delete"))
+        await h.advance(HANDOVER_SECONDS - 1)
+        assert llm.calls == 1
+        assert outlet.deleted == []
+        await h.advance(2)
+        assert outlet.deleted == ["p1"]
+        assert not isinstance(await h.store.get_state(session, PREVIEW_KEY), str)
+
+
+async def test_a_cut_draft_is_continued_by_the_next_generation(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """A Telegram private chat: the next generation writes into the same draft (the same id:
+    Telegram animates the change), never a second bubble."""
+    llm = GatedLLM(clock=clock, gated=True, partial=PARTIAL)
+    outlet = PreviewOutlet(clock, drafts=True)
+    async with harness(store, clock, llm, outlet=outlet) as h:
+        session = await _preview_shown(h, llm)
+        assert outlet.shown == [("d1", PARTIAL)]
+        await h.say(C1, "two")  # cut
+        assert llm.cancelled == [0]
+        assert await h.store.get_state(session, PREVIEW_KEY) == "draft:1"
+        await h.advance(1.6)
+        await asyncio.sleep(0)
+        assert llm.calls == 2
+        assert outlet.shown == [("d1", PARTIAL), ("d1", PARTIAL)]  # the same draft
+        assert not isinstance(await h.store.get_state(session, PREVIEW_KEY), str)
+        llm.release(1)
+        await h.advance(0.5)
+        assert h.outlet.texts() == [PARTIAL + "reply to: one\ntwo"]
+        await h.say(C1, "three")  # a new burst after a reply: a fresh draft
+        await h.advance(1.6)
+        await asyncio.sleep(0)
+        assert outlet.shown[-1] == ("d2", PARTIAL)
 
 
 async def test_a_cut_during_the_answered_calls_charge_does_not_charge_it_twice(
@@ -304,33 +405,6 @@ async def test_a_cut_during_the_answered_calls_charge_does_not_charge_it_twice(
         assert _count(h, "personabot_model_calls_total", purpose="reply") == 2
         stats = await h.store.usage_since(0.0)
         assert stats.output_tokens == 5 + 5
-
-
-async def test_a_store_blip_forgetting_the_cut_preview_still_charges_the_cut_call(
-    store: BaseStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    partial = "Let me think about that one for a moment..."
-    llm = GatedLLM(clock=clock, gated=True, partial=partial)
-    outlet = PreviewOutlet(clock)
-    async with harness(store, clock, llm, outlet=outlet) as h:
-        await h.say(C1, "one")
-        await h.advance(1.6)
-        await asyncio.sleep(0)
-        assert llm.calls == 1 and outlet.shown == [("p1", partial)]
-        blip = Blip(store, "delete_state", monkeypatch)
-        blip.times = 1  # the preview's record is not forgotten this once
-        await h.say(C1, "two")  # cut
-        await h.advance(0.1)
-        assert llm.cancelled == [0] and outlet.deleted == ["p1"] and blip.failed == 1
-        assert await _lease_free(h)
-        await h.advance(1.6)
-        assert llm.calls == 2
-        llm.release(1)
-        await h.advance(0.5)
-        assert [r.text for _, r in outlet.replies] == [partial + "reply to: one\ntwo"]
-        # Both calls are charged: the cut one from its prompt and what it streamed.
-        assert _count(h, "personabot_model_calls_total", purpose="reply") == 2
-        assert _count(h, "personabot_generations_cut_total") == 1
 
 
 async def test_the_console_says_how_many_generations_were_cut_and_what_they_cost(

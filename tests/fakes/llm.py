@@ -38,7 +38,7 @@ class GatedLLM(BaseLLM):
         self._gated = gated
         self._answer = answer or (lambda r: f"reply to: {r.messages[-1].text}")
         self._delegate = delegate  # when set, answers (after the gate) come from it
-        self._partial = partial
+        self.partial = partial  # may change between calls
         self.requests: list[ModelRequest] = []
         #: Indexes of the calls cancelled while they waited.
         self.cancelled: list[int] = []
@@ -81,12 +81,13 @@ class GatedLLM(BaseLLM):
 
     async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelResult:
         """``partial`` at once, then the answer once the call is let through."""
-        if not self._partial:
+        if not self.partial:
             return await super().stream(request, on_text)
-        on_text(self._partial)
+        partial = self.partial
+        on_text(partial)
         result = await self.complete(request)
         on_text(result.text)
-        return dataclasses.replace(result, text=self._partial + result.text)
+        return dataclasses.replace(result, text=partial + result.text)
 
 
 _CHOICE = re.compile(r"I pick the (\w+) mug")

@@ -29,8 +29,9 @@ from bot.runtime.extensions import Extensions
 from bot.runtime.initiatives import AgendaKey, Persona, Proactive
 from bot.runtime.limits import Limits
 from bot.runtime.pipeline import AgendaLink, BotProfile, Bots, Pipeline, ReplyPolicies
+from bot.runtime.previews import Previews
 from bot.runtime.reminders import reminder_extensions
-from bot.runtime.streaming import Previews, StopSignals
+from bot.runtime.streaming import StopSignals
 from bot.runtime.tools import ToolPolicy
 from bot.runtime.turn import TurnParts
 from bot.runtime.usage import Accounting
