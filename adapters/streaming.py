@@ -45,8 +45,9 @@ class StreamingAdapter(BaseAdapter):
         """The platform's preview under ``settings`` (mode is not ``off``), or None."""
 
     @abc.abstractmethod
-    async def retract(self, conversation: ConversationKey, message_id: str) -> None:
-        """Delete a posted preview a crashed process left behind; never raises."""
+    async def retract(self, conversation: ConversationKey, message_id: str) -> bool:
+        """Delete a posted preview a cut or crashed generation left behind; never raises.
+        False: worth trying again later; True: gone, or never deletable."""
 
 
 class PostedPreview:

@@ -174,8 +174,9 @@ class ConsoleAdapter(StreamingAdapter):
             return None
         return _ConsolePreview(self, reply_to)
 
-    async def retract(self, conversation: ConversationKey, message_id: str) -> None:
+    async def retract(self, conversation: ConversationKey, message_id: str) -> bool:
         """Nothing printed can be taken back (and the console posts no preview messages)."""
+        return True
 
     def _label(self, reply_to: str | None) -> str | None:
         """The line that says whom a reply answers: only a message of an earlier run."""

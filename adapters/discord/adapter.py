@@ -490,12 +490,15 @@ class DiscordAdapter(StreamingAdapter):
             timeout=self._preview_timeout,
         )
 
-    async def retract(self, conversation: ConversationKey, message_id: str) -> None:
-        """Delete a preview a crashed process left behind; never raises (failures logged)."""
+    async def retract(self, conversation: ConversationKey, message_id: str) -> bool:
+        """Delete a preview a cut or crashed generation left behind; never raises (failures
+        logged). False: worth trying again later."""
         if not message_id.isdigit():
             log.warning("not a Discord message id: %r", message_id)
-            return
-        await delete_message(self._logged_in_client, _channel_id(conversation), int(message_id))
+            return True
+        return await delete_message(
+            self._logged_in_client, _channel_id(conversation), int(message_id)
+        )
 
     @contextlib.asynccontextmanager
     async def typing(self, conversation: ConversationKey) -> AsyncIterator[None]:

@@ -76,18 +76,27 @@ def held_back(http: HTTPClient, route: Route) -> float:
         return 0.0
 
 
-async def delete_message(client: ClientSource, channel_id: int, message_id: int) -> None:
-    """Delete one of the bot's messages (a preview); a failure is logged, never raised."""
+async def delete_message(client: ClientSource, channel_id: int, message_id: int) -> bool:
+    """Delete one of the bot's messages (a preview); a failure is logged, never raised.
+    False: it may still be there and a later try may work (network, 5xx, not logged in);
+    True: it is gone, or Discord refused for good (no permission, an unknown channel)."""
     try:
         found = await client()
         message = found.get_partial_messageable(channel_id).get_partial_message(message_id)
         await message.delete()
     except discord.NotFound:
         log.info("preview message %d in channel %d was already deleted", message_id, channel_id)
+    except discord.HTTPException as exc:
+        log.warning(
+            "could not delete preview message %d in channel %d: %r", message_id, channel_id, exc
+        )
+        return exc.status < 500 and exc.status != 429
     except (AdapterError, discord.DiscordException, *NETWORK_ERRORS) as exc:
         log.warning(
             "could not delete preview message %d in channel %d: %r", message_id, channel_id, exc
         )
+        return False
+    return True
 
 
 class EditPreview(PostedPreview):

@@ -809,19 +809,19 @@ class TelegramAdapter(StreamingAdapter):
             limiter=self._limiter,
         )
 
-    async def retract(self, conversation: ConversationKey, message_id: str) -> None:
-        """Delete a posted preview a crashed process left behind; never raises (failures
-        logged)."""
+    async def retract(self, conversation: ConversationKey, message_id: str) -> bool:
+        """Delete a posted preview a cut or crashed generation left behind; never raises
+        (failures logged). False: worth trying again later."""
         number = _message_number(message_id)
         if number is None:
             log.warning("telegram bot %s: not a message id: %r", self.bot_key, message_id)
-            return
+            return True
         try:
             chat_id = _Target.of(conversation).chat_id
         except AdapterError as exc:
             log.warning("telegram bot %s: %s", self.bot_key, exc)
-            return
-        await delete_message(self._previews, chat_id, number)
+            return True
+        return await delete_message(self._previews, chat_id, number)
 
     def _refuse_drafts(self, chat_id: int) -> None:
         """Telegram refused drafts in this chat: no more previews there (bounded memory)."""

@@ -337,9 +337,20 @@ class EditPreview(_Formatted, PostedPreview):
 
 
 async def delete_message(context: PreviewContext, chat_id: int, message_id: int) -> bool:
-    """Delete a posted preview: whether it is gone now. A failure is logged, never raised."""
+    """Delete a posted preview; never raises (failures logged). False: it may still be there
+    and a later try may work (network, server errors, flood wait); True: it is gone or can
+    never be deleted (Telegram refused the request for good: not found, too old, no right)."""
     try:
         await context.bot(DeleteMessage(chat_id=chat_id, message_id=message_id))
+    except (TelegramBadRequest, TelegramNotFound, TelegramForbiddenError) as exc:
+        log.info(
+            "telegram bot %s: preview %s in chat %s cannot be deleted (%s); not retried",
+            context.bot_key,
+            message_id,
+            chat_id,
+            context.redact(getattr(exc, "message", None) or str(exc)),
+        )
+        return True
     except Exception as exc:  # never raises, by contract
         log.warning(
             "telegram bot %s: deleting preview %s in chat %s failed: %s",

@@ -81,8 +81,10 @@ class Streams(Protocol):
         change instead of showing a new bubble; ignored where previews are not drafts)."""
         ...
 
-    async def retract(self, conversation: ConversationKey, message_id: str) -> None:
-        """Delete a posted preview a crashed process left behind; never raises."""
+    async def retract(self, conversation: ConversationKey, message_id: str) -> bool:
+        """Delete a posted preview a cut or crashed generation left behind; never raises.
+        False: it may still be there and a later try may work (a network or server error);
+        True: it is gone, or can never be deleted (retrying would not help)."""
         ...
 
 

@@ -49,16 +49,17 @@ class Stored:
 
 @dataclass(frozen=True, slots=True)
 class Edited:
-    """An unanswered message (by its platform id) edited to ``text`` at ``at``."""
+    """An unanswered message (by its platform id) edited at ``at`` (whether that re-armed a
+    pending message, the store knows: a generation asks it)."""
 
     message_id: str
-    text: str
     at: float
 
 
 NewerInput = Stored | Edited
-#: Whether this newer input makes a running generation stale (its own rules decide).
-CutBy = Callable[[NewerInput], bool]
+#: Whether this newer input makes a running generation stale (its own rules decide); None:
+#: only the store can tell (the generation's ``stale`` check runs then).
+CutBy = Callable[[NewerInput], bool | None]
 #: Whether the store holds input that makes the generation stale now (another process's).
 Stale = Callable[[], Awaitable[bool]]
 
@@ -112,8 +113,13 @@ class Cutoffs:
         """Newer input of ``conversation`` was stored (committed): tell its generations.
         Synchronous, so nothing runs between the commit and the events being set."""
         for entry in tuple(self._watching.get(conversation, ())):
-            if not entry.event.is_set() and entry.cut_by(newer):
+            if entry.event.is_set():
+                continue
+            verdict = entry.cut_by(newer)
+            if verdict:
                 entry.event.set()
+            elif verdict is None:
+                self._check_soon(entry)
 
     def announced(self, conversation: ConversationKey | None) -> None:
         """Some process armed ``conversation``'s timer (None: announcements may have been
@@ -123,12 +129,16 @@ class Cutoffs:
         else:
             entries = list(self._watching.get(conversation, ()))
         for entry in entries:
-            if entry.stale is None or entry.event.is_set():
-                continue
-            if entry.checking is not None:
-                entry.again = True
-                continue
-            entry.checking = asyncio.ensure_future(self._check(entry, entry.stale))
+            self._check_soon(entry)
+
+    def _check_soon(self, entry: _Watch) -> None:
+        """Run the entry's store check (one at a time: a request during one runs after it)."""
+        if entry.stale is None or entry.event.is_set():
+            return
+        if entry.checking is not None:
+            entry.again = True
+            return
+        entry.checking = asyncio.ensure_future(self._check(entry, entry.stale))
 
     async def _check(self, entry: _Watch, stale: Stale) -> None:
         try:

@@ -94,10 +94,10 @@ class Ingestor:
         if self.wake is not None:
             self.wake(self.clock.now())
         if self.cutoffs is not None:
-            # The store does not say whether the edit re-armed the message (it was pending)
-            # or only changed a context message's text: the generation decides, by whether
-            # the message is one of its turn's, read before this edit (bot/runtime/reply.py).
-            edited = Edited(inbound.platform_message_id, inbound.text, now)
+            # The store does not say whether the edit re-armed the message (a pending one
+            # with new text) or only changed a context message: each running generation of
+            # the conversation asks it (bot/runtime/reply.py ``cut_by``, ``stale``).
+            edited = Edited(inbound.platform_message_id, now)
             self.cutoffs.notify(inbound.conversation, edited)
         return True
 

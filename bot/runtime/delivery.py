@@ -186,8 +186,13 @@ class Delivery:
         replaces it (the preview's id is session state until then: bot/runtime/streaming.py)."""
         if not item.reply_message_id:
             return await self.deliver(item)
-        replaces = OnRecord.parse(await self.store.get_state(item.session, PREVIEW_KEY)).replaces
+        record = OnRecord.parse(await self.store.get_state(item.session, PREVIEW_KEY))
+        replaces = record.replaces
         sent = await self.deliver(item, replaces=replaces)
         if sent and replaces is not None:
-            await self.store.delete_state(item.session, PREVIEW_KEY)
+            if record.stale:  # still to be deleted by the session's next turn
+                left = str(OnRecord(stale=record.stale))
+                await self.store.set_state(item.session, PREVIEW_KEY, left, self.clock.now())
+            else:
+                await self.store.delete_state(item.session, PREVIEW_KEY)
         return sent

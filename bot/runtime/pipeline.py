@@ -233,6 +233,8 @@ class Pipeline:
             if not admission.granted:
                 # A limit holds everyone back: messages kept as context, told once, no model.
                 held_back = await self._trouble.hold_back(turn, lease, profile, admission)
+                # No preview follows: what a cut generation handed over goes now.
+                await self._parts.previews.clear(turn.session, profile.outlet)
                 return "limited" if held_back else "fenced"
         held = _only(turn, admission.held) if admission.held else None
         if held is not None:

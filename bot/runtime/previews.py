@@ -15,13 +15,18 @@ in the chat:
   that message (or its reply is sent) and is deleted at that moment: "handed over" means the
   next generation deletes it, never that the answer appears above the person's last message;
 - the next turn settles whatever it took over: deleted when its own preview or reply appears,
-  or when it ends without a reply (discarded, failed, a chat that streams no more); and a
-  hand-over that nobody takes (the newer input was deleted, the next turn answers without a
-  preview) is deleted by this process ``HANDOVER_SECONDS`` after the cut, about when a draft
-  expires by itself. A draft cannot be deleted: it expires.
+  or when it ends without a reply (discarded, failed, held back by a limit, refused); and a
+  hand-over that nobody takes (the person deleted their messages) is deleted by this process
+  ``HANDOVER_SECONDS`` after the cut (about when a draft expires by itself), later while a
+  turn of the conversation runs (it takes the hand-over itself). A draft cannot be deleted:
+  it expires;
+- a delete that fails for a while (a network or server error: ``Streams.retract`` says so)
+  keeps the message on record: the next turn and this process's deadline try again (up to
+  ``MAX_TRIES`` times), so one failed request never leaves a half reply for good.
 
-The record's value (:class:`OnRecord`): posted message ids, the newest first ("<id> <older>
-..."; the first is the preview a reply replaces, the others are deleted), or ``draft:<id>``.
+The record's value (:class:`OnRecord`): ``<current> -<stale> ...`` (the newest generation's
+posted preview, which a reply recorded before a crash replaces; then posted previews to
+delete), ``-<stale> ...`` with no current one, or ``draft:<id>``.
 """
 
 from __future__ import annotations
@@ -36,26 +41,34 @@ from bot.core.clock import Clock
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey, SessionKey, Turn
 from bot.core.ports import Outlet, Streams, StreamSettings
+from bot.core.queue_rules import turn_lease
 from bot.runtime.streaming import Relay, StopSignals
-from bot.store.contracts import SessionStore
+from bot.store.contracts import LeaseStore, SessionStore
 
 log = logging.getLogger("personabot.streaming")
 
 #: Session state naming what a generation showed that no reply has replaced yet.
 PREVIEW_KEY: Final = "personabot:preview"
 #: How long a cut generation's posted preview waits for the next generation to take it over
-#: before this process deletes it (about a Telegram draft's own lifetime).
+#: before this process deletes it (about a Telegram draft's own lifetime); also the pause
+#: between two tries of a delete that failed.
 HANDOVER_SECONDS: Final = 30.0
+#: Rounds of the deadline (tries of a failing delete, waits while a turn runs) before this
+#: process leaves what is on record to the session's next turn.
+MAX_TRIES: Final = 8
 _DRAFT: Final = "draft:"
-#: Deletes one posted preview (None: the relay's outlet posts none).
-Retract = Callable[[str], Awaitable[None]] | None
+_STALE: Final = "-"
+#: Deletes one posted preview; False: try again later (None: the outlet posts none).
+Retract = Callable[[str], Awaitable[bool]] | None
 
 
 @dataclass(frozen=True, slots=True)
 class OnRecord:
-    """What ``PREVIEW_KEY`` names: posted previews (newest first) or a cut generation's draft."""
+    """What ``PREVIEW_KEY`` names: the newest posted preview and posted previews to delete,
+    or a cut generation's draft."""
 
-    posted: tuple[str, ...] = ()
+    current: str | None = None
+    stale: tuple[str, ...] = ()
     draft: int | None = None
 
     @classmethod
@@ -66,15 +79,26 @@ class OnRecord:
         if value.startswith(_DRAFT):
             number = value.removeprefix(_DRAFT)
             return cls(draft=int(number)) if number.isdigit() else cls()
-        return cls(posted=tuple(value.split()))
+        ids = value.split()
+        current = next((i for i in ids[:1] if not i.startswith(_STALE)), None)
+        stale = tuple(i.removeprefix(_STALE) for i in ids if i.startswith(_STALE))
+        return cls(current, stale)
+
+    @property
+    def posted(self) -> tuple[str, ...]:
+        """Every posted preview on record, the current one first."""
+        return (self.current, *self.stale) if self.current is not None else self.stale
 
     @property
     def replaces(self) -> str | None:
         """The posted preview a reply recorded before a crash is edited into."""
-        return self.posted[0] if self.posted else None
+        return self.current
 
     def __str__(self) -> str:
-        return f"{_DRAFT}{self.draft}" if self.draft is not None else " ".join(self.posted)
+        if self.draft is not None:
+            return f"{_DRAFT}{self.draft}"
+        current = [] if self.current is None else [self.current]
+        return " ".join([*current, *(f"{_STALE}{i}" for i in self.stale)])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -83,9 +107,10 @@ class Previews:
     on record until a reply replaces it, and the hand-over from a cut generation."""
 
     sessions: SessionStore
+    leases: LeaseStore
     clock: Clock
     stops: StopSignals
-    #: Hand-overs waiting for their deadline (deleted then unless taken over).
+    #: Deadlines of hand-overs and of failed deletes (cancelled when the process stops).
     _waiting: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def open(
@@ -103,8 +128,9 @@ class Previews:
         preview = outlet.preview(conversation, stream, reply_to=reply_to, draft_id=record.draft)
         if record.draft is not None:
             await self._delete(session)  # continued (or, with no preview, left to expire)
+        retract = _retractor(outlet, conversation)
         if preview is None:
-            await self._retract(session, _retractor(outlet, conversation), record.posted)
+            await self._clear(session, retract, record.posted)
             return None
 
         async def posted(message_id: str) -> None:
@@ -120,28 +146,39 @@ class Previews:
             on_posted=posted,
         )
         relay.predecessors = record.posted
-        relay.retract = _retractor(outlet, conversation)
+        relay.retract = retract
         relay.start()
         return relay
 
+    async def clear(self, session: SessionKey, outlet: Outlet) -> None:
+        """A turn that ends without a preview of its own (held back by a limit, refused):
+        delete what a cut generation handed over, so no half reply stays beside its notice."""
+        if isinstance(outlet, Streams):
+            record = await self._read(session)
+            await self._clear(session, _retractor(outlet, session.conversation), record.posted)
+
     async def forget(self, session: SessionKey, relay: Relay) -> None:
         """The posted preview is being replaced by the reply: no longer on record (what it
-        took over and never replaced stays on record until :meth:`settle`)."""
+        took over and could not delete yet stays, to be deleted)."""
         if relay.preview.message_id is not None:
-            await self.sessions.delete_state(session, PREVIEW_KEY)
+            await self._keep(session, OnRecord(stale=relay.predecessors))
 
     async def settle(self, session: SessionKey, relay: Relay) -> None:
         """The reply was sent: delete the previews this generation took over and never
         replaced (it posted none of its own), so nothing stale stays beside the reply."""
-        await self._retract(session, relay.retract, relay.predecessors)
-        relay.predecessors = ()
+        relay.predecessors = await self._clear(session, relay.retract, relay.predecessors)
 
     async def discard(self, session: SessionKey, relay: Relay) -> None:
         """Not this generation's reply (discarded, fenced, failed): take back what it showed
         and what it took over; the next generation shows its own."""
-        await relay.discard()
-        await self.forget(session, relay)
-        await self.settle(session, relay)
+        own = relay.preview.message_id
+        if own is None or relay.retract is None:
+            await relay.discard()  # nothing posted, or a post whose answer never came
+            own = None
+        else:
+            await relay.close()
+        ids = (own, *relay.predecessors) if own is not None else relay.predecessors
+        relay.predecessors = await self._clear(session, relay.retract, ids)
 
     async def hand_over(self, session: SessionKey, relay: Relay) -> None:
         """Newer input cut this generation: what it shows stays for the next generation to
@@ -149,9 +186,9 @@ class Previews:
         await relay.close()
         preview = relay.preview
         if preview.kind == "draft" and preview.draft_id is not None:
-            if relay.shown:
+            await self.settle(session, relay)  # posted previews of an earlier mode, if any
+            if relay.shown and not relay.predecessors:
                 await self._write(session, OnRecord(draft=preview.draft_id))
-            await self._retract(session, relay.retract, relay.predecessors)
             return
         if preview.kind != "edit":
             await self.discard(session, relay)  # printed: nothing to hand over
@@ -159,15 +196,11 @@ class Previews:
         await relay.take_back_unknown()  # a post whose answer never came cannot be handed on
         own = preview.message_id
         waiting = (own, *relay.predecessors) if own is not None else relay.predecessors
-        if waiting:
-            deadline = self._deadline(session, relay.retract, frozenset(waiting))
-            task = asyncio.ensure_future(deadline)
-            self._waiting.add(task)
-            task.add_done_callback(self._waiting.discard)
+        self._deadline_for(session, relay.retract, waiting)
 
     async def aclose(self) -> None:
-        """The process stops: hand-overs still waiting stay on record (the next generation
-        of their session takes them over, whichever process runs it)."""
+        """The process stops: what waits for a deadline stays on record (the next turn of its
+        session takes it over, whichever process runs it)."""
         tasks = list(self._waiting)
         for task in tasks:
             task.cancel()
@@ -177,30 +210,68 @@ class Previews:
         """This generation's preview was posted: on record, and what it took over deleted
         now that it shows below (both on record until then, so a crash leaves neither)."""
         older = relay.predecessors
-        await self._write(session, OnRecord(posted=(message_id, *older)))
-        if older and relay.retract is not None:
-            for old in older:
-                await relay.retract(old)
-            relay.predecessors = ()
-            await self._write(session, OnRecord(posted=(message_id,)))
+        await self._write(session, OnRecord(message_id, older))
+        if older:
+            relay.predecessors = await self._deleted(relay.retract, older)
+            await self._write(session, OnRecord(message_id, relay.predecessors))
+            self._deadline_for(session, relay.retract, relay.predecessors)
+
+    async def _clear(
+        self, session: SessionKey, retract: Retract, ids: Sequence[str]
+    ) -> tuple[str, ...]:
+        """Delete these posted previews; what could not be deleted yet stays on record (a
+        deadline tries again). Returns those."""
+        if not ids:
+            return ()
+        left = await self._deleted(retract, ids)
+        await self._keep(session, OnRecord(stale=left))
+        self._deadline_for(session, retract, left)
+        return left
+
+    async def _deleted(self, retract: Retract, ids: Sequence[str]) -> tuple[str, ...]:
+        """Delete each of ``ids``; the ones to try again."""
+        if retract is None:
+            return ()
+        return tuple([i for i in ids if not await retract(i)])
+
+    def _deadline_for(self, session: SessionKey, retract: Retract, ids: Sequence[str]) -> None:
+        if ids and retract is not None:
+            task = asyncio.ensure_future(self._deadline(session, retract, frozenset(ids)))
+            self._waiting.add(task)
+            task.add_done_callback(self._waiting.discard)
 
     async def _deadline(
         self, session: SessionKey, retract: Retract, waiting: frozenset[str]
     ) -> None:
-        await self.clock.sleep(HANDOVER_SECONDS)
-        record = await self._read(session)
-        # Taken over: a newer preview is on record (deleting those it replaces itself).
-        if record.posted and set(record.posted) <= waiting:
-            log.info("%s: preview of a cut generation not taken over; deleting it", session)
-            await self._retract(session, retract, record.posted)
+        """Delete what waits on record unless a newer generation took it over (a newer
+        preview became current), waiting while a turn of the conversation runs (it takes the
+        hand-over itself) and trying again while the deletes fail."""
+        lease = turn_lease(session.conversation)
+        for _ in range(MAX_TRIES):
+            await self.clock.sleep(HANDOVER_SECONDS)
+            try:
+                expires = await self.leases.lease_expires_at(lease)
+            except StoreError as exc:
+                log.warning("%s: could not look at the turn lease: %s", session, exc)
+                continue
+            if expires is not None and expires > self.clock.now():
+                continue  # a turn runs: it takes over what is on record
+            record = await self._read(session)
+            if not (record.posted and set(record.posted) <= waiting):
+                return  # taken over (a newer preview is current), or gone already
+            log.info("%s: deleting the preview(s) of a cut generation nobody took over", session)
+            left = await self._deleted(retract, record.posted)
+            await self._keep(session, OnRecord(stale=left))
+            if not left:
+                return
+            waiting = frozenset(left)
 
-    async def _retract(self, session: SessionKey, retract: Retract, ids: Sequence[str]) -> None:
-        """Delete these posted previews and their record."""
-        if not ids or retract is None:
-            return
-        for message_id in ids:
-            await retract(message_id)
-        await self._delete(session)
+    async def _keep(self, session: SessionKey, record: OnRecord) -> None:
+        """``record`` on record, or nothing when it names nothing."""
+        if record.posted or record.draft is not None:
+            await self._write(session, record)
+        else:
+            await self._delete(session)
 
     async def _read(self, session: SessionKey) -> OnRecord:
         try:
@@ -223,9 +294,10 @@ class Previews:
 
 
 def _retractor(outlet: Streams, conversation: ConversationKey) -> Retract:
-    """Deletes one posted preview of ``conversation`` (the adapter's ``retract`` never raises)."""
+    """Deletes one posted preview of ``conversation`` (the adapter's ``retract`` never
+    raises; False: try again later)."""
 
-    async def retract(message_id: str) -> None:
-        await outlet.retract(conversation, message_id)
+    async def retract(message_id: str) -> bool:
+        return await outlet.retract(conversation, message_id)
 
     return retract

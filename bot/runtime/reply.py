@@ -125,6 +125,8 @@ class ReplyJob(Job[TurnOutcome]):
     async def prompt(self, lost: asyncio.Event) -> Ask | Draft | TurnOutcome:
         """The assembled turn with the hooks' context layer, the tools, the preview."""
         if self._reply.refusal is not None:
+            # No preview of its own: what a cut generation handed over goes now.
+            await self._parts.previews.clear(self._turn.session, self._profile.outlet)
             return await self._draft(self._reply.refusal, Usage(), None)
         p, turn, profile = self._parts, self._turn, self._profile
         context = self.context()
@@ -227,22 +229,17 @@ class ReplyJob(Job[TurnOutcome]):
             return "fenced"
         return "stopped"
 
-    def cut_by(self, newer: NewerInput) -> bool:
+    def cut_by(self, newer: NewerInput) -> bool | None:
         """Whether the final check would discard this reply for ``newer`` input: pending
-        input of the turn's session newer than ``v0`` (a new message; an edit of one of the
-        turn's messages, which re-arms it with a newer version), stored before the hard cap
-        (rule 6: past it, the final check records, and a person who never stops typing
-        still gets answers)."""
+        input of the turn's session newer than ``v0``, stored before the hard cap (rule 6:
+        past it, the final check records, and a person who never stops typing still gets
+        answers). An edit: only the store knows whether it re-armed a pending message (new
+        text) or changed a context message, so it asks (None: :meth:`stale` runs)."""
         turn = self._turn
         if newer.at >= turn.first_pending_at + self._profile.queue.max_wait:
             return False
         if isinstance(newer, Edited):
-            # An edit stored before this turn's snapshot is in it already (same text): the
-            # signal may come after the snapshot, so the text tells, not the order.
-            return any(
-                m.platform_message_id == newer.message_id and m.text != newer.text
-                for m in turn.messages
-            )
+            return None
         # Input up to v0 is this turn's own (its signal may arrive after the snapshot);
         # input in another session (after /new, an idle timeout) is the next turn's.
         return newer.session == turn.session and newer.version > turn.version

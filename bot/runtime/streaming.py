@@ -136,7 +136,7 @@ class Relay:
         #: and how to delete one (bot/runtime/previews.py deletes them once this one posts,
         #: or when the turn ends).
         self.predecessors: tuple[str, ...] = ()
-        self.retract: Callable[[str], Awaitable[None]] | None = None
+        self.retract: Callable[[str], Awaitable[bool]] | None = None
         self._throttled_until = -float("inf")
 
     @property

@@ -162,9 +162,10 @@ class Job(abc.ABC, Generic[O]):
         """The person stopped the streamed generation (only a job that streams)."""
         raise NotImplementedError
 
-    def cut_by(self, newer: NewerInput) -> bool:
+    def cut_by(self, newer: NewerInput) -> bool | None:
         """Whether the final check would discard this job's answer for ``newer`` input (only
-        a job with a ``cut_key``; called synchronously by the ingestor, so no I/O)."""
+        a job with a ``cut_key``; called synchronously by the ingestor, so no I/O); None:
+        ask the store (:meth:`stale`)."""
         return False
 
     async def stale(self) -> bool:
@@ -278,7 +279,9 @@ class TurnKernel:
                     else:
                         answer = await unless_cut(self._ask(ask, loop), cut)
             except ModelError as exc:
-                await _discard(ask)
+                if ask is not None and ask.relay is not None:
+                    # Its preview and what it took over from a cut generation: no trace.
+                    await p.previews.discard(ask.context.session, ask.relay)
                 return None, await job.failed(exc)
             except BaseException:
                 await _discard(ask)  # cancelled (shutdown) or a bug: nothing half-written stays
@@ -363,9 +366,11 @@ class TurnKernel:
             await self._after(job, draft)
             raise
         finally:
-            if relay is not None and replaces is None:
-                await relay.take_back_unknown()  # a preview post that arrived unanswered
-                # What it took over from a cut generation goes once the reply is out.
+            if relay is not None:
+                if replaces is None:
+                    await relay.take_back_unknown()  # a preview post that arrived unanswered
+                # What it took over from a cut generation (and could not delete yet) goes
+                # once the reply is out.
                 await self.parts.previews.settle(outbox.session, relay)
         await self._after(job, draft)
         return sent

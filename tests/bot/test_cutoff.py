@@ -11,12 +11,14 @@ from typing import Literal
 from bot.app.web import console_data
 from bot.config import Settings
 from bot.core.clock import ManualClock
+from bot.core.errors import ModelUnavailable
 from bot.core.events import ConversationKey, Inbound, Reply, SessionKey
 from bot.core.llm import ModelRequest, ModelResult
 from bot.core.ports import StreamSettings
 from bot.core.queue_rules import turn_lease
 from bot.queue.cutoff import Cutoffs
 from bot.queue.ingest import Ingestor
+from bot.runtime.limits import LimitPolicy
 from bot.runtime.previews import HANDOVER_SECONDS, PREVIEW_KEY
 from bot.store.base import BaseStore
 from bot.store.postgres import PostgresStore
@@ -239,6 +241,7 @@ class PreviewOutlet(RecordingOutlet):
         self.deleted: list[str] = []
         self.events: list[tuple[str, str]] = []
         self.draft_ids = iter(range(1, 1000))
+        self.failing_deletes = 0  # how many deletes fail next
 
     def preview(
         self,
@@ -252,9 +255,14 @@ class PreviewOutlet(RecordingOutlet):
             return PostedPreview(self, draft_id or next(self.draft_ids))
         return PostedPreview(self)
 
-    async def retract(self, conversation: ConversationKey, message_id: str) -> None:
+    async def retract(self, conversation: ConversationKey, message_id: str) -> bool:
+        if self.failing_deletes:  # a network blip: the message is still there
+            self.failing_deletes -= 1
+            self.events.append(("delete failed", message_id))
+            return False
         self.deleted.append(message_id)
         self.events.append(("delete", message_id))
+        return True
 
     async def send(self, reply: Reply) -> None:
         await super().send(reply)
@@ -527,3 +535,101 @@ async def test_an_edit_stored_elsewhere_cuts_once_announced(
         assert llm.cancelled == [0]
         await h.advance(1.6)
         assert llm.calls == 2 and llm.last_input() == "tea or coffee?"
+
+
+async def test_an_edit_that_keeps_the_text_neither_cuts_nor_discards(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Review 37, finding 1: Telegram sends an edit for a change of formatting only. Nothing
+    was re-armed, so nothing is cut and the reply is kept (before: not cut, but thrown away
+    by the final check, the model writing it for nothing)."""
+    llm = GatedLLM(clock=clock, gated=True)
+    async with harness(store, clock, llm) as h:
+        await h.say(C1, "tea or coffee?", message_id="e1")
+        await h.advance(1.6)
+        assert llm.calls == 1
+        await h.router(Inbound(C1, "u1", "Sasha", "tea or coffee?", "e1", kind="edit"))
+        await h.advance(0)
+        assert llm.cancelled == []
+        llm.release(0)
+        await h.advance(0.2)
+        assert h.outlet.texts() == ["reply to: tea or coffee?"]
+        await h.advance(3)
+        assert llm.calls == 1 and _count(h, "personabot_replies_discarded_total") == 0
+
+
+async def test_a_next_turn_whose_model_fails_takes_the_cut_preview_away_at_once(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Review 37, finding 2: the trouble notice never stands beside a half reply."""
+    llm = GatedLLM(clock=clock, gated=True, partial=PARTIAL)
+    outlet = PreviewOutlet(clock)
+    async with harness(store, clock, llm, outlet=outlet) as h:
+        session = await _preview_shown(h, llm)
+        await h.say(C1, "two")  # cut: p1 handed over
+        llm.partial = ""
+        llm.fail_next = ModelUnavailable("overloaded")
+        await h.advance(1.6)
+        assert llm.calls == 2
+        assert outlet.deleted == ["p1"]  # gone with the failed attempt, not 30 s later
+        assert not isinstance(await h.store.get_state(session, PREVIEW_KEY), str)
+
+
+async def test_a_next_turn_held_back_by_a_limit_takes_the_cut_preview_away(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Review 37, finding 2 (no relay at all): the limit's notice never stands beside a
+    half reply."""
+    llm = GatedLLM(clock=clock, gated=True, partial=PARTIAL)
+    outlet = PreviewOutlet(clock)
+    limits = LimitPolicy(bot_tokens_per_day=1, message="Spent until {until}.")
+    async with harness(store, clock, llm, outlet=outlet, limits=limits) as h:
+        session = await _preview_shown(h, llm)
+        await h.say(C1, "two")  # cut; the cut call is charged: the bot's budget is spent
+        await h.advance(1.6)
+        assert llm.calls == 1
+        assert h.outlet.texts()[-1].startswith("Spent until")
+        assert outlet.deleted == ["p1"]
+        assert not isinstance(await h.store.get_state(session, PREVIEW_KEY), str)
+
+
+async def test_a_failed_delete_of_the_cut_preview_is_tried_again(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Review 37, finding 3: one failed request (a 502) never leaves a half reply for good:
+    the preview stays on record and is deleted at the next try."""
+    llm = GatedLLM(clock=clock, gated=True, partial=PARTIAL)
+    outlet = PreviewOutlet(clock)
+    async with harness(store, clock, llm, outlet=outlet) as h:
+        session = await _preview_shown(h, llm)
+        await h.say(C1, "two")  # cut
+        outlet.failing_deletes = 1
+        await h.advance(1.6)
+        await asyncio.sleep(0)
+        assert outlet.events[-2:] == [("post", "p2"), ("delete failed", "p1")]
+        assert await h.store.get_state(session, PREVIEW_KEY) == "p2 -p1"
+        llm.release(1)
+        await h.advance(0.5)
+        assert h.outlet.texts() == [PARTIAL + "reply to: one\ntwo"]
+        assert ("delete", "p1") in outlet.events  # tried again once the reply was out
+        assert not isinstance(await h.store.get_state(session, PREVIEW_KEY), str)
+
+
+async def test_the_hand_over_wait_never_deletes_a_preview_while_a_turn_takes_it_over(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Review 37, finding 4: a next generation slow to show anything (a long first token)
+    has taken the preview over; the deadline waits for it instead of deleting it."""
+    llm = GatedLLM(clock=clock, gated=True, partial=PARTIAL)
+    outlet = PreviewOutlet(clock)
+    async with harness(store, clock, llm, outlet=outlet, lease=120.0) as h:
+        await _preview_shown(h, llm)
+        await h.say(C1, "two")  # cut: p1 handed over
+        llm.partial = ""  # the next generation shows nothing for a long while
+        await h.advance(1.6)
+        assert llm.calls == 2
+        await h.advance(HANDOVER_SECONDS + 5, step=1.0)
+        assert outlet.deleted == []  # still shown: the running turn owns it
+        llm.release(1)
+        await h.advance(0.5)
+        assert outlet.events[-2:] == [("reply", "new"), ("delete", "p1")]

@@ -39,6 +39,8 @@ class GatedLLM(BaseLLM):
         self._answer = answer or (lambda r: f"reply to: {r.messages[-1].text}")
         self._delegate = delegate  # when set, answers (after the gate) come from it
         self.partial = partial  # may change between calls
+        #: Raised by the next call (once), after it is recorded: a provider's failure.
+        self.fail_next: Exception | None = None
         self.requests: list[ModelRequest] = []
         #: Indexes of the calls cancelled while they waited.
         self.cancelled: list[int] = []
@@ -67,6 +69,9 @@ class GatedLLM(BaseLLM):
         gate = asyncio.Event()
         self._gates.append(gate)
         self.started.set()
+        if self.fail_next is not None:
+            failure, self.fail_next = self.fail_next, None
+            raise failure
         try:
             if self._generation and self._clock is not None:
                 await self._clock.sleep(self._generation)

@@ -77,7 +77,10 @@ def turn_parts(
         accounting=accounting
         or Accounting(store=store, clock=clock, metrics=metrics, limits=limits),
         previews=Previews(
-            sessions=store, clock=clock, stops=stops or StopSignals(store=store, clock=clock)
+            sessions=store,
+            leases=store,
+            clock=clock,
+            stops=stops or StopSignals(store=store, clock=clock),
         ),
         metrics=metrics,
         holder=holder or f"worker-{uuid.uuid4().hex[:12]}",

@@ -65,7 +65,7 @@ class MessagesPart(SQLCore):
                 if conv_id is None
                 else await db.fetchrow(
                     "SELECT m.id, m.pending, m.answered_by, m.addressed, m.closed_reason, "
-                    "s.status, s.opened_at, s.last_activity_at FROM messages m "
+                    "s.status, s.opened_at, s.last_activity_at, m.text FROM messages m "
                     "JOIN sessions s ON s.id = m.session_id WHERE m.conversation_id = $1 "
                     "AND m.platform_message_id = $2 AND m.role = 'user' "
                     "AND (CAST($3 AS TEXT) IS NULL OR m.author_id = $3)",
@@ -78,20 +78,26 @@ class MessagesPart(SQLCore):
                 return "unknown"
             if row[2] is not None:
                 return "too_late"  # answered: never edited, never triggers again
-            wakes = bool(row[1]) or (
-                triggers_reply
-                and not row[3]
-                and row[4] is None
-                and row[5] == "open"
-                and (
-                    sessions is None
-                    or expiry_reason(
-                        sessions,
-                        opened_at=float(row[6]),
-                        last_activity_at=float(row[7]),
-                        now=now,
+            # The same text (Telegram sends an edit that only changed formatting): nothing to
+            # read again, so nothing is re-armed and no generation goes stale for it (the
+            # cut-off and the final check agree: docs/architecture.md#queue rule 9).
+            wakes = row[8] != text and (
+                bool(row[1])
+                or (
+                    triggers_reply
+                    and not row[3]
+                    and row[4] is None
+                    and row[5] == "open"
+                    and (
+                        sessions is None
+                        or expiry_reason(
+                            sessions,
+                            opened_at=float(row[6]),
+                            last_activity_at=float(row[7]),
+                            now=now,
+                        )
+                        is None
                     )
-                    is None
                 )
             )
             if not wakes:
