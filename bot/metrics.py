@@ -7,34 +7,16 @@ runtimes in one process never share counters.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from bot.core.events import ConversationKey
-from bot.core.llm import Usage
+from bot.core.llm import Price, Usage
 
 LABELS: Final = ("platform", "persona")
 _LATENCY_BUCKETS: Final = (0.5, 1, 2, 4, 8, 15, 30, 60, 120)
 _LAG_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
-
-
-@dataclass(frozen=True, slots=True)
-class Price:
-    """Dollars per million tokens; cache writes cost 1.25x and reads 0.1x of input."""
-
-    input: float
-    output: float
-
-    def cost(self, usage: Usage) -> float:
-        """Estimated dollars of one call."""
-        return (
-            usage.input_tokens * self.input
-            + usage.output_tokens * self.output
-            + usage.cache_creation_input_tokens * self.input * 1.25
-            + usage.cache_read_input_tokens * self.input * 0.1
-        ) / 1_000_000
 
 
 class Metrics:

@@ -220,6 +220,8 @@ def harness_settings(
             user_turns_per_day=spend.user_turns_per_day,
             bot_tokens_per_day=spend.bot_tokens_per_day,
             user_input_tokens_per_day=spend.user_input_tokens_per_day,
+            bot_dollars_per_day=spend.bot_dollars_per_day,
+            user_dollars_per_day=spend.user_dollars_per_day,
             limit_message=spend.message,
             max_input_chars=budget.max_input_chars,
             export_every_minutes=export_every / 60,

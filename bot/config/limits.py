@@ -67,6 +67,11 @@ class LimitSettings(Section):
     user_turns_per_day: int = Field(default=0, ge=0, le=MAX_TURN_LIMIT)
     bot_tokens_per_day: int = Field(default=0, ge=0, le=MAX_TOKEN_LIMIT)
     user_input_tokens_per_day: int = Field(default=0, ge=0, le=MAX_TOKEN_LIMIT)
+    # Money: dollars a bot may spend per UTC day, and one person over every bot (the calls
+    # priced by [llm.prices] when charged; every model a persona or memory uses needs a
+    # price then, 0 for a free local one). 0 = unlimited.
+    bot_dollars_per_day: float = Field(default=0.0, ge=0, le=1e9)
+    user_dollars_per_day: float = Field(default=0.0, ge=0, le=1e9)
     max_input_chars: int = Field(default=8000, ge=100)
     export_every_minutes: float = Field(default=10, ge=0)
     limit_message: str = (

@@ -13,16 +13,20 @@ from bot.config.plugins import NAME_PATTERN
 
 
 class PriceSettings(Section):
-    """Dollars per million tokens of one model (cache write/read priced from input)."""
+    """Dollars per million tokens of one model. Cache writes and reads default to 1.25x and
+    0.1x of input (Anthropic's 5-minute cache); set them for other providers' rules (0 for a
+    local model, whose tokens cost nothing)."""
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
+    cache_read: float | None = Field(default=None, ge=0)
 
 
 DEFAULT_PRICES: dict[str, PriceSettings] = {
-    "claude-opus-5-5": PriceSettings(input=5.0, output=25.0),
-    "claude-sonnet-5-5": PriceSettings(input=3.0, output=15.0),
-    "claude-haiku-5-5": PriceSettings(input=1.0, output=5.0),
+    "claude-opus-5-5": PriceSettings(input=5.0, output=25.0, cache_write=6.25, cache_read=0.5),
+    "claude-sonnet-5-5": PriceSettings(input=3.0, output=15.0, cache_write=3.75, cache_read=0.3),
+    "claude-haiku-5-5": PriceSettings(input=1.0, output=5.0, cache_write=1.25, cache_read=0.1),
 }
 
 
@@ -49,6 +53,13 @@ class LLMSettings(Section):
         "start over."
     )
     prices: dict[str, PriceSettings] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+
+    @field_validator("prices", mode="after")
+    @classmethod
+    def _over_defaults(cls, prices: dict[str, PriceSettings]) -> dict[str, PriceSettings]:
+        """An operator's prices add to (and override) the documented defaults: pricing one
+        local model does not unprice Claude."""
+        return {**DEFAULT_PRICES, **prices}
 
     @field_validator("trouble_notice", "rejected_notice", "refusal_message")
     @classmethod

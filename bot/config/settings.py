@@ -80,6 +80,7 @@ class Settings(BaseSettings):
         bots = [(b.persona, b.personas, b.key) for b in self.bots]
         problems = reference_problems([p.id for p in self.personas], bots)
         problems += self._shared_port()
+        problems += self._priced_for_money_limits()
         if problems:
             # Every reference problem at once, one per line (split again by
             # bot/config/problems.py validation_problems).
@@ -96,6 +97,25 @@ class Settings(BaseSettings):
         if port == 0 or port != listen_address(self.observability.listen)[1]:
             return []
         return [f"web.listen: port {port} is observability.listen's too; give each its own"]
+
+    def _priced_for_money_limits(self) -> list[str]:
+        """A money limit counts priced calls only: a model without a price would spend
+        without limit (a careless operator's local model), so every model the personas and
+        their memory tasks use needs one (0 for a free model)."""
+        limits = self.limits
+        if not (limits.bot_dollars_per_day or limits.user_dollars_per_day):
+            return []
+        models = {p.model for p in self.personas}
+        models |= {m for p in self.personas if (m := self.memory_for(p).summary_model)}
+        unpriced = sorted(models - self.llm.prices.keys())
+        if not unpriced:
+            return []
+        return [
+            f"limits: a money limit is set, but model {model!r} has no price: add "
+            f'[llm.prices."{model}"] with input and output dollars per million tokens '
+            "(0 for a free local model)"
+            for model in unpriced
+        ]
 
     def _pins_fit(self) -> None:
         """Every persona's pin leaves room for a turn in its prompt budget; otherwise every

@@ -80,12 +80,16 @@ class ConsoleEvent:
     turns: tuple[int, ...] = ()  # of the rejected messages
 
 
+#: What a per-person daily limit counts (the console's "nearest their limits").
+TopMeasure = Literal["input_tokens", "cost", "turns"]
+
+
 @dataclass(frozen=True, slots=True)
 class PersonUsage:
     """What one person used since a time (a per-person limit's count)."""
 
     user: UserKey
-    used: int
+    used: int | float  # turns or tokens; dollars for the money limit
 
 
 @dataclass(frozen=True, slots=True)

@@ -367,6 +367,8 @@ class UsageStats:
     by_model: tuple[tuple[str, int, int, int, int], ...] = ()
     # (purpose, input, output, cache write, cache read): replies and memory tasks apart.
     by_purpose: tuple[tuple[str, int, int, int, int], ...] = ()
+    # Dollars of the priced calls, as priced when each was charged ([llm.prices]).
+    cost: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,6 +137,29 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class Price:
+    """Dollars per million tokens of one model: uncached input, output, cache writes and
+    cache reads (``[llm.prices]``; writes and reads default to 1.25x and 0.1x of input,
+    Anthropic's 5-minute cache)."""
+
+    input: float
+    output: float
+    cache_write: float | None = None
+    cache_read: float | None = None
+
+    def cost(self, usage: Usage) -> float:
+        """Dollars of ``usage``."""
+        write = self.input * 1.25 if self.cache_write is None else self.cache_write
+        read = self.input * 0.1 if self.cache_read is None else self.cache_read
+        return (
+            usage.input_tokens * self.input
+            + usage.output_tokens * self.output
+            + usage.cache_creation_input_tokens * write
+            + usage.cache_read_input_tokens * read
+        ) / 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
 class ModelResult:
     """What the model answered."""
 

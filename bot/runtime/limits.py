@@ -1,5 +1,7 @@
-"""Spending limits (per-user turns per hour/day, per-bot tokens per day), kept in the store so
-that they hold across processes, with one friendly notice per limit period."""
+"""Spending limits (per-user turns per hour/day, input tokens and dollars per day; per-bot
+tokens and dollars per day), kept in the store so that they hold across processes, with one
+friendly notice per limit period. Dollars are what the calls cost when they were charged
+(``model_usage.cost``, priced by ``[llm.prices]``)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,9 @@ class LimitPolicy:
     # Input tokens (uncached + cache writes + cache reads) of replies and memory tasks charged
     # to one person per UTC day, over every bot of the store.
     user_input_tokens_per_day: int = 0
+    # Dollars per UTC day: of one bot, and charged to one person over every bot.
+    bot_dollars_per_day: float = 0.0
+    user_dollars_per_day: float = 0.0
 
     @property
     def active(self) -> bool:
@@ -43,6 +48,8 @@ class LimitPolicy:
             or self.user_turns_per_day
             or self.bot_tokens_per_day
             or self.user_input_tokens_per_day
+            or self.bot_dollars_per_day
+            or self.user_dollars_per_day
         )
 
 
@@ -96,12 +103,11 @@ class Limits:
         people = [a for a in turn.authors if not self.is_admin(conversation.bot, a)]
         if not people:
             return Admission(True)
-        if await self._bot_budget_spent(conversation.bot, now):
+        spent = await self._bot_budget_spent(conversation.bot, now)
+        if spent is not None:
             until = _day_start(now) + DAY
             notice = await self._notice_once(f"budget:{conversation}", until, now)
-            return Admission(
-                False, limit="bot_tokens_per_day", notices=() if notice is None else (notice,)
-            )
+            return Admission(False, limit=spent, notices=() if notice is None else (notice,))
         granted: list[int] = []
         held: list[str] = []
         notices: list[str] = []
@@ -128,27 +134,44 @@ class Limits:
 
     async def allow_task(self, bot: str, platform: str, authors: Sequence[str]) -> bool:
         """Whether a memory task (summary, extraction) over these people's messages may call
-        the model now: the bot's daily tokens and each non-admin author's input budget."""
-        policy = self.policy
+        the model now: the bot's daily budgets and each non-admin author's (input tokens,
+        dollars)."""
         now = self.clock.now()
-        if policy.bot_tokens_per_day and await self._bot_budget_spent(bot, now):
+        if await self._bot_budget_spent(bot, now) is not None:
             return False
-        if policy.user_input_tokens_per_day:
-            for author in authors:
-                if self.is_admin(bot, author):
-                    continue
-                used = await self.store.input_tokens_since(
-                    UserKey(platform, author), _day_start(now)
-                )
-                if used >= policy.user_input_tokens_per_day:
-                    return False
+        for author in authors:
+            if self.is_admin(bot, author):
+                continue
+            if await self._daily_limit(UserKey(platform, author), now) is not None:
+                return False
         return True
 
-    async def _bot_budget_spent(self, bot: str, now: float) -> bool:
-        if not self.policy.bot_tokens_per_day:
-            return False
+    async def _bot_budget_spent(self, bot: str, now: float) -> str | None:
+        """Which of the bot's daily budgets is spent (None: neither)."""
+        policy = self.policy
+        if not (policy.bot_tokens_per_day or policy.bot_dollars_per_day):
+            return None
         used = await self.store.usage_since(_day_start(now), bot)
-        return used.input_tokens + used.output_tokens >= self.policy.bot_tokens_per_day
+        tokens = policy.bot_tokens_per_day
+        if tokens and used.input_tokens + used.output_tokens >= tokens:
+            return "bot_tokens_per_day"
+        if policy.bot_dollars_per_day and used.cost >= policy.bot_dollars_per_day:
+            return "bot_dollars_per_day"
+        return None
+
+    async def _daily_limit(self, user: UserKey, now: float) -> str | None:
+        """Which of the person's daily budgets (input tokens, dollars) is spent (None:
+        neither)."""
+        policy = self.policy
+        if policy.user_input_tokens_per_day:
+            used = await self.store.input_tokens_since(user, _day_start(now))
+            if used >= policy.user_input_tokens_per_day:
+                return "user_input_tokens"
+        if policy.user_dollars_per_day:
+            spent = await self.store.cost_since(user, _day_start(now))
+            if spent >= policy.user_dollars_per_day:
+                return "user_dollars"
+        return None
 
     async def _person_limit(
         self, user: UserKey, bot: str, now: float, granted: list[int]
@@ -156,10 +179,9 @@ class Limits:
         """When the person may continue and which limit holds them (None: not limited); a
         granted turn reservation is appended to ``granted``."""
         policy = self.policy
-        if policy.user_input_tokens_per_day:
-            used = await self.store.input_tokens_since(user, _day_start(now))
-            if used >= policy.user_input_tokens_per_day:
-                return _day_start(now) + DAY, "user_input_tokens"
+        daily = await self._daily_limit(user, now)
+        if daily is not None:
+            return _day_start(now) + DAY, daily
         if not (policy.user_turns_per_hour or policy.user_turns_per_day):
             return None, ""
         reservation = await self.store.reserve_turn(

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from bot.core.clock import Clock
-from bot.core.llm import Usage
-from bot.metrics import Price
+from bot.core.llm import Price
 from bot.store.contracts import UsageReads
 
 DAY = 86400.0
@@ -19,15 +18,14 @@ async def usage_report(
     """A short text report of today's (UTC) usage of one bot."""
     now = clock.now()
     stats = await store.usage_since(now - now % DAY, bot)
-    cost = 0.0
-    unpriced = []
-    for model, inp, out, write, read in stats.by_model:
-        price = prices.get(model)
-        if price is None:
-            if inp or out:
-                unpriced.append(model or "unknown")
-            continue
-        cost += price.cost(Usage(inp, out, write, read))
+    # The cost is what the calls were charged (priced when they were made, as the money
+    # limits count it); models without a price are named.
+    unpriced = [
+        model or "unknown"
+        for model, inp, out, _, _ in stats.by_model
+        if model not in prices and (inp or out)
+    ]
+    cost = stats.cost
     lines = [
         f"Today (UTC), bot {bot}:",
         f"- turns answered: {stats.turns} in {stats.conversations} conversation(s)",

@@ -52,5 +52,10 @@ class Accounting:
         self.metrics.model_calls.labels(*labels, purpose).inc()
         self.metrics.usage(conversation, result.model, result.usage)
         await self.store.record_usage(
-            conversation, purpose, result.model, split(result.usage, by), self.clock.now()
+            conversation,
+            purpose,
+            result.model,
+            split(result.usage, by),
+            self.clock.now(),
+            price=self.metrics.price(result.model),
         )

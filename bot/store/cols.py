@@ -314,7 +314,7 @@ def usage_values(usage: Usage) -> tuple[int, int, int, int]:
 
 def model_usage_stats(turns: Any, total: Any, models: Any, purposes: Any) -> UsageStats:
     """UsageStats from ``usage_since``'s reply count and its model_usage sums."""
-    inp, out, write, read = (int(v) for v in total)
+    inp, out, write, read = (int(v) for v in total[:4])
     return UsageStats(
         int(turns[0]),
         inp,
@@ -324,6 +324,7 @@ def model_usage_stats(turns: Any, total: Any, models: Any, purposes: Any) -> Usa
         int(turns[1]),
         by_model=tuple((str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in models),
         by_purpose=tuple((str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in purposes),
+        cost=float(total[4]),
     )
 
 

@@ -21,6 +21,7 @@ from bot.core.console import (
     PersonUsage,
     PersonView,
     QueueView,
+    TopMeasure,
     UsageBucket,
 )
 from bot.core.events import (
@@ -116,12 +117,10 @@ class ConsoleStore(PendingCounts, Protocol):
         newest first."""
 
     @abc.abstractmethod
-    async def console_top_input_tokens(self, since: float, limit: int) -> list[PersonUsage]:
-        """The ``limit`` people charged the most input tokens since ``since``, most first."""
-
-    @abc.abstractmethod
-    async def console_top_turns(self, since: float, limit: int) -> list[PersonUsage]:
-        """The ``limit`` people with the most turns since ``since``, most first."""
+    async def console_top(self, measure: TopMeasure, since: float, limit: int) -> list[PersonUsage]:
+        """The ``limit`` people who used the most since ``since`` (every bot), most first, by
+        what a per-person limit counts: input tokens (cached or not), dollars charged, or
+        turns."""
 
     @abc.abstractmethod
     async def record_audit(

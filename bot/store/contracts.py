@@ -54,7 +54,7 @@ from bot.core.events import (
     UserData,
     UserKey,
 )
-from bot.core.llm import Usage
+from bot.core.llm import Price, Usage
 from bot.core.media import MediaStatus
 
 #: The most bytes ``save_media`` caches for one media row (a prepared image is far smaller:
@@ -582,6 +582,10 @@ class UsageReads(Protocol):
         ``since``, over every bot of the store."""
 
     @abc.abstractmethod
+    async def cost_since(self, user: UserKey, since: float) -> float:
+        """Dollars charged to a person since ``since`` (priced calls), over every bot."""
+
+    @abc.abstractmethod
     async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
         """Replies recorded and tokens of every model call since ``since`` (of one bot, when
         given)."""
@@ -615,9 +619,11 @@ class UsageStore(UsageReads, Protocol):
         model: str | None,
         charges: Sequence[tuple[str | None, Usage]],
         now: float,
+        price: Price | None = None,
     ) -> None:
         """Record one model call's usage (a reply or a memory task), split into shares
-        charged to people (user id) or to the bot alone (None)."""
+        charged to people (user id) or to the bot alone (None); each share's cost priced
+        with ``price`` (None: the model has no price, its cost unknown)."""
 
 
 class SummaryReads(Protocol):

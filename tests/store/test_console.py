@@ -172,10 +172,13 @@ async def test_the_people_who_used_the_most_since_a_time(store: BaseStore) -> No
         assert reserved.id is not None
     a, b = UserKey("telegram", "u-a"), UserKey("telegram", "u-b")
     # Input tokens as the per-person limit counts them (cache reads too, no output).
-    assert await store.console_top_input_tokens(T0, 5) == [PersonUsage(a, 400), PersonUsage(b, 100)]
-    assert await store.console_top_input_tokens(T0, 1) == [PersonUsage(a, 400)]
-    assert await store.console_top_turns(T0, 5) == [PersonUsage(b, 3), PersonUsage(a, 1)]
-    assert await store.console_top_turns(T0 + 100, 5) == []
+    assert await store.console_top("input_tokens", T0, 5) == [
+        PersonUsage(a, 400),
+        PersonUsage(b, 100),
+    ]
+    assert await store.console_top("input_tokens", T0, 1) == [PersonUsage(a, 400)]
+    assert await store.console_top("turns", T0, 5) == [PersonUsage(b, 3), PersonUsage(a, 1)]
+    assert await store.console_top("turns", T0 + 100, 5) == []
 
 
 async def test_a_transcript_page_and_the_backlog_count_read_only_what_they_show(

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from bot.config import PersonaSettings, Settings
 from bot.core.agenda import InitiativePolicy, QuietHours
 from bot.core.events import Inbound, QueuePolicy, SessionKey, SessionPolicy
+from bot.core.llm import Price
 from bot.core.ports import Outlet, StreamSettings
-from bot.metrics import Price
 from bot.runtime.access import AccessPolicy
 from bot.runtime.commands import PersonaChoice
 from bot.runtime.initiatives import AgendaPolicy
@@ -124,6 +124,8 @@ def limit_policy(settings: Settings) -> LimitPolicy:
         limits.bot_tokens_per_day,
         limits.limit_message,
         user_input_tokens_per_day=limits.user_input_tokens_per_day,
+        bot_dollars_per_day=limits.bot_dollars_per_day,
+        user_dollars_per_day=limits.user_dollars_per_day,
     )
 
 
@@ -152,7 +154,10 @@ def retention_policy(settings: Settings) -> RetentionPolicy:
 
 def prices(settings: Settings) -> dict[str, Price]:
     """The model prices of [llm.prices], for the cost metrics."""
-    return {m: Price(p.input, p.output) for m, p in settings.llm.prices.items()}
+    return {
+        m: Price(p.input, p.output, p.cache_write, p.cache_read)
+        for m, p in settings.llm.prices.items()
+    }
 
 
 def profile_for(

@@ -18,7 +18,7 @@ from adapters.web import PLATFORM
 from bot.app.web.playground import OPERATOR, PREFIX
 from bot.config import PersonaSettings, Settings
 from bot.core.clock import Clock
-from bot.core.console import ConsoleEvent, ConversationRow, UsageBucket
+from bot.core.console import ConsoleEvent, ConversationRow, TopMeasure, UsageBucket
 from bot.core.events import (
     ConversationKey,
     PlatformProblem,
@@ -128,6 +128,8 @@ class ConsoleData:
                     "last_update": await self._store.console_last_inbound(entry.key),
                     "tokens_today": usage.input_tokens + usage.output_tokens,
                     "tokens_per_day": limits.bot_tokens_per_day or None,
+                    "cost_today": round(usage.cost, 4),
+                    "dollars_per_day": limits.bot_dollars_per_day or None,
                     "turns_today": usage.turns,
                 }
             )
@@ -181,14 +183,12 @@ class ConsoleData:
         first; admins are marked, the limits do not hold them on the bots they administer)."""
         limits = self._settings.limits
         found = []
-        for name, per_day, read in (
-            (
-                "user_input_tokens_per_day",
-                limits.user_input_tokens_per_day,
-                self._store.console_top_input_tokens,
-            ),
-            ("user_turns_per_day", limits.user_turns_per_day, self._store.console_top_turns),
-        ):
+        measures: tuple[tuple[str, float, TopMeasure], ...] = (
+            ("user_input_tokens_per_day", limits.user_input_tokens_per_day, "input_tokens"),
+            ("user_turns_per_day", limits.user_turns_per_day, "turns"),
+            ("user_dollars_per_day", limits.user_dollars_per_day, "cost"),
+        )
+        for name, per_day, measure in measures:
             if not per_day:
                 continue
             found.append(
@@ -199,11 +199,11 @@ class ConsoleData:
                         {
                             "platform": u.user.platform,
                             "user_id": u.user.user_id,
-                            "used": u.used,
+                            "used": round(u.used, 4) if isinstance(u.used, float) else u.used,
                             "share": round(u.used / per_day, 3),
                             "admin": (u.user.platform, u.user.user_id) in self._admins,
                         }
-                        for u in await read(today, NEAREST)
+                        for u in await self._store.console_top(measure, today, NEAREST)
                     ],
                 }
             )
@@ -435,6 +435,8 @@ class ConsoleData:
             "more_conversations": view.more_chats,
             "input_tokens_today": await self._store.input_tokens_since(user, now - (now % DAY)),
             "input_tokens_per_day": limits.user_input_tokens_per_day or None,
+            "cost_today": round(await self._store.cost_since(user, now - (now % DAY)), 4),
+            "dollars_per_day": limits.user_dollars_per_day or None,
             "turns_per_day": limits.user_turns_per_day or None,
         }
 

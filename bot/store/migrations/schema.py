@@ -491,4 +491,13 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         {input_announced_trigger}
         """,
     ),
+    (
+        18,
+        """
+        -- What each model call's share cost in dollars when it was charged (the price table
+        -- of [llm.prices] at that moment; NULL: the model had no price): money limits, /stats
+        -- and the console sum it, and a later price change never rewrites what was spent.
+        ALTER TABLE model_usage ADD COLUMN cost {real};
+        """,
+    ),
 )

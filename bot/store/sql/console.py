@@ -11,7 +11,7 @@ gaps and rejected turns, and today's spend per person, come through migration 14
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from bot.core.console import (
     GAP_NOTICED_KEY,
@@ -20,6 +20,7 @@ from bot.core.console import (
     ConversationRow,
     PersonUsage,
     QueueView,
+    TopMeasure,
     UsageBucket,
 )
 from bot.core.events import (
@@ -51,6 +52,14 @@ _IS_GAP = f"st.key = '{GAP_NOTICED_KEY}'"
 # from merging it into the grouping, which would rather scan every row ever written through
 # the (platform, user_id, at) index to skip a sort.
 _TOP = "GROUP BY platform, user_id ORDER BY used DESC, platform, user_id LIMIT $2"
+# Each person's rows of one measure since $1 (what a per-person daily limit counts).
+_TOP_ROWS: Final[dict[str, str]] = {
+    "input_tokens": "SELECT platform, user_id, input_tokens + cache_write_tokens + "
+    "cache_read_tokens AS used FROM model_usage WHERE at >= $1 AND user_id IS NOT NULL",
+    "cost": "SELECT platform, user_id, cost AS used FROM model_usage "
+    "WHERE at >= $1 AND user_id IS NOT NULL AND cost IS NOT NULL",
+    "turns": "SELECT platform, user_id, 1 AS used FROM turn_usage WHERE at >= $1",
+}
 # What an event row shows of its conversation and session (columns 2-7 of the row).
 _EVENT_COLS = "c.id, c.bot, c.platform, c.chat_id, c.thread_id, s.session_no"
 _EVENT_FROM = "FROM sessions s JOIN conversations c ON c.id = s.conversation_id"
@@ -318,32 +327,19 @@ class ConsolePart(SQLCore):
         events.sort(key=lambda e: e.at, reverse=True)
         return events[:limit]
 
-    async def console_top_input_tokens(self, since: float, limit: int) -> list[PersonUsage]:
-        """The people charged the most input tokens since ``since`` (what the per-person
-        token limit counts: every bot, cached or not), most first (``model_usage_at``)."""
+    async def console_top(self, measure: TopMeasure, since: float, limit: int) -> list[PersonUsage]:
+        """The people who used the most since ``since`` by ``measure``, most first (the
+        ``model_usage_at`` and ``turn_usage_at`` indexes)."""
         async with self._read() as db:
             rows = await db.fetch(
-                "SELECT platform, user_id, SUM(tokens) AS used FROM (SELECT platform, user_id, "
-                "input_tokens + cache_write_tokens + cache_read_tokens AS tokens FROM model_usage "
-                f"WHERE at >= $1 AND user_id IS NOT NULL LIMIT $3) u {_TOP}",
+                f"SELECT platform, user_id, SUM(used) AS used FROM ({_TOP_ROWS[measure]} "
+                f"LIMIT $3) u {_TOP}",
                 since,
                 limit,
                 self.dialect.no_limit,
             )
-        return [PersonUsage(UserKey(str(r[0]), str(r[1])), int(r[2])) for r in rows]
-
-    async def console_top_turns(self, since: float, limit: int) -> list[PersonUsage]:
-        """The people with the most turns since ``since`` (what the per-person turn limits
-        count: every bot), most first (``turn_usage_at``)."""
-        async with self._read() as db:
-            rows = await db.fetch(
-                "SELECT platform, user_id, COUNT(*) AS used FROM (SELECT platform, user_id "
-                f"FROM turn_usage WHERE at >= $1 LIMIT $3) u {_TOP}",
-                since,
-                limit,
-                self.dialect.no_limit,
-            )
-        return [PersonUsage(UserKey(str(r[0]), str(r[1])), int(r[2])) for r in rows]
+        kind = float if measure == "cost" else int
+        return [PersonUsage(UserKey(str(r[0]), str(r[1])), kind(r[2])) for r in rows]
 
     async def record_audit(
         self, actor: str, action: str, target: str, detail: str, now: float

@@ -29,7 +29,7 @@ from bot.core.events import (
     UsageStats,
     UserKey,
 )
-from bot.core.llm import Usage
+from bot.core.llm import Price, Usage
 from bot.core.queue_rules import final_verdict
 from bot.store import cols
 from bot.store.sql.conn import Conn
@@ -57,10 +57,12 @@ _USAGE_COLUMNS = (
     "output_tokens",
     "cache_write_tokens",
     "cache_read_tokens",
+    "cost",
 )
 _SUMS = (
     "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
-    "COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(cache_read_tokens), 0)"
+    "COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
+    "COALESCE(SUM(cost), 0)"
 )
 
 
@@ -135,6 +137,7 @@ class QueuePart(SQLCore):
         model: str | None,
         charges: Sequence[tuple[str | None, Usage]],
         now: float,
+        price: Price | None = None,
     ) -> None:
         """One row per share of the call, all in one statement."""
         if not charges:
@@ -155,6 +158,7 @@ class QueuePart(SQLCore):
                 purpose,
                 model,
                 *cols.usage_values(u),
+                None if price is None else price.cost(u),
             )
         ]
         async with self._write() as db:
@@ -172,6 +176,18 @@ class QueuePart(SQLCore):
                 since,
             )
         return int(value)
+
+    async def cost_since(self, user: UserKey, since: float) -> float:
+        """Dollars charged to ``user`` since ``since``, over every bot (priced calls)."""
+        async with self._read() as db:
+            value = await db.fetchval(
+                "SELECT COALESCE(SUM(cost), 0) FROM model_usage "
+                "WHERE platform = $1 AND user_id = $2 AND at >= $3",
+                user.platform,
+                user.user_id,
+                since,
+            )
+        return float(value)
 
     async def usage_since(self, since: float, bot: str | None = None) -> UsageStats:
         """Turns from the recorded replies; tokens from every model call (memory tasks too)."""
