@@ -33,6 +33,7 @@ from bot.config import (
     DEFAULT_TOKEN_VARIABLES,
     BotSettings,
     PersonaSettings,
+    RunNeeds,
     Secrets,
     Settings,
     load_settings,
@@ -354,9 +355,7 @@ class App:
                 problems += exc.problems
         for adapter in made:  # after all: two Discord bots' endpoints are compared while held
             await adapter.aclose()
-        if self._llm is None and not (
-            self.settings.llm.provider == "anthropic" and self.secrets.anthropic_api_key is None
-        ):
+        if self._llm is None and not RunNeeds.of(self.settings).model_key_problems(self.secrets):
             try:
                 llm = self.build_llm()
             except ConfigError as exc:

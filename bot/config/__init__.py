@@ -52,7 +52,7 @@ from bot.config.loading import (
     load_settings,
 )
 from bot.config.memory import MemorySettings, RetentionSettings, SessionSettings
-from bot.config.needs import RunNeeds
+from bot.config.needs import RunNeeds, openai_key_missing
 from bot.config.observability import (
     WEB_TOKEN_MIN,
     LoggingSettings,
@@ -115,6 +115,7 @@ __all__ = [
     "env_sources",
     "listen_address",
     "load_settings",
+    "openai_key_missing",
     "reference_problems",
     "unknown_name",
     "web_token_short",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from bot.config.fields import EnvName, Section, shown
 from bot.config.plugins import NAME_PATTERN
@@ -33,11 +33,16 @@ DEFAULT_PRICES: dict[str, PriceSettings] = {
 class LLMSettings(Section):
     """How the model is reached."""
 
-    # A registered model provider: "anthropic", "offline" or one a plugin adds.
+    # A registered model provider: "anthropic", "offline", "openai" (any OpenAI-compatible
+    # Chat Completions endpoint, docs/providers.md) or one a plugin adds.
     provider: str = Field(default="anthropic", pattern=NAME_PATTERN)
     # Keys for a plugin's provider (it validates them); the built-in ones take none.
     options: dict[str, Any] = Field(default_factory=dict)
+    # The endpoint; required with "openai" (e.g. "http://127.0.0.1:11434/v1" for Ollama).
     base_url: str | None = None
+    # "openai": the NAME of the environment variable holding the endpoint's key (the key is
+    # read from the environment only); unset = no key, which local servers accept.
+    api_key_env: EnvName | None = None
     timeout_seconds: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=2, ge=0, le=10)
     retry_max_seconds: float = Field(default=60.0, gt=0)
@@ -65,6 +70,16 @@ class LLMSettings(Section):
     @classmethod
     def _notices_shown(cls, text: str) -> str:
         return shown(text)
+
+    @model_validator(mode="after")
+    def _openai_needs_url(self) -> LLMSettings:
+        # Here, not only when the client is built: config check names it.
+        if self.provider == "openai" and not (self.base_url or "").strip():
+            raise ValueError(
+                "base_url: required with provider = 'openai' (the endpoint, e.g. "
+                "http://127.0.0.1:11434/v1 for Ollama; docs/providers.md)"
+            )
+        return self
 
 
 class MediaConfig(Section):

@@ -25,12 +25,13 @@ class RunNeeds:
     bots: tuple[tuple[int, str, str, str], ...]  # index, bot key, platform, token variable
     provider: str
     web_token_env: str | None  # when [web] listen is set
+    llm_key_env: str | None = None  # llm.api_key_env (read by the "openai" provider)
 
     @classmethod
     def of(cls, settings: Settings) -> RunNeeds:
         bots = tuple((i, b.key, b.platform, b.token_variable) for i, b in enumerate(settings.bots))
         web = settings.web.token_env if settings.web.listen else None
-        return cls(bots, settings.llm.provider, web)
+        return cls(bots, settings.llm.provider, web, settings.llm.api_key_env)
 
     @classmethod
     def of_raw(cls, data: Mapping[str, Any]) -> RunNeeds | None:
@@ -52,7 +53,10 @@ class RunNeeds:
         listen, token_env = web.get("listen"), web.get("token_env", WebSettings().token_env)
         if not (isinstance(token_env, str) and looks_like_env_name(token_env)):
             token_env = None  # its own problem, never shown
-        return cls(tuple(bots), provider, token_env if listen else None)
+        key_env = llm.get("api_key_env")
+        if not (isinstance(key_env, str) and looks_like_env_name(key_env)):
+            key_env = None  # unset, or its own problem, never shown
+        return cls(tuple(bots), provider, token_env if listen else None, key_env)
 
     def problems(self, secrets: Secrets, *, empty_ok: bool = False) -> list[str]:
         """What ``run`` would refuse to start without, never quoting a value: ``[[bots]]``,
@@ -66,11 +70,7 @@ class RunNeeds:
         for index, key, platform, variable in self.bots:
             if platform in DEFAULT_TOKEN_VARIABLES and secrets.get(variable) is None:
                 problems.append(f"bots[{index}] ({key}): {variable} is not set in the environment")
-        if self.provider == "anthropic" and secrets.anthropic_api_key is None:
-            problems.append(
-                'ANTHROPIC_API_KEY: not set in the environment (llm.provider = "anthropic"; '
-                "`run` refuses to start without it, `chat` falls back to the offline model)"
-            )
+        problems += self.model_key_problems(secrets)
         if self.web_token_env:
             token = secrets.get(self.web_token_env)
             if token is None:
@@ -81,3 +81,22 @@ class RunNeeds:
             elif len(token) < WEB_TOKEN_MIN:
                 problems.append(web_token_short(self.web_token_env))
         return problems
+
+    def model_key_problems(self, secrets: Secrets) -> list[str]:
+        """The built-in model provider's key, when it needs one and the environment lacks it."""
+        if self.provider == "anthropic" and secrets.anthropic_api_key is None:
+            return [
+                'ANTHROPIC_API_KEY: not set in the environment (llm.provider = "anthropic"; '
+                "`run` refuses to start without it, `chat` falls back to the offline model)"
+            ]
+        if self.provider == "openai" and self.llm_key_env and not secrets.get(self.llm_key_env):
+            return [openai_key_missing(self.llm_key_env)]
+        return []
+
+
+def openai_key_missing(variable: str) -> str:
+    """The problem of an unset key variable of the "openai" provider (needs and the factory)."""
+    return (
+        f"llm.api_key_env: {variable} is not set in the environment (llm.provider = "
+        '"openai"; unset llm.api_key_env for an endpoint that takes no key)'
+    )

@@ -152,6 +152,8 @@ class Settings(BaseSettings):
                 names.append(secret)
         if self.transcription.api_key_env:
             names.append(self.transcription.api_key_env)
+        if self.llm.api_key_env:
+            names.append(self.llm.api_key_env)
         names.append(self.web.token_env)
         return names
 

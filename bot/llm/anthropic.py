@@ -10,9 +10,7 @@ until it starts; a failure after that is ModelUnavailable (docs/architecture.md#
 from __future__ import annotations
 
 import base64
-import email.utils
 import logging
-import time
 from typing import Literal, TypedDict, cast
 
 import anthropic
@@ -58,6 +56,7 @@ from bot.core.llm import (
     ToolUse,
     Usage,
 )
+from bot.llm.headers import retry_after as retry_after_seconds
 
 __all__ = ["AnthropicLLM"]
 
@@ -146,23 +145,6 @@ def _answer(block: object) -> TextBlock | ToolUse | None:
     if isinstance(block, SDKToolUseBlock):
         return ToolUse(block.id, block.name, dict(block.input))
     return None
-
-
-def _retry_after(exc: anthropic.APIStatusError) -> float | None:
-    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date), else None."""
-    values = exc.response.headers
-    try:
-        return max(0.0, float(values["retry-after-ms"]) / 1000)
-    except (KeyError, ValueError):
-        pass
-    raw = values.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        parsed = email.utils.parsedate_tz(raw)
-        return None if parsed is None else max(0.0, email.utils.mktime_tz(parsed) - time.time())
 
 
 class _Call(TypedDict):
@@ -387,7 +369,7 @@ class AnthropicLLM(BaseLLM):
         detail = self._redact(detail[:_MAX_DETAIL])
         head = f"({status} {kind}): {detail}"
         if isinstance(exc, anthropic.RateLimitError) or status == 429:
-            retry_after = _retry_after(exc)
+            retry_after = retry_after_seconds(exc.response.headers)
             hint = f"; retry after {retry_after:g} s" if retry_after is not None else ""
             msg = f"Claude rate-limited the request {head}{hint}"
             return RateLimited(msg, status=status, retry_after=retry_after)

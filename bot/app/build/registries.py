@@ -14,6 +14,7 @@ from bot.config import (
     Secrets,
     Settings,
     TranscriptionConfig,
+    openai_key_missing,
     unknown_name,
 )
 from bot.core.errors import ConfigError
@@ -62,6 +63,26 @@ def anthropic_provider(llm: LLMSettings, secrets: Secrets) -> BaseLLM:
     )
 
 
+def openai_provider(llm: LLMSettings, secrets: Secrets) -> BaseLLM:
+    """An OpenAI-compatible Chat Completions endpoint at ``llm.base_url`` (docs/providers.md);
+    its key, if any, from the variable ``llm.api_key_env`` names."""
+    if not llm.base_url:
+        raise ConfigError(["llm.base_url: required with llm.provider = 'openai'"])
+    key = None
+    if llm.api_key_env:
+        key = secrets.get(llm.api_key_env)
+        if key is None:
+            raise ConfigError([openai_key_missing(llm.api_key_env)])
+    from bot.llm.openai import OpenAICompatLLM
+
+    return OpenAICompatLLM(
+        base_url=llm.base_url,
+        api_key=key,
+        timeout_seconds=llm.timeout_seconds,
+        max_retries=llm.max_retries,
+    )
+
+
 def offline_provider(llm: LLMSettings, secrets: Secrets) -> BaseLLM:
     """The offline model: no network, echoes what it received."""
     return OfflineLLM()
@@ -74,7 +95,11 @@ def builtin_platforms() -> dict[str, PlatformFactory]:
 
 def builtin_providers() -> dict[str, ProviderFactory]:
     """The model providers personabot ships."""
-    return {"anthropic": anthropic_provider, "offline": offline_provider}
+    return {
+        "anthropic": anthropic_provider,
+        "offline": offline_provider,
+        "openai": openai_provider,
+    }
 
 
 def unknown(kind: str, key: str, name: str, installed: Mapping[str, object]) -> ConfigError:
