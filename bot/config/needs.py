@@ -4,6 +4,7 @@ unset one in the same round as a typo in the file (issue 35)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,12 +26,19 @@ class RunNeeds:
     bots: tuple[tuple[int, str, str, str], ...]  # index, bot key, platform, token variable
     provider: str
     web_token_env: str | None  # when [web] listen is set
+    # index, server name, variable: the secrets of [[mcp_servers]] env and headers
+    mcp: tuple[tuple[int, str, str], ...] = ()
 
     @classmethod
     def of(cls, settings: Settings) -> RunNeeds:
         bots = tuple((i, b.key, b.platform, b.token_variable) for i, b in enumerate(settings.bots))
         web = settings.web.token_env if settings.web.listen else None
-        return cls(bots, settings.llm.provider, web)
+        mcp = tuple(
+            (i, server.name, variable)
+            for i, server in enumerate(settings.mcp_servers)
+            for variable in server.variables
+        )
+        return cls(bots, settings.llm.provider, web, mcp)
 
     @classmethod
     def of_raw(cls, data: Mapping[str, Any]) -> RunNeeds | None:
@@ -52,7 +60,7 @@ class RunNeeds:
         listen, token_env = web.get("listen"), web.get("token_env", WebSettings().token_env)
         if not (isinstance(token_env, str) and looks_like_env_name(token_env)):
             token_env = None  # its own problem, never shown
-        return cls(tuple(bots), provider, token_env if listen else None)
+        return cls(tuple(bots), provider, token_env if listen else None, _raw_mcp(data))
 
     def problems(self, secrets: Secrets, *, empty_ok: bool = False) -> list[str]:
         """What ``run`` would refuse to start without, never quoting a value: ``[[bots]]``,
@@ -80,4 +88,30 @@ class RunNeeds:
                 )
             elif len(token) < WEB_TOKEN_MIN:
                 problems.append(web_token_short(self.web_token_env))
+        problems += [
+            f"mcp_servers[{index}] ({name}): {variable} is not set in the environment"
+            for index, name, variable in self.mcp
+            if secrets.get(variable) is None
+        ]
         return problems
+
+
+def _raw_mcp(data: Mapping[str, Any]) -> tuple[tuple[int, str, str], ...]:
+    """The variables ``[[mcp_servers]]`` names in a file that did not validate (best effort:
+    a value that is no variable's name has its own problem and is never shown)."""
+    servers = data.get("mcp_servers", [])
+    found: list[tuple[int, str, str]] = []
+    for index, server in enumerate(servers if isinstance(servers, list) else []):
+        if not isinstance(server, dict):
+            continue
+        name = server.get("name")
+        plain = isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9-]{1,32}", name)
+        shown = str(name) if plain else f"#{index}"
+        for table in (server.get("env"), server.get("headers")):
+            if isinstance(table, dict):
+                found += [
+                    (index, shown, v)
+                    for v in table.values()
+                    if isinstance(v, str) and looks_like_env_name(v)
+                ]
+    return tuple(found)
