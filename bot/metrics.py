@@ -61,6 +61,20 @@ class Metrics:
             "tool",
             "outcome",
         )
+        # bot/mcp: MCP servers as tools (docs/tools.md#mcp-servers).
+        self.mcp_server_up = Gauge(
+            "personabot_mcp_server_up",
+            "1 while the MCP server is connected, 0 while it starts or restarts",
+            ("server",),
+            registry=r,
+        )
+        self.mcp_calls = Counter(
+            "personabot_mcp_calls",
+            "Calls of MCP tools by outcome: ok, error (the server said so), timeout, failed "
+            "(the connection broke, an unreadable answer), unavailable (the server was down)",
+            ("server", "tool", "outcome"),
+            registry=r,
+        )
         self.discarded = counter(
             "personabot_replies_discarded", "Replies thrown away by the final check"
         )

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ from bot.config import (
     InitiativeSettings,
     LimitSettings,
     LLMSettings,
+    McpServerSettings,
     MediaConfig,
     MemorySettings,
     PersonaSettings,
@@ -32,6 +33,7 @@ from bot.config import (
 from bot.core.clock import Clock, ManualClock
 from bot.core.events import ConversationKey, Inbound
 from bot.core.llm import BaseLLM
+from bot.mcp import McpServers
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.access import AccessPolicy
 from bot.runtime.exports import Exports
@@ -78,6 +80,8 @@ class Harness:
     counter: list[int] = field(default_factory=lambda: [0])
     #: Check-ins and reminders (None: not wired, no bot uses them).
     agenda: Scheduler[Any] | None = None
+    #: The MCP servers (None: none configured).
+    mcp: McpServers | None = None
 
     async def say(
         self,
@@ -170,6 +174,7 @@ def harness_settings(
     persona: PersonaSettings = PERSONA,
     schedule: ScheduleSettings | None = None,
     cut_stale: bool = True,
+    mcp_servers: Sequence[McpServerSettings] = (),
 ) -> Settings:
     """The Settings that make the App wire what this harness describes.
 
@@ -232,6 +237,7 @@ def harness_settings(
         tools=ToolSettings.model_construct(**dataclasses.asdict(tool_policy or ToolPolicy())),
         media=media or MediaConfig(),
         transcription=transcription or TranscriptionConfig(),
+        mcp_servers=list(mcp_servers),
     )
 
 
@@ -265,6 +271,8 @@ async def harness(
     schedule: ScheduleSettings | None = None,
     persona: PersonaSettings = PERSONA,
     cut_stale: bool = True,
+    mcp_servers: Sequence[McpServerSettings] = (),
+    environ: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Harness]:
     """The App's runtime on ``store`` (owned by the caller) with a manual clock and a
     recording outlet; on exit the scheduler stops and waits for turns."""
@@ -289,8 +297,9 @@ async def harness(
         media=media,
         transcription=transcription,
         cut_stale=cut_stale,
+        mcp_servers=mcp_servers,
     )
-    app = App(settings, Secrets({}), clock=clock, llm=llm)
+    app = App(settings, Secrets(environ or {}), clock=clock, llm=llm)
     if extensions is not None:
         app.extend(extensions)
     if extend is not None:
@@ -312,6 +321,7 @@ async def harness(
                 rt.memory,
                 rt.exports,
                 agenda=rt.agenda,
+                mcp=rt.mcp,
             )
         finally:
             SHARED_STORES.remove(store)

@@ -475,6 +475,7 @@ class App:
                 seams=seams,
                 transcriber=transcriber,
                 plugins=self._lifespans.running(),
+                mcp=build.mcp_specs(self.settings, self.secrets),
             ) as rt:
                 yield rt
         finally:

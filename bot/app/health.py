@@ -16,6 +16,9 @@ log = logging.getLogger("personabot.health")
 
 Readiness = Callable[[], Awaitable[str | None]]  # None when ready, else the reason
 Refresh = Callable[[], Awaitable[object]]  # gauges read from elsewhere, before a scrape
+#: Lines /healthz shows under "ok": parts that may fail without the process failing (the MCP
+#: servers: a server down takes its tools away, never the bot's answers).
+Details = Callable[[], list[str]]
 
 
 class Site:
@@ -64,9 +67,11 @@ class HealthServer(Site):
         metrics: Metrics,
         readiness: Readiness,
         refresh: Refresh | None = None,
+        details: Details | None = None,
     ) -> None:
         self._host = host
         self._refresh = refresh
+        self._details = details
         self.port = port
         self._metrics = metrics
         self._readiness = readiness
@@ -81,7 +86,8 @@ class HealthServer(Site):
         return app
 
     async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+        lines = ["ok", *(self._details() if self._details is not None else [])]
+        return web.Response(text="\n".join(lines) + "\n")
 
     async def _readyz(self, request: web.Request) -> web.Response:
         try:

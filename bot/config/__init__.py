@@ -13,6 +13,7 @@ it (an import-linter contract in pyproject.toml):
 - ``settings``: ``Settings``, the whole file, and the checks across its sections
 - ``references``: bots naming personas, bot keys used twice, unknown platforms (also raw)
 - ``personas``: ``[[personas]]`` and lorebooks; ``bots``: ``[[bots]]`` by platform, bot keys
+- ``mcp``: ``[[mcp_servers]]``, MCP servers whose tools the model may call
 - ``llm``, ``memory``, ``limits``, ``initiatives``, ``observability``, ``storage``: sections
 - ``fields``, ``plugins``, ``secrets``: shared field types, plugin names, ``Secrets``
 
@@ -51,6 +52,7 @@ from bot.config.loading import (
     bundled_example_path,
     load_settings,
 )
+from bot.config.mcp import McpServerSettings
 from bot.config.memory import MemorySettings, RetentionSettings, SessionSettings
 from bot.config.needs import RunNeeds, openai_key_missing
 from bot.config.observability import (
@@ -91,6 +93,7 @@ __all__ = [
     "LoggingSettings",
     "LoreEntrySettings",
     "LorebookSettings",
+    "McpServerSettings",
     "MediaConfig",
     "MemorySettings",
     "ObservabilitySettings",

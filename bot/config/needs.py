@@ -4,6 +4,7 @@ unset one in the same round as a typo in the file (issue 35)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,12 +27,19 @@ class RunNeeds:
     provider: str
     web_token_env: str | None  # when [web] listen is set
     llm_key_env: str | None = None  # llm.api_key_env (read by the "openai" provider)
+    # index, server name, variable: the secrets of [[mcp_servers]] env and headers
+    mcp: tuple[tuple[int, str, str], ...] = ()
 
     @classmethod
     def of(cls, settings: Settings) -> RunNeeds:
         bots = tuple((i, b.key, b.platform, b.token_variable) for i, b in enumerate(settings.bots))
         web = settings.web.token_env if settings.web.listen else None
-        return cls(bots, settings.llm.provider, web, settings.llm.api_key_env)
+        mcp = tuple(
+            (i, server.name, variable)
+            for i, server in enumerate(settings.mcp_servers)
+            for variable in server.variables
+        )
+        return cls(bots, settings.llm.provider, web, settings.llm.api_key_env, mcp)
 
     @classmethod
     def of_raw(cls, data: Mapping[str, Any]) -> RunNeeds | None:
@@ -56,7 +64,8 @@ class RunNeeds:
         key_env = llm.get("api_key_env")
         if not (isinstance(key_env, str) and looks_like_env_name(key_env)):
             key_env = None  # unset, or its own problem, never shown
-        return cls(tuple(bots), provider, token_env if listen else None, key_env)
+        listened = token_env if listen else None
+        return cls(tuple(bots), provider, listened, key_env, _raw_mcp(data))
 
     def problems(self, secrets: Secrets, *, empty_ok: bool = False) -> list[str]:
         """What ``run`` would refuse to start without, never quoting a value: ``[[bots]]``,
@@ -80,6 +89,11 @@ class RunNeeds:
                 )
             elif len(token) < WEB_TOKEN_MIN:
                 problems.append(web_token_short(self.web_token_env))
+        problems += [
+            f"mcp_servers[{index}] ({name}): {variable} is not set in the environment"
+            for index, name, variable in self.mcp
+            if secrets.get(variable) is None
+        ]
         return problems
 
     def model_key_problems(self, secrets: Secrets) -> list[str]:
@@ -100,3 +114,24 @@ def openai_key_missing(variable: str) -> str:
         f"llm.api_key_env: {variable} is not set in the environment (llm.provider = "
         '"openai"; unset llm.api_key_env for an endpoint that takes no key)'
     )
+
+
+def _raw_mcp(data: Mapping[str, Any]) -> tuple[tuple[int, str, str], ...]:
+    """The variables ``[[mcp_servers]]`` names in a file that did not validate (best effort:
+    a value that is no variable's name has its own problem and is never shown)."""
+    servers = data.get("mcp_servers", [])
+    found: list[tuple[int, str, str]] = []
+    for index, server in enumerate(servers if isinstance(servers, list) else []):
+        if not isinstance(server, dict):
+            continue
+        name = server.get("name")
+        plain = isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9-]{1,32}", name)
+        shown = str(name) if plain else f"#{index}"
+        for table in (server.get("env"), server.get("headers")):
+            if isinstance(table, dict):
+                found += [
+                    (index, shown, v)
+                    for v in table.values()
+                    if isinstance(v, str) and looks_like_env_name(v)
+                ]
+    return tuple(found)

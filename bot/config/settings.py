@@ -12,6 +12,7 @@ from bot.config.bots import BOT_URL_KEYS, BotSettings
 from bot.config.initiatives import ScheduleSettings
 from bot.config.limits import AccessSettings, LimitSettings, QueueSettings, ToolSettings
 from bot.config.llm import LLMSettings, MediaConfig, TranscriptionConfig
+from bot.config.mcp import McpServerSettings
 from bot.config.memory import MemorySettings, RetentionSettings, SessionSettings
 from bot.config.observability import (
     LoggingSettings,
@@ -62,6 +63,8 @@ class Settings(BaseSettings):
     plugins: list[PluginName] = Field(default_factory=list)
     # Each plugin's own options, by the name it is loaded as (app.options in its setup).
     plugin_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # MCP servers whose tools the model may call: docs/tools.md.
+    mcp_servers: list[McpServerSettings] = Field(default_factory=list)
 
     @classmethod
     def settings_customise_sources(
@@ -81,6 +84,7 @@ class Settings(BaseSettings):
         problems = reference_problems([p.id for p in self.personas], bots)
         problems += self._shared_port()
         problems += self._priced_for_money_limits()
+        problems += self._mcp_references()
         if problems:
             # Every reference problem at once, one per line (split again by
             # bot/config/problems.py validation_problems).
@@ -116,6 +120,27 @@ class Settings(BaseSettings):
             "(0 for a free local model)"
             for model in unpriced
         ]
+
+    def _mcp_references(self) -> list[str]:
+        """MCP servers named once each, offered to bots and personas that exist."""
+        problems = []
+        names = [s.name for s in self.mcp_servers]
+        if len(set(names)) != len(names):
+            problems.append("mcp_servers: two servers share a name; give each its own")
+        bots = {b.key for b in self.bots}
+        personas = {p.id for p in self.personas}
+        for index, server in enumerate(self.mcp_servers):
+            for field, listed, known in (
+                ("bots", server.bots, bots),
+                ("personas", server.personas, personas),
+            ):
+                problems += [
+                    f"mcp_servers[{index}].{field}: no {field[:-1]} {name!r} "
+                    f"(known: {', '.join(sorted(known)) or 'none'})"
+                    for name in listed
+                    if name not in known
+                ]
+        return problems
 
     def _pins_fit(self) -> None:
         """Every persona's pin leaves room for a turn in its prompt budget; otherwise every
@@ -155,6 +180,8 @@ class Settings(BaseSettings):
         if self.llm.api_key_env:
             names.append(self.llm.api_key_env)
         names.append(self.web.token_env)
+        for server in self.mcp_servers:
+            names += server.variables
         return names
 
     def credentials(self) -> list[str]:

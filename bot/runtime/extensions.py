@@ -9,10 +9,10 @@ plugin named in one ``[[bots]]`` entry applies to that bot only: its registratio
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bot.core.events import Inbound
-from bot.runtime.tools import ToolRegistry
+from bot.runtime.tools import ToolRegistry, ToolSource
 from bot.runtime.turn_context import TurnContext
 
 __all__ = [
@@ -74,6 +74,22 @@ class Extensions:
     after_reply: tuple[AfterReply, ...] = ()
     tools: ToolRegistry = field(default_factory=ToolRegistry)
     per_bot: Mapping[str, Extensions] = field(default_factory=dict)
+    #: Tools known only at run time (MCP servers), for every bot; each says to whom.
+    sources: tuple[ToolSource, ...] = ()
+
+    def tools_for(self, bot: str, persona: str) -> ToolRegistry:
+        """The tools of a turn of ``bot`` speaking as ``persona``: the registered ones in
+        registration order, then each source's (sorted by name: a stable request)."""
+        tools = self.tools
+        for source in self.sources:
+            for tool in source.tools_for(bot, persona):
+                if tools.get(tool.name) is None:  # a registered tool of that name wins
+                    tools = tools.with_tool(tool)
+        return tools
+
+    def with_source(self, source: ToolSource) -> Extensions:
+        """These extensions with one more source of tools."""
+        return replace(self, sources=(*self.sources, source))
 
     def for_bot(self, bot: str) -> Extensions:
         """What applies to ``bot``: everything global, then that bot's own (no ``per_bot``)."""
@@ -89,8 +105,9 @@ class Extensions:
             before_model=(*self.before_model, *own.before_model),
             after_reply=(*self.after_reply, *own.after_reply),
             tools=tools,
+            sources=self.sources,
         )
 
 
 def _without_per_bot(ext: Extensions) -> Extensions:
-    return Extensions(ext.commands, ext.middleware, ext.before_model, ext.after_reply, ext.tools)
+    return replace(ext, per_bot={})

@@ -99,6 +99,7 @@ def reminder_extensions(proactive: Proactive, extensions: Extensions) -> Extensi
         after_reply=extensions.after_reply,
         tools=extensions.tools.with_tool(tool),
         per_bot=extensions.per_bot,
+        sources=extensions.sources,
     )
 
 

@@ -154,7 +154,8 @@ class ReplyJob(Job[TurnOutcome]):
         self._prompt_tokens = prompted.total_tokens
         relay = await p.previews.open(turn, profile.outlet, profile.stream, lost)
         by = weights(turn.messages)
-        return Ask(prompted.request, context, "reply", by, self._extensions.tools, relay)
+        tools = self._extensions.tools_for(context.bot, context.persona_id)
+        return Ask(prompted.request, context, "reply", by, tools, relay)
 
     async def answered(self, answer: LoopResult) -> Draft:
         """The answer's text, or the refusal line when it has none."""

@@ -32,7 +32,7 @@ import logging
 import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, get_type_hints
+from typing import Any, Final, Protocol, get_type_hints
 
 import pydantic
 import pydantic_core
@@ -181,6 +181,14 @@ class ToolRegistry:
 
     def __bool__(self) -> bool:
         return bool(self.tools)
+
+
+class ToolSource(Protocol):
+    """Tools known only at run time (an MCP server's, bot/mcp), asked for at each turn."""
+
+    def tools_for(self, bot: str, persona: str) -> Sequence[Tool]:
+        """The tools this bot speaking as this persona may call now, in a stable order."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,6 +437,9 @@ class ToolLoop:
         """The validated keyword arguments (pydantic values, not their JSON dumps)."""
         parsed = tool.arguments.model_validate(dict(raw))
         kwargs = {name: getattr(parsed, name) for name in type(parsed).model_fields}
+        # A model that allows extra keys passes them through (an MCP tool: its server
+        # validates the arguments against its own schema).
+        kwargs.update(parsed.model_extra or {})
         if tool.context_parameter is not None:
             kwargs[tool.context_parameter] = self._context
         return kwargs

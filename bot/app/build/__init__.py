@@ -6,12 +6,14 @@ A module per builder, read top-down from ``runtime.runtime`` (docs/architecture.
 - ``policies``: settings read into rules (pure), and the hosted bots' profiles (``Hosted``);
 - ``stores``: the store backend; ``services``: limits and accounting, media, memory, retention;
 - ``turns``: the pipeline, check-ins and reminders, the queue; ``routing``: router, commands,
-  exports; ``readiness``: the health server; ``background``: the tasks, owned in one place.
+  exports; ``readiness``: the health server; ``background``: the tasks, owned in one place;
+  ``mcp``: the MCP servers' specs, their secrets read from the environment.
 
 Every name is importable from ``bot.app.build`` as before the split.
 """
 
 from bot.app.build.background import Background
+from bot.app.build.mcp import mcp_specs
 from bot.app.build.memory import memory_jobs, memory_on
 from bot.app.build.policies import (
     Hosted,
@@ -78,6 +80,7 @@ __all__ = [
     "greeting_of",
     "initiative_policy",
     "macro_view",
+    "mcp_specs",
     "media_source",
     "memory_jobs",
     "memory_on",

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from adapters.base import BaseAdapter
 from bot.app.build.parts import Parts
-from bot.app.health import HealthServer
+from bot.app.health import Details, HealthServer
 from bot.config import listen_address
 from bot.core.clock import Clock
 from bot.core.events import QueueBacklog
@@ -73,9 +73,11 @@ def _down(adapter: BaseAdapter) -> str:
     return f"{adapter.bot_key} (last error at {at}: {problem.message})"
 
 
-async def open_health(parts: Parts, exits: contextlib.AsyncExitStack) -> HealthServer | None:
+async def open_health(
+    parts: Parts, exits: contextlib.AsyncExitStack, details: Details | None = None
+) -> HealthServer | None:
     """``/healthz``, ``/readyz`` and ``/metrics`` on ``[observability] listen`` (None: not
-    configured), closed by ``exits``."""
+    configured), closed by ``exits``; ``details``: lines ``/healthz`` adds (MCP servers)."""
     listen = parts.settings.observability.listen
     if not listen:
         return None
@@ -96,5 +98,6 @@ async def open_health(parts: Parts, exits: contextlib.AsyncExitStack) -> HealthS
             metrics=parts.metrics,
             readiness=lambda: readiness(store, platforms, backlog=backlog),
             refresh=backlog.measure,
+            details=details,
         )
     )

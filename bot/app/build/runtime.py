@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
@@ -23,6 +23,7 @@ from bot.core.events import ConversationKey
 from bot.core.llm import BaseLLM
 from bot.core.media import Transcriber
 from bot.core.ports import Outlet
+from bot.mcp import McpServers, ServerSpec
 from bot.metrics import Metrics
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.exports import Exports
@@ -55,6 +56,8 @@ class Runtime:
     agenda: Scheduler[AgendaKey] | None = None
     #: Every task the runtime runs; ``personabot run`` adds the bots' receivers.
     background: Background = field(default_factory=Background)
+    #: The MCP servers whose tools the model may call (None: none configured).
+    mcp: McpServers | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,7 @@ async def runtime(
     seams: Seams = Seams(),
     transcriber: Transcriber | None = None,
     plugins: AbstractAsyncContextManager[object] = contextlib.nullcontext(),  # noqa: B008
+    mcp: Sequence[ServerSpec] = (),
 ) -> AsyncIterator[Runtime]:
     """Open the store, wire queue, pipeline and router, run the scheduler; stop on exit.
 
@@ -97,6 +101,7 @@ async def runtime(
     ``App``) and the tests' harness come here. A ``store`` passed in is opened (if it is not)
     but closed by its owner, not here; so is the ``transcriber`` of voice notes (None: voice
     notes are not transcribed). ``plugins``: the plugins' lifespans (bot/app/lifespans.py).
+    ``mcp``: the MCP servers (bot/mcp), connected in the background: none delays the start.
 
     Everything opened is registered on ``exits`` as it is opened, so a failed start (a locked
     database, a port in use) closes exactly what it opened and never leaves the process
@@ -111,6 +116,12 @@ async def runtime(
         exits.push_async_callback(llm.aclose)
         await exits.enter_async_context(plugins)
         opened = await open_store(settings, store, exits)
+        # Closed after the schedulers stopped: a turn finishing in the grace may call a tool.
+        servers = None
+        if mcp:
+            servers = McpServers(mcp, clock=clock, metrics=metrics)
+            await exits.enter_async_context(servers)
+            extensions = extensions.with_source(servers)
         holder = seams.holder or f"worker-{uuid.uuid4().hex[:12]}"
         turn_clock = seams.turn_clock or clock
         parts = Parts(settings, bots, opened, llm, clock, turn_clock, metrics, holder)
@@ -129,7 +140,8 @@ async def runtime(
         router = build_router(parts, ingestor, memory, exports, pipeline, (extensions, agenda))
         if seams.background:
             await pipeline.recover_outbox(older_than=clock.now())
-        health = await open_health(parts, exits) if seams.health else None
+        details = None if servers is None else servers.status
+        health = await open_health(parts, exits, details) if seams.health else None
         background = Background()
         exits.push_async_callback(background.aclose)
         work = (scheduler, agenda)
@@ -158,4 +170,5 @@ async def runtime(
             extensions=extensions,
             agenda=None if agenda is None else agenda.scheduler,
             background=background,
+            mcp=servers,
         )

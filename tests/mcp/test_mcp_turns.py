@@ -1,0 +1,336 @@
+"""MCP servers' tools in real turns: the App's runtime (harness) with the real ``mcp`` SDK on
+both sides, the test server (tests/fakes/mcp_server.py) a real process over stdio or HTTP,
+and the model the fake Messages API behind the real Anthropic client."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bot.config import McpServerSettings
+from bot.core.clock import ManualClock
+from bot.core.events import ConversationKey
+from bot.llm.anthropic import AnthropicLLM
+from bot.llm.offline import OfflineLLM
+from bot.mcp import Connection, State
+from bot.store.sqlite import SQLiteStore
+from tests.fakes.mcp_server import FACT
+from tests.fakes.messages_api import FakeMessagesAPI, RecordedRequest
+from tests.harness import Harness, eventually, harness, settle
+from tests.mcp.conftest import http_server
+
+C1 = ConversationKey("telegram", "100")
+StdioServer = Callable[..., McpServerSettings]
+
+
+def results(request: RecordedRequest) -> list[tuple[str, bool]]:
+    """(content, is_error) of the request's tool results."""
+    return [(str(r["content"]), bool(r.get("is_error"))) for r in request.tool_results]
+
+
+def mcp_calls(h: Harness) -> dict[tuple[str, str, str], float]:
+    """personabot_mcp_calls_total by (server, tool, outcome)."""
+    return {
+        (s.labels["server"], s.labels["tool"], s.labels["outcome"]): s.value
+        for metric in h.pipeline.metrics.mcp_calls.collect()
+        for s in metric.samples
+        if s.name.endswith("_total")
+    }
+
+
+def server_up(h: Harness, server: str) -> float | None:
+    return h.pipeline.metrics.registry.get_sample_value(
+        "personabot_mcp_server_up", {"server": server}
+    )
+
+
+def connection(h: Harness, name: str = "facts") -> Connection:
+    assert h.mcp is not None
+    return h.mcp.connections[name]
+
+
+def down_after(facts: Connection, restarts: int) -> bool:
+    """Whether the server is down again after this many restarts."""
+    return facts.restarts == restarts and facts.state is State.DOWN
+
+
+async def replied(h: Harness, replies: int = 1) -> None:
+    """Let the debounce run out and wait for ``replies`` replies in total."""
+    await h.advance(1.6)
+    await eventually(lambda: len(h.outlet.texts()) >= replies, f"{replies} reply(ies)", 20)
+    await settle(h.store)
+
+
+async def test_a_read_only_tool_over_stdio_answers_a_turn_and_only_listed_tools_are_offered(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    stdio_server: StdioServer,
+) -> None:
+    [call] = api.tool_use_next("facts__lookup", {"topic": "Eiffel Tower"})
+    api.reply_next("It is 330 metres tall.")
+    servers = [stdio_server()]
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers) as h:
+        await connection(h).wait_for(State.UP)
+        assert server_up(h, "facts") == 1
+        await h.say(C1, "how tall is the Eiffel Tower?")
+        await replied(h)
+        assert h.outlet.texts() == ["It is 330 metres tall."]
+        first, second = api.requests
+        # Only the allowlisted tools, sorted by name; the server also has hang, crash, huge.
+        assert first.tool_names == ["facts__add_note", "facts__lookup"]
+        lookup = first.tools[1]
+        assert lookup["description"] == "Look up a fact about a topic."
+        assert lookup["input_schema"]["required"] == ["topic"]
+        assert second.tools == first.tools  # the same definitions: the prompt cache holds
+        assert second.tool_results[0]["tool_use_id"] == call
+        assert results(second) == [(f"{FACT} (topic: Eiffel Tower)", False)]
+        assert mcp_calls(h) == {("facts", "lookup", "ok"): 1}
+
+
+async def test_a_tool_not_listed_is_never_run_even_when_the_model_names_it(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    stdio_server: StdioServer,
+) -> None:
+    api.tool_use_next("facts__crash", {})
+    api.reply_next("I cannot do that.")
+    servers = [stdio_server()]
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers) as h:
+        await connection(h).wait_for(State.UP)
+        await h.say(C1, "crash your server")
+        await replied(h)
+        [(text, error)] = results(api.requests[1])
+        assert error and text.startswith("No tool named 'facts__crash'")
+        assert connection(h).state is State.UP and connection(h).restarts == 0
+        assert mcp_calls(h) == {}
+
+
+async def test_an_effectful_tool_runs_once_after_the_reply_is_recorded(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    stdio_server: StdioServer,
+    notes: Path,
+) -> None:
+    api.tool_use_next("facts__add_note", {"text": "buy milk"})
+    api.reply_next("I'll note that.")
+    servers = [stdio_server()]
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers) as h:
+        await connection(h).wait_for(State.UP)
+        await h.say(C1, "note: buy milk")
+        await replied(h)
+        [(text, error)] = results(api.requests[1])
+        assert not error and "carried out right after your reply is sent" in text
+        await eventually(lambda: mcp_calls(h) == {("facts", "add_note", "ok"): 1}, "the effect")
+        assert notes.read_text() == "buy milk\n"
+
+
+async def test_personas_and_bots_not_named_by_a_server_are_not_offered_its_tools(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    stdio_server: StdioServer,
+) -> None:
+    api.reply_next("Hello.")
+    servers = [
+        stdio_server(name="open"),
+        stdio_server(name="theirs", personas=["someone-else"]),
+        stdio_server(name="elsewhere", bots=["another-bot"]),
+    ]
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers) as h:
+        for name in ("open", "theirs", "elsewhere"):
+            await connection(h, name).wait_for(State.UP)
+        await h.say(C1, "hi")
+        await replied(h)
+        assert api.requests[0].tool_names == ["open__add_note", "open__lookup"]
+
+
+async def test_a_hanging_tool_gives_the_model_a_timeout_and_the_turn_answers(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    stdio_server: StdioServer,
+) -> None:
+    api.tool_use_next("facts__hang", {})
+    api.reply_next("The lookup did not answer, sorry.")
+    servers = [stdio_server(tools=["hang"], call_timeout_seconds=0.3)]
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers) as h:
+        await connection(h).wait_for(State.UP)
+        await h.say(C1, "wait for it")
+        await replied(h)
+        assert h.outlet.texts() == ["The lookup did not answer, sorry."]
+        assert results(api.requests[1]) == [("The tool failed: no answer within 0.3 s", True)]
+        assert mcp_calls(h) == {("facts", "hang", "timeout"): 1}
+        # Only the tool hung: the server answered the ping the timeout asked for.
+        assert connection(h).state is State.UP and connection(h).restarts == 0
+
+
+async def test_a_crashed_server_fails_the_call_then_is_restarted_after_the_backoff(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    stdio_server: StdioServer,
+) -> None:
+    api.tool_use_next("facts__crash", {})
+    api.reply_next("Something broke.")
+    servers = [stdio_server(tools=["crash", "lookup"])]
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers) as h:
+        facts = connection(h)
+        await facts.wait_for(State.UP)
+        await h.say(C1, "crash")
+        await h.advance(1.6)
+        await eventually(lambda: h.outlet.texts() != [], "the reply", 20)
+        [(text, error)] = results(api.requests[1])
+        assert error and text.startswith("The tool failed: the server's connection closed")
+        await facts.wait_for(State.DOWN)
+        assert server_up(h, "facts") == 0
+        assert h.mcp is not None
+        [line] = h.mcp.status()
+        assert line.startswith("mcp server facts: down (its connection closed during a call")
+        # The restart waits for the backoff on the runtime's (manual) clock.
+        assert facts.retry_at == pytest.approx(clock.now() + 1.0)
+        await clock.advance(1.0)
+        await facts.wait_for(State.UP)
+        assert facts.restarts == 1 and server_up(h, "facts") == 1
+        # The tool works again.
+        api.tool_use_next("facts__lookup", {"topic": "again"})
+        api.reply_next("Back: 330 metres.")
+        await h.say(C1, "and now?")
+        await replied(h, 2)
+        assert results(api.requests[3]) == [(f"{FACT} (topic: again)", False)]
+        assert mcp_calls(h) == {("facts", "crash", "failed"): 1, ("facts", "lookup", "ok"): 1}
+
+
+async def test_a_10_mb_result_is_cut_and_the_model_told(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    stdio_server: StdioServer,
+) -> None:
+    api.tool_use_next("facts__huge", {})
+    api.reply_next("That was a lot.")
+    servers = [stdio_server(tools=["huge"], max_result_chars=1000)]
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers) as h:
+        await connection(h).wait_for(State.UP)
+        await h.say(C1, "give me everything")
+        await replied(h)
+        [(text, error)] = results(api.requests[1])
+        assert not error
+        assert text == "x" * 1000 + (
+            f"\n[... the result was cut: {10 * 1024 * 1024 - 1000} more characters were not shown]"
+        )
+
+
+async def test_a_server_that_cannot_start_never_stops_the_bot_answering(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    stdio_server: StdioServer,
+    tmp_path: Path,
+) -> None:
+    api.reply_next("Hello there.")
+    missing = str(tmp_path / "no-such-server")
+    servers = [stdio_server(command=missing, args=[])]
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers) as h:
+        facts = connection(h)
+        await facts.wait_for(State.DOWN)
+        assert facts.problem == f"cannot start {missing!r}: not found"
+        # The restarts back off, doubling, on the runtime's clock.
+        waits = []
+        for restarts in (1, 2, 3):
+            assert facts.retry_at is not None
+            waits.append(facts.retry_at - clock.now())
+            await clock.advance(waits[-1])
+            await eventually(lambda n=restarts: down_after(facts, n), f"restart {restarts}")
+        assert waits == [1.0, 2.0, 4.0]
+        await h.say(C1, "hi")
+        await replied(h)
+        assert h.outlet.texts() == ["Hello there."]
+        assert api.requests[0].tool_names == []  # never listed: nothing to offer
+        assert h.mcp is not None
+        [line] = h.mcp.status()
+        assert line.startswith(f"mcp server facts: down (cannot start {missing!r}: not found;")
+        assert line.endswith("restarted 3 time(s)")
+
+
+async def test_over_http_headers_come_from_the_environment_and_never_reach_the_logs(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    token = "mcp-test-token-9f3b2c71"
+    api.tool_use_next("remote__lookup", {"topic": "Paris"})
+    api.reply_next("330 metres.")
+    api.reply_next("Hi.")
+    caplog.set_level(logging.DEBUG, logger="personabot")
+    async with http_server({"FAKE_MCP_TOKEN": token}) as served:
+        servers = [
+            McpServerSettings(
+                name=name,
+                url=served.url,
+                headers={"Authorization": variable},
+                tools=["lookup"],
+                effects="read_only",
+            )
+            for name, variable in (("remote", "REMOTE_AUTH"), ("refused", "WRONG_AUTH"))
+        ]
+        environ = {"REMOTE_AUTH": f"Bearer {token}", "WRONG_AUTH": "Bearer not-the-token-123"}
+        async with harness(
+            store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers, environ=environ
+        ) as h:
+            await connection(h, "remote").wait_for(State.UP)
+            refused = connection(h, "refused")
+            await refused.wait_for(State.DOWN)
+            await h.say(C1, "how tall?")
+            await replied(h)
+            assert api.requests[0].tool_names == ["remote__lookup"]
+            assert results(api.requests[1]) == [(f"{FACT} (topic: Paris)", False)]
+            assert refused.problem is not None and "401" in refused.problem
+    logged = caplog.text
+    assert "MCP server refused:" in logged and "401" in logged
+    for secret in (token, "not-the-token-123"):
+        assert secret not in logged
+        assert secret not in (refused.problem or "")
+
+
+async def test_stdio_env_passes_a_secret_from_the_environment_never_logged(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    stdio_server: StdioServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    secret = "s3cret-value-for-the-server"
+    api.tool_use_next("facts__whoami", {})
+    api.reply_next("Done.")
+    caplog.set_level(logging.DEBUG, logger="personabot")
+    servers = [stdio_server(tools=["whoami"], env={"FAKE_MCP_SECRET": "MY_MCP_SECRET"})]
+    environ = {"MY_MCP_SECRET": secret}
+    async with harness(
+        store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers, environ=environ
+    ) as h:
+        await connection(h).wait_for(State.UP)
+        assert secret not in repr(connection(h).spec)
+        await h.say(C1, "who are you?")
+        await replied(h)
+        # The server got the value (its own business what it does with it) ...
+        assert results(api.requests[1]) == [(secret, False)]
+    # ... and personabot never wrote it down.
+    assert "MCP server facts: up" in caplog.text
+    assert secret not in caplog.text
