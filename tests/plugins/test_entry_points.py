@@ -248,7 +248,7 @@ async def test_unknown_platform_and_provider_list_what_is_installed(tmp_path: Pa
         ) in err
         assert (
             "llm.provider: unknown model provider 'my-llm' "
-            "(installed: anthropic, offline; a plugin can add more)"
+            "(installed: anthropic, offline, openai; a plugin can add more)"
         ) in err
         assert len(err.strip().splitlines()) == 2  # one line each (issue 35)
 

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bot.app.build.background import Background, start_work
 from bot.app.build.parts import Parts
@@ -23,7 +24,10 @@ from bot.core.events import ConversationKey
 from bot.core.llm import BaseLLM
 from bot.core.media import Transcriber
 from bot.core.ports import Outlet
-from bot.mcp import McpServers, ServerSpec
+from bot.mcp import ServerSpec
+
+if TYPE_CHECKING:
+    from bot.mcp.servers import McpServers
 from bot.metrics import Metrics
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.exports import Exports
@@ -119,6 +123,8 @@ async def runtime(
         # Closed after the schedulers stopped: a turn finishing in the grace may call a tool.
         servers = None
         if mcp:
+            from bot.mcp.servers import McpServers  # the SDK, only when a server is set
+
             servers = McpServers(mcp, clock=clock, metrics=metrics)
             await exits.enter_async_context(servers)
             extensions = extensions.with_source(servers)
