@@ -191,6 +191,8 @@ def assemble(
     fitted = replace(fitted, turn=turn_text)
     request = ModelRequest(
         model=pin.model,
+        provider=pin.provider,
+        fallback=pin.fallback,
         system=_system_blocks(new.pin, fitted.memory, fitted.summary, gap_notice),
         messages=messages,
         max_tokens=pin.max_tokens,

@@ -121,7 +121,9 @@ class Compaction:
         images = {media_id: image.block for media_id, image in shown.items()}
         chunk, request = fit_task(
             chunk,
-            lambda part: summary_request(current, part, policy.summary_model, images),
+            lambda part: summary_request(
+                current, part, policy.summary_model, images, policy.summary_provider
+            ),
             policy.budget.prompt_tokens,
             keep="oldest",
         )

@@ -161,7 +161,9 @@ class Extraction:
         name = messages[-1].display_name
         fitted, request = fit_task(
             messages,
-            lambda part: extraction_request(name, part, policy.summary_model),
+            lambda part: extraction_request(
+                name, part, policy.summary_model, policy.summary_provider
+            ),
             policy.budget.prompt_tokens,
             keep="newest",
         )

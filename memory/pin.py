@@ -20,6 +20,7 @@ import hashlib
 from dataclasses import dataclass
 
 from bot.core.events import SessionKey
+from bot.core.llm import DEFAULT_PROVIDER, ModelRoute
 from memory.lorebook import Lorebook
 from memory.macros import MacroContext, expand
 
@@ -46,6 +47,9 @@ class PersonaPin:
     model: str
     max_tokens: int = 1024
     temperature: float | None = None
+    # Who answers (a configured provider's name) and who instead when it is unavailable.
+    provider: str = DEFAULT_PROVIDER
+    fallback: ModelRoute | None = None
     nickname: str | None = None
     description: str = ""
     personality: str = ""

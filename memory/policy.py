@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bot.core.llm import DEFAULT_PROVIDER
 from memory.assemble import Budget
 
 
@@ -13,6 +14,8 @@ class MemoryPolicy:
 
     budget: Budget
     summary_model: str
+    # The configured provider of summaries and extraction (bot/llm/router.py).
+    summary_provider: str = DEFAULT_PROVIDER
     private_memory_in_groups: bool = False
     extract_after_idle_seconds: float = 300.0
     share_across_groups: bool = False

@@ -13,7 +13,14 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 from bot.core.events import StoredMessage
-from bot.core.llm import ChatMessage, ContentBlock, ImageBlock, ModelRequest, TextBlock
+from bot.core.llm import (
+    DEFAULT_PROVIDER,
+    ChatMessage,
+    ContentBlock,
+    ImageBlock,
+    ModelRequest,
+    TextBlock,
+)
 from memory.content import own_words, spoken
 from memory.quoting import data_json
 from memory.records import (
@@ -76,6 +83,7 @@ def summary_request(
     chunk: Sequence[StoredMessage],
     model: str,
     images: Mapping[int, ImageBlock] | None = None,
+    provider: str = DEFAULT_PROVIDER,
 ) -> ModelRequest:
     """Ask the model to fold ``chunk`` into ``current``; ``images`` (by media id) of the
     chunk's messages are shown so that the summary can describe them."""
@@ -101,6 +109,7 @@ def summary_request(
         max_tokens=800,
         layers=("summary-task",),
         purpose="summary",
+        provider=provider,
     )
 
 
@@ -115,7 +124,10 @@ def parse_summary_update(text: str) -> dict[str, Any]:
 
 
 def extraction_request(
-    display_name: str, messages: Sequence[StoredMessage], model: str
+    display_name: str,
+    messages: Sequence[StoredMessage],
+    model: str,
+    provider: str = DEFAULT_PROVIDER,
 ) -> ModelRequest:
     """Ask the model for memory items from one person's own messages."""
     # Their own words only: a quoted or forwarded text is someone else's (memory/content.py).
@@ -131,6 +143,7 @@ def extraction_request(
         max_tokens=800,
         layers=("extract-task",),
         purpose="extract",
+        provider=provider,
     )
 
 

@@ -165,12 +165,22 @@ def summary(settings: Settings, app: App | None = None) -> str:
         f"  storage: {redact_url(settings.storage.url)}",
         f"  model provider: {settings.llm.provider}"
         + (f" (base_url {redact_url(settings.llm.base_url)})" if settings.llm.base_url else ""),
+        *(
+            f"  model provider {name}: {entry.provider}"
+            + (f" (base_url {redact_url(entry.base_url)})" if entry.base_url else "")
+            for name, entry in settings.llm.providers.items()
+        ),
         f"  queue: debounce {q.debounce_seconds}s, max wait {q.max_wait_seconds}s, "
         f"lease {q.lease_seconds}s, {q.max_concurrent_turns} concurrent turns",
         f"  memory: window {m.window_messages} messages, budget {m.prompt_budget_tokens} tokens",
         f"  personas ({len(settings.personas)}):",
     ]
-    lines += [f"    {p.id}: {p.name}, model {p.model}" for p in settings.personas]
+    for p in settings.personas:
+        routes = settings.routes(p)
+        fallback = "" if routes.fallback is None else f", fallback {routes.fallback}"
+        lines.append(
+            f"    {p.id}: {p.name}, replies {routes.reply}{fallback}; memory tasks {routes.tasks}"
+        )
     lines.append(f"  bots ({len(settings.bots)}):")
     lines += [
         f"    {b.key}: {b.platform}, persona {', '.join(b.persona_ids)}" for b in settings.bots

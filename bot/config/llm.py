@@ -3,6 +3,7 @@ images it is shown) and ``[transcription]`` (who turns voice notes into text).""
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from typing import Any
 
@@ -28,6 +29,37 @@ DEFAULT_PRICES: dict[str, PriceSettings] = {
     "claude-sonnet-5-5": PriceSettings(input=3.0, output=15.0, cache_write=3.75, cache_read=0.3),
     "claude-haiku-5-5": PriceSettings(input=1.0, output=5.0, cache_write=1.25, cache_read=0.1),
 }
+
+
+#: The name of ``[llm]``'s own provider, as personas and ``[memory]`` may name it.
+DEFAULT_PROVIDER = "default"
+
+
+class ProviderSettings(Section):
+    """A named model provider (``[llm.providers.NAME]``): a persona, its fallback or the
+    memory tasks may use it instead of ``[llm]``'s (docs/providers.md). Unset connection keys
+    are ``[llm]``'s."""
+
+    provider: str = Field(pattern=NAME_PATTERN)
+    options: dict[str, Any] = Field(default_factory=dict)
+    base_url: str | None = None
+    api_key_env: EnvName | None = None
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    max_retries: int | None = Field(default=None, ge=0, le=10)
+
+    @model_validator(mode="after")
+    def _openai_needs_url(self) -> ProviderSettings:
+        if self.provider == "openai" and not (self.base_url or "").strip():
+            raise ValueError("base_url: required with provider = 'openai' (docs/providers.md)")
+        return self
+
+
+class ModelChoice(Section):
+    """A model on a provider (a persona's ``fallback``)."""
+
+    model: str = Field(min_length=1)
+    # A name of [llm.providers], or "default" ([llm]); unset: the persona's own provider.
+    provider: str | None = None
 
 
 class LLMSettings(Section):
@@ -58,6 +90,42 @@ class LLMSettings(Section):
         "start over."
     )
     prices: dict[str, PriceSettings] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+    # More providers by name, for personas, their fallbacks and memory tasks ("default" is
+    # this section's own).
+    providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+
+    @field_validator("providers")
+    @classmethod
+    def _provider_names(cls, providers: dict[str, ProviderSettings]) -> dict[str, ProviderSettings]:
+        for name in providers:
+            if name == DEFAULT_PROVIDER or not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,31}", name):
+                raise ValueError(
+                    f"{name!r}: a provider's name is 1-32 lowercase letters, digits, _ and - "
+                    f'(and not "{DEFAULT_PROVIDER}", the name of [llm] itself)'
+                )
+        return providers
+
+    def named(self, name: str | None) -> LLMSettings:
+        """The settings a provider factory gets for provider ``name`` (None or "default":
+        this section; else the named provider over this section's connection keys)."""
+        if name is None or name == DEFAULT_PROVIDER:
+            return self
+        entry = self.providers[name]
+        update: dict[str, Any] = {
+            "provider": entry.provider,
+            "options": entry.options,
+            "base_url": entry.base_url,
+            "api_key_env": entry.api_key_env,
+        }
+        if entry.timeout_seconds is not None:
+            update["timeout_seconds"] = entry.timeout_seconds
+        if entry.max_retries is not None:
+            update["max_retries"] = entry.max_retries
+        return self.model_copy(update={**update, "providers": {}})
+
+    def knows(self, name: str | None) -> bool:
+        """Whether ``name`` names a provider (None and "default": this section's)."""
+        return name is None or name == DEFAULT_PROVIDER or name in self.providers
 
     @field_validator("prices", mode="after")
     @classmethod

@@ -26,6 +26,9 @@ class MemorySettings(Section):
     summary_budget_tokens: int = Field(default=800, ge=50)
     user_memory_budget_tokens: int = Field(default=600, ge=50)
     summary_model: str | None = None
+    # The provider of summaries and extraction (a name of [llm.providers], or "default");
+    # unset: the persona's provider when summary_model is unset too, else [llm]'s.
+    provider: str | None = None
     private_memory_in_groups: bool = False
     share_across_groups: bool = False
     extract_after_idle_minutes: float = Field(default=5.0, ge=0)

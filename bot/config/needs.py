@@ -29,6 +29,8 @@ class RunNeeds:
     llm_key_env: str | None = None  # llm.api_key_env (read by the "openai" provider)
     # index, server name, variable: the secrets of [[mcp_servers]] env and headers
     mcp: tuple[tuple[int, str, str], ...] = ()
+    # name, provider, key variable: each of [llm.providers]
+    named: tuple[tuple[str, str, str | None], ...] = ()
 
     @classmethod
     def of(cls, settings: Settings) -> RunNeeds:
@@ -39,7 +41,11 @@ class RunNeeds:
             for i, server in enumerate(settings.mcp_servers)
             for variable in server.variables
         )
-        return cls(bots, settings.llm.provider, web, settings.llm.api_key_env, mcp)
+        named = tuple(
+            (name, entry.provider, entry.api_key_env)
+            for name, entry in settings.llm.providers.items()
+        )
+        return cls(bots, settings.llm.provider, web, settings.llm.api_key_env, mcp, named)
 
     @classmethod
     def of_raw(cls, data: Mapping[str, Any]) -> RunNeeds | None:
@@ -65,7 +71,8 @@ class RunNeeds:
         if not (isinstance(key_env, str) and looks_like_env_name(key_env)):
             key_env = None  # unset, or its own problem, never shown
         listened = token_env if listen else None
-        return cls(tuple(bots), provider, listened, key_env, _raw_mcp(data))
+        named = _raw_providers(llm.get("providers"))
+        return cls(tuple(bots), provider, listened, key_env, _raw_mcp(data), named)
 
     def problems(self, secrets: Secrets, *, empty_ok: bool = False) -> list[str]:
         """What ``run`` would refuse to start without, never quoting a value: ``[[bots]]``,
@@ -97,23 +104,43 @@ class RunNeeds:
         return problems
 
     def model_key_problems(self, secrets: Secrets) -> list[str]:
-        """The built-in model provider's key, when it needs one and the environment lacks it."""
-        if self.provider == "anthropic" and secrets.anthropic_api_key is None:
-            return [
-                'ANTHROPIC_API_KEY: not set in the environment (llm.provider = "anthropic"; '
-                "`run` refuses to start without it, `chat` falls back to the offline model)"
-            ]
-        if self.provider == "openai" and self.llm_key_env and not secrets.get(self.llm_key_env):
-            return [openai_key_missing(self.llm_key_env)]
-        return []
+        """The built-in model providers' keys ([llm] and [llm.providers]), when one needs a
+        key and the environment lacks it."""
+        problems = []
+        uses = [("llm", self.provider, self.llm_key_env)]
+        uses += [(f"llm.providers.{n}", kind, key) for n, kind, key in self.named]
+        if any(kind == "anthropic" for _, kind, _ in uses) and secrets.anthropic_api_key is None:
+            where = next(w for w, kind, _ in uses if kind == "anthropic")
+            problems.append(
+                f'ANTHROPIC_API_KEY: not set in the environment ({where}.provider = "anthropic";'
+                " `run` refuses to start without it, `chat` falls back to the offline model)"
+            )
+        for where, kind, key in uses:
+            if kind == "openai" and key and not secrets.get(key):
+                problems.append(openai_key_missing(key, where))
+        return problems
 
 
-def openai_key_missing(variable: str) -> str:
-    """The problem of an unset key variable of the "openai" provider (needs and the factory)."""
+def openai_key_missing(variable: str, where: str = "llm") -> str:
+    """The problem of an unset key variable of an "openai" provider (needs and the factory)."""
     return (
-        f"llm.api_key_env: {variable} is not set in the environment (llm.provider = "
-        '"openai"; unset llm.api_key_env for an endpoint that takes no key)'
+        f"{where}.api_key_env: {variable} is not set in the environment ({where}.provider = "
+        f'"openai"; unset {where}.api_key_env for an endpoint that takes no key)'
     )
+
+
+def _raw_providers(table: object) -> tuple[tuple[str, str, str | None], ...]:
+    """The [llm.providers] of a file that did not validate (best effort)."""
+    found: list[tuple[str, str, str | None]] = []
+    for name, entry in (table if isinstance(table, dict) else {}).items():
+        if not (isinstance(name, str) and isinstance(entry, dict)):
+            continue
+        kind, key = entry.get("provider"), entry.get("api_key_env")
+        if not (isinstance(key, str) and looks_like_env_name(key)):
+            key = None
+        if isinstance(kind, str):
+            found.append((name, kind, key))
+    return tuple(found)
 
 
 def _raw_mcp(data: Mapping[str, Any]) -> tuple[tuple[int, str, str], ...]:

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from bot.config.fields import Section, shown
 from bot.config.initiatives import InitiativeSettings
 from bot.config.limits import QueueSettings
+from bot.config.llm import ModelChoice
 from bot.config.memory import MemorySettings
 
 if TYPE_CHECKING:
@@ -111,6 +112,11 @@ class PersonaSettings(Section):
     # (extensions, creator notes, tags, ...) is kept there for ``persona export``.
     card: str | None = None
     model: str = "claude-sonnet-5-5"
+    # Who answers: a name of [llm.providers] ("default" or unset: [llm]'s provider).
+    provider: str | None = None
+    # Answers when the model is unavailable (overloaded, 5xx, timeout), never when it
+    # rejected the request: {model = "...", provider = "..."}.
+    fallback: ModelChoice | None = None
     max_tokens: int = Field(default=1024, ge=1, le=64000)
     temperature: float | None = Field(default=None, ge=0, le=1)
     memory: MemorySettings | None = None
@@ -126,6 +132,7 @@ class PersonaSettings(Section):
     def pin(self, *, lorebook: bool = True) -> PersonaPin:
         """The persona's pinned layer, as every prompt of it is built (memory/pin.py);
         without ``lorebook``, a pin without one (nothing compiled: to measure the pin)."""
+        from bot.core.llm import DEFAULT_PROVIDER, ModelRoute
         from memory.lorebook import Lorebook, LoreEntry
         from memory.pin import PersonaPin
 
@@ -139,6 +146,12 @@ class PersonaSettings(Section):
             model=self.model,
             max_tokens=self.max_tokens,
             temperature=self.temperature,
+            provider=self.provider or DEFAULT_PROVIDER,
+            fallback=None
+            if self.fallback is None
+            else ModelRoute(
+                self.fallback.provider or self.provider or DEFAULT_PROVIDER, self.fallback.model
+            ),
             nickname=self.nickname,
             description=self.description,
             personality=self.personality,

@@ -3,6 +3,7 @@ them, the environment's ``PERSONABOT_*`` overrides over it, and the checks acros
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Final
 
 from pydantic import Field, model_validator
@@ -11,7 +12,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from bot.config.bots import BOT_URL_KEYS, BotSettings
 from bot.config.initiatives import ScheduleSettings
 from bot.config.limits import AccessSettings, LimitSettings, QueueSettings, ToolSettings
-from bot.config.llm import LLMSettings, MediaConfig, TranscriptionConfig
+from bot.config.llm import DEFAULT_PROVIDER, LLMSettings, MediaConfig, TranscriptionConfig
 from bot.config.mcp import McpServerSettings
 from bot.config.memory import MemorySettings, RetentionSettings, SessionSettings
 from bot.config.observability import (
@@ -85,6 +86,7 @@ class Settings(BaseSettings):
         problems += self._shared_port()
         problems += self._priced_for_money_limits()
         problems += self._mcp_references()
+        problems += self._provider_references()
         if problems:
             # Every reference problem at once, one per line (split again by
             # bot/config/problems.py validation_problems).
@@ -102,6 +104,46 @@ class Settings(BaseSettings):
             return []
         return [f"web.listen: port {port} is observability.listen's too; give each its own"]
 
+    def _provider_references(self) -> list[str]:
+        """Every provider a persona, a fallback or the memory tasks name is configured."""
+        known = ", ".join(["default", *sorted(self.llm.providers)])
+        found = [(f"personas[{i}].provider", p.provider) for i, p in enumerate(self.personas)]
+        found += [
+            (f"personas[{i}].fallback.provider", p.fallback.provider)
+            for i, p in enumerate(self.personas)
+            if p.fallback is not None
+        ]
+        found.append(("memory.provider", self.memory.provider))
+        found += [
+            (f"personas[{i}].memory.provider", p.memory.provider)
+            for i, p in enumerate(self.personas)
+            if p.memory is not None
+        ]
+        return [
+            f"{where}: no provider {name!r} in [llm.providers] (known: {known})"
+            for where, name in found
+            if not self.llm.knows(name)
+        ]
+
+    def routes(self, persona: PersonaSettings) -> Routes:
+        """Who answers this persona's replies, its fallback and its memory tasks."""
+        memory = self.memory_for(persona)
+        tasks_provider: str | None
+        if memory.provider is not None:
+            tasks_provider = memory.provider
+        elif memory.summary_model is None:
+            tasks_provider = persona.provider  # the persona's model: its provider too
+        else:
+            tasks_provider = None
+        fallback = persona.fallback
+        return Routes(
+            reply=Route(_provider(persona.provider), persona.model),
+            fallback=None
+            if fallback is None
+            else Route(_provider(fallback.provider or persona.provider), fallback.model),
+            tasks=Route(_provider(tasks_provider), memory.summary_model or persona.model),
+        )
+
     def _priced_for_money_limits(self) -> list[str]:
         """A money limit counts priced calls only: a model without a price would spend
         without limit (a careless operator's local model), so every model the personas and
@@ -109,8 +151,7 @@ class Settings(BaseSettings):
         limits = self.limits
         if not (limits.bot_dollars_per_day or limits.user_dollars_per_day):
             return []
-        models = {p.model for p in self.personas}
-        models |= {m for p in self.personas if (m := self.memory_for(p).summary_model)}
+        models = {route.model for p in self.personas for route in self.routes(p).all}
         unpriced = sorted(models - self.llm.prices.keys())
         if not unpriced:
             return []
@@ -203,3 +244,31 @@ class Settings(BaseSettings):
     def memory_for(self, persona: PersonaSettings) -> MemorySettings:
         """Memory settings with the persona's override applied."""
         return persona.memory or self.memory
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A model on a named provider ("default": [llm]'s)."""
+
+    provider: str
+    model: str
+
+    def __str__(self) -> str:
+        return f"{self.model} on {self.provider}"
+
+
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """Who answers one persona: its replies, their fallback, its memory tasks."""
+
+    reply: Route
+    fallback: Route | None
+    tasks: Route
+
+    @property
+    def all(self) -> tuple[Route, ...]:
+        return (self.reply, self.tasks) + (() if self.fallback is None else (self.fallback,))
+
+
+def _provider(name: str | None) -> str:
+    return name or DEFAULT_PROVIDER

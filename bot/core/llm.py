@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +84,18 @@ class ChatMessage:
         return "\n\n".join(b.text for b in self.blocks if isinstance(b, TextBlock))
 
 
+#: The provider of ``[llm]`` itself (requests name it unless a persona or task names another).
+DEFAULT_PROVIDER: Final = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    """A model on a named provider (``[llm.providers]``; "default": ``[llm]``'s)."""
+
+    provider: str
+    model: str
+
+
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """Everything a model needs for one call.
@@ -105,6 +117,10 @@ class ModelRequest:
     tools: tuple[ToolSpec, ...] = ()
     # "any": the model must call one of the tools (a structured choice: docs/initiatives.md).
     tool_choice: Literal["auto", "none", "any"] = "auto"
+    # Which configured provider answers (bot/llm/router.py; never sent), and who answers
+    # instead when it is unavailable (overloaded, 5xx, timeout; never when it rejected).
+    provider: str = DEFAULT_PROVIDER
+    fallback: ModelRoute | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,7 @@ def memory_policy(settings: Settings, persona: PersonaSettings) -> MemoryPolicy:
             turn_tokens=settings.queue_for(persona).max_turn_tokens,
         ),
         summary_model=memory.summary_model or persona.model,
+        summary_provider=settings.routes(persona).tasks.provider,
         private_memory_in_groups=memory.private_memory_in_groups,
         share_across_groups=memory.share_across_groups,
         extract_after_idle_seconds=memory.extract_after_idle_minutes * 60,

@@ -18,9 +18,10 @@ from bot.config import (
     unknown_name,
 )
 from bot.core.errors import ConfigError
-from bot.core.llm import BaseLLM
+from bot.core.llm import DEFAULT_PROVIDER, BaseLLM
 from bot.core.media import Transcriber
 from bot.llm.offline import OfflineLLM
+from bot.llm.router import ProviderRouter
 from bot.llm.transcription import OpenAITranscriber, TranscriptionSettings, transcriber_from
 
 #: Makes the adapter of one ``[[bots]]`` entry (docs/plugins.md#platforms).
@@ -114,15 +115,35 @@ def build_llm(
     offline_fallback: bool,
     providers: Mapping[str, ProviderFactory] | None = None,
 ) -> BaseLLM:
-    """The configured model; without an API key, the offline model only if allowed."""
+    """The configured model; without an API key, the offline model only if allowed. With
+    ``[llm.providers]`` or a persona's fallback, a router in front of them all (each request
+    goes to the provider it names: bot/llm/router.py)."""
     providers = builtin_providers() if providers is None else providers
-    name = settings.llm.provider
-    factory = providers.get(name)
+    default = _provider(settings.llm, "llm.provider", secrets, offline_fallback, providers)
+    fallbacks = any(p.fallback is not None for p in settings.personas)
+    if not settings.llm.providers and not fallbacks:
+        return default
+    built = {DEFAULT_PROVIDER: default}
+    for name in settings.llm.providers:
+        key = f"llm.providers.{name}.provider"
+        named = settings.llm.named(name)
+        built[name] = _provider(named, key, secrets, offline_fallback, providers)
+    return ProviderRouter(built)
+
+
+def _provider(
+    llm: LLMSettings,
+    key: str,
+    secrets: Secrets,
+    offline_fallback: bool,
+    providers: Mapping[str, ProviderFactory],
+) -> BaseLLM:
+    factory = providers.get(llm.provider)
     if factory is None:
-        raise unknown("model provider", "llm.provider", name, providers)
-    if name == "anthropic" and secrets.anthropic_api_key is None and offline_fallback:
+        raise unknown("model provider", key, llm.provider, providers)
+    if llm.provider == "anthropic" and secrets.anthropic_api_key is None and offline_fallback:
         return OfflineLLM()
-    return factory(settings.llm, secrets)
+    return factory(llm, secrets)
 
 
 def openai_transcriber(config: TranscriptionConfig, secrets: Secrets) -> OpenAITranscriber:
