@@ -422,3 +422,13 @@ class Erasure:
     summaries: int = 0  # session summaries that folded in their messages, dropped
     shared_replies: int = 0  # replies that also answered someone else: kept
     pending: int = 0  # their messages still waiting for a reply: kept
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRecord:
+    """A recorded call of an effectful outside tool (``tool_calls``): ``status`` "started"
+    (made, its outcome unknown: a crash came between), "done" or "failed" with its result."""
+
+    id: int
+    status: Literal["started", "done", "failed"]
+    result: str | None

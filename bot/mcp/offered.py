@@ -23,10 +23,10 @@ CountMcpCall = Callable[[str, str, str], None]
 def offered(listed: Listed, connection: Connection, count: CountMcpCall) -> Tool:
     """The tool the model is shown for ``listed``.
 
-    The one place that decides how an effectful call is made. Today an effectful tool is a
-    side effect of the tool loop (``side_effects=True``): the model is told it will run, and
-    it runs once, after the reply is recorded, or not at all (bot/runtime/tools.py). Issue 38
-    item 5 will run it inside the turn instead, after a fresh check; that change is made here.
+    The one place that decides how an effectful call is made: inside the turn, whose model
+    needs its result, under the turn's ledger (``commits``: a fresh check that no newer input
+    arrived and the lease is held, a record written before the call so that it is never made
+    twice, and the turn committed once it is: bot/runtime/ledger.py, docs/tools.md).
     """
     spec = connection.spec
     server, tool = spec.name, listed.name
@@ -45,7 +45,8 @@ def offered(listed: Listed, connection: Connection, count: CountMcpCall) -> Tool
         name=spec.offered_name(tool),
         description=listed.description,
         input_schema=listed.input_schema,
-        side_effects=spec.tools[tool] == "effectful",
+        side_effects=False,
+        commits=spec.tools[tool] == "effectful",
         run=run,
         arguments=_ANY_ARGUMENTS,
     )

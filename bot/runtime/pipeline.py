@@ -48,7 +48,7 @@ from bot.runtime.reply import AgendaLink, ReplyJob, ReplyTurn
 from bot.runtime.streaming import StopSignals
 from bot.runtime.trouble import GAP_TOLD_KEY, TROUBLE_KEY, Trouble, TroubleStore
 from bot.runtime.turn import TurnKernel, TurnParts
-from bot.store.contracts import ConversationReads
+from bot.store.contracts import ConversationReads, ToolCallStore
 from memory.retention.gaps import Gap, describe, gap_notice
 
 log = logging.getLogger("personabot.pipeline")
@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 
-class ReplyStore(TroubleStore, ConversationReads, Protocol):
+class ReplyStore(TroubleStore, ConversationReads, ToolCallStore, Protocol):
     """What the reply side asks the store: due turns claimed, the pending turn and the
     conversation's version, its timer, the final check (``finish_turn``), a turn closed out,
     and the session's notes (the turn lease is the kernel's: ``TurnParts.leases``)."""

@@ -23,6 +23,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from bot.core.agenda import NewReminder
 from bot.core.errors import ModelError
@@ -34,13 +35,14 @@ from bot.queue.cutoff import Edited, NewerInput
 from bot.runtime.extensions import Extensions
 from bot.runtime.hooks import context_layers
 from bot.runtime.initiatives import Proactive, reminder_effects
+from bot.runtime.ledger import TurnLedger
 from bot.runtime.profiles import BotProfile, TurnOutcome
 from bot.runtime.reminders import stored_reminders
 from bot.runtime.tools import Effect, LoopResult
 from bot.runtime.trouble import Trouble
 from bot.runtime.turn import Ask, Draft, Job, TurnParts
 from bot.runtime.turn_context import TurnContext
-from bot.store.contracts import QueueStore
+from bot.store.contracts import QueueStore, ToolCallStore
 from memory.assemble import with_context
 from memory.records import Summary
 from memory.tokens import estimate_tokens
@@ -73,13 +75,17 @@ class ReplyTurn:
     refusal: str | None = None  # the gap policy refuses: this text, no model call
 
 
+class ReplyJobStore(QueueStore, ToolCallStore, Protocol):
+    """What a reply job asks the store: the final check, newer input, its call ledger."""
+
+
 class ReplyJob(Job[TurnOutcome]):
     """The kernel's job for one reply."""
 
     def __init__(
         self,
         *,
-        store: QueueStore,
+        store: ReplyJobStore,
         parts: TurnParts,
         trouble: Trouble,
         extensions: Extensions,
@@ -97,6 +103,16 @@ class ReplyJob(Job[TurnOutcome]):
         self.hooks = extensions.after_reply
         self.ttl = reply.profile.lease_seconds
         self.cut_key = reply.turn.session.conversation
+        self._ledger = TurnLedger(
+            store=store,
+            queue=store,
+            leases=parts.leases,
+            clock=parts.clock,
+            turn=reply.turn,
+            lease=reply.lease,
+            ttl=reply.profile.lease_seconds,
+            max_wait=reply.profile.queue.max_wait,
+        )
         self._context: TurnContext | None = None
         self._reminders: list[NewReminder] = []
         self._prompt_tokens = 0
@@ -155,7 +171,7 @@ class ReplyJob(Job[TurnOutcome]):
         relay = await p.previews.open(turn, profile.outlet, profile.stream, lost)
         by = weights(turn.messages)
         tools = self._extensions.tools_for(context.bot, context.persona_id)
-        return Ask(prompted.request, context, "reply", by, tools, relay)
+        return Ask(prompted.request, context, "reply", by, tools, relay, self._ledger)
 
     async def answered(self, answer: LoopResult) -> Draft:
         """The answer's text, or the refusal line when it has none."""
@@ -237,6 +253,8 @@ class ReplyJob(Job[TurnOutcome]):
         answers). An edit: only the store knows whether it re-armed a pending message (new
         text) or changed a context message, so it asks (None: :meth:`stale` runs)."""
         turn = self._turn
+        if self._ledger.committed:
+            return False  # an effectful call was made: the reply reports it (ledger.py)
         if newer.at >= turn.first_pending_at + self._profile.queue.max_wait:
             return False
         if isinstance(newer, Edited):
@@ -249,9 +267,12 @@ class ReplyJob(Job[TurnOutcome]):
         """The final check's verdict if it ran now, read without its locks: newer pending
         input in the turn's session, before the hard cap (another process stored it)."""
         turn = self._turn
+        if self._ledger.committed:
+            return False
         if self._parts.clock.now() >= turn.first_pending_at + self._profile.queue.max_wait:
             return False
-        return await self._store.newer_input(turn.session, turn.version)
+        stale = await self._store.newer_input(turn.session, turn.version)
+        return stale and not self._ledger.committed  # committed while it read
 
     async def cut(self, ask: Ask | None, written: str | None, grown: int = 0) -> TurnOutcome:
         """Discarded, as the final check would have; the cancelled call is charged (it
@@ -286,6 +307,7 @@ class ReplyJob(Job[TurnOutcome]):
             draft.usage,
             draft.model,
             self._reminders,
+            committed=self._ledger.committed,
         )
 
     async def dropped(self, finished: FinishResult) -> TurnOutcome:

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import inspect
+import json
 import logging
 import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -39,6 +41,7 @@ import pydantic_core
 
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError, PersonabotError
+from bot.core.events import ToolCallRecord
 from bot.core.llm import (
     BaseLLM,
     ChatMessage,
@@ -67,6 +70,11 @@ UNKNOWN: Final = "(unknown)"
 
 _NAME = pydantic.TypeAdapter(pydantic.constr(pattern=r"^[a-zA-Z0-9_-]{1,64}$"))
 
+UNKNOWN_OUTCOME: Final = (
+    "This action was started in an earlier attempt of this turn that was interrupted: "
+    "whether it took effect is unknown. Do not repeat it; tell the person so."
+)
+
 DEFERRED: Final = (
     "Accepted. This action is carried out right after your reply is sent (and not at all if "
     "your reply is not sent): do not say it is already done, and do not invent its result."
@@ -93,6 +101,10 @@ class Tool:
     # ``run``): its text is shown to the model with the deferral note, a ToolError as an
     # error, and only a call that passed its check becomes an effect.
     check: ToolFunction | None = field(default=None, compare=False)
+    # An effectful outside tool (an MCP server's declared effectful): its result is needed in
+    # the turn, so it runs there, under the turn's ledger (CallLedger): a fresh check first,
+    # recorded before it is made, never made twice, and the turn committed once it is.
+    commits: bool = False
 
     @classmethod
     def from_function(
@@ -191,6 +203,27 @@ class ToolSource(Protocol):
         ...
 
 
+class CallLedger(Protocol):
+    """A turn's record of its effectful outside calls (bot/runtime/ledger.py): the fresh
+    check before each, the record that keeps it from being made twice, and whether one was
+    made (the turn is then committed: newer input never discards it, nor cuts it)."""
+
+    committed: bool
+
+    async def fresh(self) -> str | None:
+        """None when a call may be made now; else why not (newer input, the lease lost)."""
+        ...
+
+    async def begin(self, tool: str, key: str) -> tuple[bool, ToolCallRecord]:
+        """Record the call before it is made: (True, a new record), or (False, the record of
+        the same call made in an earlier attempt of this turn: never make it again)."""
+        ...
+
+    async def finish(self, record: ToolCallRecord, ok: bool, result: str) -> None:
+        """Close the record with what the model is shown."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolPolicy:
     """Bounds of one turn's tool loop (``[tools]`` in the TOML) and of turn hooks."""
@@ -246,8 +279,13 @@ class ToolLoop:
         context: TurnContext,
         charge: Callable[[ModelResult], Awaitable[None]],
         count: CountCall | None = None,
+        ledger: CallLedger | None = None,
     ) -> None:
         self._llm = llm
+        self._ledger = ledger
+        # Effectful outside calls one at a time, in the model's order (each after its own
+        # fresh check, each recorded before it is made).
+        self._committing = asyncio.Lock()
         self._clock = clock
         self._registry = registry
         self._policy = policy
@@ -372,6 +410,11 @@ class ToolLoop:
             kwargs = self._arguments(tool, use.input)
         except pydantic.ValidationError as exc:
             return done("bad_arguments", f"Invalid arguments: {_problems(exc)}", error=True), None
+        if tool.commits:
+            async with self._committing:
+                # Shielded: a cut or a shutdown never stops a recorded call halfway (its
+                # record is closed even when the turn no longer waits for it).
+                return await asyncio.shield(self._committed(tool, use, kwargs, done)), None
         if tool.side_effects and tool.check is None:
             return done("deferred", DEFERRED, why=" until the reply is recorded"), Effect(
                 tool, kwargs
@@ -383,6 +426,33 @@ class ToolLoop:
                     self._accepted.append(effect)
                 return result, effect
         return await self._ran(tool, use, kwargs, done)
+
+    async def _committed(
+        self,
+        tool: Tool,
+        use: ToolUse,
+        kwargs: dict[str, Any],
+        done: Callable[..., ToolResult],
+    ) -> ToolResult:
+        """An effectful outside call, made at most once (docs/tools.md#effectful-tools)."""
+        ledger = self._ledger
+        if ledger is None:
+            return done("not_run", "This action cannot be taken here.", error=True)
+        reason = await ledger.fresh()
+        if reason is not None:
+            return done("not_run", f"Not done: {reason}. Do not say it was done.", error=True)
+        # From here the turn is committed: newer input is the next turn's (the cut-off and
+        # the final check read this), so the reply that reports the call is never discarded.
+        ledger.committed = True
+        new, record = await ledger.begin(tool.name, call_key(tool, kwargs))
+        if not new:
+            if record.status == "started":
+                return done("recorded", UNKNOWN_OUTCOME, error=True, why=" (interrupted before)")
+            text = record.result or "(no result)"
+            return done("recorded", text, error=record.status == "failed", why=" (made before)")
+        result, _ = await self._ran(tool, use, kwargs, done)
+        await ledger.finish(record, not result.is_error, result.content)
+        return result
 
     async def _checked(
         self,
@@ -549,3 +619,12 @@ async def apply(
             outcome,
             clock.now() - start,
         )
+
+
+def call_key(tool: Tool, kwargs: Mapping[str, Any]) -> str:
+    """The identity of a call across attempts of a turn: its tool and a digest of its
+    arguments (canonical JSON; the turn's context left out), never the arguments themselves
+    (they may hold personal data)."""
+    shown = {k: v for k, v in kwargs.items() if k != tool.context_parameter}
+    body = json.dumps(shown, sort_keys=True, default=str, ensure_ascii=False)
+    return f"{tool.name}:{hashlib.sha256(body.encode()).hexdigest()}"

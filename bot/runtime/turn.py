@@ -65,7 +65,15 @@ from bot.runtime.extensions import AfterReply
 from bot.runtime.hooks import after_reply
 from bot.runtime.previews import Previews
 from bot.runtime.streaming import Relay, streamed
-from bot.runtime.tools import CountCall, Effect, LoopResult, ToolLoop, ToolPolicy, ToolRegistry
+from bot.runtime.tools import (
+    CallLedger,
+    CountCall,
+    Effect,
+    LoopResult,
+    ToolLoop,
+    ToolPolicy,
+    ToolRegistry,
+)
 from bot.runtime.tools import apply as apply_effects
 from bot.runtime.turn_context import TurnContext
 from bot.runtime.usage import Accounting
@@ -109,6 +117,9 @@ class Ask:
     by: Mapping[str, int]
     tools: ToolRegistry = field(default_factory=ToolRegistry)
     relay: Relay | None = None
+    # The record of effectful outside calls (a reply's: bot/runtime/ledger.py; None: such
+    # tools are not offered).
+    ledger: CallLedger | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +353,7 @@ class TurnKernel:
             context=ask.context,
             charge=charge,
             count=self.counter(conversation),
+            ledger=ask.ledger,
         )
 
     async def _ask(self, ask: Ask, loop: ToolLoop) -> LoopResult | None:

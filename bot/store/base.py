@@ -21,6 +21,7 @@ from bot.store.contracts import (
     RetentionStore,
     SessionStore,
     StoreLifecycle,
+    ToolCallStore,
     UsageStore,
 )
 
@@ -39,6 +40,7 @@ class BaseStore(
     PeopleStore,
     AgendaStore,
     ConsoleStore,
+    ToolCallStore,
 ):
     """Persistent state of personabot: conversations, sessions, messages, memory and queue."""
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol, Self
+from typing import Final, Literal, Protocol, Self
 
 from bot.core.agenda import (
     AgendaKind,
@@ -49,6 +49,7 @@ from bot.core.events import (
     SessionPolicy,
     StoredMessage,
     StoredSummary,
+    ToolCallRecord,
     Turn,
     UsageStats,
     UserData,
@@ -390,11 +391,15 @@ class QueueStore(PendingReads, Protocol):
         usage: Usage | None = None,
         model: str | None = None,
         reminders: Sequence[NewReminder] = (),
+        *,
+        committed: bool = False,
     ) -> FinishResult:
         """The final check and, if it passes, recording of the reply, in one transaction.
 
         Fenced: the lease token is no longer ours; nothing is written. Discarded: newer input
         arrived in the turn's session and the hard cap has not passed; the timer stays armed.
+        ``committed``: an effectful outside tool ran in this turn, so newer input never
+        discards it (the reply reports what was done; the newer input is the next turn's).
         Recorded: the reply is stored as the next turn, exactly the turn's messages are marked
         answered, an outbox row is written, and the timer is removed unless newer input armed
         it (a timer is kept or armed while any message of the conversation is pending).
@@ -571,6 +576,31 @@ class OutboxStore(Protocol):
     async def mark_failed(self, outbox_id: int, now: float, reason: str) -> None:
         """Give up on an outbox row (logged and kept for the operator; the text of a
         non-transcript row is cleared)."""
+
+
+class ToolCallStore(Protocol):
+    """The ledger of effectful outside tools' calls: recorded before each is made, so that
+    none is made twice (docs/tools.md#effectful-tools)."""
+
+    @abc.abstractmethod
+    async def begin_tool_call(
+        self,
+        conversation: ConversationKey,
+        first_message_id: int,
+        call_key: str,
+        tool: str,
+        now: float,
+    ) -> tuple[bool, ToolCallRecord]:
+        """Record a call of ``tool`` (``call_key``: the tool and its arguments' digest) for
+        the turn that answers ``first_message_id``, before it is made: (True, the new
+        "started" record), or (False, the record of the same call made before: never make it
+        again)."""
+
+    @abc.abstractmethod
+    async def finish_tool_call(
+        self, record_id: int, status: Literal["done", "failed"], result: str, now: float
+    ) -> None:
+        """Close a started call with its outcome and the result the model was shown."""
 
 
 class UsageReads(Protocol):

@@ -351,6 +351,7 @@ class Rule:
     match: Callable[[RecordedRequest], bool]
     answer: Answer | Callable[[RecordedRequest], Answer]
     delay: float = 0.0
+    gate: asyncio.Event | None = None  # its answers wait until it is set
 
     def answer_for(self, request: RecordedRequest) -> Answer:
         """This rule's answer to ``request``."""
@@ -692,10 +693,12 @@ class FakeMessagesAPI(FakeServer):
         answer: Answer | Callable[[RecordedRequest], Answer],
         *,
         delay: float = 0.0,
+        gate: asyncio.Event | None = None,
     ) -> Rule:
         """Answer every request that ``match`` accepts with ``answer`` (or what it makes of
-        the request), ``delay`` seconds after :attr:`latency`; before the FIFO script."""
-        rule = Rule(match, answer, delay)
+        the request), ``delay`` seconds after :attr:`latency` and once ``gate`` (if any) is
+        set; before the FIFO script."""
+        rule = Rule(match, answer, delay, gate)
         self._rules.append(rule)
         return rule
 
@@ -797,6 +800,8 @@ class FakeMessagesAPI(FakeServer):
             return self._script.popleft() if self._script else CannedReply()
         if rule.delay > 0:
             await asyncio.sleep(rule.delay)
+        if rule.gate is not None:
+            await rule.gate.wait()
         return rule.answer_for(recorded)
 
     async def _handle_messages(self, request: web.Request) -> web.StreamResponse:

@@ -4,6 +4,7 @@ and the model the fake Messages API behind the real Anthropic client."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from bot.llm.offline import OfflineLLM
 from bot.mcp import Connection, State
 from bot.store.sqlite import SQLiteStore
 from tests.fakes.mcp_server import FACT
-from tests.fakes.messages_api import FakeMessagesAPI, RecordedRequest
+from tests.fakes.messages_api import CannedReply, FakeMessagesAPI, RecordedRequest
 from tests.harness import Harness, eventually, harness, settle
 from tests.mcp.conftest import http_server
 
@@ -112,7 +113,7 @@ async def test_a_tool_not_listed_is_never_run_even_when_the_model_names_it(
         assert mcp_calls(h) == {}
 
 
-async def test_an_effectful_tool_runs_once_after_the_reply_is_recorded(
+async def test_an_effectful_tool_runs_in_the_turn_once_and_newer_input_never_loses_its_reply(
     store: SQLiteStore,
     clock: ManualClock,
     api: FakeMessagesAPI,
@@ -120,17 +121,64 @@ async def test_an_effectful_tool_runs_once_after_the_reply_is_recorded(
     stdio_server: StdioServer,
     notes: Path,
 ) -> None:
+    """Issue 38 item 5: the call is made inside the turn (the model reads its result), once;
+    from then on the turn is committed: a message arriving while the model writes its reply
+    neither cuts nor discards it, and gets a turn of its own."""
+    gate = asyncio.Event()
+    api.answer_when(lambda r: bool(r.tool_results), CannedReply("Noted: buy milk."), gate=gate)
     api.tool_use_next("facts__add_note", {"text": "buy milk"})
-    api.reply_next("I'll note that.")
     servers = [stdio_server()]
     async with harness(store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers) as h:
         await connection(h).wait_for(State.UP)
         await h.say(C1, "note: buy milk")
-        await replied(h)
+        await h.advance(1.6)
+        await eventually(lambda: api.call_count == 2, "the reply being written", 20)
+        assert notes.read_text() == "buy milk\n"  # made before the reply, in the turn
         [(text, error)] = results(api.requests[1])
-        assert not error and "carried out right after your reply is sent" in text
-        await eventually(lambda: mcp_calls(h) == {("facts", "add_note", "ok"): 1}, "the effect")
+        assert not error and "carried out" not in text
+        await h.say(C1, "and eggs")  # newer input while the committed reply is written
+        gate.set()
+        await eventually(lambda: len(h.outlet.texts()) >= 1, "the reply", 20)
+        assert h.outlet.texts()[0] == "Noted: buy milk."
+        await replied(h, 2)  # "and eggs" is answered by a turn of its own
+        assert "and eggs" in api.requests[-1].last_user_text
         assert notes.read_text() == "buy milk\n"
+        assert mcp_calls(h) == {("facts", "add_note", "ok"): 1}
+        discarded = h.pipeline.metrics.registry.get_sample_value(
+            "personabot_replies_discarded_total", {"platform": "telegram", "persona": "companion"}
+        )
+        assert not discarded
+
+
+async def test_an_effectful_call_is_never_made_twice_when_its_turn_is_tried_again(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    stdio_server: StdioServer,
+    notes: Path,
+) -> None:
+    """The model fails after the call was made; the turn is tried again, the model asks for
+    the same call: the record answers it (no second note), and one reply is sent."""
+    api.tool_use_next("facts__add_note", {"text": "buy milk"})
+    api.fail_next(status=529)  # the answer after the call: overloaded
+    api.tool_use_next("facts__add_note", {"text": "buy milk"})
+    api.reply_next("Noted: buy milk.")
+    servers = [stdio_server()]
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers) as h:
+        await connection(h).wait_for(State.UP)
+        await h.say(C1, "note: buy milk")
+        await h.advance(1.6)
+        await eventually(lambda: api.call_count >= 2, "the failed answer", 20)
+        await settle(h.store)
+        await h.advance(30, step=1.0)  # the turn's retry after the backoff
+        await eventually(lambda: "Noted: buy milk." in h.outlet.texts(), "the reply", 20)
+        assert api.call_count == 4
+        # The recorded result, shown again (the first attempt's model read the same).
+        assert results(api.requests[3]) == results(api.requests[1]) == [("noted", False)]
+        assert notes.read_text() == "buy milk\n"
+        assert mcp_calls(h) == {("facts", "add_note", "ok"): 1}
+        assert [t for t in h.outlet.texts() if t == "Noted: buy milk."] == ["Noted: buy milk."]
 
 
 async def test_personas_and_bots_not_named_by_a_server_are_not_offered_its_tools(

@@ -500,4 +500,27 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         ALTER TABLE model_usage ADD COLUMN cost {real};
         """,
     ),
+    (
+        19,
+        """
+        -- Each call of an effectful outside tool (an MCP server's), recorded before it is made
+        -- and closed with its result, so that it is never made twice: a retry of the same turn
+        -- (the same first pending message) after a crash or a takeover finds it and gives the
+        -- model the recorded result, or says its outcome is unknown (docs/tools.md). The
+        -- arguments are kept as a digest only; the result goes with the turn's messages.
+        CREATE TABLE tool_calls (
+            id               {serial} PRIMARY KEY,
+            conversation_id  {bigint} NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            first_message_id {bigint} NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+            call_key         TEXT NOT NULL,
+            tool             TEXT NOT NULL,
+            status           TEXT NOT NULL CHECK (status IN ('started', 'done', 'failed')),
+            result           TEXT,
+            created_at       {real} NOT NULL,
+            finished_at      {real},
+            UNIQUE (conversation_id, first_message_id, call_key)
+        );
+        CREATE INDEX tool_calls_message ON tool_calls(first_message_id);
+        """,
+    ),
 )

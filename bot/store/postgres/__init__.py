@@ -57,6 +57,7 @@ from bot.store.sql.people import PeoplePart
 from bot.store.sql.queue import QueuePart
 from bot.store.sql.retention import RetentionPart
 from bot.store.sql.sessions import SessionsPart
+from bot.store.sql.toolcalls import ToolCallsPart
 
 
 class PostgresStore(
@@ -68,6 +69,7 @@ class PostgresStore(
     PeoplePart,
     AgendaPart,
     ConsolePart,
+    ToolCallsPart,
     PostgresCore,
 ):
     """The BaseStore contract on PostgreSQL; each part holds one concern."""

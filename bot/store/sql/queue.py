@@ -538,6 +538,8 @@ class QueuePart(SQLCore):
         usage: Usage | None = None,
         model: str | None = None,
         reminders: Sequence[NewReminder] = (),
+        *,
+        committed: bool = False,
     ) -> FinishResult:
         """Fencing check, version check (rules.final_verdict), then reply + outbox, atomically.
 
@@ -547,7 +549,7 @@ class QueuePart(SQLCore):
         """
         refuse_blank(reply)
         async with self._tx() as db:
-            found = await self._turn_verdict(db, turn, lease, queue, now)
+            found = await self._turn_verdict(db, turn, lease, queue, now, committed)
             if found.outcome != "recorded" or found.row is None:
                 return FinishResult(found.outcome, current_version=found.version)
             conv_id, sid = found.row
@@ -572,7 +574,13 @@ class QueuePart(SQLCore):
         return FinishResult("recorded", outbox=item, current_version=found.version)
 
     async def _turn_verdict(
-        self, db: Conn, turn: Turn, lease: Lease, queue: QueuePolicy, now: float
+        self,
+        db: Conn,
+        turn: Turn,
+        lease: Lease,
+        queue: QueuePolicy,
+        now: float,
+        committed: bool = False,
     ) -> _Verdict:
         """The final check's read and verdict (rules.final_verdict), its rows locked."""
         d = self.dialect
@@ -597,7 +605,7 @@ class QueuePart(SQLCore):
         verdict = final_verdict(
             queue,
             still_leased=row[4] is not None and int(row[4]) == lease.token,
-            newer_pending=int(row[3]) > 0,
+            newer_pending=int(row[3]) > 0 and not committed,
             first_pending_at=turn.first_pending_at,
             now=now,
         )

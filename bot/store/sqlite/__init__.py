@@ -20,6 +20,7 @@ from bot.store.sql.people import PeoplePart
 from bot.store.sql.queue import QueuePart
 from bot.store.sql.retention import RetentionPart
 from bot.store.sql.sessions import SessionsPart
+from bot.store.sql.toolcalls import ToolCallsPart
 from bot.store.sqlite._core import SQLiteCore, sqlite_path
 from bot.store.sqlite._ingest import IngestPart
 
@@ -33,6 +34,7 @@ class SQLiteStore(
     PeoplePart,
     AgendaPart,
     ConsolePart,
+    ToolCallsPart,
     SQLiteCore,
 ):
     """The BaseStore contract on one SQLite file; each part holds one concern.
