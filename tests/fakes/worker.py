@@ -139,6 +139,11 @@ async def serve(config: Path, host: str, port: int, replies: Path) -> int:
         if serving.done():
             listening.cancel()
             await serving  # raises why it could not listen
+        if rt.mcp is not None:  # ready means its MCP servers' tools are offered too
+            from bot.mcp import State
+
+            for connection in rt.mcp.connections.values():
+                await asyncio.wait_for(connection.wait_for(State.UP), 30)
         print(f"READY {adapter.bound_port} {os.getpid()} {rt.pipeline.holder}", flush=True)
         await stop.wait()
         serving.cancel()
