@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import McpServerSettings
+from bot.app.web import console_data
+from bot.config import McpServerSettings, Settings
 from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey
 from bot.llm.anthropic import AnthropicLLM
@@ -382,3 +383,32 @@ async def test_stdio_env_passes_a_secret_from_the_environment_never_logged(
     # ... and personabot never wrote it down.
     assert "MCP server facts: up" in caplog.text
     assert secret not in caplog.text
+
+
+async def test_the_console_shows_each_server_up_or_down_and_its_calls(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    stdio_server: StdioServer,
+) -> None:
+    """Issue 38 item 4: the operator sees a server's state in the console too (inside
+    `personabot run`: the overview's "this process" section, /api/overview)."""
+    api.tool_use_next("facts__lookup", {"topic": "Eiffel Tower"})
+    api.reply_next("It is 330 metres tall.")
+    async with harness(
+        store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=[stdio_server()]
+    ) as h:
+        await connection(h).wait_for(State.UP)
+        await h.say(C1, "how tall is the Eiffel Tower?")
+        await replied(h)
+        data = console_data(
+            settings=Settings.model_validate({}),
+            store=h.store,
+            memory=h.memory,
+            clock=clock,
+            page_size=20,
+            metrics=h.pipeline.metrics,
+        )
+        servers = (await data.overview())["this_process"]["mcp_servers"]
+    assert servers == {"facts": {"up": True, "calls": {"ok": 1}}}

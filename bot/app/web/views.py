@@ -247,7 +247,30 @@ class ConsoleData:
                 "tokens": totals(self._metrics.cut_tokens, "kind"),
                 "cost": round(amount(self._metrics.cut_cost), 4),
             },
+            # Each MCP server: whether it is up now, and its calls by outcome (docs/tools.md).
+            "mcp_servers": {
+                sample.labels["server"]: {
+                    "up": bool(sample.value),
+                    "calls": {
+                        outcome: n
+                        for (server, outcome), n in self._mcp_calls().items()
+                        if server == sample.labels["server"]
+                    },
+                }
+                for metric in self._metrics.mcp_server_up.collect()
+                for sample in metric.samples
+            },
         }
+
+    def _mcp_calls(self) -> dict[tuple[str, str], int]:
+        assert self._metrics is not None
+        found: dict[tuple[str, str], int] = {}
+        for metric in self._metrics.mcp_calls.collect():
+            for sample in metric.samples:
+                if sample.name.endswith("_total"):
+                    key = (sample.labels["server"], sample.labels["outcome"])
+                    found[key] = found.get(key, 0) + int(sample.value)
+        return found
 
     def _state_of(self, bot: str) -> dict[str, Any]:
         """``state``, and ``last_error`` (its message and time, or None)."""
