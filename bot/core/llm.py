@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,10 @@ class ToolResult:
 
 #: A block of a chat message.
 ContentBlock = TextBlock | ImageBlock | ToolUse | ToolResult
+
+#: Prompt-cache breakpoints one request may carry (Anthropic's limit; docs/architecture.md
+#: #prompt says who spends them).
+MAX_BREAKPOINTS: Final = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,14 @@ class ModelRequest:
     tools: tuple[ToolSpec, ...] = ()
     # "any": the model must call one of the tools (a structured choice: docs/initiatives.md).
     tool_choice: Literal["auto", "none", "any"] = "auto"
+
+
+def breakpoints(request: ModelRequest) -> int:
+    """The cache breakpoints of the request's system blocks and messages (a provider that
+    caches its tool definitions may add one more, within ``MAX_BREAKPOINTS``)."""
+    return sum(b.cache for b in request.system) + sum(
+        b.cache for m in request.messages for b in m.blocks
+    )
 
 
 @dataclass(frozen=True, slots=True)
