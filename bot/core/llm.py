@@ -56,6 +56,10 @@ class ToolResult:
 #: A block of a chat message.
 ContentBlock = TextBlock | ImageBlock | ToolUse | ToolResult
 
+#: Prompt-cache breakpoints one request may carry (Anthropic's limit; docs/architecture.md
+#: #prompt says who spends them).
+MAX_BREAKPOINTS: Final = 4
+
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
@@ -121,6 +125,14 @@ class ModelRequest:
     # instead when it is unavailable (overloaded, 5xx, timeout; never when it rejected).
     provider: str = DEFAULT_PROVIDER
     fallback: ModelRoute | None = None
+
+
+def breakpoints(request: ModelRequest) -> int:
+    """The cache breakpoints of the request's system blocks and messages (a provider that
+    caches its tool definitions may add one more, within ``MAX_BREAKPOINTS``)."""
+    return sum(b.cache for b in request.system) + sum(
+        b.cache for m in request.messages for b in m.blocks
+    )
 
 
 @dataclass(frozen=True, slots=True)

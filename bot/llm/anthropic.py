@@ -44,6 +44,7 @@ from bot.core.errors import (
     RequestRejected,
 )
 from bot.core.llm import (
+    MAX_BREAKPOINTS,
     BaseLLM,
     ChatMessage,
     ContentBlock,
@@ -55,6 +56,7 @@ from bot.core.llm import (
     ToolSpec,
     ToolUse,
     Usage,
+    breakpoints,
 )
 from bot.llm.headers import retry_after as retry_after_seconds
 
@@ -136,6 +138,24 @@ def _tool(spec: ToolSpec) -> ToolParam:
         "description": spec.description,
         "input_schema": dict(spec.input_schema),
     }
+
+
+def _tools(request: ModelRequest) -> list[ToolParam]:
+    """The request's tool definitions, in its order (the registry sorts them by name), with a
+    cache breakpoint on the last one when the prompt leaves one free.
+
+    Claude's cache prefix is tools -> system -> messages, so the definitions are cached first
+    and apart from the prompt: every conversation of a bot and persona with the same tools
+    reads them, and a changed pin or memory block no longer costs them again. The prompt
+    spends at most three breakpoints (memory/assemble.py) and the tool loop one more, on its
+    newest step. When that makes four, the limit, this one gives way: in a later call of the
+    loop it saves nothing, since the loop's first call wrote the definitions' entry seconds
+    before and the later call reads a longer prefix (docs/architecture.md#prompt).
+    """
+    tools = [_tool(t) for t in request.tools]
+    if tools and breakpoints(request) < MAX_BREAKPOINTS:
+        tools[-1]["cache_control"] = _EPHEMERAL
+    return tools
 
 
 def _answer(block: object) -> TextBlock | ToolUse | None:
@@ -279,7 +299,7 @@ class AnthropicLLM(BaseLLM):
             sum(isinstance(b, ImageBlock) for m in request.messages for b in m.blocks),
             len(request.tools),
         )
-        tools = [_tool(t) for t in request.tools]
+        tools = _tools(request)
         # Only a request offering tools names a choice: a text-only request stays as it was.
         no_tools: ToolChoiceNoneParam = {"type": "none"}
         must: ToolChoiceAnyParam = {"type": "any"}

@@ -78,8 +78,9 @@ class Extensions:
     sources: tuple[ToolSource, ...] = ()
 
     def tools_for(self, bot: str, persona: str) -> ToolRegistry:
-        """The tools of a turn of ``bot`` speaking as ``persona``: the registered ones in
-        registration order, then each source's (sorted by name: a stable request)."""
+        """The tools of a turn of ``bot`` speaking as ``persona``: the registered ones (this
+        extensions' are already ``for_bot``) and each source's that this bot and persona may
+        use. The request gets them sorted by name (``ToolRegistry.schemas``)."""
         tools = self.tools
         for source in self.sources:
             for tool in source.tools_for(bot, persona):

@@ -43,6 +43,7 @@ from bot.core.clock import Clock
 from bot.core.errors import ConfigError, PersonabotError
 from bot.core.events import ToolCallRecord
 from bot.core.llm import (
+    MAX_BREAKPOINTS,
     BaseLLM,
     ChatMessage,
     ModelRequest,
@@ -52,6 +53,7 @@ from bot.core.llm import (
     ToolSpec,
     ToolUse,
     Usage,
+    breakpoints,
 )
 from bot.core.tasks import within
 from bot.runtime.turn_context import TurnContext
@@ -188,8 +190,10 @@ class ToolRegistry:
         return ToolRegistry((*self.tools, tool))
 
     def schemas(self) -> tuple[ToolSpec, ...]:
-        """Every tool as the model is shown it, in registration order."""
-        return tuple(t.spec for t in self.tools)
+        """Every tool as the model is shown it, sorted by name: plugin and MCP tools alike,
+        so that the definitions (the first part of a prompt-cache prefix) are the same bytes
+        whatever order plugins registered them or servers listed them in."""
+        return tuple(t.spec for t in sorted(self.tools, key=lambda t: t.name))
 
     def __bool__(self) -> bool:
         return bool(self.tools)
@@ -402,7 +406,7 @@ class ToolLoop:
             return ToolResult(use.id, self._shown(content), is_error=error)
 
         if tool is None:
-            known = ", ".join(t.name for t in self._registry.tools)
+            known = ", ".join(s.name for s in self._registry.schemas())
             return done(
                 "unknown_tool", f"No tool named {use.name!r}; tools: {known}.", error=True
             ), None
@@ -521,10 +525,6 @@ class ToolLoop:
         return f"{content[:limit]} [... cut: {len(content) - limit} more characters not shown]"
 
 
-#: Prompt-cache breakpoints a request may carry (the provider's limit).
-MAX_BREAKPOINTS: Final = 4
-
-
 def _cached_step(
     request: ModelRequest,
     answer: tuple[TextBlock | ToolUse, ...],
@@ -534,10 +534,11 @@ def _cached_step(
 
     The next call then reads the whole loop so far from the cache instead of paying for it
     again. The assembled prompt's own breakpoints stay where they are (docs/architecture.md
-    #prompt); the loop keeps one of its own, moved to the newest step, within the limit.
+    #prompt); the loop keeps one of its own, moved to the newest step, within the limit. The
+    provider's breakpoint on the tool definitions gives way to it (bot/llm/anthropic.py).
     """
     previous = tuple(_uncached(m) for m in request.messages)
-    used = sum(b.cache for b in request.system) + sum(b.cache for m in previous for b in m.blocks)
+    used = breakpoints(replace(request, messages=previous))
     last = results[-1]
     if used < MAX_BREAKPOINTS:
         last = replace(last, cache=True)

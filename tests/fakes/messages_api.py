@@ -239,12 +239,14 @@ class RecordedRequest:
     def cache_breakpoints(self) -> list[tuple[Any, ...]]:
         """Where ``cache_control`` is set, in prompt order.
 
-        ``("system", i)`` for the i-th system block, ``("messages", m, b)`` for block ``b`` of
-        message ``m``, and ``("request",)`` for a top-level ``cache_control``.
+        ``("tools", i)`` for the i-th tool definition (tools come first in the cache's
+        order), ``("system", i)`` for the i-th system block, ``("messages", m, b)`` for block
+        ``b`` of message ``m``, and ``("request",)`` for a top-level ``cache_control``.
         """
         points: list[tuple[Any, ...]] = []
         if "cache_control" in self.body:
             points.append(("request",))
+        points.extend(("tools", i) for i, t in enumerate(self.tools) if "cache_control" in t)
         points.extend(
             ("system", i) for i, b in enumerate(self.system_blocks) if "cache_control" in b
         )

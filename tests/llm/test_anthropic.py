@@ -399,7 +399,12 @@ async def test_tools_are_offered_and_a_tool_use_answer_is_returned(
     result = await make_llm().complete(request)
     seen = api.last_request
     assert seen.tools == [
-        {"name": "weather", "description": "Weather in a city.", "input_schema": SCHEMA}
+        {
+            "name": "weather",
+            "description": "Weather in a city.",
+            "input_schema": SCHEMA,
+            "cache_control": {"type": "ephemeral"},  # the definitions are cached first
+        }
     ]
     assert "tool_choice" not in seen.body  # "auto" is the API's default
     assert result.stop_reason == "tool_use"

@@ -18,6 +18,8 @@ from bot.core.events import ConversationKey
 from bot.llm.anthropic import AnthropicLLM
 from bot.llm.offline import OfflineLLM
 from bot.mcp import Connection, State
+from bot.runtime.extensions import Extensions
+from bot.runtime.tools import Tool, ToolRegistry
 from bot.store.sqlite import SQLiteStore
 from tests.fakes.mcp_server import FACT
 from tests.fakes.messages_api import CannedReply, FakeMessagesAPI, RecordedRequest
@@ -201,6 +203,47 @@ async def test_personas_and_bots_not_named_by_a_server_are_not_offered_its_tools
         await h.say(C1, "hi")
         await replied(h)
         assert api.requests[0].tool_names == ["open__add_note", "open__lookup"]
+
+
+async def test_plugin_and_server_tools_go_sorted_by_name_the_last_one_cached(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    stdio_server: StdioServer,
+) -> None:
+    async def weather(city: str) -> str:
+        """The weather in a city."""
+        return "sunny"
+
+    async def ask(question: str) -> str:
+        """Ask the librarian."""
+        return "42"
+
+    # Registered out of order; the server's come after them in the registry.
+    ext = Extensions(tools=ToolRegistry(tuple(map(Tool.from_function, (weather, ask)))))
+    api.tool_use_next("facts__lookup", {"topic": "Eiffel Tower"})
+    api.reply_next("It is 330 metres tall.")
+    api.reply_next("You are welcome.")
+    servers = [stdio_server(), stdio_server(name="theirs", personas=["someone-else"])]
+    async with harness(
+        store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers, extensions=ext
+    ) as h:
+        for name in ("facts", "theirs"):
+            await connection(h, name).wait_for(State.UP)
+        await h.say(C1, "how tall is the Eiffel Tower?")
+        await replied(h)
+        await h.say(C1, "thanks")
+        await replied(h, 2)
+    first, second, third = api.requests
+    names = ["ask", "facts__add_note", "facts__lookup", "weather"]
+    assert first.tool_names == names
+    # Cached on their own, first in the cache's order (tools -> system -> messages).
+    assert first.cache_breakpoints[0] == ("tools", len(names) - 1)
+    assert all("cache_control" not in t for t in first.tools[:-1])
+    # The same bytes in the loop's next call and in the next turn: the cached prefix holds.
+    assert second.tools == first.tools == third.tools
+    assert all(len(r.cache_breakpoints) <= 4 for r in api.requests)
 
 
 async def test_a_hanging_tool_gives_the_model_a_timeout_and_the_turn_answers(

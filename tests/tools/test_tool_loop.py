@@ -175,7 +175,7 @@ async def test_bad_arguments_a_raising_tool_and_a_slow_one_reach_the_model_as_er
             ("The tool failed (RuntimeError).", True),  # its message is not shown
             ("no station near Atlantis", True),
             ("The tool did not finish within 5 s.", True),
-            ("No tool named 'nope'; tools: weather, broken, picky, slow.", True),
+            ("No tool named 'nope'; tools: broken, picky, slow, weather.", True),
         ]
         assert tool_counts(h) == {
             ("weather", "bad_arguments"): 1,
@@ -720,10 +720,11 @@ async def test_each_step_is_a_cache_breakpoint_and_the_prompt_keeps_its_own(
         await h.say(C1, "roll twice")
         await answered(h, 2)
     first, second, third = api.requests[1:]
-    assert first.cache_breakpoints == [("system", 0), ("messages", 1, 0)]
+    prompt = [("tools", 0), ("system", 0), ("messages", 1, 0)]
+    assert first.cache_breakpoints == prompt
     # The loop's own breakpoint sits on the newest result and moves with it.
-    assert second.cache_breakpoints == [("system", 0), ("messages", 1, 0), ("messages", 4, 0)]
-    assert third.cache_breakpoints == [("system", 0), ("messages", 1, 0), ("messages", 6, 0)]
+    assert second.cache_breakpoints == [*prompt, ("messages", 4, 0)]
+    assert third.cache_breakpoints == [*prompt, ("messages", 6, 0)]
 
 
 class _Scripted(BaseLLM):
