@@ -52,7 +52,7 @@ from bot.runtime.extensions import (
     Handler,
     Middleware,
 )
-from bot.runtime.tools import Tool, ToolFunction, ToolRegistry
+from bot.runtime.tools import Tool, ToolFunction, ToolRegistry, ToolSource
 from bot.store.base import BaseStore
 from memory.service import Memory, MemoryPolicy
 
@@ -76,6 +76,8 @@ class _Registrations:
     before_model: list[BeforeModel] = field(default_factory=list)
     after_reply: list[AfterReply] = field(default_factory=list)
     tools: ToolRegistry = field(default_factory=ToolRegistry)
+    # Tools known at run time (a hand-built Extensions' sources: ``App.extend``).
+    sources: list[ToolSource] = field(default_factory=list)
 
     def frozen(self) -> Extensions:
         return Extensions(
@@ -84,6 +86,7 @@ class _Registrations:
             before_model=tuple(self.before_model),
             after_reply=tuple(self.after_reply),
             tools=self.tools,
+            sources=tuple(self.sources),
         )
 
 
@@ -258,6 +261,7 @@ class App:
                     if any(s.tools.get(made.name) is not None for s in self._visible_from_scope()):
                         raise ConfigError([f"tool {made.name!r}: registered twice"])
                     scope.tools = scope.tools.with_tool(made)
+                self._current().sources.extend(own.sources)
 
     def load_plugin(self, name: str) -> None:
         """Import ``name`` (a module path, or an installed entry point of that name) and call
@@ -655,5 +659,6 @@ def _with_per_bot(ext: Extensions, per_bot: Mapping[str, Extensions]) -> Extensi
         before_model=ext.before_model,
         after_reply=ext.after_reply,
         tools=ext.tools,
+        sources=ext.sources,
         per_bot=dict(per_bot),
     )

@@ -106,7 +106,7 @@ class Extensions:
             before_model=(*self.before_model, *own.before_model),
             after_reply=(*self.after_reply, *own.after_reply),
             tools=tools,
-            sources=self.sources,
+            sources=(*self.sources, *own.sources),
         )
 
 

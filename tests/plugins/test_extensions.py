@@ -8,17 +8,19 @@ import contextlib
 import dataclasses
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from bot.app import App
-from bot.config import Settings
+from bot.config import Secrets, Settings
 from bot.core.clock import ManualClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, Inbound, SessionKey
 from bot.runtime.access import AccessPolicy
-from bot.runtime.extensions import CallNext, Command
+from bot.runtime.extensions import CallNext, Command, Extensions
+from bot.runtime.tools import Tool
 from bot.store.base import BaseStore
 from tests.fakes.llm import GatedLLM
 from tests.harness import BOT, harness
@@ -447,3 +449,28 @@ async def test_a_middleware_that_passes_a_message_on_after_its_batch_ended_loses
         assert await _stored(store) == []  # the batch had nothing to store
         await asyncio.wait_for(later[0], timeout=5)
         assert await _stored(store) == [("11", "held back")]
+
+
+def test_extend_keeps_the_tool_sources_of_a_hand_built_extensions() -> None:
+    """A source of run-time tools (an MCP server's kind) given to ``App.extend`` reaches the
+    turns of every bot, and a per-bot one only its bot's (it was silently dropped)."""
+
+    class Source:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def tools_for(self, bot: str, persona: str) -> Sequence[Tool]:
+            async def look(topic: str) -> str:
+                """Look something up."""
+                return topic
+
+            return (Tool.from_function(look, name=self.name),)
+
+    app = App(Settings.model_validate({}), Secrets({}))
+    everyone, only_b = Source("everyone_tool"), Source("b_tool")
+    app.extend(Extensions(per_bot={"b": Extensions().with_source(only_b)}).with_source(everyone))
+    ext = app.extensions()
+    names_a = [t.name for t in ext.for_bot("a").tools_for("a", "p").tools]
+    names_b = [t.name for t in ext.for_bot("b").tools_for("b", "p").tools]
+    assert names_a == ["everyone_tool"]
+    assert sorted(names_b) == ["b_tool", "everyone_tool"]
