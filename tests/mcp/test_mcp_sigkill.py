@@ -58,15 +58,19 @@ async def test_a_worker_killed_after_an_effectful_call_never_makes_it_twice(
         env = clean_env(ANTHROPIC_API_KEY="test")
         for run in ("a", "b"):
             (tmp_path / run).mkdir()
-        async with aiohttp.ClientSession() as http:
-            async with workers(1, config, tmp_path / "a", env) as (first,):
-                await post(http, first, "k1", "note: buy milk", "k1-0")
-                await eventually(lambda: notes.exists(), 30, "the effectful call")
-                await eventually(lambda: api.call_count >= 2, 15, "the reply being written")
+        async with (
+            aiohttp.ClientSession() as http,
+            workers(1, config, tmp_path / "a", env) as (first,),
+        ):
+            await post(http, first, "k1", "note: buy milk", "k1-0")
+            await eventually(lambda: notes.exists(), 30, "the effectful call")
+            await eventually(lambda: api.call_count >= 2, 15, "the reply being written")
+            # The second worker is up, its MCP server's tools offered, while the first
+            # still holds the turn's lease; then the first dies mid-reply.
+            async with workers(1, config, tmp_path / "b", env) as (second,):
                 first.proc.send_signal(signal.SIGKILL)
                 await first.proc.wait()
-            gate.set()
-            async with workers(1, config, tmp_path / "b", env) as (second,):
+                gate.set()
                 await eventually(lambda: bool(second.delivered()), 30, "the takeover's reply")
                 delivered = second.delivered()
         calls = [r for r in api.requests if r.tool_results]
