@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import urllib.parse
 from collections.abc import Awaitable, Callable
-from typing import Final, Literal, TypeVar
+from typing import Final, Literal, TypeVar, cast
 
 import httpx2
 import openai
@@ -58,6 +58,8 @@ from bot.llm.openai_wire import (
 __all__ = ["NO_KEY", "OpenAICompatLLM"]
 
 log = logging.getLogger("personabot.llm")
+#: Headers the SDK fills from the environment that no endpoint of ours should receive.
+_NO_ACCOUNT_HEADERS: Final = {"OpenAI-Organization": openai.Omit(), "OpenAI-Project": openai.Omit()}
 
 #: Sent as the key when the endpoint needs none (the SDK requires one, and without it would
 #: read OPENAI_API_KEY from the environment: a real key never goes to a server by accident).
@@ -121,6 +123,9 @@ class OpenAICompatLLM(BaseLLM):
             api_key=self._api_key or NO_KEY,
             timeout=timeout_seconds,
             max_retries=max_retries,
+            # The SDK would add OPENAI_ORG_ID / OPENAI_PROJECT_ID from the environment to
+            # every request, to whatever endpoint base_url names: only what we configure goes.
+            default_headers=cast(dict[str, str], _NO_ACCOUNT_HEADERS),
         )
 
     async def complete(self, request: ModelRequest) -> ModelResult:

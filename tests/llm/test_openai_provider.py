@@ -154,6 +154,18 @@ async def test_without_a_key_a_placeholder_is_sent_never_the_environments(
     assert api.last_request.api_key == NO_KEY
 
 
+async def test_the_environments_openai_account_never_reaches_the_endpoint(
+    api: FakeOpenAIAPI, make_llm: LLMFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK would send OPENAI_ORG_ID / OPENAI_PROJECT_ID to any base_url (a local
+    server, a third party's router): they are left out."""
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-private-0000")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-private-0000")
+    await make_llm().complete(_request())
+    sent = api.last_request.headers
+    assert "openai-organization" not in sent and "openai-project" not in sent
+
+
 async def test_a_length_cut_and_a_content_filter_map_to_our_stop_reasons(
     api: FakeOpenAIAPI, make_llm: LLMFactory
 ) -> None:
