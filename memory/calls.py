@@ -24,8 +24,10 @@ class ModelAccount(Protocol):
         purpose: str,
         result: ModelResult,
         by: Mapping[str, int],
+        requested: str | None = None,
     ) -> None:
-        """Record an answered call, split between people by these weights."""
+        """Record an answered call, split between people by these weights (priced as the
+        ``requested`` model when the one that answered has no price)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -54,5 +56,7 @@ class ChargedModel:
         (ModelError when the call failed: nothing is charged)."""
         result = await self.llm.complete(request)
         if self.account is not None:
-            await self.account.charge(conversation, purpose, result, weights(messages))
+            await self.account.charge(
+                conversation, purpose, result, weights(messages), request.model
+            )
         return result

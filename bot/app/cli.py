@@ -181,6 +181,15 @@ def summary(settings: Settings, app: App | None = None) -> str:
         lines.append(
             f"    {p.id}: {p.name}, replies {routes.reply}{fallback}; memory tasks {routes.tasks}"
         )
+    if settings.mcp_servers:
+        lines.append(f"  MCP servers ({len(settings.mcp_servers)}):")
+        for server in settings.mcp_servers:
+            where = "stdio" if server.command else f"HTTP {redact_url(server.url or '')}"
+            effectful = [t for t in server.tools if server.effects_of(t) == "effectful"]
+            lines.append(
+                f"    {server.name}: {where}, tools {', '.join(server.tools)}"
+                + (f" (effectful: {', '.join(effectful)})" if effectful else "")
+            )
     lines.append(f"  bots ({len(settings.bots)}):")
     lines += [
         f"    {b.key}: {b.platform}, persona {', '.join(b.persona_ids)}" for b in settings.bots

@@ -119,11 +119,19 @@ class Settings(BaseSettings):
             for i, p in enumerate(self.personas)
             if p.memory is not None
         ]
-        return [
+        problems = [
             f"{where}: no provider {name!r} in [llm.providers] (known: {known})"
             for where, name in found
             if not self.llm.knows(name)
         ]
+        for i, persona in enumerate(self.personas):
+            routes = self.routes(persona)
+            if routes.fallback == routes.reply:
+                problems.append(
+                    f"personas[{i}].fallback: the same model on the same provider as its "
+                    "replies; a fallback answers when they are unavailable, so name another"
+                )
+        return problems
 
     def routes(self, persona: PersonaSettings) -> Routes:
         """Who answers this persona's replies, its fallback and its memory tasks."""
@@ -229,6 +237,8 @@ class Settings(BaseSettings):
         """Credentials written into configured URLs (user-info passwords, ``?password=``...),
         so that logs can redact them like the environment's secrets."""
         urls = [self.storage.url, self.llm.base_url, self.transcription.url]
+        urls += [entry.base_url for entry in self.llm.providers.values()]
+        urls += [server.url for server in self.mcp_servers]
         for entry in self.bots:
             urls += [getattr(entry, name, None) for name in BOT_URL_KEYS]
         # The same minimum as the environment's secrets: a one-letter password redacted as a

@@ -432,3 +432,5 @@ class ToolCallRecord:
     id: int
     status: Literal["started", "done", "failed"]
     result: str | None
+    tool: str = ""
+    key: str = ""  # the tool and its arguments' digest (bot/runtime/tools.py call_key)

@@ -322,7 +322,7 @@ def why(exc: BaseException, spec: ServerSpec) -> str:
     if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         return why(exc.exceptions[0], spec)
     if isinstance(exc, MCPError):
-        return exc.message
+        return _short(exc.message)
     if isinstance(exc, httpx2.HTTPStatusError):
         return f"HTTP {exc.response.status_code}"
     if isinstance(exc, httpx2.HTTPError):
@@ -332,3 +332,13 @@ def why(exc: BaseException, spec: ServerSpec) -> str:
     if isinstance(exc, OSError):
         return f"{type(exc).__name__}: {exc.strerror or 'failed'}"
     return type(exc).__name__
+
+
+def _short(text: str, limit: int = 160) -> str:
+    """One line of at most ``limit`` characters: an SDK's message may quote a server's whole
+    unreadable answer (its raw bytes, over many lines), which belongs in no log line and on
+    no health page."""
+    line = text.strip().splitlines()[0] if text.strip() else "failed"
+    if "input_value=" in line:
+        line = line.split("input_value=", 1)[0].rstrip(" ,[") + " (an unreadable answer)"
+    return line if len(line) <= limit else line[: limit - 1] + "…"

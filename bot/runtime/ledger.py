@@ -33,6 +33,20 @@ class TurnLedger:
     max_wait: float
     #: Set once an effectful call is made: the turn is committed.
     committed: bool = False
+    #: The calls an earlier attempt of this turn recorded (:meth:`load_earlier`).
+    earlier: tuple[ToolCallRecord, ...] = ()
+
+    async def load_earlier(self) -> tuple[ToolCallRecord, ...]:
+        """What earlier attempts of this turn (a failed model, a crash, a takeover) recorded:
+        the attempt's prompt tells the model of them, and none of their tools is called again
+        under other arguments (a model that words the same action anew must not repeat it)."""
+        first = self.turn.messages[0].id
+        self.earlier = tuple(await self.store.tool_calls_of(self.turn.session.conversation, first))
+        return self.earlier
+
+    def made_before(self, tool: str, key: str) -> ToolCallRecord | None:
+        """An earlier attempt's call of ``tool`` under other arguments (None: none)."""
+        return next((r for r in self.earlier if r.tool == tool and r.key != key), None)
 
     async def fresh(self) -> str | None:
         turn, now = self.turn, self.clock.now()

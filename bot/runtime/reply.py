@@ -27,7 +27,7 @@ from typing import Protocol
 
 from bot.core.agenda import NewReminder
 from bot.core.errors import ModelError
-from bot.core.events import FinishResult, Lease, OutboxItem, Turn
+from bot.core.events import FinishResult, Lease, OutboxItem, ToolCallRecord, Turn
 from bot.core.llm import ModelResult, Usage
 from bot.core.shares import weights
 from bot.core.visible import has_visible_text
@@ -166,11 +166,16 @@ class ReplyJob(Job[TurnOutcome]):
             clock=p.clock,
             seconds=p.tools.hook_timeout_seconds,
         )
+        tools = self._extensions.tools_for(context.bot, context.persona_id)
+        if any(t.commits for t in tools.tools):
+            # What an interrupted attempt of this turn already did outside (ledger.py).
+            earlier = await self._ledger.load_earlier()
+            if earlier:
+                layers = (*layers, _earlier_calls(earlier))
         prompted = with_context(assembled, layers)
         self._prompt_tokens = prompted.total_tokens
         relay = await p.previews.open(turn, profile.outlet, profile.stream, lost)
         by = weights(turn.messages)
-        tools = self._extensions.tools_for(context.bot, context.persona_id)
         return Ask(prompted.request, context, "reply", by, tools, relay, self._ledger)
 
     async def answered(self, answer: LoopResult) -> Draft:
@@ -346,3 +351,17 @@ class ReplyJob(Job[TurnOutcome]):
     async def delivered(self, sent: bool) -> TurnOutcome:
         """Answered: the outbox row is sent, or failed for a reason it keeps."""
         return "stopped" if self._stopped else "sent"
+
+
+def _earlier_calls(records: Sequence[ToolCallRecord]) -> str:
+    """The prompt's note of the outside actions an interrupted attempt of this turn took."""
+    outcome = {"started": "outcome unknown", "done": "done", "failed": "failed"}
+    lines = [
+        f"- {r.tool}: {outcome[r.status]}" + (f"; result: {r.result}" if r.result else "")
+        for r in records
+    ]
+    return (
+        "Before an interruption, your answer to these messages already took these actions "
+        "(they cannot be undone; do not take them again, tell the person what was done):\n"
+        + "\n".join(lines)
+    )

@@ -40,7 +40,7 @@ import pydantic
 import pydantic_core
 
 from bot.core.clock import Clock
-from bot.core.errors import ConfigError, PersonabotError
+from bot.core.errors import ConfigError, PersonabotError, StoreError
 from bot.core.events import ToolCallRecord
 from bot.core.llm import (
     MAX_BREAKPOINTS,
@@ -71,6 +71,18 @@ CountCall = Callable[[str, str], None]
 UNKNOWN: Final = "(unknown)"
 
 _NAME = pydantic.TypeAdapter(pydantic.constr(pattern=r"^[a-zA-Z0-9_-]{1,64}$"))
+
+
+def _made_before(tool: str, record: ToolCallRecord) -> str:
+    """What the model reads for a call whose tool an earlier attempt of the turn made."""
+    outcome = {"started": "its outcome is unknown", "done": "it was done", "failed": "it failed"}
+    shown = f" (its result: {record.result})" if record.result else ""
+    return (
+        f"Not done: {tool} was already called in an earlier attempt of this turn, before an "
+        f"interruption, and {outcome[record.status]}{shown}. Do not call it again: tell the "
+        "person what was done; if they want another, they can ask again."
+    )
+
 
 UNKNOWN_OUTCOME: Final = (
     "This action was started in an earlier attempt of this turn that was interrupted: "
@@ -225,6 +237,10 @@ class CallLedger(Protocol):
 
     async def finish(self, record: ToolCallRecord, ok: bool, result: str) -> None:
         """Close the record with what the model is shown."""
+        ...
+
+    def made_before(self, tool: str, key: str) -> ToolCallRecord | None:
+        """An earlier attempt of this turn's call of ``tool`` under other arguments."""
         ...
 
 
@@ -442,13 +458,27 @@ class ToolLoop:
         ledger = self._ledger
         if ledger is None:
             return done("not_run", "This action cannot be taken here.", error=True)
-        reason = await ledger.fresh()
-        if reason is not None:
-            return done("not_run", f"Not done: {reason}. Do not say it was done.", error=True)
-        # From here the turn is committed: newer input is the next turn's (the cut-off and
-        # the final check read this), so the reply that reports the call is never discarded.
-        ledger.committed = True
-        new, record = await ledger.begin(tool.name, call_key(tool, kwargs))
+        key = call_key(tool, kwargs)
+        before = ledger.made_before(tool.name, key)
+        if before is not None:
+            # The same action worded anew after an interruption: never a second time.
+            return done("not_run", _made_before(tool.name, before), error=True)
+        try:
+            reason = await ledger.fresh()
+            if reason is not None:
+                return done("not_run", f"Not done: {reason}. Do not say it was done.", error=True)
+            # From here the turn is committed: newer input is the next turn's (the cut-off and
+            # the final check read this), so the reply that reports the call is never lost.
+            ledger.committed = True
+            new, record = await ledger.begin(tool.name, key)
+        except StoreError as exc:
+            # Not recorded (the store, or the message it answers deleted meanwhile): not made.
+            ledger.committed = False
+            log.warning(
+                "tool %s (%s): not recorded, not made: %s", use.name, self._context.session, exc
+            )
+            text = "Not done: it could not be recorded first. Do not say it was done."
+            return done("not_run", text, error=True)
         if not new:
             if record.status == "started":
                 return done("recorded", UNKNOWN_OUTCOME, error=True, why=" (interrupted before)")

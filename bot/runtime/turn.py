@@ -343,7 +343,7 @@ class TurnKernel:
 
         async def charge(result: ModelResult) -> None:
             # Each model call is charged as soon as it answered, a tool loop's steps too.
-            await p.accounting.charge(conversation, ask.purpose, result, ask.by)
+            await p.accounting.charge(conversation, ask.purpose, result, ask.by, ask.request.model)
 
         return ToolLoop(
             llm=p.llm,

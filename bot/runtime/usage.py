@@ -46,16 +46,24 @@ class Accounting:
         purpose: str,
         result: ModelResult,
         by: Mapping[str, int],
+        requested: str | None = None,
     ) -> None:
-        """Record one answered call: store rows (one per share), call count, tokens, cost."""
+        """Record one answered call: store rows (one per share), call count, tokens, cost.
+
+        Priced by the model that answered, else by the one ``requested``: an endpoint names
+        the model it served (``gpt-4.1-mini-2025-04-14`` for ``gpt-4.1-mini``, an alias's
+        target), and a call priced by neither would spend past a money limit unseen."""
         labels = self.metrics.labels(conversation)
         self.metrics.model_calls.labels(*labels, purpose).inc()
-        self.metrics.usage(conversation, result.model, result.usage)
+        priced = result.model
+        if self.metrics.price(priced) is None and requested is not None:
+            priced = requested
+        self.metrics.usage(conversation, priced, result.usage)
         await self.store.record_usage(
             conversation,
             purpose,
             result.model,
             split(result.usage, by),
             self.clock.now(),
-            price=self.metrics.price(result.model),
+            price=self.metrics.price(priced),
         )

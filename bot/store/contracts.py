@@ -602,6 +602,13 @@ class ToolCallStore(Protocol):
     ) -> None:
         """Close a started call with its outcome and the result the model was shown."""
 
+    @abc.abstractmethod
+    async def tool_calls_of(
+        self, conversation: ConversationKey, first_message_id: int
+    ) -> list[ToolCallRecord]:
+        """The calls recorded for the turn that answers ``first_message_id``, oldest first
+        (a retried attempt is shown them, and makes none of their tools again)."""
+
 
 class UsageReads(Protocol):
     """Model usage, read (limits, /stats, the console's overview)."""

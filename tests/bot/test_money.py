@@ -3,6 +3,7 @@ charged, so limits, /stats and the console speak money)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,12 +13,12 @@ from bot.config import Settings, load_settings
 from bot.core.clock import ManualClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, UserKey
-from bot.core.llm import Price, Usage
+from bot.core.llm import ModelRequest, ModelResult, Price, Usage
 from bot.runtime.limits import LimitPolicy
 from bot.runtime.stats import usage_report
 from bot.store.base import BaseStore
 from tests.fakes.llm import GatedLLM
-from tests.harness import harness
+from tests.harness import PERSONA, harness
 
 DM = ConversationKey("telegram", "100")
 OTHER = ConversationKey("telegram", "200")
@@ -118,3 +119,27 @@ model = "llama3.1:8b"
     settings = load_settings(path)
     # Pricing a local model keeps the documented Claude prices.
     assert {"llama3.1:8b", "claude-sonnet-5-5"} <= settings.llm.prices.keys()
+
+
+async def test_a_call_answered_under_a_dated_model_name_is_priced_as_the_model_asked(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """Review 38: an endpoint names the model it served ("gpt-4.1-mini-2025-04-14" for
+    "gpt-4.1-mini", an alias's target): the call is priced as the requested model, so a
+    money limit still counts it."""
+    llm = GatedLLM(answer=lambda r: f"reply to: {r.messages[-1].text}")
+    served = "gated-2026-12-01"
+    original = llm.complete
+
+    async def dated(request: ModelRequest) -> ModelResult:
+        return replace(await original(request), model=served)
+
+    llm.complete = dated  # type: ignore[method-assign]
+    limits = LimitPolicy(bot_dollars_per_day=1.5 * CALL, message="Spent until {until}.")
+    asked = PERSONA.model_copy(update={"model": "gated"})  # priced; the served name is not
+    async with harness(store, clock, llm, limits=limits, persona=asked) as h:
+        for text in ("one", "two", "three"):
+            await h.say(DM, text, author="1")
+            await h.advance(2)
+        assert await store.cost_since(UserKey("telegram", "1"), 0.0) == pytest.approx(2 * CALL)
+        assert h.outlet.texts()[-1].startswith("Spent until")

@@ -216,3 +216,51 @@ async def test_one_process_answers_a_claude_persona_and_a_local_persona(tmp_path
         calls = [r for r in local.requests if "hello local-bot" in str(r.body)]
         assert len(calls) == 1 and calls[0].body["model"] == LOCAL
         assert not any("hello local-bot" in str(r.body) for r in claude.requests)
+
+
+def test_credentials_in_every_configured_url_are_redacted_from_logs(tmp_path: Path) -> None:
+    """Review 38: a named provider's and an MCP server's URL credentials join those of [llm]
+    in the list the log filter redacts."""
+    path = tmp_path / "p.toml"
+    path.write_text(
+        """
+[llm]
+provider = "openai"
+base_url = "http://u:DEFAULTPASSWORD123@127.0.0.1:9/v1"
+
+[llm.providers.loc]
+provider = "openai"
+base_url = "http://u:NAMEDPASSWORD12345@127.0.0.1:9/v1?api_key=NAMEDQUERYKEY12345"
+
+[[mcp_servers]]
+name = "zap"
+url = "https://u:MCPPASSWORD123456@mcp.example/mcp?token=MCPQUERYTOKEN12345"
+tools = ["x"]
+effects = "read_only"
+""",
+        encoding="utf-8",
+    )
+    settings = load_settings(path)
+    found = settings.credentials()
+    for secret in (
+        "DEFAULTPASSWORD123",
+        "NAMEDPASSWORD12345",
+        "NAMEDQUERYKEY12345",
+        "MCPPASSWORD123456",
+        "MCPQUERYTOKEN12345",
+    ):
+        assert secret in found
+    shown = summary(settings)
+    assert "MCP servers (1):" in shown and "zap: HTTP" in shown
+    assert not any(secret in shown for secret in found)
+
+
+def test_a_fallback_that_is_the_primary_itself_is_refused(tmp_path: Path) -> None:
+    path = _toml(tmp_path, "http://127.0.0.1:9/", "http://127.0.0.1:9/v1")
+    text = path.read_text().replace(
+        f'fallback = {{ model = "{CLAUDE}", provider = "default" }}',
+        f'fallback = {{ model = "{LOCAL}" }}',
+    )
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"personas\[1\]\.fallback: the same model"):
+        load_settings(path)

@@ -146,3 +146,20 @@ def _toml(value: Any) -> str:
     if isinstance(value, dict):
         return "{ " + ", ".join(f'"{k}" = {_toml(v)}' for k, v in value.items()) + " }"
     return str(value)
+
+
+def test_an_unreadable_answer_is_one_short_line_in_the_log_and_on_the_health_page() -> None:
+    """Review 38: the SDK's message quoted the server's raw answer over many lines."""
+    from mcp.shared.exceptions import MCPError
+
+    from bot.mcp.connection import why
+    from bot.mcp.spec import Http, ServerSpec
+
+    spec = ServerSpec(name="zap", transport=Http("http://127.0.0.1:9/mcp", {}), tools={})
+    raw = "1 validation error for JSONRPCMessage\n  Invalid JSON [type=json_invalid, " + (
+        "input_value=b'<html>not json</html>" + "x" * 5000 + "', input_type=bytes]"
+    )
+    assert why(MCPError(-32602, raw), spec) == "1 validation error for JSONRPCMessage"
+    one_line = why(MCPError(-32602, raw.replace("\n", " ")), spec)
+    assert len(one_line) <= 160 and "<html>" not in one_line
+    assert one_line.endswith("(an unreadable answer)")

@@ -14,7 +14,7 @@ import pytest
 from bot.app.web import console_data
 from bot.config import McpServerSettings, Settings
 from bot.core.clock import ManualClock
-from bot.core.events import ConversationKey
+from bot.core.events import ConversationKey, Inbound
 from bot.llm.anthropic import AnthropicLLM
 from bot.llm.offline import OfflineLLM
 from bot.mcp import Connection, State
@@ -455,3 +455,68 @@ async def test_the_console_shows_each_server_up_or_down_and_its_calls(
         )
         servers = (await data.overview())["this_process"]["mcp_servers"]
     assert servers == {"facts": {"up": True, "calls": {"ok": 1}}}
+
+
+async def test_a_retry_that_words_the_action_anew_does_not_make_it_again(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    stdio_server: StdioServer,
+    notes: Path,
+) -> None:
+    """Review 38: the model fails after the call; the retried attempt is told what was done
+    (a context note) and a call of the same tool under other arguments is not made."""
+    api.tool_use_next("facts__add_note", {"text": "buy milk"})
+    api.fail_next(status=529)  # the answer after the call: overloaded
+    api.tool_use_next("facts__add_note", {"text": "Buy milk"})  # the retry, worded anew
+    api.reply_next("Noted: buy milk.")
+    servers = [stdio_server()]
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers) as h:
+        await connection(h).wait_for(State.UP)
+        await h.say(C1, "note: buy milk")
+        await h.advance(1.6)
+        await eventually(lambda: api.call_count >= 2, "the failed answer", 20)
+        await settle(h.store)
+        await h.advance(30, step=1.0)
+        await eventually(lambda: "Noted: buy milk." in h.outlet.texts(), "the reply", 20)
+        retry = api.requests[2]
+        assert "already took these actions" in retry.last_user_text
+        assert "facts__add_note: done; result: noted" in retry.last_user_text
+        [(text, error)] = results(api.requests[3])
+        assert error and text.startswith("Not done: facts__add_note was already called")
+        assert notes.read_text() == "buy milk\n"
+        assert mcp_calls(h) == {("facts", "add_note", "ok"): 1}
+
+
+async def test_a_message_deleted_before_its_effectful_call_stops_the_call_not_the_turn(
+    store: SQLiteStore,
+    clock: ManualClock,
+    api: FakeMessagesAPI,
+    llm: AnthropicLLM,
+    stdio_server: StdioServer,
+    notes: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Review 38: the person deletes the message that asked while the model decides; the call
+    cannot be recorded against it, so it is not made, and the model reads why (no failed
+    turn, no traceback)."""
+    gate = asyncio.Event()
+    chose = api.tool_use_reply("facts__add_note", {"text": "buy milk"})
+    api.answer_when(lambda r: not r.tool_results, chose, gate=gate)
+    api.reply_next("I did not note it.")
+    async with harness(
+        store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=[stdio_server()]
+    ) as h:
+        await connection(h).wait_for(State.UP)
+        await h.say(C1, "note: buy milk", message_id="m-milk")
+        await h.advance(1.6)
+        await eventually(lambda: api.call_count >= 1, "the model deciding", 20)
+        await h.router(Inbound(C1, "u1", "Sasha", "", "m-milk", kind="delete"))
+        await settle(h.store)
+        gate.set()
+        await eventually(lambda: api.call_count >= 2, "the answer after the refused call", 20)
+        [(text, error)] = results(api.requests[1])
+        assert error and text.startswith("Not done")
+        assert not notes.exists()
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

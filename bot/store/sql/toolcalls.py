@@ -12,7 +12,7 @@ from bot.store.sql.core import CONV_WHERE, CONV_WHERE_C, SQLCore, conv_args
 
 
 class ToolCallsPart(SQLCore):
-    """begin_tool_call, finish_tool_call."""
+    """begin_tool_call, finish_tool_call, tool_calls_of."""
 
     async def begin_tool_call(
         self,
@@ -37,7 +37,7 @@ class ToolCallsPart(SQLCore):
                 now,
             )
             if new is not None:
-                return True, ToolCallRecord(int(new), "started", None)
+                return True, ToolCallRecord(int(new), "started", None, tool, call_key)
             row = await db.fetchrow(
                 "SELECT t.id, t.status, t.result FROM tool_calls t JOIN conversations c "
                 f"ON c.id = t.conversation_id WHERE {CONV_WHERE_C} "
@@ -49,7 +49,8 @@ class ToolCallsPart(SQLCore):
         if row is None:
             raise StoreError(f"{conversation}: no conversation to record a tool call in")
         status: Literal["started", "done", "failed"] = row[1]
-        return False, ToolCallRecord(int(row[0]), status, None if row[2] is None else str(row[2]))
+        result = None if row[2] is None else str(row[2])
+        return False, ToolCallRecord(int(row[0]), status, result, tool, call_key)
 
     async def finish_tool_call(
         self, record_id: int, status: Literal["done", "failed"], result: str, now: float
@@ -62,3 +63,21 @@ class ToolCallsPart(SQLCore):
                 result,
                 now,
             )
+
+    async def tool_calls_of(
+        self, conversation: ConversationKey, first_message_id: int
+    ) -> list[ToolCallRecord]:
+        async with self._read() as db:
+            rows = await db.fetch(
+                "SELECT t.id, t.status, t.result, t.tool, t.call_key FROM tool_calls t "
+                f"JOIN conversations c ON c.id = t.conversation_id WHERE {CONV_WHERE_C} "
+                "AND t.first_message_id = $5 ORDER BY t.id",
+                *conv_args(conversation),
+                first_message_id,
+            )
+        return [
+            ToolCallRecord(
+                int(r[0]), r[1], None if r[2] is None else str(r[2]), str(r[3]), str(r[4])
+            )
+            for r in rows
+        ]
