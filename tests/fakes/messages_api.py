@@ -107,7 +107,7 @@ from aiohttp import web
 from PIL import Image
 
 from memory.tokens import image_tokens
-from tests.fakes.server import FakeServer
+from tests.fakes.server import FakeServer, json_body
 
 __all__ = [
     "DEFAULT_ERROR_TYPES",
@@ -768,16 +768,11 @@ class FakeMessagesAPI(FakeServer):
     # ------------------------------------------------------------------ handlers
 
     async def _record(self, request: web.Request) -> RecordedRequest:
-        raw = await request.read()
-        try:
-            body = json.loads(raw) if raw else {}
-        except ValueError:
-            body = {"_raw": raw.decode("utf-8", "replace")}
         recorded = RecordedRequest(
             method=request.method,
             path=request.path,
             headers={k.lower(): v for k, v in request.headers.items()},
-            body=body if isinstance(body, dict) else {"_json": body},
+            body=await json_body(request),
             received_at=time.monotonic(),
         )
         self.requests.append(recorded)

@@ -65,7 +65,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from tests.fakes.messages_api import MAX_REQUEST_BYTES, StreamPause, tokens
-from tests.fakes.server import FakeServer
+from tests.fakes.server import FakeServer, json_body
 
 __all__ = ["CannedError", "CannedReply", "FakeOpenAIAPI", "RecordedRequest"]
 
@@ -374,16 +374,11 @@ class FakeOpenAIAPI(FakeServer):
     # -------------------------------------------------------------------------- handlers
 
     async def _record(self, request: web.Request) -> RecordedRequest:
-        raw = await request.read()
-        try:
-            body = json.loads(raw) if raw else {}
-        except ValueError:
-            body = {"_raw": raw.decode("utf-8", "replace")}
         recorded = RecordedRequest(
             method=request.method,
             path=request.path,
             headers={k.lower(): v for k, v in request.headers.items()},
-            body=body if isinstance(body, dict) else {"_json": body},
+            body=await json_body(request),
             received_at=time.monotonic(),
         )
         self.requests.append(recorded)

@@ -15,8 +15,9 @@ limit) and wakes what it holds in :meth:`FakeServer._before_cleanup`::
 
 from __future__ import annotations
 
+import json
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -89,3 +90,14 @@ class FakeServer:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """A request's JSON object as the fakes record it: not JSON kept as ``{"_raw": text}``,
+    JSON that is not an object as ``{"_json": value}`` (so a fake's checks can refuse it)."""
+    raw = await request.read()
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError:
+        return {"_raw": raw.decode("utf-8", "replace")}
+    return body if isinstance(body, dict) else {"_json": body}

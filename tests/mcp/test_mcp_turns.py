@@ -153,6 +153,25 @@ async def test_an_effectful_tool_runs_in_the_turn_once_and_newer_input_never_los
         assert not discarded
 
 
+async def _retried_after_the_call(
+    h: Harness, api: FakeMessagesAPI, retried: dict[str, str]
+) -> None:
+    """ "note: buy milk": the model calls add_note, then fails (overloaded) writing the reply;
+    the turn is tried again after the backoff, its model asking add_note with ``retried``,
+    then answering "Noted: buy milk."."""
+    api.tool_use_next("facts__add_note", {"text": "buy milk"})
+    api.fail_next(status=529)  # the answer after the call
+    api.tool_use_next("facts__add_note", retried)
+    api.reply_next("Noted: buy milk.")
+    await connection(h).wait_for(State.UP)
+    await h.say(C1, "note: buy milk")
+    await h.advance(1.6)
+    await eventually(lambda: api.call_count >= 2, "the failed answer", 20)
+    await settle(h.store)
+    await h.advance(30, step=1.0)  # the turn's retry after the backoff
+    await eventually(lambda: "Noted: buy milk." in h.outlet.texts(), "the reply", 20)
+
+
 async def test_an_effectful_call_is_never_made_twice_when_its_turn_is_tried_again(
     store: SQLiteStore,
     clock: ManualClock,
@@ -163,19 +182,9 @@ async def test_an_effectful_call_is_never_made_twice_when_its_turn_is_tried_agai
 ) -> None:
     """The model fails after the call was made; the turn is tried again, the model asks for
     the same call: the record answers it (no second note), and one reply is sent."""
-    api.tool_use_next("facts__add_note", {"text": "buy milk"})
-    api.fail_next(status=529)  # the answer after the call: overloaded
-    api.tool_use_next("facts__add_note", {"text": "buy milk"})
-    api.reply_next("Noted: buy milk.")
     servers = [stdio_server()]
     async with harness(store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers) as h:
-        await connection(h).wait_for(State.UP)
-        await h.say(C1, "note: buy milk")
-        await h.advance(1.6)
-        await eventually(lambda: api.call_count >= 2, "the failed answer", 20)
-        await settle(h.store)
-        await h.advance(30, step=1.0)  # the turn's retry after the backoff
-        await eventually(lambda: "Noted: buy milk." in h.outlet.texts(), "the reply", 20)
+        await _retried_after_the_call(h, api, {"text": "buy milk"})
         assert api.call_count == 4
         # The recorded result, shown again (the first attempt's model read the same).
         assert results(api.requests[3]) == results(api.requests[1]) == [("noted", False)]
@@ -467,19 +476,9 @@ async def test_a_retry_that_words_the_action_anew_does_not_make_it_again(
 ) -> None:
     """Review 38: the model fails after the call; the retried attempt is told what was done
     (a context note) and a call of the same tool under other arguments is not made."""
-    api.tool_use_next("facts__add_note", {"text": "buy milk"})
-    api.fail_next(status=529)  # the answer after the call: overloaded
-    api.tool_use_next("facts__add_note", {"text": "Buy milk"})  # the retry, worded anew
-    api.reply_next("Noted: buy milk.")
     servers = [stdio_server()]
     async with harness(store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers) as h:
-        await connection(h).wait_for(State.UP)
-        await h.say(C1, "note: buy milk")
-        await h.advance(1.6)
-        await eventually(lambda: api.call_count >= 2, "the failed answer", 20)
-        await settle(h.store)
-        await h.advance(30, step=1.0)
-        await eventually(lambda: "Noted: buy milk." in h.outlet.texts(), "the reply", 20)
+        await _retried_after_the_call(h, api, {"text": "Buy milk"})  # worded anew
         retry = api.requests[2]
         assert "already took these actions" in retry.last_user_text
         assert "facts__add_note: done; result: noted" in retry.last_user_text

@@ -6,10 +6,7 @@ Anthropic client against the fake Messages API drives the tool loop."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import replace
-
-import pytest
 
 from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey, Inbound, QueuePolicy
@@ -37,19 +34,6 @@ class Orders:
             return f"order #{len(self.placed)} placed: {item}"
 
         return replace(Tool.from_function(place_order), commits=True)
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeMessagesAPI]:
-    async with FakeMessagesAPI() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def llm(api: FakeMessagesAPI) -> AsyncIterator[AnthropicLLM]:
-    client = AnthropicLLM(api_key="sk-test", base_url=api.base_url, max_retries=0)
-    yield client
-    await client.aclose()
 
 
 def _results(api: FakeMessagesAPI, index: int) -> list[tuple[str, bool]]:

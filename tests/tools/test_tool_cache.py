@@ -7,9 +7,7 @@ has a whole turn with plugin and MCP tools)."""
 from __future__ import annotations
 
 import io
-from collections.abc import AsyncIterator
 
-import pytest
 from PIL import Image
 
 from bot.core.clock import ManualClock
@@ -25,19 +23,6 @@ from tests.memory.test_assemble import PIN, S, memory, msg, turn_of
 from tests.memory.test_content import PHOTO, media, with_media
 
 C1 = ConversationKey("telegram", "100")
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeMessagesAPI]:
-    async with FakeMessagesAPI() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def llm(api: FakeMessagesAPI) -> AsyncIterator[AnthropicLLM]:
-    client = AnthropicLLM(api_key="sk-test", base_url=api.base_url, max_retries=0)
-    yield client
-    await client.aclose()
 
 
 def tool(name: str) -> Tool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -26,19 +26,6 @@ from tests.fakes.outlet import RecordingOutlet
 from tests.harness import Harness, eventually, harness, settle
 
 C1 = ConversationKey("telegram", "100")
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeMessagesAPI]:
-    async with FakeMessagesAPI() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def llm(api: FakeMessagesAPI) -> AsyncIterator[AnthropicLLM]:
-    client = AnthropicLLM(api_key="sk-test", base_url=api.base_url, max_retries=0)
-    yield client
-    await client.aclose()
 
 
 def plugins(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -25,19 +24,6 @@ REQUEST = ModelRequest(
     system=(TextBlock("You are Ada."),),
     messages=(ChatMessage.of("user", "what's the weather in Oslo?"),),
 )
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeMessagesAPI]:
-    async with FakeMessagesAPI() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def llm(api: FakeMessagesAPI) -> AsyncIterator[AnthropicLLM]:
-    client = AnthropicLLM(api_key="sk-test", base_url=api.base_url, max_retries=0)
-    yield client
-    await client.aclose()
 
 
 class Weather:
