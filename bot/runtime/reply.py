@@ -170,8 +170,8 @@ class ReplyJob(Job[TurnOutcome]):
         if any(t.commits for t in tools.tools):
             # What an interrupted attempt of this turn already did outside (ledger.py).
             earlier = await self._ledger.load_earlier()
-            if earlier:
-                layers = (*layers, _earlier_calls(earlier))
+            if earlier:  # first: the context block is cut at its size, hooks' layers after
+                layers = (_earlier_calls(earlier), *layers)
         prompted = with_context(assembled, layers)
         self._prompt_tokens = prompted.total_tokens
         relay = await p.previews.open(turn, profile.outlet, profile.stream, lost)
@@ -357,7 +357,7 @@ def _earlier_calls(records: Sequence[ToolCallRecord]) -> str:
     """The prompt's note of the outside actions an interrupted attempt of this turn took."""
     outcome = {"started": "outcome unknown", "done": "done", "failed": "failed"}
     lines = [
-        f"- {r.tool}: {outcome[r.status]}" + (f"; result: {r.result}" if r.result else "")
+        f"- {r.tool}: {outcome[r.status]}" + (f"; result: {r.result[:300]}" if r.result else "")
         for r in records
     ]
     return (

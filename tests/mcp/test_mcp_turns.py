@@ -18,7 +18,7 @@ from bot.core.events import ConversationKey, Inbound
 from bot.llm.anthropic import AnthropicLLM
 from bot.llm.offline import OfflineLLM
 from bot.mcp import Connection, State
-from bot.runtime.extensions import Extensions
+from bot.runtime.extensions import Extensions, TurnContext
 from bot.runtime.tools import Tool, ToolRegistry
 from bot.store.sqlite import SQLiteStore
 from tests.fakes.mcp_server import FACT
@@ -477,7 +477,14 @@ async def test_a_retry_that_words_the_action_anew_does_not_make_it_again(
     """Review 38: the model fails after the call; the retried attempt is told what was done
     (a context note) and a call of the same tool under other arguments is not made."""
     servers = [stdio_server()]
-    async with harness(store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers) as h:
+
+    async def chatty(context: TurnContext) -> str:  # a plugin's long context layer
+        return "Shop opening hours. " * 300
+
+    ext = Extensions(before_model=(chatty,))
+    async with harness(
+        store, clock, llm, memory_llm=OfflineLLM(), mcp_servers=servers, extensions=ext
+    ) as h:
         await _retried_after_the_call(h, api, {"text": "Buy milk"})  # worded anew
         retry = api.requests[2]
         assert "already took these actions" in retry.last_user_text
