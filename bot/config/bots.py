@@ -11,6 +11,7 @@ from pydantic import BaseModel, Discriminator, Field, Tag, model_validator
 
 from bot.config.fields import EnvName, PlatformId, Section
 from bot.config.plugins import NAME_PATTERN, PluginName
+from bot.config.scenes import SceneSettings
 
 #: The token variable of a bot that names none, by built-in platform.
 DEFAULT_TOKEN_VARIABLES: Final = {"telegram": "TELEGRAM_BOT_TOKEN", "discord": "DISCORD_BOT_TOKEN"}
@@ -40,6 +41,8 @@ class _BotBase(Section):
     stream_interval_seconds: float = Field(default=1.0, ge=0.2, le=30)
     # A Telegram draft's stop button: keep (send what was shown), discard, off (no button).
     stop_button: Literal["keep", "discard", "off"] = "keep"
+    # Its personas speak together in each chat (docs/scenes.md): the cast is ``personas``.
+    scene: SceneSettings | None = None
 
     @model_validator(mode="after")
     def _one_default(self) -> _BotBase:
@@ -49,6 +52,8 @@ class _BotBase(Section):
             raise ValueError(f"persona: {self.persona!r} is not one of personas")
         if len(set(self.personas)) != len(self.personas):
             raise ValueError("personas: a persona is listed twice")
+        if self.scene is not None and len(self.personas) < 2:
+            raise ValueError("scene: the cast is personas = [...], at least two of them")
         if len(self.personas) > 1 and self.id is None:
             # The key stores every chat; derived from the default persona it would change
             # with it, and every chat, check-in and reminder of the bot would be orphaned.

@@ -90,6 +90,10 @@ class PersonaSettings(Section):
 
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     name: str = Field(min_length=1)
+    # Other names people call it by in a scene ("@Al", "Ally"): docs/scenes.md#director.
+    aliases: list[str] = Field(default_factory=list)
+    # In a scene: the chance (0..1) that it joins a conversation it was not addressed in.
+    talkativeness: float = Field(default=0.5, ge=0, le=1)
     # The framing instructions ("" = personabot's default framing, built from the fields
     # below: a card's empty system_prompt).
     system: str = ""

@@ -138,6 +138,9 @@ class StoredMessage:
     quote: Quote | None = None
     #: What wrote an assistant message no person's message asked for (None: a reply).
     origin: MessageOrigin | None = None
+    #: The persona that wrote an assistant message in a scene (docs/scenes.md; None: the
+    #: session's persona).
+    persona: str | None = None
 
     @property
     def was_voice(self) -> bool:
@@ -257,6 +260,15 @@ class OutboxItem:
     created_at: float
     attempts: int = 0
     reply_to_platform_message_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SceneLine:
+    """A scene's line as its final check records it (docs/scenes.md): the persona that
+    speaks, and the text sent when it is not the line alone (its name header)."""
+
+    persona: str
+    shown: str | None = None
 
 
 FinishOutcome = Literal["recorded", "discarded", "fenced"]

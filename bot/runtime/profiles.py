@@ -10,6 +10,7 @@ from typing import Final, Literal
 
 from bot.core.events import QueuePolicy
 from bot.core.ports import Outlet, StreamSettings
+from bot.core.scenes import SceneRules
 from bot.core.visible import has_visible_text
 from memory.assemble import PersonaPin
 from memory.service import MemoryPolicy
@@ -50,6 +51,8 @@ class BotProfile:
     persona_id: str = ""  # the persona's id, for turn hooks and tools ("" = the pin's name)
     # Replies shown while written, where the outlet can (docs/architecture.md#streaming).
     stream: StreamSettings = NO_STREAM
+    # The bot's personas speak together (docs/scenes.md); None: one persona per session.
+    scene: SceneRules | None = None
 
     @property
     def refusal(self) -> str:

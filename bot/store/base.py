@@ -19,6 +19,7 @@ from bot.store.contracts import (
     PeopleStore,
     QueueStore,
     RetentionStore,
+    SceneStore,
     SessionStore,
     StoreLifecycle,
     ToolCallStore,
@@ -41,6 +42,7 @@ class BaseStore(
     AgendaStore,
     ConsoleStore,
     ToolCallStore,
+    SceneStore,
 ):
     """Persistent state of personabot: conversations, sessions, messages, memory and queue."""
 
@@ -56,6 +58,7 @@ __all__ = [
     "PeopleStore",
     "QueueStore",
     "RetentionStore",
+    "SceneStore",
     "SessionStore",
     "StoreLifecycle",
     "UsageStore",

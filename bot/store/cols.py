@@ -32,7 +32,7 @@ from bot.core.media import MediaKind, MediaRef, Quote, QuoteOrigin, StoredMedia
 MSG_COLS: Final = (
     "m.id, s.session_no, m.turn, m.role, m.author_id, m.display_name, m.text, m.created_at, "
     "m.version, m.platform_message_id, m.pending, m.answered_by, m.is_private, m.addressed, "
-    "m.quote, m.media_count, m.origin"
+    "m.quote, m.media_count, m.origin, m.persona"
 )
 #: Where ``m.media_count`` is in MSG_COLS (a read looks for media rows only when it is > 0).
 MEDIA_COUNT_AT: Final = 15
@@ -126,6 +126,7 @@ def message(
         media=media.get(int(row[0]), ()),
         quote=quote_of(row[14]),
         origin=_origin(row[16]),
+        persona=row[17],
     )
 
 

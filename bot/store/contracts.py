@@ -44,6 +44,7 @@ from bot.core.events import (
     QueueBacklog,
     QueuePolicy,
     Reservation,
+    SceneLine,
     SessionInfo,
     SessionKey,
     SessionPolicy,
@@ -393,6 +394,7 @@ class QueueStore(PendingReads, Protocol):
         reminders: Sequence[NewReminder] = (),
         *,
         committed: bool = False,
+        line: SceneLine | None = None,
     ) -> FinishResult:
         """The final check and, if it passes, recording of the reply, in one transaction.
 
@@ -405,7 +407,32 @@ class QueueStore(PendingReads, Protocol):
         it (a timer is kept or armed while any message of the conversation is pending).
         An empty or whitespace-only ``reply`` raises StoreError: it is never recorded.
         ``reminders`` the reply agreed to are stored with it (never without it).
+        ``line``: the reply is a scene's first line (its speaker, the text sent).
         """
+
+
+class SceneStore(Protocol):
+    """A scene's lines after the first of a turn, and its hourly cap (docs/scenes.md)."""
+
+    @abc.abstractmethod
+    async def finish_line(
+        self,
+        turn: Turn,
+        lease: Lease,
+        reply: str,
+        now: float,
+        line: SceneLine,
+        usage: Usage | None = None,
+        model: str | None = None,
+    ) -> FinishResult:
+        """The final check of a scene's next line, and its recording, in one transaction:
+        fenced when the lease is no longer ours; discarded when any input newer than the
+        turn's version is pending in its session (whatever the hard cap); else the line is
+        the session's next turn (answering no message) with its outbox row."""
+
+    @abc.abstractmethod
+    async def scene_lines_since(self, conversation: ConversationKey, since: float) -> int:
+        """Persona lines recorded in the conversation after ``since`` (the hourly cap)."""
 
 
 class AgendaStore(Protocol):

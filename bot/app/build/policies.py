@@ -10,16 +10,17 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from bot.config import PersonaSettings, Settings
+from bot.config import BotSettings, PersonaSettings, Settings
 from bot.core.agenda import InitiativePolicy, QuietHours
 from bot.core.events import Inbound, QueuePolicy, SessionKey, SessionPolicy
 from bot.core.llm import Price
 from bot.core.ports import Outlet, StreamSettings
+from bot.core.scenes import CastMember, SceneRules
 from bot.runtime.access import AccessPolicy
 from bot.runtime.commands import PersonaChoice
 from bot.runtime.initiatives import AgendaPolicy
 from bot.runtime.limits import LimitPolicy
-from bot.runtime.pipeline import BotProfile, GapPolicy
+from bot.runtime.pipeline import NO_STREAM, BotProfile, GapPolicy
 from memory.assemble import Budget, PersonaPin
 from memory.lorebook import oversized, oversized_text
 from memory.macros import MacroContext, expand, speaker_name
@@ -172,6 +173,7 @@ def profile_for(
         if entry is None
         else StreamSettings(entry.stream, entry.stream_interval_seconds, entry.stop_button)
     )
+    scene = None if entry is None else scene_rules(settings, entry)
     return BotProfile(
         key=key,
         pin=pin_for(persona),
@@ -183,7 +185,32 @@ def profile_for(
         refusal_message=persona.refusal_message or settings.llm.refusal_message,
         rejected_notice=settings.llm.rejected_notice,
         persona_id=persona.id,
-        stream=stream,
+        # A scene's lines are not streamed: several speakers' previews would interleave.
+        stream=NO_STREAM if scene is not None else stream,
+        scene=scene,
+    )
+
+
+def scene_rules(settings: Settings, entry: BotSettings) -> SceneRules | None:
+    """``[bots.scene]`` with its cast (the bot's personas, in their order), or None."""
+    scene = entry.scene
+    if scene is None:
+        return None
+    personas = {p.id: p for p in settings.personas}
+    cast = tuple(
+        CastMember(p.id, p.name, tuple(p.aliases), p.talkativeness)
+        for p in (personas[i] for i in entry.personas if i in personas)
+    )
+    return SceneRules(
+        cast=cast,
+        strategy=scene.strategy,
+        max_speakers=scene.max_speakers,
+        autonomous=scene.autonomous,
+        max_autonomous_turns=scene.max_autonomous_turns,
+        autonomous_delay=scene.autonomous_delay_seconds,
+        max_lines_per_hour=scene.max_lines_per_hour,
+        breaker_trips=scene.breaker_trips,
+        mute_seconds=scene.mute_minutes * 60,
     )
 
 

@@ -523,4 +523,15 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         CREATE INDEX tool_calls_message ON tool_calls(first_message_id);
         """,
     ),
+    (
+        20,
+        """
+        -- Scenes (docs/scenes.md): the persona that wrote an assistant message (NULL: the
+        -- session's persona, as before scenes). The cast shares one transcript; each line
+        -- carries its speaker, and the hourly cap counts a scene's lines by time.
+        ALTER TABLE messages ADD COLUMN persona TEXT;
+        CREATE INDEX messages_scene_lines ON messages(conversation_id, created_at)
+            WHERE persona IS NOT NULL;
+        """,
+    ),
 )

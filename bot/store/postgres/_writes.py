@@ -224,14 +224,14 @@ class WritesPart(IngestBase, QueuePart):
             "WHERE id = $2 RETURNING next_turn - 1 AS turn), "
             "r AS (INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
             "display_name, text, version, pending, created_at, input_tokens, output_tokens, "
-            "cache_write_tokens, cache_read_tokens, model) "
+            "cache_write_tokens, cache_read_tokens, model, persona) "
             "SELECT $1, $2, t.turn, 'assistant', 'assistant', '', $4::text, $5::bigint, "
-            "FALSE, $3, $8::integer, $9::integer, $10::integer, $11::integer, $12::text FROM t "
-            "RETURNING id), "
+            "FALSE, $3, $8::integer, $9::integer, $10::integer, $11::integer, $12::text, "
+            "$13::text FROM t RETURNING id), "
             "a AS (UPDATE messages SET pending = FALSE, answered_by = (SELECT id FROM r) "
             "WHERE id = ANY($6::bigint[])) "
             "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
-            "reply_to, created_at) SELECT $1, $2, r.id, $4, $7::text, $3 FROM r "
+            "reply_to, created_at) SELECT $1, $2, r.id, $14::text, $7::text, $3 FROM r "
             "RETURNING reply_message_id, id",
             row.conv_id,
             row.sid,
@@ -245,6 +245,8 @@ class WritesPart(IngestBase, QueuePart):
             usage.cache_creation_input_tokens,
             usage.cache_read_input_tokens,
             row.model,
+            row.persona,
+            row.sent,
         )
         assert recorded is not None
         return int(recorded[0]), int(recorded[1])

@@ -56,6 +56,10 @@ class ReplyRow:
     usage: Usage
     model: str | None
     reply_to: str | None = None
+    # A scene's speaker (docs/scenes.md), and the text sent when it differs from the one
+    # recorded (its name header: the transcript keeps the line alone).
+    persona: str | None = None
+    shown: str | None = None
 
     def outbox(self, reply_id: int, outbox_id: int) -> OutboxItem:
         """The outbox row written with it, for Delivery."""
@@ -63,11 +67,16 @@ class ReplyRow:
             id=outbox_id,
             conversation=self.session.conversation,
             session=self.session,
-            text=self.text,
+            text=self.sent,
             reply_message_id=reply_id,
             created_at=self.now,
             reply_to_platform_message_id=self.reply_to,
         )
+
+    @property
+    def sent(self) -> str:
+        """What goes out: the line with its header in a scene, else the text itself."""
+        return self.text if self.shown is None else self.shown
 
 
 def refuse_blank(text: str) -> None:
@@ -350,9 +359,9 @@ class SQLCore(BaseStore):
             await db.fetchval(
                 "INSERT INTO messages (conversation_id, session_id, turn, role, author_id, "
                 "display_name, text, version, pending, created_at, model, input_tokens, "
-                "output_tokens, cache_write_tokens, cache_read_tokens) VALUES ($1, $2, $3, "
-                f"'assistant', 'assistant', '', $4, $5, {d.false}, $6, $7, $8, $9, $10, $11) "
-                "RETURNING id",
+                "output_tokens, cache_write_tokens, cache_read_tokens, persona) VALUES ($1, $2, "
+                f"$3, 'assistant', 'assistant', '', $4, $5, {d.false}, $6, $7, $8, $9, $10, $11, "
+                "$12) RETURNING id",
                 row.conv_id,
                 row.sid,
                 reply_turn,
@@ -361,6 +370,7 @@ class SQLCore(BaseStore):
                 row.now,
                 row.model,
                 *cols.usage_values(row.usage),
+                row.persona,
             )
         )
         if row.answers:
@@ -376,7 +386,7 @@ class SQLCore(BaseStore):
             row.conv_id,
             row.sid,
             reply_id,
-            row.text,
+            row.sent,
             row.reply_to,
             row.now,
         )

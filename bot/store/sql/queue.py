@@ -7,6 +7,7 @@ writes what they decide, inside one transaction each.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from bot.core.events import (
     QueueBacklog,
     QueuePolicy,
     Reservation,
+    SceneLine,
     SessionKey,
     Turn,
     UsageStats,
@@ -34,6 +36,7 @@ from bot.core.queue_rules import final_verdict
 from bot.store import cols
 from bot.store.sql.conn import Conn
 from bot.store.sql.core import (
+    CONV_WHERE,
     CONV_WHERE_C,
     SESSION_ID,
     ReplyRow,
@@ -540,6 +543,7 @@ class QueuePart(SQLCore):
         reminders: Sequence[NewReminder] = (),
         *,
         committed: bool = False,
+        line: SceneLine | None = None,
     ) -> FinishResult:
         """Fencing check, version check (rules.final_verdict), then reply + outbox, atomically.
 
@@ -566,12 +570,63 @@ class QueuePart(SQLCore):
                     usage=usage or Usage(),
                     model=model,
                     reply_to=turn.messages[-1].platform_message_id if turn.messages else None,
+                    persona=None if line is None else line.persona,
+                    shown=None if line is None else line.shown,
                 ),
             )
             if reminders:
                 await self._add_reminders(db, conv_id, reminders, now)
             await self._settle_timer(db, conv_id, turn.version, queue)
         return FinishResult("recorded", outbox=item, current_version=found.version)
+
+    async def finish_line(
+        self,
+        turn: Turn,
+        lease: Lease,
+        reply: str,
+        now: float,
+        line: SceneLine,
+        usage: Usage | None = None,
+        model: str | None = None,
+    ) -> FinishResult:
+        """The turn's version check with no hard cap (an extra speaker is never worth a stale
+        line): the same locks and read as ``finish_turn``'s, then the line and its outbox row;
+        it answers no message and leaves the timer as it is."""
+        refuse_blank(reply)
+        uncapped = QueuePolicy(debounce=0.0, max_wait=math.inf)
+        async with self._tx() as db:
+            found = await self._turn_verdict(db, turn, lease, uncapped, now)
+            if found.outcome != "recorded" or found.row is None:
+                return FinishResult(found.outcome, current_version=found.version)
+            conv_id, sid = found.row
+            item = await self._record(
+                db,
+                ReplyRow(
+                    conv_id=conv_id,
+                    sid=sid,
+                    session=turn.session,
+                    version=turn.version,
+                    answers=(),
+                    text=reply,
+                    now=now,
+                    usage=usage or Usage(),
+                    model=model,
+                    persona=line.persona,
+                    shown=line.shown,
+                ),
+            )
+        return FinishResult("recorded", outbox=item, current_version=found.version)
+
+    async def scene_lines_since(self, conversation: ConversationKey, since: float) -> int:
+        """Counted on the partial index of persona lines (migration 20)."""
+        async with self._read() as db:
+            count = await db.fetchval(
+                "SELECT COUNT(*) FROM messages WHERE persona IS NOT NULL AND created_at > $5 "
+                f"AND conversation_id = (SELECT id FROM conversations WHERE {CONV_WHERE})",
+                *conv_args(conversation),
+                since,
+            )
+        return int(count or 0)
 
     async def _turn_verdict(
         self,

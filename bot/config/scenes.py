@@ -1,0 +1,31 @@
+"""``[bots.scene]``: a bot's personas speak together in each of its chats (docs/scenes.md)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from bot.config.fields import Section
+
+
+class SceneSettings(Section):
+    """The rules of a scene; its cast is the bot's ``personas`` (each persona's ``aliases``
+    and ``talkativeness`` say how people call it and how readily it joins)."""
+
+    # Who speaks when nobody was addressed: natural (by talkativeness), pooled (one who has
+    # not spoken since the last human message), list (everyone in cast order), manual (only
+    # the addressed).
+    strategy: Literal["natural", "pooled", "list", "manual"] = "natural"
+    # Speakers per human turn at most.
+    max_speakers: int = Field(default=2, ge=1, le=10)
+    # Personas talking on without a human: off unless enabled; then at most
+    # max_autonomous_turns persona lines (every one counts) until a human writes.
+    autonomous: bool = False
+    max_autonomous_turns: int = Field(default=4, ge=1, le=50)
+    autonomous_delay_seconds: float = Field(default=5.0, ge=0, le=3600)
+    # Persona lines per rolling hour at most; caps hit this many times within an hour mute
+    # the scene for mute_minutes (an admin's /stop mutes it too, /stop off ends that).
+    max_lines_per_hour: int = Field(default=60, ge=1, le=10_000)
+    breaker_trips: int = Field(default=3, ge=1, le=100)
+    mute_minutes: float = Field(default=30.0, gt=0, le=7 * 24 * 60)
