@@ -9,6 +9,9 @@ Invariants:
   (:class:`~adapters.telegram.session.RedactingSession` scrubs it from transport errors);
 - a reply is sent chunk by chunk, in order; a flood limit (429) retries only the chunk it hit,
   so no chunk is ever sent twice by this adapter;
+- every message, file and edit waits for its chat's turn in the pacer
+  (:mod:`adapters.telegram.pacing`, shareable by several accounts posting into one group) and
+  keeps the turn while it is sent and retried; a 429 pauses its chat for every sender;
 - the typing task is cancelled on every exit of :meth:`TelegramAdapter.typing`;
 - a reply that ``replaces`` a streamed preview edits that message into its first chunk
   (posted anew when the preview is gone), so the chat never shows the answer twice.
@@ -23,7 +26,6 @@ import contextlib
 import hmac
 import logging
 import re
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -73,12 +75,12 @@ from adapters.telegram.inbound import (
     to_inbound,
 )
 from adapters.telegram.media import TelegramMedia
+from adapters.telegram.pacing import TelegramPacer
 from adapters.telegram.preview import (
     NOT_EDITABLE,
     NOT_MODIFIED,
     REFUSALS,
     DraftPreview,
-    EditLimiter,
     EditPreview,
     PreviewContext,
     delete_message,
@@ -89,6 +91,7 @@ from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSetting
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
 from bot.core.events import ConversationKey, PlatformProblem, Reply
+from bot.core.pacing import Pacer
 from bot.core.ports import InboundHandler, Preview, StreamSettings
 from bot.core.tasks import running
 
@@ -175,6 +178,7 @@ class TelegramAdapter(StreamingAdapter):
         max_flood_wait: float = 120.0,
         download_timeout: float = 30.0,
         clock: Clock | None = None,
+        pacer: Pacer[int] | None = None,
     ) -> None:
         super().__init__(bot_key=bot_key)
         server = PRODUCTION if api_server is None else TelegramAPIServer.from_base(api_server)
@@ -202,9 +206,10 @@ class TelegramAdapter(StreamingAdapter):
         #: Fetches the files of this bot's media (``bot.core.media.MediaSource``).
         self.media = TelegramMedia(self._bot, timeout=download_timeout)
         self._prepared: Dispatcher | None = None
-        self._previews = PreviewContext(self._bot, bot_key, self._redact)
-        # Group chats' posts and edits (previews and final replies); ``clock`` for tests.
-        self._limiter = EditLimiter(now=time.monotonic if clock is None else clock.now)
+        # Every send into a chat waits for its turn here, previews and final replies alike;
+        # pass one pacer to several adapters that post into the same groups (a scene).
+        self._pacer: Pacer[int] = pacer or TelegramPacer(clock=clock)
+        self._previews = PreviewContext(self._bot, bot_key, self._redact, self._pacer)
         self._draftless: OrderedDict[int, None] = OrderedDict()  # chats that refused drafts
         #: The port the webhook server listens on (known once it started; useful with port 0).
         self.webhook_port: int | None = None
@@ -692,8 +697,6 @@ class TelegramAdapter(StreamingAdapter):
     ) -> None:
         """``sendMessage`` (or, with ``edit``, ``editMessageText`` of that message, sent as a
         new message when it is gone); a reply to a deleted message is sent without the reply."""
-        if not target.private:
-            self._limiter.record(target.chat_id)  # the group's budget, which previews share
         if edit is not None and await self._edit(target, edit, text, parse_mode):
             return
         reply = None
@@ -717,7 +720,7 @@ class TelegramAdapter(StreamingAdapter):
             chat_id=target.chat_id, message_id=message_id, text=text, parse_mode=parse_mode
         )
         try:
-            await self._call(method, target)
+            await self._call(method, target, message=False)
         except TelegramBadRequest as exc:
             problem = exc.message.lower()
             if NOT_MODIFIED in problem:
@@ -734,33 +737,46 @@ class TelegramAdapter(StreamingAdapter):
             raise
         return True
 
-    async def _call(self, method: TelegramMethod[TelegramType], target: _Target) -> TelegramType:
-        """Call a method, waiting out flood limits a bounded number of times.
+    async def _call(
+        self, method: TelegramMethod[TelegramType], target: _Target, *, message: bool = True
+    ) -> TelegramType:
+        """Call a method in the chat's turn (``message=False``: an edit, not spaced like a new
+        message), waiting out flood limits a bounded number of times.
 
         Raises TelegramBadRequest (the caller decides), DeliveryRefused or AdapterError.
         """
-        attempt = 0
-        while True:
-            try:
-                return await self._bot(method)
-            except TelegramRetryAfter as exc:
-                attempt += 1
-                if attempt > self._flood_retries or exc.retry_after > self._max_flood_wait:
+        chat = target.chat_id
+        if (paused := self._pacer.paused_for(chat)) > self._max_flood_wait:
+            # A 429 (maybe another sender's) paused the chat longer than this adapter waits.
+            raise AdapterError(
+                f"telegram bot {self.bot_key}: sending to chat {chat} failed: "
+                f"Flood control: the chat is paused for another {paused:.0f}s"
+            )
+        async with self._pacer.turn(chat, spaced=message) as turn:
+            attempt = 0
+            while True:
+                try:
+                    return await self._bot(method)
+                except TelegramRetryAfter as exc:
+                    # The chat's pause, not this send's: every sender of the chat honours it.
+                    self._pacer.pause(chat, float(exc.retry_after))
+                    attempt += 1
+                    if attempt > self._flood_retries or exc.retry_after > self._max_flood_wait:
+                        raise self._failure(target, exc) from exc
+                    log.warning(
+                        "telegram bot %s: flood limit in chat %s; retry %d in %ds",
+                        self.bot_key,
+                        chat,
+                        attempt,
+                        exc.retry_after,
+                    )
+                    await turn.again()  # still this send's turn: nobody overtakes the retry
+                except TelegramBadRequest as exc:
+                    if any(refusal in exc.message.lower() for refusal in _REFUSALS):
+                        raise self._failure(target, exc) from exc
+                    raise
+                except _TELEGRAM_ERRORS as exc:
                     raise self._failure(target, exc) from exc
-                log.warning(
-                    "telegram bot %s: flood limit in chat %s; retry %d in %ds",
-                    self.bot_key,
-                    target.chat_id,
-                    attempt,
-                    exc.retry_after,
-                )
-                await asyncio.sleep(exc.retry_after)
-            except TelegramBadRequest as exc:
-                if any(refusal in exc.message.lower() for refusal in _REFUSALS):
-                    raise self._failure(target, exc) from exc
-                raise
-            except _TELEGRAM_ERRORS as exc:
-                raise self._failure(target, exc) from exc
 
     def _failure(self, target: _Target, exc: Exception) -> AdapterError:
         """The framework's error for a failed send: DeliveryRefused when the chat refuses."""
@@ -806,7 +822,6 @@ class TelegramAdapter(StreamingAdapter):
             target.chat_id,
             target.thread_id,
             reply_to=quoted,
-            limiter=self._limiter,
         )
 
     async def retract(self, conversation: ConversationKey, message_id: str) -> bool:
@@ -852,6 +867,7 @@ class TelegramAdapter(StreamingAdapter):
                 await self._bot(action)
             except TelegramRetryAfter as exc:
                 pause = max(pause, float(exc.retry_after))
+                self._pacer.pause(target.chat_id, float(exc.retry_after))  # for the messages too
             except TelegramForbiddenError:
                 return  # the reply itself will report the refusal
             except _TELEGRAM_ERRORS as exc:

@@ -9,9 +9,11 @@ Invariants:
 - what a preview shows notifies nobody (``without_mentions``, as every send);
 - a preview shows the tail of the answer that fits one message ("…" first when cut), formatted
   as the final message is; a chat that rejects the formatting gets plain text from then on;
-- in a group, previews of one bot post and edit at most :data:`GROUP_EDITS` times per
-  :data:`GROUP_WINDOW` seconds per chat (Telegram's limit, shared by all previews of the chat:
-  :class:`EditLimiter`), refused *before* calling Telegram.
+- previews draw from their chat's lane of the account's pacer (:mod:`adapters.telegram.pacing`),
+  like final replies, but are refused (``PreviewThrottled``) *before* calling Telegram rather
+  than delayed: over a group's budget (the last slot of each window is left to final
+  replies), while a paced send waits or goes in that chat, or while a 429 pauses the chat;
+- a 429 on a preview pauses its chat for every sender (``retry_after`` is always honoured).
 """
 
 from __future__ import annotations
@@ -19,10 +21,8 @@ from __future__ import annotations
 import abc
 import logging
 import secrets
-import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from aiogram import Bot
@@ -40,14 +40,13 @@ from aiogram.types import Message, ReplyParameters
 
 from adapters.streaming import PostedPreview
 from adapters.telegram.format import MESSAGE_LIMIT, html_tail, tail, without_mentions
+from adapters.telegram.pacing import TelegramPacer
 from bot.core.errors import AdapterError, PreviewThrottled, PreviewUnavailable
+from bot.core.pacing import Pacer
 from bot.core.ports import StreamSettings
 
 log = logging.getLogger("personabot.telegram")
 
-#: Telegram's limit for messages and edits in one group: this many per window.
-GROUP_EDITS: Final = 20
-GROUP_WINDOW: Final = 60.0
 #: 400 descriptions that mean "this chat will not take messages from us" (like a 403).
 REFUSALS: Final = ("chat not found", "not enough rights", "have no rights", "topic_closed")
 #: 400 descriptions that mean the posted message can no longer be edited (deleted, too old).
@@ -60,16 +59,19 @@ NOT_MODIFIED: Final = "message is not modified"
 _BAD_ENTITIES: Final = "can't parse entities"
 _ERRORS: Final = (TelegramAPIError, ClientDecodeError)
 _MAX_DRAFT_ID: Final = 2**31 - 1
-_MAX_CHATS: Final = 1024
+#: Window slots of a group previews leave to final replies (which wait for a slot instead).
+_RESERVED: Final = 1
 
 
 @dataclass(frozen=True, slots=True)
 class PreviewContext:
-    """What every preview of one bot account needs: its Bot and how to word errors."""
+    """What every preview of one bot account needs: its Bot, how to word errors, and the
+    pacer its chats' sends share (the adapter's)."""
 
     bot: Bot
     bot_key: str
     redact: Callable[[str], str]  # scrubs the token from any text
+    pacer: Pacer[int] = field(default_factory=TelegramPacer)
 
     def failure(self, chat_id: int, exc: Exception) -> AdapterError:
         """The framework's error for a failed preview update (never the token)."""
@@ -82,53 +84,6 @@ class PreviewContext:
         if refused or any(words in lowered for words in REFUSALS + NOT_EDITABLE):
             return PreviewUnavailable(text)
         return AdapterError(text)
-
-
-class EditLimiter:
-    """At most ``limit`` posts and edits per ``window`` seconds in each chat.
-
-    One per bot account, shared by all its previews: two turns streaming into one group draw
-    from the same budget. ``now`` is a monotonic time in seconds (injectable for tests).
-    """
-
-    def __init__(
-        self,
-        *,
-        limit: int = GROUP_EDITS,
-        window: float = GROUP_WINDOW,
-        now: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._limit = limit
-        self._window = window
-        self._now = now
-        self._uses: dict[int, deque[float]] = {}  # the last ``limit`` uses of each chat
-
-    def take(self, chat_id: int) -> float:
-        """Take a slot (0.0), or the seconds until one frees (nothing taken).
-
-        Previews get ``limit - 1`` slots of a window: the last is left to the final reply
-        (``record``), so that a long stream never makes Telegram refuse the answer itself."""
-        now = self._now()
-        uses = self._recent(chat_id, now)
-        if len(uses) >= self._limit - 1:
-            return max(uses[0] + self._window - now, 0.001)
-        uses.append(now)
-        return 0.0
-
-    def record(self, chat_id: int) -> None:
-        """Count a message sent anyway (a final reply is never refused, but it uses the
-        chat's budget too)."""
-        now = self._now()
-        self._recent(chat_id, now).append(now)
-
-    def _recent(self, chat_id: int, now: float) -> deque[float]:
-        if chat_id not in self._uses and len(self._uses) >= _MAX_CHATS:
-            for chat in [c for c, uses in self._uses.items() if uses[-1] <= now - self._window]:
-                del self._uses[chat]  # bounded memory: chats quiet for a window are forgotten
-        uses = self._uses.setdefault(chat_id, deque(maxlen=self._limit))
-        while uses and uses[0] <= now - self._window:
-            uses.popleft()
-        return uses
 
 
 class _Formatted(abc.ABC):
@@ -145,7 +100,21 @@ class _Formatted(abc.ABC):
         """Show ``text`` (one message's worth) in the chat."""
 
     def _failure(self, exc: Exception) -> AdapterError:
+        if isinstance(exc, TelegramRetryAfter):
+            # The flood is the chat's, not this preview's: every sender of the chat waits.
+            self._context.pacer.pause(self._chat_id, float(exc.retry_after))
         return self._context.failure(self._chat_id, exc)
+
+    def _take_slot(self, *, message: bool) -> None:
+        """Take the chat's next slot now (a new ``message``, or an edit), else raise
+        PreviewThrottled saying when to try again: a preview never waits for one."""
+        wait = self._context.pacer.try_take(self._chat_id, spaced=message, reserve=_RESERVED)
+        if wait > 0:
+            raise PreviewThrottled(
+                f"telegram bot {self._context.bot_key}: chat {self._chat_id} is paced "
+                f"(flood limits); the next slot in {wait:.1f}s",
+                retry_after=wait,
+            )
 
     async def _show(self, markdown: str) -> None:
         """Show the tail of ``markdown``: HTML, else plain text when the chat rejects it."""
@@ -224,6 +193,7 @@ class DraftPreview(_Formatted):
         markdown = without_mentions(text)
         if markdown == self._shown:
             return
+        self._take_slot(message=True)  # private chats: refused only while a 429 pauses it
         await self._show(markdown)
         self._shown = markdown
 
@@ -266,13 +236,11 @@ class EditPreview(_Formatted, PostedPreview):
         thread_id: int | None,
         *,
         reply_to: int | None,
-        limiter: EditLimiter,
     ) -> None:
         self._context = context
         self._chat_id = chat_id
         self._thread_id = thread_id
         self._reply_to = reply_to
-        self._limiter = limiter
         self._message_id: int | None = None
         self._shown: str | None = None
         self._plain = False
@@ -286,13 +254,7 @@ class EditPreview(_Formatted, PostedPreview):
         markdown = without_mentions(text)
         if markdown == self._shown or not markdown.strip():
             return
-        wait = self._limiter.take(self._chat_id)
-        if wait > 0:
-            raise PreviewThrottled(
-                f"telegram bot {self._context.bot_key}: chat {self._chat_id} had "
-                f"{GROUP_EDITS} messages and edits in {GROUP_WINDOW:.0f}s",
-                retry_after=wait,
-            )
+        self._take_slot(message=self._message_id is None)  # posting is a message, editing not
         await self._show(markdown)
         self._shown = markdown
 

@@ -1,6 +1,7 @@
 """Streamed replies on Telegram (issue 16): drafts in private chats, an edited message in
 groups, the final reply replacing the preview, and the stop button. Real aiogram against the
-fake Bot API; the group limiter runs on a ManualClock, so nothing here waits for time to pass.
+fake Bot API; the chats' pacer runs on a manual clock (``drive`` jumps it to each paced send),
+so nothing here waits for time to pass.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from bot.core.errors import AdapterError, PreviewThrottled, PreviewUnavailable, 
 from bot.core.events import ConversationKey, Inbound, Reply
 from bot.core.ports import Preview, Streams, StreamSettings
 from tests.adapters.test_telegram import ANN, BOB, BOT, PERSONA, TOKEN, _free_port, running
+from tests.fakes.clock import SignallingClock, drive
 from tests.fakes.llm import GatedLLM
 from tests.fakes.telegram_api import FakeTelegramAPI, TgChat, parse_telegram_html, utf16_units
 
@@ -58,8 +60,8 @@ async def api() -> AsyncIterator[FakeTelegramAPI]:
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
+def clock() -> SignallingClock:
+    return SignallingClock()
 
 
 @pytest.fixture
@@ -221,7 +223,7 @@ async def test_a_chat_refusing_drafts_gets_no_more_previews(
 
 
 async def test_a_flood_limit_on_a_draft_is_reported_at_once_without_waiting(
-    api: FakeTelegramAPI, adapter: TelegramAdapter
+    api: FakeTelegramAPI, adapter: TelegramAdapter, clock: ManualClock
 ) -> None:
     api.fail_next("sendMessageDraft", status=429, retry_after=7)
     draft = preview(adapter, PRIVATE)
@@ -231,6 +233,10 @@ async def test_a_flood_limit_on_a_draft_is_reported_at_once_without_waiting(
     assert caught.value.retry_after == 7
     assert time.monotonic() - started < 1.0
     assert len(api.calls_of("sendMessageDraft")) == 1  # not retried
+    with pytest.raises(PreviewThrottled):  # the chat is paused for 7 s, for every sender
+        await draft.show("hello")
+    assert len(api.calls_of("sendMessageDraft")) == 1  # refused without calling Telegram
+    await clock.advance(7)
     await draft.show("hello")  # the same text again: it was never shown
     assert api.draft_text(PRIVATE.id, draft.draft_id or 0) == "hello"
     api.fail_next("sendMessageDraft", status=502, description=f"proxy: /bot{TOKEN}/x")
@@ -277,13 +283,20 @@ async def test_an_edit_preview_posts_then_edits_within_the_group_budget(
 
 
 async def test_an_edit_preview_survives_refusals_and_failed_deletes(
-    api: FakeTelegramAPI, adapter: TelegramAdapter, caplog: pytest.LogCaptureFixture
+    api: FakeTelegramAPI,
+    adapter: TelegramAdapter,
+    clock: ManualClock,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     shown = preview(adapter, GROUP, EDIT)
     api.fail_next("sendMessage", status=429, retry_after=3)
     with pytest.raises(PreviewThrottled) as caught:
         await shown.show("first")
     assert caught.value.retry_after == 3
+    with pytest.raises(PreviewThrottled) as paused:  # the chat's pause holds for every sender
+        await shown.show("first")
+    assert paused.value.retry_after == pytest.approx(3)
+    await clock.advance(3)
     await shown.show("first")
     await shown.show("first words")
     api.delete_message(GROUP.id, int(shown.message_id or 0))  # an admin deleted it
@@ -300,7 +313,7 @@ async def test_an_edit_preview_survives_refusals_and_failed_deletes(
 
 
 async def test_the_final_reply_edits_the_preview_into_its_first_chunk(
-    api: FakeTelegramAPI, adapter: TelegramAdapter
+    api: FakeTelegramAPI, adapter: TelegramAdapter, clock: SignallingClock
 ) -> None:
     asked = api.message_update(GROUP, ANN, "@mira_bot tell me")["message"]["message_id"]
     shown = preview(adapter, GROUP, EDIT, reply_to=str(asked))
@@ -309,9 +322,10 @@ async def test_the_final_reply_edits_the_preview_into_its_first_chunk(
     text = "\n\n".join([paragraph.strip()] * 5)
     chunks = split_message(text)
     assert len(chunks) == 3
-    await adapter.send(
-        Reply(key(GROUP), text, reply_to_platform_message_id=str(asked), replaces=shown.message_id)
+    reply = Reply(
+        key(GROUP), text, reply_to_platform_message_id=str(asked), replaces=shown.message_id
     )
+    await drive(clock, adapter.send(reply))
     (edit,) = api.calls_of("editMessageText", TOKEN)
     posted = api.sent_messages(TOKEN, GROUP.id)
     assert edit.ok and edit.params["message_id"] == shown.message_id
@@ -335,18 +349,17 @@ async def test_a_final_reply_the_preview_already_shows_is_done(
 
 
 async def test_a_final_reply_replacing_a_deleted_preview_is_posted_anew(
-    api: FakeTelegramAPI, adapter: TelegramAdapter
+    api: FakeTelegramAPI, adapter: TelegramAdapter, clock: SignallingClock
 ) -> None:
     asked = api.message_update(GROUP, ANN, "@mira_bot hi")["message"]["message_id"]
     shown = preview(adapter, GROUP, EDIT, reply_to=str(asked))
     await shown.show("Hello the")
     gone = int(shown.message_id or 0)
     api.delete_message(GROUP.id, gone)
-    await adapter.send(
-        Reply(
-            key(GROUP), "Hello there", reply_to_platform_message_id=str(asked), replaces=str(gone)
-        )
+    reply = Reply(
+        key(GROUP), "Hello there", reply_to_platform_message_id=str(asked), replaces=str(gone)
     )
+    await drive(clock, adapter.send(reply))
     (edit,) = api.calls_of("editMessageText", TOKEN)
     assert edit.status == 400
     final = api.sent_messages(TOKEN, GROUP.id)[-1]

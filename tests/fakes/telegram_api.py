@@ -55,7 +55,8 @@ Behaviour:
   :meth:`FakeTelegramAPI.message_update` takes captions, replies with a ``quote``, external
   replies and forwards (:func:`user_origin` and the other origins).
 * Every call, failed ones included, is recorded in :attr:`FakeTelegramAPI.calls` (file
-  downloads in :attr:`FakeTelegramAPI.downloads`).
+  downloads in :attr:`FakeTelegramAPI.downloads`), dated by ``now`` (a test's manual clock
+  can date them).
 """
 
 from __future__ import annotations
@@ -270,7 +271,7 @@ class ApiCall:
     method: str
     params: dict[str, Any]
     status: int
-    at: float  # time.monotonic() on arrival
+    at: float  # the server's ``now()`` on arrival (time.monotonic() unless given)
     result: Any = None  # what a successful call answered (e.g. the sent Message)
 
     @property
@@ -459,8 +460,11 @@ class _ApiError(Exception):
 class FakeTelegramAPI(FakeServer):
     """A local Bot API server for one or more bot tokens; use as ``async with``."""
 
-    def __init__(self, *, shutdown_timeout: float = 0.5) -> None:
+    def __init__(
+        self, *, shutdown_timeout: float = 0.5, now: Callable[[], float] = time.monotonic
+    ) -> None:
         super().__init__(shutdown_timeout=shutdown_timeout)
+        self._now = now  # dates each call (a test's manual clock: its sends' clock times)
         self.calls: list[ApiCall] = []
         self._accounts: dict[str, _Account] = {}
         self._chats: dict[int, TgChat] = {}
@@ -961,7 +965,7 @@ class FakeTelegramAPI(FakeServer):
         token, method = request.match_info["token"], request.match_info["method"]
         params = await _read_params(request)
         account = self._accounts.get(token)
-        arrived = time.monotonic()
+        arrived = self._now()
         try:
             if account is None:
                 raise _ApiError(401, "Unauthorized")
