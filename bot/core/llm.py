@@ -125,6 +125,10 @@ class ModelRequest:
     # instead when it is unavailable (overloaded, 5xx, timeout; never when it rejected).
     provider: str = DEFAULT_PROVIDER
     fallback: ModelRoute | None = None
+    # Sequences at which the model stops writing; the text returned never contains the
+    # sequence. In a scene they are the other speakers' line starts (memory/voices.py). An
+    # OpenAI-compatible endpoint gets the first 4 only (docs/providers.md).
+    stop: tuple[str, ...] = ()
 
 
 def breakpoints(request: ModelRequest) -> int:

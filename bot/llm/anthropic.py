@@ -176,6 +176,7 @@ class _Call(TypedDict):
     system: list[TextBlockParam] | anthropic.Omit
     tools: list[ToolParam] | anthropic.Omit
     tool_choice: ToolChoiceNoneParam | ToolChoiceAnyParam | anthropic.Omit
+    stop_sequences: list[str] | anthropic.Omit
 
 
 # What reading a started stream may raise (docs/architecture.md#streaming): an SSE `error`
@@ -315,6 +316,9 @@ class AnthropicLLM(BaseLLM):
             system=system if system else anthropic.omit,
             tools=tools if tools else anthropic.omit,
             tool_choice=choice,
+            # The API returns the text before the sequence and names it (stop_reason
+            # "stop_sequence"): a scene's line ends where another speaker's would begin.
+            stop_sequences=list(request.stop) if request.stop else anthropic.omit,
         )
 
     async def _read(self, live: AsyncMessageStream[None], on_text: TextSink) -> Message:

@@ -6,7 +6,8 @@ extractive (what the user said, cut short); memory extraction recognises a few p
 statements ("my name is ...", "I work as ...", "I'm afraid of ..."). It calls no tools
 (plugins' tools are ignored), except that a check-in's send/skip choice gets ``send``.
 Tests and benchmarks use it as a model with a fixed latency.
-Streamed, it gives its answer in word-sized pieces (docs/architecture.md#streaming).
+Streamed, it gives its answer in word-sized pieces (docs/architecture.md#streaming). Like a
+real model, its answer ends where one of the request's stop sequences would begin.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class OfflineLLM(BaseLLM):
             text = _extract(texts[0] if texts else "")
         else:
             text = _reply(request, last)
+        text, stopped = _stopped(text, request.stop)
         prompt = "".join(b.text for b in request.system) + "".join(m.text for m in request.messages)
         usage = Usage(input_tokens=_estimate(prompt), output_tokens=_estimate(text))
         if request.tool_choice == "any" and any(t.name == "send" for t in request.tools):
@@ -83,7 +85,8 @@ class OfflineLLM(BaseLLM):
             text = f"{LABEL} Just checking in: how are you? (prompt layers: {layers(request)})"
             use = ToolUse(f"offline-{self.calls}", "send", {"text": text})
             return ModelResult("", usage, "offline", "tool_use", content=(use,))
-        return ModelResult(text=text, usage=usage, model="offline", stop_reason="end_turn")
+        reason = "stop_sequence" if stopped else "end_turn"
+        return ModelResult(text=text, usage=usage, model="offline", stop_reason=reason)
 
     async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelResult:
         """The answer of :meth:`complete`, given to ``on_text`` one word at a time."""
@@ -92,6 +95,13 @@ class OfflineLLM(BaseLLM):
             on_text(piece)
             await asyncio.sleep(0)  # let the stream's consumer run between pieces
         return result
+
+
+def _stopped(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
+    """``text`` up to the earliest stop sequence in it (excluded), as a real model stops there,
+    and whether one was found."""
+    cuts = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)
 
 
 def _pieces(text: str) -> list[str]:

@@ -22,6 +22,10 @@ What the wire format cannot say is decided here:
 * ``max_tokens`` is sent, which every local server reads; an endpoint that refuses it in
   favour of ``max_completion_tokens`` (OpenAI's reasoning models) gets the request again with
   that field once, and the client keeps using it.
+* Stop sequences: OpenAI takes at most 4, so only a request's first 4 are sent (the caller
+  orders them most likely first and trims what the model wrote past the others); an endpoint
+  that refuses ``stop`` altogether (OpenAI's reasoning models) gets the request again without
+  it, and never again.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from bot.llm.openai_wire import (
     choice_of,
     messages_of,
     result_of,
+    stop_of,
     tools_of,
 )
 
@@ -95,6 +100,11 @@ def _wants_completion_tokens(exc: openai.BadRequestError) -> bool:
     )
 
 
+def _refuses_stop(exc: openai.BadRequestError) -> bool:
+    """The endpoint does not take stop sequences (OpenAI's reasoning models)."""
+    return exc.param == "stop" or "'stop'" in exc.message
+
+
 class OpenAICompatLLM(BaseLLM):
     """A Chat Completions endpoint via ``openai.AsyncOpenAI`` (docs/providers.md).
 
@@ -118,6 +128,7 @@ class OpenAICompatLLM(BaseLLM):
         self._timeout = timeout_seconds
         self._where = _host(base_url)
         self._tokens_field: _TokensField = "max_tokens"
+        self._send_stop = True
         self._client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=self._api_key or NO_KEY,
@@ -218,6 +229,7 @@ class OpenAICompatLLM(BaseLLM):
             temperature=request.temperature if request.temperature is not None else openai.omit,
             tools=tools if tools else openai.omit,
             tool_choice=choice_of(request),
+            stop=stop_of(request) if self._send_stop else openai.omit,
         )
 
     async def _completion(self, call: Call) -> ChatCompletion:
@@ -230,23 +242,36 @@ class OpenAICompatLLM(BaseLLM):
 
     async def _open(self, request: ModelRequest, send: Callable[[Call], Awaitable[_T]]) -> _T:
         """``send`` the request; SDK errors translated (those of a started stream are not
-        raised here)."""
+        raised here). A refused field is given up once and the request sent again
+        (:meth:`_adapt`): at most once per field, so at most three sends."""
         try:
-            try:
-                return await send(self._call(request))
-            except openai.BadRequestError as exc:
-                if self._tokens_field != "max_tokens" or not _wants_completion_tokens(exc):
-                    raise
-                log.info(
-                    "openai: %s refuses max_tokens; sending max_completion_tokens from now on",
-                    self._where,
-                )
-                self._tokens_field = "max_completion_tokens"
-                return await send(self._call(request))
+            while True:
+                try:
+                    return await send(self._call(request))
+                except openai.BadRequestError as exc:
+                    if not self._adapt(exc):
+                        raise
         except openai.OpenAIError as exc:
             error = self._translate(exc)
             log.warning("openai call failed: %s", error)
             raise error from exc
+
+    def _adapt(self, exc: openai.BadRequestError) -> bool:
+        """Change how requests are sent when the endpoint refused a field it does not take;
+        False when this refusal is not one of those (or that field was given up already)."""
+        if self._tokens_field == "max_tokens" and _wants_completion_tokens(exc):
+            log.info(
+                "openai: %s refuses max_tokens; sending max_completion_tokens from now on",
+                self._where,
+            )
+            self._tokens_field = "max_completion_tokens"
+            return True
+        if self._send_stop and _refuses_stop(exc):
+            # The model writes on past a speaker change; the caller trims it (memory/voices.py).
+            log.info("openai: %s refuses stop sequences; not sending them from now on", self._where)
+            self._send_stop = False
+            return True
+        return False
 
     # ----------------------------------------------------------------------------- errors
 

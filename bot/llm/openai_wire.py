@@ -38,7 +38,17 @@ from bot.core.llm import (
 )
 from bot.core.tokens import MAX_IMAGE_TOKENS, estimate_tokens
 
-__all__ = ["Assembly", "Call", "arguments_of", "choice_of", "messages_of", "result_of", "tools_of"]
+__all__ = [
+    "MAX_STOP",
+    "Assembly",
+    "Call",
+    "arguments_of",
+    "choice_of",
+    "messages_of",
+    "result_of",
+    "stop_of",
+    "tools_of",
+]
 
 log = logging.getLogger("personabot.llm")
 
@@ -53,6 +63,8 @@ _STOP_REASONS: Final = {
     "function_call": "tool_use",
     "content_filter": "refusal",
 }
+#: Stop sequences OpenAI's API accepts in one request (it answers 400 to a fifth).
+MAX_STOP: Final = 4
 
 
 class Call(TypedDict):
@@ -65,6 +77,7 @@ class Call(TypedDict):
     temperature: float | openai.Omit
     tools: list[ChatCompletionFunctionToolParam] | openai.Omit
     tool_choice: ChatCompletionToolChoiceOptionParam | openai.Omit
+    stop: list[str] | openai.Omit
 
 
 # ------------------------------------------------------------------------------- the request
@@ -163,6 +176,12 @@ def choice_of(request: ModelRequest) -> ChatCompletionToolChoiceOptionParam | op
     if not request.tools or request.tool_choice == "auto":
         return openai.omit
     return "required" if request.tool_choice == "any" else "none"
+
+
+def stop_of(request: ModelRequest) -> list[str] | openai.Omit:
+    """The request's first :data:`MAX_STOP` stop sequences (callers order them most likely
+    first); the model may write past the others, which its caller trims (memory/voices.py)."""
+    return list(request.stop[:MAX_STOP]) if request.stop else openai.omit
 
 
 # ------------------------------------------------------------------------------- the answer

@@ -46,6 +46,9 @@ Behaviour of ``POST /v1/messages``:
   one text block with :attr:`reply_text` (or, when that is None, an echo of the last user
   message's text),
   ``stop_reason`` :attr:`stop_reason`, and :attr:`usage`.
+* A text answer (the default reply or :meth:`reply_next`'s text, not scripted ``content``)
+  honours the request's ``stop_sequences`` as the real API does: it ends before the earliest
+  one in it, with ``stop_reason`` ``"stop_sequence"`` and ``stop_sequence`` naming it.
 * :attr:`latency` seconds (``asyncio.sleep``) are waited before every answer; while
   :attr:`hold` is an unset ``asyncio.Event``, answers also wait for it (a held model call);
   :attr:`received` is set when a request arrives, so a test can wait for the call it holds.
@@ -99,7 +102,7 @@ import json
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -119,6 +122,7 @@ __all__ = [
     "RecordedRequest",
     "Rule",
     "StreamPause",
+    "stop_at",
     "tokens",
 ]
 
@@ -321,6 +325,12 @@ class RecordedRequest:
                 )
         return ""
 
+    @property
+    def stop_sequences(self) -> list[str]:
+        """The request's ``stop_sequences`` ([] when it sent none)."""
+        sequences = self.body.get("stop_sequences", [])
+        return [s for s in sequences if isinstance(s, str)] if isinstance(sequences, list) else []
+
 
 @dataclass(frozen=True, slots=True)
 class CannedError:
@@ -403,6 +413,16 @@ def tokens(text: str) -> list[str]:
     return _TOKEN.findall(text)
 
 
+def stop_at(text: str, sequences: Sequence[str]) -> tuple[str, str | None]:
+    """``text`` up to the earliest of ``sequences`` in it (excluded), and that sequence: what a
+    real model writes when it reaches a stop sequence; ``(text, None)`` when none occurs."""
+    found = [(i, s) for s in sequences if s and (i := text.find(s)) >= 0]
+    if not found:
+        return text, None
+    at, sequence = min(found, key=lambda f: f[0])
+    return text[:at], sequence
+
+
 def _sse(event: str, data: Mapping[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
@@ -461,7 +481,10 @@ def _stream_events(message: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, 
         "message_delta",
         {
             "type": "message_delta",
-            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+            "delta": {
+                "stop_reason": message["stop_reason"],
+                "stop_sequence": message.get("stop_sequence"),
+            },
             "usage": {"output_tokens": output_tokens},
         },
     )
@@ -842,10 +865,13 @@ class FakeMessagesAPI(FakeServer):
         if images := recorded.images:  # as the real API bills them (input, never cached here)
             seen = sum(image_tokens(i.width, i.height) for i in images)
             usage["input_tokens"] = (usage["input_tokens"] or 0) + seen
+        stopped: str | None = None
         if step.content is not None:
             content = step.content
         else:
-            content = [{"type": "text", "text": recorded.last_user_text if text is None else text}]
+            said = recorded.last_user_text if text is None else text
+            said, stopped = stop_at(said, recorded.stop_sequences)
+            content = [{"type": "text", "text": said}]
         n = next(self._ids)
         payload = {
             "id": f"msg_fake_{n}",
@@ -853,8 +879,8 @@ class FakeMessagesAPI(FakeServer):
             "role": "assistant",
             "model": step.model or recorded.body["model"],
             "content": content,
-            "stop_reason": step.stop_reason or self.stop_reason,
-            "stop_sequence": None,
+            "stop_reason": "stop_sequence" if stopped else step.stop_reason or self.stop_reason,
+            "stop_sequence": stopped,
             "usage": usage,
         }
         headers = {"request-id": f"req_fake_{n}"}

@@ -24,11 +24,14 @@ Behaviour of ``POST /v1/chat/completions``:
   part holds an http(s) URL or a ``data:image/<jpeg|png|gif|webp>;base64,`` URL whose bytes
   are that kind of image; ``stream_options`` only with ``stream``. With
   :attr:`reject_max_tokens` (OpenAI's reasoning models) ``max_tokens`` is refused
-  (``param: "max_tokens"``) in favour of ``max_completion_tokens``.
+  (``param: "max_tokens"``) in favour of ``max_completion_tokens``. More than 4 ``stop``
+  sequences are refused (``param: "stop"``), and with :attr:`reject_stop` (OpenAI's reasoning
+  models) any ``stop`` is.
 * Otherwise the next scripted outcome is popped (:meth:`fail_next`, :meth:`reply_next`,
   :meth:`tool_calls_next`); with none the default answer is :attr:`reply_text` (None: an echo
   of the last user text), ``finish_reason`` ``"stop"``, usage from :attr:`usage` (None: the
-  answer reports no usage, as some local servers do).
+  answer reports no usage, as some local servers do). Its text ends before the earliest of
+  the request's ``stop`` sequences in it, as a real model's does.
 * :attr:`latency` seconds are waited before every answer; :attr:`received` is set when a
   request arrives.
 
@@ -64,7 +67,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from tests.fakes.messages_api import MAX_REQUEST_BYTES, StreamPause, tokens
+from tests.fakes.messages_api import MAX_REQUEST_BYTES, StreamPause, stop_at, tokens
 from tests.fakes.server import FakeServer, json_body
 
 __all__ = ["CannedError", "CannedReply", "FakeOpenAIAPI", "RecordedRequest"]
@@ -76,6 +79,7 @@ _IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
     "image/gif": (b"GIF87a", b"GIF89a"),
     "image/webp": (b"RIFF",),
 }
+MAX_STOP = 4  # stop sequences the real API takes
 _ERROR_TYPES = {
     400: ("invalid_request_error", None),
     401: ("invalid_request_error", "invalid_api_key"),
@@ -106,6 +110,14 @@ class RecordedRequest:
     def api_key(self) -> str | None:
         auth = self.headers.get("authorization", "")
         return auth.removeprefix("Bearer ").strip() or None if auth.startswith("Bearer ") else None
+
+    @property
+    def stop(self) -> list[str]:
+        """The request's stop sequences (``stop`` may be one string or a list; [] for none)."""
+        stop = self.body.get("stop")
+        if isinstance(stop, str):
+            return [stop]
+        return [s for s in stop if isinstance(s, str)] if isinstance(stop, list) else []
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -241,6 +253,12 @@ def _request_problem(body: dict[str, Any]) -> tuple[str, str | None] | None:
         return "Invalid 'messages': empty array. Expected an array with minimum length 1.", (
             "messages"
         )
+    stop = body.get("stop")
+    if isinstance(stop, list) and len(stop) > MAX_STOP:
+        return (
+            "Invalid 'stop': array too long. Expected an array with maximum length "
+            f"{MAX_STOP}, but got an array with length {len(stop)} instead."
+        ), "stop"
     if "stream_options" in body and body.get("stream") is not True:
         return "The 'stream_options' parameter is only allowed when 'stream' is enabled.", (
             "stream_options"
@@ -276,6 +294,7 @@ class FakeOpenAIAPI(FakeServer):
         self.latency = 0.0
         self.token_interval = 0.0
         self.reject_max_tokens = False
+        self.reject_stop = False
         self.requests: list[RecordedRequest] = []
         self.received = asyncio.Event()
         #: Set when a client closed a request before its answer was complete.
@@ -422,6 +441,14 @@ class FakeOpenAIAPI(FakeServer):
                     param="max_tokens",
                 )
             )
+        if self.reject_stop and "stop" in recorded.body:
+            return self._error(
+                CannedError(
+                    400,
+                    "Unsupported parameter: 'stop' is not supported with this model.",
+                    param="stop",
+                )
+            )
         step = self._script.popleft() if self._script else CannedReply()
         if isinstance(step, CannedError):
             return self._error(step)
@@ -429,6 +456,8 @@ class FakeOpenAIAPI(FakeServer):
         text = step.text if step.text is not None or step.calls else self.reply_text
         if text is None and not step.calls:
             text = recorded.last_user_text
+        if text is not None:  # the real API's finish_reason is "stop" either way
+            text, _ = stop_at(text, recorded.stop)
         usage = self.usage if step.usage == "default" else step.usage
         if usage is not None:
             usage = {
