@@ -91,6 +91,16 @@ class Metrics:
             "personabot_generations_cut_cost_dollars",
             "Estimated cost of reply generations cut by newer input",
         )
+        self.scene_lines = counter(
+            "personabot_scene_lines",
+            "Lines of scenes' personas recorded (docs/scenes.md), by persona",
+            "persona",
+        )
+        self.scene_caps = counter(
+            "personabot_scene_caps",
+            "Scene caps hit: autonomous cap, hourly cap (docs/scenes.md#loops)",
+            "cap",
+        )
         self.lease_conflicts = counter(
             "personabot_lease_conflicts", "Turns skipped because another worker held the lease"
         )

@@ -19,6 +19,7 @@ from typing import Protocol
 from bot.core.clock import Clock
 from bot.core.errors import ModelError
 from bot.core.events import ConversationKey, SessionKey, StoredMessage, UserKey, is_person
+from bot.core.scenes import CastMember, addressed
 from bot.store.contracts import MemoryStore, TranscriptReads
 from memory import stored
 from memory.calls import ChargedModel
@@ -137,7 +138,7 @@ class Extraction:
                     parsed = await self._extract_items(conversation, author, messages, policy)
                     if parsed is None:
                         return False
-                    items = _scoped(parsed, messages)
+                    items = _told_to(_scoped(parsed, messages), messages, policy.cast)
                     basis = seen
                 merged = trim_memory(merge_memory(record, items), policy.budget.memory_tokens)
                 if await self._store.set_user_memory(
@@ -182,6 +183,23 @@ class Extraction:
         except (ModelError, RecordError) as exc:
             log.warning("memory of user %s not updated (kept as it was): %s", author, exc)
             return None
+
+
+def _told_to(
+    items: Sequence[MemoryItem], messages: Sequence[StoredMessage], cast: Sequence[CastMember]
+) -> list[MemoryItem]:
+    """In a scene, each item for every persona its source messages addressed (a reply to its
+    line, its name: bot/core/scenes.py), so that only they know it; an item said to the whole
+    scene (nobody addressed) stays for every persona (docs/scenes.md#memory)."""
+    if not cast:
+        return list(items)
+    by_id = {m.id: m for m in messages}
+    out: list[MemoryItem] = []
+    for item in items:
+        sources = [by_id[s] for s in item.sources if s in by_id]
+        told = dict.fromkeys(p for m in sources for p in addressed(m.text, m.quote, cast))
+        out += [replace(item, persona=p) for p in told] if told else [item]
+    return out
 
 
 def _scoped(items: Sequence[MemoryItem], messages: Sequence[StoredMessage]) -> list[MemoryItem]:

@@ -94,6 +94,11 @@ class PersonaPin:
         opening = self.greeting(session, group=group, user=user)
         return f"{self._framing(session, user)}{OPENED}{opening}"
 
+    def character(self, session: SessionKey | None = None) -> str:
+        """Who the persona is, without an opening (a scene's speaker: docs/scenes.md#prompt;
+        ``{{user}}`` is everyone there)."""
+        return self._framing(session, GROUP_USER)
+
     def longest_text(self) -> str:
         """The pinned text with its longest opening, unexpanded (to check budgets against)."""
         longest = max((*self.openings(False), *self.openings(True)), key=len)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.core.llm import DEFAULT_PROVIDER
+from bot.core.scenes import CastMember
 from memory.assemble import Budget
 
 
@@ -21,3 +22,6 @@ class MemoryPolicy:
     share_across_groups: bool = False
     # Images shown per request at most (the newest; 0 = none): docs/architecture.md#media.
     max_images: int = 6
+    # A scene's cast (docs/scenes.md#memory): what a person tells one persona, only that
+    # persona learns. Empty: not a scene.
+    cast: tuple[CastMember, ...] = ()

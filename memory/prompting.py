@@ -23,12 +23,14 @@ from bot.core.events import (
     Turn,
     UserKey,
 )
+from bot.core.scenes import CastMember
 from bot.store.contracts import MediaStore, MemoryStore, TranscriptReads
 from memory import stored
 from memory.assemble import Assembled, Participant, PersonaPin, assemble
 from memory.images import shown_images
 from memory.policy import MemoryPolicy
 from memory.records import Summary, UserMemory
+from memory.scene import Card, assemble_scene, people_in
 
 log = logging.getLogger("personabot.memory")
 
@@ -68,10 +70,11 @@ class PromptBuilder:
         gap_notice: str | None = None,
         summary: Summary | NotSet | None = NOT_SET,
         policy: MemoryPolicy | None = None,
+        persona: str | None = None,
     ) -> Assembled:
         """Load every layer of this turn's prompt from the store and assemble it (pass the
         ``summary`` when the caller already read it; ``policy``: the persona's, when not the
-        bot's default)."""
+        bot's default; ``persona``: its id, which sees what it was told in a scene)."""
         policy = policy or self.policy_for(turn.session.conversation.bot)
         if isinstance(summary, NotSet):
             summary = await stored.summary(self.store, turn.session)
@@ -81,7 +84,7 @@ class PromptBuilder:
                 turn.messages, history, max_images=policy.max_images
             )
             turn = replace(turn, messages=messages)
-        participants = await self._participants(turn)
+        participants = await self._participants(turn, persona)
         images = await shown_images(self.store, (*history, *turn.messages), policy.max_images)
         return log_lore_drops(
             assemble(
@@ -108,6 +111,7 @@ class PromptBuilder:
         layer: str,
         now: float,
         policy: MemoryPolicy | None = None,
+        persona: str | None = None,
     ) -> Assembled:
         """The prompt of a message the persona writes first (docs/initiatives.md): the
         session's summary and window as for a turn, the person's memory as this chat may show
@@ -119,7 +123,7 @@ class PromptBuilder:
         if person is not None:
             name = next((m.display_name for m in reversed(history) if m.author_id == person), "")
             participants.append(
-                await self._participant(session.conversation, person, name, private)
+                await self._participant(session.conversation, person, name, private, persona)
             )
         return log_lore_drops(
             assemble(
@@ -136,17 +140,64 @@ class PromptBuilder:
             session,
         )
 
+    async def build_scene(
+        self,
+        session: SessionKey,
+        new: Sequence[StoredMessage],
+        speaker: CastMember,
+        pin: PersonaPin,
+        cards: Sequence[Card],
+        *,
+        summary: Summary | None,
+        gap_notice: str | None = None,
+        policy: MemoryPolicy | None = None,
+        stop: tuple[str, ...] = (),
+    ) -> Assembled:
+        """A scene speaker's prompt (memory/scene.py): the session's window and the ``new``
+        human messages as one transcript, the people in it as this speaker may know them."""
+        policy = policy or self.policy_for(session.conversation.bot)
+        history: Sequence[StoredMessage] = await self._window(session, summary, policy)
+        if self.media is not None:
+            new, history = await self.media(new, history, max_images=policy.max_images)
+        transcript = (*history, *new)
+        private = all(m.is_private for m in transcript if m.role == "user")
+        participants = [
+            await self._participant(session.conversation, person, name, private, speaker.id)
+            for person, name in people_in(transcript)
+        ]
+        images = await shown_images(self.store, transcript, policy.max_images)
+        return assemble_scene(
+            cards=cards,
+            speaker=speaker,
+            pin=pin,
+            pin_text=pin.character(session),
+            transcript=transcript,
+            budget=policy.budget,
+            participants=participants,
+            summary=summary,
+            gap_notice=gap_notice,
+            images=images,
+            stop=stop,
+        )
+
     async def visible_memory(
-        self, user: UserKey, conversation: ConversationKey, *, private_chat: bool
+        self,
+        user: UserKey,
+        conversation: ConversationKey,
+        *,
+        private_chat: bool,
+        persona: str | None = None,
     ) -> UserMemory:
         """The part of a user's record that may be shown in this chat (prompts, /memory),
-        under the bot's policy: see ``UserMemory.visible``."""
+        under the bot's policy, to ``persona`` (``EVERY_PERSONA``: the person's own view):
+        see ``UserMemory.visible``."""
         policy = self.policy_for(conversation.bot)
         record = await stored.user_memory(self.store, user)
         return record.visible(
             chat=None if private_chat else conversation.chat_id,
             private_in_groups=policy.private_memory_in_groups,
             across_groups=policy.share_across_groups,
+            persona=persona,
         )
 
     async def _window(
@@ -159,7 +210,7 @@ class PromptBuilder:
             session, policy.budget.window_messages * 2, after_turn=after
         )
 
-    async def _participants(self, turn: Turn) -> list[Participant]:
+    async def _participants(self, turn: Turn, persona: str | None) -> list[Participant]:
         """The turn's authors (each by the name of their first message of it)."""
         private = all(m.is_private for m in turn.messages)
         return [
@@ -168,16 +219,26 @@ class PromptBuilder:
                 author,
                 next(m.display_name for m in turn.messages if m.author_id == author),
                 private,
+                persona,
             )
             for author in turn.authors
         ]
 
     async def _participant(
-        self, conversation: ConversationKey, person: str, name: str, private: bool
+        self,
+        conversation: ConversationKey,
+        person: str,
+        name: str,
+        private: bool,
+        persona: str | None = None,
     ) -> Participant:
-        """A person of the prompt with what this chat may show of their memory (None: nothing)."""
+        """A person of the prompt with what this chat may show of their memory to ``persona``
+        (None: nothing)."""
         visible = await self.visible_memory(
-            UserKey(conversation.platform, person), conversation, private_chat=private
+            UserKey(conversation.platform, person),
+            conversation,
+            private_chat=private,
+            persona=persona,
         )
         return Participant(person, name, visible if visible.items else None)
 

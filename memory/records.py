@@ -26,6 +26,11 @@ SINGLE_VALUED: Final = frozenset(
 )
 
 
+#: ``UserMemory.visible(persona=EVERY_PERSONA)``: what every persona was told (a person's own
+#: view of their record: /memory). Persona ids never contain it (bot/config/personas.py).
+EVERY_PERSONA: Final = "*"
+
+
 class RecordError(ValueError):
     """A stored or model-produced record could not be read."""
 
@@ -43,6 +48,13 @@ class MemoryItem:
     # The group chat (platform chat id) it was said in; None for a private chat. Items
     # stored before scopes existed are read as private: they never leak into a group.
     scope: str | None = None
+    # The persona it was told to in a scene (docs/scenes.md#memory): only that persona is
+    # shown it. None: learned outside a scene, or said to the whole scene.
+    persona: str | None = None
+
+    def known_by(self, persona: str | None) -> bool:
+        """Whether the persona writing (None: the bot's, outside any scene) may know it."""
+        return self.persona is None or persona in (self.persona, EVERY_PERSONA)
 
     def shown_in(self, chat: str | None, *, private_in_groups: bool, across_groups: bool) -> bool:
         """Whether the item may appear in this chat (``chat`` None: a private chat)."""
@@ -55,6 +67,7 @@ class MemoryItem:
         return (
             self.section == other.section
             and self.field == other.field
+            and self.persona == other.persona
             and _norm(self.value) == _norm(other.value)
         )
 
@@ -76,17 +89,20 @@ class UserMemory:
         chat: str | None,
         private_in_groups: bool = False,
         across_groups: bool = False,
+        persona: str | None = None,
     ) -> UserMemory:
         """Only the items that may be shown in this chat: ``chat`` is the group's chat id, or
         None for a private chat. Private facts appear in private chats (and in groups only
         with ``private_in_groups``); a group's facts only in that group (in every chat with
-        ``across_groups``)."""
+        ``across_groups``). What a persona was told in a scene only that ``persona`` sees.
+        """
         return replace(
             self,
             items=tuple(
                 i
                 for i in self.items
-                if i.shown_in(
+                if i.known_by(persona)
+                and i.shown_in(
                     chat, private_in_groups=private_in_groups, across_groups=across_groups
                 )
             ),
@@ -106,6 +122,7 @@ class UserMemory:
                         "private": i.private,
                         "mentioned_at": i.mentioned_at,
                         "scope": i.scope,
+                        **({"persona": i.persona} if i.persona is not None else {}),
                     }
                     for i in self.items
                 ],
@@ -129,6 +146,7 @@ class UserMemory:
                     private=bool(raw.get("private", True)) or raw.get("scope") is None,
                     mentioned_at=float(raw.get("mentioned_at", 0.0)),
                     scope=None if raw.get("scope") is None else str(raw["scope"]),
+                    persona=None if raw.get("persona") is None else str(raw["persona"]),
                 )
                 for raw in data.get("items", ())
             )
@@ -164,10 +182,15 @@ class UserMemory:
             if not items:
                 continue
             if name == "episodic":
-                lines.append("  recent events: " + "; ".join(i.value for i in items))
+                lines.append("  recent events: " + "; ".join(_told(i) for i in items))
             else:
-                lines.append(f"  {name}: " + "; ".join(f"{i.field}: {i.value}" for i in items))
+                lines.append(f"  {name}: " + "; ".join(f"{i.field}: {_told(i)}" for i in items))
         return "\n".join(lines)
+
+
+def _told(item: MemoryItem) -> str:
+    """An item's value, with the persona it was told to in a scene (only that one knows it)."""
+    return item.value if item.persona is None else f"{item.value} (told to {item.persona})"
 
 
 def merge_memory(old: UserMemory, new_items: Iterable[MemoryItem]) -> UserMemory:
@@ -183,7 +206,15 @@ def merge_memory(old: UserMemory, new_items: Iterable[MemoryItem]) -> UserMemory
             ]
             continue
         if item.field in SINGLE_VALUED and item.section != "episodic":
-            items = [e for e in items if not (e.section == item.section and e.field == item.field)]
+            items = [
+                e
+                for e in items
+                if not (
+                    e.section == item.section
+                    and e.field == item.field
+                    and e.persona == item.persona
+                )
+            ]
         items.append(item)
     return replace(old, items=tuple(items))
 

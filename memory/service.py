@@ -101,17 +101,25 @@ class Memory:
         gap_notice: str | None = None,
         summary: Summary | NotSet | None = NOT_SET,
         policy: MemoryPolicy | None = None,
+        persona: str | None = None,
     ) -> Assembled:
         """This turn's prompt: ``PromptBuilder.build``."""
         return await self.prompts.build(
-            turn, pin, gap_notice=gap_notice, summary=summary, policy=policy
+            turn, pin, gap_notice=gap_notice, summary=summary, policy=policy, persona=persona
         )
 
     async def visible_memory(
-        self, user: UserKey, conversation: ConversationKey, *, private_chat: bool
+        self,
+        user: UserKey,
+        conversation: ConversationKey,
+        *,
+        private_chat: bool,
+        persona: str | None = None,
     ) -> UserMemory:
         """What this chat may show of a user's record: ``PromptBuilder.visible_memory``."""
-        return await self.prompts.visible_memory(user, conversation, private_chat=private_chat)
+        return await self.prompts.visible_memory(
+            user, conversation, private_chat=private_chat, persona=persona
+        )
 
     # -- the rolling summary: memory/compaction.py ----------------------------------------------
 

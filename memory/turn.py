@@ -82,6 +82,11 @@ def message_blocks(
     return tuple(out)
 
 
+def attributed(message: StoredMessage, limit: int, shown: Collection[int] = ()) -> str:
+    """A message under its author's header line, its lines indented (a group's rendering)."""
+    return _attributed(message, limit, shown)
+
+
 def _attributed(message: StoredMessage, limit: int, shown: Collection[int]) -> str:
     header = f"{data_json(message.display_name)} (user {data_json(message.author_id)}):"
     body = indented(cut(spoken(message, shown), limit))

@@ -14,6 +14,7 @@ from bot.app import App
 from bot.app.build import Seams
 from bot.config import (
     AccessSettings,
+    BotSettings,
     InitiativeSettings,
     LimitSettings,
     LLMSettings,
@@ -33,6 +34,7 @@ from bot.config import (
 from bot.core.clock import Clock, ManualClock
 from bot.core.events import ConversationKey, Inbound
 from bot.core.llm import BaseLLM
+from bot.core.media import Quote
 from bot.mcp import McpServers
 from bot.queue import Ingestor, Scheduler
 from bot.runtime.access import AccessPolicy
@@ -92,8 +94,11 @@ class Harness:
         name: str = "Sasha",
         message_id: str | None = None,
         private: bool = True,
+        triggers: bool = True,
+        quote: Quote | None = None,
     ) -> None:
-        """A user message arriving from an adapter (``private=False``: in a group)."""
+        """A user message arriving from an adapter (``private=False``: in a group;
+        ``triggers=False``: group chatter that neither mentions nor replies to the bot)."""
         self.counter[0] = next(_MESSAGE_IDS)
         await self.router(
             Inbound(
@@ -103,6 +108,8 @@ class Harness:
                 text=text,
                 platform_message_id=message_id or f"m{self.counter[0]}",
                 is_private=private,
+                triggers_reply=triggers,
+                quote=quote,
             )
         )
         await settle(self.store)
@@ -175,6 +182,8 @@ def harness_settings(
     schedule: ScheduleSettings | None = None,
     cut_stale: bool = True,
     mcp_servers: Sequence[McpServerSettings] = (),
+    bots: Sequence[BotSettings] = (),
+    cast: Sequence[PersonaSettings] = (),
 ) -> Settings:
     """The Settings that make the App wire what this harness describes.
 
@@ -231,7 +240,8 @@ def harness_settings(
             max_input_chars=budget.max_input_chars,
             export_every_minutes=export_every / 60,
         ),
-        personas=[persona],
+        personas=[persona, *(p for p in cast if p.id != persona.id)],
+        bots=list(bots),
         plugins=list(plugins),
         schedule=schedule or ScheduleSettings(),
         tools=ToolSettings.model_construct(**dataclasses.asdict(tool_policy or ToolPolicy())),
@@ -273,6 +283,8 @@ async def harness(
     cut_stale: bool = True,
     mcp_servers: Sequence[McpServerSettings] = (),
     environ: Mapping[str, str] | None = None,
+    bots: Sequence[BotSettings] = (),
+    cast: Sequence[PersonaSettings] = (),
 ) -> AsyncIterator[Harness]:
     """The App's runtime on ``store`` (owned by the caller) with a manual clock and a
     recording outlet; on exit the scheduler stops and waits for turns."""
@@ -298,6 +310,8 @@ async def harness(
         transcription=transcription,
         cut_stale=cut_stale,
         mcp_servers=mcp_servers,
+        bots=bots,
+        cast=cast,
     )
     app = App(settings, Secrets(environ or {}), clock=clock, llm=llm)
     if extensions is not None:

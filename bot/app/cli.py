@@ -191,9 +191,21 @@ def summary(settings: Settings, app: App | None = None) -> str:
                 + (f" (effectful: {', '.join(effectful)})" if effectful else "")
             )
     lines.append(f"  bots ({len(settings.bots)}):")
-    lines += [
-        f"    {b.key}: {b.platform}, persona {', '.join(b.persona_ids)}" for b in settings.bots
-    ]
+    for b in settings.bots:
+        if b.scene is None:
+            lines.append(f"    {b.key}: {b.platform}, persona {', '.join(b.persona_ids)}")
+            continue
+        s = b.scene
+        autonomy = (
+            f"autonomous up to {s.max_autonomous_turns} lines"
+            if s.autonomous
+            else "no lines without a human"
+        )
+        lines.append(
+            f"    {b.key}: {b.platform}, scene of {', '.join(b.personas)}: {s.strategy}, "
+            f"up to {s.max_speakers} speakers a turn, {autonomy}, "
+            f"{s.max_lines_per_hour} lines an hour"
+        )
     if app is not None:
         lines.append(f"  plugins: {', '.join(app.plugins) or 'none'}")
         lines.append(f"  platforms installed: {', '.join(app.platforms)}")

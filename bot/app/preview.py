@@ -7,15 +7,18 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from bot.app.build import initiative_policy, memory_policy, pin_for
+from bot.app.build import initiative_policy, memory_policy, pin_for, scene_rules
 from bot.config import PersonaSettings, Settings
 from bot.core.agenda import CheckinCap
 from bot.core.events import ConversationKey, SessionKey, StoredMessage, Turn
+from bot.core.scenes import SceneRules, addressed, plan, seeded
 from bot.runtime.initiatives import check_in_prompt, due_check_in
 from bot.store.console import PendingCounts
 from bot.store.contracts import AgendaStore, PendingReads, SessionReads, TranscriptReads
 from memory.assemble import Assembled
-from memory.retention.gaps import gap_notice
+from memory.records import Summary
+from memory.retention.gaps import Gap, gap_notice
+from memory.scene import card_of, people_in, speaker_stops
 from memory.service import Memory
 
 
@@ -69,7 +72,9 @@ async def preview_prompt(
         state, tz = due
         assert state.session_no is not None
         key_now = SessionKey(conversation, state.session_no)
-        assembled = await check_in_prompt(memory, pin_for(persona), key_now, state, tz, now)
+        assembled = await check_in_prompt(
+            memory, pin_for(persona), key_now, state, tz, now, persona=persona.id
+        )
         return f"check-in for {key_now}", assembled
     if turn is None:
         # No input pending: preview with a placeholder from the last person who spoke.
@@ -99,11 +104,64 @@ async def preview_prompt(
             title += f"; {waiting} more wait for the turns after it"
     summary = await memory.summary(turn.session)
     gaps = await memory.gaps(turn.session, summary)
+    entry = next((b for b in settings.bots if b.key == conversation.bot), None)
+    scene = None if entry is None else scene_rules(settings, entry)
+    if scene is not None:
+        history = await store.history(turn.session, 50)
+        speaker, reason, assembled = await _scene_prompt(
+            settings, memory, scene, turn, summary, gaps, history
+        )
+        return f"{title}; {speaker} speaks first ({reason})", assembled
     assembled = await memory.build(
         turn,
         pin_for(persona),
         gap_notice=gap_notice(gaps) if gaps else None,
         summary=summary,
         policy=policy,
+        persona=persona.id,
     )
     return title, assembled
+
+
+async def _scene_prompt(
+    settings: Settings,
+    memory: Memory,
+    scene: SceneRules,
+    turn: Turn,
+    summary: Summary | None,
+    gaps: tuple[Gap, ...],
+    history: list[StoredMessage],
+) -> tuple[str, str, Assembled]:
+    """The first speaker's request of a scene's turn, as the director would plan it now
+    (docs/scenes.md): who, why, and the request."""
+    said = tuple(p for m in reversed(turn.messages) for p in addressed(m.text, m.quote, scene.cast))
+    picks = plan(
+        scene,
+        addressed=said,
+        last_speaker=None,
+        spoken_since_human=(),
+        room=scene.max_speakers,
+        rng=seeded(turn.session, turn.version),
+        human_turn=True,
+    )
+    member, reason = (
+        (scene.member(picks[0].persona), picks[0].reason)
+        if picks
+        else (scene.cast[0], "nobody would speak; shown for the first cast member")
+    )
+    assert member is not None
+    persona = settings.persona(member.id)
+    cards = [card_of(m, pin_for(settings.persona(m.id))) for m in scene.cast]
+    people = [name for _, name in people_in((*history, *turn.messages))]
+    assembled = await memory.prompts.build_scene(
+        turn.session,
+        turn.messages,
+        member,
+        pin_for(persona),
+        cards,
+        summary=summary,
+        gap_notice=gap_notice(gaps) if gaps else None,
+        policy=memory_policy(settings, persona, scene),
+        stop=speaker_stops(scene.cast, member, people),
+    )
+    return member.name, reason, assembled

@@ -94,6 +94,8 @@ class PersonaSettings(Section):
     aliases: list[str] = Field(default_factory=list)
     # In a scene: the chance (0..1) that it joins a conversation it was not addressed in.
     talkativeness: float = Field(default=0.5, ge=0, le=1)
+    # In a scene on Discord: the picture its lines are posted with (an https URL).
+    avatar_url: str | None = Field(default=None, pattern=r"^https://\S+$")
     # The framing instructions ("" = personabot's default framing, built from the fields
     # below: a card's empty system_prompt).
     system: str = ""

@@ -17,6 +17,12 @@ class SceneSettings(Section):
     # not spoken since the last human message), list (everyone in cast order), manual (only
     # the addressed).
     strategy: Literal["natural", "pooled", "list", "manual"] = "natural"
+    # "model": when nobody was addressed and the strategy chooses (natural, pooled), one
+    # small model call picks the speakers among the cast (docs/scenes.md#director); its
+    # model (default: the first cast member's) and provider (default: that persona's).
+    director: Literal["rules", "model"] = "rules"
+    director_model: str = ""
+    director_provider: str | None = None
     # Speakers per human turn at most.
     max_speakers: int = Field(default=2, ge=1, le=10)
     # Personas talking on without a human: off unless enabled; then at most

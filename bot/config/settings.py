@@ -119,6 +119,11 @@ class Settings(BaseSettings):
             for i, p in enumerate(self.personas)
             if p.memory is not None
         ]
+        found += [
+            (f"bots[{i}].scene.director_provider", b.scene.director_provider)
+            for i, b in enumerate(self.bots)
+            if b.scene is not None
+        ]
         problems = [
             f"{where}: no provider {name!r} in [llm.providers] (known: {known})"
             for where, name in found

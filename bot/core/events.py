@@ -260,15 +260,32 @@ class OutboxItem:
     created_at: float
     attempts: int = 0
     reply_to_platform_message_id: str | None = None
+    # A scene's line: the persona that wrote it (docs/scenes.md; None: not a scene's).
+    persona: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class SceneLine:
     """A scene's line as its final check records it (docs/scenes.md): the persona that
-    speaks, and the text sent when it is not the line alone (its name header)."""
+    speaks (its outbox row goes out in that persona's voice)."""
 
     persona: str
-    shown: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Voice:
+    """Who a scene's line goes out as (docs/scenes.md#platforms): the persona's name and
+    avatar. An adapter that can post as it does (a Discord webhook, the persona's own
+    Telegram account); else the line carries the name as a bold header (``voiced``)."""
+
+    persona: str
+    name: str
+    avatar_url: str | None = None
+
+
+def voiced(text: str, voice: Voice | None) -> str:
+    """The text as a shared account posts it: under the persona's bold name header."""
+    return text if voice is None else f"**{voice.name}:** {text}"
 
 
 FinishOutcome = Literal["recorded", "discarded", "fenced"]
@@ -306,6 +323,12 @@ class Reply:
     # A streamed preview message (edit mode, docs/architecture.md#streaming) that this reply
     # replaces: its first chunk is an edit of that platform message, the rest are new messages.
     replaces: str | None = None
+    # A scene's line (docs/scenes.md#platforms): the persona it goes out as (None: the bot's
+    # own voice), and the line alone for an adapter that can post as that persona (a Discord
+    # webhook, the persona's own account); ``text`` is it under the bold name header, as
+    # every other adapter posts it.
+    voice: Voice | None = None
+    line: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,10 @@ from typing import Final, Literal
 
 from bot.core.media import Quote
 
+#: A session's note of when its scene's mute ends (the breaker's, an admin's /stop); never
+#: shown to the model.
+MUTED_KEY: Final = "scene:muted_until"
+
 Strategy = Literal["natural", "pooled", "list", "manual"]
 STRATEGIES: Final[tuple[Strategy, ...]] = ("natural", "pooled", "list", "manual")
 
@@ -70,6 +74,9 @@ class SceneRules:
     # Caps hit within an hour before the scene is muted, and for how long.
     breaker_trips: int = 3
     mute_seconds: float = 1800.0
+    # The model director's model and provider (None: the rules alone choose).
+    director_model: str | None = None
+    director_provider: str = "default"
 
     def member(self, persona: str | None) -> CastMember | None:
         """The cast member of this persona id (None: not in the cast)."""

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, Inbound, SessionInfo, UserKey, is_person
+from bot.core.scenes import MUTED_KEY
 from bot.core.tasks import within
 from bot.runtime.exports import Exports
 from bot.runtime.extensions import Command, CommandSpec, Extensions, Handler
 from bot.store.contracts import SessionStore
+from memory.records import EVERY_PERSONA
 from memory.service import Memory
 
 log = logging.getLogger("personabot.commands")
@@ -105,8 +107,11 @@ class Commands:
         extensions: Extensions = Extensions(),  # noqa: B008 - frozen, never mutated
         plugin_timeout: float = 10.0,
         personas: Mapping[str, Sequence[PersonaChoice]] | None = None,
+        scenes: Mapping[str, float] | None = None,
     ) -> None:
         self._store = store
+        # Bots whose personas speak together, with how long /stop mutes them (seconds).
+        self._scenes = dict(scenes or {})
         # Each bot's personas, its default first; /persona exists where there are several.
         self._personas = {bot: tuple(c) for bot, c in (personas or {}).items()}
         self._plugin_timeout = plugin_timeout
@@ -129,6 +134,10 @@ class Commands:
         if any(len(c) > 1 for c in self._personas.values()):
             self.register("persona", "list the personas or switch: /persona NAME", self._persona)
         self.register("help", "list the commands", self._help)
+        if self._scenes:
+            self.register(
+                "stop", "mute the scene (admins; /stop off ends it)", self._stop, admin=True
+            )
         if usage_report is not None:
             self.register("stats", "usage and cost today (admins only)", self._stats, admin=True)
         self._extensions = extensions
@@ -148,8 +157,13 @@ class Commands:
         return specs
 
     def _offered(self, bot: str, name: str) -> bool:
-        """Whether built-in command ``name`` exists on ``bot`` (/persona: several personas)."""
-        return name != "persona" or len(self._personas.get(bot, ())) > 1
+        """Whether built-in command ``name`` exists on ``bot`` (/persona: several personas
+        that take turns, not a scene; /stop: a scene)."""
+        if name == "stop":
+            return bot in self._scenes
+        return name != "persona" or (
+            len(self._personas.get(bot, ())) > 1 and bot not in self._scenes
+        )
 
     def _spec(self, bot: str, name: str) -> tuple[CommandSpec, bool] | None:
         """The command ``name`` of ``bot`` and whether a plugin registered it."""
@@ -246,6 +260,23 @@ class Commands:
             f"are no longer part of the conversation.\n{self._greeting(session, inbound)}"
         )
 
+    async def _stop(self, inbound: Inbound, command: Command) -> str:
+        # The scene's mute (docs/scenes.md#loops), read before each line: a chain of lines
+        # between personas stops before its next one. A status text, never in the transcript.
+        conversation = inbound.conversation
+        session = await self._store.current_session(conversation)
+        if session is None:
+            session = await self._store.open_session(conversation, self._clock.now())
+        now = self._clock.now()
+        if command.args.strip().casefold() == "off":
+            await self._store.set_state(session.key, MUTED_KEY, repr(now), now)
+            return "The scene may speak again."
+        minutes = self._scenes.get(conversation.bot, 1800.0) / 60
+        await self._store.set_state(
+            session.key, MUTED_KEY, repr(now + self._scenes[conversation.bot]), now
+        )
+        return f"The scene is muted for {minutes:g} minutes (/stop off ends it)."
+
     async def _persona(self, inbound: Inbound, command: Command) -> str:
         # Anyone in the chat may switch, as anyone may /new (docs/personas.md#several-personas):
         # the switch opens a new session, so what the old persona read stays in the old one.
@@ -283,7 +314,7 @@ class Commands:
         else:
             # The bot's own policy, exactly as its prompts apply it (share_across_groups too).
             record = await self._memory.visible_memory(
-                user, inbound.conversation, private_chat=False
+                user, inbound.conversation, private_chat=False, persona=EVERY_PERSONA
             )
         note = "" if inbound.is_private else f"\n\n{GROUP_MEMORY_NOTE}"
         if not record.items:

@@ -31,7 +31,7 @@ from typing import Literal, Protocol
 
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, DeliveryRefused
-from bot.core.events import Attachment, ConversationKey, OutboxItem, Reply
+from bot.core.events import Attachment, ConversationKey, OutboxItem, Reply, Voice, voiced
 from bot.core.ports import Outlet
 from bot.core.tasks import persist
 from bot.core.visible import has_visible_text
@@ -58,6 +58,9 @@ class Delivery:
     store: DeliveryStore
     clock: Clock
     outlet_for: Callable[[str], Outlet | None]
+    #: A scene persona's voice, by (bot, persona id) (docs/scenes.md#platforms; None: no
+    #: scene here, every line in the bot's own voice).
+    voice_of: Callable[[str, str], Voice | None] | None = None
 
     async def send(
         self,
@@ -112,15 +115,19 @@ class Delivery:
         """Claim the attempt, send, confirm; False if not sent. ``replaces``: a streamed
         preview message the reply's first chunk is edited into (docs/architecture.md#streaming)."""
         kind = kind or ("reply" if item.reply_message_id else "answer")
-        outlet = self.outlet_for(item.conversation.bot)
+        bot = item.conversation.bot
+        outlet = self.outlet_for(bot)
         if outlet is None or not await self.store.begin_send(item, self.clock.now()):
             return False  # not hosted here, or another worker claimed this attempt
+        voice = self._voice(bot, item.persona)
         reply = Reply(
             conversation=item.conversation,
-            text=item.text,
+            text=voiced(item.text, voice),
             outbox_id=item.id,
             reply_to_platform_message_id=item.reply_to_platform_message_id,
             replaces=replaces,
+            voice=voice,
+            line=None if voice is None else item.text,
         )
         try:
             await outlet.send(reply)
@@ -148,6 +155,12 @@ class Delivery:
             return False
         await self._mark(item, lambda: self.store.mark_sent(item.id, self.clock.now()))
         return True
+
+    def _voice(self, bot: str, persona: str | None) -> Voice | None:
+        """The voice of a scene's line (a persona no longer in the cast: the bot's own)."""
+        if persona is None or self.voice_of is None:
+            return None
+        return self.voice_of(bot, persona)
 
     async def _mark(self, item: OutboxItem, write: Callable[[], Awaitable[None]]) -> bool:
         """Record what became of a send attempt, retried for ``MARK_RETRY_SECONDS`` while the

@@ -129,6 +129,8 @@ class Persona:
     # The persona's memory policy (its budget, window): None means the bot's. A persona that
     # is not the bot's default has its own, as its turns do.
     memory: MemoryPolicy | None = None
+    # Its id: it sees what it was told in a scene (docs/scenes.md#memory); "": the pin's.
+    persona_id: str = ""
 
 
 class ProactiveStore(AgendaStore, SessionStore, ConversationReads, Protocol):
@@ -405,6 +407,7 @@ class CheckInJob(Job[Outcome]):
             let.tz,
             now,
             policy=persona.memory,
+            persona=persona.persona_id or None,
         )
         context = _context(self._due, let.session, persona, now)
         return Ask(assembled.request, context, "initiative", {let.person: 1})
@@ -536,6 +539,7 @@ class ReminderJob(Job[Outcome]):
             layer="reminder",
             now=now,
             policy=self._persona.memory,
+            persona=self._persona.persona_id or None,
         )
         context = _context(self._due, session, self._persona, now)
         return Ask(assembled.request, context, "reminder", {person: 1})

@@ -45,8 +45,9 @@ from bot.runtime.profiles import (
     TurnOutcome,
 )
 from bot.runtime.reply import AgendaLink, ReplyJob, ReplyTurn
+from bot.runtime.scenes import SceneRunStore, Scenes, SceneTurn
 from bot.runtime.streaming import StopSignals
-from bot.runtime.trouble import GAP_TOLD_KEY, TROUBLE_KEY, Trouble, TroubleStore
+from bot.runtime.trouble import GAP_TOLD_KEY, TROUBLE_KEY, Trouble
 from bot.runtime.turn import TurnKernel, TurnParts
 from bot.store.contracts import ConversationReads, ToolCallStore
 from memory.retention.gaps import Gap, describe, gap_notice
@@ -71,10 +72,11 @@ __all__ = [
 ]
 
 
-class ReplyStore(TroubleStore, ConversationReads, ToolCallStore, Protocol):
+class ReplyStore(SceneRunStore, ConversationReads, ToolCallStore, Protocol):
     """What the reply side asks the store: due turns claimed, the pending turn and the
     conversation's version, its timer, the final check (``finish_turn``), a turn closed out,
-    and the session's notes (the turn lease is the kernel's: ``TurnParts.leases``)."""
+    the session's notes, and a scene's lines (the turn lease is the kernel's:
+    ``TurnParts.leases``)."""
 
 
 class Pipeline:
@@ -102,6 +104,9 @@ class Pipeline:
         # Check-ins and reminders (docs/initiatives.md), when some bot uses them.
         self._agenda = agenda
         self._trouble = Trouble(store=store, parts=parts, policies=self._policies)
+        self._scenes = Scenes(
+            store=store, parts=parts, kernel=self._kernel, bots=bots, trouble=self._trouble
+        )
 
     @property
     def holder(self) -> str:
@@ -263,6 +268,14 @@ class Pipeline:
         return await self._reply(replace(reply, gap_notice=gap_notice(gaps)))
 
     async def _reply(self, reply: ReplyTurn) -> TurnOutcome:
+        scene = reply.profile.scene
+        if scene is not None and reply.refusal is None:
+            # Several speakers under this one lease (docs/scenes.md).
+            return await self._scenes.play(
+                SceneTurn(
+                    reply.turn, reply.lease, reply.profile, scene, reply.summary, reply.gap_notice
+                )
+            )
         job = ReplyJob(
             store=self._store,
             parts=self._parts,

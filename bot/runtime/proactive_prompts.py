@@ -159,9 +159,10 @@ async def check_in_prompt(
     now: float,
     *,
     policy: MemoryPolicy | None = None,
+    persona: str | None = None,
 ) -> Assembled:
     """The request of a check-in decision: the session, the note, the send/skip choice
-    (``policy``: the persona's memory policy, when not the bot's)."""
+    (``policy``: the persona's memory policy, when not the bot's; ``persona``: its id)."""
     assembled = await memory.prompts.build_proactive(
         session,
         pin,
@@ -171,6 +172,7 @@ async def check_in_prompt(
         layer="initiative",
         now=now,
         policy=policy,
+        persona=persona,
     )
     request = replace(assembled.request, tools=(SEND, SKIP), tool_choice="any")
     return Assembled(request=request, breakdown=assembled.breakdown)

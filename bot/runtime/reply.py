@@ -152,6 +152,7 @@ class ReplyJob(Job[TurnOutcome]):
             gap_notice=self._reply.gap_notice,
             summary=self._reply.summary,
             policy=profile.memory,
+            persona=profile.persona_id or None,
         )
         log.debug(
             "turn %s v0=%d messages=%d prompt~%d tokens",

@@ -16,6 +16,7 @@ from bot.core.clock import Clock
 from bot.core.errors import SelfCancelled
 from bot.core.events import ConversationKey, Inbound, UserKey
 from bot.core.ports import Outlet
+from bot.core.scenes import SceneRules, addressed
 from bot.core.tasks import cancelling
 from bot.metrics import Metrics
 from bot.queue import Ingestor
@@ -74,8 +75,11 @@ class Router:
         extensions: Extensions = Extensions(),  # noqa: B008 - frozen, never mutated
         middleware_timeout: float = 10.0,
         stops: StopSignals | None = None,
+        scenes: Mapping[str, SceneRules] | None = None,
     ) -> None:
         self._stops = stops
+        # Bots whose personas speak together: naming one of them asks for a reply.
+        self._scenes = dict(scenes or {})
         self._ingestor = ingestor
         self._commands = commands
         self._outlets = dict(outlets)
@@ -150,7 +154,7 @@ class Router:
 
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""
-        inbound = _storable(inbound)
+        inbound = self._to_cast(_storable(inbound))
         policy = self._access.get(inbound.conversation.bot)
         if policy is not None and not _allowed(policy, inbound):
             if inbound.kind == "message":
@@ -166,6 +170,17 @@ class Router:
             await self._route(dataclasses.replace(inbound, triggers_reply=False))
             return
         await self._through_middleware(inbound)
+
+    def _to_cast(self, inbound: Inbound) -> Inbound:
+        """In a scene, a group message that names a cast member or replies to one's line
+        asks for a reply (and may be learned from), as a mention of the bot does
+        (docs/scenes.md#director)."""
+        scene = self._scenes.get(inbound.conversation.bot)
+        if scene is None or inbound.triggers_reply or inbound.kind != "message":
+            return inbound
+        if addressed(inbound.text, inbound.quote, scene.cast):
+            return dataclasses.replace(inbound, triggers_reply=True)
+        return inbound
 
     async def _through_middleware(self, inbound: Inbound) -> None:
         """Run the bot's middleware chain around ``_route`` (docs/plugins.md#middleware)."""

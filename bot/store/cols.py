@@ -50,7 +50,7 @@ _ORIGINS: Final = frozenset(get_args(QuoteOrigin))
 _INT64: Final = (-(2**63), 2**63 - 1)
 OUTBOX_COLS: Final = (
     "o.id, c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, o.text, o.reply_message_id, "
-    "o.created_at, o.attempts, o.reply_to"
+    "o.created_at, o.attempts, o.reply_to, rm.persona"
 )
 # A non-transcript outbox row (reply_message_id 0: a command answer, notice, greeting or denied
 # reply) keeps its text only until it is sent or given up: an answer such as /memory's quotes
@@ -75,7 +75,7 @@ TURN_LEASE_SQL: Final = (
 )
 OUTBOX_SELECT: Final = (
     f"SELECT {OUTBOX_COLS} FROM outbox o JOIN conversations c ON c.id = o.conversation_id "
-    "JOIN sessions s ON s.id = o.session_id "
+    "JOIN sessions s ON s.id = o.session_id LEFT JOIN messages rm ON rm.id = o.reply_message_id "
 )
 
 
@@ -273,6 +273,7 @@ def outbox(row: Any) -> OutboxItem:
         created_at=float(row[8]),
         attempts=int(row[9]),
         reply_to_platform_message_id=row[10],
+        persona=row[11],
     )
 
 

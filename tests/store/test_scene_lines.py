@@ -18,21 +18,22 @@ def said(text: str, mid: str) -> Inbound:
     return Inbound(C, "42", "Sasha", text, platform_message_id=mid, is_private=False)
 
 
-async def test_lines_keep_their_speaker_and_send_their_header(store: BaseStore) -> None:
-    """The transcript keeps each line alone, under its persona; the outbox sends the header."""
+async def test_lines_keep_their_speaker_and_go_out_in_its_voice(store: BaseStore) -> None:
+    """The transcript keeps each line alone, under its persona; its outbox row names the
+    persona too, also when read back after a crash (Delivery then sends it in that voice)."""
     await store.ingest(said("hi all", "1"), T0, QUEUE)
     turn = await store.pending_turn(C)
     assert turn is not None
     lease = await store.acquire_lease(turn_lease(C), "w", 30, T0 + 2)
     assert lease is not None
-    first = await store.finish_turn(
-        turn, lease, "hello!", T0 + 3, QUEUE, line=SceneLine("alice", "Alice: hello!")
-    )
+    first = await store.finish_turn(turn, lease, "hello!", T0 + 3, QUEUE, line=SceneLine("alice"))
     assert first.outcome == "recorded" and first.outbox is not None
-    assert first.outbox.text == "Alice: hello!"
-    second = await store.finish_line(turn, lease, "hey", T0 + 4, SceneLine("bob", "Bob: hey"))
+    assert (first.outbox.text, first.outbox.persona) == ("hello!", "alice")
+    second = await store.finish_line(turn, lease, "hey", T0 + 4, SceneLine("bob"))
     assert second.outcome == "recorded" and second.outbox is not None
-    assert second.outbox.text == "Bob: hey"
+    assert (second.outbox.text, second.outbox.persona) == ("hey", "bob")
+    unsent = await store.unsent_outbox(T0 + 10)
+    assert [(o.text, o.persona) for o in unsent] == [("hello!", "alice"), ("hey", "bob")]
     history = await store.history(turn.session, 10)
     assert [(m.role, m.persona, m.text) for m in history] == [
         ("user", None, "hi all"),

@@ -25,6 +25,7 @@ from bot.app.build.policies import (
     persona_choices,
     pin_for,
     profile_for,
+    scene_rules,
     session_policy,
 )
 from bot.app.build.readiness import Backlog, readiness
@@ -93,6 +94,7 @@ __all__ = [
     "profile_for",
     "readiness",
     "runtime",
+    "scene_rules",
     "session_policy",
     "turn_parts",
     "unknown",

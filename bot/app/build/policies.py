@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from bot.config import BotSettings, PersonaSettings, Settings
 from bot.core.agenda import InitiativePolicy, QuietHours
-from bot.core.events import Inbound, QueuePolicy, SessionKey, SessionPolicy
+from bot.core.events import Inbound, QueuePolicy, SessionKey, SessionPolicy, Voice
 from bot.core.llm import Price
 from bot.core.ports import Outlet, StreamSettings
 from bot.core.scenes import CastMember, SceneRules
@@ -83,8 +83,10 @@ def greeting_of(pin: PersonaPin, session: SessionKey, inbound: Inbound) -> str:
     )
 
 
-def memory_policy(settings: Settings, persona: PersonaSettings) -> MemoryPolicy:
-    """[memory] with the persona's override applied."""
+def memory_policy(
+    settings: Settings, persona: PersonaSettings, scene: SceneRules | None = None
+) -> MemoryPolicy:
+    """[memory] with the persona's override applied (and the scene's cast, in a scene)."""
     memory = settings.memory_for(persona)
     return MemoryPolicy(
         budget=Budget(
@@ -101,6 +103,7 @@ def memory_policy(settings: Settings, persona: PersonaSettings) -> MemoryPolicy:
         share_across_groups=memory.share_across_groups,
         extract_after_idle_seconds=memory.extract_after_idle_minutes * 60,
         max_images=settings.media.max_images,
+        cast=() if scene is None else scene.cast,
     )
 
 
@@ -178,7 +181,7 @@ def profile_for(
         key=key,
         pin=pin_for(persona),
         queue=QueuePolicy(debounce=queue.debounce_seconds, max_wait=queue.max_wait_seconds),
-        memory=memory_policy(settings, persona),
+        memory=memory_policy(settings, persona, scene),
         outlet=outlet,
         lease_seconds=queue.lease_seconds,
         max_turn_messages=queue.max_turn_messages,
@@ -201,6 +204,13 @@ def scene_rules(settings: Settings, entry: BotSettings) -> SceneRules | None:
         CastMember(p.id, p.name, tuple(p.aliases), p.talkativeness)
         for p in (personas[i] for i in entry.personas if i in personas)
     )
+    director = None
+    if scene.director == "model" and cast:
+        first = personas[cast[0].id]
+        director = (
+            scene.director_model or first.model,
+            scene.director_provider or settings.routes(first).reply.provider,
+        )
     return SceneRules(
         cast=cast,
         strategy=scene.strategy,
@@ -211,6 +221,8 @@ def scene_rules(settings: Settings, entry: BotSettings) -> SceneRules | None:
         max_lines_per_hour=scene.max_lines_per_hour,
         breaker_trips=scene.breaker_trips,
         mute_seconds=scene.mute_minutes * 60,
+        director_model=None if director is None else director[0],
+        director_provider="default" if director is None else director[1],
     )
 
 
@@ -264,6 +276,12 @@ class Hosted:
     #: Each bot's default persona id, for /export of sessions that chose none.
     defaults: Mapping[str, str]
     access: Mapping[str, AccessPolicy]
+    #: Scene personas' voices, by (bot, persona id) (docs/scenes.md#platforms).
+    voices: Mapping[tuple[str, str], Voice] = field(default_factory=dict)
+
+    def voice_of(self, bot: str, persona: str) -> Voice | None:
+        """The voice a scene's line of ``persona`` goes out in (None: the bot's own)."""
+        return self.voices.get((bot, persona))
 
     @property
     def outlets(self) -> dict[str, Outlet]:
@@ -307,5 +325,12 @@ def hosted(
         access={
             key: with_admins(policy, admins.get(key, frozenset()))
             for key, policy in access_policies(settings, bots).items()
+        },
+        voices={
+            (b.key, p.id): Voice(p.id, p.name, p.avatar_url)
+            for b in settings.bots
+            if b.key in bots and b.scene is not None
+            for p in settings.personas
+            if p.id in b.personas
         },
     )

@@ -28,7 +28,12 @@ def build_exports(parts: Parts, memory: Memory, holder: str | None) -> Exports:
         build=lambda user, conversation: export_document(memory, user, conversation, defaults),
         policy=ExportPolicy(every_seconds=parts.settings.limits.export_every_minutes * 60),
         holder=holder,
-        delivery=Delivery(store=parts.store, clock=parts.turn_clock, outlet_for=outlets.get),
+        delivery=Delivery(
+            store=parts.store,
+            clock=parts.turn_clock,
+            outlet_for=outlets.get,
+            voice_of=parts.hosted.voice_of,
+        ),
     )
 
 
@@ -52,6 +57,11 @@ def build_commands(
         clock=clock,
         greeting=greeting,
         personas=hosted.cast,
+        scenes={
+            key: profile.scene.mute_seconds
+            for key, profile in hosted.profiles.items()
+            if profile.scene is not None
+        },
         memory=memory,
         forget_deletes_messages=parts.settings.retention.forget_deletes_messages,
         is_admin=hosted.is_admin,
@@ -93,5 +103,15 @@ def build_router(
         extensions=extensions,
         middleware_timeout=parts.settings.tools.command_timeout_seconds,
         stops=pipeline.stops,
-        delivery=Delivery(store=parts.store, clock=parts.clock, outlet_for=outlets.get),
+        scenes={
+            key: profile.scene
+            for key, profile in parts.hosted.profiles.items()
+            if profile.scene is not None
+        },
+        delivery=Delivery(
+            store=parts.store,
+            clock=parts.clock,
+            outlet_for=outlets.get,
+            voice_of=parts.hosted.voice_of,
+        ),
     )

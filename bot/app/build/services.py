@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from bot.app.build import stores
 from bot.app.build.memory import memory_on
 from bot.app.build.parts import Parts
-from bot.app.build.policies import Hosted, limit_policy, memory_policy, prices, retention_policy
+from bot.app.build.policies import (
+    Hosted,
+    limit_policy,
+    memory_policy,
+    prices,
+    retention_policy,
+    scene_rules,
+)
 from bot.config import Settings
 from bot.core.clock import Clock, SystemClock
 from bot.core.llm import BaseLLM
@@ -97,7 +104,9 @@ def build_memory(
     persona's for a bot not in ``[[bots]]``, e.g. the console)."""
     if policy_for is None:
         by_bot = {
-            b.key: memory_policy(settings, settings.persona(b.default_persona))
+            b.key: memory_policy(
+                settings, settings.persona(b.default_persona), scene_rules(settings, b)
+            )
             for b in settings.bots
         }
         default = memory_policy(settings, settings.persona(None))

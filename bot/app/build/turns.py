@@ -18,7 +18,7 @@ from bot.app.build.policies import (
 from bot.app.build.services import Spending
 from bot.config import PersonaSettings
 from bot.core.clock import Clock
-from bot.core.events import ConversationKey
+from bot.core.events import ConversationKey, Voice
 from bot.core.llm import BaseLLM
 from bot.core.ports import Outlet
 from bot.metrics import Metrics
@@ -56,6 +56,7 @@ def turn_parts(
     clock: Clock,
     memory: Memory,
     outlet_for: Callable[[str], Outlet | None],
+    voice_of: Callable[[str, str], Voice | None] | None = None,
     holder: str | None = None,
     metrics: Metrics | None = None,
     accounting: Accounting | None = None,
@@ -73,7 +74,7 @@ def turn_parts(
         llm=llm,
         clock=clock,
         memory=memory,
-        delivery=Delivery(store=store, clock=clock, outlet_for=outlet_for),
+        delivery=Delivery(store=store, clock=clock, outlet_for=outlet_for, voice_of=voice_of),
         accounting=accounting
         or Accounting(store=store, clock=clock, metrics=metrics, limits=limits),
         previews=Previews(
@@ -104,6 +105,7 @@ def _runtime_turn_parts(
         clock=parts.turn_clock,
         memory=memory,
         outlet_for=outlet_for,
+        voice_of=parts.hosted.voice_of,
         holder=parts.holder,
         metrics=parts.metrics,
         accounting=spending.accounting,
@@ -152,7 +154,13 @@ def build_agenda(
 
 def _persona(profile: BotProfile, persona: PersonaSettings) -> Persona:
     """What the runner of check-ins needs of one persona of a bot."""
-    return Persona(profile.pin, initiative_policy(persona), profile.lease_seconds, profile.memory)
+    return Persona(
+        profile.pin,
+        initiative_policy(persona),
+        profile.lease_seconds,
+        profile.memory,
+        persona_id=persona.id,
+    )
 
 
 def build_pipeline(

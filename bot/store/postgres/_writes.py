@@ -231,7 +231,7 @@ class WritesPart(IngestBase, QueuePart):
             "a AS (UPDATE messages SET pending = FALSE, answered_by = (SELECT id FROM r) "
             "WHERE id = ANY($6::bigint[])) "
             "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
-            "reply_to, created_at) SELECT $1, $2, r.id, $14::text, $7::text, $3 FROM r "
+            "reply_to, created_at) SELECT $1, $2, r.id, $4, $7::text, $3 FROM r "
             "RETURNING reply_message_id, id",
             row.conv_id,
             row.sid,
@@ -246,7 +246,6 @@ class WritesPart(IngestBase, QueuePart):
             usage.cache_read_input_tokens,
             row.model,
             row.persona,
-            row.sent,
         )
         assert recorded is not None
         return int(recorded[0]), int(recorded[1])

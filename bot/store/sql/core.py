@@ -56,10 +56,8 @@ class ReplyRow:
     usage: Usage
     model: str | None
     reply_to: str | None = None
-    # A scene's speaker (docs/scenes.md), and the text sent when it differs from the one
-    # recorded (its name header: the transcript keeps the line alone).
+    # A scene's speaker (docs/scenes.md): its outbox row goes out in that persona's voice.
     persona: str | None = None
-    shown: str | None = None
 
     def outbox(self, reply_id: int, outbox_id: int) -> OutboxItem:
         """The outbox row written with it, for Delivery."""
@@ -67,16 +65,12 @@ class ReplyRow:
             id=outbox_id,
             conversation=self.session.conversation,
             session=self.session,
-            text=self.sent,
+            text=self.text,
             reply_message_id=reply_id,
             created_at=self.now,
             reply_to_platform_message_id=self.reply_to,
+            persona=self.persona,
         )
-
-    @property
-    def sent(self) -> str:
-        """What goes out: the line with its header in a scene, else the text itself."""
-        return self.text if self.shown is None else self.shown
 
 
 def refuse_blank(text: str) -> None:
@@ -386,7 +380,7 @@ class SQLCore(BaseStore):
             row.conv_id,
             row.sid,
             reply_id,
-            row.sent,
+            row.text,
             row.reply_to,
             row.now,
         )

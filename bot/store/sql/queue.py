@@ -571,7 +571,6 @@ class QueuePart(SQLCore):
                     model=model,
                     reply_to=turn.messages[-1].platform_message_id if turn.messages else None,
                     persona=None if line is None else line.persona,
-                    shown=None if line is None else line.shown,
                 ),
             )
             if reminders:
@@ -612,7 +611,6 @@ class QueuePart(SQLCore):
                     usage=usage or Usage(),
                     model=model,
                     persona=line.persona,
-                    shown=line.shown,
                 ),
             )
         return FinishResult("recorded", outbox=item, current_version=found.version)

@@ -1,0 +1,485 @@
+"""Scenes at run time: one turn, several speakers, one lease (docs/scenes.md).
+
+The coalescer closed a human burst and the pipeline holds the conversation's lease; here the
+director plans 0..K speakers (bot/core/scenes.py) and each one's line runs through the turn
+kernel as its own job, in order, each prompt with the lines before it.
+
+Invariants:
+- one lease for the whole plan: no other worker starts a turn of the conversation while a
+  scene speaks, and a worker whose lease was taken over records nothing (fenced);
+- the first line answers the burst (``finish_turn``: the queue's rules, hard cap included);
+  every later line passes its own final check (``finish_line``): human input that arrived
+  after the burst drops the rest of the plan, whatever the hard cap, and starts a new turn:
+  nothing stale is sent. A crash between two lines loses the later ones and never repeats
+  the first (it is recorded, its messages answered, its outbox row sent once);
+- loops end: at most ``max_speakers`` lines per human turn; lines between personas without
+  a human only when the scene enables it, and then at most ``max_autonomous_turns`` persona
+  lines (every one counts) until a human writes; at most ``max_lines_per_hour`` a scene;
+  ``breaker_trips`` caps within an hour mute the scene for ``mute_seconds`` (an admin's /stop
+  mutes it at once). A muted scene closes its turns without a word;
+- what a speaker writes is cleaned before its final check (memory/voices.py): a leading own
+  name removed, anything after another speaker's or a person's name prefix cut off; a line
+  with nothing left is not sent (the next speaker goes on);
+- status and error texts never enter the transcript: only lines that passed their final check
+  are recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from bot.core.errors import ModelError
+from bot.core.events import (
+    NOT_SET,
+    FinishResult,
+    Lease,
+    OutboxItem,
+    SceneLine,
+    SessionKey,
+    StoredMessage,
+    Turn,
+)
+from bot.core.llm import ModelResult, Usage
+from bot.core.scenes import MUTED_KEY, CastMember, Pick, SceneRules, addressed, named, plan, seeded
+from bot.core.shares import weights
+from bot.core.visible import has_visible_text
+from bot.queue.cutoff import Edited, NewerInput
+from bot.queue.lease import renewing
+from bot.runtime.director import Director, DirectorModel
+from bot.runtime.profiles import BotProfile, Bots, TurnOutcome
+from bot.runtime.tools import LoopResult
+from bot.runtime.trouble import Trouble, TroubleStore
+from bot.runtime.turn import Ask, Draft, Job, TurnKernel, TurnParts
+from bot.runtime.turn_context import TurnContext
+from bot.store.contracts import SceneStore, TranscriptReads
+from memory.records import Summary
+from memory.scene import Card, card_of, people_in, speaker_stops
+from memory.tokens import estimate_tokens
+from memory.voices import clean_line
+
+log = logging.getLogger("personabot.scenes")
+
+#: A session's note of the caps its scene hit (times; never shown to the model).
+CAPS_KEY: Final = "scene:caps"
+#: Transcript lines the director reads back (who spoke since the last human message).
+_LOOKBACK: Final = 60
+
+
+class SceneRunStore(TroubleStore, SceneStore, TranscriptReads, Protocol):
+    """What a scene asks the store: the reply side's (final checks, closing a turn out, the
+    session's notes), its next lines and hourly count, and the transcript the director reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class SceneTurn:
+    """A scene's turn under its lease, with what the pipeline read for it."""
+
+    turn: Turn
+    lease: Lease
+    profile: BotProfile  # the bot's default persona's (its queue, lease, outlet)
+    rules: SceneRules
+    summary: Summary | None  # read once by the pipeline (its gap check read the same)
+    gap_notice: str | None = None
+
+
+class Scenes:
+    """Plays scene turns through the turn kernel."""
+
+    def __init__(
+        self,
+        *,
+        store: SceneRunStore,
+        parts: TurnParts,
+        kernel: TurnKernel,
+        bots: Bots,
+        trouble: Trouble,
+    ) -> None:
+        self._store = store
+        self._parts = parts
+        self._director = Director(llm=parts.llm, accounting=parts.accounting)
+        self._kernel = kernel
+        self._bots = bots
+        self._trouble = trouble
+
+    async def play(self, scene: SceneTurn) -> TurnOutcome:
+        """The human burst answered by the planned speakers, then (when enabled) the
+        personas talking on until a cap or a quiet moment ends it."""
+        turn, rules = scene.turn, scene.rules
+        now = self._parts.clock.now()
+        if await self._muted(turn.session, now):
+            return await self._quiet(scene, "scene muted")
+        room = min(rules.max_speakers, await self._hourly_room(scene))
+        if room <= 0:
+            await self._capped(turn.session, "hourly cap", now)
+            return await self._quiet(scene, "scene hourly cap")
+        said = tuple(
+            p for m in reversed(turn.messages) for p in addressed(m.text, m.quote, rules.cast)
+        )
+        picks = None
+        if not said and rules.director_model and rules.strategy in ("natural", "pooled"):
+            picks = await self._directed(scene, room)
+        if picks is None:
+            picks = plan(
+                rules,
+                addressed=said,
+                last_speaker=None,
+                spoken_since_human=(),
+                room=room,
+                rng=seeded(turn.session, turn.version),
+                human_turn=True,
+            )
+        outcome: TurnOutcome = "closed"
+        first = True
+        for pick in picks:
+            result = await self._line(scene, pick, first=first)
+            if result == "sent":
+                first = False
+                outcome = "sent"
+            elif result == "closed" and first:
+                continue  # nothing usable from this speaker: the next one answers
+            else:
+                return result if first else outcome
+        if first:
+            return await self._quiet(scene, "no character spoke")
+        if rules.autonomous:
+            await self._talk_on(scene)
+        return outcome
+
+    async def _directed(self, scene: SceneTurn, room: int) -> tuple[Pick, ...] | None:
+        """The model director's choice (None: it could not say; the rules decide)."""
+        rules, turn = scene.rules, scene.turn
+        assert rules.director_model is not None
+        history = await self._store.history(turn.session, _LOOKBACK)
+        return await self._director.choose(
+            turn.session.conversation,
+            DirectorModel(rules.director_model, rules.director_provider),
+            rules.cast,
+            (*history, *turn.messages),
+            room,
+            weights(turn.messages),
+        )
+
+    # -- one line ------------------------------------------------------------------------------
+
+    async def _line(self, scene: SceneTurn, pick: Pick, *, first: bool) -> TurnOutcome:
+        member = scene.rules.member(pick.persona)
+        assert member is not None  # the director picks from the cast
+        job = SceneLineJob(
+            store=self._store,
+            parts=self._parts,
+            trouble=self._trouble,
+            scene=scene,
+            member=member,
+            profile=self._bots.profile(scene.profile.key, member.id),
+            cards=self._cards(scene),
+            first=first,
+            reason=pick.reason,
+        )
+        return await self._kernel.run(job, scene.lease)
+
+    def _cards(self, scene: SceneTurn) -> tuple[Card, ...]:
+        key = scene.profile.key
+        return tuple(card_of(m, self._bots.profile(key, m.id).pin) for m in scene.rules.cast)
+
+    # -- personas talking on -------------------------------------------------------------------
+
+    async def _talk_on(self, scene: SceneTurn) -> None:
+        """Lines between personas without a human, one at a time after the scene's delay,
+        until nobody takes the conversation up, a cap, or a person writes (the next turn)."""
+        turn, rules, p = scene.turn, scene.rules, self._parts
+        for step in range(1, rules.max_autonomous_turns + 1):
+            if await self._muted(turn.session, p.clock.now()):
+                return  # an admin's /stop
+            lines = await self._since_human(turn.session)
+            if len(lines) >= rules.max_autonomous_turns:
+                await self._capped(turn.session, "autonomous cap", p.clock.now())
+                return
+            async with renewing(
+                p.leases, scene.lease, ttl=scene.profile.lease_seconds, clock=p.clock
+            ):
+                await p.clock.sleep(rules.autonomous_delay)
+            if await self._store.newer_input(turn.session, turn.version):
+                return  # a person wrote: their turn answers
+            if await self._hourly_room(scene) <= 0:
+                await self._capped(turn.session, "hourly cap", p.clock.now())
+                return
+            last = lines[-1] if lines else None
+            speaker = None if last is None else last.persona
+            mentioned = () if last is None else named(last.text, rules.others(speaker or ""))
+            picks = plan(
+                rules,
+                addressed=mentioned,
+                last_speaker=speaker,
+                spoken_since_human={m.persona for m in lines if m.persona},
+                room=1,
+                rng=seeded(turn.session, turn.version, step),
+                human_turn=False,
+            )
+            if not picks or await self._line(scene, picks[0], first=False) != "sent":
+                return
+
+    async def _since_human(self, session: SessionKey) -> list[StoredMessage]:
+        """The persona lines after the last human message of the session, oldest first."""
+        history = await self._store.history(session, _LOOKBACK)
+        lines: list[StoredMessage] = []
+        for message in reversed(history):
+            if message.role == "user":
+                break
+            lines.insert(0, message)
+        return lines
+
+    # -- caps and the breaker ------------------------------------------------------------------
+
+    async def _hourly_room(self, scene: SceneTurn) -> int:
+        now = self._parts.clock.now()
+        conversation = scene.turn.session.conversation
+        spoken = await self._store.scene_lines_since(conversation, now - 3600)
+        return scene.rules.max_lines_per_hour - spoken
+
+    async def _muted(self, session: SessionKey, now: float) -> bool:
+        value = await self._store.get_state(session, MUTED_KEY)
+        if value is NOT_SET:
+            return False
+        try:
+            return now < float(value)
+        except ValueError:
+            return False
+
+    async def _capped(self, session: SessionKey, which: str, now: float) -> None:
+        """A cap was hit: counted; the breaker mutes the scene after ``breaker_trips`` of them
+        within an hour."""
+        scene_rules = self._rules(session)
+        raw = await self._store.get_state(session, CAPS_KEY)
+        caps = [] if raw is NOT_SET else [t for t in _times(raw) if t > now - 3600]
+        caps.append(now)
+        log.info("%s: scene %s hit (%d cap(s) in the last hour)", session, which, len(caps))
+        metrics = self._parts.metrics
+        metrics.scene_caps.labels(*metrics.labels(session.conversation), which).inc()
+        if scene_rules is not None and len(caps) >= scene_rules.breaker_trips:
+            until = now + scene_rules.mute_seconds
+            await self._store.set_state(session, MUTED_KEY, repr(until), now)
+            log.warning(
+                "%s: scene muted for %.0f minutes after %d caps within an hour",
+                session,
+                scene_rules.mute_seconds / 60,
+                len(caps),
+            )
+            caps = []
+        await self._store.set_state(session, CAPS_KEY, json.dumps(caps), now)
+
+    def _rules(self, session: SessionKey) -> SceneRules | None:
+        return self._bots.defaults[session.conversation.bot].scene
+
+    async def _quiet(self, scene: SceneTurn, reason: str) -> TurnOutcome:
+        """The burst handled without a line (kept as context, never asked again)."""
+        if not await self._trouble.close_out(
+            scene.turn, scene.lease, scene.profile, reason, "scene"
+        ):
+            return "fenced"
+        return "closed"
+
+
+def _times(raw: str) -> list[float]:
+    try:
+        loaded = json.loads(raw)
+        return [float(t) for t in loaded] if isinstance(loaded, list) else []
+    except (ValueError, TypeError):
+        return []
+
+
+class SceneLineJob(Job[TurnOutcome]):
+    """The kernel's job for one speaker's line of a scene."""
+
+    def __init__(
+        self,
+        *,
+        store: SceneRunStore,
+        parts: TurnParts,
+        trouble: Trouble,
+        scene: SceneTurn,
+        member: CastMember,
+        profile: BotProfile,
+        cards: Sequence[Card],
+        first: bool,
+        reason: str,
+    ) -> None:
+        self._store = store
+        self._parts = parts
+        self._trouble = trouble
+        self._scene = scene
+        self._turn = scene.turn
+        self._member = member
+        self._profile = profile
+        self._cards = tuple(cards)
+        self._first = first
+        self._reason = reason
+        self._people: tuple[str, ...] = ()
+        self._prompt_tokens = 0
+        self.ttl = scene.profile.lease_seconds
+        self.cut_key = scene.turn.session.conversation
+
+    def context(self) -> TurnContext:
+        turn = self._turn
+        return TurnContext(
+            conversation=turn.session.conversation,
+            session=turn.session,
+            bot=self._profile.key,
+            persona_id=self._member.id,
+            messages=turn.messages if self._first else (),
+            now=self._parts.clock.now(),
+        )
+
+    def typing(self) -> contextlib.AbstractAsyncContextManager[object]:
+        return self._profile.outlet.typing(self._turn.session.conversation)
+
+    async def prompt(self, lost: asyncio.Event) -> Ask | Draft | TurnOutcome:
+        """The speaker's request: the scene, the transcript with the lines before it, its pin."""
+        turn, scene, member = self._turn, self._scene, self._member
+        history = await self._store.history(
+            turn.session, 2 * self._profile.memory.budget.window_messages
+        )
+        people = [name for _, name in people_in((*history, *turn.messages))]
+        self._people = tuple(people)
+        stops = speaker_stops(scene.rules.cast, member, people)
+        assembled = await self._parts.memory.prompts.build_scene(
+            turn.session,
+            turn.messages if self._first else (),
+            member,
+            self._profile.pin,
+            self._cards,
+            summary=scene.summary
+            if self._first
+            else await self._parts.memory.summary(turn.session),
+            gap_notice=scene.gap_notice if self._first else None,
+            policy=self._profile.memory,
+            stop=stops,
+        )
+        self._prompt_tokens = assembled.total_tokens
+        log.info(
+            "%s: %s speaks (%s), prompt~%d tokens",
+            turn.session,
+            member.id,
+            self._reason,
+            assembled.total_tokens,
+        )
+        return Ask(assembled.request, self.context(), "reply", weights(turn.messages) or self._by())
+
+    def _by(self) -> dict[str, int]:
+        """Who pays for a line that answers no message of its own: nobody in particular."""
+        return {}
+
+    async def answered(self, answer: LoopResult) -> Draft | TurnOutcome:
+        """The line, cleaned of other speakers' words; nothing usable: the next speaker."""
+        if self._first:
+            await self._trouble.recovered(self._turn)
+        result = answer.result
+        others = [n for m in self._scene.rules.others(self._member.id) for n in m.names]
+        text = clean_line(result.text, own=self._member.names, others=[*others, *self._people])
+        if result.stop_reason == "refusal" or not has_visible_text(text):
+            log.info(
+                "%s: %s wrote nothing usable (%d characters before cleaning); next speaker",
+                self._turn.session,
+                self._member.id,
+                len(result.text),
+            )
+            return "closed"
+        return Draft(text, answer.usage, result.model)
+
+    async def failed(self, exc: ModelError) -> TurnOutcome:
+        if self._first:
+            return await self._trouble.model_failed(
+                self._turn, self._scene.lease, self._scene.profile, exc
+            )
+        log.warning(
+            "%s: %s's line failed (%s); the scene stops here",
+            self._turn.session,
+            self._member.id,
+            exc,
+        )
+        return "failed"
+
+    def cut_by(self, newer: NewerInput) -> bool | None:
+        turn = self._turn
+        if isinstance(newer, Edited):
+            return None
+        if newer.session != turn.session or newer.version <= turn.version:
+            return False
+        # The first line keeps the queue's hard cap (a person who never stops typing still
+        # gets answers); a later one is never worth a stale line.
+        return not self._first or newer.at < turn.first_pending_at + self._profile.queue.max_wait
+
+    async def stale(self) -> bool:
+        turn = self._turn
+        if (
+            self._first
+            and self._parts.clock.now() >= turn.first_pending_at + self._profile.queue.max_wait
+        ):
+            return False
+        return await self._store.newer_input(turn.session, turn.version)
+
+    async def cut(self, ask: Ask | None, written: str | None, grown: int = 0) -> TurnOutcome:
+        if ask is not None:
+            usage = Usage(
+                input_tokens=self._prompt_tokens + grown,
+                output_tokens=estimate_tokens(written) if written else 0,
+            )
+            result = ModelResult(written or "", usage, ask.request.model, "cut")
+            conversation = self._turn.session.conversation
+            await self._parts.accounting.charge(conversation, "reply", result, ask.by)
+            self._parts.metrics.cut_usage(conversation, ask.request.model, usage)
+        log.info("%s: newer input; %s's line cut", self._turn.session, self._member.id)
+        return "discarded"
+
+    def _line(self, text: str) -> SceneLine:
+        return SceneLine(self._member.id)
+
+    async def check(self, draft: Draft) -> FinishResult:
+        p, turn, lease = self._parts, self._turn, self._scene.lease
+        if self._first:
+            return await self._store.finish_turn(
+                turn,
+                lease,
+                draft.text,
+                p.clock.now(),
+                self._profile.queue,
+                draft.usage,
+                draft.model,
+                line=self._line(draft.text),
+            )
+        return await self._store.finish_line(
+            turn, lease, draft.text, p.clock.now(), self._line(draft.text), draft.usage, draft.model
+        )
+
+    async def dropped(self, finished: FinishResult) -> TurnOutcome:
+        if finished.outcome == "fenced":
+            log.warning(
+                "lease on %s was taken over; %s's line dropped", self._turn.session, self._member.id
+            )
+            return "fenced"
+        log.info("%s: newer input; %s's line discarded", self._turn.session, self._member.id)
+        return "discarded"
+
+    async def recorded(self, outbox: OutboxItem, draft: Draft) -> None:
+        metrics = self._parts.metrics
+        conversation = self._turn.session.conversation
+        metrics.scene_lines.labels(*metrics.labels(conversation), self._member.id).inc()
+        usage = draft.usage
+        log.info(
+            "scene %s: %s said a line (%s), in=%d out=%d cache_write=%d cache_read=%d",
+            self._turn.session,
+            self._member.id,
+            self._reason,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+        )
+
+    async def delivered(self, sent: bool) -> TurnOutcome:
+        return "sent"

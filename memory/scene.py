@@ -1,0 +1,236 @@
+"""A scene speaker's prompt: a pure function from the scene, what is remembered and the
+transcript to one request (docs/scenes.md#prompt). No I/O.
+
+Layout, stable first, so that every speaker of a scene and every turn after it reads the same
+prefix from the provider's cache:
+
+1. the scene: each cast member's short card and the rules of the scene -- breakpoint;
+2. the rolling summary of the session -- breakpoint;
+3. the transcript (history and the new human messages alike), one block per message, every
+   line under its author's header (a person's ``"Sasha" (user "11"):``, a persona's
+   ``"Bob" (character "bob"):``), the text indented, so nothing inside a message can pass
+   for a header -- breakpoint on its last block: the next speaker's request only appends
+   the line just written, and reads everything before it cached;
+4. the speaker: its own pin (who it is), what it knows of the people here (long-term memory
+   as this persona may see it), the gap notice, and "write X's next line, as X only".
+
+Other personas' lines reach the speaker as attributed transcript, never as its own assistant
+turns; its own earlier lines are attributed the same way, so the transcript is the same text
+for every speaker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from bot.core.events import StoredMessage
+from bot.core.llm import ChatMessage, ContentBlock, ModelRequest, TextBlock
+from bot.core.scenes import CastMember
+from memory.assemble import (
+    DATA_NOTE,
+    Assembled,
+    Budget,
+    Participant,
+    PersonaPin,
+    memory_block,
+    summary_block,
+)
+from memory.quoting import data_json, indented, tag_safe
+from memory.records import Summary
+from memory.tokens import estimate_tokens
+from memory.turn import ShownImage, attributed, cut
+from memory.voices import stop_sequences
+
+#: A cast member's card in the scene block at most (its description, else personality).
+CARD_CHARS: Final = 600
+
+SCENE_RULES: Final = (
+    "Rules of the scene: each reply you write is one line of one character, the one named at "
+    "the end. Never write lines, actions or words for another character or for a person, "
+    "never start with a name or a speaker label, and stop when it would be someone else's "
+    "turn to speak."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """A cast member as the scene block shows it."""
+
+    member: CastMember
+    text: str
+
+
+def card_of(member: CastMember, pin: PersonaPin) -> Card:
+    """A member's card: its description (else personality), cut to ``CARD_CHARS``."""
+    body = (pin.description.strip() or pin.personality.strip())[:CARD_CHARS]
+    return Card(member, body)
+
+
+def scene_block(cards: Sequence[Card]) -> str:
+    """The scene layer: who is in the scene, then its rules (the same for every speaker)."""
+    lines = [
+        "This is a group chat where several characters and people talk together. The characters:"
+    ]
+    for card in cards:
+        head = data_json({"name": card.member.name, "id": card.member.id})
+        lines.append(f"{head}\n{indented(tag_safe(card.text))}" if card.text else head)
+    return "<scene>\n" + "\n".join(lines) + f"\n{SCENE_RULES}\n</scene>"
+
+
+def line_text(message: StoredMessage, names: Mapping[str, str], limit: int) -> str:
+    """One transcript entry: a persona's line under its character header, a person's message
+    under theirs (memory/turn.py)."""
+    if message.role == "assistant":
+        persona = message.persona or ""
+        name = names.get(persona, persona or "narrator")
+        header = f"{data_json(name)} (character {data_json(persona)}):"
+        return f"{header}\n{indented(cut(message.text, limit))}"
+    return attributed(message, limit)
+
+
+def speaker_block(
+    speaker: CastMember,
+    pin_text: str,
+    memory_text: str | None,
+    gap_notice: str | None,
+) -> str:
+    """The last block: who speaks now, what it knows of the people here, what to write."""
+    parts = [f"<speaker>\n{pin_text}\n</speaker>"]
+    if memory_text:
+        parts.append(f"{DATA_NOTE}\n{memory_text}")
+    if gap_notice:
+        parts.append(f"<gap_notice>\n{tag_safe(gap_notice)}\n</gap_notice>")
+    name = data_json(speaker.name)
+    parts.append(
+        f"Write the next line of {name} only, as {name} would say it now: no name prefix, "
+        "nothing said by anyone else."
+    )
+    return "\n\n".join(parts)
+
+
+def assemble_scene(
+    *,
+    cards: Sequence[Card],
+    speaker: CastMember,
+    pin: PersonaPin,
+    pin_text: str,
+    transcript: Sequence[StoredMessage],
+    budget: Budget,
+    participants: Sequence[Participant] = (),
+    summary: Summary | None = None,
+    gap_notice: str | None = None,
+    images: Mapping[int, ShownImage] | None = None,
+    stop: tuple[str, ...] = (),
+) -> Assembled:
+    """The request of one speaker's line, under the token budget: the transcript's oldest
+    messages go first, then the summary and the memory are cut; the scene, the speaker's pin
+    and the newest message always stay."""
+    images = images or {}
+    names = {c.member.id: c.member.name for c in cards}
+    scene = scene_block(cards)
+    memory_text = memory_block(participants, budget.memory_tokens)
+    summary_text = summary_block(summary, budget.summary_tokens)
+    fixed = _cost(scene) + _cost(speaker_block(speaker, pin_text, None, gap_notice))
+    room = budget.prompt_tokens - fixed - _cost(memory_text) - _cost(summary_text)
+    window = _fit(transcript, names, budget, room)
+    used = sum(_cost(line_text(m, names, budget.max_input_chars)) for m in window)
+    left = budget.prompt_tokens - fixed - used
+    if summary_text and _cost(summary_text) + _cost(memory_text) > left:
+        summary_text = summary_block(summary, max(0, left - _cost(memory_text)))
+        if _cost(summary_text) + _cost(memory_text) > left:
+            summary_text = None
+    if memory_text and _cost(summary_text) + _cost(memory_text) > left:
+        memory_text = None
+    last = speaker_block(speaker, pin_text, memory_text, gap_notice)
+    system = [TextBlock(scene, cache=True)]
+    if summary_text:
+        system.append(TextBlock(f"{DATA_NOTE}\n{summary_text}", cache=True))
+    blocks = _transcript_blocks(window, names, images, budget.max_input_chars)
+    request = ModelRequest(
+        model=pin.model,
+        provider=pin.provider,
+        fallback=pin.fallback,
+        system=tuple(system),
+        messages=(ChatMessage("user", (*blocks, TextBlock(last))),),
+        max_tokens=pin.max_tokens,
+        temperature=pin.temperature,
+        layers=tuple(
+            name
+            for name, present in (
+                ("scene", True),
+                ("summary", summary_text is not None),
+                (f"transcript({len(window)})", bool(window)),
+                ("speaker", True),
+                ("memory", memory_text is not None),
+                ("gap", bool(gap_notice)),
+            )
+            if present
+        ),
+        stop=stop,
+    )
+    breakdown = (
+        ("scene", _cost(scene)),
+        ("summary", _cost(summary_text)),
+        ("transcript", used),
+        ("speaker", _cost(last) - _cost(memory_text)),
+        ("memory", _cost(memory_text)),
+    )
+    return Assembled(request=request, breakdown=breakdown)
+
+
+def _fit(
+    transcript: Sequence[StoredMessage], names: Mapping[str, str], budget: Budget, room: int
+) -> list[StoredMessage]:
+    """The newest messages that fit ``room`` (at most twice the window); the newest always."""
+    window = list(transcript)[-budget.window_messages * 2 :] if budget.window_messages else []
+    costs = [_cost(line_text(m, names, budget.max_input_chars)) for m in window]
+    total = sum(costs)
+    while len(window) > 1 and total > room:
+        total -= costs.pop(0)
+        window.pop(0)
+    return window
+
+
+def _transcript_blocks(
+    window: Sequence[StoredMessage],
+    names: Mapping[str, str],
+    images: Mapping[int, ShownImage],
+    limit: int,
+) -> list[ContentBlock]:
+    """One text block per message (its images in front), the last one a cache breakpoint."""
+    out: list[ContentBlock] = []
+    for message in window:
+        out.extend(images[m.id].block for m in message.media if m.id in images)
+        out.append(TextBlock(line_text(message, names, limit)))
+    for i in range(len(out) - 1, -1, -1):
+        block = out[i]
+        if isinstance(block, TextBlock):
+            out[i] = TextBlock(block.text, cache=True)
+            break
+    return out
+
+
+def speaker_stops(
+    cast: Sequence[CastMember], speaker: CastMember, people: Sequence[str]
+) -> tuple[str, ...]:
+    """The stop sequences of a speaker's request: the other cast members' and the people's
+    name prefixes (memory/voices.py), cast members first."""
+    others = [n for m in cast if m.id != speaker.id for n in m.names]
+    return stop_sequences([*others, *people])
+
+
+def people_in(transcript: Sequence[StoredMessage], limit: int = 8) -> list[tuple[str, str]]:
+    """The people of the transcript, newest speaker first (id, name as last seen)."""
+    seen: dict[str, str] = {}
+    for message in reversed(transcript):
+        if message.role == "user" and message.author_id not in seen:
+            seen[message.author_id] = message.display_name
+        if len(seen) >= limit:
+            break
+    return list(seen.items())
+
+
+def _cost(text: str | None) -> int:
+    return estimate_tokens(text) if text else 0
