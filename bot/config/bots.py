@@ -54,6 +54,12 @@ class _BotBase(Section):
             raise ValueError("personas: a persona is listed twice")
         if self.scene is not None and len(self.personas) < 2:
             raise ValueError("scene: the cast is personas = [...], at least two of them")
+        if self.scene is not None:
+            strangers = sorted(set(self.scene.accounts) - set(self.personas))
+            if strangers:
+                raise ValueError(
+                    f"scene.accounts: {', '.join(strangers)} not in this bot's personas"
+                )
         if len(self.personas) > 1 and self.id is None:
             # The key stores every chat; derived from the default persona it would change
             # with it, and every chat, check-in and reminder of the bot would be orphaned.
@@ -129,6 +135,11 @@ class DiscordBotSettings(_BotBase):
         if self.stream == "draft":
             raise ValueError(
                 "stream: Discord has no drafts; use 'edit' (a message edited in place) or 'off'"
+            )
+        if self.scene is not None and self.scene.accounts:
+            raise ValueError(
+                "scene.accounts: Telegram only; on Discord each persona posts through a "
+                "webhook of the channel (voices = 'auto')"
             )
         # Here, not when the adapter is built: config check names it (review 35a).
         if (self.shard_id is None) != (self.shard_count is None):

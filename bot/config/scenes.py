@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from bot.config.fields import Section
+from bot.config.fields import EnvName, Section
 
 
 class SceneSettings(Section):
@@ -35,3 +35,11 @@ class SceneSettings(Section):
     max_lines_per_hour: int = Field(default=60, ge=1, le=10_000)
     breaker_trips: int = Field(default=3, ge=1, le=100)
     mute_minutes: float = Field(default=30.0, gt=0, le=7 * 24 * 60)
+    # How each persona is seen (docs/scenes.md#platforms): auto = as itself where the
+    # platform allows (a Discord webhook per channel when the bot may manage webhooks; on
+    # Telegram the persona's own bot account from ``accounts``), else under a bold name
+    # header; header = always the name header on the bot's own account.
+    voices: Literal["auto", "header"] = "auto"
+    # Telegram: persona id -> the environment variable holding that persona's own bot token
+    # (it only sends; the bot's own token receives). Personas without one use the header.
+    accounts: dict[str, EnvName] = Field(default_factory=dict)
