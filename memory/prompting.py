@@ -170,7 +170,6 @@ class PromptBuilder:
             cards=cards,
             speaker=speaker,
             pin=pin,
-            pin_text=pin.character(session),
             transcript=transcript,
             budget=policy.budget,
             participants=participants,

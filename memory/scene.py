@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from bot.core.events import StoredMessage
+from bot.core.events import SessionKey, StoredMessage
 from bot.core.llm import ChatMessage, ContentBlock, ModelRequest, TextBlock
 from bot.core.scenes import CastMember
 from memory.assemble import (
@@ -43,9 +43,6 @@ from memory.tokens import estimate_tokens
 from memory.turn import ShownImage, attributed, cut
 from memory.voices import stop_sequences
 
-#: A cast member's card in the scene block at most (its description, else personality).
-CARD_CHARS: Final = 600
-
 SCENE_RULES: Final = (
     "Rules of the scene: each reply you write is one line of one character, the one named at "
     "the end. Never write lines, actions or words for another character or for a person, "
@@ -62,10 +59,11 @@ class Card:
     text: str
 
 
-def card_of(member: CastMember, pin: PersonaPin) -> Card:
-    """A member's card: its description (else personality), cut to ``CARD_CHARS``."""
-    body = (pin.description.strip() or pin.personality.strip())[:CARD_CHARS]
-    return Card(member, body)
+def card_of(member: CastMember, pin: PersonaPin, session: SessionKey | None = None) -> Card:
+    """A member's card: who it is, its whole pinned framing (the same text for every speaker
+    of the session, so it is read from the cache; bench/scenes.py measured a pin repeated
+    uncached at the end of every request at 1.52x a single persona's cost per reply)."""
+    return Card(member, pin.character(session))
 
 
 def scene_block(cards: Sequence[Card]) -> str:
@@ -75,7 +73,7 @@ def scene_block(cards: Sequence[Card]) -> str:
     ]
     for card in cards:
         head = data_json({"name": card.member.name, "id": card.member.id})
-        lines.append(f"{head}\n{indented(tag_safe(card.text))}" if card.text else head)
+        lines.append(f"<character>\n{head}\n{card.text}\n</character>" if card.text else head)
     return "<scene>\n" + "\n".join(lines) + f"\n{SCENE_RULES}\n</scene>"
 
 
@@ -92,17 +90,20 @@ def line_text(message: StoredMessage, names: Mapping[str, str], limit: int) -> s
 
 def speaker_block(
     speaker: CastMember,
-    pin_text: str,
     memory_text: str | None,
     gap_notice: str | None,
+    post: str | None = None,
 ) -> str:
-    """The last block: who speaks now, what it knows of the people here, what to write."""
-    parts = [f"<speaker>\n{pin_text}\n</speaker>"]
+    """The last block: who speaks now (its character above), what it knows of the people
+    here, its after-history instructions, what to write."""
+    name = data_json(speaker.name)
+    parts = [f"You are {name}, the character {data_json(speaker.id)} described above."]
     if memory_text:
         parts.append(f"{DATA_NOTE}\n{memory_text}")
     if gap_notice:
         parts.append(f"<gap_notice>\n{tag_safe(gap_notice)}\n</gap_notice>")
-    name = data_json(speaker.name)
+    if post:
+        parts.append(post)
     parts.append(
         f"Write the next line of {name} only, as {name} would say it now: no name prefix, "
         "nothing said by anyone else."
@@ -115,7 +116,6 @@ def assemble_scene(
     cards: Sequence[Card],
     speaker: CastMember,
     pin: PersonaPin,
-    pin_text: str,
     transcript: Sequence[StoredMessage],
     budget: Budget,
     participants: Sequence[Participant] = (),
@@ -132,7 +132,7 @@ def assemble_scene(
     scene = scene_block(cards)
     memory_text = memory_block(participants, budget.memory_tokens)
     summary_text = summary_block(summary, budget.summary_tokens)
-    fixed = _cost(scene) + _cost(speaker_block(speaker, pin_text, None, gap_notice))
+    fixed = _cost(scene) + _cost(speaker_block(speaker, None, gap_notice))
     room = budget.prompt_tokens - fixed - _cost(memory_text) - _cost(summary_text)
     window = _fit(transcript, names, budget, room)
     used = sum(_cost(line_text(m, names, budget.max_input_chars)) for m in window)
@@ -143,7 +143,7 @@ def assemble_scene(
             summary_text = None
     if memory_text and _cost(summary_text) + _cost(memory_text) > left:
         memory_text = None
-    last = speaker_block(speaker, pin_text, memory_text, gap_notice)
+    last = speaker_block(speaker, memory_text, gap_notice)
     system = [TextBlock(scene, cache=True)]
     if summary_text:
         system.append(TextBlock(f"{DATA_NOTE}\n{summary_text}", cache=True))
@@ -180,17 +180,31 @@ def assemble_scene(
     return Assembled(request=request, breakdown=breakdown)
 
 
+#: The transcript's oldest line moves by this many turns at a time: between two moves every
+#: request starts the transcript with the same line, so its prefix is read from the cache
+#: (moving it by one line a turn, as a budget-bound window does, rewrites it every time).
+CHUNK_TURNS: Final = 8
+
+
 def _fit(
     transcript: Sequence[StoredMessage], names: Mapping[str, str], budget: Budget, room: int
 ) -> list[StoredMessage]:
-    """The newest messages that fit ``room`` (at most twice the window); the newest always."""
-    window = list(transcript)[-budget.window_messages * 2 :] if budget.window_messages else []
+    """The newest messages that fit ``room`` (at most twice the window), starting at a turn
+    that is a multiple of ``CHUNK_TURNS`` (the cache); the newest message always."""
+    limit = budget.window_messages * 2
+    window = list(transcript)
+    if not window or not limit:
+        return window[-1:] if window and limit else []
     costs = [_cost(line_text(m, names, budget.max_input_chars)) for m in window]
-    total = sum(costs)
-    while len(window) > 1 and total > room:
-        total -= costs.pop(0)
-        window.pop(0)
-    return window
+    start, total = 0, sum(costs)
+    while start < len(window) - 1 and (total > room or len(window) - start > limit):
+        total -= costs[start]
+        start += 1
+    first = window[start].turn
+    aligned = -(-first // CHUNK_TURNS) * CHUNK_TURNS if start else first
+    while start < len(window) - 1 and window[start].turn < aligned:
+        start += 1
+    return window[start:]
 
 
 def _transcript_blocks(

@@ -143,6 +143,7 @@ async def _scene_prompt(
         room=scene.max_speakers,
         rng=seeded(turn.session, turn.version),
         human_turn=True,
+        previous=next((m.persona for m in reversed(history) if m.persona), None),
     )
     member, reason = (
         (scene.member(picks[0].persona), picks[0].reason)
@@ -151,7 +152,7 @@ async def _scene_prompt(
     )
     assert member is not None
     persona = settings.persona(member.id)
-    cards = [card_of(m, pin_for(settings.persona(m.id))) for m in scene.cast]
+    cards = [card_of(m, pin_for(settings.persona(m.id)), turn.session) for m in scene.cast]
     people = [name for _, name in people_in((*history, *turn.messages))]
     assembled = await memory.prompts.build_scene(
         turn.session,

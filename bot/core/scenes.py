@@ -160,19 +160,34 @@ def plan(
     room: int,
     rng: random.Random,
     human_turn: bool,
+    previous: str | None = None,
 ) -> tuple[Pick, ...]:
     """Who speaks, in order (rules 3-5 of the module docstring). ``last_speaker``: the
     persona of the transcript's last line (None: a person's); ``human_turn``: the plan
     answers human messages (else it continues a conversation between personas, where a
-    strategy never forces a speaker: a chain ends when nobody takes it up)."""
+    strategy never forces a speaker: a chain ends when nobody takes it up); ``previous``:
+    the persona that spoke last in the conversation (``list`` goes on after it, so that a
+    cap below the cast's size still lets everyone speak in turn)."""
     picks: list[Pick] = []
     for persona in dict.fromkeys(addressed):
         if rules.member(persona) is not None:
             picks.append(Pick(persona, "addressed"))
     taken = {p.persona for p in picks}
     eligible = [m for m in rules.cast if m.id not in taken and m.id != last_speaker]
-    picks += _fill(rules, eligible, picks, spoken_since_human, rng, human_turn)
+    picks += _fill(
+        rules, _after(eligible, rules, previous), picks, spoken_since_human, rng, human_turn
+    )
     return tuple(picks[: max(0, room)])
+
+
+def _after(eligible: list[CastMember], rules: SceneRules, previous: str | None) -> list[CastMember]:
+    """The eligible in cast order, starting after ``previous`` (round robin)."""
+    member = rules.member(previous)
+    if member is None:
+        return eligible
+    at = rules.cast.index(member)
+    order = {m.id: (i - at - 1) % len(rules.cast) for i, m in enumerate(rules.cast)}
+    return sorted(eligible, key=lambda m: order[m.id])
 
 
 def _fill(

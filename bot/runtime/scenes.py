@@ -125,6 +125,7 @@ class Scenes:
         if not said and rules.director_model and rules.strategy in ("natural", "pooled"):
             picks = await self._directed(scene, room)
         if picks is None:
+            recent = await self._store.history(turn.session, _LOOKBACK)
             picks = plan(
                 rules,
                 addressed=said,
@@ -133,6 +134,7 @@ class Scenes:
                 room=room,
                 rng=seeded(turn.session, turn.version),
                 human_turn=True,
+                previous=next((m.persona for m in reversed(recent) if m.persona), None),
             )
         outcome: TurnOutcome = "closed"
         first = True
@@ -185,7 +187,10 @@ class Scenes:
 
     def _cards(self, scene: SceneTurn) -> tuple[Card, ...]:
         key = scene.profile.key
-        return tuple(card_of(m, self._bots.profile(key, m.id).pin) for m in scene.rules.cast)
+        session = scene.turn.session
+        return tuple(
+            card_of(m, self._bots.profile(key, m.id).pin, session) for m in scene.rules.cast
+        )
 
     # -- personas talking on -------------------------------------------------------------------
 
@@ -220,6 +225,7 @@ class Scenes:
                 room=1,
                 rng=seeded(turn.session, turn.version, step),
                 human_turn=False,
+                previous=speaker,
             )
             if not picks or await self._line(scene, picks[0], first=False) != "sent":
                 return

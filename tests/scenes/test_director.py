@@ -170,3 +170,23 @@ def test_plans_are_bounded_distinct_and_the_last_speaker_waits_unless_addressed(
         human_turn=human,
     )
     assert again == picks  # a retried turn plans the same
+
+
+def test_list_goes_round_the_cast_after_who_spoke_last() -> None:
+    """With a cap below the cast's size, everyone still gets a turn."""
+    spoken = []
+    previous = None
+    for _ in range(3):
+        picks = plan(
+            rules(strategy="list"),
+            addressed=(),
+            last_speaker=None,
+            spoken_since_human=(),
+            room=2,
+            rng=seeded("t"),
+            human_turn=True,
+            previous=previous,
+        )
+        spoken += [p.persona for p in picks]
+        previous = picks[-1].persona
+    assert spoken == ["alice", "bob", "carol", "alice", "bob", "carol"]
