@@ -34,6 +34,10 @@ from bot.core.media import Quote
 #: A session's note of when its scene's mute ends (the breaker's, an admin's /stop); never
 #: shown to the model.
 MUTED_KEY: Final = "scene:muted_until"
+#: A session's notes of the caps its scene hit (JSON list of times) and of its last plan
+#: (JSON: when, each speaker with why and what became of its line): the console shows them.
+CAPS_KEY: Final = "scene:caps"
+PLAN_KEY: Final = "scene:last_plan"
 
 Strategy = Literal["natural", "pooled", "list", "manual"]
 STRATEGIES: Final[tuple[Strategy, ...]] = ("natural", "pooled", "list", "manual")

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from bot.core.errors import ModelError
+from bot.core.errors import ModelError, StoreError
 from bot.core.events import (
     NOT_SET,
     FinishResult,
@@ -46,7 +46,18 @@ from bot.core.events import (
     Turn,
 )
 from bot.core.llm import ModelResult, Usage
-from bot.core.scenes import MUTED_KEY, CastMember, Pick, SceneRules, addressed, named, plan, seeded
+from bot.core.scenes import (
+    CAPS_KEY,
+    MUTED_KEY,
+    PLAN_KEY,
+    CastMember,
+    Pick,
+    SceneRules,
+    addressed,
+    named,
+    plan,
+    seeded,
+)
 from bot.core.shares import weights
 from bot.core.visible import has_visible_text
 from bot.queue.cutoff import Edited, NewerInput
@@ -65,8 +76,6 @@ from memory.voices import clean_line
 
 log = logging.getLogger("personabot.scenes")
 
-#: A session's note of the caps its scene hit (times; never shown to the model).
-CAPS_KEY: Final = "scene:caps"
 #: Transcript lines the director reads back (who spoke since the last human message).
 _LOOKBACK: Final = 60
 
@@ -138,20 +147,46 @@ class Scenes:
             )
         outcome: TurnOutcome = "closed"
         first = True
-        for pick in picks:
-            result = await self._line(scene, pick, first=first)
-            if result == "sent":
-                first = False
-                outcome = "sent"
-            elif result == "closed" and first:
-                continue  # nothing usable from this speaker: the next one answers
-            else:
-                return result if first else outcome
+        done: list[tuple[Pick, str]] = []
+        try:
+            for pick in picks:
+                result = await self._line(scene, pick, first=first)
+                done.append((pick, result))
+                if result == "sent":
+                    first = False
+                    outcome = "sent"
+                elif result == "closed" and first:
+                    continue  # nothing usable from this speaker: the next one answers
+                else:
+                    return result if first else outcome
+        finally:
+            await self._note_plan(turn.session, picks, done)
         if first:
             return await self._quiet(scene, "no character spoke")
         if rules.autonomous:
             await self._talk_on(scene)
         return outcome
+
+    async def _note_plan(
+        self, session: SessionKey, picks: Sequence[Pick], done: Sequence[tuple[Pick, str]]
+    ) -> None:
+        """The plan, why each speaker was chosen and what became of its line, for the
+        console (a session note; never shown to the model)."""
+        outcomes = {id(pick): result for pick, result in done}
+        note = {
+            "at": self._parts.clock.now(),
+            "plan": [
+                {
+                    "persona": p.persona,
+                    "reason": p.reason,
+                    "outcome": outcomes.get(id(p), "dropped"),
+                }
+                for p in picks
+            ],
+        }
+        now = self._parts.clock.now()
+        with contextlib.suppress(StoreError):  # a note: never fails the turn
+            await self._store.set_state(session, PLAN_KEY, json.dumps(note), now)
 
     async def _directed(self, scene: SceneTurn, room: int) -> tuple[Pick, ...] | None:
         """The model director's choice (None: it could not say; the rules decide)."""

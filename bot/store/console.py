@@ -95,6 +95,11 @@ class ConsoleStore(PendingCounts, Protocol):
         """When each edited message of the session was last edited, by message id."""
 
     @abc.abstractmethod
+    async def console_scene(self, session: SessionKey) -> dict[str, str]:
+        """The session's scene notes (docs/scenes.md: the last plan and why, the caps hit,
+        the mute), by key; empty for a chat that is no scene."""
+
+    @abc.abstractmethod
     async def console_lease(self, name: str, now: float) -> tuple[str, float] | None:
         """Who holds the lease ``name`` now, and until when (None: nobody)."""
 

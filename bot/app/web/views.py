@@ -9,6 +9,7 @@ every view of a person's memory.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from bot.core.events import (
 )
 from bot.core.llm import ImageBlock, TextBlock
 from bot.core.queue_rules import turn_lease
+from bot.core.scenes import CAPS_KEY, MUTED_KEY, PLAN_KEY
 from bot.metrics import Metrics
 from bot.store.console import ConsoleStore
 from bot.store.contracts import PendingReads, SummaryReads, TranscriptReads, UsageReads
@@ -405,6 +407,41 @@ class ConsoleData:
             },
             "turn_lease": None if lease is None else {"holder": lease[0], "until": lease[1]},
             "prompt": prompt,
+            "scene": await self._scene(key, chosen.key, now),
+        }
+
+    async def _scene(
+        self, key: ConversationKey, session: SessionKey, now: float
+    ) -> dict[str, Any] | None:
+        """A scene's cast, its last plan (who spoke and why), the caps of the last hour and
+        the mute (docs/scenes.md); None for a chat that is no scene."""
+        entry = next((b for b in self._settings.bots if b.key == key.bot), None)
+        if entry is None or entry.scene is None:
+            return None
+        names = {p.id: p.name for p in self._settings.personas}
+        notes = await self._store.console_scene(session)
+        plan = _json(notes.get(PLAN_KEY))
+        caps = _json(notes.get(CAPS_KEY))
+        muted = notes.get(MUTED_KEY)
+        muted_until = float(muted) if muted and _number(muted) else None
+        steps = plan.get("plan", []) if isinstance(plan, dict) else []
+        return {
+            "cast": [{"id": p, "name": names.get(p, p)} for p in entry.personas],
+            "strategy": entry.scene.strategy,
+            "last_plan_at": plan.get("at") if isinstance(plan, dict) else None,
+            "last_plan": [
+                {**step, "name": names.get(str(step.get("persona")), step.get("persona"))}
+                for step in steps
+                if isinstance(step, dict)
+            ],
+            "caps_last_hour": len(
+                [
+                    t
+                    for t in (caps if isinstance(caps, list) else [])
+                    if _number(t) and float(t) > now - 3600
+                ]
+            ),
+            "muted_until": muted_until if muted_until is not None and muted_until > now else None,
         }
 
     def _persona_of(self, bot: str) -> PersonaSettings:
@@ -644,7 +681,26 @@ def _message(m: StoredMessage) -> dict[str, Any]:
         "addressed": m.addressed,
         "origin": m.origin,
         "media": [x.ref.kind for x in m.media],
+        "persona": m.persona,
     }
+
+
+def _json(text: str | None) -> Any:
+    """A scene note as stored (None when missing or unreadable: a note, never an error)."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _number(value: object) -> bool:
+    try:
+        float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _source(message_id: int, message: StoredMessage | None) -> dict[str, Any]:

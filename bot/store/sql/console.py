@@ -203,6 +203,21 @@ class ConsolePart(SQLCore):
             )
         return {int(r[0]): float(r[1]) for r in rows}
 
+    async def console_scene(self, session: SessionKey) -> dict[str, str]:
+        """The session's ``scene:`` state rows (a handful, by its primary key)."""
+        async with self._read() as db:
+            found = await self._session_row(db, session)
+            rows = (
+                []
+                if found is None
+                else await db.fetch(
+                    "SELECT key, value FROM session_state WHERE session_id = $1 "
+                    "AND key LIKE 'scene:%'",
+                    found[0],
+                )
+            )
+        return {str(r[0]): str(r[1]) for r in rows}
+
     async def console_lease(self, name: str, now: float) -> tuple[str, float] | None:
         async with self._read() as db:
             row = await db.fetchrow(
