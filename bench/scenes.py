@@ -166,6 +166,7 @@ async def play(
                 store, llm=llm, clock=clock, memory=memory, outlet_for=hosted.outlet_for
             ),
             bots=hosted,
+            scenes=store,
         )
         ingestor = Ingestor(
             store=store, clock=clock, policy_for=lambda _b: hosted.defaults[BOT].queue

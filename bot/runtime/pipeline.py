@@ -47,7 +47,7 @@ from bot.runtime.profiles import (
 from bot.runtime.reply import AgendaLink, ReplyJob, ReplyTurn
 from bot.runtime.scenes import SceneRunStore, Scenes, SceneTurn
 from bot.runtime.streaming import StopSignals
-from bot.runtime.trouble import GAP_TOLD_KEY, TROUBLE_KEY, Trouble
+from bot.runtime.trouble import GAP_TOLD_KEY, TROUBLE_KEY, Trouble, TroubleStore
 from bot.runtime.turn import TurnKernel, TurnParts
 from bot.store.contracts import ConversationReads, ToolCallStore
 from memory.retention.gaps import Gap, describe, gap_notice
@@ -72,11 +72,11 @@ __all__ = [
 ]
 
 
-class ReplyStore(SceneRunStore, ConversationReads, ToolCallStore, Protocol):
+class ReplyStore(TroubleStore, ConversationReads, ToolCallStore, Protocol):
     """What the reply side asks the store: due turns claimed, the pending turn and the
     conversation's version, its timer, the final check (``finish_turn``), a turn closed out,
-    the session's notes, and a scene's lines (the turn lease is the kernel's:
-    ``TurnParts.leases``)."""
+    and the session's notes (the turn lease is the kernel's: ``TurnParts.leases``; a scene's
+    lines are asked of the ``scenes`` store, bot/runtime/scenes.py)."""
 
 
 class Pipeline:
@@ -92,7 +92,10 @@ class Pipeline:
         limits: Limits | None = None,
         extensions: Extensions | None = None,
         agenda: AgendaLink | None = None,
+        scenes: SceneRunStore | None = None,
     ) -> None:
+        """``scenes``: the store of scenes' turns (the same store as ``store``, by its own
+        contract; None: no bot here is a scene)."""
         self._store = store
         self._parts = parts
         self._kernel = TurnKernel(parts)
@@ -104,8 +107,12 @@ class Pipeline:
         # Check-ins and reminders (docs/initiatives.md), when some bot uses them.
         self._agenda = agenda
         self._trouble = Trouble(store=store, parts=parts, policies=self._policies)
-        self._scenes = Scenes(
-            store=store, parts=parts, kernel=self._kernel, bots=bots, trouble=self._trouble
+        self._scenes = (
+            None
+            if scenes is None
+            else Scenes(
+                store=scenes, parts=parts, kernel=self._kernel, bots=bots, trouble=self._trouble
+            )
         )
 
     @property
@@ -269,7 +276,7 @@ class Pipeline:
 
     async def _reply(self, reply: ReplyTurn) -> TurnOutcome:
         scene = reply.profile.scene
-        if scene is not None and reply.refusal is None:
+        if scene is not None and self._scenes is not None and reply.refusal is None:
             # Several speakers under this one lease (docs/scenes.md).
             return await self._scenes.play(
                 SceneTurn(

@@ -187,6 +187,7 @@ def build_pipeline(
         limits=spending.limits,
         extensions=extensions,
         agenda=None if agenda is None else AgendaLink(agenda.proactive, agenda.scheduler.wake),
+        scenes=parts.store,
     )
 
 
