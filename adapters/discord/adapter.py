@@ -20,7 +20,10 @@ Invariants:
   the last request of each bucket window to the final reply;
 - the typing indicator task is cancelled on every path out of ``typing()``;
 - a replied-to message is looked up over REST at most once per message and for at most
-  ``REFERENCE_TIMEOUT`` seconds (events wait behind it, in gateway order).
+  ``REFERENCE_TIMEOUT`` seconds (events wait behind it, in gateway order);
+- with ``webhook_voices``, a scene's line goes out as its persona through the channel's webhook
+  (adapters/discord/webhooks.py); where the bot may not manage webhooks it goes out under the
+  bold name header, and the channel is told why once per process.
 """
 
 from __future__ import annotations
@@ -46,11 +49,12 @@ from adapters.discord.preview import (
     EditPreview,
     delete_message,
 )
+from adapters.discord.webhooks import Line, Outcome, WebhookVoices
 from adapters.streaming import StreamingAdapter
 from adapters.text import split_text
 from bot.config import BotSettings, DiscordBotSettings, PersonaSettings, Secrets
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
-from bot.core.events import ConversationKey, Inbound, Reply
+from bot.core.events import ConversationKey, Inbound, Reply, Voice, voiced
 from bot.core.media import MediaSource
 from bot.core.ports import InboundHandler, Preview, StreamSettings
 from bot.core.tasks import running
@@ -79,6 +83,11 @@ _STORE_RETRY_MAX: Final = 30.0
 _BATCH_EVENTS: Final = 100
 #: Seconds the lookup of a replied-to message that Discord did not include may take.
 REFERENCE_TIMEOUT: Final = 5.0
+#: What a channel is told once per process when scene lines cannot go out as their personas.
+NO_WEBHOOKS_NOTICE: Final = (
+    "I need the Manage Webhooks permission to post each persona under its own name; until "
+    "then the names are shown in bold."
+)
 
 
 def nonce_for(outbox_id: int | None, index: int) -> str | None:
@@ -97,6 +106,8 @@ class DiscordAdapter(StreamingAdapter):
     ``media`` is this account's ``MediaSource`` (bot/core/media.py): it downloads the
     attachments and stickers its ``Inbound.media`` refer to (adapters/discord/downloads.py).
     It works before ``run()`` (it logs in over REST when needed) and is closed by ``aclose()``.
+    ``webhook_voices``: a scene's lines go out as their personas through webhooks
+    (``[bots.scene] voices = "auto"``); otherwise under their bold name headers.
     """
 
     idempotent_send = True
@@ -113,6 +124,7 @@ class DiscordAdapter(StreamingAdapter):
         shard_count: int | None = None,
         media_stall_timeout: float = STALL_TIMEOUT,
         preview_timeout: float = PREVIEW_TIMEOUT,
+        webhook_voices: bool = False,
     ) -> None:
         super().__init__(bot_key=bot_key)
         self._token = token
@@ -126,12 +138,14 @@ class DiscordAdapter(StreamingAdapter):
         self._login_lock = asyncio.Lock()
         self._dm_channels: set[int] = set()
         self._handler: InboundHandler | None = None
+        self._voices = WebhookVoices(client=self._logged_in_client) if webhook_voices else None
         self._inbound = InboundBuilder(
             bot_key=bot_key,
             group_trigger=group_trigger,
             guilds=guilds,
             fetch_place=self._fetch,
             fetch_message=self._fetch_message,
+            is_our_webhook=self._is_our_webhook if webhook_voices else None,
         )
         self._media = DiscordMedia(client=self._logged_in_client, stall_timeout=media_stall_timeout)
 
@@ -349,13 +363,69 @@ class DiscordAdapter(StreamingAdapter):
             log.info("replied-to Discord message %d unavailable: %r", message_id, exc)
             return None
 
+    async def _is_our_webhook(self, channel_id: int, webhook_id: int) -> bool:
+        """Whether a replied-to webhook message is ours (False when that cannot be told now)."""
+        assert self._voices is not None
+        try:
+            async with asyncio.timeout(REFERENCE_TIMEOUT):
+                return await self._voices.is_ours(channel_id, webhook_id)
+        except (TimeoutError, AdapterError) as exc:
+            log.info("could not tell whose webhook %d is: %r", webhook_id, exc)
+            return False
+
     # ------------------------------------------------------------------ outbound
 
     async def send(self, reply: Reply) -> None:
-        """Post a reply in 2000-character chunks, pinging nobody, idempotent per outbox row."""
+        """Post a reply in 2000-character chunks, pinging nobody, idempotent per outbox row;
+        a scene's line as its persona where the channel's webhook can post it."""
         if reply.attachment is not None:
             await self._send_file(reply)
             return
+        voice, line = reply.voice, reply.line
+        # A line replacing a streamed preview keeps the bot's own account: the preview is the
+        # bot's message (scene lines are not streamed, so this is a fallback, not a path).
+        if self._voices is not None and voice and line is not None and reply.replaces is None:
+            outcome = await self._send_voiced(reply, voice, line)
+            if outcome == "posted":
+                return
+            if outcome == "denied":  # first found out now: said once per channel and process
+                await self._tell_no_webhooks(reply.conversation)
+        await self._send_text(reply)
+
+    async def _send_voiced(self, reply: Reply, voice: Voice, line: str) -> Outcome:
+        """A scene's line through the webhook; else ``header``/``denied``: nothing was posted
+        and the caller posts ``reply.text``. Chunks leave room for the header, so a webhook
+        lost in the middle of a long line has its remaining chunks posted under it here."""
+        assert self._voices is not None
+        conversation = reply.conversation
+        if _channel_id(conversation) in self._dm_channels:
+            return "header"  # DMs have no webhooks
+        header = voiced("", voice)
+        chunks = split_text(line, MESSAGE_LIMIT - len(header))
+        thread = int(conversation.thread_id) if conversation.thread_id else None
+        where = Line(int(conversation.chat_id), thread, voice, chunks, reply.outbox_id)
+        posted = await self._voices.post(where)
+        if posted.outcome == "posted" or posted.sent == 0:
+            return posted.outcome
+        client = await self._logged_in_client()
+        channel = client.get_partial_messageable(_channel_id(conversation))
+        for index in range(posted.sent, len(chunks)):
+            nonce = nonce_for(reply.outbox_id, index)
+            await self._post(channel, header + chunks[index], nonce=nonce, reference=None)
+        return "posted"
+
+    async def _tell_no_webhooks(self, conversation: ConversationKey) -> None:
+        """Tell the channel (a thread: that thread) why names are shown in bold; a failure
+        is logged and never stops the line."""
+        client = await self._logged_in_client()
+        channel = client.get_partial_messageable(_channel_id(conversation))
+        try:
+            await self._post(channel, NO_WEBHOOKS_NOTICE, nonce=None, reference=None)
+        except AdapterError as exc:
+            log.warning("could not tell %s about Manage Webhooks: %s", conversation, exc)
+
+    async def _send_text(self, reply: Reply) -> None:
+        """``reply.text`` on the bot's own account, its first chunk quoting the message."""
         client = await self._logged_in_client()
         channel_id = _channel_id(reply.conversation)
         channel = client.get_partial_messageable(channel_id)
@@ -555,4 +625,5 @@ def create_adapter(
         guilds=entry.guilds,
         shard_id=entry.shard_id,
         shard_count=entry.shard_count,
+        webhook_voices=entry.scene is not None and entry.scene.voices == "auto",
     )

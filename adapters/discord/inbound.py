@@ -35,6 +35,8 @@ _PLACE_CACHE_SIZE: Final = 4096
 UNREADABLE: Final = "[a message with nothing the bot can read]"
 
 FetchMessage = Callable[[int, int], Awaitable[discord.Message | None]]
+#: ``(channel_id, webhook_id)`` -> whether that webhook is this bot's (a thread: its parent).
+IsOurWebhook = Callable[[int, int], Awaitable[bool]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,8 @@ class InboundBuilder:
     thread, whose key needs the parent id); results are kept in a small LRU cache.
     ``fetch_message(channel_id, message_id)`` looks up a replied-to message that neither the
     payload nor discord.py's cache holds (bounded in time by the adapter; None: unavailable).
+    ``is_our_webhook`` tells whether a replied-to webhook message is the bot's own, posted as a
+    scene persona (None: the bot posts through no webhooks).
     """
 
     def __init__(
@@ -92,12 +96,14 @@ class InboundBuilder:
         guilds: Collection[int],
         fetch_place: Callable[[int], Awaitable[Place | None]],
         fetch_message: FetchMessage,
+        is_our_webhook: IsOurWebhook | None = None,
     ) -> None:
         self._bot_key = bot_key
         self._group_trigger = group_trigger
         self._guilds = frozenset(guilds)
         self._fetch_place = fetch_place
         self._fetch_message = fetch_message
+        self._is_our_webhook = is_our_webhook
         self._places: OrderedDict[int, Place] = OrderedDict()
         self.command_names: frozenset[str] = frozenset()
         self.message_content_intent = True
@@ -134,7 +140,7 @@ class InboundBuilder:
             return None
         text = message_text(message, directory)
         media = media_of(message.attachments, message.stickers)
-        quote, target = await self._quote(message, me, directory)
+        quote = await self._quote(message, me, directory)
         if forwarded := message.message_snapshots[:1]:
             media += media_of(forwarded[0].attachments, forwarded[0].stickers)
         guild_id = message.guild.id if message.guild else None
@@ -153,24 +159,34 @@ class InboundBuilder:
             place,
             command or text,
             media,
-            replies=target is not None and target.author.id == me.id,
+            replies=quote is not None and quote.origin == "reply" and quote.from_bot,
             command=command is not None,
             quote=quote,
         )
 
     async def _quote(
         self, message: discord.Message, me: discord.ClientUser, directory: Directory | None
-    ) -> tuple[Quote | None, discord.Message | None]:
-        """The forward's or reply's quote, and the replied-to message when it could be read."""
+    ) -> Quote | None:
+        """The forward's or reply's quote (a reply's target looked up when needed)."""
         reference = message.reference
         if reference is None:
-            return None, None
+            return None
         if reference.type is discord.MessageReferenceType.forward:
-            return forward_quote(message, me_id=me.id, directory=directory), None
+            return forward_quote(message, me_id=me.id, directory=directory)
         if message.type is not discord.MessageType.reply or reference.message_id is None:
-            return None, None
+            return None
         target = await self._reply_target(reference)
-        return reply_quote(target, me_id=me.id, directory=directory), target
+        ours = target is not None and await self._from_our_webhook(message, target)
+        return reply_quote(target, me_id=me.id, directory=directory, our_webhook=ours)
+
+    async def _from_our_webhook(self, message: discord.Message, target: discord.Message) -> bool:
+        """Whether ``target`` (replied to by ``message``, so in the same channel or thread)
+        was posted through the bot's webhook, which belongs to the parent of a thread."""
+        if target.webhook_id is None or self._is_our_webhook is None:
+            return False
+        guild_id = message.guild.id if message.guild else None
+        place = await self.place(message.channel, message.channel.id, guild_id)
+        return await self._is_our_webhook(int(place.chat_id), target.webhook_id)
 
     async def _reply_target(self, reference: discord.MessageReference) -> discord.Message | None:
         """The payload's resolved message, else the cached one, else one lookup over REST."""

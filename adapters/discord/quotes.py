@@ -23,9 +23,18 @@ _NO_TEXT: Final = "[a message without text]"
 
 
 def reply_quote(
-    target: discord.Message | None, *, me_id: int, directory: Directory | None
+    target: discord.Message | None,
+    *,
+    me_id: int,
+    directory: Directory | None,
+    our_webhook: bool = False,
 ) -> Quote:
-    """The quote of a reply to ``target`` (None: deleted or unreadable)."""
+    """The quote of a reply to ``target`` (None: deleted or unreadable).
+
+    ``our_webhook``: ``target`` was posted through this bot's webhook, as a scene persona
+    (adapters/discord/webhooks.py). It is the bot's message, and its author is the name it was
+    posted under, which is the persona's (bot.core.scenes.replied_to reads both).
+    """
     if target is None:
         return Quote("reply", "", UNAVAILABLE)
     return Quote(
@@ -33,7 +42,7 @@ def reply_quote(
         target.author.display_name,
         cut_quote(message_words(target, directory) or _NO_TEXT),
         author_id=str(target.author.id),
-        from_bot=target.author.id == me_id,
+        from_bot=our_webhook or target.author.id == me_id,
     )
 
 

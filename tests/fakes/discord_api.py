@@ -39,6 +39,19 @@ REST (under ``/api/v10``, ``Authorization: Bot <token>`` required, else 401):
   scripted failures with :meth:`fail_next_edit` and :meth:`fail_next_delete`; a create or an
   edit carried out at once but answered late with :meth:`answer_late`.
 
+Webhooks (one per channel, created by the bot for the personas of a scene: docs/scenes.md):
+
+* ``GET`` / ``POST /channels/{id}/webhooks`` (list, create; ``Authorization`` needed): 403 code
+  50013 ("Missing Permissions") in a channel :meth:`FakeDiscord.deny_manage_webhooks` named;
+  a webhook someone else made is :meth:`FakeDiscord.add_webhook`, one deleted behind the bot's
+  back :meth:`FakeDiscord.delete_webhook`;
+* ``POST /webhooks/{id}/{token}?wait=&thread_id=`` (execute; no ``Authorization``, the token is
+  in the path): recorded in :attr:`FakeDiscord.executions` (username, avatar_url, content,
+  allowed_mentions), 404 code 10015 for a webhook that does not exist (any more); the message
+  (``webhook_id`` set, its author the ``username`` with ``bot: true``, as Discord shows it) is
+  stored in the thread or channel and echoed as ``MESSAGE_CREATE``; answered with it when
+  ``wait`` is set, else 204.
+
 Every REST request is recorded in :attr:`FakeDiscord.requests` with its body and the loop's
 (monotonic) time it arrived, so tests and benchmarks can measure rates (:meth:`creates`,
 :meth:`edits`, :meth:`deletes`, :meth:`throttled`).
@@ -93,7 +106,7 @@ from urllib.parse import quote
 
 from aiohttp import WSMsgType, web
 
-from tests.fakes.server import FakeServer
+from tests.fakes.server import FakeServer, json_body
 
 __all__ = [
     "Bucket",
@@ -102,6 +115,8 @@ __all__ = [
     "FakeFile",
     "FakeGuild",
     "FakeUser",
+    "FakeWebhook",
+    "RecordedExecution",
     "RecordedPost",
     "RecordedRequest",
     "ScriptedFailure",
@@ -194,6 +209,59 @@ class RecordedPost:
     def content(self) -> str:
         """The message text sent."""
         return str(self.body.get("content") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class FakeWebhook:
+    """An incoming webhook of a guild channel, and who made it."""
+
+    id: int
+    token: str
+    channel_id: int
+    guild_id: int
+    name: str
+    owner: FakeUser
+
+    def payload(self) -> JSON:
+        """The webhook object, as listing or creating it answers (token included)."""
+        return {
+            "id": str(self.id),
+            "type": 1,
+            "guild_id": str(self.guild_id),
+            "channel_id": str(self.channel_id),
+            "user": self.owner.payload(),
+            "name": self.name,
+            "avatar": None,
+            "token": self.token,
+            "application_id": None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedExecution:
+    """One ``POST /webhooks/{id}/{token}`` as received, and the status it was answered."""
+
+    webhook_id: int
+    thread_id: int | None
+    wait: bool
+    body: JSON
+    status: int
+    channel_id: int | None = None  # where the message went (the thread when there is one)
+
+    @property
+    def content(self) -> str:
+        """The message text sent."""
+        return str(self.body.get("content") or "")
+
+    @property
+    def username(self) -> str | None:
+        """The name the message was posted under."""
+        return self.body.get("username")
+
+    @property
+    def avatar_url(self) -> str | None:
+        """The avatar the message was posted with."""
+        return self.body.get("avatar_url")
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +398,11 @@ class FakeDiscord(FakeServer):
         self._connected = asyncio.Event()
         self._answered = 0
         self._changed = asyncio.Condition()
+        #: Webhooks by id (the bot's and anyone else's); deleted ones are gone from here.
+        self.webhooks: dict[int, FakeWebhook] = {}
+        #: Channels where the bot lacks Manage Webhooks (listing and creating answer 403).
+        self.webhooks_denied: set[int] = set()
+        self.executions: list[RecordedExecution] = []
 
     # ------------------------------------------------------------------ world
 
@@ -402,6 +475,41 @@ class FakeDiscord(FakeServer):
             },
         }
         return thread_id
+
+    def add_webhook(self, channel_id: int, name: str, owner: FakeUser) -> FakeWebhook:
+        """A webhook in a guild channel, made by ``owner`` (a person, or the bot)."""
+        guild = self._guild_of(channel_id)
+        assert guild is not None and channel_id in guild.channels, "webhooks live in channels"
+        hook_id = self._snowflake()
+        hook = FakeWebhook(hook_id, f"token-{hook_id}", channel_id, guild.id, name, owner)
+        self.webhooks[hook.id] = hook
+        return hook
+
+    def delete_webhook(self, webhook_id: int) -> None:
+        """Someone deletes a webhook (executing it answers 404 code 10015 from now on)."""
+        del self.webhooks[webhook_id]
+
+    def deny_manage_webhooks(self, channel_id: int) -> None:
+        """The bot lacks Manage Webhooks in a channel (its threads included)."""
+        self.webhooks_denied.add(channel_id)
+
+    def channel_webhooks(self, channel_id: int) -> list[FakeWebhook]:
+        """The webhooks a channel has now, oldest first."""
+        return [h for h in self.webhooks.values() if h.channel_id == channel_id]
+
+    async def post_as_webhook(
+        self, hook: FakeWebhook, username: str, content: str, *, thread_id: int | None = None
+    ) -> JSON:
+        """Someone posts through ``hook`` (as an integration would): MESSAGE_CREATE."""
+        response, channel_id = await self._execute(
+            hook.id, hook.token, {"content": content, "username": username}, thread_id
+        )
+        assert response.status == 200 and channel_id is not None, response.text
+        return self.webhook_messages(channel_id)[-1]
+
+    def webhook_messages(self, channel_id: int) -> list[JSON]:
+        """Messages posted through webhooks in a channel or thread, in order."""
+        return [m for m in self.messages.get(channel_id, []) if m.get("webhook_id")]
 
     def dm(self, user: FakeUser) -> int:
         """The DM channel between ``user`` and the bot (created on first use)."""
@@ -886,6 +994,10 @@ class FakeDiscord(FakeServer):
         app.router.add_get(
             "/attachments/{channel_id:\\d+}/{attachment_id:\\d+}/{filename}", self._download
         )
+        webhooks = api + "/channels/{channel_id:\\d+}/webhooks"
+        app.router.add_get(webhooks, self._list_webhooks)
+        app.router.add_post(webhooks, self._create_webhook)
+        app.router.add_post(api + "/webhooks/{webhook_id:\\d+}/{token}", self._execute_webhook)
         app.router.add_get(api + "/users/{user_id:\\d+}", self._get_user)
         app.router.add_post(f"{api}/users/@me/channels", self._open_dm)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
@@ -1105,6 +1217,95 @@ class FakeDiscord(FakeServer):
         if self._current is not None and not self._current.closed:
             await self.dispatch("MESSAGE_CREATE", message)  # the bot hears itself
         return _json(message)
+
+    async def _list_webhooks(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, "401: Unauthorized")
+        channel_id = int(request.match_info["channel_id"])
+        if self._channel_payload(channel_id) is None:
+            return _error(404, "Unknown Channel", 10003)
+        if channel_id in self.webhooks_denied:
+            return _error(403, "Missing Permissions", 50013)
+        return _json([h.payload() for h in self.channel_webhooks(channel_id)])
+
+    async def _create_webhook(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, "401: Unauthorized")
+        channel_id = int(request.match_info["channel_id"])
+        body = await json_body(request)
+        request[_BODY] = body
+        guild = self._guild_of(channel_id)
+        if guild is None or channel_id not in guild.channels:
+            return _error(404, "Unknown Channel", 10003)  # no webhooks in DMs or on threads
+        if channel_id in self.webhooks_denied:
+            return _error(403, "Missing Permissions", 50013)
+        name = str(body.get("name") or "")
+        lowered = name.lower()
+        if not 1 <= len(name) <= 80 or "clyde" in lowered or "discord" in lowered:
+            return _error(400, "Invalid Form Body", 50035)
+        if len(self.channel_webhooks(channel_id)) >= 15:
+            return _error(400, "Maximum number of webhooks reached (15)", 30007)
+        hook = self.add_webhook(channel_id, name, self.bot)
+        await self._notify()
+        return _json(hook.payload())
+
+    async def _execute_webhook(self, request: web.Request) -> web.Response:
+        """Post as the webhook: the message is the webhook's, under the name it was given."""
+        body = await json_body(request)
+        request[_BODY] = body
+        hook_id = int(request.match_info["webhook_id"])
+        wait = request.query.get("wait", "false").lower() in {"1", "true"}
+        thread = request.query.get("thread_id")
+        thread_id = int(thread) if thread else None
+        response, channel_id = await self._execute(
+            hook_id, request.match_info["token"], body, thread_id
+        )
+        if response.status == 200 and not wait:
+            response = web.Response(status=204)
+        recorded = RecordedExecution(hook_id, thread_id, wait, body, response.status, channel_id)
+        self.executions.append(recorded)
+        await self._notify()
+        return response
+
+    async def _execute(
+        self, hook_id: int, token: str, body: JSON, thread_id: int | None
+    ) -> tuple[web.Response, int | None]:
+        hook = self.webhooks.get(hook_id)
+        if hook is None:
+            return _error(404, "Unknown Webhook", 10015), None
+        if token != hook.token:
+            return _error(401, "Invalid Webhook Token", 50027), None
+        channel_id = hook.channel_id
+        if thread_id is not None:
+            guild = self.guilds[hook.guild_id]
+            thread = guild.threads.get(thread_id)
+            if thread is None:
+                return _error(404, "Unknown Channel", 10003), None
+            if thread["parent_id"] != str(hook.channel_id):
+                return _error(400, "Invalid Form Body", 50035), None  # another channel's thread
+            channel_id = thread_id
+        content = str(body.get("content") or "")
+        if not content or len(content) > 2000:
+            return _error(400, "Invalid Form Body", 50035), None
+        username = str(body.get("username") or hook.name)
+        message = self._message(channel_id, FakeUser(hook.id, username, bot=True), content)
+        # As Discord shows a webhook's message: its author is the name it was posted under
+        # (the webhook's id, bot: true), no guild member, and webhook_id set.
+        message["author"] = {
+            "id": str(hook.id),
+            "username": username,
+            "global_name": None,
+            "discriminator": "0000",
+            "avatar": None,
+            "bot": True,
+        }
+        message.pop("member", None)
+        message["webhook_id"] = str(hook.id)
+        message["mention_everyone"] = "@everyone" in self.pings(body)
+        self.messages.setdefault(channel_id, []).append(message)
+        if self._current is not None and not self._current.closed:
+            await self.dispatch("MESSAGE_CREATE", message)  # the bot hears its webhook too
+        return _json(message), channel_id
 
     async def _edit_message(self, request: web.Request) -> web.Response:
         """PATCH a message: only ``content`` is applied (what the bot edits)."""
