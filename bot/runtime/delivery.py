@@ -182,7 +182,9 @@ class Delivery:
             outlet = self.outlet_for(item.conversation.bot)
             if outlet is None:
                 continue
-            if outlet.idempotent_send:
+            # A scene's line may have gone out through a webhook or another account, which
+            # take no idempotency key (docs/scenes.md#platforms): never re-sent blind.
+            if outlet.idempotent_send and item.persona is None:
                 sent += await self._recover(item)
                 continue
             log.warning(

@@ -4,6 +4,7 @@ depends on which persona its prompt asks for). Every test runs on SQLite and Pos
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Sequence
 
@@ -17,7 +18,9 @@ from bot.llm.offline import OfflineLLM
 from bot.runtime.access import AccessPolicy
 from bot.runtime.director import DIRECTOR_SYSTEM
 from bot.store.base import BaseStore
+from tests.bot.test_outbound import DyingOutlet
 from tests.fakes.llm import GatedLLM
+from tests.fakes.outlet import RecordingOutlet
 from tests.harness import BOT, Harness, harness
 
 GROUP = ConversationKey("telegram", "-100", None, BOT)
@@ -294,3 +297,40 @@ async def test_a_director_answer_outside_the_cast_falls_back_and_an_empty_one_is
         await group(h, "(the people talk among themselves)")
         await h.advance(30)
         assert lines(h) == [] and quiet.calls == 1
+
+
+async def test_a_line_cut_off_mid_send_by_a_crash_is_never_sent_blind_again(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """A line may have gone out through a webhook or a persona's own account, which take no
+    idempotency key: after a crash mid-send it is given up, even on a platform whose bot
+    account would accept it again (Discord's nonce)."""
+    dying = DyingOutlet(clock, idempotent_send=True)
+    llm = answering()
+    async with harness(
+        store,
+        clock,
+        llm,
+        persona=ALICE,
+        cast=CAST,
+        bots=[scene_bot(strategy="manual")],
+        outlet=dying,
+    ) as h:
+        talking = asyncio.create_task(group(h, "Bob?"))
+        await talking
+        stepping = asyncio.create_task(h.advance(30))
+        await asyncio.wait_for(dying.entered.wait(), 5)
+        stepping.cancel()  # the process is gone
+        await asyncio.gather(stepping, return_exceptions=True)
+    restarted = RecordingOutlet(clock, idempotent_send=True)
+    async with harness(
+        store,
+        clock,
+        llm,
+        persona=ALICE,
+        cast=CAST,
+        bots=[scene_bot(strategy="manual")],
+        outlet=restarted,
+    ) as h:
+        assert await h.pipeline.recover_outbox(older_than=clock.now()) == 0
+    assert restarted.replies == []
