@@ -45,7 +45,8 @@ from bot.runtime.profiles import (
     TurnOutcome,
 )
 from bot.runtime.reply import AgendaLink, ReplyJob, ReplyTurn
-from bot.runtime.scenes import SceneRunStore, Scenes, SceneTurn
+from bot.runtime.scene_line import SceneRunStore, SceneTurn
+from bot.runtime.scenes import Scenes
 from bot.runtime.streaming import StopSignals
 from bot.runtime.trouble import GAP_TOLD_KEY, TROUBLE_KEY, Trouble, TroubleStore
 from bot.runtime.turn import TurnKernel, TurnParts
