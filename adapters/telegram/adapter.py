@@ -14,7 +14,12 @@ Invariants:
   keeps the turn while it is sent and retried; a 429 pauses its chat for every sender;
 - the typing task is cancelled on every exit of :meth:`TelegramAdapter.typing`;
 - a reply that ``replaces`` a streamed preview edits that message into its first chunk
-  (posted anew when the preview is gone), so the chat never shows the answer twice.
+  (posted anew when the preview is gone), so the chat never shows the answer twice;
+- a scene's line goes out from its persona's own account when it has a usable one
+  (:mod:`adapters.telegram.accounts`), else under the name header from this one; a line the
+  persona's account could not post (not in the group, token rejected: nothing was sent) is
+  posted from this account instead, so a line is never lost to a missing account nor sent
+  twice.
 
 Streamed previews (drafts, edited messages) are :mod:`adapters.telegram.preview`.
 """
@@ -27,7 +32,7 @@ import hmac
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -58,6 +63,13 @@ from aiohttp import web
 
 from adapters.base import required_secret
 from adapters.streaming import StreamingAdapter
+from adapters.telegram.accounts import (
+    AccountToken,
+    AccountUnusable,
+    PersonaAccount,
+    PersonaAccounts,
+    unusable,
+)
 from adapters.telegram.format import (
     MESSAGE_LIMIT,
     Chunk,
@@ -90,7 +102,7 @@ from adapters.telegram.updates import GetRawUpdates, ParsedUpdate, parse_update
 from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSettings
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
-from bot.core.events import ConversationKey, PlatformProblem, Reply
+from bot.core.events import ConversationKey, PlatformProblem, Reply, voiced
 from bot.core.pacing import Pacer
 from bot.core.ports import InboundHandler, Preview, StreamSettings
 from bot.core.tasks import running
@@ -148,6 +160,16 @@ class _Target:
         return self.chat_id > 0
 
 
+@dataclass(frozen=True, slots=True)
+class _Unposted:
+    """What a persona's account could not post of a line (the rest goes out under the
+    header), whether some of it was posted, and the notice the chat is to be told."""
+
+    rest: str
+    started: bool
+    notice: str | None
+
+
 # --------------------------------------------------------------------------------- adapter
 
 
@@ -179,6 +201,7 @@ class TelegramAdapter(StreamingAdapter):
         download_timeout: float = 30.0,
         clock: Clock | None = None,
         pacer: Pacer[int] | None = None,
+        accounts: Sequence[AccountToken] = (),
     ) -> None:
         super().__init__(bot_key=bot_key)
         server = PRODUCTION if api_server is None else TelegramAPIServer.from_base(api_server)
@@ -190,6 +213,16 @@ class TelegramAdapter(StreamingAdapter):
         except TokenValidationError:
             raise ConfigError([f"telegram bot {bot_key!r}: the token is malformed"]) from None
         self._token = token
+        # A scene's persona accounts (send only): same API server, their own redacting
+        # sessions, and this adapter's pacer (every send below draws from it).
+        self._accounts = PersonaAccounts(
+            accounts,
+            bot_key=bot_key,
+            own_token=token,
+            server=server,
+            now=self._session.now,
+        )
+        self._tokens = (token, *self._accounts.tokens)
         self._group_trigger: GroupTrigger = group_trigger
         self._non_text: NonText = non_text
         self._webhook = webhook
@@ -197,7 +230,9 @@ class TelegramAdapter(StreamingAdapter):
         self._polling_timeout = polling_timeout
         self._flood_retries = flood_retries
         self._max_flood_wait = max_flood_wait
-        self._rules = InboundRules(bot_key, BotIdentity(self._bot.id, ""))
+        self._rules = InboundRules(
+            bot_key, BotIdentity(self._bot.id, ""), voices=self._accounts.voices
+        )
         self._seen: OrderedDict[int, None] = OrderedDict()
         # Update ids handled inside the batch being stored: remembered as handled only once
         # the batch is (a failed batch is handed over again, every update of it).
@@ -263,8 +298,10 @@ class TelegramAdapter(StreamingAdapter):
             self._group_trigger,
             self._non_text,
             commands,
+            self._accounts.voices,
         )
         await self._register_commands(handler.commands)
+        await self._accounts.identify()  # never fatal: a persona without one uses the header
         dispatcher = self._dispatcher(handler)
         log.info("telegram bot %s is @%s", self.bot_key, self._rules.me.username)
         return dispatcher
@@ -613,21 +650,86 @@ class TelegramAdapter(StreamingAdapter):
         reply_to = None
         if not target.private and (reply.reply_to_platform_message_id or "").isdigit():
             reply_to = int(reply.reply_to_platform_message_id or "")
-        # Nothing the bot says may notify anyone (the model may write "@name" or a mention link).
-        chunks = split_message(without_mentions(reply.text))
-        # A streamed preview (docs/architecture.md#streaming) becomes the first chunk.
         edit = _message_number(reply.replaces)
+        # A scene's line from its persona's own account (no preview to replace: scenes do
+        # not stream, and another account could not edit this one's message anyway).
+        account, line = None, reply.line
+        if reply.voice is not None and line is not None and edit is None:
+            account = await self._accounts.speaker(reply.voice.persona, target.chat_id)
+        if account is None or line is None:
+            await self._send_text(target, reply.text, reply_to, edit)
+            return
+        unposted = await self._send_as(account, target, line, reply_to)
+        if unposted is None:
+            return
+        # What the account could not post goes out under the header from here, then (once
+        # per persona and chat) the notice that explains why.
+        rest = voiced(unposted.rest, reply.voice)
+        await self._send_text(target, rest, None if unposted.started else reply_to)
+        if unposted.notice is not None:
+            await self._notify(target, unposted.notice)
+
+    async def _send_text(
+        self,
+        target: _Target,
+        text: str,
+        reply_to: int | None,
+        edit: int | None = None,
+        bot: Bot | None = None,
+    ) -> None:
+        """Send ``text`` as HTML chunks from ``bot`` (this account by default); with
+        ``edit``, a streamed preview (docs/architecture.md#streaming) becomes the first."""
+        # Nothing the bot says may notify anyone (the model may write "@name" or a mention link).
+        chunks = split_message(without_mentions(text))
         try:
             for index, chunk in enumerate(chunks):
                 first = reply_to if index == 0 else None
                 await self._send_chunk(
-                    target, chunk, first, MESSAGE_LIMIT, edit if index == 0 else None
+                    target, chunk, first, MESSAGE_LIMIT, edit if index == 0 else None, bot
                 )
         except TelegramBadRequest as exc:
             raise self._failure(target, exc) from exc
         log.debug(
             "telegram bot %s: %d message(s) to chat %s", self.bot_key, len(chunks), target.chat_id
         )
+
+    async def _send_as(
+        self, account: PersonaAccount, target: _Target, line: str, reply_to: int | None
+    ) -> _Unposted | None:
+        """Post a scene's line from its persona's account, chunk by chunk as ``_send_text``
+        does, the first quoting ``reply_to``. None when all of it went out; else what the
+        account could not post (not a member of the group, token rejected: Telegram refused
+        before sending, so nothing is posted twice)."""
+        chunks = split_message(without_mentions(line))
+        for index, chunk in enumerate(chunks):
+            try:
+                first = reply_to if index == 0 else None
+                await self._send_chunk(target, chunk, first, MESSAGE_LIMIT, bot=account.bot)
+            except TelegramBadRequest as exc:
+                raise self._failure(target, exc) from exc
+            except AccountUnusable as exc:
+                notice = None
+                if exc.why == "rejected":
+                    self._accounts.rejected(account)
+                elif self._accounts.absent(account, target.chat_id):
+                    notice = self._accounts.notice(account)
+                rest = "\n\n".join(c.markdown for c in chunks[index:])
+                return _Unposted(rest, started=index > 0, notice=notice)
+        return None
+
+    async def _notify(self, target: _Target, text: str) -> None:
+        """A notice of ours (fixed text, never in the transcript: its @username of a bot
+        is left clickable) from this account; a failure is only logged: the line it
+        explains went out already."""
+        try:
+            await self._deliver(target, text, None, None)
+        except (TelegramBadRequest, AdapterError) as exc:
+            log.warning(
+                "telegram bot %s: a notice to chat %s was not sent: %s",
+                self.bot_key,
+                target.chat_id,
+                self._redact(str(exc)),
+            )
 
     async def _send_document(self, reply: Reply) -> None:
         """``sendDocument``: the attachment as one file, the text as its plain caption."""
@@ -657,14 +759,16 @@ class TelegramAdapter(StreamingAdapter):
         reply_to: int | None,
         limit: int,
         edit: int | None = None,
+        bot: Bot | None = None,
     ) -> None:
-        """One chunk as HTML; as plain text if Telegram rejects the entities. With ``edit``,
-        its first message is an edit of that message (a preview) instead of a new one.
+        """One chunk as HTML from ``bot`` (default: this account); as plain text if Telegram
+        rejects the entities. With ``edit``, its first message is an edit of that message (a
+        preview) instead of a new one.
 
         Raises TelegramBadRequest for any other bad request (``send`` translates it).
         """
         try:
-            await self._deliver(target, chunk.html, "HTML", reply_to, edit)
+            await self._deliver(target, chunk.html, "HTML", reply_to, edit, bot)
             return
         except TelegramBadRequest as exc:
             problem = exc.message.lower()
@@ -676,13 +780,13 @@ class TelegramAdapter(StreamingAdapter):
                     self._redact(exc.message),
                 )
                 for part in plain_chunks(chunk.markdown, limit):
-                    await self._deliver(target, part, None, reply_to, edit)
+                    await self._deliver(target, part, None, reply_to, edit, bot)
                     reply_to = edit = None
                 return
             if "message is too long" in problem and limit >= 512:
                 # Our measure disagreed with the server's (e.g. a self-hosted limit): halve.
                 for smaller in split_message(chunk.markdown, limit // 2):
-                    await self._send_chunk(target, smaller, reply_to, limit // 2, edit)
+                    await self._send_chunk(target, smaller, reply_to, limit // 2, edit, bot)
                     reply_to = edit = None
                 return
             raise
@@ -694,9 +798,11 @@ class TelegramAdapter(StreamingAdapter):
         parse_mode: str | None,
         reply_to: int | None,
         edit: int | None = None,
+        bot: Bot | None = None,
     ) -> None:
-        """``sendMessage`` (or, with ``edit``, ``editMessageText`` of that message, sent as a
-        new message when it is gone); a reply to a deleted message is sent without the reply."""
+        """``sendMessage`` from ``bot`` (default: this account; or, with ``edit``,
+        ``editMessageText`` of this account's message, sent as a new message when it is
+        gone); a reply to a deleted message is sent without the reply."""
         if edit is not None and await self._edit(target, edit, text, parse_mode):
             return
         reply = None
@@ -709,7 +815,7 @@ class TelegramAdapter(StreamingAdapter):
             message_thread_id=target.thread_id,
             reply_parameters=reply,
         )
-        await self._call(method, target)
+        await self._call(method, target, bot=bot)
 
     async def _edit(
         self, target: _Target, message_id: int, text: str, parse_mode: str | None
@@ -738,13 +844,22 @@ class TelegramAdapter(StreamingAdapter):
         return True
 
     async def _call(
-        self, method: TelegramMethod[TelegramType], target: _Target, *, message: bool = True
+        self,
+        method: TelegramMethod[TelegramType],
+        target: _Target,
+        *,
+        message: bool = True,
+        bot: Bot | None = None,
     ) -> TelegramType:
-        """Call a method in the chat's turn (``message=False``: an edit, not spaced like a new
-        message), waiting out flood limits a bounded number of times.
+        """Call a method as ``bot`` (default: this account) in the chat's turn
+        (``message=False``: an edit, not spaced like a new message), waiting out flood
+        limits a bounded number of times. Every account takes its turn in the same pacer:
+        Telegram's limits are per group, whoever posts.
 
-        Raises TelegramBadRequest (the caller decides), DeliveryRefused or AdapterError.
+        Raises TelegramBadRequest (the caller decides), DeliveryRefused, AdapterError, or,
+        for a persona's account, AccountUnusable (it cannot post here; nothing was sent).
         """
+        sender = bot or self._bot
         chat = target.chat_id
         if (paused := self._pacer.paused_for(chat)) > self._max_flood_wait:
             # A 429 (maybe another sender's) paused the chat longer than this adapter waits.
@@ -756,7 +871,7 @@ class TelegramAdapter(StreamingAdapter):
             attempt = 0
             while True:
                 try:
-                    return await self._bot(method)
+                    return await sender(method)
                 except TelegramRetryAfter as exc:
                     # The chat's pause, not this send's: every sender of the chat honours it.
                     self._pacer.pause(chat, float(exc.retry_after))
@@ -771,7 +886,15 @@ class TelegramAdapter(StreamingAdapter):
                         exc.retry_after,
                     )
                     await turn.again()  # still this send's turn: nobody overtakes the retry
-                except TelegramBadRequest as exc:
+                except (
+                    TelegramBadRequest,
+                    TelegramForbiddenError,
+                    TelegramUnauthorizedError,
+                ) as exc:
+                    if sender is not self._bot and (why := unusable(exc)) is not None:
+                        raise AccountUnusable(why) from exc
+                    if not isinstance(exc, TelegramBadRequest):
+                        raise self._failure(target, exc) from exc
                     if any(refusal in exc.message.lower() for refusal in _REFUSALS):
                         raise self._failure(target, exc) from exc
                     raise
@@ -788,7 +911,9 @@ class TelegramAdapter(StreamingAdapter):
         return DeliveryRefused(text) if refused else AdapterError(text)
 
     def _redact(self, text: str) -> str:
-        return scrub(text, self._token)
+        for token in self._tokens:
+            text = scrub(text, token)
+        return text
 
     # ---------------------------------------------------------------------- streaming
 
@@ -877,8 +1002,9 @@ class TelegramAdapter(StreamingAdapter):
             await asyncio.sleep(pause)
 
     async def aclose(self) -> None:
-        """Close the HTTP session."""
+        """Close the HTTP sessions (the persona accounts' too)."""
         await self._bot.session.close()
+        await self._accounts.aclose()
 
 
 def _message_number(message_id: str | None) -> int | None:
@@ -890,12 +1016,21 @@ def _message_number(message_id: str | None) -> int | None:
 
 
 def create_adapter(
-    entry: BotSettings, persona: PersonaSettings, secrets: Secrets
+    entry: BotSettings,
+    persona: PersonaSettings,
+    secrets: Secrets,
+    *,
+    names: Mapping[str, str] | None = None,
 ) -> TelegramAdapter:
-    """The adapter of a ``[[bots]] platform = "telegram"`` entry (tokens from the environment)."""
+    """The adapter of a ``[[bots]] platform = "telegram"`` entry (tokens from the environment).
+
+    ``names``: persona id -> name, for a scene's persona accounts (a reply to Bob's account
+    names Bob); a persona missing from it is called by its id, ``persona`` by its name.
+    """
     if not isinstance(entry, TelegramBotSettings):
         raise ConfigError([f"bots ({entry.key}): not a telegram entry"])
     token = required_secret(secrets, entry.token_variable, f"token of bot {entry.key!r}")
+    known = {persona.id: persona.name, **(names or {})}
     return TelegramAdapter(
         bot_key=entry.key,
         token=token,
@@ -903,6 +1038,27 @@ def create_adapter(
         group_trigger=entry.group_trigger,
         non_text=entry.non_text,
         webhook=_webhook_settings(entry, secrets) if entry.mode == "webhook" else None,
+        accounts=_account_tokens(entry, secrets, known),
+    )
+
+
+def _account_tokens(
+    entry: TelegramBotSettings, secrets: Secrets, names: Mapping[str, str]
+) -> tuple[AccountToken, ...]:
+    """The scene's persona accounts (``voices = "auto"``), each token read from the
+    environment as the bot's own is (an unset one named, never a value)."""
+    scene = entry.scene
+    if scene is None or scene.voices != "auto":
+        return ()
+    return tuple(
+        AccountToken(
+            persona,
+            names.get(persona, persona),
+            required_secret(
+                secrets, variable, f"token of persona {persona!r} of bot {entry.key!r}"
+            ),
+        )
+        for persona, variable in scene.accounts.items()
     )
 
 

@@ -8,6 +8,7 @@ message's author here, :mod:`adapters.telegram.quotes` the author of what it quo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aiogram.types import (
@@ -58,10 +59,18 @@ def sender_of(message: Message) -> Sender | None:
     return Sender(str(user.id), user.full_name, user.id, user.is_bot)
 
 
-def origin_of(origin: MessageOriginUnion, me_id: int) -> Origin:
-    """The display name, author id and "it is this bot" of where a message came from."""
+def origin_of(
+    origin: MessageOriginUnion, me_id: int, voices: Mapping[int, str] | None = None
+) -> Origin:
+    """The display name, author id and "it is this bot" of where a message came from.
+
+    ``voices``: the bot's persona accounts (user id -> persona name, docs/scenes.md#platforms):
+    a message one of them posted is the bot's own, written by that persona.
+    """
     if isinstance(origin, MessageOriginUser):
         user = origin.sender_user
+        if voices and user.id in voices:
+            return Origin(voices[user.id], str(user.id), True)
         return Origin(user.full_name, str(user.id), user.id == me_id)
     if isinstance(origin, MessageOriginHiddenUser):
         return Origin(origin.sender_user_name, None, False)  # the user hides their account

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from aiogram.types import Message, MessageEntity, MessageGenerationStopped
@@ -57,6 +57,9 @@ class InboundRules:
     group_trigger: GroupTrigger = "mention"
     non_text: NonText = "placeholder"
     commands: frozenset[str] = frozenset()
+    # A scene's persona accounts (user id -> persona name, docs/scenes.md#platforms): they
+    # only send; a reply to one of their messages addresses the bot, as that persona.
+    voices: Mapping[int, str] = field(default_factory=dict)
 
 
 def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -> Inbound | None:
@@ -97,15 +100,15 @@ def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -
     # What it quotes: a forward's content is the quote (the person said nothing of their own),
     # else the message it replies to, or the part of it quoted.
     if forward:
-        quote, text = forward_quote(message, rules.me.id, said), ""
+        quote, text = forward_quote(message, rules.me.id, said, rules.voices), ""
     else:
-        quote, text = reply_quote(message, rules.me.id), command or said
+        quote, text = reply_quote(message, rules.me.id, rules.voices), command or said
     if not text.strip() and not media and quote is None:
         if not private:
             return None
         text = "[an empty message]"  # never a silent drop in a private chat
     # Whom it addresses.
-    mentions, replied = _addressed(message, body, entities, rules.me, forward=forward)
+    mentions, replied = _addressed(message, body, entities, rules, forward=forward)
     asked = private or rules.group_trigger == "all" or mentions or replied or bool(command)
     return Inbound(
         conversation=_key(message.chat.id, thread, rules.bot_key),
@@ -199,7 +202,7 @@ def _addressed(
     message: Message,
     body: str,
     entities: Sequence[MessageEntity],
-    me: BotIdentity,
+    rules: InboundRules,
     *,
     forward: bool,
 ) -> tuple[bool, bool]:
@@ -209,7 +212,8 @@ def _addressed(
     mention in it is the channel's, addressed to its subscribers)."""
     if message.is_automatic_forward:
         return False, False
-    return not forward and _mentions_bot(body, entities, me), _replies_to_bot(message, me)
+    mentioned = not forward and _mentions_bot(body, entities, rules.me)
+    return mentioned, _replies_to_bot(message, rules)
 
 
 def _mentions_bot(text: str, entities: Sequence[MessageEntity], me: BotIdentity) -> bool:
@@ -223,12 +227,14 @@ def _mentions_bot(text: str, entities: Sequence[MessageEntity], me: BotIdentity)
     return False
 
 
-def _replies_to_bot(message: Message, me: BotIdentity) -> bool:
-    """A reply to one of this bot's messages (not the implicit reply to a topic's start)."""
+def _replies_to_bot(message: Message, rules: InboundRules) -> bool:
+    """A reply to one of this bot's messages, its persona accounts' included (not the
+    implicit reply to a topic's start)."""
     original = message.reply_to_message
     if original is None or original.forum_topic_created is not None:
         return False
-    return original.from_user is not None and original.from_user.id == me.id
+    author = original.from_user
+    return author is not None and (author.id == rules.me.id or author.id in rules.voices)
 
 
 # ------------------------------------------------------------------------------- transport

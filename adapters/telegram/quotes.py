@@ -7,6 +7,7 @@ leaf readers (:mod:`adapters.telegram.authors` for who wrote it,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 from aiogram.types import Message
@@ -23,7 +24,9 @@ UNREADABLE_REPLY: Final = "[a message this bot could not read]"
 _REPLIES: Final = frozenset({"reply_to_message", "external_reply"})
 
 
-def forward_quote(message: Message, me_id: int, forwarded: str) -> Quote | None:
+def forward_quote(
+    message: Message, me_id: int, forwarded: str, voices: Mapping[int, str] | None = None
+) -> Quote | None:
     """The forward ``message`` is (``forwarded``: its text as the model reads it), or None.
 
     An automatic forward (the linked channel's post copied into its discussion group) is the
@@ -31,12 +34,18 @@ def forward_quote(message: Message, me_id: int, forwarded: str) -> Quote | None:
     """
     if message.forward_origin is None or message.is_automatic_forward:
         return None
-    origin = origin_of(message.forward_origin, me_id)
+    origin = origin_of(message.forward_origin, me_id, voices)
     return Quote("forward", origin.name, cut_quote(forwarded), origin.author_id, origin.from_bot)
 
 
-def reply_quote(message: Message, me_id: int) -> Quote | None:
+def reply_quote(
+    message: Message, me_id: int, voices: Mapping[int, str] | None = None
+) -> Quote | None:
     """The message ``message`` replies to (or the part of it quoted), else None.
+
+    ``voices`` are the bot's persona accounts (user id -> persona name): a message one of them
+    posted is the bot's own (``from_bot``) and its author is the persona's name, so that a
+    reply to it addresses that persona (bot.core.scenes.replied_to).
 
     In a forum topic every message "replies" to the topic's first (service) message: that is
     no reply. A reply to a message of another chat (``external_reply``) names its origin.
@@ -49,10 +58,13 @@ def reply_quote(message: Message, me_id: int) -> Quote | None:
         text = cut_quote(part or said(original) or "[a message]")
         if who is None:
             return Quote(origin, "", text)
+        voice = None if who.user_id is None or not voices else voices.get(who.user_id)
+        if voice is not None:  # one of the bot's persona accounts: the bot's own, as it
+            return Quote(origin, voice, text, who.id, True)
         return Quote(origin, who.name, text, who.id, who.user_id == me_id)
     if message.external_reply is not None:
         external = message.external_reply
-        source = origin_of(external.origin, me_id)
+        source = origin_of(external.origin, me_id, voices)
         name = source.name or (chat_name(external.chat) if external.chat is not None else "")
         text = part or content_of(external).stand_in() or "[a message in another chat]"
         return Quote(origin, name, cut_quote(text), source.author_id, source.from_bot)

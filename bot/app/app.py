@@ -37,6 +37,7 @@ from bot.config import (
     Secrets,
     Settings,
     load_settings,
+    scene_accounts,
 )
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError, PersonabotError
@@ -105,7 +106,7 @@ class App:
         self.secrets = secrets or Secrets()
         self.clock = clock
         self._llm = llm
-        self._platforms: dict[str, PlatformFactory] = build.builtin_platforms()
+        self._platforms: dict[str, PlatformFactory] = build.builtin_platforms(settings.personas)
         self._providers: dict[str, ProviderFactory] = build.builtin_providers()
         self._transcribers: dict[str, TranscriberFactory] = build.builtin_transcribers()
         self._global = _Registrations()
@@ -349,8 +350,9 @@ class App:
         problems: list[str] = []
         made: list[BaseAdapter] = []
         for entry in self.settings.bots:
-            if entry.platform in DEFAULT_TOKEN_VARIABLES and not self.secrets.get(
-                entry.token_variable
+            variables = [entry.token_variable, *(v for _, v in scene_accounts(entry))]
+            if entry.platform in DEFAULT_TOKEN_VARIABLES and not all(
+                self.secrets.get(v) for v in variables
             ):
                 continue
             try:

@@ -54,7 +54,7 @@ from bot.config.loading import (
 )
 from bot.config.mcp import McpServerSettings
 from bot.config.memory import MemorySettings, RetentionSettings, SessionSettings
-from bot.config.needs import RunNeeds, openai_key_missing
+from bot.config.needs import RunNeeds, openai_key_missing, scene_accounts
 from bot.config.observability import (
     WEB_TOKEN_MIN,
     LoggingSettings,
@@ -120,6 +120,7 @@ __all__ = [
     "load_settings",
     "openai_key_missing",
     "reference_problems",
+    "scene_accounts",
     "unknown_name",
     "web_token_short",
 ]

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bot.config.bots import DEFAULT_TOKEN_VARIABLES, raw_key
+from bot.config.bots import DEFAULT_TOKEN_VARIABLES, BotSettings, raw_key
 from bot.config.llm import LLMSettings
 from bot.config.observability import WEB_TOKEN_MIN, WebSettings, web_token_short
 from bot.config.secrets import Secrets
@@ -31,6 +31,8 @@ class RunNeeds:
     mcp: tuple[tuple[int, str, str], ...] = ()
     # name, provider, key variable: each of [llm.providers]
     named: tuple[tuple[str, str, str | None], ...] = ()
+    # index, bot key, persona, variable: the tokens of Telegram scenes' persona accounts
+    accounts: tuple[tuple[int, str, str, str], ...] = ()
 
     @classmethod
     def of(cls, settings: Settings) -> RunNeeds:
@@ -45,7 +47,12 @@ class RunNeeds:
             (name, entry.provider, entry.api_key_env)
             for name, entry in settings.llm.providers.items()
         )
-        return cls(bots, settings.llm.provider, web, settings.llm.api_key_env, mcp, named)
+        accounts = tuple(
+            (i, b.key, persona, variable)
+            for i, b in enumerate(settings.bots)
+            for persona, variable in scene_accounts(b)
+        )
+        return cls(bots, settings.llm.provider, web, settings.llm.api_key_env, mcp, named, accounts)
 
     @classmethod
     def of_raw(cls, data: Mapping[str, Any]) -> RunNeeds | None:
@@ -53,10 +60,11 @@ class RunNeeds:
         llm, web, raw_bots = data.get("llm", {}), data.get("web", {}), data.get("bots", [])
         if not (isinstance(llm, dict) and isinstance(web, dict) and isinstance(raw_bots, list)):
             return None
-        bots = []
+        bots, accounts = [], []
         for index, entry in enumerate(raw_bots):
             if not isinstance(entry, dict):
                 return None
+            accounts += [(index, raw_key(index, entry), p, v) for p, v in _raw_accounts(entry)]
             platform, token = entry.get("platform"), entry.get("token_env")
             if token is not None and not (isinstance(token, str) and looks_like_env_name(token)):
                 continue  # perhaps the token itself pasted in: its own problem, never shown
@@ -72,7 +80,7 @@ class RunNeeds:
             key_env = None  # unset, or its own problem, never shown
         listened = token_env if listen else None
         named = _raw_providers(llm.get("providers"))
-        return cls(tuple(bots), provider, listened, key_env, _raw_mcp(data), named)
+        return cls(tuple(bots), provider, listened, key_env, _raw_mcp(data), named, tuple(accounts))
 
     def problems(self, secrets: Secrets, *, empty_ok: bool = False) -> list[str]:
         """What ``run`` would refuse to start without, never quoting a value: ``[[bots]]``,
@@ -86,6 +94,12 @@ class RunNeeds:
         for index, key, platform, variable in self.bots:
             if platform in DEFAULT_TOKEN_VARIABLES and secrets.get(variable) is None:
                 problems.append(f"bots[{index}] ({key}): {variable} is not set in the environment")
+        problems += [
+            f"bots[{index}] ({key}): {variable} is not set in the environment (the token of "
+            f"persona {persona}'s own account, scene.accounts)"
+            for index, key, persona, variable in self.accounts
+            if secrets.get(variable) is None
+        ]
         problems += self.model_key_problems(secrets)
         if self.web_token_env:
             token = secrets.get(self.web_token_env)
@@ -119,6 +133,29 @@ class RunNeeds:
             if kind == "openai" and key and not secrets.get(key):
                 problems.append(openai_key_missing(key, where))
         return problems
+
+
+def scene_accounts(entry: BotSettings) -> tuple[tuple[str, str], ...]:
+    """(persona, variable) of the persona accounts a Telegram scene reads at start: with
+    ``voices = "auto"`` only (with "header" every line is the bot's own)."""
+    scene = entry.scene
+    if entry.platform != "telegram" or scene is None or scene.voices != "auto":
+        return ()
+    return tuple(scene.accounts.items())
+
+
+def _raw_accounts(entry: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The same from a bot entry that did not validate (best effort: a value that is no
+    variable's name has its own problem and is never shown)."""
+    scene = entry.get("scene")
+    if entry.get("platform") != "telegram" or not isinstance(scene, dict):
+        return []
+    accounts = scene.get("accounts")
+    if scene.get("voices", "auto") != "auto" or not isinstance(accounts, dict):
+        return []
+    return [
+        (str(p), v) for p, v in accounts.items() if isinstance(v, str) and looks_like_env_name(v)
+    ]
 
 
 def openai_key_missing(variable: str, where: str = "llm") -> str:

@@ -226,6 +226,8 @@ class Settings(BaseSettings):
         names: list[str] = []
         for entry in self.bots:
             names.append(entry.token_variable)
+            if entry.scene is not None:  # Telegram persona accounts' tokens
+                names += entry.scene.accounts.values()
             secret = getattr(entry, "secret_token_env", None)
             if secret:
                 names.append(secret)

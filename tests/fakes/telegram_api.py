@@ -41,6 +41,8 @@ Behaviour:
   ``caption`` (at most 1024 characters). A private chat the user never opened (the user was
   only seen in groups) answers ``403 Forbidden: bot can't initiate conversation with a user``
   for every send, as Telegram does before the user pressed Start.
+  :meth:`FakeTelegramAPI.remove_from_chat` makes a bot no member of a group (``403 Forbidden:
+  bot is not a member of the supergroup chat`` for its sends there).
 * ``sendChatAction``, ``setMyCommands``, ``setWebhook``, ``deleteWebhook``, ``getWebhookInfo``
   and ``deleteMessage`` are answered and recorded.
 * :meth:`FakeTelegramAPI.fail_next` scripts errors per method (and optionally per token):
@@ -444,6 +446,7 @@ class _Account:
     webhook_url: str | None = None
     webhook_secret: str | None = None
     commands: list[dict[str, Any]] = field(default_factory=list)
+    outside: set[int] = field(default_factory=set)  # groups the bot is not a member of
 
 
 class _ApiError(Exception):
@@ -493,6 +496,11 @@ class FakeTelegramAPI(FakeServer):
         )
         self._accounts[token] = _Account(token, user)
         return user
+
+    def remove_from_chat(self, token: str, chat_id: int) -> None:
+        """The bot is not a member of the group: its sends there answer ``403 Forbidden: bot
+        is not a member of the supergroup chat``, as Telegram's do."""
+        self._accounts[token].outside.add(chat_id)
 
     def bot_user(self, token: str) -> TgUser:
         """The bot user of a token."""
@@ -1099,8 +1107,10 @@ class FakeTelegramAPI(FakeServer):
             raise _ApiError(400, "Bad Request: message is too long")
         return visible
 
-    def _chat(self, chat_id: int) -> TgChat:
+    def _chat(self, chat_id: int, account: _Account | None = None) -> TgChat:
         """The chat a send goes to, refused as Telegram refuses it."""
+        if account is not None and chat_id in account.outside:
+            raise _ApiError(403, "Forbidden: bot is not a member of the supergroup chat")
         chat = self._chats.get(chat_id)
         if chat is None and chat_id in self._users:
             raise _ApiError(403, "Forbidden: bot can't initiate conversation with a user")
@@ -1110,7 +1120,7 @@ class FakeTelegramAPI(FakeServer):
 
     def _send_document(self, account: _Account, params: dict[str, Any]) -> dict[str, Any]:
         chat_id = int(params["chat_id"])
-        chat = self._chat(chat_id)
+        chat = self._chat(chat_id, account)
         upload = params.get("document")
         if isinstance(upload, str) and upload.startswith("attach://"):
             upload = params.get(upload.removeprefix("attach://"))  # the Bot API's file reference
@@ -1142,7 +1152,7 @@ class FakeTelegramAPI(FakeServer):
 
     def _send_message(self, account: _Account, params: dict[str, Any]) -> dict[str, Any]:
         chat_id = int(params["chat_id"])
-        chat = self._chat(chat_id)
+        chat = self._chat(chat_id, account)
         visible = self._checked_text(params)
         reply, allow_without = _reply_target(params)
         if reply is not None and (chat_id, reply) not in self._messages and not allow_without:

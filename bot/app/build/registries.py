@@ -4,7 +4,7 @@ ones (docs/plugins.md#platforms). The App keeps one registry of each; these buil
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from adapters.base import BaseAdapter
 from bot.config import (
@@ -39,6 +39,19 @@ def builtin_platform(name: str) -> PlatformFactory:
     def create(entry: BotSettings, persona: PersonaSettings, secrets: Secrets) -> BaseAdapter:
         module = importlib.import_module(f"adapters.{name}")
         adapter: BaseAdapter = module.create_adapter(entry, persona, secrets)
+        return adapter
+
+    return create
+
+
+def telegram_platform(personas: Sequence[PersonaSettings]) -> PlatformFactory:
+    """Telegram's ``create_adapter``, told every persona's name: a scene's persona accounts
+    post under their persona, and a reply to one of them names it (docs/scenes.md)."""
+    names = {p.id: p.name for p in personas}
+
+    def create(entry: BotSettings, persona: PersonaSettings, secrets: Secrets) -> BaseAdapter:
+        module = importlib.import_module("adapters.telegram")
+        adapter: BaseAdapter = module.create_adapter(entry, persona, secrets, names=names)
         return adapter
 
     return create
@@ -89,9 +102,10 @@ def offline_provider(llm: LLMSettings, secrets: Secrets) -> BaseLLM:
     return OfflineLLM()
 
 
-def builtin_platforms() -> dict[str, PlatformFactory]:
-    """The platforms personabot ships."""
-    return {name: builtin_platform(name) for name in ("telegram", "discord")}
+def builtin_platforms(personas: Sequence[PersonaSettings] = ()) -> dict[str, PlatformFactory]:
+    """The platforms personabot ships (``personas``: the configured ones, by whose names
+    Telegram's persona accounts are known)."""
+    return {"telegram": telegram_platform(personas), "discord": builtin_platform("discord")}
 
 
 def builtin_providers() -> dict[str, ProviderFactory]:
