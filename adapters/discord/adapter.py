@@ -156,7 +156,9 @@ class DiscordAdapter(StreamingAdapter):
 
     async def run(self, handler: InboundHandler) -> None:
         """Connect to the gateway and hand every relevant event to ``handler`` until closed."""
-        self._inbound.command_names = frozenset(name.lower() for name, _ in handler.commands)
+        self._inbound.command_names = frozenset(
+            name.lower() for name in (*(n for n, _ in handler.commands), *handler.admin_commands)
+        )
         self._handler = handler
         consumer = asyncio.create_task(self._consume(handler), name=f"discord {self.bot_key}")
         try:

@@ -291,7 +291,8 @@ class TelegramAdapter(StreamingAdapter):
     async def _identify(self, handler: InboundHandler) -> Dispatcher:
         """getMe, the inbound rules, setMyCommands and the dispatcher."""
         me = await self._startup_call("getMe", self._bot.me)  # cached for the dispatcher
-        commands = frozenset(name for name, _ in handler.commands)
+        # Every command this bot takes unaddressed in a group: the menu's and the admins'.
+        commands = frozenset(name for name, _ in handler.commands) | set(handler.admin_commands)
         self._rules = InboundRules(
             self.bot_key,
             BotIdentity(me.id, me.username or ""),

@@ -129,6 +129,12 @@ class InboundHandler(Protocol):
         """(name, description) of every chat command, for platform command menus."""
         ...
 
+    @property
+    def admin_commands(self) -> tuple[str, ...]:
+        """Names of the commands only admins may run (``/stats``, a scene's ``/stop``): in no
+        menu, but taken unaddressed in a group like the others (not another bot's)."""
+        ...
+
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message (a command at once; anything else is ingested)."""
         ...

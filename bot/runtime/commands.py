@@ -190,6 +190,15 @@ class Commands:
         specs += self._plugin_specs(bot).values()
         return tuple(spec for spec in specs if not spec.admin)
 
+    def admin_names(self, bot: str | None = None) -> tuple[str, ...]:
+        """The admin-only commands of ``bot`` (None: of any bot), in no menu."""
+        if bot is None:
+            specs = [*self._specs.values(), *self._global.values()]
+        else:
+            specs = [s for s in self._specs.values() if self._offered(bot, s.name)]
+            specs += self._plugin_specs(bot).values()
+        return tuple(spec.name for spec in specs if spec.admin)
+
     def knows(self, name: str, bot: str | None = None) -> bool:
         """Whether a command of this name is registered (for ``bot``, or built-in/global)."""
         if bot is not None:

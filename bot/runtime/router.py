@@ -103,6 +103,15 @@ class Router:
         """(name, description) of every chat command of ``bot`` (for its platform menu)."""
         return tuple((spec.name, spec.description) for spec in self._commands.specs_for(bot))
 
+    @property
+    def admin_commands(self) -> tuple[str, ...]:
+        """Names of the admin-only commands of any bot here (in no menu)."""
+        return self._commands.admin_names()
+
+    def admin_commands_for(self, bot: str) -> tuple[str, ...]:
+        """Names of ``bot``'s admin-only commands (in no menu)."""
+        return self._commands.admin_names(bot)
+
     def for_bot(self, bot: str) -> BotHandler:
         """The InboundHandler of one hosted bot: its own command menu (per-bot plugins)."""
         return BotHandler(self, bot)
@@ -278,6 +287,11 @@ class BotHandler:
     def commands(self) -> tuple[tuple[str, str], ...]:
         """(name, description) of every chat command of this bot."""
         return self._router.commands_for(self._bot)
+
+    @property
+    def admin_commands(self) -> tuple[str, ...]:
+        """Names of this bot's admin-only commands (in no menu)."""
+        return self._router.admin_commands_for(self._bot)
 
     def rejected(self, platform: str, bot: str, kind: str) -> None:
         """Count an update an adapter could not read."""

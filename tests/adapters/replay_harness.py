@@ -444,6 +444,11 @@ class Recorder:
         """The router's commands."""
         return self._inner.commands
 
+    @property
+    def admin_commands(self) -> tuple[str, ...]:
+        """The router's admin-only commands."""
+        return self._inner.admin_commands
+
     def rejected(self, platform: str, bot: str, kind: str) -> None:
         """Counted by the router."""
         self._inner.rejected(platform, bot, kind)

@@ -59,6 +59,7 @@ class RecordingHandler:
     """An InboundHandler that keeps every event (a real implementation, not a mock)."""
 
     commands = COMMANDS
+    admin_commands: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.events: list[Inbound] = []

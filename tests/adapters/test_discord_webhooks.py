@@ -281,6 +281,7 @@ class Observed:
     def __init__(self, router: InboundHandler) -> None:
         self._router = router
         self.commands = router.commands
+        self.admin_commands: tuple[str, ...] = ()
         self.stored: list[str] = []
         self._handed: list[str] = []
         self._changed = asyncio.Condition()

@@ -631,6 +631,7 @@ class _Recorder:
     """An InboundHandler that only records."""
 
     commands: tuple[tuple[str, str], ...] = (("new", "start over"),)
+    admin_commands: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.received: list[Inbound] = []
@@ -647,6 +648,7 @@ class _Recorder:
 
 class _NoHandler:
     commands: tuple[tuple[str, str], ...] = ()
+    admin_commands: tuple[str, ...] = ()
 
     async def __call__(self, inbound: object) -> None:  # pragma: no cover - never called
         raise AssertionError(inbound)

@@ -62,6 +62,7 @@ class _Recorder:
     """An InboundHandler that records what it is handed."""
 
     commands: tuple[tuple[str, str], ...] = (("new", "start over"),)
+    admin_commands: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.received: list[Inbound] = []

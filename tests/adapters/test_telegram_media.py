@@ -53,6 +53,11 @@ class Tap:
         """The router's commands (for the bot's menu)."""
         return self.router.commands
 
+    @property
+    def admin_commands(self) -> tuple[str, ...]:
+        """The router's admin-only commands."""
+        return self.router.admin_commands
+
     def rejected(self, platform: str, bot: str, kind: str) -> None:
         """Counted by the router."""
         self.router.rejected(platform, bot, kind)

@@ -373,6 +373,7 @@ class StopRecorder:
     """An InboundHandler that records stop requests (the first ``failures`` raise)."""
 
     commands: tuple[tuple[str, str], ...] = ()
+    admin_commands: tuple[str, ...] = ()
 
     def __init__(self, failures: int = 0) -> None:
         self.stops: list[tuple[ConversationKey, int]] = []

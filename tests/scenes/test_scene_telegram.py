@@ -55,3 +55,8 @@ async def test_lines_carry_headers_replies_address_their_speaker_and_echoes_are_
         assert len(llm.requests) == 3
         stored = await rig.stored_texts(rig.key(GROUP))
         assert "Alice: hello Carol" not in stored and "Carol, Alice, wake up" not in stored
+        # An admin-only command, in no menu, typed without @bot in the group: taken (not
+        # dropped as another bot's command), and refused to someone who is no admin.
+        rig.say(GROUP, ANN, "/stop")
+        await api.wait_for(lambda: len(rig.replies(GROUP)) == 4, what="the refusal")
+        assert rig.replies(GROUP)[-1] == "/stop is for the bot's admins."
