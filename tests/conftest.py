@@ -53,14 +53,18 @@ def pytest_configure(config: pytest.Config) -> None:
         processes.share()
 
 
-#: Files whose tests take tens of seconds each (`uv run pytest --durations=20`): they run
-#: first, so that no worker starts one as the others finish (the run's tail).
+#: Files whose tests take 10 s or more each (`uv run pytest --durations=20`), slowest first:
+#: they run first, so that no worker starts one as the others finish (the run's tail).
 SLOW_FIRST = (
-    "tests/bot/test_queue_state.py",
     "tests/deploy/test_deploy_doc.py",
     "tests/cards/test_quickstart.py",
+    "tests/bot/test_queue_state.py",
+    "tests/cards/test_lorebook_limits.py",
+    "tests/bench/test_load_bench.py",
+    "tests/bench/test_lorebook_bench.py",
     "tests/web/test_browser.py",
     "tests/bench/test_typist_bench.py",
+    "tests/streaming/test_kill_mid_stream.py",
 )
 
 

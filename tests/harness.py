@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,6 +160,35 @@ async def settle(*stores: BaseStore, quiet_polls: int = 4) -> None:
     while quiet < quiet_polls and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.001)
         quiet = quiet + 1 if all(in_flight(s) == 0 for s in stores) else 0
+
+
+#: Consecutive idle loop iterations ``idle`` waits for (more than a hand-off needs).
+IDLE_POLLS = 3
+
+
+async def idle(*stores: BaseStore, polls: int = IDLE_POLLS) -> None:
+    """Return once the event loop is idle: nothing ready to run but this coroutine, and no
+    store call running or queued, over ``polls`` consecutive loop iterations. Every task then
+    waits on the clock, a gate or a future the test resolves, as after ``settle``, without
+    its fixed quiet period: a chain of hand-offs between tasks (an event set, a task woken,
+    a task created) keeps the loop's ready queue non-empty, however many iterations it takes
+    and however loaded the machine; store I/O (threads, sockets) is counted by the stores.
+
+    For runtimes whose only work off the loop is store I/O: an HTTP call or another
+    thread is not seen (``settle``'s quiet period or ``eventually`` wait for those).
+    """
+    loop = asyncio.get_running_loop()
+    # The loop's queue of ready callbacks (CPython's selector and proactor loops): no public
+    # API tells whether another task can run now.
+    ready: Sized = getattr(loop, "_ready")  # noqa: B009
+    deadline = loop.time() + 5.0
+    quiet = 0
+    storing = False
+    while quiet < polls and loop.time() < deadline:
+        # Waiting on a store's thread or socket: give it real time (a spin would hold the GIL).
+        await asyncio.sleep(0.0005 if storing else 0)
+        storing = any(in_flight(s) for s in stores)
+        quiet = 0 if storing or ready else quiet + 1
 
 
 def harness_settings(

@@ -78,7 +78,7 @@ from memory.service import Memory, MemoryPolicy
 from tests import pg_cluster
 from tests.backends import Backend
 from tests.fakes.outlet import RecordingOutlet
-from tests.harness import PIN, settle
+from tests.harness import PIN, idle
 
 T = TypeVar("T")
 
@@ -541,9 +541,10 @@ class QueueMachine(RuleBasedStateMachine):
         await self.b.start()
 
     async def settle(self) -> None:
-        """Let every task run until it waits on the clock or on the model; then register the
-        model calls made meanwhile (Board.register)."""
-        await settle(*self.stores, quiet_polls=20)
+        """Let every task run until it waits on the clock or on the model (the loop idle, no
+        store call in flight: tests/harness.py idle); then register the model calls made
+        meanwhile (Board.register)."""
+        await idle(*self.stores)
         self.board.register(self.reached)
 
     async def advance(self, seconds: float) -> None:
