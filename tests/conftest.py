@@ -59,6 +59,7 @@ SLOW_FIRST = (
     "tests/deploy/test_deploy_doc.py",
     "tests/cards/test_quickstart.py",
     "tests/bot/test_queue_state.py",
+    "tests/scenes/test_scene_sigkill.py",
     "tests/cards/test_lorebook_limits.py",
     "tests/bench/test_load_bench.py",
     "tests/bench/test_lorebook_bench.py",
