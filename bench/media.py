@@ -730,12 +730,13 @@ class TimedMemory(Memory):
         gap_notice: str | None = None,
         summary: Summary | NotSet | None = NOT_SET,
         policy: MemoryPolicy | None = None,
+        persona: str | None = None,
     ) -> Assembled:
         """Memory.build, timed."""
         started = time.perf_counter()
         try:
             return await super().build(
-                turn, pin, gap_notice=gap_notice, summary=summary, policy=policy
+                turn, pin, gap_notice=gap_notice, summary=summary, policy=policy, persona=persona
             )
         finally:
             self.build_seconds += time.perf_counter() - started
