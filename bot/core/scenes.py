@@ -31,14 +31,6 @@ from typing import Final, Literal
 
 from bot.core.media import Quote
 
-#: A session's note of when its scene's mute ends (the breaker's, an admin's /stop); never
-#: shown to the model.
-MUTED_KEY: Final = "scene:muted_until"
-#: A session's notes of the caps its scene hit (JSON list of times) and of its last plan
-#: (JSON: when, each speaker with why and what became of its line): the console shows them.
-CAPS_KEY: Final = "scene:caps"
-PLAN_KEY: Final = "scene:last_plan"
-
 Strategy = Literal["natural", "pooled", "list", "manual"]
 STRATEGIES: Final[tuple[Strategy, ...]] = ("natural", "pooled", "list", "manual")
 
@@ -89,6 +81,20 @@ class SceneRules:
     def others(self, persona: str) -> tuple[CastMember, ...]:
         """Every cast member but ``persona``."""
         return tuple(m for m in self.cast if m.id != persona)
+
+
+@dataclass(frozen=True, slots=True)
+class SceneState:
+    """A scene's state in one conversation (migration 21): when its mute ends (None: not
+    muted), the times of the caps it hit, its last plan (JSON: who spoke and why)."""
+
+    muted_until: float | None = None
+    caps: tuple[float, ...] = ()
+    last_plan: str | None = None
+
+    def muted(self, now: float) -> bool:
+        """Whether the scene is muted now."""
+        return self.muted_until is not None and now < self.muted_until
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, Inbound, SessionInfo, UserKey, is_person
-from bot.core.scenes import MUTED_KEY
 from bot.core.tasks import within
 from bot.runtime.exports import Exports
 from bot.runtime.extensions import Command, CommandSpec, Extensions, Handler
-from bot.store.contracts import SessionStore
+from bot.store.contracts import SceneStore, SessionStore
 from memory.records import EVERY_PERSONA
 from memory.service import Memory
 
@@ -108,8 +107,10 @@ class Commands:
         plugin_timeout: float = 10.0,
         personas: Mapping[str, Sequence[PersonaChoice]] | None = None,
         scenes: Mapping[str, float] | None = None,
+        scene_store: SceneStore | None = None,
     ) -> None:
         self._store = store
+        self._scene_store = scene_store
         # Bots whose personas speak together, with how long /stop mutes them (seconds).
         self._scenes = dict(scenes or {})
         # Each bot's personas, its default first; /persona exists where there are several.
@@ -134,7 +135,7 @@ class Commands:
         if any(len(c) > 1 for c in self._personas.values()):
             self.register("persona", "list the personas or switch: /persona NAME", self._persona)
         self.register("help", "list the commands", self._help)
-        if self._scenes:
+        if self._scenes and scene_store is not None:
             self.register(
                 "stop", "mute the scene (admins; /stop off ends it)", self._stop, admin=True
             )
@@ -271,20 +272,17 @@ class Commands:
 
     async def _stop(self, inbound: Inbound, command: Command) -> str:
         # The scene's mute (docs/scenes.md#loops), read before each line: a chain of lines
-        # between personas stops before its next one. A status text, never in the transcript.
+        # between personas stops before its next one. A status text, never in the
+        # transcript. The conversation's, not its session's: /new does not end it.
+        assert self._scene_store is not None  # registered only with it
         conversation = inbound.conversation
-        session = await self._store.current_session(conversation)
-        if session is None:
-            session = await self._store.open_session(conversation, self._clock.now())
         now = self._clock.now()
         if command.args.strip().casefold() == "off":
-            await self._store.set_state(session.key, MUTED_KEY, repr(now), now)
+            await self._scene_store.mute_scene(conversation, None, now)
             return "The scene may speak again."
-        minutes = self._scenes.get(conversation.bot, 1800.0) / 60
-        await self._store.set_state(
-            session.key, MUTED_KEY, repr(now + self._scenes[conversation.bot]), now
-        )
-        return f"The scene is muted for {minutes:g} minutes (/stop off ends it)."
+        seconds = self._scenes[conversation.bot]
+        await self._scene_store.mute_scene(conversation, now + seconds, now)
+        return f"The scene is muted for {seconds / 60:g} minutes (/stop off ends it)."
 
     async def _persona(self, inbound: Inbound, command: Command) -> str:
         # Anyone in the chat may switch, as anyone may /new (docs/personas.md#several-personas):

@@ -218,6 +218,11 @@ class Pipeline:
         # The oldest session first: what was pending when /new closed a session is answered
         # there, in a turn of its own; it never joins a turn of the new session.
         turn = await store.pending_turn(conversation, profile.max_turn_messages)
+        if turn is None and self._scenes is not None and profile.scene is not None:
+            # Nothing pending: a scene's timer may bring the next line between personas.
+            spoke = await self._scenes.talk_on(conversation, profile, lease)
+            if spoke is not None:
+                return spoke
         if turn is None:
             version = await store.conversation_version(conversation)
             await store.clear_timer(conversation, version)

@@ -30,7 +30,7 @@ from bot.runtime.tools import LoopResult
 from bot.runtime.trouble import Trouble, TroubleStore
 from bot.runtime.turn import Ask, Draft, Job, TurnParts
 from bot.runtime.turn_context import TurnContext
-from bot.store.contracts import SceneStore, TranscriptReads
+from bot.store.contracts import ConversationReads, SceneStore, TranscriptReads
 from memory.records import Summary
 from memory.scene import Card, people_in, speaker_stops
 from memory.tokens import estimate_tokens
@@ -39,7 +39,7 @@ from memory.voices import clean_line
 log = logging.getLogger("personabot.scenes")
 
 
-class SceneRunStore(TroubleStore, SceneStore, TranscriptReads, Protocol):
+class SceneRunStore(TroubleStore, SceneStore, TranscriptReads, ConversationReads, Protocol):
     """What a scene asks the store: the reply side's (final checks, closing a turn out, the
     session's notes), its next lines and hourly count, and the transcript the director reads."""
 

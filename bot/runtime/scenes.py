@@ -2,21 +2,28 @@
 
 The coalescer closed a human burst and the pipeline holds the conversation's lease; here the
 director plans 0..K speakers (bot/core/scenes.py) and each one's line runs through the turn
-kernel as its own job, in order, each prompt with the lines before it.
+kernel as its own job (bot/runtime/scene_line.py), in order, each prompt with the lines
+before it. Lines between personas without a human are turns of their own, one line each,
+started by the conversation's timer (``talk_on``).
 
 Invariants:
 - one lease for the whole plan: no other worker starts a turn of the conversation while a
   scene speaks, and a worker whose lease was taken over records nothing (fenced);
 - the first line answers the burst (``finish_turn``: the queue's rules, hard cap included);
   every later line passes its own final check (``finish_line``): human input that arrived
-  after the burst drops the rest of the plan, whatever the hard cap, and starts a new turn:
-  nothing stale is sent. A crash between two lines loses the later ones and never repeats
-  the first (it is recorded, its messages answered, its outbox row sent once);
-- loops end: at most ``max_speakers`` lines per human turn; lines between personas without
-  a human only when the scene enables it, and then at most ``max_autonomous_turns`` persona
-  lines (every one counts) until a human writes; at most ``max_lines_per_hour`` a scene;
-  ``breaker_trips`` caps within an hour mute the scene for ``mute_seconds`` (an admin's /stop
-  mutes it at once). A muted scene closes its turns without a word;
+  after the burst (or a /new) drops the rest of the plan, whatever the hard cap, and starts a
+  new turn: nothing stale is sent. A crash between two lines loses the later ones and never
+  repeats the first (it is recorded, its messages answered, its outbox row sent once);
+- loops end: at most ``max_speakers`` lines per human turn; lines between personas only when
+  the scene enables it, and then at most ``max_autonomous_turns`` persona lines (every one
+  counts, the ones answering the human too) until a human writes; at most
+  ``max_lines_per_hour`` a scene; ``breaker_trips`` hourly caps within an hour mute the
+  scene for ``mute_seconds`` (an admin's /stop mutes it at once). A muted scene closes its
+  turns without a word. The mute and the caps belong to the conversation, not its session
+  (/new must not end them: migration 21);
+- a line between personas is never waited for under the lease: the timer brings the next
+  one ``autonomous_delay`` later, and a person who writes meanwhile arms an earlier timer
+  (kept: ``rearm_timer(keep_earlier=True)``), whose turn answers them first;
 - what a speaker writes is cleaned before its final check (memory/voices.py): a leading own
   name removed, anything after another speaker's or a person's name prefix cut off; a line
   with nothing left is not sent (the next speaker goes on);
@@ -33,22 +40,11 @@ from collections.abc import Sequence
 from typing import Final
 
 from bot.core.errors import StoreError
-from bot.core.events import NOT_SET, SessionKey, StoredMessage
-from bot.core.scenes import (
-    CAPS_KEY,
-    MUTED_KEY,
-    PLAN_KEY,
-    Pick,
-    SceneRules,
-    addressed,
-    named,
-    plan,
-    seeded,
-)
+from bot.core.events import ConversationKey, Lease, SessionKey, StoredMessage, Turn
+from bot.core.scenes import Pick, SceneRules, addressed, named, plan, seeded
 from bot.core.shares import weights
-from bot.queue.lease import renewing
 from bot.runtime.director import Director, DirectorModel
-from bot.runtime.profiles import Bots, TurnOutcome
+from bot.runtime.profiles import BotProfile, Bots, TurnOutcome
 from bot.runtime.scene_line import SceneLineJob, SceneRunStore, SceneTurn
 from bot.runtime.trouble import Trouble
 from bot.runtime.turn import TurnKernel, TurnParts
@@ -58,6 +54,7 @@ log = logging.getLogger("personabot.scenes")
 
 #: Transcript lines the director reads back (who spoke since the last human message).
 _LOOKBACK: Final = 60
+HOUR: Final = 3600.0
 
 
 class Scenes:
@@ -80,15 +77,18 @@ class Scenes:
         self._trouble = trouble
 
     async def play(self, scene: SceneTurn) -> TurnOutcome:
-        """The human burst answered by the planned speakers, then (when enabled) the
-        personas talking on until a cap or a quiet moment ends it."""
+        """The human burst answered by the planned speakers; with autonomy on, the next line
+        between personas scheduled."""
         turn, rules = scene.turn, scene.rules
+        conversation = turn.session.conversation
         now = self._parts.clock.now()
-        if await self._muted(turn.session, now):
+        if (await self._store.scene_state(conversation)).muted(now):
             return await self._quiet(scene, "scene muted")
-        room = min(rules.max_speakers, await self._hourly_room(scene))
+        room = min(rules.max_speakers, await self._hourly_room(conversation, rules))
+        if rules.autonomous:
+            room = min(room, rules.max_autonomous_turns)  # every persona line counts
         if room <= 0:
-            await self._capped(turn.session, "hourly cap", now)
+            await self._capped(conversation, rules, "hourly cap", now)
             return await self._quiet(scene, "scene hourly cap")
         said = tuple(
             p for m in reversed(turn.messages) for p in addressed(m.text, m.quote, rules.cast)
@@ -108,48 +108,72 @@ class Scenes:
                 human_turn=True,
                 previous=next((m.persona for m in reversed(recent) if m.persona), None),
             )
-        outcome: TurnOutcome = "closed"
-        first = True
+        outcome: TurnOutcome | None = None
         done: list[tuple[Pick, str]] = []
         try:
             for pick in picks:
-                result = await self._line(scene, pick, first=first)
+                result = await self._line(scene, pick, first=outcome is None)
                 done.append((pick, result))
                 if result == "sent":
-                    first = False
                     outcome = "sent"
-                elif result == "closed" and first:
-                    continue  # nothing usable from this speaker: the next one answers
-                else:
-                    return result if first else outcome
+                elif result != "closed":  # "closed": nothing usable, the next one speaks
+                    return outcome or result
         finally:
-            await self._note_plan(turn.session, picks, done)
-        if first:
+            await self._note_plan(conversation, picks, done)
+        if outcome is None:
             return await self._quiet(scene, "no character spoke")
         if rules.autonomous:
-            await self._talk_on(scene)
+            await self._next_line_later(conversation, rules)
         return outcome
 
-    async def _note_plan(
-        self, session: SessionKey, picks: Sequence[Pick], done: Sequence[tuple[Pick, str]]
-    ) -> None:
-        """The plan, why each speaker was chosen and what became of its line, for the
-        console (a session note; never shown to the model)."""
-        outcomes = {id(pick): result for pick, result in done}
-        note = {
-            "at": self._parts.clock.now(),
-            "plan": [
-                {
-                    "persona": p.persona,
-                    "reason": p.reason,
-                    "outcome": outcomes.get(id(p), "dropped"),
-                }
-                for p in picks
-            ],
-        }
-        now = self._parts.clock.now()
-        with contextlib.suppress(StoreError):  # a note: never fails the turn
-            await self._store.set_state(session, PLAN_KEY, json.dumps(note), now)
+    async def talk_on(
+        self, conversation: ConversationKey, profile: BotProfile, lease: Lease
+    ) -> TurnOutcome | None:
+        """The conversation's timer came with nothing pending: the next line between
+        personas, when the scene has one to say (None: nothing to say; the timer goes)."""
+        rules = profile.scene
+        if rules is None or not rules.autonomous:
+            return None
+        p = self._parts
+        now = p.clock.now()
+        session = await self._store.current_session(conversation)
+        if session is None or (await self._store.scene_state(conversation)).muted(now):
+            return None  # an admin's /stop (or the breaker) ends the chain here
+        lines = await self._since_human(session.key)
+        if not lines:
+            return None  # a chain starts only after lines answering a person
+        if len(lines) >= rules.max_autonomous_turns:
+            # The chain's designed end: counted, not a trouble for the breaker.
+            p.metrics.scene_caps.labels(*p.metrics.labels(conversation), "autonomous cap").inc()
+            log.info("%s: the scene's autonomous cap ends the chain", session.key)
+            return None
+        if await self._hourly_room(conversation, rules) <= 0:
+            await self._capped(conversation, rules, "hourly cap", now)
+            return None
+        last = lines[-1]
+        speaker = last.persona
+        picks = plan(
+            rules,
+            addressed=named(last.text, rules.others(speaker or "")),
+            last_speaker=speaker,
+            spoken_since_human={m.persona for m in lines if m.persona},
+            room=1,
+            rng=seeded(session.key, len(lines), last.id),
+            human_turn=False,
+            previous=speaker,
+        )
+        if not picks:
+            return None
+        version = await self._store.conversation_version(conversation)
+        turn = Turn(session.key, version, (), now)
+        scene = SceneTurn(turn, lease, profile, rules, summary=None)
+        result = await self._line(scene, picks[0], first=False)
+        await self._note_plan(conversation, picks, [(picks[0], result)])
+        if result == "sent":
+            await self._next_line_later(conversation, rules)
+        return result if result != "closed" else None
+
+    # -- one line ------------------------------------------------------------------------------
 
     async def _directed(self, scene: SceneTurn, room: int) -> tuple[Pick, ...] | None:
         """The model director's choice (None: it could not say; the rules decide)."""
@@ -164,8 +188,6 @@ class Scenes:
             room,
             weights(turn.messages),
         )
-
-    # -- one line ------------------------------------------------------------------------------
 
     async def _line(self, scene: SceneTurn, pick: Pick, *, first: bool) -> TurnOutcome:
         member = scene.rules.member(pick.persona)
@@ -190,44 +212,6 @@ class Scenes:
             card_of(m, self._bots.profile(key, m.id).pin, session) for m in scene.rules.cast
         )
 
-    # -- personas talking on -------------------------------------------------------------------
-
-    async def _talk_on(self, scene: SceneTurn) -> None:
-        """Lines between personas without a human, one at a time after the scene's delay,
-        until nobody takes the conversation up, a cap, or a person writes (the next turn)."""
-        turn, rules, p = scene.turn, scene.rules, self._parts
-        for step in range(1, rules.max_autonomous_turns + 1):
-            if await self._muted(turn.session, p.clock.now()):
-                return  # an admin's /stop
-            lines = await self._since_human(turn.session)
-            if len(lines) >= rules.max_autonomous_turns:
-                await self._capped(turn.session, "autonomous cap", p.clock.now())
-                return
-            async with renewing(
-                p.leases, scene.lease, ttl=scene.profile.lease_seconds, clock=p.clock
-            ):
-                await p.clock.sleep(rules.autonomous_delay)
-            if await self._store.newer_input(turn.session, turn.version):
-                return  # a person wrote: their turn answers
-            if await self._hourly_room(scene) <= 0:
-                await self._capped(turn.session, "hourly cap", p.clock.now())
-                return
-            last = lines[-1] if lines else None
-            speaker = None if last is None else last.persona
-            mentioned = () if last is None else named(last.text, rules.others(speaker or ""))
-            picks = plan(
-                rules,
-                addressed=mentioned,
-                last_speaker=speaker,
-                spoken_since_human={m.persona for m in lines if m.persona},
-                room=1,
-                rng=seeded(turn.session, turn.version, step),
-                human_turn=False,
-                previous=speaker,
-            )
-            if not picks or await self._line(scene, picks[0], first=False) != "sent":
-                return
-
     async def _since_human(self, session: SessionKey) -> list[StoredMessage]:
         """The persona lines after the last human message of the session, oldest first."""
         history = await self._store.history(session, _LOOKBACK)
@@ -238,47 +222,60 @@ class Scenes:
             lines.insert(0, message)
         return lines
 
+    async def _next_line_later(self, conversation: ConversationKey, rules: SceneRules) -> None:
+        """The timer for the next line between personas; an earlier one (a person wrote
+        meanwhile) is kept, so their turn comes first."""
+        due = self._parts.clock.now() + rules.autonomous_delay
+        await self._store.rearm_timer(conversation, due, keep_earlier=True)
+
     # -- caps and the breaker ------------------------------------------------------------------
 
-    async def _hourly_room(self, scene: SceneTurn) -> int:
+    async def _hourly_room(self, conversation: ConversationKey, rules: SceneRules) -> int:
         now = self._parts.clock.now()
-        conversation = scene.turn.session.conversation
-        spoken = await self._store.scene_lines_since(conversation, now - 3600)
-        return scene.rules.max_lines_per_hour - spoken
+        spoken = await self._store.scene_lines_since(conversation, now - HOUR)
+        return rules.max_lines_per_hour - spoken
 
-    async def _muted(self, session: SessionKey, now: float) -> bool:
-        value = await self._store.get_state(session, MUTED_KEY)
-        if value is NOT_SET:
-            return False
-        try:
-            return now < float(value)
-        except ValueError:
-            return False
-
-    async def _capped(self, session: SessionKey, which: str, now: float) -> None:
-        """A cap was hit: counted; the breaker mutes the scene after ``breaker_trips`` of them
-        within an hour."""
-        scene_rules = self._rules(session)
-        raw = await self._store.get_state(session, CAPS_KEY)
-        caps = [] if raw is NOT_SET else [t for t in _times(raw) if t > now - 3600]
-        caps.append(now)
-        log.info("%s: scene %s hit (%d cap(s) in the last hour)", session, which, len(caps))
+    async def _capped(
+        self, conversation: ConversationKey, rules: SceneRules, which: str, now: float
+    ) -> None:
+        """The hourly cap was hit: counted; ``breaker_trips`` of them within an hour mute the
+        scene for ``mute_seconds``."""
+        state = await self._store.scene_state(conversation)
+        caps = [t for t in state.caps if t > now - HOUR] + [now]
+        log.info("%s: scene %s hit (%d in the last hour)", conversation, which, len(caps))
         metrics = self._parts.metrics
-        metrics.scene_caps.labels(*metrics.labels(session.conversation), which).inc()
-        if scene_rules is not None and len(caps) >= scene_rules.breaker_trips:
-            until = now + scene_rules.mute_seconds
-            await self._store.set_state(session, MUTED_KEY, repr(until), now)
+        metrics.scene_caps.labels(*metrics.labels(conversation), which).inc()
+        if len(caps) >= rules.breaker_trips:
+            await self._store.mute_scene(conversation, now + rules.mute_seconds, now)
             log.warning(
                 "%s: scene muted for %.0f minutes after %d caps within an hour",
-                session,
-                scene_rules.mute_seconds / 60,
+                conversation,
+                rules.mute_seconds / 60,
                 len(caps),
             )
             caps = []
-        await self._store.set_state(session, CAPS_KEY, json.dumps(caps), now)
+        await self._store.note_scene(conversation, now, caps=caps)
 
-    def _rules(self, session: SessionKey) -> SceneRules | None:
-        return self._bots.defaults[session.conversation.bot].scene
+    async def _note_plan(
+        self, conversation: ConversationKey, picks: Sequence[Pick], done: Sequence[tuple[Pick, str]]
+    ) -> None:
+        """The plan, why each speaker was chosen and what became of its line, for the
+        console (never shown to the model)."""
+        outcomes = {id(pick): result for pick, result in done}
+        now = self._parts.clock.now()
+        note = {
+            "at": now,
+            "plan": [
+                {
+                    "persona": p.persona,
+                    "reason": p.reason,
+                    "outcome": outcomes.get(id(p), "dropped"),
+                }
+                for p in picks
+            ],
+        }
+        with contextlib.suppress(StoreError):  # a note: never fails the turn
+            await self._store.note_scene(conversation, now, last_plan=json.dumps(note))
 
     async def _quiet(self, scene: SceneTurn, reason: str) -> TurnOutcome:
         """The burst handled without a line (kept as context, never asked again)."""
@@ -287,11 +284,3 @@ class Scenes:
         ):
             return "fenced"
         return "closed"
-
-
-def _times(raw: str) -> list[float]:
-    try:
-        loaded = json.loads(raw)
-        return [float(t) for t in loaded] if isinstance(loaded, list) else []
-    except (ValueError, TypeError):
-        return []

@@ -32,6 +32,7 @@ from bot.core.events import (
     Tombstone,
     UserKey,
 )
+from bot.core.scenes import SceneState
 
 
 class PendingCounts(Protocol):
@@ -95,9 +96,9 @@ class ConsoleStore(PendingCounts, Protocol):
         """When each edited message of the session was last edited, by message id."""
 
     @abc.abstractmethod
-    async def console_scene(self, session: SessionKey) -> dict[str, str]:
-        """The session's scene notes (docs/scenes.md: the last plan and why, the caps hit,
-        the mute), by key; empty for a chat that is no scene."""
+    async def console_scene(self, conversation: ConversationKey) -> SceneState:
+        """The conversation's scene state (docs/scenes.md: the last plan and why, the caps
+        hit, the mute); an empty one for a chat that is no scene."""
 
     @abc.abstractmethod
     async def console_lease(self, name: str, now: float) -> tuple[str, float] | None:

@@ -58,6 +58,7 @@ from bot.core.events import (
 )
 from bot.core.llm import Price, Usage
 from bot.core.media import MediaStatus
+from bot.core.scenes import SceneState
 
 #: The most bytes ``save_media`` caches for one media row (a prepared image is far smaller:
 #: bot/runtime/images.py keeps it under the Messages API's 5 MB per image).
@@ -359,8 +360,11 @@ class QueueStore(PendingReads, Protocol):
         """The conversation's armed timer, or None."""
 
     @abc.abstractmethod
-    async def rearm_timer(self, conversation: ConversationKey, due_at: float) -> None:
-        """Move the conversation's timer (e.g. retry after a model failure); arm if missing."""
+    async def rearm_timer(
+        self, conversation: ConversationKey, due_at: float, *, keep_earlier: bool = False
+    ) -> None:
+        """Move the conversation's timer (e.g. retry after a model failure); arm if missing.
+        ``keep_earlier``: a timer due sooner stays as it is (a person's burst armed it)."""
 
     @abc.abstractmethod
     async def clear_timer(
@@ -433,6 +437,27 @@ class SceneStore(Protocol):
     @abc.abstractmethod
     async def scene_lines_since(self, conversation: ConversationKey, since: float) -> int:
         """Persona lines recorded in the conversation after ``since`` (the hourly cap)."""
+
+    @abc.abstractmethod
+    async def scene_state(self, conversation: ConversationKey) -> SceneState:
+        """The conversation's scene state (an empty one when none was written)."""
+
+    @abc.abstractmethod
+    async def mute_scene(
+        self, conversation: ConversationKey, until: float | None, now: float
+    ) -> None:
+        """Set when the scene's mute ends (None: not muted), nothing else."""
+
+    @abc.abstractmethod
+    async def note_scene(
+        self,
+        conversation: ConversationKey,
+        now: float,
+        *,
+        caps: Sequence[float] | None = None,
+        last_plan: str | None = None,
+    ) -> None:
+        """Write the caps and/or the last plan given (the others stay as they are)."""
 
 
 class AgendaStore(Protocol):

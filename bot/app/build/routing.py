@@ -62,6 +62,7 @@ def build_commands(
             for key, profile in hosted.profiles.items()
             if profile.scene is not None
         },
+        scene_store=store,
         memory=memory,
         forget_deletes_messages=parts.settings.retention.forget_deletes_messages,
         is_admin=hosted.is_admin,

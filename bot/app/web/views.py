@@ -29,7 +29,6 @@ from bot.core.events import (
 )
 from bot.core.llm import ImageBlock, TextBlock
 from bot.core.queue_rules import turn_lease
-from bot.core.scenes import CAPS_KEY, MUTED_KEY, PLAN_KEY
 from bot.metrics import Metrics
 from bot.store.console import ConsoleStore
 from bot.store.contracts import PendingReads, SummaryReads, TranscriptReads, UsageReads
@@ -407,23 +406,18 @@ class ConsoleData:
             },
             "turn_lease": None if lease is None else {"holder": lease[0], "until": lease[1]},
             "prompt": prompt,
-            "scene": await self._scene(key, chosen.key, now),
+            "scene": await self._scene(key, now),
         }
 
-    async def _scene(
-        self, key: ConversationKey, session: SessionKey, now: float
-    ) -> dict[str, Any] | None:
+    async def _scene(self, key: ConversationKey, now: float) -> dict[str, Any] | None:
         """A scene's cast, its last plan (who spoke and why), the caps of the last hour and
         the mute (docs/scenes.md); None for a chat that is no scene."""
         entry = next((b for b in self._settings.bots if b.key == key.bot), None)
         if entry is None or entry.scene is None:
             return None
         names = {p.id: p.name for p in self._settings.personas}
-        notes = await self._store.console_scene(session)
-        plan = _json(notes.get(PLAN_KEY))
-        caps = _json(notes.get(CAPS_KEY))
-        muted = notes.get(MUTED_KEY)
-        muted_until = float(muted) if muted and _number(muted) else None
+        state = await self._store.console_scene(key)
+        plan = _json(state.last_plan)
         steps = plan.get("plan", []) if isinstance(plan, dict) else []
         return {
             "cast": [{"id": p, "name": names.get(p, p)} for p in entry.personas],
@@ -434,14 +428,8 @@ class ConsoleData:
                 for step in steps
                 if isinstance(step, dict)
             ],
-            "caps_last_hour": len(
-                [
-                    t
-                    for t in (caps if isinstance(caps, list) else [])
-                    if _number(t) and float(t) > now - 3600
-                ]
-            ),
-            "muted_until": muted_until if muted_until is not None and muted_until > now else None,
+            "caps_last_hour": sum(1 for t in state.caps if t > now - 3600),
+            "muted_until": state.muted_until if state.muted(now) else None,
         }
 
     def _persona_of(self, bot: str) -> PersonaSettings:
@@ -693,14 +681,6 @@ def _json(text: str | None) -> Any:
         return json.loads(text)
     except ValueError:
         return None
-
-
-def _number(value: object) -> bool:
-    try:
-        float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _source(message_id: int, message: StoredMessage | None) -> dict[str, Any]:

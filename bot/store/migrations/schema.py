@@ -534,4 +534,20 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
             WHERE persona IS NOT NULL;
         """,
     ),
+    (
+        21,
+        """
+        -- A scene's state, per conversation (not per session: /new must not end an admin's
+        -- /stop or reset the breaker): when its mute ends, the caps it hit within the last
+        -- hour (JSON list of times), and its last plan, who spoke and why (JSON, for the
+        -- console). Persona ids and times only: nothing about a person.
+        CREATE TABLE scene_state (
+            conversation_id {bigint} PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
+            muted_until     {real},
+            caps            TEXT NOT NULL DEFAULT '[]',
+            last_plan       TEXT,
+            updated_at      {real} NOT NULL
+        );
+        """,
+    ),
 )

@@ -11,6 +11,7 @@ gaps and rejected turns, and today's spend per person, come through migration 14
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final, Literal
 
 from bot.core.console import (
@@ -31,6 +32,7 @@ from bot.core.events import (
     Tombstone,
     UserKey,
 )
+from bot.core.scenes import SceneState
 from bot.store import cols
 from bot.store.sql.core import CONV_WHERE, CONV_WHERE_C, SQLCore, conv_args
 
@@ -203,20 +205,22 @@ class ConsolePart(SQLCore):
             )
         return {int(r[0]): float(r[1]) for r in rows}
 
-    async def console_scene(self, session: SessionKey) -> dict[str, str]:
-        """The session's ``scene:`` state rows (a handful, by its primary key)."""
+    async def console_scene(self, conversation: ConversationKey) -> SceneState:
+        """The conversation's scene_state row (migration 21), by its primary key."""
         async with self._read() as db:
-            found = await self._session_row(db, session)
-            rows = (
-                []
-                if found is None
-                else await db.fetch(
-                    "SELECT key, value FROM session_state WHERE session_id = $1 "
-                    "AND key LIKE 'scene:%'",
-                    found[0],
-                )
+            row = await db.fetchrow(
+                "SELECT muted_until, caps, last_plan FROM scene_state WHERE conversation_id = "
+                "(SELECT id FROM conversations WHERE bot = $1 AND platform = $2 "
+                "AND chat_id = $3 AND thread_id = $4)",
+                *conv_args(conversation),
             )
-        return {str(r[0]): str(r[1]) for r in rows}
+        if row is None:
+            return SceneState()
+        try:
+            caps = tuple(float(t) for t in json.loads(str(row[1])))
+        except (ValueError, TypeError):
+            caps = ()
+        return SceneState(None if row[0] is None else float(row[0]), caps, row[2])
 
     async def console_lease(self, name: str, now: float) -> tuple[str, float] | None:
         async with self._read() as db:

@@ -7,6 +7,7 @@ writes what they decide, inside one transaction each.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from bot.core.events import (
 )
 from bot.core.llm import Price, Usage
 from bot.core.queue_rules import final_verdict
+from bot.core.scenes import SceneState
 from bot.store import cols
 from bot.store.sql.conn import Conn
 from bot.store.sql.core import (
@@ -441,7 +443,14 @@ class QueuePart(SQLCore):
             )
         return None if row is None else cols.timer(row)
 
-    async def rearm_timer(self, conversation: ConversationKey, due_at: float) -> None:
+    async def rearm_timer(
+        self, conversation: ConversationKey, due_at: float, *, keep_earlier: bool = False
+    ) -> None:
+        moved = (
+            "CASE WHEN timers.due_at < excluded.due_at THEN timers.due_at ELSE excluded.due_at END"
+            if keep_earlier
+            else "excluded.due_at"
+        )
         async with self._tx() as db:
             conv_id = await self._conv_id(db, conversation, lock=True)
             if conv_id is None:
@@ -450,7 +459,7 @@ class QueuePart(SQLCore):
                 "INSERT INTO timers (conversation_id, due_at, first_pending_at, armed_version) "
                 "SELECT id, CAST($2 AS DOUBLE PRECISION), CAST($2 AS DOUBLE PRECISION), version "
                 "FROM conversations WHERE id = $1 "
-                "ON CONFLICT (conversation_id) DO UPDATE SET due_at = excluded.due_at",
+                f"ON CONFLICT (conversation_id) DO UPDATE SET due_at = {moved}",
                 conv_id,
                 due_at,
             )
@@ -598,6 +607,11 @@ class QueuePart(SQLCore):
             if found.outcome != "recorded" or found.row is None:
                 return FinishResult(found.outcome, current_version=found.version)
             conv_id, sid = found.row
+            status = await db.fetchval("SELECT status FROM sessions WHERE id = $1", sid)
+            if status != "open":
+                # /new (or an idle timeout) ended the session between two speakers: a line
+                # of the old one now would be stale.
+                return FinishResult("discarded", current_version=found.version)
             item = await self._record(
                 db,
                 ReplyRow(
@@ -625,6 +639,56 @@ class QueuePart(SQLCore):
                 since,
             )
         return int(count or 0)
+
+    async def scene_state(self, conversation: ConversationKey) -> SceneState:
+        async with self._read() as db:
+            row = await db.fetchrow(
+                "SELECT muted_until, caps, last_plan FROM scene_state WHERE conversation_id = "
+                f"(SELECT id FROM conversations WHERE {CONV_WHERE})",
+                *conv_args(conversation),
+            )
+        if row is None:
+            return SceneState()
+        return SceneState(
+            muted_until=None if row[0] is None else float(row[0]),
+            caps=_times(row[1]),
+            last_plan=row[2],
+        )
+
+    async def mute_scene(
+        self, conversation: ConversationKey, until: float | None, now: float
+    ) -> None:
+        await self._scene_upsert(conversation, now, "muted_until", until)
+
+    async def note_scene(
+        self,
+        conversation: ConversationKey,
+        now: float,
+        *,
+        caps: Sequence[float] | None = None,
+        last_plan: str | None = None,
+    ) -> None:
+        if caps is not None:
+            await self._scene_upsert(conversation, now, "caps", json.dumps(list(caps)))
+        if last_plan is not None:
+            await self._scene_upsert(conversation, now, "last_plan", last_plan)
+
+    async def _scene_upsert(
+        self, conversation: ConversationKey, now: float, column: str, value: object
+    ) -> None:
+        """One column of the conversation's scene_state row, the row made when missing (one
+        statement: a column written never overwrites another, whoever writes at once)."""
+        async with self._tx() as db:
+            conv_id = await self._conv_id(db, conversation, now)
+            assert conv_id is not None
+            await db.execute(
+                f"INSERT INTO scene_state (conversation_id, {column}, updated_at) "
+                "VALUES ($1, $2, $3) ON CONFLICT (conversation_id) DO UPDATE SET "
+                f"{column} = excluded.{column}, updated_at = excluded.updated_at",
+                conv_id,
+                value,
+                now,
+            )
 
     async def _turn_verdict(
         self,
@@ -773,3 +837,14 @@ class QueuePart(SQLCore):
                 reason[:500],
                 outbox_id,
             )
+
+
+def _times(stored: object) -> tuple[float, ...]:
+    """The caps' times as stored (JSON list); unreadable: none (a note, never an error)."""
+    try:
+        loaded = json.loads(str(stored))
+    except ValueError:
+        return ()
+    if not isinstance(loaded, list):
+        return ()
+    return tuple(float(t) for t in loaded if isinstance(t, (int, float)))
