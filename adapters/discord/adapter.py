@@ -434,7 +434,7 @@ class DiscordAdapter(StreamingAdapter):
         reference = self._reference(reply.reply_to_platform_message_id, channel_id)
         replaces = reply.replaces if reply.replaces and reply.replaces.isdigit() else None
         stale: int | None = None  # a preview that could not become the reply: deleted after
-        for index, chunk in enumerate(split_text(reply.text, MESSAGE_LIMIT)):
+        for index, chunk in enumerate(_chunks(reply)):
             if index == 0 and replaces is not None:
                 outcome = await self._replace(channel, int(replaces), chunk)
                 if outcome == "edited":
@@ -629,3 +629,12 @@ def create_adapter(
         shard_count=entry.shard_count,
         webhook_voices=entry.scene is not None and entry.scene.voices == "auto",
     )
+
+
+def _chunks(reply: Reply) -> list[str]:
+    """The reply's messages; a scene's line (not replacing a preview) has every part under
+    its persona's bold header, so a reply to any part is for that persona."""
+    if reply.voice is None or reply.line is None or reply.replaces is not None:
+        return split_text(reply.text, MESSAGE_LIMIT)
+    header = voiced("", reply.voice)
+    return [header + part for part in split_text(reply.line, MESSAGE_LIMIT - len(header))]

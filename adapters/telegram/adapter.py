@@ -74,6 +74,7 @@ from adapters.telegram.format import (
     MESSAGE_LIMIT,
     Chunk,
     plain_chunks,
+    render_html,
     split_message,
     without_mentions,
 )
@@ -99,10 +100,11 @@ from adapters.telegram.preview import (
 )
 from adapters.telegram.session import RedactingSession, scrub
 from adapters.telegram.updates import GetRawUpdates, ParsedUpdate, parse_update
+from adapters.text import utf16_len
 from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSettings
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
-from bot.core.events import ConversationKey, PlatformProblem, Reply, voiced
+from bot.core.events import ConversationKey, PlatformProblem, Reply, Voice, voiced
 from bot.core.pacing import Pacer
 from bot.core.ports import InboundHandler, Preview, StreamSettings
 from bot.core.tasks import running
@@ -658,15 +660,20 @@ class TelegramAdapter(StreamingAdapter):
         if reply.voice is not None and line is not None and edit is None:
             account = await self._accounts.speaker(reply.voice.persona, target.chat_id)
         if account is None or line is None:
-            await self._send_text(target, reply.text, reply_to, edit)
+            if line is not None and reply.voice is not None and edit is None:
+                # Every part of a long line under the header: a reply to any part is for
+                # its persona (bot.core.scenes.replied_to reads the header).
+                await self._send_text(target, line, reply_to, voice=reply.voice)
+            else:
+                await self._send_text(target, reply.text, reply_to, edit)
             return
         unposted = await self._send_as(account, target, line, reply_to)
         if unposted is None:
             return
         # What the account could not post goes out under the header from here, then (once
         # per persona and chat) the notice that explains why.
-        rest = voiced(unposted.rest, reply.voice)
-        await self._send_text(target, rest, None if unposted.started else reply_to)
+        reply_to = None if unposted.started else reply_to
+        await self._send_text(target, unposted.rest, reply_to, voice=reply.voice)
         if unposted.notice is not None:
             await self._notify(target, unposted.notice)
 
@@ -677,11 +684,13 @@ class TelegramAdapter(StreamingAdapter):
         reply_to: int | None,
         edit: int | None = None,
         bot: Bot | None = None,
+        voice: Voice | None = None,
     ) -> None:
         """Send ``text`` as HTML chunks from ``bot`` (this account by default); with
-        ``edit``, a streamed preview (docs/architecture.md#streaming) becomes the first."""
+        ``edit``, a streamed preview (docs/architecture.md#streaming) becomes the first;
+        with ``voice``, each chunk under the persona's bold name header."""
         # Nothing the bot says may notify anyone (the model may write "@name" or a mention link).
-        chunks = split_message(without_mentions(text))
+        chunks = _voiced_chunks(without_mentions(text), voice)
         try:
             for index, chunk in enumerate(chunks):
                 first = reply_to if index == 0 else None
@@ -1087,3 +1096,15 @@ def _webhook_settings(entry: TelegramBotSettings, secrets: Secrets) -> WebhookSe
         port=entry.listen_port,
         path=path,
     )
+
+
+def _voiced_chunks(text: str, voice: Voice | None) -> list[Chunk]:
+    """``text`` in chunks that fit a message, each under ``voice``'s header when given."""
+    if voice is None:
+        return split_message(text)
+    header = voiced("", voice)
+    room = MESSAGE_LIMIT - utf16_len(render_html(header)) - 8
+    return [
+        Chunk(voiced(part.markdown, voice), render_html(voiced(part.markdown, voice)))
+        for part in split_message(text, room)
+    ]

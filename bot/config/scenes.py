@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from bot.config.fields import EnvName, Section
 
@@ -43,3 +43,12 @@ class SceneSettings(Section):
     # Telegram: persona id -> the environment variable holding that persona's own bot token
     # (it only sends; the bot's own token receives). Personas without one use the header.
     accounts: dict[str, EnvName] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _director_keys_need_the_model(self) -> SceneSettings:
+        if self.director == "rules" and (self.director_model or self.director_provider):
+            raise ValueError(
+                'director_model, director_provider: set only with director = "model" (the '
+                "rules alone choose now, and the model would be ignored)"
+            )
+        return self

@@ -87,6 +87,7 @@ class Settings(BaseSettings):
         problems += self._priced_for_money_limits()
         problems += self._mcp_references()
         problems += self._provider_references()
+        problems += self._scene_names()
         if problems:
             # Every reference problem at once, one per line (split again by
             # bot/config/problems.py validation_problems).
@@ -103,6 +104,32 @@ class Settings(BaseSettings):
         if port == 0 or port != listen_address(self.observability.listen)[1]:
             return []
         return [f"web.listen: port {port} is observability.listen's too; give each its own"]
+
+    def _scene_names(self) -> list[str]:
+        """In a scene every name and alias belongs to one cast member: a name two share would
+        address both (and a fact told to one be learned for the other, and one's line taken
+        for the other's own label)."""
+        personas = {p.id: p for p in self.personas}
+        problems = []
+        for i, bot in enumerate(self.bots):
+            if bot.scene is None:
+                continue
+            owners: dict[str, tuple[str, str]] = {}  # folded name -> (persona id, as written)
+            for pid in bot.personas:
+                persona = personas.get(pid)
+                if persona is None:
+                    continue  # named by reference_problems
+                for written in (persona.name, *persona.aliases):
+                    name = written.strip().casefold()
+                    if not name:
+                        continue
+                    other, first = owners.setdefault(name, (pid, written.strip()))
+                    if other != pid:
+                        problems.append(
+                            f"bots[{i}].scene: the name {first!r} belongs to both {other} and "
+                            f"{pid} (a name or alias addresses one cast member only)"
+                        )
+        return problems
 
     def _provider_references(self) -> list[str]:
         """Every provider a persona, a fallback or the memory tasks name is configured."""

@@ -118,9 +118,19 @@ def _name_pattern(names: Sequence[str]) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w@.])@?(?:{spelled})(?![\w@])", re.IGNORECASE)
 
 
+#: What is not speech to anyone: code (fenced or inline) and web addresses, with or without a
+#: scheme (``https://bob.example.com``, ``example.org/wiki/Bob``, ``www.bob.com``).
+_NOT_SPEECH: Final = re.compile(
+    r"```.*?```|`[^`\n]*`|\b[a-z][a-z0-9+.-]*://\S+|\bwww\.\S+|\b[\w-]+(?:\.[\w-]+)+/\S*",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
 def named(text: str, cast: Sequence[CastMember]) -> tuple[str, ...]:
     """Cast members whose name or alias the text mentions as a whole word, in order of
-    first mention (``@Bob``, ``bob,`` and ``BOB`` name Bob; ``Bobby`` does not)."""
+    first mention (``@Bob``, ``bob,`` and ``BOB`` name Bob; ``Bobby`` does not; nor does a
+    name inside code or a web address)."""
+    text = _NOT_SPEECH.sub(lambda m: " " * len(m.group()), text)
     found: list[tuple[int, str]] = []
     for persona, pattern in _patterns(tuple(cast)):
         match = pattern.search(text)
@@ -142,10 +152,10 @@ def header_of(text: str, cast: Sequence[CastMember]) -> str | None:
 
 
 def replied_to(quote: Quote | None, cast: Sequence[CastMember]) -> str | None:
-    """The cast member whose message ``quote`` replies to: only a reply to our own message
-    counts (a person named "Alice" is not the persona). Its author when the platform shows
+    """The cast member whose message ``quote`` replies to (or quotes part of): only our own
+    message counts (a person named "Alice" is not the persona). Its author when the platform shows
     the persona as the author (a webhook, a persona's own bot account), else its header."""
-    if quote is None or quote.origin != "reply" or not quote.from_bot:
+    if quote is None or quote.origin not in ("reply", "quote") or not quote.from_bot:
         return None
     author = quote.author.strip().casefold()
     for member in cast:
