@@ -321,8 +321,8 @@ def test_account_tokens_are_read_like_the_bots_own_and_never_shown() -> None:
 def test_run_needs_names_an_unset_account_variable_as_it_names_a_bot_token() -> None:
     settings = Settings(
         personas=[
-            PERSONA.model_copy(update={"id": "alice"}),
-            PERSONA.model_copy(update={"id": "bob"}),
+            PERSONA.model_copy(update={"id": "alice", "name": "Alice"}),
+            PERSONA.model_copy(update={"id": "bob", "name": "Bob"}),
         ],
         bots=[_scene_entry()],
     )
