@@ -16,7 +16,7 @@ from memory.assemble import Budget
 from memory.service import MemoryPolicy
 from memory.tokens import estimate_tokens
 from tests.fakes.llm import GatedLLM
-from tests.harness import PIN, Harness, eventually, harness
+from tests.harness import PIN, Harness, harness
 from tests.store.helpers import close_session
 
 DM = ConversationKey("telegram", "500")
@@ -126,10 +126,15 @@ async def test_300_turns_stay_under_budget_and_remember_turn_3(
             text = "my name is Ada" if i == 3 else f"message {i}: " + "some chatter " * 8
             await h.say(DM, text, author="11", name="Ada")
             await h.advance(1.6, step=1.6)
-            # Each message its own turn: the reply is out before the next one is written (on
-            # a loaded machine the claim can come after advance's settle; waiting for the
-            # reply, not for more time, keeps two messages from joining one burst).
-            await eventually(lambda n=i: len(h.outlet.texts(DM)) >= n, f"reply {i}")
+            # Each message its own turn: the reply is out before the next one is written. On a
+            # loaded machine the claim can come after advance's settle, and then waits for
+            # the scheduler's next scan, on the manual clock: move it on a scan at a time
+            # until the reply is out (never real time: the clock would not move meanwhile).
+            for _ in range(20):
+                if len(h.outlet.texts(DM)) >= i:
+                    break
+                await h.advance(0.5, step=0.5)
+            assert len(h.outlet.texts(DM)) >= i, f"reply {i} never came"
             await h.memory.wait_idle()
             if i % 40 == 0:  # a long pause: the session goes quiet, memory is learned
                 await clock.advance(600)
