@@ -167,13 +167,13 @@ async def test_an_autonomous_chain_stops_at_exactly_the_cap_until_a_human_writes
         autonomous_delay_seconds=2.0,
     ) as h:
         await group(h, "tell me a story, all of you")
-        await h.advance(120)
+        await h.advance(30)
         assert len(lines(h)) == 4
         assert all(a != b for a, b in zip(said_by(h), said_by(h)[1:], strict=False))
         await h.advance(3600, step=60)
         assert len(lines(h)) == 4  # silent until a human writes
         await group(h, "and then?")
-        await h.advance(120)
+        await h.advance(30)
         assert len(lines(h)) == 8
 
 
