@@ -212,17 +212,22 @@ async def test_three_processes_answer_each_burst_once(
         assert len(per_process) == 3  # every process ingested messages
         assert sum(len(set(w.pid for w in ws)) > 1 for ws in routes.values()) > 50
 
-    # Exactly one model call per burst, holding the whole burst in order.
-    assert api.call_count == len(bursts)
-    calls = Counter[str]()
+    # Exactly one model call per burst holds the whole burst, in order. On a loaded machine a
+    # burst's next message may come later than the debounce after the one before: the turn
+    # started then is cut by it (queue rule 9), so a call of a burst's first messages only
+    # may come before its one whole call, never a second whole one.
+    whole = Counter[str]()
     for request in api.requests:
         text = request.last_user_text
         chats = {chat for chat in bursts if f"{chat} m0 " in text}
         assert len(chats) == 1, text
         (chat,) = chats
-        assert [line for line in text.splitlines() if line.strip()] == bursts[chat]
-        calls[chat] += 1
-    assert set(calls.values()) == {1}
+        said = [line for line in text.splitlines() if line.strip()]
+        if said == bursts[chat]:
+            whole[chat] += 1
+        else:
+            assert said == bursts[chat][: len(said)], text  # a cut turn: the burst's start
+    assert whole == Counter(dict.fromkeys(bursts, 1))
     # Exactly one reply per burst, covering every message once.
     assert Counter(str(r["chat_id"]) for r in delivered) == Counter(dict.fromkeys(bursts, 1))
     for r in delivered:
