@@ -22,12 +22,12 @@ for every speaker.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from bot.core.events import SessionKey, StoredMessage
 from bot.core.llm import ChatMessage, ContentBlock, ModelRequest, TextBlock
-from bot.core.scenes import CastMember
+from bot.core.scenes import CastMember, replied_to
 from memory.assemble import (
     DATA_NOTE,
     Assembled,
@@ -85,7 +85,21 @@ def line_text(message: StoredMessage, names: Mapping[str, str], limit: int) -> s
         name = names.get(persona, persona or "narrator")
         header = f"{data_json(name)} (character {data_json(persona)}):"
         return f"{header}\n{indented(cut(message.text, limit))}"
-    return attributed(message, limit)
+    return attributed(_quoting_the_speaker(message, names), limit)
+
+
+def _quoting_the_speaker(message: StoredMessage, names: Mapping[str, str]) -> StoredMessage:
+    """A reply to a persona's line names that persona: on the bot's one account it is "your
+    own message" (memory/content.py), which in a scene would tell every speaker it wrote the
+    line it is asked about."""
+    quote = message.quote
+    if quote is None or not quote.from_bot:
+        return message
+    persona = replied_to(quote, [CastMember(pid, name) for pid, name in names.items()])
+    if persona is None:
+        return message
+    named = replace(quote, author=names[persona], author_id=None, from_bot=False)
+    return replace(message, quote=named)
 
 
 def speaker_block(

@@ -7,6 +7,7 @@ leaf readers (:mod:`adapters.telegram.authors` for who wrote it,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Final
 
@@ -61,7 +62,13 @@ def reply_quote(
         voice = None if who.user_id is None or not voices else voices.get(who.user_id)
         if voice is not None:  # one of the bot's persona accounts: the bot's own, as it
             return Quote(origin, voice, text, who.id, True)
-        return Quote(origin, who.name, text, who.id, who.user_id == me_id)
+        mine = who.user_id == me_id
+        if mine and part:
+            # Part of our own message quoted: a scene's line names its persona in its header,
+            # which the selected part may not hold; the header's name as the author lets the
+            # reply address that persona (bot.core.scenes.replied_to), as a whole reply does.
+            return Quote(origin, _header_name(said(original)) or who.name, text, who.id, True)
+        return Quote(origin, who.name, text, who.id, mine)
     if message.external_reply is not None:
         external = message.external_reply
         source = origin_of(external.origin, me_id, voices)
@@ -76,3 +83,12 @@ def reply_quote(
         # The replied-to message failed validation and was dropped (updates.py): still a reply.
         return Quote("reply", "", UNREADABLE_REPLY)
     return None
+
+
+_HEADER: Final = re.compile(r"\s*([^:\n]{1,64}):\s")
+
+
+def _header_name(text: str) -> str | None:
+    """The name before the colon that starts a message (``Bob: ...``), if any."""
+    found = _HEADER.match(text or "")
+    return None if found is None else found.group(1).strip()

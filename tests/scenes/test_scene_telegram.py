@@ -44,19 +44,27 @@ async def test_lines_carry_headers_replies_address_their_speaker_and_echoes_are_
         rig.say(GROUP, ANN, "thanks!", reply_to_message_id=bob_line.message_id)
         await api.wait_for(lambda: len(rig.replies(GROUP)) == 2, what="the answer to the reply")
         assert rig.replies(GROUP)[-1].startswith("Bob: ")
+        # Quoting part of Bob's line (without its header): still for Bob, and Bob reads it as
+        # a reply to his line, not to "your own message".
+        rig.say(GROUP, ANN, "how?", reply_to_message_id=bob_line.message_id, quote="service")
+        await api.wait_for(lambda: len(rig.replies(GROUP)) == 3, what="the answer to the quote")
+        assert rig.replies(GROUP)[-1].startswith("Bob: ")
+        asked = llm.requests[-1].messages[-1].text
+        assert '[quoting "Bob", who wrote: "service"]' in asked
+        assert "your own message" not in asked
         # The bot's own message and another bot's, pushed back in: never input.
         me = TgUser(int(TOKEN.split(":")[0]), "mira_bot", is_bot=True)
         rig.say(GROUP, me, "Alice: hello Carol")
         rig.say(GROUP, OTHER_BOT, "Carol, Alice, wake up")
         rig.say(GROUP, ANN, "Alice?")
-        await api.wait_for(lambda: len(rig.replies(GROUP)) == 3, what="Alice's line")
+        await api.wait_for(lambda: len(rig.replies(GROUP)) == 4, what="Alice's line")
         await rig.quiet(rig.key(GROUP))
-        assert [r.split(":")[0] for r in rig.replies(GROUP)] == ["Bob", "Bob", "Alice"]
-        assert len(llm.requests) == 3
+        assert [r.split(":")[0] for r in rig.replies(GROUP)] == ["Bob", "Bob", "Bob", "Alice"]
+        assert len(llm.requests) == 4
         stored = await rig.stored_texts(rig.key(GROUP))
         assert "Alice: hello Carol" not in stored and "Carol, Alice, wake up" not in stored
         # An admin-only command, in no menu, typed without @bot in the group: taken (not
         # dropped as another bot's command), and refused to someone who is no admin.
         rig.say(GROUP, ANN, "/stop")
-        await api.wait_for(lambda: len(rig.replies(GROUP)) == 4, what="the refusal")
+        await api.wait_for(lambda: len(rig.replies(GROUP)) == 5, what="the refusal")
         assert rig.replies(GROUP)[-1] == "/stop is for the bot's admins."
