@@ -69,14 +69,26 @@ SLOW_FIRST = (
 )
 
 
+#: Slow files whose tests share an expensive fixture of a wider scope (deploy: building and
+#: installing the wheel, ~10 s of CPU): kept on one worker, which builds it once (spread over
+#: three, it was built three times).
+TOGETHER = frozenset({"tests/deploy/test_deploy_doc.py"})
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slowest files' tests first: one at the head of each worker's first share (xdist's
     worksteal hands the collection out in contiguous shares, sized as below), the rest of the
-    tests in their order after them."""
+    tests in their order after them; a ``TOGETHER`` file's tests all at the head of one."""
     slow = sorted(
         (item for item in items if _file(item) in SLOW_FIRST),
         key=lambda item: SLOW_FIRST.index(_file(item)),
     )
+    blocks: list[list[pytest.Item]] = []
+    for item in slow:
+        if _file(item) in TOGETHER and blocks and _file(blocks[-1][0]) == _file(item):
+            blocks[-1].append(item)
+        else:
+            blocks.append([item])
     rest = [item for item in items if _file(item) not in SLOW_FIRST]
     workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     ordered: list[pytest.Item] = []
@@ -84,7 +96,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for share in range(workers):
         size = remaining // (workers - share)
         remaining -= size
-        head = slow[share::workers]
+        head = [item for block in blocks[share::workers] for item in block]
         ordered += head
         take = max(0, size - len(head))
         ordered += rest[:take]
