@@ -30,7 +30,7 @@ from memory.assemble import Assembled, Participant, PersonaPin, assemble
 from memory.images import shown_images
 from memory.policy import MemoryPolicy
 from memory.records import Summary, UserMemory
-from memory.scene import Card, assemble_scene, people_in
+from memory.scene import Card, ScenePrompt, assemble_scene, people_in, speaker_stops
 
 log = logging.getLogger("personabot.memory")
 
@@ -151,22 +151,26 @@ class PromptBuilder:
         summary: Summary | None,
         gap_notice: str | None = None,
         policy: MemoryPolicy | None = None,
-        stop: tuple[str, ...] = (),
-    ) -> Assembled:
+    ) -> ScenePrompt:
         """A scene speaker's prompt (memory/scene.py): the session's window and the ``new``
-        human messages as one transcript, the people in it as this speaker may know them."""
+        human messages as one transcript, the people in it as this speaker may know them,
+        the stop sequences of the others' names (the cast's, from ``cards``, and the people's);
+        with the people's names, which the answer's trim needs too (memory/voices.py)."""
         policy = policy or self.policy_for(session.conversation.bot)
         history: Sequence[StoredMessage] = await self._window(session, summary, policy)
         if self.media is not None:
             new, history = await self.media(new, history, max_images=policy.max_images)
         transcript = (*history, *new)
         private = all(m.is_private for m in transcript if m.role == "user")
+        people = people_in(transcript)
         participants = [
             await self._participant(session.conversation, person, name, private, speaker.id)
-            for person, name in people_in(transcript)
+            for person, name in people
         ]
+        names = tuple(name for _, name in people)
+        cast = [card.member for card in cards]
         images = await shown_images(self.store, transcript, policy.max_images)
-        return assemble_scene(
+        assembled = assemble_scene(
             cards=cards,
             speaker=speaker,
             pin=pin,
@@ -176,8 +180,9 @@ class PromptBuilder:
             summary=summary,
             gap_notice=gap_notice,
             images=images,
-            stop=stop,
+            stop=speaker_stops(cast, speaker, names),
         )
+        return ScenePrompt(assembled, names)
 
     async def visible_memory(
         self,

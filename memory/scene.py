@@ -52,6 +52,15 @@ SCENE_RULES: Final = (
 
 
 @dataclass(frozen=True, slots=True)
+class ScenePrompt:
+    """A speaker's request, and the names of the people in its transcript (the answer is
+    trimmed at their labels too: memory/voices.py)."""
+
+    assembled: Assembled
+    people: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Card:
     """A cast member as the scene block shows it."""
 

@@ -18,7 +18,7 @@ from bot.store.contracts import AgendaStore, PendingReads, SessionReads, Transcr
 from memory.assemble import Assembled
 from memory.records import Summary
 from memory.retention.gaps import Gap, gap_notice
-from memory.scene import card_of, people_in, speaker_stops
+from memory.scene import card_of
 from memory.service import Memory
 
 
@@ -153,8 +153,7 @@ async def _scene_prompt(
     assert member is not None
     persona = settings.persona(member.id)
     cards = [card_of(m, pin_for(settings.persona(m.id)), turn.session) for m in scene.cast]
-    people = [name for _, name in people_in((*history, *turn.messages))]
-    assembled = await memory.prompts.build_scene(
+    built = await memory.prompts.build_scene(
         turn.session,
         turn.messages,
         member,
@@ -163,6 +162,5 @@ async def _scene_prompt(
         summary=summary,
         gap_notice=gap_notice(gaps) if gaps else None,
         policy=memory_policy(settings, persona, scene),
-        stop=speaker_stops(scene.cast, member, people),
     )
-    return member.name, reason, assembled
+    return member.name, reason, built.assembled

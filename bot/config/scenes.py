@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from bot.config.fields import EnvName, Section
+from bot.core.scenes import Strategy
 
 
 class SceneSettings(Section):
@@ -16,7 +17,7 @@ class SceneSettings(Section):
     # Who speaks when nobody was addressed: natural (by talkativeness), pooled (one who has
     # not spoken since the last human message), list (everyone in cast order), manual (only
     # the addressed).
-    strategy: Literal["natural", "pooled", "list", "manual"] = "natural"
+    strategy: Strategy = "natural"
     # "model": when nobody was addressed and the strategy chooses (natural, pooled), one
     # small model call picks the speakers among the cast (docs/scenes.md#director); its
     # model (default: the first cast member's) and provider (default: that persona's).

@@ -32,7 +32,6 @@ from typing import Final, Literal
 from bot.core.media import Quote
 
 Strategy = Literal["natural", "pooled", "list", "manual"]
-STRATEGIES: Final[tuple[Strategy, ...]] = ("natural", "pooled", "list", "manual")
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ from bot.runtime.turn import Ask, Draft, Job, TurnParts
 from bot.runtime.turn_context import TurnContext
 from bot.store.contracts import ConversationReads, SceneStore, TranscriptReads
 from memory.records import Summary
-from memory.scene import Card, people_in, speaker_stops
+from memory.scene import Card
 from memory.tokens import estimate_tokens
 from memory.voices import clean_line
 
@@ -104,13 +104,7 @@ class SceneLineJob(Job[TurnOutcome]):
     async def prompt(self, lost: asyncio.Event) -> Ask | Draft | TurnOutcome:
         """The speaker's request: the scene, the transcript with the lines before it, its pin."""
         turn, scene, member = self._turn, self._scene, self._member
-        history = await self._store.history(
-            turn.session, 2 * self._profile.memory.budget.window_messages
-        )
-        people = [name for _, name in people_in((*history, *turn.messages))]
-        self._people = tuple(people)
-        stops = speaker_stops(scene.rules.cast, member, people)
-        assembled = await self._parts.memory.prompts.build_scene(
+        built = await self._parts.memory.prompts.build_scene(
             turn.session,
             turn.messages if self._first else (),
             member,
@@ -121,8 +115,8 @@ class SceneLineJob(Job[TurnOutcome]):
             else await self._parts.memory.summary(turn.session),
             gap_notice=scene.gap_notice if self._first else None,
             policy=self._profile.memory,
-            stop=stops,
         )
+        assembled, self._people = built.assembled, built.people
         self._prompt_tokens = assembled.total_tokens
         log.info(
             "%s: %s speaks (%s), prompt~%d tokens",

@@ -59,7 +59,7 @@ async def test_f1_a_non_admin_undoes_an_admins_stop_with_slash_new(
         await group(h, "/new", author="troll", name="Troll")  # not an admin
         before = llm.calls
         await group(h, "Alice, Bob, say something!", author="troll", name="Troll")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert llm.calls == before, "the admin's /stop was undone by a non-admin's /new"
 
 
@@ -110,7 +110,7 @@ async def test_f3_a_later_speaker_cleaned_to_nothing_ends_the_plan_instead_of_be
     llm = GatedLLM(answer=answer)
     async with scene(store, clock, llm, strategy="list", max_speakers=3) as h:  # type: ignore[attr-defined]
         await group(h, "hello everyone")
-        await h.advance(60)
+        await h.advance(60, step=3)
         assert llm.calls == 3, f"only {llm.calls} speaker(s) asked"
         assert said_by(h) == ["Alice", "Carol"]
 
@@ -134,7 +134,7 @@ async def test_f4_the_autonomy_left_does_not_bound_the_lines_answering_a_human(
         autonomous_delay_seconds=1.0,
     ) as h:
         await group(h, "hello everyone")
-        await h.advance(60)
+        await h.advance(60, step=3)
         assert len(said_by(h)) == 1, said_by(h)
 
 
@@ -183,7 +183,7 @@ async def test_f6_slash_new_between_two_speakers_lets_the_old_sessions_line_out(
         assert said_by(h) == ["Alice"]
         await group(h, "/new")
         assert "New session" in lines(h)[-1]
-        await h.advance(60)
+        await h.advance(60, step=3)
         after = lines(h)[lines(h).index(next(t for t in lines(h) if "New session" in t)) + 1 :]
         assert after == [], f"sent after /new: {after}"
 
@@ -217,7 +217,7 @@ async def test_f7_another_cast_members_label_in_a_common_format_goes_out(
     llm = GatedLLM(answer=lambda r: f"Sure thing!\n{_FORMS[form]}")
     async with scene(store, clock, llm, strategy="manual") as h:  # type: ignore[attr-defined]
         await group(h, "Alice, can you bake a cake?")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert lines(h), "nothing sent"
         assert "No way" not in lines(h)[0], lines(h)[0]
 
@@ -239,7 +239,7 @@ async def test_f8_own_label_in_a_common_format_is_left_under_the_header(
     llm = GatedLLM(answer=lambda r: answer)
     async with scene(store, clock, llm, strategy="manual") as h:  # type: ignore[attr-defined]
         await group(h, "Alice, can you bake a cake?")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert lines(h) == ["**Alice:** Of course."]
 
 
@@ -265,7 +265,7 @@ async def test_f9_a_name_inside_a_url_or_code_addresses_the_persona(
     llm = answering()
     async with scene(store, clock, llm, strategy="manual") as h:  # type: ignore[attr-defined]
         await h.say(GROUP, chatter, private=False, triggers=False)
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert lines(h) == []
 
 
@@ -279,7 +279,7 @@ async def test_f10_a_reply_quoting_part_of_a_personas_line_does_not_address_it(
     async with scene(store, clock, llm, strategy="manual") as h:  # type: ignore[attr-defined]
         quote = Quote("quote", "tavern_bot", "Bob: the forge is hot", from_bot=True)
         await h.say(GROUP, "why?", private=False, triggers=True, quote=quote)
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert said_by(h) == ["Bob"]
 
 
@@ -389,10 +389,10 @@ async def test_f13_ordinary_autonomous_chains_trip_the_breaker_and_mute_the_scen
     ) as h:
         for i in range(3):
             await group(h, f"hello #{i}", author=f"u{i}", name=f"Person {i}")
-            await h.advance(30)
+            await h.advance(30, step=3)
         assert len(said_by(h)) == 6
         await group(h, "Alice? anyone?", author="u9", name="Newcomer")
-        await h.advance(60)
+        await h.advance(60, step=3)
         assert len(said_by(h)) > 6, "the scene went silent: muted by its own autonomy cap"
 
 

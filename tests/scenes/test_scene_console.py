@@ -22,9 +22,9 @@ async def test_the_console_shows_the_cast_who_spoke_and_why(
     rules = {"strategy": "manual", "max_lines_per_hour": 1}
     async with scene(store, clock, llm, **rules) as h:  # type: ignore[attr-defined]
         await group(h, "Bob, Carol: hello")
-        await h.advance(30)
+        await h.advance(30, step=3)
         await group(h, "Alice?")  # the hourly cap (1 line) was reached by the first turn
-        await h.advance(30)
+        await h.advance(30, step=3)
         settings = Settings.model_validate(
             {
                 "personas": [p.model_dump() for p in CAST],

@@ -106,7 +106,7 @@ async def test_a_burst_of_five_gets_at_most_k_lines_each_from_another_persona(
     llm = answering()
     async with scene(store, clock, llm, max_speakers=2) as h:  # type: ignore[attr-defined]
         await group(h, "hi all", "so", "I have news", "big news", "I'm moving to Lisbon")
-        await h.advance(30)
+        await h.advance(30, step=3)
         spoke = said_by(h)
         assert len(spoke) == 2 and len(set(spoke)) == 2
         assert llm.calls == 2  # one burst, one call per line
@@ -122,15 +122,15 @@ async def test_a_name_makes_that_persona_speak_first_and_a_reply_addresses_its_s
     llm = answering()
     async with scene(store, clock, llm, strategy="manual") as h:  # type: ignore[attr-defined]
         await h.say(GROUP, "@bobby what do you think?", private=False, triggers=False)
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert said_by(h) == ["Bob"]
         quote = Quote("reply", "tavern_bot", "Alice: fresh bread today", from_bot=True)
         await h.say(GROUP, "really?", private=False, triggers=False, quote=quote)
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert said_by(h) == ["Bob", "Alice"]
         # Chatter that names nobody asks nobody (manual): kept as context only.
         await h.say(GROUP, "nice weather", private=False, triggers=False)
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert said_by(h) == ["Bob", "Alice"]
 
 
@@ -144,7 +144,7 @@ async def test_a_human_message_between_two_speakers_drops_the_second(
         assert said_by(h) == ["Alice"]
         assert llm.calls == 2
         await group(h, "wait, Carol, one question")
-        await h.advance(60)
+        await h.advance(60, step=3)
         assert 1 in llm.cancelled  # Bob's line was cut when the person wrote
         spoke = said_by(h)
         assert spoke[0] == "Alice" and spoke[1] == "Carol"  # the new turn, Carol addressed
@@ -167,24 +167,25 @@ async def test_an_autonomous_chain_stops_at_exactly_the_cap_until_a_human_writes
         autonomous_delay_seconds=2.0,
     ) as h:
         await group(h, "tell me a story, all of you")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert len(lines(h)) == 4
         assert all(a != b for a, b in zip(said_by(h), said_by(h)[1:], strict=False))
         await h.advance(3600, step=60)
         assert len(lines(h)) == 4  # silent until a human writes
         await group(h, "and then?")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert len(lines(h)) == 8
 
 
 async def test_what_a_speaker_writes_for_others_never_goes_out(
     store: BaseStore, clock: ManualClock
 ) -> None:
-    ventriloquist = '{name}: Sure thing!\nBob: No way.\n"Sasha" (user "u1"):\n  I agree'
+    # A person's label first, then another persona's: each is cut on its own.
+    ventriloquist = '{name}: Sure thing!\n"Sasha" (user "u1"):\n  I agree\nBob: No way.'
     llm = answering(ventriloquist)
     async with scene(store, clock, llm, strategy="manual") as h:  # type: ignore[attr-defined]
         await group(h, "Alice, can you bake a cake?")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert lines(h) == ["**Alice:** Sure thing!"]
         request = llm.requests[0]
         assert "\nBob:" in request.stop and '\n"Sasha" (' in request.stop
@@ -199,12 +200,12 @@ async def test_a_fact_told_to_alice_is_known_by_alice_only(
     llm = answering()
     async with scene(store, clock, llm, strategy="manual") as h:  # type: ignore[attr-defined]
         await group(h, "Alice, I'm afraid of spiders")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert await h.memory.extraction.extract(SessionKey(GROUP, 1), 0)
         record = await h.memory.user_memory(UserKey("telegram", "u1"))
         assert [(i.value, i.persona) for i in record.items] == [("spiders", "alice")]
         await group(h, "Bob, Alice: what do you know about me?")
-        await h.advance(30)
+        await h.advance(30, step=3)
         prompts = {speaker(r): r.messages[-1].blocks[-1] for r in llm.requests[1:]}
         assert set(prompts) == {"Bob", "Alice"}
         alice, bob = prompts["Alice"], prompts["Bob"]
@@ -233,20 +234,20 @@ async def test_an_admin_stops_the_scene_and_caps_trip_the_breaker(
         assert "muted" in lines(h)[-1]
         before = llm.calls
         await group(h, "Alice?")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert llm.calls == before  # muted: no line, nothing asked
         await group(h, "/stop off", author="boss", name="Boss")
         await group(h, "Alice?", "Bob?")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert llm.calls == before + 2  # the hourly cap (2 lines) is now reached
         await group(h, "Carol?")
-        await h.advance(30)
+        await h.advance(30, step=3)
         await group(h, "Carol??")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert llm.calls == before + 2  # two caps hit: muted for an hour
         await h.advance(3700, step=60)
         await group(h, "Carol, are you there?")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert llm.calls == before + 3
 
 
@@ -271,7 +272,7 @@ async def test_the_model_director_chooses_among_the_cast_or_the_rules_decide(
     llm = directed('["carol"]')
     async with scene(store, clock, llm, strategy="pooled", director="model") as h:  # type: ignore[attr-defined]
         await group(h, "what a day")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert said_by(h) == ["Carol"]
         asked = llm.requests[0]
         assert asked.system[0].text == DIRECTOR_SYSTEM and "what a day" in asked.messages[0].text
@@ -280,7 +281,7 @@ async def test_the_model_director_chooses_among_the_cast_or_the_rules_decide(
         # Named: the rules decide, no director call.
         before = llm.calls
         await group(h, "Bob, and you?")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert said_by(h)[-1] == "Bob" and llm.calls == before + 1
 
 
@@ -290,12 +291,12 @@ async def test_a_director_answer_outside_the_cast_falls_back_and_an_empty_one_is
     llm = directed('["dave", "alice"]')
     async with scene(store, clock, llm, strategy="pooled", director="model") as h:  # type: ignore[attr-defined]
         await group(h, "hello?")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert len(said_by(h)) == 1  # pooled: one of the cast, never "dave"
     quiet = directed("[]")
     async with scene(store, clock, quiet, strategy="natural", director="model") as h:  # type: ignore[attr-defined]
         await group(h, "(the people talk among themselves)")
-        await h.advance(30)
+        await h.advance(30, step=3)
         assert lines(h) == [] and quiet.calls == 1
 
 
