@@ -57,6 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
 #: they run first, so that no worker starts one as the others finish (the run's tail).
 SLOW_FIRST = (
     "tests/deploy/test_deploy_doc.py",
+    "tests/deploy/test_deploy_attacks.py",
     "tests/cards/test_quickstart.py",
     "tests/bot/test_queue_state.py",
     "tests/scenes/test_scene_sigkill.py",
@@ -69,23 +70,23 @@ SLOW_FIRST = (
 )
 
 
-#: Slow files whose tests share an expensive fixture of a wider scope (deploy: building and
-#: installing the wheel, ~10 s of CPU): kept on one worker, which builds it once (spread over
-#: three, it was built three times).
-TOGETHER = frozenset({"tests/deploy/test_deploy_doc.py"})
+#: Folders of slow files whose tests share an expensive fixture of a wider scope (deploy:
+#: building and installing the wheel, ~10 s of CPU, package-scoped): kept on one worker, which
+#: builds it once (spread over workers, each built it again).
+TOGETHER = frozenset({"tests/deploy"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slowest files' tests first: one at the head of each worker's first share (xdist's
     worksteal hands the collection out in contiguous shares, sized as below), the rest of the
-    tests in their order after them; a ``TOGETHER`` file's tests all at the head of one."""
+    tests in their order after them; a ``TOGETHER`` folder's tests all at the head of one."""
     slow = sorted(
         (item for item in items if _file(item) in SLOW_FIRST),
         key=lambda item: SLOW_FIRST.index(_file(item)),
     )
     blocks: list[list[pytest.Item]] = []
     for item in slow:
-        if _file(item) in TOGETHER and blocks and _file(blocks[-1][0]) == _file(item):
+        if _group(item) in TOGETHER and blocks and _group(blocks[-1][0]) == _group(item):
             blocks[-1].append(item)
         else:
             blocks.append([item])
@@ -106,6 +107,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _file(item: pytest.Item) -> str:
     return item.nodeid.split("::")[0]
+
+
+def _group(item: pytest.Item) -> str:
+    return _file(item).rpartition("/")[0]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
