@@ -190,3 +190,18 @@ async def test_a_plugin_synthesizer_that_raises_loses_nothing(
     assert broken.asked == ["still here"]  # "always": a typed message is spoken too
     assert outlet.texts() == ["still here"] and outlet.spoken() == []
     assert made[0].options == {"room": "studio"}
+
+
+async def test_a_reply_longer_than_max_chars_goes_as_text_unsynthesised(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    llm = GatedLLM(answer=lambda r: "A reply far longer than twenty characters.")
+    outlet = VoiceRecordingOutlet(clock)
+    async with FakeSpeechAPI() as api:
+        persona = voiced_persona(api.url, max_chars=20, price_per_million_chars=15.0)
+        async with harness(store, clock, llm, outlet=outlet, persona=persona) as h:
+            await voice_note(h)
+            await h.advance(2)
+            await eventually(lambda: bool(outlet.replies), "the reply")
+    assert outlet.texts() == ["A reply far longer than twenty characters."]
+    assert outlet.spoken() == [] and api.calls == []
