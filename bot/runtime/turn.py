@@ -1,7 +1,7 @@
 """The turn kernel: every message the persona writes runs one sequence.
 
     lease -> prompt -> model (the tool loop; streamed where the chat shows it) -> final check
-          -> delivery -> deferred tool effects -> ``after_reply`` hooks
+          -> the voice, if spoken -> delivery -> deferred tool effects -> ``after_reply`` hooks
 
 A reply (``Pipeline``, bot/runtime/pipeline.py and bot/runtime/reply.py), a check-in and a
 reminder (``Proactive``, bot/runtime/initiatives.py) all run through :meth:`TurnKernel.run`
