@@ -15,6 +15,7 @@ from bot.core.events import UserKey
 from bot.core.speech import Speech, VoiceRequest
 from bot.runtime.limits import LimitPolicy
 from bot.store.base import BaseStore
+from tests.backends import StoreFactory
 from tests.fakes.llm import GatedLLM
 from tests.fakes.speech_api import FakeSpeechAPI
 from tests.harness import eventually, harness
@@ -205,3 +206,28 @@ async def test_a_reply_longer_than_max_chars_goes_as_text_unsynthesised(
             await eventually(lambda: bool(outlet.replies), "the reply")
     assert outlet.texts() == ["A reply far longer than twenty characters."]
     assert outlet.spoken() == [] and api.calls == []
+
+
+async def test_a_crash_while_speaking_leaves_the_reply_to_recovery_as_text(
+    stores: StoreFactory, clock: ManualClock
+) -> None:
+    """The reply is recorded, its voice still being made when the process "dies": another
+    process's recovery finds the row never claimed and sends its text; the first process's
+    late send finds the row claimed and sends nothing. One reply, the text, one synthesis."""
+    llm = GatedLLM(answer=lambda r: "I was about to say this out loud.")
+    first, second = VoiceRecordingOutlet(clock), VoiceRecordingOutlet(clock)
+    async with FakeSpeechAPI() as api, stores.new() as a, stores.new() as b:
+        api.hang_next()
+        persona = voiced_persona(api.url, timeout_seconds=15)
+        async with harness(a, clock, llm, outlet=first, persona=persona, holder="dying") as h:
+            await voice_note(h)
+            await h.advance(2)
+            await eventually(api.arrived.is_set, "the synthesis to start")
+            async with harness(
+                b, clock, llm, outlet=second, persona=persona, holder="restarted"
+            ) as other:
+                assert await other.pipeline.recover_outbox(older_than=clock.now() + 1) == 1
+            await h.advance(16)
+    assert second.texts() == ["I was about to say this out loud."]
+    assert second.spoken() == [] and first.replies == []
+    assert len(api.calls) == 1
