@@ -361,8 +361,9 @@ class App:
         """What ``run`` would refuse at start before connecting, found by building what it
         builds and connecting nothing: each bot's adapter (a malformed token, a webhook
         secret unset or invalid, a plugin platform's options), the model provider, the
-        console's token (RunNeeds). ``config check`` said OK and ``run`` then refused (review 35a).
-        A bot or model whose variable is unset is left to ``RunNeeds``, which named it."""
+        personas' voices (an unset key variable), the console's token (RunNeeds). ``config
+        check`` said OK and ``run`` then refused (review 35a). A bot or model whose variable
+        is unset is left to ``RunNeeds``, which named it."""
         problems: list[str] = []
         made: list[BaseAdapter] = []
         for entry in self.settings.bots:
@@ -384,6 +385,14 @@ class App:
                 problems += exc.problems
             else:
                 await llm.aclose()
+        try:  # the voices' key variables and plugin factories (docs/voices.md#settings)
+            voices = build_voices(self.settings, self.secrets, self._synthesizers)
+        except ConfigError as exc:
+            problems += exc.problems
+        else:
+            for voice in voices.values():
+                if callable(close := getattr(voice.synthesizer, "aclose", None)):
+                    await close()
         return problems
 
     def unused_options(self) -> list[str]:

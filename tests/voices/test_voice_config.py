@@ -105,7 +105,7 @@ def test_an_unknown_provider_names_what_is_installed(tmp_path: Path) -> None:
     assert "installed: openai" in problem
 
 
-def test_an_unset_key_variable_is_named_at_start_never_a_value(tmp_path: Path) -> None:
+async def test_an_unset_key_variable_is_named_at_start_never_a_value(tmp_path: Path) -> None:
     path = _valid(
         tmp_path, 'voice = "alloy"\nurl = "https://api.openai.com/v1"\napi_key_env = "TTS_KEY"\n'
     )
@@ -115,6 +115,8 @@ def test_an_unset_key_variable_is_named_at_start_never_a_value(tmp_path: Path) -
     assert caught.value.problems == (
         "personas[0].voice.api_key_env: the environment variable TTS_KEY is unset",
     )
+    unset = "personas[0].voice.api_key_env: the environment variable TTS_KEY is unset"
+    assert unset in await App.from_toml(path, environ={}).start_problems()  # config check
     voices = build_voices(settings, Secrets({"TTS_KEY": KEY}), builtin_synthesizers())
     assert list(voices) == ["mira"]
     assert "TTS_KEY" in settings.secret_names()  # its value is redacted from every log line
