@@ -499,6 +499,12 @@ class DiscordAdapter(StreamingAdapter):
         """Every channel takes a spoken reply as an audio file (bot.core.speech.VoiceOutlet)."""
         return True
 
+    def recording(
+        self, conversation: ConversationKey
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Discord has no "recording" indicator: the typing one while a voice is made."""
+        return self.typing(conversation)
+
     async def _send_spoken(self, reply: Reply) -> None:
         """A spoken reply (docs/voices.md): the audio attached to its first chunk (discord.py
         sends no voice-message flag, so it is an ``.ogg`` file the client plays inline), the

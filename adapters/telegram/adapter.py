@@ -1025,10 +1025,18 @@ class TelegramAdapter(StreamingAdapter):
         async with running(self._keep_typing(target), name=f"telegram typing {target}"):
             yield
 
-    async def _keep_typing(self, target: _Target) -> None:
+    @contextlib.asynccontextmanager
+    async def recording(self, conversation: ConversationKey) -> AsyncIterator[None]:
+        """ "Recording a voice message" while a spoken reply is made (docs/voices.md)."""
+        target = _Target.of(conversation)
+        work = self._keep_typing(target, "record_voice")
+        async with running(work, name=f"telegram recording {target}"):
+            yield
+
+    async def _keep_typing(self, target: _Target, kind: str = "typing") -> None:
         """The typing loop: failures are logged and never end the turn."""
         action = SendChatAction(
-            chat_id=target.chat_id, action="typing", message_thread_id=target.thread_id
+            chat_id=target.chat_id, action=kind, message_thread_id=target.thread_id
         )
         while True:
             pause = self._typing_interval

@@ -14,6 +14,7 @@ show it on the voice message).
 from __future__ import annotations
 
 import struct
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol, runtime_checkable
 
@@ -66,6 +67,11 @@ class VoiceOutlet(Protocol):
 
     def sends_voice(self, conversation: ConversationKey) -> bool:
         """Whether a reply into ``conversation`` can go out as a voice message."""
+        ...
+
+    def recording(self, conversation: ConversationKey) -> AbstractAsyncContextManager[None]:
+        """The indicator shown while a voice message is made (Telegram: "recording a voice
+        message"; elsewhere the typing indicator), for the body of the ``async with``."""
         ...
 
 

@@ -33,6 +33,7 @@ from bot.core.errors import ModelError
 from bot.core.events import FinishResult, Lease, OutboxItem, ToolCallRecord, Turn, VoiceMessage
 from bot.core.llm import ModelResult, Usage
 from bot.core.shares import weights
+from bot.core.speech import VoiceOutlet
 from bot.core.visible import has_visible_text
 from bot.queue.cutoff import Edited, NewerInput
 from bot.runtime.extensions import Extensions
@@ -140,6 +141,13 @@ class ReplyJob(Job[TurnOutcome]):
         if self._reply.refusal is not None:
             return contextlib.nullcontext()
         return self._profile.outlet.typing(self._turn.session.conversation)
+
+    def speaking(self) -> contextlib.AbstractAsyncContextManager[object]:
+        """ "Recording a voice message" while the reply is spoken, where the platform shows it."""
+        outlet = self._profile.outlet
+        if isinstance(outlet, VoiceOutlet):
+            return outlet.recording(self._turn.session.conversation)
+        return self.typing()
 
     async def prompt(self, lost: asyncio.Event) -> Ask | Draft | TurnOutcome:
         """The assembled turn with the hooks' context layer, the tools, the preview."""

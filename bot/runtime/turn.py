@@ -165,6 +165,10 @@ class Job(abc.ABC, Generic[O]):
         """Held while the prompt is built and the model works (a typing indicator)."""
         return contextlib.nullcontext()
 
+    def speaking(self) -> contextlib.AbstractAsyncContextManager[object]:
+        """Held while the recorded message is spoken (:meth:`voice_message`)."""
+        return self.typing()
+
     @abc.abstractmethod
     async def prompt(self, lost: asyncio.Event) -> Ask | Draft | O:
         """The model step, or a text to record without one; under the renewed lease
@@ -288,11 +292,11 @@ class TurnKernel:
         """The recorded message's voice, when its job speaks it (docs/voices.md): before the
         send is claimed (a crash meanwhile leaves the row unsent: recovery sends its text),
         under the renewed lease (the next turn of the conversation waits, so replies keep
-        their order) and the typing indicator."""
+        their order) and the job's indicator (Telegram: "recording a voice message")."""
         if not job.spoken:
             return None
         p = self.parts
-        async with job.typing(), renewing(p.leases, lease, ttl=job.ttl, clock=p.clock):
+        async with job.speaking(), renewing(p.leases, lease, ttl=job.ttl, clock=p.clock):
             return await job.voice_message(outbox, draft)
 
     async def _model_step(self, job: Job[O], lease: Lease) -> tuple[Ask | None, Draft | O]:

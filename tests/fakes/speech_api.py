@@ -17,6 +17,8 @@ Behaviour, like OpenAI's endpoint:
   :attr:`FakeSpeechAPI.arrived` is set (a test waits for a synthesis in flight on it).
 * A body without ``model``, ``voice`` or ``input`` is answered 400 with OpenAI's error shape;
   with :attr:`api_key` set, a missing or different ``Authorization: Bearer`` 401.
+* With :attr:`FakeSpeechAPI.gate` set to an event, every call waits for it first (a test
+  holds a synthesis in flight until it saw what happens meanwhile).
 * Otherwise the next scripted outcome is popped (:meth:`fail_next`, :meth:`hang_next`,
   :meth:`not_audio_next`); with none, the audio of ``response_format``: a small Ogg Opus file
   (:func:`fake_ogg`, ``seconds_per_char`` seconds for each character of ``input``) for
@@ -91,6 +93,8 @@ class FakeSpeechAPI(FakeServer):
         self.arrived = asyncio.Event()
         self._script: deque[_Scripted] = deque()
         self._released = asyncio.Event()
+        #: When set, each call waits for this event before it answers.
+        self.gate: asyncio.Event | None = None
 
     @property
     def url(self) -> str:
@@ -129,6 +133,8 @@ class FakeSpeechAPI(FakeServer):
             f"Bearer {self.api_key}"
         ):
             return _error(401, "Incorrect API key provided")
+        if self.gate is not None:
+            await self.gate.wait()
         missing = [k for k in ("model", "voice", "input") if not body.get(k)]
         if missing:
             return _error(400, f"Missing required parameter: '{missing[0]}'")

@@ -4,6 +4,7 @@ and a person's voice note arriving through the router."""
 from __future__ import annotations
 
 import itertools
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from bot.config import VoiceSettings
@@ -21,6 +22,9 @@ class VoiceRecordingOutlet(RecordingOutlet):
 
     def sends_voice(self, conversation: ConversationKey) -> bool:
         return True
+
+    def recording(self, conversation: ConversationKey) -> AbstractAsyncContextManager[None]:
+        return self.typing(conversation)
 
     def spoken(self) -> list[Reply]:
         """Replies that went out as voice messages."""

@@ -45,6 +45,10 @@ def _answer(request: ModelRequest) -> str:
     return ANSWER
 
 
+def _actions(api: FakeTelegramAPI) -> list[str]:
+    return [str(c.params.get("action")) for c in api.chat_actions(TOKEN)]
+
+
 @contextlib.asynccontextmanager
 async def telegram(tmp_path: Path, api: FakeTelegramAPI, tts: FakeSpeechAPI) -> AsyncIterator[Rig]:
     """The adapter polling the fake Bot API on the wired runtime, its persona with a voice."""
@@ -84,7 +88,11 @@ async def test_telegram_answers_a_voice_note_with_a_voice_message(
     tmp_path: Path, api: FakeTelegramAPI
 ) -> None:
     async with FakeSpeechAPI() as tts, telegram(tmp_path, api, tts) as rig:
+        tts.gate = asyncio.Event()
         api.push_message(TOKEN, PRIVATE, ANN, None, extra={"voice": api.voice(duration=4)})
+        # While the voice is made, Ann sees "recording a voice message".
+        await api.wait_for(lambda: "record_voice" in _actions(api), what="record_voice")
+        tts.gate.set()
         await api.wait_for(lambda: api.sent_voices(TOKEN), what="the voice message")
         await rig.quiet(rig.key(PRIVATE))
         stored = await rig.stored_texts(rig.key(PRIVATE))
