@@ -1027,7 +1027,7 @@ class TelegramAdapter(StreamingAdapter):
 
     @contextlib.asynccontextmanager
     async def recording(self, conversation: ConversationKey) -> AsyncIterator[None]:
-        """ "Recording a voice message" while a spoken reply is made (docs/voices.md)."""
+        """Shows "recording a voice message" while a spoken reply is made (docs/voices.md)."""
         target = _Target.of(conversation)
         work = self._keep_typing(target, "record_voice")
         async with running(work, name=f"telegram recording {target}"):

@@ -143,7 +143,7 @@ class ReplyJob(Job[TurnOutcome]):
         return self._profile.outlet.typing(self._turn.session.conversation)
 
     def speaking(self) -> contextlib.AbstractAsyncContextManager[object]:
-        """ "Recording a voice message" while the reply is spoken, where the platform shows it."""
+        """Shows "recording a voice message" while the reply is spoken, where the platform can."""
         outlet = self._profile.outlet
         if isinstance(outlet, VoiceOutlet):
             return outlet.recording(self._turn.session.conversation)
