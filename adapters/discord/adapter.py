@@ -383,6 +383,9 @@ class DiscordAdapter(StreamingAdapter):
         if reply.attachment is not None:
             await self._send_file(reply)
             return
+        if reply.voice_message is not None and reply.voice is None and reply.replaces is None:
+            await self._send_spoken(reply)
+            return
         voice, line = reply.voice, reply.line
         # A line replacing a streamed preview keeps the bot's own account: the preview is the
         # bot's message (scene lines are not streamed, so this is a fallback, not a path).
@@ -491,6 +494,46 @@ class DiscordAdapter(StreamingAdapter):
         await self._post(
             channel, text, nonce=nonce_for(reply.outbox_id, 0), reference=None, file=upload
         )
+
+    def sends_voice(self, conversation: ConversationKey) -> bool:
+        """Every channel takes a spoken reply as an audio file (bot.core.speech.VoiceOutlet)."""
+        return True
+
+    def recording(
+        self, conversation: ConversationKey
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Discord has no "recording" indicator: the typing one while a voice is made."""
+        return self.typing(conversation)
+
+    async def _send_spoken(self, reply: Reply) -> None:
+        """A spoken reply (docs/voices.md): the audio attached to its first chunk (discord.py
+        sends no voice-message flag, so it is an ``.ogg`` file the client plays inline), the
+        same nonces as text; a channel that refuses files (no Attach Files permission:
+        nothing was posted) gets the text instead."""
+        voice = reply.voice_message
+        assert voice is not None
+        client = await self._logged_in_client()
+        channel_id = _channel_id(reply.conversation)
+        channel = client.get_partial_messageable(channel_id)
+        reference = self._reference(reply.reply_to_platform_message_id, channel_id)
+        chunks = split_text(reply.text, MESSAGE_LIMIT) if voice.with_text else [""]
+        extension = "mp3" if voice.media_type == "audio/mpeg" else "ogg"
+        upload = discord.File(io.BytesIO(voice.audio), filename=f"voice.{extension}")
+        try:
+            await self._post(
+                channel,
+                chunks[0],
+                nonce=nonce_for(reply.outbox_id, 0),
+                reference=reference,
+                file=upload,
+            )
+        except DeliveryRefused as exc:
+            log.warning("channel %d refused the voice file (%s); sending the text", channel_id, exc)
+            await self._send_text(reply)
+            return
+        for index in range(1, len(chunks)):
+            nonce = nonce_for(reply.outbox_id, index)
+            await self._post(channel, chunks[index], nonce=nonce, reference=None)
 
     async def private_conversation(
         self, conversation: ConversationKey, user_id: str

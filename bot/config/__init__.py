@@ -69,6 +69,7 @@ from bot.config.references import reference_problems
 from bot.config.secrets import MIN_SECRET, Secrets
 from bot.config.settings import ENV_PREFIX, Settings
 from bot.config.storage import STORAGE_PREFIXES, StorageSettings
+from bot.config.voices import VoiceSettings
 
 __all__ = [
     "BUILTIN_PLATFORMS",
@@ -113,6 +114,7 @@ __all__ = [
     "TelegramBotSettings",
     "ToolSettings",
     "TranscriptionConfig",
+    "VoiceSettings",
     "WebSettings",
     "bundled_example_path",
     "env_sources",

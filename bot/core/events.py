@@ -311,6 +311,17 @@ class Attachment:
 
 
 @dataclass(frozen=True, slots=True)
+class VoiceMessage:
+    """A reply spoken (docs/voices.md): the audio an adapter sends as a voice message, and
+    whether the reply's text goes with it (Telegram: the caption; Discord: the message)."""
+
+    audio: bytes = field(repr=False)
+    media_type: str = "audio/ogg"
+    duration: float | None = None  # seconds, when known
+    with_text: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
     """A reply for an adapter to deliver; with an ``attachment``, ``text`` is its caption."""
 
@@ -329,6 +340,10 @@ class Reply:
     # every other adapter posts it.
     voice: Voice | None = None
     line: str | None = None
+    # The reply spoken (docs/voices.md): sent as a voice message by an adapter that can
+    # (bot.core.speech.VoiceOutlet); ``text`` is still the reply, for the caption or a
+    # fallback, and every other adapter sends it alone.
+    voice_message: VoiceMessage | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,15 @@ from typing import Literal, Protocol
 
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, DeliveryRefused
-from bot.core.events import Attachment, ConversationKey, OutboxItem, Reply, Voice, voiced
+from bot.core.events import (
+    Attachment,
+    ConversationKey,
+    OutboxItem,
+    Reply,
+    Voice,
+    VoiceMessage,
+    voiced,
+)
 from bot.core.ports import Outlet
 from bot.core.tasks import persist
 from bot.core.visible import has_visible_text
@@ -110,10 +118,16 @@ class Delivery:
         await outlet.send(Reply(conversation, caption, attachment=attachment))
 
     async def deliver(
-        self, item: OutboxItem, *, kind: Kind | None = None, replaces: str | None = None
+        self,
+        item: OutboxItem,
+        *,
+        kind: Kind | None = None,
+        replaces: str | None = None,
+        voice_message: VoiceMessage | None = None,
     ) -> bool:
         """Claim the attempt, send, confirm; False if not sent. ``replaces``: a streamed
-        preview message the reply's first chunk is edited into (docs/architecture.md#streaming)."""
+        preview message the reply's first chunk is edited into (docs/architecture.md#streaming);
+        ``voice_message``: the reply spoken (docs/voices.md; recovery sends text)."""
         kind = kind or ("reply" if item.reply_message_id else "answer")
         bot = item.conversation.bot
         outlet = self.outlet_for(bot)
@@ -128,6 +142,7 @@ class Delivery:
             replaces=replaces,
             voice=voice,
             line=None if voice is None else item.text,
+            voice_message=voice_message if voice is None else None,
         )
         try:
             await outlet.send(reply)
