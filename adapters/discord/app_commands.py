@@ -14,6 +14,7 @@ time, so a sync never bursts.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -229,7 +230,9 @@ async def _sync_scope(
     listed = {str(c["id"]) for c in existing.values()}
     for name, command_id in sorted(recorded.items()):
         if name not in ours and command_id in listed:
-            await routes.delete(command_id)
+            # Another process's sync (another shard starting at once) may have just done it.
+            with contextlib.suppress(discord.NotFound):
+                await routes.delete(command_id)
             deleted.append(name)
     if ours != recorded:
         await menu.record_commands(scope, ours)

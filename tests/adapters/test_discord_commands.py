@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 import warnings
 from collections.abc import AsyncIterator, Iterator
@@ -17,9 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from bot.app.build import Runtime, runtime
-from bot.config import Settings
+from bot.config import DiscordBotSettings, Settings
 from bot.core.agenda import NewReminder
 from bot.core.clock import ManualClock
 from bot.core.errors import AdapterError
@@ -470,3 +472,26 @@ async def test_autocomplete_offers_personas_and_only_the_askers_own_reminders(
 
 def _user(user: FakeUser) -> UserKey:
     return UserKey("discord", str(user.id))
+
+
+# ---------------------------------------------------------------------- configuration
+
+
+@pytest.mark.parametrize(
+    ("app_commands", "error"),
+    [
+        ({"sync": "guilds"}, "app_commands.guilds: list the servers"),
+        ({"sync": "global", "guilds": [1]}, "guilds: only with sync = 'guilds'"),
+        ({"sync": "everywhere"}, "app_commands.sync"),
+        ({"sync": "guilds", "guilds": [-5]}, "server ids are positive"),
+        ({"sink": "off"}, "app_commands.sink"),
+    ],
+)
+def test_the_sync_policy_is_checked_with_clear_errors(
+    app_commands: dict[str, Any], error: str
+) -> None:
+    entry = {"platform": "discord", "persona": "p", "app_commands": app_commands}
+    with pytest.raises(ValidationError, match=re.escape(error)):
+        DiscordBotSettings.model_validate(entry)
+    fine = {**entry, "guilds": [7], "app_commands": {"sync": "guilds"}}
+    assert DiscordBotSettings.model_validate(fine).command_guilds == (7,)
