@@ -37,7 +37,15 @@ INTEGER: Final = 4
 MISSING_ACCESS: Final = 50001
 #: The keys of a command (and of its options) that a sync compares: what we send.
 _COMPARED: Final = ("type", "name", "description", "options")
-_OPTION_KEYS: Final = ("type", "name", "description", "required", "autocomplete", "choices")
+_OPTION_KEYS: Final = (
+    "type",
+    "name",
+    "description",
+    "required",
+    "autocomplete",
+    "choices",
+    "options",
+)
 
 JSON = dict[str, Any]
 
@@ -83,11 +91,8 @@ def _shape(data: Mapping[str, Any], keys: Sequence[str]) -> JSON:
     out: JSON = {}
     for key in keys:
         value = data.get(key)
-        if key == "options" and isinstance(value, list):
+        if key == "options" and isinstance(value, list):  # a subcommand's own, too
             value = [_shape(o, _OPTION_KEYS) if isinstance(o, Mapping) else o for o in value]
-            for option, raw in zip(value, data.get(key) or [], strict=False):
-                if isinstance(raw, Mapping) and isinstance(raw.get("options"), list):
-                    option["options"] = [_shape(o, _OPTION_KEYS) for o in raw["options"]]
         if key == "type" and value is None:
             value = CHAT_INPUT
         if value not in (None, False, [], ""):
@@ -193,6 +198,21 @@ async def sync_commands(
     return reports
 
 
+async def _written(routes: _Routes, payload: JSON, command_id: str | None) -> str | None:
+    """Create (``command_id`` None) or edit one command: its id; None when Discord refuses
+    this command's shape (logged: the others are synced all the same)."""
+    try:
+        if command_id is None:
+            return str((await routes.create(payload))["id"])
+        await routes.edit(command_id, payload)
+    except discord.HTTPException as exc:
+        if exc.status != 400:
+            raise
+        log.error("Discord refuses the command /%s: %s", payload["name"], exc)
+        return None
+    return command_id
+
+
 async def _sync_scope(
     scope: str, routes: _Routes, menu: NativeMenu, wanted: list[JSON]
 ) -> SyncReport:
@@ -204,20 +224,22 @@ async def _sync_scope(
     }
     recorded = await menu.registered_commands(scope)
     ours: dict[str, str] = {}
-    created, edited, foreign = [], [], []
+    created: list[str] = []
+    edited: list[str] = []
+    foreign: list[str] = []
     for payload in wanted:
         name = payload["name"]
         found = existing.get(name)
-        if found is None:
-            ours[name] = str((await routes.create(payload))["id"])
-            created.append(name)
-        elif same_command(found, payload):
+        if found is not None and same_command(found, payload):
             # Ours, or identical to ours (a record lost with an earlier database): adopted.
             ours[name] = str(found["id"])
-        elif recorded.get(name) == str(found["id"]):
-            await routes.edit(str(found["id"]), payload)
-            ours[name] = str(found["id"])
-            edited.append(name)
+        elif found is None or recorded.get(name) == str(found["id"]):
+            written = await _written(routes, payload, None if found is None else str(found["id"]))
+            if written is not None:
+                ours[name] = written
+                (created if found is None else edited).append(name)
+            elif found is not None:
+                ours[name] = str(found["id"])  # still ours, as it was
         else:
             foreign.append(name)
             log.warning(

@@ -36,9 +36,8 @@ from adapters.text import split_text
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError
 from bot.core.events import Inbound, Reply
-from bot.core.menu import NativeCommand, NativeMenu
+from bot.core.menu import NativeCommand, NativeMenu, command_text
 from bot.core.tasks import within
-from bot.runtime.native import command_text
 
 log = logging.getLogger("personabot.discord")
 
@@ -88,7 +87,8 @@ class Invocation:
     """What an application command's payload says, read defensively (forgeable input)."""
 
     name: str
-    words: list[str]
+    subcommand: str | None
+    values: list[str]
     focused: tuple[str, str] | None  # autocomplete: (option, typed so far)
 
 
@@ -144,7 +144,8 @@ class Interactions:
             await self._answer_now(interaction, NOT_SERVED)
             return None
         assert invocation is not None
-        return await self._asker(interaction, command_text(invocation.name, invocation.words))
+        text = command_text(invocation.name, invocation.subcommand, invocation.values)
+        return await self._asker(interaction, text)
 
     async def handed_over(self, interaction_id_: int) -> None:
         """The router is done with it: a deferral not answered (nothing to say, or a
@@ -243,7 +244,7 @@ class Interactions:
             menu = self.menu
             try:
                 if menu is not None and self._allowed(interaction.guild_id):
-                    asker = await self._asker(interaction, command_text(command.name, []))
+                    asker = await self._asker(interaction, command_text(command.name, None, []))
                     found = await within(
                         self._clock,
                         SUGGEST_WITHIN,
@@ -316,13 +317,14 @@ def _invocation(data: object) -> Invocation | None:
     the payload is not one (a forged or unknown shape)."""
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return None
-    words: list[str] = []
+    subcommand: str | None = None
+    values: list[str] = []
     focused: tuple[str, str] | None = None
     options = data.get("options")
     first = options[0] if isinstance(options, list) and options else None
     if isinstance(first, dict) and first.get("type") == _SUB_COMMAND:
         if isinstance(first.get("name"), str):
-            words.append(first["name"])
+            subcommand = first["name"]
         options = first.get("options")
     for option in options if isinstance(options, list) else []:
         if not isinstance(option, dict) or not isinstance(option.get("name"), str):
@@ -334,14 +336,14 @@ def _invocation(data: object) -> Invocation | None:
         if option.get("focused") is True:
             focused = (option["name"], text)
         elif text:
-            words.append(text)
-    return Invocation(str(data["name"]).lower(), words, focused)
+            values.append(text)
+    return Invocation(str(data["name"]).lower(), subcommand, values, focused)
 
 
 def _option_kind(command: NativeCommand, invocation: Invocation, option: str) -> str:
     options = command.options
-    if command.subcommands and invocation.words:
-        sub = next((s for s in command.subcommands if s.name == invocation.words[0]), None)
+    if command.subcommands:
+        sub = next((s for s in command.subcommands if s.name == invocation.subcommand), None)
         options = sub.options if sub is not None else ()
     found = next((o for o in options if o.name == option), None)
     return "text" if found is None else found.kind

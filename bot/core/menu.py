@@ -8,7 +8,7 @@ Plain frozen types and a Protocol, so the runtime (which knows the commands) and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Final, Literal, Protocol, runtime_checkable
 
 from bot.core.events import Inbound
 
@@ -42,6 +42,17 @@ class NativeCommand:
     subcommands: tuple[NativeCommand, ...] = ()
     #: Whether its answers are for the asker's eyes only (about one person's own data).
     private: bool = False
+
+
+#: The subcommand that stands for no word (``/reminders list`` -> ``/reminders``).
+BARE: Final = "list"
+
+
+def command_text(name: str, subcommand: str | None, values: list[str]) -> str:
+    """The text of the typed command a native one stands for: its name, its subcommand (none
+    for ``BARE``), then its options' values in order."""
+    words = [subcommand] if subcommand and subcommand != BARE else []
+    return " ".join([f"/{name}", *words, *values])
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from bot.core.menu import CommandOption, NativeCommand
+from bot.core.menu import BARE, CommandOption, NativeCommand
 from bot.runtime.commands import PRIVATE_COMMANDS
 from bot.runtime.extensions import CommandSpec
 
@@ -30,7 +30,7 @@ BUILTIN_OPTIONS: Final[dict[str, tuple[CommandOption, ...]]] = {
 
 #: ``/reminders list`` and ``/reminders cancel id:`` (the id offered from the asker's own).
 REMINDERS: Final = (
-    NativeCommand("list", "list your reminders"),
+    NativeCommand(BARE, "list your reminders"),
     NativeCommand(
         "cancel",
         "cancel one of your reminders",
@@ -59,13 +59,6 @@ def native_command(spec: CommandSpec, *, plugin: bool) -> NativeCommand:
         options=BUILTIN_OPTIONS.get(spec.name, ()),
         private=spec.name in PRIVATE_COMMANDS,
     )
-
-
-def command_text(name: str, words: list[str]) -> str:
-    """The text of a typed command with these words (a subcommand ``list`` adds none)."""
-    if words and name == "reminders" and words[0] == "list":
-        words = words[1:]
-    return " ".join([f"/{name}", *words])
 
 
 def _fitted(text: str) -> str:

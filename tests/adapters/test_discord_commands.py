@@ -243,6 +243,17 @@ async def test_commands_are_registered_once_and_only_ours_are_ever_changed(
         assert rig.rt.store is not None
 
 
+async def test_a_rate_limited_write_is_waited_out_and_made_once(tmp_path: Any) -> None:
+    async with FakeDiscord(token=TOKEN) as fake:
+        fake.app_commands.throttle_next_write(0.05)
+        async with slash_bot(fake, f"sqlite:///{tmp_path / 'bot.sqlite3'}"):
+            pass
+        writes = fake.app_commands.writes
+        assert [w.status for w in writes[:2]] == [429, 201]
+        created = [w.name for w in writes if w.status == 201]
+        assert len(created) == len(set(created)) == len(fake.app_commands.scope("global"))
+
+
 async def test_a_command_of_the_same_name_someone_else_made_is_left_alone(
     tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -382,11 +393,17 @@ async def test_an_unknown_or_forged_command_is_answered_privately_and_never_rout
     async with FakeDiscord(token=TOKEN) as fake:
         ada = fake.add_user("Ada")
         dm = fake.dm(ada)
-        async with slash_bot(fake, f"sqlite:///{tmp_path / 'bot.sqlite3'}") as rig:
+        url = f"sqlite:///{tmp_path / 'bot.sqlite3'}"
+        async with slash_bot(fake, url, extensions=_roll()) as rig:
             app = fake.app_commands
             forged = await app.invoke(dm, ada, "no-such-thing\nhi")
             (answer,) = await app.wait_answers(forged)
             assert answer.ephemeral and "don't know that command" in answer.content
+            # A plugin's free text is its arguments as typed, whatever they say.
+            args = [{"type": 3, "name": "args", "value": "list\n  of  dice"}]
+            roll = await app.invoke(dm, ada, "roll", args)
+            (answer,) = await app.wait_answers(roll)
+            assert (answer.content, answer.ephemeral) == ("rolled list of dice", False)
             key = ConversationKey("discord", str(dm), None, "mira")
             assert await _stored_texts(rig.rt.store, key) == []
 

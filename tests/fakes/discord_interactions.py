@@ -9,6 +9,8 @@ when the bot was invited without ``applications.commands``):
   ``POST`` is Discord's upsert: a command of that name in that scope is overwritten (200),
   else created (201). Names ``[-_a-z0-9]{1,32}``, descriptions 1-100 characters, at most 25
   options: else 400 code 50035. Every write is in :attr:`FakeAppCommands.writes`.
+* :meth:`FakeAppCommands.throttle_next_write` answers the next write 429 with ``retry_after``
+  in its body (and ``Via``, as discord.py needs to tell it from a ban), changing nothing;
 * ``PUT`` (bulk overwrite) is recorded in :attr:`FakeAppCommands.bulk_overwrites` and refused
   (405): a test fails when anyone tries it.
 
@@ -107,6 +109,8 @@ class FakeAppCommands:
         self.writes: list[Write] = []
         self.bulk_overwrites: list[str] = []
         self.denied_guilds: set[int] = set()
+        #: Command writes still to be answered 429 (``retry_after`` seconds each).
+        self.throttled: list[float] = []
         self.interactions: dict[int, FakeInteraction] = {}
         self.answers: list[Answer] = []
         self._tokens = itertools.count(1)
@@ -236,9 +240,20 @@ class FakeAppCommands:
         router.add_patch(original, self._edit_original)
         router.add_delete(original, self._delete_original)
 
+    def throttle_next_write(self, retry_after: float = 0.05) -> None:
+        """The next command write is answered 429 with ``retry_after`` (changing nothing)."""
+        self.throttled.append(retry_after)
+
     def _scope_of(self, request: web.Request) -> tuple[int, str] | web.Response:
         if not self._fake._authorized(request):
             return _error(401, "401: Unauthorized")
+        if request.method != "GET" and self.throttled:
+            retry_after = self.throttled.pop(0)
+            self.writes.append(Write(request.method, "throttled", "", 429))
+            body = {"message": "You are being rate limited.", "retry_after": retry_after}
+            response = _json({**body, "global": False}, 429)
+            response.headers.update({"Via": "1.1 google", "Retry-After": "1"})
+            return response
         app = int(request.match_info["app"])
         guild = request.match_info.get("guild")
         if app != self._fake.application_id:
