@@ -294,7 +294,7 @@ class Router:
             kind: Kind = "greeting" if command.name == "start" else "answer"
             private = isinstance(answer, Refusal) or command.name in PRIVATE_COMMANDS
             await self._delivery.send(
-                inbound.conversation, answer, kind=kind, reply_to=mid, private=private
+                inbound.conversation, str(answer), kind=kind, reply_to=mid, private=private
             )
         elif mid is not None:
             # It answered by itself (/export's file) or not at all: noted all the same, so a
