@@ -234,39 +234,43 @@ class Interactions:
     # ------------------------------------------------------------------ autocomplete
 
     async def _autocomplete(self, interaction: discord.Interaction[Any]) -> None:
-        """Offer values for the focused option: only what the asker may see, fast."""
-        invocation = _invocation(interaction.data)
-        command = self._command(invocation)
+        """Offer values for the focused option: only what the asker may see, fast (a slow or
+        failing suggester offers nothing)."""
         choices: list[app_commands.Choice[Any]] = []
-        if command is not None and invocation is not None and invocation.focused is not None:
-            option, typed = invocation.focused
-            kind = _option_kind(command, invocation, option)
-            menu = self.menu
-            try:
-                if menu is not None and self._allowed(interaction.guild_id):
-                    asker = await self._asker(interaction, command_text(command.name, None, []))
-                    found = await within(
-                        self._clock,
-                        SUGGEST_WITHIN,
-                        menu.suggest(asker, command.name, option, typed),
-                    )
-                    for s in found:
-                        value: Any = s.value
-                        if kind == "integer":
-                            if not s.value.isdigit():
-                                continue
-                            value = int(s.value)
-                        choices.append(
-                            app_commands.Choice(name=s.label[:100] or s.value, value=value)
-                        )
-            except TimeoutError:
-                log.warning("suggestions for /%s %s took too long", command.name, option)
-            except Exception:
-                log.exception("suggestions for /%s %s failed", command.name, option)
+        try:
+            choices = await self._choices(interaction)
+        except TimeoutError:
+            log.warning("suggestions for Discord interaction %d took too long", interaction.id)
+        except Exception:
+            log.exception("suggestions for Discord interaction %d failed", interaction.id)
         try:
             await interaction.response.autocomplete(choices[:25])
         except (discord.HTTPException, *NETWORK_ERRORS) as exc:
             log.info("Discord autocomplete %d not answered: %s", interaction.id, exc)
+
+    async def _choices(
+        self, interaction: discord.Interaction[Any]
+    ) -> list[app_commands.Choice[Any]]:
+        invocation = _invocation(interaction.data)
+        command = self._command(invocation)
+        menu = self.menu
+        if menu is None or command is None or invocation is None or invocation.focused is None:
+            return []
+        if not self._allowed(interaction.guild_id):
+            return []
+        option, typed = invocation.focused
+        integer = _option_kind(command, invocation, option) == "integer"
+        asker = await self._asker(interaction, command_text(command.name, None, []))
+        found = await within(
+            self._clock, SUGGEST_WITHIN, menu.suggest(asker, command.name, option, typed)
+        )
+        return [
+            app_commands.Choice(
+                name=s.label[:100] or s.value, value=int(s.value) if integer else s.value
+            )
+            for s in found
+            if not integer or (s.value.isdigit() and len(s.value) <= 18)
+        ]
 
     # ------------------------------------------------------------------ helpers
 
