@@ -23,6 +23,7 @@ Everything importers use is re-exported here: ``from bot.config import Settings`
 from bot.config.bots import (
     BUILTIN_PLATFORMS,
     DEFAULT_TOKEN_VARIABLES,
+    AppCommandSettings,
     BotSettings,
     DiscordBotSettings,
     PluginBotSettings,
@@ -85,6 +86,7 @@ __all__ = [
     "STORAGE_PREFIXES",
     "WEB_TOKEN_MIN",
     "AccessSettings",
+    "AppCommandSettings",
     "BotSettings",
     "DiscordBotSettings",
     "EnvName",

@@ -100,6 +100,9 @@ class Inbound:
     media: tuple[MediaRef, ...] = ()
     # The message this one replies to, quotes or forwards.
     quote: Quote | None = None
+    # A platform's native command (a Discord application command): run as a command, never
+    # stored nor sent to the model, even when its text is no command (docs/discord.md#7-commands).
+    command_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +347,9 @@ class Reply:
     # (bot.core.speech.VoiceOutlet); ``text`` is still the reply, for the caption or a
     # fallback, and every other adapter sends it alone.
     voice_message: VoiceMessage | None = None
+    # For the asker's eyes only where the platform can show it so (an answer to a Discord
+    # application command goes out ephemeral); elsewhere an ordinary message.
+    private: bool = False
 
 
 @dataclass(frozen=True, slots=True)

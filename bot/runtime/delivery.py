@@ -77,9 +77,11 @@ class Delivery:
         *,
         kind: Kind,
         reply_to: str | None = None,
+        private: bool = False,
     ) -> bool:
         """Record a message that is not a model reply in the outbox, then deliver it; False
-        if not sent (nothing visible to say, not hosted here, or the platform failed)."""
+        if not sent (nothing visible to say, not hosted here, or the platform failed).
+        ``private``: for the asker's eyes only where the platform can (``Reply.private``)."""
         if not has_visible_text(text):
             # An operator's blank notice or greeting: the platforms refuse empty messages.
             log.debug("nothing visible to send as %s to %s", kind, conversation)
@@ -90,18 +92,25 @@ class Delivery:
         item = await self.store.record_outbox(
             conversation, text, self.clock.now(), reply_to=reply_to
         )
-        return await self.deliver(item, kind=kind)
+        return await self.deliver(item, kind=kind, private=private)
 
     async def send_unrecorded(
-        self, conversation: ConversationKey, text: str, *, kind: Kind
+        self,
+        conversation: ConversationKey,
+        text: str,
+        *,
+        kind: Kind,
+        reply_to: str | None = None,
+        private: bool = False,
     ) -> bool:
         """Send now without an outbox row, for a chat of which nothing may be stored (the
         denied reply: its once-a-day lease is its record); False if not sent (logged)."""
         outlet = self.outlet_for(conversation.bot)
         if outlet is None or not has_visible_text(text):
             return False
+        reply = Reply(conversation, text, reply_to_platform_message_id=reply_to, private=private)
         try:
-            await outlet.send(Reply(conversation, text))
+            await outlet.send(reply)
         except AdapterError as exc:
             log.warning("could not deliver %s to %s: %s", kind, conversation, exc)
             return False
@@ -124,6 +133,7 @@ class Delivery:
         kind: Kind | None = None,
         replaces: str | None = None,
         voice_message: VoiceMessage | None = None,
+        private: bool = False,
     ) -> bool:
         """Claim the attempt, send, confirm; False if not sent. ``replaces``: a streamed
         preview message the reply's first chunk is edited into (docs/architecture.md#streaming);
@@ -143,6 +153,7 @@ class Delivery:
             voice=voice,
             line=None if voice is None else item.text,
             voice_message=voice_message if voice is None else None,
+            private=private,
         )
         try:
             await outlet.send(reply)
