@@ -182,6 +182,9 @@ class Router:
 
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""
+        if inbound.kind == "press":  # never stored, whoever hands it over this way
+            await self.press(inbound)
+            return
         inbound = self._to_cast(_storable(inbound))
         policy = self._access.get(inbound.conversation.bot)
         if policy is not None and not _allowed(policy, inbound):

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from adapters.telegram.adapter import TelegramAdapter
 from adapters.telegram.presses import EXPIRED, GARBLED, NOT_YOURS
@@ -29,6 +29,7 @@ from bot.core.agenda import NewReminder
 from bot.core.choices import BUTTON_LIFETIME
 from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey, Inbound, QueuePolicy, UserKey
+from bot.runtime.extensions import CallNext, Extensions
 from bot.store.base import BaseStore
 from tests.backends import StoreFactory
 from tests.bot.test_initiatives import T0, Scripted
@@ -126,7 +127,12 @@ def settings(*, reminders: bool = False) -> Settings:
 
 
 @contextlib.asynccontextmanager
-async def serving(rig: Rig, store: BaseStore, config: Settings | None = None) -> AsyncIterator[Rig]:
+async def serving(
+    rig: Rig,
+    store: BaseStore,
+    config: Settings | None = None,
+    extensions: Extensions = Extensions(),  # noqa: B008 - frozen
+) -> AsyncIterator[Rig]:
     """A process: the runtime on ``store`` and a new adapter polling the fake; stopped on
     exit (the fake, its messages and their keyboards stay)."""
     adapter = TelegramAdapter(
@@ -140,6 +146,7 @@ async def serving(rig: Rig, store: BaseStore, config: Settings | None = None) ->
             clock=rig.clock,
             store=store,
             seams=Seams(background=False, health=False),
+            extensions=extensions,
         ) as rt:
             polls = rig.api.polls_started(TOKEN)
             task = asyncio.create_task(adapter.run(rt.router.for_bot(BOT)))
@@ -390,6 +397,32 @@ async def test_a_refused_press_runs_nothing(stores: StoreFactory) -> None:
             assert answer.params.get("text") == "You cannot use this bot here."
             assert await second.timezone_of(UserKey("telegram", str(SASHA.id))) == "Europe/Berlin"
         assert not [t for t in rig.texts(PRIVATE) if ERASED in t]
+
+
+async def test_a_press_a_middleware_turns_into_chatter_is_never_stored(store: BaseStore) -> None:
+    """Plugins see a press (kind "press") as they see a typed command; one that rewrites its
+    text into no command drops it: never ingested, never for the model."""
+    seen: list[str] = []
+
+    async def chatty(event: Inbound, call_next: CallNext) -> None:
+        seen.append(event.kind)
+        if event.kind == "press":
+            event = replace(event, text="hello, tell me a story")
+        await call_next(event)
+
+    mine = Extensions(middleware=(chatty,))
+    async with fake_api() as rig, serving(rig, store, extensions=mine):
+        question = await rig.command(PRIVATE, SASHA, "/forget")
+        sent = len(rig.sent(PRIVATE))
+        answer = await rig.press(PRIVATE, SASHA, question)
+        assert answer.params.get("text") is None
+        assert seen == ["message", "press"]
+        await rig.clock.advance(5)  # past any debounce
+        await settle(rig.store)
+        session = await rig.store.current_session(key(PRIVATE))
+        assert session is not None and await rig.store.messages(session.key) == []
+        assert len(rig.sent(PRIVATE)) == sent
+        assert rig.api.keyboard(PRIVATE.id, question.message_id) == [["Yes, erase", "No, keep it"]]
 
 
 # ------------------------------------------------------------------------------ helpers
