@@ -5,8 +5,8 @@ router as the command it stands for, answered, and the keyboard updated
 Invariants:
 - every callback query gets exactly one ``answerCallbackQuery`` from here (a refusal says why),
   within ``ANSWER_WITHIN`` seconds of a verified press (its outcome, or no text when the
-  command takes longer), so no client is left with a spinner; a store fault is the
-  exception: it propagates, the update is handed over again and answered then;
+  command takes longer), so no client is left with a spinner; a failure is answered too
+  before it propagates (a store fault: the update is handed over again and runs then);
 - nothing runs unless the data verifies (:mod:`adapters.telegram.buttons`) and the presser is
   the person the buttons are for: another member of a group gets a refusal, and the data can
   name no other person or chat;
@@ -31,6 +31,7 @@ from aiogram.types import CallbackQuery, InaccessibleMessage, InlineKeyboardMark
 from adapters.telegram.buttons import ButtonSigner, Pressed, without_button
 from adapters.telegram.inbound import PLATFORM
 from bot.core.choices import PressOutcome
+from bot.core.errors import StoreError
 from bot.core.events import ConversationKey, Inbound
 from bot.core.ports import InboundHandler, PressHandler
 
@@ -41,6 +42,7 @@ EXPIRED: Final = "These buttons have expired. Send the command again."
 NOT_YOURS: Final = "These buttons are for the person who asked."
 TOO_OLD: Final = "This message is too old for its buttons. Send the command again."
 NOT_OURS: Final = "Nothing to do here."
+FAILED: Final = "That did not work. Please try again."
 #: What the press's answer says for each outcome of the router ("" shows no text).
 ANSWERS: Final[dict[PressOutcome, str]] = {
     "ran": "",
@@ -110,18 +112,26 @@ class PressDesk:
     async def _run(self, press: Awaitable[PressOutcome], query: CallbackQuery) -> PressOutcome:
         """Run the press and answer the query with its outcome, or with no text once
         ``answer_within`` passed (the command's answer may wait for the chat's turn in the
-        pacer; the client's spinner must not). A store fault propagates unanswered."""
+        pacer; the client's spinner must not). A failure is answered too, then raised: a
+        store fault with no text (the update comes again and runs it then), anything else
+        with FAILED."""
         task = asyncio.ensure_future(press)
+        answered = False
         try:
             done, _ = await asyncio.wait({task}, timeout=self._answer_within)
             if not done:
+                answered = True
                 await self._answer(query, "")
-                return await task
-        except BaseException:
+            outcome = await task
+        except asyncio.CancelledError:
             task.cancel()  # shutdown: the command with it (a press not done is taken again)
             raise
-        outcome = task.result()
-        await self._answer(query, ANSWERS[outcome])
+        except Exception as exc:
+            if not answered:
+                await self._answer(query, "" if isinstance(exc, StoreError) else FAILED)
+            raise
+        if not answered:
+            await self._answer(query, ANSWERS[outcome])
         return outcome
 
     def _inbound(self, query: CallbackQuery, message: Message, pressed: Pressed) -> Inbound:

@@ -367,7 +367,7 @@ async def test_deletions_personabot_makes_are_not_gaps(
     old, new = SessionKey(SUPPORT, 1), SessionKey(SUPPORT, 2)
     assert await store.missing_turns(old) == [] and await store.missing_turns(new) == []
     assert [(t.first_turn, t.last_turn, t.reason) for t in await store.tombstones(new)] == [
-        (1, 2, "/forget confirm"),
+        (1, 2, "/forget"),
         (3, 3, "deleted on the platform"),
     ]
     assert {t.reason for t in await store.tombstones(old)} == {"/forget"}
