@@ -95,7 +95,9 @@ class ButtonSigner:
         head, issued36, tail = parts
         mac, command = tail[:_MAC_CHARS], tail[_MAC_CHARS:]
         body = f"{head}.{issued36}."
-        if not hmac.compare_digest(mac, self._mac(chat_id, body + command)):
+        # As bytes: compare_digest refuses str with characters past ASCII (made-up data).
+        expected = self._mac(chat_id, body + command).encode()
+        if not hmac.compare_digest(mac.encode(), expected):
             return "garbled"
         # Signed by us: the fields are ours, and well formed.
         issued = int(issued36, 36)
