@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
+
+import asyncpg
 
 from adapters.telegram.adapter import TelegramAdapter
 from adapters.telegram.presses import EXPIRED, GARBLED, NOT_YOURS
@@ -315,6 +318,59 @@ async def test_one_press_in_two_processes_at_once_runs_once(stores: StoreFactory
             lambda: any(t.startswith(ERASED) for t in rig.texts(PRIVATE)), what="the erasure"
         )
         assert len([t for t in rig.texts(PRIVATE) if t.startswith(ERASED)]) == 1
+
+
+_SQLITE_FAULT = (
+    "CREATE TRIGGER press_fault BEFORE INSERT ON leases WHEN NEW.name LIKE 'press:%' "
+    "BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
+)
+_PG_FAULT = (
+    "CREATE FUNCTION press_fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF NEW.name LIKE 'press:%' THEN RAISE EXCEPTION 'injected fault'; END IF; RETURN NEW; "
+    "END $$; CREATE TRIGGER press_fault BEFORE INSERT ON leases FOR EACH ROW "
+    "EXECUTE FUNCTION press_fault()"
+)
+
+
+async def _press_fault(stores: StoreFactory, on: bool) -> None:
+    """Make the store refuse (True) or take again (False) a press's claim."""
+    if not stores.dsn:
+        db = sqlite3.connect(stores.path, isolation_level=None)
+        try:
+            db.execute(_SQLITE_FAULT if on else "DROP TRIGGER press_fault")
+        finally:
+            db.close()
+        return
+    conn = await asyncpg.connect(stores.dsn)
+    try:
+        off = "DROP TRIGGER press_fault ON leases; DROP FUNCTION press_fault()"
+        await conn.execute(_PG_FAULT if on else off)
+    finally:
+        await conn.close()
+
+
+async def test_a_press_during_a_store_fault_is_answered_and_runs_once_the_store_is_back(
+    stores: StoreFactory,
+) -> None:
+    """Nothing acknowledged is lost: the store refuses the press's claim, the callback is
+    answered all the same (no spinner), the update is not acknowledged and comes again, and
+    once the store takes it the erasure runs, once."""
+    async with fake_api() as rig, stores.new() as store, serving(rig, store):
+        await store.set_timezone(UserKey("telegram", str(SASHA.id)), "Europe/Berlin", T0)
+        question = await rig.command(PRIVATE, SASHA, "/forget")
+        await _press_fault(stores, True)
+        rig.api.push_press(TOKEN, PRIVATE, SASHA, question.message_id)
+        await rig.until(lambda: rig.api.press_answers(TOKEN), "the answer")
+        assert rig.api.press_answers(TOKEN)[0].params.get("text") is None
+        assert rig.api.pending_updates(TOKEN) == 1  # not acknowledged
+        await _press_fault(stores, False)
+        await rig.until(
+            lambda: any(t.startswith(ERASED) for t in rig.texts(PRIVATE)), "the erasure"
+        )
+        await rig.until(lambda: rig.api.pending_updates(TOKEN) == 0, "the acknowledgement")
+        assert len([t for t in rig.texts(PRIVATE) if t.startswith(ERASED)]) == 1
+        assert await store.timezone_of(UserKey("telegram", str(SASHA.id))) is None
+        assert rig.api.keyboard(PRIVATE.id, question.message_id) is None
 
 
 # ------------------------------------------------------------------ /persona, /checkins
