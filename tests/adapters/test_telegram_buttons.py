@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
 import asyncpg
+import pytest
 
 from adapters.telegram.adapter import TelegramAdapter
 from adapters.telegram.presses import EXPIRED, GARBLED, NOT_YOURS
@@ -58,6 +59,9 @@ ORIN = PersonaSettings(
     id="orin", name="Orin", system="You are Orin.", first_message=["Orin. Where to?"]
 )
 ERASED = "Done: I erased"
+#: What the adapter and the router decide alone: one store suffices. What the store decides
+#: (a press run once, across processes and restarts, through a store fault) runs on both.
+ADAPTER_ONLY = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
 
 def key(chat: TgChat) -> ConversationKey:
@@ -203,6 +207,7 @@ async def test_forget_asks_and_two_presses_erase_once_both_answered(store: BaseS
         assert session is not None and await rig.store.messages(session.key) == []
 
 
+@ADAPTER_ONLY
 async def test_keep_it_erases_nothing(store: BaseStore) -> None:
     async with fake_api() as rig, serving(rig, store):
         await rig.store.set_timezone(UserKey("telegram", str(SASHA.id)), "Asia/Tokyo", T0)
@@ -213,6 +218,7 @@ async def test_keep_it_erases_nothing(store: BaseStore) -> None:
         assert rig.api.keyboard(PRIVATE.id, question.message_id) is None
 
 
+@ADAPTER_ONLY
 async def test_another_member_of_the_group_is_refused(store: BaseStore) -> None:
     async with fake_api() as rig, serving(rig, store):
         await rig.store.set_timezone(UserKey("telegram", str(SASHA.id)), "Europe/Berlin", T0)
@@ -229,6 +235,7 @@ async def test_another_member_of_the_group_is_refused(store: BaseStore) -> None:
         assert done.visible_text.startswith(ERASED) and done.reply_to == question.message_id
 
 
+@ADAPTER_ONLY
 async def test_forged_garbled_and_stale_data_are_refused(store: BaseStore) -> None:
     async with fake_api() as rig, serving(rig, store):
         user = UserKey("telegram", str(SASHA.id))
@@ -376,6 +383,7 @@ async def test_a_press_during_a_store_fault_is_answered_and_runs_once_the_store_
 # ------------------------------------------------------------------ /persona, /checkins
 
 
+@ADAPTER_ONLY
 async def test_persona_buttons_switch_like_the_typed_command(store: BaseStore) -> None:
     async with fake_api() as rig, serving(rig, store):
         listing = await rig.command(PRIVATE, SASHA, "/persona")
@@ -388,6 +396,7 @@ async def test_persona_buttons_switch_like_the_typed_command(store: BaseStore) -
         assert rig.api.keyboard(PRIVATE.id, listing.message_id) is None
 
 
+@ADAPTER_ONLY
 async def test_checkins_toggle(store: BaseStore) -> None:
     async with fake_api() as rig, serving(rig, store):
         status = await rig.command(PRIVATE, SASHA, "/checkins")
@@ -404,6 +413,7 @@ async def test_checkins_toggle(store: BaseStore) -> None:
 # ---------------------------------------------------------------------------- /reminders
 
 
+@ADAPTER_ONLY
 async def test_a_reminder_cancel_button_takes_only_its_own_button_away(
     store: BaseStore,
 ) -> None:
@@ -425,6 +435,7 @@ async def test_a_reminder_cancel_button_takes_only_its_own_button_away(
 # ---------------------------------------------------------------------------- the menus
 
 
+@ADAPTER_ONLY
 async def test_the_command_menu_is_set_per_scope(store: BaseStore) -> None:
     async with fake_api() as rig, serving(rig, store):
         private = rig.api.menu(TOKEN, "all_private_chats")
@@ -438,6 +449,7 @@ async def test_the_command_menu_is_set_per_scope(store: BaseStore) -> None:
     assert rig.api.menu(TOKEN) == private  # the default: what any other scope falls back to
 
 
+@ADAPTER_ONLY
 async def test_a_refused_press_runs_nothing(stores: StoreFactory) -> None:
     """The access lists apply to a press as to a typed command: a person no longer allowed
     presses a button they got before; the router refuses it and nothing runs."""
@@ -455,6 +467,7 @@ async def test_a_refused_press_runs_nothing(stores: StoreFactory) -> None:
         assert not [t for t in rig.texts(PRIVATE) if ERASED in t]
 
 
+@ADAPTER_ONLY
 async def test_a_press_a_middleware_turns_into_chatter_is_never_stored(store: BaseStore) -> None:
     """Plugins see a press (kind "press") as they see a typed command; one that rewrites its
     text into no command drops it: never ingested, never for the model."""
