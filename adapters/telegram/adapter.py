@@ -128,7 +128,6 @@ CAPTION_LIMIT: Final = 1024
 
 
 _TELEGRAM_ERRORS: Final = (TelegramAPIError, ClientDecodeError)
-_COMMAND_NAME = re.compile(r"^[a-z0-9_]{1,32}$")
 _SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 _REFUSALS: Final = REFUSALS
 _SEEN_UPDATES: Final = 2048

@@ -21,6 +21,7 @@ there are any (none yet; the texts are English until the catalogs exist).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -42,6 +43,7 @@ log = logging.getLogger("personabot.telegram")
 #: Telegram's limits: 100 commands a list, names ``[a-z0-9_]{1,32}``, descriptions 1-256.
 _MAX_COMMANDS: Final = 100
 _ERRORS: Final = (TelegramAPIError, ClientDecodeError)
+_COMMAND_NAME: Final = re.compile(r"[a-z0-9_]{1,32}")
 
 
 def flat_menu(commands: Sequence[tuple[str, str]]) -> CommandMenu:
