@@ -31,6 +31,9 @@ from bot.core.choices import BUTTON_LIFETIME, Choice
 
 #: Telegram's limit for ``callback_data``, in bytes.
 DATA_LIMIT: Final = 64
+#: More choices than this are no keyboard (a long list of buttons is no help, and Telegram
+#: refuses a message whose keyboard is too large: the answer would be lost).
+MAX_BUTTONS: Final = 24
 _MAC_BYTES: Final = 9  # 12 characters of base64url
 _MAC_CHARS: Final = 12
 _KEY_LABEL: Final = b"personabot telegram buttons v1"
@@ -61,9 +64,11 @@ class ButtonSigner:
     def keyboard(
         self, chat_id: int, asker: str, choices: Sequence[Choice], now: float
     ) -> InlineKeyboardMarkup | None:
-        """The keyboard of ``choices`` for ``asker`` in ``chat_id``; None when one of them
-        cannot be a button (the asker is no Telegram user, the data would pass 64 bytes):
-        the message then shows the typed commands instead."""
+        """The keyboard of ``choices`` for ``asker`` in ``chat_id``; None when they cannot be
+        buttons (the asker is no Telegram user, a button's data would pass 64 bytes, more
+        than ``MAX_BUTTONS``): the message then shows the typed commands instead."""
+        if len(choices) > MAX_BUTTONS:
+            return None
         buttons = []
         for choice in choices:
             data = self.data(chat_id, asker, choice, now)

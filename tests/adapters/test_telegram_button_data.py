@@ -81,3 +81,9 @@ def test_what_cannot_be_a_button_is_none() -> None:
     assert SIGNER.data(5, "5", long, NOW) is None
     assert SIGNER.data(5, "anon:-100123", Choice("Yes", "/forget confirm"), NOW) is None
     assert SIGNER.keyboard(5, "5", [Choice("Yes", "/forget confirm"), long], NOW) is None
+
+
+def test_too_many_choices_are_no_keyboard() -> None:
+    many = [Choice(f"Cancel #{n}", f"/reminders cancel {n}", closes=False) for n in range(25)]
+    assert SIGNER.keyboard(5, "5", many[:24], NOW) is not None
+    assert SIGNER.keyboard(5, "5", many, NOW) is None
