@@ -106,6 +106,11 @@ class Metrics:
         )
         self.tokens = counter("personabot_tokens", "Model tokens", "kind")
         self.cost = counter("personabot_cost_dollars", "Estimated model cost in dollars")
+        self.speech = counter(
+            "personabot_speech",
+            "Replies to be spoken by outcome: spoken, failed, timeout, too_long (docs/voices.md)",
+            "outcome",
+        )
         self.gap_notices = counter(
             "personabot_gap_notices", "Sessions with missing turns", "policy"
         )

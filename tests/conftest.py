@@ -37,15 +37,17 @@ def pytest_configure(config: pytest.Config) -> None:
     Many tests start real ``personabot`` processes (and test workers, when ``-n`` is given):
     each one imports aiogram, discord.py and the Anthropic SDK. With ``PYTHONDONTWRITEBYTECODE``
     set (as on the CI machines), every process compiled them again, seconds of CPU each. The
-    processes inherit this environment: the first one writes its bytecode under one cache
-    folder (``PYTHONPYCACHEPREFIX``), the next ones read it. The folder is inside the checkout
-    (``.pytest_cache/``, ignored by git), never a shared temporary directory where another
-    user could leave bytecode of their own for our processes to run. What runs is the same
-    code; a changed source file is compiled again (Python checks its mtime).
+    libraries are compiled once when they are installed (``compile-bytecode`` in pyproject's
+    ``[tool.uv]``: ``uv sync`` writes their ``__pycache__``, several files at a time); the
+    processes the tests start inherit this environment, so the first one to import a module of
+    the checkout (the product, the tests with pytest's assertion rewriting) writes its
+    bytecode next to it, in ``__pycache__`` (ignored by git), and the next ones read it. No
+    ``PYTHONPYCACHEPREFIX``: with one set, Python looks for bytecode only under it and the
+    installed libraries' ``__pycache__`` went unread (every test worker compiled them again on
+    a fresh checkout: ~7 s of CPU each). What runs is the same code; a changed source file is
+    compiled again (Python checks its mtime).
     """
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    cache = config.rootpath / ".pytest_cache" / "bytecode"
-    os.environ.setdefault("PYTHONPYCACHEPREFIX", str(cache))
     # The controller of a run on several workers starts one process zygote for all of them
     # (tests/processes.py), before they start: its imports overlap with their collection.
     workers = config.getoption("numprocesses", None)
@@ -57,6 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
 #: they run first, so that no worker starts one as the others finish (the run's tail).
 SLOW_FIRST = (
     "tests/deploy/test_deploy_doc.py",
+    "tests/deploy/test_deploy_attacks.py",
     "tests/cards/test_quickstart.py",
     "tests/bot/test_queue_state.py",
     "tests/scenes/test_scene_sigkill.py",
@@ -69,23 +72,23 @@ SLOW_FIRST = (
 )
 
 
-#: Slow files whose tests share an expensive fixture of a wider scope (deploy: building and
-#: installing the wheel, ~10 s of CPU): kept on one worker, which builds it once (spread over
-#: three, it was built three times).
-TOGETHER = frozenset({"tests/deploy/test_deploy_doc.py"})
+#: Folders of slow files whose tests share an expensive fixture of a wider scope (deploy:
+#: building and installing the wheel, ~10 s of CPU, package-scoped): kept on one worker, which
+#: builds it once (spread over workers, each built it again).
+TOGETHER = frozenset({"tests/deploy"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slowest files' tests first: one at the head of each worker's first share (xdist's
     worksteal hands the collection out in contiguous shares, sized as below), the rest of the
-    tests in their order after them; a ``TOGETHER`` file's tests all at the head of one."""
+    tests in their order after them; a ``TOGETHER`` folder's tests all at the head of one."""
     slow = sorted(
         (item for item in items if _file(item) in SLOW_FIRST),
         key=lambda item: SLOW_FIRST.index(_file(item)),
     )
     blocks: list[list[pytest.Item]] = []
     for item in slow:
-        if _file(item) in TOGETHER and blocks and _file(blocks[-1][0]) == _file(item):
+        if _group(item) in TOGETHER and blocks and _group(blocks[-1][0]) == _group(item):
             blocks[-1].append(item)
         else:
             blocks.append([item])
@@ -106,6 +109,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _file(item: pytest.Item) -> str:
     return item.nodeid.split("::")[0]
+
+
+def _group(item: pytest.Item) -> str:
+    return _file(item).rpartition("/")[0]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

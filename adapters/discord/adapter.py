@@ -38,10 +38,12 @@ from typing import Any, Final, Literal
 import discord
 
 from adapters.base import required_secret
+from adapters.discord.app_commands import SyncPolicy, sync_commands
 from adapters.discord.client import Event, QueueingClient, default_intents, quiet_voice_notes
 from adapters.discord.downloads import STALL_TIMEOUT, DiscordMedia
 from adapters.discord.endpoints import SharedEndpoints, endpoints_for
 from adapters.discord.inbound import GroupTrigger, InboundBuilder, Place, known_place
+from adapters.discord.interactions import ACK_WITHIN, Interactions, interaction_id
 from adapters.discord.preview import (
     MESSAGE_LIMIT,
     NETWORK_ERRORS,
@@ -53,9 +55,11 @@ from adapters.discord.webhooks import Line, Outcome, WebhookVoices
 from adapters.streaming import StreamingAdapter
 from adapters.text import split_text
 from bot.config import BotSettings, DiscordBotSettings, PersonaSettings, Secrets
+from bot.core.clock import Clock, SystemClock
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
 from bot.core.events import ConversationKey, Inbound, Reply, Voice, voiced
 from bot.core.media import MediaSource
+from bot.core.menu import NativeMenu
 from bot.core.ports import InboundHandler, Preview, StreamSettings
 from bot.core.tasks import running
 
@@ -125,8 +129,14 @@ class DiscordAdapter(StreamingAdapter):
         media_stall_timeout: float = STALL_TIMEOUT,
         preview_timeout: float = PREVIEW_TIMEOUT,
         webhook_voices: bool = False,
+        app_commands: SyncPolicy = "global",
+        command_guilds: Collection[int] = (),
+        clock: Clock | None = None,
+        ack_within: float = ACK_WITHIN,
     ) -> None:
         super().__init__(bot_key=bot_key)
+        self._sync_policy: SyncPolicy = app_commands
+        self._command_guilds = tuple(command_guilds)
         self._token = token
         self._token_variable = token_variable
         self._shard = (shard_id, shard_count)
@@ -148,6 +158,15 @@ class DiscordAdapter(StreamingAdapter):
             is_our_webhook=self._is_our_webhook if webhook_voices else None,
         )
         self._media = DiscordMedia(client=self._logged_in_client, stall_timeout=media_stall_timeout)
+        self._interactions = Interactions(
+            bot_key=bot_key,
+            clock=clock or SystemClock(),
+            place=self._inbound.place,
+            allowed=self._inbound.allowed,
+            ack_within=ack_within,
+        )
+        #: The last command sync's task (run by ``run()``; tests wait for it).
+        self.synced: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"DiscordAdapter(bot_key={self.bot_key!r})"  # never the token
@@ -160,13 +179,28 @@ class DiscordAdapter(StreamingAdapter):
             name.lower() for name in (*(n for n, _ in handler.commands), *handler.admin_commands)
         )
         self._handler = handler
+        menu = handler if isinstance(handler, NativeMenu) else None
+        self._interactions.menu = menu
         consumer = asyncio.create_task(self._consume(handler), name=f"discord {self.bot_key}")
+        if menu is not None:
+            self.synced = asyncio.create_task(self._sync(menu), name=f"discord sync {self.bot_key}")
         try:
             await self._connect()
         finally:
-            consumer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await consumer
+            for task in (consumer, self.synced):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+
+    async def _sync(self, menu: NativeMenu) -> None:
+        """Register the bot's commands as application commands (docs/discord.md#sync); a
+        failure is logged and the bot serves on (typed commands keep working)."""
+        try:
+            client = await self._logged_in_client()
+            await sync_commands(client, menu, self._sync_policy, self._command_guilds)
+        except (AdapterError, discord.HTTPException, *_NETWORK_ERRORS) as exc:
+            log.error("Discord commands of %s not synced: %s", self.bot_key, exc)
 
     @property
     def media(self) -> MediaSource:
@@ -186,6 +220,7 @@ class DiscordAdapter(StreamingAdapter):
         self._closed = True
         try:
             await self._media.aclose()
+            await self._interactions.aclose()
             if self._client is not None:
                 await self._client.close()
         finally:
@@ -230,6 +265,7 @@ class DiscordAdapter(StreamingAdapter):
         return QueueingClient(
             queue=self._events,
             on_unreadable=self._unreadable,
+            on_interaction=self._interactions.arrived,
             intents=intents,
             allowed_mentions=discord.AllowedMentions.none(),
             shard_id=shard_id,
@@ -312,19 +348,23 @@ class DiscordAdapter(StreamingAdapter):
             await asyncio.sleep(delay)
             delay = min(delay * 2, _STORE_RETRY_MAX)
 
-    @staticmethod
-    async def _hand_over(handler: InboundHandler, inbound: Inbound) -> None:
+    async def _hand_over(self, handler: InboundHandler, inbound: Inbound) -> None:
         try:
             await handler(inbound)
         except StoreError:
             raise
         except Exception:
             log.exception("could not handle Discord message %s", inbound.platform_message_id)
+        if (interaction := interaction_id(inbound.platform_message_id)) is not None:
+            await self._interactions.handed_over(interaction)
 
     async def _normalize(self, event: Event) -> list[Inbound]:
         client = self._client
         if client is None or client.user is None:
             return []
+        if isinstance(event, discord.Interaction):
+            command = await self._interactions.inbound(event)
+            return [] if command is None else [command]
         if isinstance(event, discord.Message):
             found = await self._inbound.message(event, client.user, client)
             if found is not None and found.is_private:
@@ -380,8 +420,16 @@ class DiscordAdapter(StreamingAdapter):
     async def send(self, reply: Reply) -> None:
         """Post a reply in 2000-character chunks, pinging nobody, idempotent per outbox row;
         a scene's line as its persona where the channel's webhook can post it."""
+        if interaction_id(reply.reply_to_platform_message_id) is not None:
+            # An answer to an application command: only through the interaction, never in
+            # the channel (it may be someone's /memory): adapters/discord/interactions.py.
+            await self._interactions.answer(reply)
+            return
         if reply.attachment is not None:
             await self._send_file(reply)
+            return
+        if reply.voice_message is not None and reply.voice is None and reply.replaces is None:
+            await self._send_spoken(reply)
             return
         voice, line = reply.voice, reply.line
         # A line replacing a streamed preview keeps the bot's own account: the preview is the
@@ -491,6 +539,46 @@ class DiscordAdapter(StreamingAdapter):
         await self._post(
             channel, text, nonce=nonce_for(reply.outbox_id, 0), reference=None, file=upload
         )
+
+    def sends_voice(self, conversation: ConversationKey) -> bool:
+        """Every channel takes a spoken reply as an audio file (bot.core.speech.VoiceOutlet)."""
+        return True
+
+    def recording(
+        self, conversation: ConversationKey
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Discord has no "recording" indicator: the typing one while a voice is made."""
+        return self.typing(conversation)
+
+    async def _send_spoken(self, reply: Reply) -> None:
+        """A spoken reply (docs/voices.md): the audio attached to its first chunk (discord.py
+        sends no voice-message flag, so it is an ``.ogg`` file the client plays inline), the
+        same nonces as text; a channel that refuses files (no Attach Files permission:
+        nothing was posted) gets the text instead."""
+        voice = reply.voice_message
+        assert voice is not None
+        client = await self._logged_in_client()
+        channel_id = _channel_id(reply.conversation)
+        channel = client.get_partial_messageable(channel_id)
+        reference = self._reference(reply.reply_to_platform_message_id, channel_id)
+        chunks = split_text(reply.text, MESSAGE_LIMIT) if voice.with_text else [""]
+        extension = "mp3" if voice.media_type == "audio/mpeg" else "ogg"
+        upload = discord.File(io.BytesIO(voice.audio), filename=f"voice.{extension}")
+        try:
+            await self._post(
+                channel,
+                chunks[0],
+                nonce=nonce_for(reply.outbox_id, 0),
+                reference=reference,
+                file=upload,
+            )
+        except DeliveryRefused as exc:
+            log.warning("channel %d refused the voice file (%s); sending the text", channel_id, exc)
+            await self._send_text(reply)
+            return
+        for index in range(1, len(chunks)):
+            nonce = nonce_for(reply.outbox_id, index)
+            await self._post(channel, chunks[index], nonce=nonce, reference=None)
 
     async def private_conversation(
         self, conversation: ConversationKey, user_id: str
@@ -628,6 +716,8 @@ def create_adapter(
         shard_id=entry.shard_id,
         shard_count=entry.shard_count,
         webhook_voices=entry.scene is not None and entry.scene.voices == "auto",
+        app_commands=entry.app_commands.sync,
+        command_guilds=entry.command_guilds,
     )
 
 

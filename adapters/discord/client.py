@@ -47,7 +47,10 @@ Event = (
     | discord.RawMessageUpdateEvent
     | discord.RawMessageDeleteEvent
     | discord.RawBulkMessageDeleteEvent
+    | discord.Interaction[Any]
 )
+#: Told of each interaction as it is parsed; True: queue it (an application command).
+OnInteraction = Callable[[discord.Interaction[Any]], bool]
 
 
 def default_intents(*, message_content: bool = True) -> discord.Intents:
@@ -85,9 +88,11 @@ class QueueingClient(discord.Client):
         *,
         queue: asyncio.Queue[Event],
         on_unreadable: Callable[[str], None] | None = None,
+        on_interaction: OnInteraction | None = None,
         **options: Any,
     ) -> None:
         self._on_unreadable = on_unreadable
+        self._on_interaction = on_interaction
         self._frame_faults: list[float] = []
         self._failed_event: tuple[str, Any] | None = None
         super().__init__(**options)
@@ -187,8 +192,15 @@ class QueueingClient(discord.Client):
         super().dispatch(event, *args, **kwargs)
         if event == "message":
             self._queue.put_nowait(copy.copy(args[0]))
-        elif event in self._QUEUED:
+        elif event in self._QUEUED or (
+            event == "interaction" and self._queues_interaction(args[0])
+        ):
             self._queue.put_nowait(args[0])
+
+    def _queues_interaction(self, interaction: discord.Interaction[Any]) -> bool:
+        """Its 3 s start now: the deferral timer starts here, and an application command
+        queues in gateway order behind the messages before it (docs/discord.md#7-commands)."""
+        return self._on_interaction is not None and self._on_interaction(interaction)
 
     async def on_ready(self) -> None:
         """Log the connection (guild count only: names are the operators' business)."""

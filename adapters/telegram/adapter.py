@@ -104,14 +104,16 @@ from adapters.telegram.preview import (
 )
 from adapters.telegram.session import RedactingSession, scrub
 from adapters.telegram.updates import GetRawUpdates, ParsedUpdate, parse_update
+from adapters.telegram.voice import send_voice, voice_caption
 from adapters.text import utf16_len
 from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSettings
 from bot.core.choices import typed
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
 from bot.core.events import ConversationKey, PlatformProblem, Reply, Voice, voiced
+from bot.core.menu import MenuSource
 from bot.core.pacing import Pacer
-from bot.core.ports import InboundHandler, MenuSource, Preview, StreamSettings
+from bot.core.ports import InboundHandler, Preview, StreamSettings
 from bot.core.tasks import running
 
 log = logging.getLogger("personabot.telegram")
@@ -667,6 +669,9 @@ class TelegramAdapter(StreamingAdapter):
         if reply.attachment is not None:
             await self._send_document(reply)
             return
+        if reply.voice_message is not None and reply.voice is None:
+            await self._send_voice(reply)
+            return
         target = _Target.of(reply.conversation)
         # In groups the first message quotes the turn's last user message (if it still exists).
         reply_to = None
@@ -794,6 +799,36 @@ class TelegramAdapter(StreamingAdapter):
             await self._call(method, target)
         except TelegramBadRequest as exc:
             raise self._failure(target, exc) from exc
+
+    def sends_voice(self, conversation: ConversationKey) -> bool:
+        """Every Telegram chat takes voice messages (bot.core.speech.VoiceOutlet)."""
+        return True
+
+    async def _send_voice(self, reply: Reply) -> None:
+        """A spoken reply (adapters/telegram/voice.py): ``sendVoice`` quoting the message in
+        groups, the text as its caption or after it; a chat that refuses voice messages
+        (nothing was sent) gets the text instead."""
+        voice = reply.voice_message
+        assert voice is not None
+        target = _Target.of(reply.conversation)
+        reply_to = None
+        if not target.private and (reply.reply_to_platform_message_id or "").isdigit():
+            reply_to = int(reply.reply_to_platform_message_id or "")
+        caption, rest = voice_caption(reply.text if voice.with_text else "")
+        method = send_voice(target.chat_id, target.thread_id, voice, caption, reply_to)
+        try:
+            await self._call(method, target)
+        except (TelegramBadRequest, DeliveryRefused) as exc:
+            log.warning(
+                "telegram bot %s: chat %s refused the voice message (%s); sending the text",
+                self.bot_key,
+                target.chat_id,
+                self._redact(getattr(exc, "message", None) or str(exc)),
+            )
+            await self._send_text(target, reply.text, reply_to)
+            return
+        if rest:
+            await self._send_text(target, rest, None)
 
     async def private_conversation(
         self, conversation: ConversationKey, user_id: str
@@ -1038,10 +1073,18 @@ class TelegramAdapter(StreamingAdapter):
         async with running(self._keep_typing(target), name=f"telegram typing {target}"):
             yield
 
-    async def _keep_typing(self, target: _Target) -> None:
+    @contextlib.asynccontextmanager
+    async def recording(self, conversation: ConversationKey) -> AsyncIterator[None]:
+        """Shows "recording a voice message" while a spoken reply is made (docs/voices.md)."""
+        target = _Target.of(conversation)
+        work = self._keep_typing(target, "record_voice")
+        async with running(work, name=f"telegram recording {target}"):
+            yield
+
+    async def _keep_typing(self, target: _Target, kind: str = "typing") -> None:
         """The typing loop: failures are logged and never end the turn."""
         action = SendChatAction(
-            chat_id=target.chat_id, action="typing", message_thread_id=target.thread_id
+            chat_id=target.chat_id, action=kind, message_thread_id=target.thread_id
         )
         while True:
             pause = self._typing_interval

@@ -36,7 +36,7 @@ from aiogram.types import (
     BotCommandScopeUnion,
 )
 
-from bot.core.menus import CommandMenu, MenuEntry
+from bot.core.menu import CommandMenu, MenuEntry
 
 log = logging.getLogger("personabot.telegram")
 
@@ -89,9 +89,4 @@ async def set_menus(
 
 
 def _valid(entry: MenuEntry) -> bool:
-    name = entry.name
-    return (
-        bool(entry.description)
-        and 1 <= len(name) <= 32
-        and all(c.isascii() and (c.islower() or c.isdigit() or c == "_") for c in name)
-    )
+    return bool(entry.description) and _COMMAND_NAME.fullmatch(entry.name) is not None

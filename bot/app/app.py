@@ -28,6 +28,12 @@ from typing import Any, TypeVar, cast, overload
 from adapters.base import BaseAdapter
 from bot.app import build
 from bot.app.build import PlatformFactory, ProviderFactory, Runtime, Seams, TranscriberFactory
+from bot.app.build.voices import (
+    SynthesizerFactory,
+    build_voices,
+    builtin_synthesizers,
+    unknown_synthesizers,
+)
 from bot.app.lifespans import Lifespan, Lifespans
 from bot.config import (
     DEFAULT_TOKEN_VARIABLES,
@@ -109,6 +115,7 @@ class App:
         self._platforms: dict[str, PlatformFactory] = build.builtin_platforms(settings.personas)
         self._providers: dict[str, ProviderFactory] = build.builtin_providers()
         self._transcribers: dict[str, TranscriberFactory] = build.builtin_transcribers()
+        self._synthesizers: dict[str, SynthesizerFactory] = builtin_synthesizers()
         self._global = _Registrations()
         self._per_bot: dict[str, _Registrations] = {}
         self._scope: str | None = None
@@ -242,6 +249,13 @@ class App:
         keys in ``transcription_settings.options``; an ``aclose()`` it has is called at exit)."""
         self._register(self._transcribers, "transcription provider", name, factory)
 
+    def synthesizer(self, name: str, factory: SynthesizerFactory) -> None:
+        """Register a text-to-speech provider: ``factory(voice_settings, secrets)`` makes the
+        ``bot.core.speech.Synthesizer`` of a persona's ``[personas.voice] provider = name``
+        (its own keys in ``voice_settings.options``; an ``aclose()`` it has is called at
+        exit). docs/voices.md#plugins."""
+        self._register(self._synthesizers, "text-to-speech provider", name, factory)
+
     def extend(self, extensions: Extensions) -> None:
         """Add what an ``Extensions`` holds (built by hand, e.g. by an embedding program or a
         test) as if registered one by one here; its ``per_bot`` parts go to those bots."""
@@ -337,6 +351,8 @@ class App:
             problems += build.unknown(
                 "transcription provider", "transcription.provider", provider, self._transcribers
             ).problems
+        if not failed:
+            problems += unknown_synthesizers(self.settings, self._synthesizers)
         if problems:
             raise ConfigError(problems)
         self._prepared = True
@@ -345,8 +361,9 @@ class App:
         """What ``run`` would refuse at start before connecting, found by building what it
         builds and connecting nothing: each bot's adapter (a malformed token, a webhook
         secret unset or invalid, a plugin platform's options), the model provider, the
-        console's token (RunNeeds). ``config check`` said OK and ``run`` then refused (review 35a).
-        A bot or model whose variable is unset is left to ``RunNeeds``, which named it."""
+        personas' voices (an unset key variable), the console's token (RunNeeds). ``config
+        check`` said OK and ``run`` then refused (review 35a). A bot or model whose variable
+        is unset is left to ``RunNeeds``, which named it."""
         problems: list[str] = []
         made: list[BaseAdapter] = []
         for entry in self.settings.bots:
@@ -368,6 +385,14 @@ class App:
                 problems += exc.problems
             else:
                 await llm.aclose()
+        try:  # the voices' key variables and plugin factories (docs/voices.md#settings)
+            voices = build_voices(self.settings, self.secrets, self._synthesizers)
+        except ConfigError as exc:
+            problems += exc.problems
+        else:
+            for voice in voices.values():
+                if callable(close := getattr(voice.synthesizer, "aclose", None)):
+                    await close()
         return problems
 
     def unused_options(self) -> list[str]:
@@ -470,6 +495,10 @@ class App:
             transcriber = self.build_transcriber()
             if transcriber is not None and callable(closer := getattr(transcriber, "aclose", None)):
                 made_closers.append(closer)
+            voices = build_voices(self.settings, self.secrets, self._synthesizers)
+            for voice in voices.values():
+                if callable(closer := getattr(voice.synthesizer, "aclose", None)):
+                    made_closers.append(closer)
             async with build.runtime(
                 self.settings,
                 llm=llm or self.build_llm(offline_fallback=offline_fallback),
@@ -480,6 +509,7 @@ class App:
                 extensions=self.extensions(),
                 seams=seams,
                 transcriber=transcriber,
+                voices=voices,
                 plugins=self._lifespans.running(),
                 mcp=build.mcp_specs(self.settings, self.secrets),
             ) as rt:

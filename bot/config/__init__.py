@@ -23,6 +23,7 @@ Everything importers use is re-exported here: ``from bot.config import Settings`
 from bot.config.bots import (
     BUILTIN_PLATFORMS,
     DEFAULT_TOKEN_VARIABLES,
+    AppCommandSettings,
     BotSettings,
     DiscordBotSettings,
     PluginBotSettings,
@@ -69,6 +70,7 @@ from bot.config.references import reference_problems
 from bot.config.secrets import MIN_SECRET, Secrets
 from bot.config.settings import ENV_PREFIX, Settings
 from bot.config.storage import STORAGE_PREFIXES, StorageSettings
+from bot.config.voices import VoiceSettings
 
 __all__ = [
     "BUILTIN_PLATFORMS",
@@ -84,6 +86,7 @@ __all__ = [
     "STORAGE_PREFIXES",
     "WEB_TOKEN_MIN",
     "AccessSettings",
+    "AppCommandSettings",
     "BotSettings",
     "DiscordBotSettings",
     "EnvName",
@@ -113,6 +116,7 @@ __all__ = [
     "TelegramBotSettings",
     "ToolSettings",
     "TranscriptionConfig",
+    "VoiceSettings",
     "WebSettings",
     "bundled_example_path",
     "env_sources",

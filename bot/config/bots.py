@@ -115,11 +115,31 @@ class TelegramBotSettings(_BotBase):
         return self
 
 
+class AppCommandSettings(Section):
+    """``[bots.app_commands]``: the Discord bot's commands as application (slash) commands,
+    synced at start (docs/discord.md#sync)."""
+
+    # global: everywhere the bot is (and its DMs); guilds: only in the servers listed (or the
+    # bot's own ``guilds``), registered at once: for development; off: none registered (the
+    # commands this bot registered before are left as they are).
+    sync: Literal["global", "guilds", "off"] = "global"
+    guilds: list[int] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _guilds_with_guilds(self) -> AppCommandSettings:
+        if self.guilds and self.sync != "guilds":
+            raise ValueError(f"guilds: only with sync = 'guilds' (sync is {self.sync!r})")
+        if any(g <= 0 for g in self.guilds):
+            raise ValueError("guilds: server ids are positive numbers")
+        return self
+
+
 class DiscordBotSettings(_BotBase):
     """A Discord bot account (discord.py 2)."""
 
     platform: Literal["discord"]
     guilds: list[int] = Field(default_factory=list)
+    app_commands: AppCommandSettings = Field(default_factory=AppCommandSettings)
     api_base: str | None = None
     gateway_url: str | None = None
     shard_id: int | None = Field(default=None, ge=0)
@@ -129,6 +149,11 @@ class DiscordBotSettings(_BotBase):
     def token_variable(self) -> str:
         """Environment variable holding the bot token."""
         return self.token_env or DEFAULT_TOKEN_VARIABLES["discord"]
+
+    @property
+    def command_guilds(self) -> tuple[int, ...]:
+        """The servers ``sync = "guilds"`` registers the commands in."""
+        return tuple(self.app_commands.guilds or self.guilds)
 
     @model_validator(mode="after")
     def _no_drafts(self) -> DiscordBotSettings:
@@ -140,6 +165,11 @@ class DiscordBotSettings(_BotBase):
             raise ValueError(
                 "scene.accounts: Telegram only; on Discord each persona posts through a "
                 "webhook of the channel (voices = 'auto')"
+            )
+        if self.app_commands.sync == "guilds" and not self.command_guilds:
+            raise ValueError(
+                "app_commands.guilds: list the servers to register the commands in (sync = "
+                "'guilds'), or set the bot's guilds"
             )
         # Here, not when the adapter is built: config check names it (review 35a).
         if (self.shard_id is None) != (self.shard_count is None):

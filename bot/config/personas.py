@@ -12,6 +12,7 @@ from bot.config.initiatives import InitiativeSettings
 from bot.config.limits import QueueSettings
 from bot.config.llm import ModelChoice
 from bot.config.memory import MemorySettings
+from bot.config.voices import VoiceSettings
 
 if TYPE_CHECKING:
     from memory.pin import PersonaPin
@@ -129,6 +130,8 @@ class PersonaSettings(Section):
     queue: QueueSettings | None = None
     refusal_message: str | None = Field(default=None, min_length=1)
     initiative: InitiativeSettings = InitiativeSettings()
+    # Replies spoken as voice messages (docs/voices.md); None: text only.
+    voice: VoiceSettings | None = None
 
     @field_validator("refusal_message")
     @classmethod

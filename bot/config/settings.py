@@ -193,14 +193,20 @@ class Settings(BaseSettings):
             return []
         models = {route.model for p in self.personas for route in self.routes(p).all}
         unpriced = sorted(models - self.llm.prices.keys())
-        if not unpriced:
-            return []
-        return [
+        problems = [
             f"limits: a money limit is set, but model {model!r} has no price: add "
             f'[llm.prices."{model}"] with input and output dollars per million tokens '
             "(0 for a free local model)"
             for model in unpriced
         ]
+        # Speech counts toward the same limits (docs/voices.md#cost).
+        problems += [
+            f"personas[{index}].voice.price_per_million_chars: a money limit is set, so the "
+            "voice needs a price (0 for a free local server)"
+            for index, p in enumerate(self.personas)
+            if p.voice is not None and p.voice.price_per_million_chars is None
+        ]
+        return problems
 
     def _mcp_references(self) -> list[str]:
         """MCP servers named once each, offered to bots and personas that exist."""
@@ -262,6 +268,7 @@ class Settings(BaseSettings):
             names.append(self.transcription.api_key_env)
         if self.llm.api_key_env:
             names.append(self.llm.api_key_env)
+        names += [p.voice.api_key_env for p in self.personas if p.voice and p.voice.api_key_env]
         names.append(self.web.token_env)
         for server in self.mcp_servers:
             names += server.variables
@@ -273,6 +280,7 @@ class Settings(BaseSettings):
         urls = [self.storage.url, self.llm.base_url, self.transcription.url]
         urls += [entry.base_url for entry in self.llm.providers.values()]
         urls += [server.url for server in self.mcp_servers]
+        urls += [p.voice.url for p in self.personas if p.voice is not None]
         for entry in self.bots:
             urls += [getattr(entry, name, None) for name in BOT_URL_KEYS]
         # The same minimum as the environment's secrets: a one-letter password redacted as a

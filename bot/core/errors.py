@@ -14,6 +14,7 @@
     │                            large): the turn is closed out, other requests may succeed
     ├── ListenError            a port to serve on cannot be bound (taken, not allowed)
     ├── PluginError            a plugin's resource failed to open at start (its lifespan)
+    ├── SpeechFailed           text-to-speech gave no usable audio (the reply goes as text)
     ├── AdapterError           a platform adapter failed to deliver
     │   └── DeliveryRefused    the platform will never deliver there (bot blocked, chat gone)
     └── SelfCancelled          a plugin's code raised CancelledError though nobody cancelled it
@@ -104,6 +105,12 @@ class RequestRejected(ModelRejected):
 class ListenError(PersonabotError):
     """A port ``personabot`` serves on (console, health) cannot be bound: one line naming the
     setting, the address and the reason, exit 1 (review 35a: a traceback before)."""
+
+
+class SpeechFailed(PersonabotError):
+    """Text-to-speech gave no usable audio: the server failed, refused, timed out or
+    answered something that is not the format asked for (docs/voices.md); the reply goes
+    out as text."""
 
 
 class AdapterError(PersonabotError):

@@ -103,6 +103,9 @@ class Inbound:
     media: tuple[MediaRef, ...] = ()
     # The message this one replies to, quotes or forwards.
     quote: Quote | None = None
+    # A platform's native command (a Discord application command): run as a command, never
+    # stored nor sent to the model, even when its text is no command (docs/discord.md#7-commands).
+    command_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +319,17 @@ class Attachment:
 
 
 @dataclass(frozen=True, slots=True)
+class VoiceMessage:
+    """A reply spoken (docs/voices.md): the audio an adapter sends as a voice message, and
+    whether the reply's text goes with it (Telegram: the caption; Discord: the message)."""
+
+    audio: bytes = field(repr=False)
+    media_type: str = "audio/ogg"
+    duration: float | None = None  # seconds, when known
+    with_text: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
     """A reply for an adapter to deliver; with an ``attachment``, ``text`` is its caption."""
 
@@ -334,6 +348,13 @@ class Reply:
     # every other adapter posts it.
     voice: Voice | None = None
     line: str | None = None
+    # The reply spoken (docs/voices.md): sent as a voice message by an adapter that can
+    # (bot.core.speech.VoiceOutlet); ``text`` is still the reply, for the caption or a
+    # fallback, and every other adapter sends it alone.
+    voice_message: VoiceMessage | None = None
+    # For the asker's eyes only where the platform can show it so (an answer to a Discord
+    # application command goes out ephemeral); elsewhere an ordinary message.
+    private: bool = False
     # Choices shown as buttons under the message (an outlet that ``ShowsChoices``; others
     # get the typed commands in ``text``, bot/core/choices.py).
     choices: Choices | None = None

@@ -8,7 +8,6 @@ from typing import Literal, Protocol, runtime_checkable
 
 from bot.core.choices import PressOutcome
 from bot.core.events import ConversationKey, Inbound, Reply
-from bot.core.menus import CommandMenu
 
 #: How a bot shows a reply while it is written (docs/architecture.md#streaming): ``auto`` =
 #: Telegram drafts in private chats, nothing elsewhere; ``draft`` = the same, Telegram only;
@@ -174,14 +173,4 @@ class PressHandler(Protocol):
         """Run the command a verified press (``kind`` "press", by the person who asked)
         stands for, through the access checks and middleware of a typed command, at most
         once per message and command across processes; never stored, never for the model."""
-        ...
-
-
-@runtime_checkable
-class MenuSource(Protocol):
-    """An InboundHandler that tells its bot's command menu by scope (the router's)."""
-
-    @property
-    def menu(self) -> CommandMenu:
-        """Every command of the bot, which are private-only and admin-only, the admins."""
         ...

@@ -13,6 +13,7 @@ from bot.core.choices import Answer, Choice
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, Inbound, SessionInfo, UserKey, is_person
+from bot.core.menu import Suggestion
 from bot.core.tasks import within
 from bot.runtime.exports import Exports
 from bot.runtime.extensions import Command, CommandSpec, Extensions, Handler
@@ -63,6 +64,23 @@ PERSONAL_COMMANDS = frozenset({"memory", "forget", "export"})
 #: Commands listed only in private chats' menus (docs/telegram.md#menus): about one person's
 #: data or settings, whose answers nobody else should read. Typed in a group they still work.
 PRIVATE_MENU = PERSONAL_COMMANDS | {"start", "reminders", "timezone"}
+
+#: Commands whose answers are for the asker's eyes only where a platform can show them so
+#: (Discord's ephemeral answers to application commands, docs/discord.md#7-commands).
+PRIVATE_COMMANDS = frozenset({"memory", "forget", "export", "stats", "reminders", "timezone"})
+
+
+class Refusal(str):
+    """An answer that refuses or reports an error (for the asker's eyes only where a platform
+    can show it so); otherwise an ordinary ``str``."""
+
+    __slots__ = ()
+
+
+#: Offers values for one option of a command while the person types (``Commands.suggest``).
+Suggester = Callable[[Inbound, str], Awaitable[tuple[Suggestion, ...]]]
+#: At most this many suggestions (Discord shows 25).
+SUGGESTIONS = 25
 
 NOT_A_PERSON = (
     "/{name} is about one person's own data, and I cannot tell who wrote this (an anonymous "
@@ -139,6 +157,9 @@ class Commands:
         self._usage_report = usage_report
         self._exports = exports
         self._specs: dict[str, CommandSpec] = {}
+        self._suggesters: dict[tuple[str, str], Suggester] = {
+            ("persona", "name"): self._personas_like
+        }
         self.register("start", "say hello", self._start)
         self.register("new", "start a new conversation (forget this chat's context)", self._new)
         self.register("reset", "same as /new", self._new)
@@ -221,6 +242,37 @@ class Commands:
         specs += self._plugin_specs(bot).values()
         return tuple(spec for spec in specs if spec.admin)
 
+    def every_spec(self, bot: str) -> tuple[tuple[CommandSpec, bool], ...]:
+        """Every command of ``bot``, admin ones included, and whether a plugin registered it
+        (for native command menus: docs/discord.md#7-commands)."""
+        built_in = [(s, False) for s in self._specs.values() if self._offered(bot, s.name)]
+        return (*built_in, *((s, True) for s in self._plugin_specs(bot).values()))
+
+    def suggest_with(self, command: str, option: str, suggester: Suggester) -> None:
+        """Offer values for ``option`` of built-in ``command`` while a person types it."""
+        self._suggesters[(command, option)] = suggester
+
+    async def suggest(
+        self, inbound: Inbound, command: str, option: str, typed: str
+    ) -> tuple[Suggestion, ...]:
+        """Values for ``option`` of ``/command`` that ``inbound``'s author may see (their
+        own data only; nothing for a command the bot lacks or they may not run)."""
+        found = self._spec(inbound.conversation.bot, command)
+        suggester = self._suggesters.get((command, option))
+        if found is None or found[1] or suggester is None:
+            return ()
+        if found[0].admin and not self._is_admin(inbound.conversation.bot, inbound.author_id):
+            return ()
+        return (await suggester(inbound, typed))[:SUGGESTIONS]
+
+    async def _personas_like(self, inbound: Inbound, typed: str) -> tuple[Suggestion, ...]:
+        wanted = typed.strip().casefold()
+        return tuple(
+            Suggestion(f"{c.name} ({c.id})", c.id)
+            for c in self._personas.get(inbound.conversation.bot, ())
+            if wanted in c.id.casefold() or wanted in c.name.casefold()
+        )
+
     def knows(self, name: str, bot: str | None = None) -> bool:
         """Whether a command of this name is registered (for ``bot``, or built-in/global)."""
         if bot is not None:
@@ -232,13 +284,13 @@ class Commands:
         answers by itself)."""
         found = self._spec(inbound.conversation.bot, command.name)
         if found is None:
-            return f"Unknown command /{command.name}. Send /help for the list."
+            return Refusal(f"Unknown command /{command.name}. Send /help for the list.")
         spec, plugin = found
         if not plugin and command.name in PERSONAL_COMMANDS and not is_person(inbound.author_id):
-            return NOT_A_PERSON.format(name=command.name)
+            return Refusal(NOT_A_PERSON.format(name=command.name))
         if spec.admin and not self._is_admin(inbound.conversation.bot, inbound.author_id):
             log.info("admin command /%s refused to user %s", command.name, inbound.author_id)
-            return f"/{command.name} is for the bot's admins."
+            return Refusal(f"/{command.name} is for the bot's admins.")
         log.info("command /%s in %s", command.name, inbound.conversation)
         if not plugin:
             # Built-in: a store fault propagates, so the adapter retries the update.
@@ -255,12 +307,12 @@ class Commands:
                 inbound.conversation,
                 self._plugin_timeout,
             )
-            return PLUGIN_FAILED.format(name=command.name)
+            return Refusal(PLUGIN_FAILED.format(name=command.name))
         except Exception:
             # A plugin's bug must not block the platform's update stream (polling would
             # retry the same update forever): logged, and the person hears it failed.
             log.exception("plugin command /%s failed in %s", command.name, inbound.conversation)
-            return PLUGIN_FAILED.format(name=command.name)
+            return Refusal(PLUGIN_FAILED.format(name=command.name))
         if answer is not None and not isinstance(answer, str | Answer):
             # The same bug in another shape (an int, a dict): sending it would raise in Delivery.
             log.error(
@@ -268,7 +320,7 @@ class Commands:
                 command.name,
                 type(answer).__name__,
             )
-            return PLUGIN_FAILED.format(name=command.name)
+            return Refusal(PLUGIN_FAILED.format(name=command.name))
         return answer
 
     async def _start(self, inbound: Inbound, command: Command) -> str:

@@ -32,7 +32,15 @@ from typing import Literal, Protocol
 from bot.core.choices import Choices, typed
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, DeliveryRefused
-from bot.core.events import Attachment, ConversationKey, OutboxItem, Reply, Voice, voiced
+from bot.core.events import (
+    Attachment,
+    ConversationKey,
+    OutboxItem,
+    Reply,
+    Voice,
+    VoiceMessage,
+    voiced,
+)
 from bot.core.ports import Outlet, ShowsChoices
 from bot.core.tasks import persist
 from bot.core.visible import has_visible_text
@@ -70,10 +78,12 @@ class Delivery:
         *,
         kind: Kind,
         reply_to: str | None = None,
+        private: bool = False,
         choices: Choices | None = None,
     ) -> bool:
         """Record a message that is not a model reply in the outbox, then deliver it; False
         if not sent (nothing visible to say, not hosted here, or the platform failed).
+        ``private``: for the asker's eyes only where the platform can (``Reply.private``).
         ``choices`` go with the row (buttons, or typed commands: ``_with_choices``)."""
         if not has_visible_text(text):
             # An operator's blank notice or greeting: the platforms refuse empty messages.
@@ -85,18 +95,25 @@ class Delivery:
         item = await self.store.record_outbox(
             conversation, text, self.clock.now(), reply_to=reply_to, choices=choices
         )
-        return await self.deliver(item, kind=kind)
+        return await self.deliver(item, kind=kind, private=private)
 
     async def send_unrecorded(
-        self, conversation: ConversationKey, text: str, *, kind: Kind
+        self,
+        conversation: ConversationKey,
+        text: str,
+        *,
+        kind: Kind,
+        reply_to: str | None = None,
+        private: bool = False,
     ) -> bool:
         """Send now without an outbox row, for a chat of which nothing may be stored (the
         denied reply: its once-a-day lease is its record); False if not sent (logged)."""
         outlet = self.outlet_for(conversation.bot)
         if outlet is None or not has_visible_text(text):
             return False
+        reply = Reply(conversation, text, reply_to_platform_message_id=reply_to, private=private)
         try:
-            await outlet.send(Reply(conversation, text))
+            await outlet.send(reply)
         except AdapterError as exc:
             log.warning("could not deliver %s to %s: %s", kind, conversation, exc)
             return False
@@ -113,10 +130,17 @@ class Delivery:
         await outlet.send(Reply(conversation, caption, attachment=attachment))
 
     async def deliver(
-        self, item: OutboxItem, *, kind: Kind | None = None, replaces: str | None = None
+        self,
+        item: OutboxItem,
+        *,
+        kind: Kind | None = None,
+        replaces: str | None = None,
+        voice_message: VoiceMessage | None = None,
+        private: bool = False,
     ) -> bool:
         """Claim the attempt, send, confirm; False if not sent. ``replaces``: a streamed
-        preview message the reply's first chunk is edited into (docs/architecture.md#streaming)."""
+        preview message the reply's first chunk is edited into (docs/architecture.md#streaming);
+        ``voice_message``: the reply spoken (docs/voices.md; recovery sends text)."""
         kind = kind or ("reply" if item.reply_message_id else "answer")
         bot = item.conversation.bot
         outlet = self.outlet_for(bot)
@@ -131,6 +155,8 @@ class Delivery:
             replaces=replaces,
             voice=voice,
             line=None if voice is None else item.text,
+            voice_message=voice_message if voice is None else None,
+            private=private,
         )
         if item.choices is not None:
             reply = _with_choices(reply, item.choices, outlet)

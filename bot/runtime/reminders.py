@@ -18,6 +18,7 @@ from bot.core.agenda import NewReminder, ZoneError, describe_local, zone_name
 from bot.core.choices import Answer, Choice
 from bot.core.clock import Clock
 from bot.core.events import Inbound, UserKey, is_person
+from bot.core.menu import Suggestion
 from bot.runtime.extensions import Command, Extensions, TurnContext
 from bot.runtime.initiatives import REMIND_TOOL, Proactive
 from bot.runtime.tools import Effect, Tool, ToolError
@@ -199,6 +200,23 @@ class AgendaCommands:
             Choice(f"Cancel #{r.id}", f"/reminders cancel {r.id}", closes=False) for r in waiting
         )
         return Answer(f"Your reminders{here} ({name}):\n" + "\n".join(lines), cancel)
+
+    async def suggest_reminders(self, inbound: Inbound, typed: str) -> tuple[Suggestion, ...]:
+        """The asker's own waiting reminders whose number or text holds ``typed`` (in a group
+        only those asked for there, as the list shows), for ``/reminders cancel id:``."""
+        user = UserKey(inbound.conversation.platform, inbound.author_id)
+        if not is_person(user.user_id):
+            return ()
+        waiting = await self.store.reminders(user, bot=inbound.conversation.bot)
+        if not inbound.is_private:
+            waiting = [r for r in waiting if r.conversation == inbound.conversation]
+        wanted = typed.strip().lstrip("#").casefold()
+        tz, _ = await self.proactive.zone_for(user)
+        return tuple(
+            Suggestion(f"#{r.id} {describe_local(r.due_at, tz)}: {r.about}"[:100], str(r.id))
+            for r in waiting
+            if wanted in str(r.id) or wanted in r.about.casefold()
+        )
 
     async def timezone(self, inbound: Inbound, command: Command) -> str:
         user = UserKey(inbound.conversation.platform, inbound.author_id)

@@ -11,6 +11,9 @@
 - Newer input cuts it (docs/architecture.md#queue rule 9): the ingestor's signal is checked
   against this turn's session, ``v0``, messages and hard cap, so that a reply is cut only
   when its final check would discard it; a cut turn ends "discarded", its usage charged.
+- Spoken (docs/voices.md) when its persona has a voice and the turn had a voice note (or
+  the voice speaks always): then no text preview is shown, and the recorded reply is
+  synthesised before it is sent (the text when that fails).
 - Its final check is ``finish_turn``; the reminders the reply agreed to (the built-in
   ``remind_me`` calls) are stored by it, exactly once. A recorded reply arms the next check-in
   and wakes the agenda for new reminders (docs/initiatives.md).
@@ -27,16 +30,17 @@ from typing import Protocol
 
 from bot.core.agenda import NewReminder
 from bot.core.errors import ModelError
-from bot.core.events import FinishResult, Lease, OutboxItem, ToolCallRecord, Turn
+from bot.core.events import FinishResult, Lease, OutboxItem, ToolCallRecord, Turn, VoiceMessage
 from bot.core.llm import ModelResult, Usage
 from bot.core.shares import weights
+from bot.core.speech import VoiceOutlet
 from bot.core.visible import has_visible_text
 from bot.queue.cutoff import Edited, NewerInput
 from bot.runtime.extensions import Extensions
 from bot.runtime.hooks import context_layers
 from bot.runtime.initiatives import Proactive, reminder_effects
 from bot.runtime.ledger import TurnLedger
-from bot.runtime.profiles import BotProfile, TurnOutcome
+from bot.runtime.profiles import NO_STREAM, BotProfile, TurnOutcome
 from bot.runtime.reminders import stored_reminders
 from bot.runtime.tools import Effect, LoopResult
 from bot.runtime.trouble import Trouble
@@ -138,6 +142,13 @@ class ReplyJob(Job[TurnOutcome]):
             return contextlib.nullcontext()
         return self._profile.outlet.typing(self._turn.session.conversation)
 
+    def speaking(self) -> contextlib.AbstractAsyncContextManager[object]:
+        """Shows "recording a voice message" while the reply is spoken, where the platform can."""
+        outlet = self._profile.outlet
+        if isinstance(outlet, VoiceOutlet):
+            return outlet.recording(self._turn.session.conversation)
+        return self.typing()
+
     async def prompt(self, lost: asyncio.Event) -> Ask | Draft | TurnOutcome:
         """The assembled turn with the hooks' context layer, the tools, the preview."""
         if self._reply.refusal is not None:
@@ -175,7 +186,15 @@ class ReplyJob(Job[TurnOutcome]):
                 layers = (_earlier_calls(earlier), *layers)
         prompted = with_context(assembled, layers)
         self._prompt_tokens = prompted.total_tokens
-        relay = await p.previews.open(turn, profile.outlet, profile.stream, lost)
+        stream = profile.stream
+        if self._speaks():
+            # A spoken reply shows no text preview (a draft would linger beside the voice
+            # message; an edited message cannot become one): what a cut generation handed
+            # over goes now (docs/voices.md#streaming).
+            self.spoken, stream = True, NO_STREAM
+            if profile.stream.mode != "off":
+                await p.previews.clear(turn.session, profile.outlet)
+        relay = await p.previews.open(turn, profile.outlet, stream, lost)
         by = weights(turn.messages)
         return Ask(prompted.request, context, "reply", by, tools, relay, self._ledger)
 
@@ -221,6 +240,25 @@ class ReplyJob(Job[TurnOutcome]):
                     self._agenda.proactive, mine, self.context()
                 )
         return Draft(text, usage, model, tuple(effects))
+
+    def _speaks(self) -> bool:
+        """Whether this turn's reply is to be spoken (bot/runtime/voice.py)."""
+        voices = self._parts.voices
+        if voices is None:
+            return False
+        profile, turn = self._profile, self._turn
+        persona = profile.persona_id or profile.pin.name
+        return voices.speaks(persona, turn.messages, profile.outlet, turn.session.conversation)
+
+    async def voice_message(self, outbox: OutboxItem, draft: Draft) -> VoiceMessage | None:
+        """The recorded reply spoken (None: sent as text), charged to whom it answers."""
+        voices = self._parts.voices
+        if voices is None or self._stopped:
+            return None
+        profile, turn = self._profile, self._turn
+        persona = profile.persona_id or profile.pin.name
+        by = weights(turn.messages)
+        return await voices.speak(persona, draft.text, turn.session.conversation, by)
 
     async def failed(self, exc: ModelError) -> TurnOutcome:
         """Retry later, close the turn out, or park it (bot/runtime/trouble.py)."""

@@ -16,18 +16,25 @@ from bot.core.choices import PRESS_MEMORY, Answer, Choices, PressOutcome
 from bot.core.clock import Clock
 from bot.core.errors import SelfCancelled
 from bot.core.events import ConversationKey, Inbound, UserKey
-from bot.core.menus import CommandMenu, MenuEntry
+from bot.core.menu import CommandMenu, MenuEntry, NativeCommand, Suggestion
 from bot.core.ports import Outlet
 from bot.core.scenes import SceneRules, addressed
 from bot.core.tasks import cancelling
 from bot.metrics import Metrics
 from bot.queue import Ingestor
 from bot.runtime.access import AccessPolicy
-from bot.runtime.commands import PRIVATE_MENU, Commands, parse_command
+from bot.runtime.commands import (
+    PRIVATE_COMMANDS,
+    PRIVATE_MENU,
+    Commands,
+    Refusal,
+    parse_command,
+)
 from bot.runtime.delivery import Delivery, Kind
 from bot.runtime.extensions import Command, Extensions, Middleware
+from bot.runtime.native import native_command
 from bot.runtime.streaming import StopSignals
-from bot.store.contracts import LeaseStore, OutboxStore
+from bot.store.contracts import CommandRecordStore, LeaseStore, OutboxStore
 from memory.service import Memory
 
 log = logging.getLogger("personabot.router")
@@ -40,9 +47,15 @@ PRESS_RUN_SECONDS = 120.0
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
-class RouterStore(OutboxStore, LeaseStore, Protocol):
+class RouterStore(OutboxStore, LeaseStore, CommandRecordStore, Protocol):
     """What the router asks the store itself: whether a command was answered already (and
-    that it ran), and the lease that tells a denied chat once a day."""
+    that it ran), the lease that tells a denied chat once a day, and the native commands a
+    bot registered on its platform (docs/discord.md#sync)."""
+
+
+#: The answer to a native command whose answer comes by itself (``/export``'s file): the
+#: platform waits for one (docs/discord.md#7-commands).
+ANSWERS_LATER = "On it: the answer comes in a separate message."
 
 
 @dataclasses.dataclass(slots=True)
@@ -130,6 +143,29 @@ class Router:
         # languages: none yet (no persona has a `language`); the catalogs (issue 40 item 4)
         # add the personas' languages here, and the adapters set a menu per language.
         return CommandMenu(tuple(entries), admins)
+
+    def native_commands_for(self, bot: str) -> tuple[NativeCommand, ...]:
+        """Every command of ``bot`` as a native command (admin ones too: refused by the
+        router to anyone else, as when typed)."""
+        return tuple(native_command(s, plugin=p) for s, p in self._commands.every_spec(bot))
+
+    async def suggest(
+        self, asker: Inbound, command: str, option: str, typed: str
+    ) -> tuple[Suggestion, ...]:
+        """Values for an option while ``asker`` types it; nothing for a person outside the
+        bot's access lists (they may not use its commands at all)."""
+        policy = self._access.get(asker.conversation.bot)
+        if policy is not None and not _allowed(policy, asker):
+            return ()
+        return await self._commands.suggest(_storable(asker), command, option, typed)
+
+    async def registered_commands(self, bot: str, scope: str) -> dict[str, str]:
+        """The native commands ``bot`` recorded as its own in ``scope``."""
+        return await self._store.registered_commands(bot, scope)
+
+    async def record_commands(self, bot: str, scope: str, commands: dict[str, str]) -> None:
+        """Record the native commands ``bot`` has in ``scope`` now."""
+        await self._store.record_commands(bot, scope, commands)
 
     def for_bot(self, bot: str) -> BotHandler:
         """The InboundHandler of one hosted bot: its own command menu (per-bot plugins)."""
@@ -251,6 +287,15 @@ class Router:
             # touches it only for its own author. An unknown message changes nothing.
             await (self._ingestor.edit if inbound.kind == "edit" else self._delete)(inbound)
             return
+        if inbound.command_only:
+            # A native command (a Discord application command) is never stored, whatever its
+            # text: one that is no command (forged) is dropped.
+            if (native := parse_command(inbound.text)) is None:
+                log.warning("a native command in %s is no command; dropped", inbound.conversation)
+                return
+            await self._store_batch(batch)
+            await self._command(inbound, native)
+            return
         if not inbound.text.strip() and not inbound.media and inbound.quote is None:
             return  # empty or whitespace-only, nothing attached: nothing to answer
         if (command := parse_command(inbound.text) if inbound.triggers_reply else None) is not None:
@@ -274,6 +319,8 @@ class Router:
             )
             return
         answer = await self._commands.handle(inbound, command)
+        if answer is None and inbound.command_only:
+            answer = ANSWERS_LATER  # the platform waits for an answer to its native command
         if answer is not None:
             await self._answer(inbound, command, answer)
         elif mid is not None:
@@ -285,12 +332,15 @@ class Router:
         """Send a command's answer through the outbox (its choices for the asker only)."""
         kind: Kind = "greeting" if command.name == "start" else "answer"
         mid, conversation = inbound.platform_message_id, inbound.conversation
-        if isinstance(answer, str):
-            await self._delivery.send(conversation, answer, kind=kind, reply_to=mid)
+        private = isinstance(answer, Refusal) or command.name in PRIVATE_COMMANDS
+        if not isinstance(answer, Answer):
+            await self._delivery.send(
+                conversation, str(answer), kind=kind, reply_to=mid, private=private
+            )
             return
         choices = Choices(inbound.author_id, answer.choices) if answer.choices else None
         await self._delivery.send(
-            conversation, answer.text, kind=kind, reply_to=mid, choices=choices
+            conversation, answer.text, kind=kind, reply_to=mid, private=private, choices=choices
         )
 
     # ------------------------------------------------------------------ button presses
@@ -358,6 +408,17 @@ class Router:
     async def _deny(self, inbound: Inbound, policy: AccessPolicy) -> None:
         if not policy.denied_reply or inbound.kind != "message" or not inbound.triggers_reply:
             return  # in a group, only someone who addresses the bot hears it is not for them
+        if inbound.command_only:
+            # A native command is answered for the asker's eyes only: no chat hears it, so
+            # it is not rationed; unanswered, the platform would show it failed.
+            await self._delivery.send_unrecorded(
+                inbound.conversation,
+                policy.denied_reply,
+                kind="denied",
+                reply_to=inbound.platform_message_id,
+                private=True,
+            )
+            return
         # A lease that lives a day remembers, across processes, that this chat was told.
         now = self._clock.now()
         lease = await self._store.acquire_lease(
@@ -407,6 +468,25 @@ class BotHandler:
         """Handle one message in arrival order."""
         await self._router(inbound)
 
+    @property
+    def native_commands(self) -> tuple[NativeCommand, ...]:
+        """Every command of this bot as a native command (``bot.core.menu.NativeMenu``)."""
+        return self._router.native_commands_for(self._bot)
+
+    async def suggest(
+        self, asker: Inbound, command: str, option: str, typed: str
+    ) -> tuple[Suggestion, ...]:
+        """Values for an option while ``asker`` types it."""
+        return await self._router.suggest(asker, command, option, typed)
+
+    async def registered_commands(self, scope: str) -> dict[str, str]:
+        """The native commands this bot recorded as its own in ``scope``."""
+        return await self._router.registered_commands(self._bot, scope)
+
+    async def record_commands(self, scope: str, commands: dict[str, str]) -> None:
+        """Record the native commands this bot has in ``scope`` now."""
+        await self._router.record_commands(self._bot, scope, commands)
+
     def batch(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Store the messages handled inside in one transaction (``Router.batch``)."""
         return self._router.batch()
@@ -414,7 +494,7 @@ class BotHandler:
 
 # What a middleware may not change: who wrote where, which message, and what kind of event
 # (changing them would let a plugin forge authorship, or show a group's /memory as private).
-_PINNED = ("conversation", "author_id", "platform_message_id", "is_private", "kind")
+_PINNED = ("conversation", "author_id", "platform_message_id", "is_private", "kind", "command_only")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

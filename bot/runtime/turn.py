@@ -1,7 +1,7 @@
 """The turn kernel: every message the persona writes runs one sequence.
 
     lease -> prompt -> model (the tool loop; streamed where the chat shows it) -> final check
-          -> delivery -> deferred tool effects -> ``after_reply`` hooks
+          -> the voice, if spoken -> delivery -> deferred tool effects -> ``after_reply`` hooks
 
 A reply (``Pipeline``, bot/runtime/pipeline.py and bot/runtime/reply.py), a check-in and a
 reminder (``Proactive``, bot/runtime/initiatives.py) all run through :meth:`TurnKernel.run`
@@ -19,6 +19,9 @@ Invariants (docs/architecture.md#queue, #delivery, #streaming, #initiatives):
 - a streamed preview is closed before the final check (nothing shown lands after the final
   message), taken back when its generation was not recorded, and off the record before the
   recorded reply is sent (a crash then may leave it beside the reply, never delete a reply);
+- a reply is spoken (docs/voices.md) only once recorded, before its send is claimed, under
+  the renewed lease (the conversation's next turn waits: replies keep their order) and the
+  typing indicator; a synthesis that fails or is too slow sends the text;
 - deferred tool effects and ``after_reply`` hooks run once the final check recorded the
   message, even when its delivery failed (the outbox sends it later); never for a message the
   final check discarded or fenced, nor for a failed model call;
@@ -43,7 +46,7 @@ from typing import Generic, TypeVar
 
 from bot.core.clock import Clock
 from bot.core.errors import ModelError
-from bot.core.events import ConversationKey, FinishResult, Lease, OutboxItem
+from bot.core.events import ConversationKey, FinishResult, Lease, OutboxItem, VoiceMessage
 from bot.core.llm import (
     BaseLLM,
     ContentBlock,
@@ -77,6 +80,7 @@ from bot.runtime.tools import (
 from bot.runtime.tools import apply as apply_effects
 from bot.runtime.turn_context import TurnContext
 from bot.runtime.usage import Accounting
+from bot.runtime.voice import Voices
 from bot.store.contracts import LeaseStore
 from memory.service import Memory
 from memory.tokens import estimate_tokens
@@ -104,6 +108,8 @@ class TurnParts:
     tools: ToolPolicy = field(default_factory=ToolPolicy)
     #: Running reply generations, cut by newer input (None: ``[queue] cut_stale = false``).
     cutoffs: Cutoffs | None = None
+    #: The personas' voices (docs/voices.md; None: no persona here speaks).
+    voices: Voices | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +152,9 @@ class Job(abc.ABC, Generic[O]):
     #: The conversation whose newer input may cut the model step (None: never cut; check-ins
     #: and reminders are not stale when the person writes).
     cut_key: ConversationKey | None = None
+    #: Whether the recorded message is to be spoken (:meth:`voice_message`); set by the job
+    #: by the time its prompt is built (docs/voices.md).
+    spoken: bool = False
 
     async def ready(self) -> O | None:
         """Checks under the lease before the model step (and its renewals) starts; the
@@ -155,6 +164,10 @@ class Job(abc.ABC, Generic[O]):
     def typing(self) -> contextlib.AbstractAsyncContextManager[object]:
         """Held while the prompt is built and the model works (a typing indicator)."""
         return contextlib.nullcontext()
+
+    def speaking(self) -> contextlib.AbstractAsyncContextManager[object]:
+        """Held while the recorded message is spoken (:meth:`voice_message`)."""
+        return self.typing()
 
     @abc.abstractmethod
     async def prompt(self, lost: asyncio.Event) -> Ask | Draft | O:
@@ -203,6 +216,10 @@ class Job(abc.ABC, Generic[O]):
 
     async def recorded(self, outbox: OutboxItem, draft: Draft) -> None:
         """The final check recorded the draft; called before it is delivered."""
+
+    async def voice_message(self, outbox: OutboxItem, draft: Draft) -> VoiceMessage | None:
+        """The recorded message spoken (only a job that set ``spoken``); None: as text."""
+        return None
 
     @abc.abstractmethod
     async def delivered(self, sent: bool) -> O:
@@ -266,7 +283,21 @@ class TurnKernel:
         outbox = finished.outbox
         await job.recorded(outbox, decided)
         self.parts.memory.schedule_compaction(outbox.session)
-        return await job.delivered(await self._deliver(job, decided, outbox, relay))
+        voice = await self._spoken(job, decided, outbox, lease)
+        return await job.delivered(await self._deliver(job, decided, outbox, relay, voice))
+
+    async def _spoken(
+        self, job: Job[O], draft: Draft, outbox: OutboxItem, lease: Lease
+    ) -> VoiceMessage | None:
+        """The recorded message's voice, when its job speaks it (docs/voices.md): before the
+        send is claimed (a crash meanwhile leaves the row unsent: recovery sends its text),
+        under the renewed lease (the next turn of the conversation waits, so replies keep
+        their order) and the job's indicator (Telegram: "recording a voice message")."""
+        if not job.spoken:
+            return None
+        p = self.parts
+        async with job.speaking(), renewing(p.leases, lease, ttl=job.ttl, clock=p.clock):
+            return await job.voice_message(outbox, draft)
 
     async def _model_step(self, job: Job[O], lease: Lease) -> tuple[Ask | None, Draft | O]:
         """Prompt and model under the renewed lease (and the job's typing indicator), cut
@@ -363,7 +394,12 @@ class TurnKernel:
         return await streamed(loop.run(ask.request, stream=ask.relay.text), ask.relay)
 
     async def _deliver(
-        self, job: Job[O], draft: Draft, outbox: OutboxItem, relay: Relay | None
+        self,
+        job: Job[O],
+        draft: Draft,
+        outbox: OutboxItem,
+        relay: Relay | None,
+        voice: VoiceMessage | None = None,
     ) -> bool:
         """Send the recorded message (into its preview, if one was posted); then its
         effects and hooks, which happen even when the send raised: it is recorded."""
@@ -373,7 +409,7 @@ class TurnKernel:
             # beside a re-sent reply, but the next turn can never delete a delivered reply.
             await self.parts.previews.forget(outbox.session, relay)
         try:
-            sent = await self.parts.delivery.deliver(outbox, replaces=replaces)
+            sent = await self.parts.delivery.deliver(outbox, replaces=replaces, voice_message=voice)
         except Exception:
             await self._after(job, draft)
             raise

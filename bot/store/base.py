@@ -11,6 +11,7 @@ from __future__ import annotations
 from bot.store.console import ConsoleStore
 from bot.store.contracts import (
     AgendaStore,
+    CommandRecordStore,
     LeaseStore,
     MediaStore,
     MemoryStore,
@@ -43,6 +44,7 @@ class BaseStore(
     ConsoleStore,
     ToolCallStore,
     SceneStore,
+    CommandRecordStore,
 ):
     """Persistent state of personabot: conversations, sessions, messages, memory and queue."""
 
@@ -50,6 +52,7 @@ class BaseStore(
 __all__ = [
     "AgendaStore",
     "BaseStore",
+    "CommandRecordStore",
     "LeaseStore",
     "MediaStore",
     "MemoryStore",

@@ -16,7 +16,7 @@ coroutines: docs/architecture.md#queue must hold with several processes on one d
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Literal, Protocol, Self
 
 from bot.core.agenda import (
@@ -667,6 +667,20 @@ class ToolCallStore(Protocol):
     ) -> list[ToolCallRecord]:
         """The calls recorded for the turn that answers ``first_message_id``, oldest first
         (a retried attempt is shown them, and makes none of their tools again)."""
+
+
+class CommandRecordStore(Protocol):
+    """The commands a bot registered on its platform itself (Discord application commands),
+    so that a sync deletes only its own (docs/discord.md#sync)."""
+
+    @abc.abstractmethod
+    async def registered_commands(self, bot: str, scope: str) -> dict[str, str]:
+        """The commands ``bot`` recorded in ``scope`` (``global``, ``guild:<id>``): name -> the
+        platform's command id."""
+
+    @abc.abstractmethod
+    async def record_commands(self, bot: str, scope: str, commands: Mapping[str, str]) -> None:
+        """Replace what ``bot`` has recorded in ``scope`` with ``commands``."""
 
 
 class UsageReads(Protocol):

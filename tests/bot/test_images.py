@@ -372,12 +372,15 @@ def test_an_oversized_file_is_not_read() -> None:
 
 
 async def test_the_async_form_leaves_the_event_loop_free() -> None:
-    photo = _encode(Image.effect_noise((4000, 3000), 50).convert("RGB"), "PNG")
+    # Large enough to be scaled down (a few tenths of a second of Pillow's work), small
+    # enough not to cost the suite seconds; the loop yields for a millisecond a pass instead
+    # of spinning, so it does not take the core the thread works on.
+    photo = _encode(Image.effect_noise((2400, 1800), 50).convert("RGB"), "PNG")
     task = asyncio.create_task(prepare_image_async(photo))
     turns = 0
     while not task.done():  # each pass is one turn of the loop while Pillow works elsewhere
         turns += 1
-        await asyncio.sleep(0)
+        await asyncio.sleep(0.001)
     prepared = task.result()
     assert turns > 10
     assert prepared == prepare_image(photo)

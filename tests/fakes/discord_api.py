@@ -52,6 +52,9 @@ Webhooks (one per channel, created by the bot for the personas of a scene: docs/
   stored in the thread or channel and echoed as ``MESSAGE_CREATE``; answered with it when
   ``wait`` is set, else 204.
 
+Application commands and interactions: tests/fakes/discord_interactions.py
+(:attr:`FakeDiscord.app_commands`).
+
 Every REST request is recorded in :attr:`FakeDiscord.requests` with its body and the loop's
 (monotonic) time it arrived, so tests and benchmarks can measure rates (:meth:`creates`,
 :meth:`edits`, :meth:`deletes`, :meth:`throttled`).
@@ -106,6 +109,7 @@ from urllib.parse import quote
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.discord_interactions import FakeAppCommands
 from tests.fakes.server import FakeServer, json_body
 
 __all__ = [
@@ -403,6 +407,8 @@ class FakeDiscord(FakeServer):
         #: Channels where the bot lacks Manage Webhooks (listing and creating answer 403).
         self.webhooks_denied: set[int] = set()
         self.executions: list[RecordedExecution] = []
+        #: Application commands and interactions (tests/fakes/discord_interactions.py).
+        self.app_commands = FakeAppCommands(self)
 
     # ------------------------------------------------------------------ world
 
@@ -1000,6 +1006,7 @@ class FakeDiscord(FakeServer):
         app.router.add_post(api + "/webhooks/{webhook_id:\\d+}/{token}", self._execute_webhook)
         app.router.add_get(api + "/users/{user_id:\\d+}", self._get_user)
         app.router.add_post(f"{api}/users/@me/channels", self._open_dm)
+        self.app_commands.add_routes(app.router, api)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
         return app
 
@@ -1254,6 +1261,8 @@ class FakeDiscord(FakeServer):
         body = await json_body(request)
         request[_BODY] = body
         hook_id = int(request.match_info["webhook_id"])
+        if hook_id == self.application_id:  # an interaction's followup
+            return await self.app_commands.followup(request.match_info["token"], body)
         wait = request.query.get("wait", "false").lower() in {"1", "true"}
         thread = request.query.get("thread_id")
         thread_id = int(thread) if thread else None

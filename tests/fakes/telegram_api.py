@@ -43,6 +43,10 @@ Behaviour:
   for every send, as Telegram does before the user pressed Start.
   :meth:`FakeTelegramAPI.remove_from_chat` makes a bot no member of a group (``403 Forbidden:
   bot is not a member of the supergroup chat`` for its sends there).
+* ``sendVoice`` takes a multipart ``voice`` upload like ``sendDocument``, an optional
+  ``caption`` (checked like a message's text, at most 1024 characters after parsing) and
+  ``duration``; a private chat of a user in :attr:`FakeTelegramAPI.voice_forbidden` answers
+  ``400 Bad Request: VOICE_MESSAGES_FORBIDDEN`` (their privacy setting), as Telegram does.
 * ``sendChatAction``, ``setMyCommands``, ``setWebhook``, ``deleteWebhook``, ``getWebhookInfo``
   and ``deleteMessage`` are answered and recorded. ``setMyCommands`` keeps a list per
   ``scope`` and ``language_code`` (:meth:`FakeTelegramAPI.menu`; :meth:`FakeTelegramAPI.commands`
@@ -501,6 +505,8 @@ class FakeTelegramAPI(FakeServer):
         self._released = asyncio.Event()  # set at close: hanging downloads end
         self._changed = asyncio.Event()
         self._closing = False
+        #: Users whose privacy settings refuse voice messages (``sendVoice`` answers 400).
+        self.voice_forbidden: set[int] = set()
 
     # --------------------------------------------------------------------- accounts
 
@@ -983,6 +989,12 @@ class FakeTelegramAPI(FakeServer):
             c for c in self.calls_of("sendDocument", token) if c.ok and chat_id in (None, c.chat_id)
         ]
 
+    def sent_voices(self, token: str | None = None, chat_id: int | None = None) -> list[ApiCall]:
+        """Successful ``sendVoice`` calls, in order (``params["voice"]`` is the file)."""
+        return [
+            c for c in self.calls_of("sendVoice", token) if c.ok and chat_id in (None, c.chat_id)
+        ]
+
     def drafts(self, token: str | None = None, chat_id: int | None = None) -> list[ApiCall]:
         """Successful ``sendMessageDraft`` calls, in order."""
         return [
@@ -1106,6 +1118,7 @@ class FakeTelegramAPI(FakeServer):
             "sendMessage": self._send_message,
             "sendMessageDraft": self._send_message_draft,
             "sendDocument": self._send_document,
+            "sendVoice": self._send_voice,
             "editMessageText": self._edit_message_text,
             "sendChatAction": _send_chat_action,
             "setMyCommands": _set_my_commands,
@@ -1218,6 +1231,42 @@ class FakeTelegramAPI(FakeServer):
         if caption:
             message["caption"] = caption
         params["document"] = upload
+        if params.get("message_thread_id") is not None:
+            message["message_thread_id"] = int(params["message_thread_id"])
+        self._messages[(chat_id, message["message_id"])] = message
+        return message
+
+    def _send_voice(self, account: _Account, params: dict[str, Any]) -> dict[str, Any]:
+        chat_id = int(params["chat_id"])
+        chat = self._chat(chat_id, account)
+        if chat_id in self.voice_forbidden:
+            raise _ApiError(400, "Bad Request: VOICE_MESSAGES_FORBIDDEN")
+        upload = params.get("voice")
+        if isinstance(upload, str) and upload.startswith("attach://"):
+            upload = params.get(upload.removeprefix("attach://"))
+        if not isinstance(upload, UploadedFile):
+            raise _ApiError(400, "Bad Request: there is no voice in the request")
+        caption = ""
+        if params.get("caption"):
+            caption = self._checked_text({**params, "text": params["caption"]})
+            if utf16_units(caption) > 1024:
+                raise _ApiError(400, "Bad Request: message caption is too long")
+        message: dict[str, Any] = {
+            "message_id": next(self._ids_of(chat_id)),
+            "date": int(time.time()),
+            "chat": chat.to_dict(),
+            "from": account.user.to_dict(),
+            "voice": {
+                "file_id": f"voice-{chat_id}-{len(self.calls)}",
+                "file_unique_id": f"u{len(self.calls)}",
+                "duration": int(params.get("duration") or 0),
+                "mime_type": upload.content_type,
+                "file_size": len(upload.data),
+            },
+        }
+        if caption:
+            message["caption"] = caption
+        params["voice"] = upload
         if params.get("message_thread_id") is not None:
             message["message_thread_id"] = int(params["message_thread_id"])
         self._messages[(chat_id, message["message_id"])] = message

@@ -9,6 +9,7 @@ from bot.config import Settings
 from bot.core.clock import Clock
 from bot.core.llm import BaseLLM
 from bot.metrics import Metrics
+from bot.runtime.voice import Voices
 from bot.store.base import BaseStore
 
 
@@ -27,3 +28,5 @@ class Parts:
     metrics: Metrics
     #: This process's name in leases.
     holder: str
+    #: The personas' voices (docs/voices.md; None: no persona speaks).
+    voices: Voices | None = None

@@ -77,6 +77,7 @@ def build_commands(
         checkins = any(proactive.checks_in(k) for k in hosted.profiles)
         for name, description, handler in agenda_commands.specs(checkins=checkins):
             commands.register(name, description, handler)
+        commands.suggest_with("reminders", "id", agenda_commands.suggest_reminders)
     return commands
 
 

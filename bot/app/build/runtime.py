@@ -35,6 +35,7 @@ from bot.runtime.extensions import Extensions
 from bot.runtime.initiatives import AgendaKey
 from bot.runtime.pipeline import Pipeline
 from bot.runtime.router import Router
+from bot.runtime.voice import PersonaVoice, Voices
 from bot.store.base import BaseStore
 from memory.service import Memory
 
@@ -96,6 +97,7 @@ async def runtime(
     extensions: Extensions = Extensions(),  # noqa: B008 - frozen, never mutated
     seams: Seams = Seams(),
     transcriber: Transcriber | None = None,
+    voices: Mapping[str, PersonaVoice] | None = None,
     plugins: AbstractAsyncContextManager[object] = contextlib.nullcontext(),  # noqa: B008
     mcp: Sequence[ServerSpec] = (),
 ) -> AsyncIterator[Runtime]:
@@ -104,7 +106,8 @@ async def runtime(
     The one place the runtime is assembled: ``personabot run`` and ``chat`` (through
     ``App``) and the tests' harness come here. A ``store`` passed in is opened (if it is not)
     but closed by its owner, not here; so is the ``transcriber`` of voice notes (None: voice
-    notes are not transcribed). ``plugins``: the plugins' lifespans (bot/app/lifespans.py).
+    notes are not transcribed), and the personas' ``voices`` (by persona id; docs/voices.md).
+    ``plugins``: the plugins' lifespans (bot/app/lifespans.py).
     ``mcp``: the MCP servers (bot/mcp), connected in the background: none delays the start.
 
     Everything opened is registered on ``exits`` as it is opened, so a failed start (a locked
@@ -130,7 +133,10 @@ async def runtime(
             extensions = extensions.with_source(servers)
         holder = seams.holder or f"worker-{uuid.uuid4().hex[:12]}"
         turn_clock = seams.turn_clock or clock
-        parts = Parts(settings, bots, opened, llm, clock, turn_clock, metrics, holder)
+        spoken = None
+        if voices:
+            spoken = Voices(voices=voices, store=opened, clock=turn_clock, metrics=metrics)
+        parts = Parts(settings, bots, opened, llm, clock, turn_clock, metrics, holder, spoken)
         spending, memory = build_services(parts, seams.memory_llm or llm, transcriber)
         exits.push_async_callback(memory.aclose)
         agenda, extensions = build_agenda(parts, memory, spending, extensions)

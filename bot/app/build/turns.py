@@ -35,6 +35,7 @@ from bot.runtime.streaming import StopSignals
 from bot.runtime.tools import ToolPolicy
 from bot.runtime.turn import TurnParts
 from bot.runtime.usage import Accounting
+from bot.runtime.voice import Voices
 from bot.store.base import BaseStore
 from memory.service import Memory
 
@@ -64,6 +65,7 @@ def turn_parts(
     tools: ToolPolicy | None = None,
     stops: StopSignals | None = None,
     cutoffs: Cutoffs | None = None,
+    voices: Voices | None = None,
 ) -> TurnParts:
     """The parts of turns on one store, each part taking it as the contract it uses; what is
     not given is made here (a fresh holder name, the metrics, accounting under ``limits``,
@@ -87,6 +89,7 @@ def turn_parts(
         holder=holder or f"worker-{uuid.uuid4().hex[:12]}",
         tools=tools or ToolPolicy(),
         cutoffs=cutoffs,
+        voices=voices,
     )
 
 
@@ -111,6 +114,7 @@ def _runtime_turn_parts(
         accounting=spending.accounting,
         tools=tools,
         cutoffs=cutoffs,
+        voices=parts.voices,
     )
 
 

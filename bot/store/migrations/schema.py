@@ -551,6 +551,22 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         """,
     ),
     (
+        22,
+        """
+        -- The commands a bot registered on its platform itself (Discord application commands,
+        -- docs/discord.md#sync), by scope ('global' or 'guild:<id>'): a sync deletes only a
+        -- command recorded here that the bot no longer has, never one it did not create.
+        -- Names and platform ids only: nothing about a person.
+        CREATE TABLE platform_commands (
+            bot        TEXT NOT NULL,
+            scope      TEXT NOT NULL,
+            name       TEXT NOT NULL,
+            command_id TEXT NOT NULL,
+            PRIMARY KEY (bot, scope, name)
+        );
+        """,
+    ),
+    (
         23,
         """
         -- A command answer's choices (docs/telegram.md#buttons): JSON of the person they are

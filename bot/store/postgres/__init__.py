@@ -51,6 +51,7 @@ from bot.store.postgres._core import PostgresCore, is_postgres_url
 from bot.store.postgres._wakeups import TimerListener
 from bot.store.postgres._writes import WritesPart
 from bot.store.sql.agenda import AgendaPart
+from bot.store.sql.commands import CommandsPart
 from bot.store.sql.console import ConsolePart
 from bot.store.sql.media import MediaPart
 from bot.store.sql.people import PeoplePart
@@ -70,6 +71,7 @@ class PostgresStore(
     AgendaPart,
     ConsolePart,
     ToolCallsPart,
+    CommandsPart,
     PostgresCore,
 ):
     """The BaseStore contract on PostgreSQL; each part holds one concern."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from bot.core.events import ConversationKey, Erasure, SessionKey, StoredMessage, UserKey
 from bot.store.sql.agenda import AgendaPart
+from bot.store.sql.commands import CommandsPart
 from bot.store.sql.conn import StatementTrace
 from bot.store.sql.console import ConsolePart
 from bot.store.sql.media import MediaPart
@@ -35,6 +36,7 @@ class SQLiteStore(
     AgendaPart,
     ConsolePart,
     ToolCallsPart,
+    CommandsPart,
     SQLiteCore,
 ):
     """The BaseStore contract on one SQLite file; each part holds one concern.
