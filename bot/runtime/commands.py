@@ -7,7 +7,9 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
+from bot.core.choices import Answer, Choice
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, Inbound, SessionInfo, UserKey, is_person
@@ -59,6 +61,10 @@ PLUGIN_FAILED = "Sorry, /{name} failed. Please try again later."
 #: channel) is no one person, so none of them may read, export or erase what "they" said.
 PERSONAL_COMMANDS = frozenset({"memory", "forget", "export"})
 
+#: Commands listed only in private chats' menus (docs/telegram.md#menus): about one person's
+#: data or settings, whose answers nobody else should read. Typed in a group they still work.
+PRIVATE_MENU = PERSONAL_COMMANDS | {"start", "reminders", "timezone"}
+
 #: Commands whose answers are for the asker's eyes only where a platform can show them so
 #: (Discord's ephemeral answers to application commands, docs/discord.md#7-commands).
 PRIVATE_COMMANDS = frozenset({"memory", "forget", "export", "stats", "reminders", "timezone"})
@@ -80,6 +86,15 @@ NOT_A_PERSON = (
     "/{name} is about one person's own data, and I cannot tell who wrote this (an anonymous "
     "admin or a channel): send it as yourself."
 )
+
+#: /forget's question (docs/privacy.md): nothing is erased before the asker confirms.
+FORGET_ASK = "Erase everything I remember about you, in every chat with me? This cannot be undone."
+FORGET_ASK_MESSAGES = (
+    "Erase everything I remember about you, and the messages you wrote to me with my replies "
+    "to them, in every chat with me? This cannot be undone."
+)
+FORGET_CONFIRM: Final = frozenset({"confirm", "yes"})
+FORGET_CANCEL: Final = frozenset({"cancel", "no"})
 
 GROUP_MEMORY_NOTE = (
     "In a group I show only what may come up in this group. For everything I keep about "
@@ -221,6 +236,12 @@ class Commands:
             specs += self._plugin_specs(bot).values()
         return tuple(spec.name for spec in specs if spec.admin)
 
+    def admin_specs(self, bot: str) -> tuple[CommandSpec, ...]:
+        """The admin-only commands of ``bot`` (for the admins' own menu)."""
+        specs = [s for s in self._specs.values() if self._offered(bot, s.name)]
+        specs += self._plugin_specs(bot).values()
+        return tuple(spec for spec in specs if spec.admin)
+
     def every_spec(self, bot: str) -> tuple[tuple[CommandSpec, bool], ...]:
         """Every command of ``bot``, admin ones included, and whether a plugin registered it
         (for native command menus: docs/discord.md#7-commands)."""
@@ -258,8 +279,9 @@ class Commands:
             return self._spec(bot, name) is not None
         return name in self._specs or name in self._global
 
-    async def handle(self, inbound: Inbound, command: Command) -> str | None:
-        """Run a command; the text to answer with now, or None (it answers by itself)."""
+    async def handle(self, inbound: Inbound, command: Command) -> str | Answer | None:
+        """Run a command; the text (or Answer with choices) to answer with now, or None (it
+        answers by itself)."""
         found = self._spec(inbound.conversation.bot, command.name)
         if found is None:
             return Refusal(f"Unknown command /{command.name}. Send /help for the list.")
@@ -291,7 +313,7 @@ class Commands:
             # retry the same update forever): logged, and the person hears it failed.
             log.exception("plugin command /%s failed in %s", command.name, inbound.conversation)
             return Refusal(PLUGIN_FAILED.format(name=command.name))
-        if answer is not None and not isinstance(answer, str):
+        if answer is not None and not isinstance(answer, str | Answer):
             # The same bug in another shape (an int, a dict): sending it would raise in Delivery.
             log.error(
                 "plugin command /%s returned %s, not text or None",
@@ -336,7 +358,7 @@ class Commands:
         await self._scene_store.mute_scene(conversation, now + seconds, now)
         return f"The scene is muted for {seconds / 60:g} minutes (/stop off ends it)."
 
-    async def _persona(self, inbound: Inbound, command: Command) -> str:
+    async def _persona(self, inbound: Inbound, command: Command) -> str | Answer:
         # Anyone in the chat may switch, as anyone may /new (docs/personas.md#several-personas):
         # the switch opens a new session, so what the old persona read stays in the old one.
         conversation = inbound.conversation
@@ -348,7 +370,11 @@ class Commands:
         wanted = command.args.strip().casefold()
         if not wanted:
             lines = [f"{'> ' if c.id == current else '  '}{c.name} ({c.id})" for c in choices]
-            return "Personas here (send /persona NAME to switch):\n" + "\n".join(lines)
+            # Each other persona as a button (docs/telegram.md#buttons): the press is
+            # /persona ID, run as if typed.
+            buttons = tuple(Choice(c.name, f"/persona {c.id}") for c in choices if c.id != current)
+            text = "Personas here (send /persona NAME to switch):\n" + "\n".join(lines)
+            return Answer(text, buttons)
         chosen = next((c for c in choices if wanted in (c.id.casefold(), c.name.casefold())), None)
         if chosen is None:
             names = ", ".join(f"{c.name} ({c.id})" for c in choices)
@@ -385,8 +411,17 @@ class Commands:
             )
         return "What I remember about you:\n" + record.render(inbound.display_name) + note
 
-    async def _forget(self, inbound: Inbound, command: Command) -> str:
+    async def _forget(self, inbound: Inbound, command: Command) -> str | Answer:
         assert self._memory is not None
+        # Asked first, erased only on the asker's own confirmation (a button bound to them,
+        # docs/telegram.md#buttons, or /forget confirm typed by them).
+        word = command.args.strip().casefold()
+        if word in FORGET_CANCEL:
+            return "Nothing was erased."
+        if word not in FORGET_CONFIRM:
+            ask = FORGET_ASK_MESSAGES if self._forget_deletes_messages else FORGET_ASK
+            keep = Choice("No, keep it", "/forget cancel")
+            return Answer(ask, (Choice("Yes, erase", "/forget confirm"), keep))
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         # Memory (and, when enabled, messages, replies, outbox rows, summaries) in every chat;
         # the report says exactly what went and what stays (memory/privacy.py).

@@ -25,6 +25,12 @@ BUILTIN_OPTIONS: Final[dict[str, tuple[CommandOption, ...]]] = {
         CommandOption("zone", "e.g. Europe/Berlin or UTC+2; clear forgets yours (empty: show)"),
     ),
     "checkins": (CommandOption("state", "on or off (empty: show)", choices=("on", "off")),),
+    # /forget asks first (docs/telegram.md#buttons): confirm erases, cancel keeps.
+    "forget": (
+        CommandOption(
+            "answer", "confirm erases, cancel keeps (empty: ask)", choices=("confirm", "cancel")
+        ),
+    ),
     "stop": (CommandOption("state", "off ends the mute", choices=("off",)),),
 }
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from bot.core.agenda import NewReminder, ZoneError, describe_local, zone_name
+from bot.core.choices import Answer, Choice
 from bot.core.clock import Clock
 from bot.core.events import Inbound, UserKey, is_person
 from bot.core.menu import Suggestion
@@ -133,7 +134,7 @@ def _asked_by(context: TurnContext, call: Mapping[str, object], person: UserKey)
         return False
 
 
-Handler = Callable[[Inbound, Command], Awaitable[str | None]]
+Handler = Callable[[Inbound, Command], Awaitable[str | Answer | None]]
 #: Reminder ids are 64-bit integers: a longer number names none (and would not fit a query).
 _MAX_ID_DIGITS: Final = 18
 
@@ -161,7 +162,7 @@ class AgendaCommands:
             )
         return specs
 
-    async def reminders(self, inbound: Inbound, command: Command) -> str:
+    async def reminders(self, inbound: Inbound, command: Command) -> str | Answer:
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         if not is_person(user.user_id):
             return "/reminders is about one person's own reminders: send it as yourself."
@@ -193,11 +194,12 @@ class AgendaCommands:
             )
         tz, name = await self.proactive.zone_for(user)
         lines = [f"#{r.id} {describe_local(r.due_at, tz)}: {r.about}" for r in waiting]
-        return (
-            f"Your reminders{here} ({name}):\n"
-            + "\n".join(lines)
-            + "\n/reminders cancel N cancels one."
+        # A cancel button per reminder (docs/telegram.md#buttons; elsewhere the typed
+        # commands): pressing one takes only its own button away.
+        cancel = tuple(
+            Choice(f"Cancel #{r.id}", f"/reminders cancel {r.id}", closes=False) for r in waiting
         )
+        return Answer(f"Your reminders{here} ({name}):\n" + "\n".join(lines), cancel)
 
     async def suggest_reminders(self, inbound: Inbound, typed: str) -> tuple[Suggestion, ...]:
         """The asker's own waiting reminders whose number or text holds ``typed`` (in a group
@@ -240,7 +242,7 @@ class AgendaCommands:
             "Set yours with /timezone Europe/Berlin (or UTC+2)."
         )
 
-    async def checkins(self, inbound: Inbound, command: Command) -> str:
+    async def checkins(self, inbound: Inbound, command: Command) -> str | Answer:
         conversation = inbound.conversation
         wanted = command.args.strip().lower()
         now = self.clock.now()
@@ -255,5 +257,6 @@ class AgendaCommands:
             return "Okay, I may write first in this chat after a while of silence."
         state = await self.store.initiative_state(conversation)
         on = state is None or state.enabled
-        shown = "on" if on else "off"
-        return f"Check-ins are {shown} in this chat. Send /checkins on or /checkins off."
+        # The toggle (docs/telegram.md#buttons; elsewhere the typed command).
+        toggle = Choice("Turn off", "/checkins off") if on else Choice("Turn on", "/checkins on")
+        return Answer(f"Check-ins are {'on' if on else 'off'} in this chat.", (toggle,))
