@@ -852,6 +852,13 @@ class RetentionStore(Protocol):
     async def prune_outbox(self, finished_before: float) -> int:
         """Delete outbox rows sent or failed at or before ``finished_before``; how many."""
 
+    @abc.abstractmethod
+    async def prune_leases(self, expired_before: float, prefixes: Sequence[str]) -> int:
+        """Delete the leases whose name starts with one of ``prefixes`` and that expired at or
+        before ``expired_before``; how many. Only for leases that mark something done (no
+        fencing token is compared on them, no claim locks their row): a deleted row's next
+        acquisition starts its token again (memory/retention/worker.py MARKER_LEASES)."""
+
 
 class PeopleStore(Protocol):
     """A person's data across every chat (/forget, /export)."""

@@ -27,6 +27,17 @@ log = logging.getLogger("personabot.retention")
 DAY = 86400.0
 LEASE = "retention"
 
+#: Leases that only mark something as done until they expire (a button's press, the denied
+#: reply of the day, an export's or a limit notice's period, a draft's stop request). Each
+#: name holds a message, a chat or a person's id: without this they stayed forever, one row
+#: per press, chat and person (a person's id even after /forget). Leases that fence or are
+#: claimed (``turn:`` rows PostgreSQL's claim locks, the elections, the jobs, this worker's)
+#: keep their rows: their tokens must keep growing.
+MARKER_LEASES = ("press:", "denied:", "export:", "limit-notice:", "stop:")
+#: How long after its expiry a marker lease is deleted: clocks of processes (and the
+#: database's, which PostgreSQL's leases follow) never disagree by that much.
+MARKER_GRACE = DAY
+
 
 @dataclass(frozen=True, slots=True)
 class RetentionPolicy:
@@ -112,6 +123,7 @@ class Retention:
                 lines += more_lines
             if not dry_run:
                 await self.store.prune_outbox(now - self.policy.outbox_days * DAY)
+                await self.store.prune_leases(now - MARKER_GRACE, MARKER_LEASES)
         finally:
             if lease is not None:
                 await self.store.release_lease(lease)

@@ -24,7 +24,7 @@ from bot.store.base import BaseStore
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Budget
 from memory.retention.gaps import Gap
-from memory.retention.worker import DAY, Retention, RetentionPolicy
+from memory.retention.worker import DAY, MARKER_LEASES, Retention, RetentionPolicy
 from memory.service import Memory, MemoryPolicy
 from tests.backends import StoreFactory
 from tests.fakes.llm import GatedLLM
@@ -296,6 +296,30 @@ async def test_delivered_outbox_rows_are_pruned(store: BaseStore, clock: ManualC
     report = await retention(store, clock, memory_for(store, clock), "session").run_once()
     assert report.skipped is None
     assert await store.prune_outbox(clock.now()) == 0  # the run already pruned it
+
+
+async def test_expired_marker_leases_are_pruned_and_fencing_leases_kept(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """A press, the day's denied reply, an export's period: rows that named a message, a chat
+    or a person stayed forever. The run deletes them a day after they expired; a turn lease
+    keeps its row, so its fencing token keeps growing."""
+    await exchange(store, clock, SUPPORT, "hello", 1)  # the conversation's turn lease exists
+    turn = f"turn:{SUPPORT}"
+    held = await store.acquire_lease(turn, "a", 60, clock.now())
+    assert held is not None
+    await store.release_lease(held)
+    markers = ["press:telegram:1:77:/forget confirm", "denied:telegram:9", "export:telegram:42"]
+    for name in [*markers, "limit-notice:u:42"]:
+        assert await store.acquire_lease(name, "x", 3600, clock.now()) is not None
+    await clock.advance(DAY)  # expired, but within the grace
+    assert await store.prune_leases(clock.now() - DAY, MARKER_LEASES) == 0
+    await clock.advance(2 * DAY)
+    report = await retention(store, clock, memory_for(store, clock), "session").run_once()
+    assert report.skipped is None
+    assert await store.prune_leases(clock.now(), MARKER_LEASES) == 0  # the run pruned all four
+    again = await store.acquire_lease(turn, "b", 60, clock.now())
+    assert again is not None and again.token > held.token  # still fenced
 
 
 async def delete_rows(stores: StoreFactory, turns: list[int]) -> None:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from bot.core.events import (
     OldMessages,
     SessionInfo,
@@ -193,6 +195,19 @@ class RetentionPart(SQLCore):
             return await db.execute(
                 "DELETE FROM outbox WHERE status <> 'pending' AND finished_at <= $1",
                 finished_before,
+            )
+
+    async def prune_leases(self, expired_before: float, prefixes: Sequence[str]) -> int:
+        if not prefixes:
+            return 0
+        # Prefixes are the code's own constants; LIKE's wildcards in one would widen it.
+        assert not any("%" in p or "_" in p for p in prefixes), prefixes
+        likes = " OR ".join(f"name LIKE ${i + 2}" for i in range(len(prefixes)))
+        async with self._tx() as db:
+            return await db.execute(
+                f"DELETE FROM leases WHERE expires_at <= $1 AND ({likes})",
+                expired_before,
+                *(f"{p}%" for p in prefixes),
             )
 
 
