@@ -4,8 +4,8 @@
   articles removed, no stemming); an abstention (adversarial) question scores 1 when the
   answer abstains ("I don't know", "not mentioned"...), else 0.
 - LongMemEval and every question: the LLM judge below, CORRECT or WRONG. The prompt is
-  printed in docs/memory-eval.md#the-judge (keep the two in step: tests/test_docs.py does not
-  check it).
+  printed in docs/memory-eval.md#the-judge (tests/bench/test_longmem.py checks that the two
+  are the same).
 """
 
 from __future__ import annotations

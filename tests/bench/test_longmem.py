@@ -17,7 +17,15 @@ from bench.longmem.evidence import present
 from bench.longmem.replay import Setup, exchanges
 from bench.longmem.report import markdown, summary
 from bench.longmem.runner import Models, RunOptions, run
-from bench.longmem.scoring import Judge, abstains, judge_fields, judge_request, token_f1
+from bench.longmem.scoring import (
+    JUDGE_PROMPT,
+    JUDGE_SYSTEM,
+    Judge,
+    abstains,
+    judge_fields,
+    judge_request,
+    token_f1,
+)
 from bot.app import cli
 from bot.llm.offline import OfflineLLM
 from memory.assemble import Budget
@@ -113,6 +121,12 @@ def test_scores_token_f1_abstention_and_judge_prompt() -> None:
         "Lisbon, now",
         False,
     )
+
+
+def test_the_docs_print_the_judge_prompt_as_it_is_sent() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "memory-eval.md").read_text(encoding="utf-8")
+    assert f"```text\n{JUDGE_SYSTEM}\n```" in doc
+    assert f"```text\n{JUDGE_PROMPT}\n```" in doc
 
 
 # -- end to end ------------------------------------------------------------------------------
