@@ -113,7 +113,8 @@ def payload(
     }
 
 
-async def _run(args: argparse.Namespace) -> int:
+async def eval_memory(args: argparse.Namespace) -> int:
+    """The run of ``personabot eval memory`` (parsed arguments); returns the exit code."""
     settings = load_settings(args.config)
     setup = setup_from(settings, args)
     models = models_from(settings, args, setup)
@@ -153,7 +154,7 @@ def run_memory_eval(args: argparse.Namespace) -> int:
     """Entry point of ``personabot eval memory``; exit 2 on bad input, 1 on a failed run."""
     configure_logging(args.verbose)
     try:
-        return asyncio.run(_run(args))
+        return asyncio.run(eval_memory(args))
     except DatasetError as exc:
         print(f"personabot eval: {exc}", file=sys.stderr)
         return 2
@@ -162,7 +163,7 @@ def run_memory_eval(args: argparse.Namespace) -> int:
             print(f"personabot: config error: {line}", file=sys.stderr)
         return 2
     except PersonabotError as exc:
-        print(f"personabot eval: {exc}", file=sys.stderr)
+        print(f"personabot eval: {exc} (rerun with --resume to go on)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted: rerun with --resume to continue", file=sys.stderr)

@@ -16,6 +16,7 @@ test, whose request, answer and latency are captured (docs/memory-eval.md#how-a-
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 import time
@@ -28,6 +29,7 @@ from bench.longmem.datasets import Conversation, Question, Utterance
 from bench.memory import NullOutlet, request_blocks
 from bot.app.build import memory_on, turn_parts
 from bot.core.clock import ManualClock
+from bot.core.errors import PersonabotError
 from bot.core.events import ConversationKey, Inbound, QueuePolicy, SessionPolicy
 from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.queue import Ingestor
@@ -38,6 +40,9 @@ from memory.service import Memory, MemoryPolicy
 from memory.tokens import estimate_tokens
 
 BOT: Final = "longmem"
+#: Times a question's turn is run again after the model was unavailable (the pipeline's own
+#: retry re-arms the conversation's timer; the SDK client has retried already).
+RETRIES: Final = 3
 USER_ID: Final = "u-eval"
 DEBOUNCE: Final = 1.5
 #: The user message played when a dataset session opens with the bot side (a reply needs a turn).
@@ -50,6 +55,10 @@ ANSWER_SYSTEM: Final = (
     "notes about {{user}}. Dates of past sessions may matter. Answer in one short sentence. "
     'If what you remember does not tell, say "I don\'t know".'
 )
+
+
+class EvalError(PersonabotError):
+    """A question the run could not ask (the model kept failing): rerun with --resume."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +302,12 @@ async def ask(
             Inbound(rt.conversation, USER_ID, conv.user_name, question.text, f"q-{question.id}")
         )
         await rt.clock.advance(DEBOUNCE)
-        outcome = await rt.pipeline.run_turn(rt.conversation)
+        for attempt in range(RETRIES + 1):
+            outcome = await rt.pipeline.run_turn(rt.conversation)
+            if outcome != "retry":  # the model was unavailable: the turn stays pending
+                break
+            await asyncio.sleep(2.0 * 2**attempt)  # the endpoint is real: wait for real
+            await rt.clock.advance(60.0 * 2**attempt)  # past the re-armed timer
         if outcome != "sent" or not rt.chat.answered:
-            raise RuntimeError(f"question {question.id}: the turn ended {outcome!r}")
+            raise EvalError(f"question {question.id}: the turn ended {outcome!r}")
         return rt.chat.answered[-1]

@@ -11,6 +11,7 @@ score and the judge's verdict.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import tempfile
@@ -23,9 +24,10 @@ from typing import Any
 from bench.longmem.baselines import BASELINES, DEFAULT_CONTEXT_TOKENS, baseline_request
 from bench.longmem.datasets import Conversation, Question
 from bench.longmem.evidence import find_evidence
-from bench.longmem.replay import Setup, ask, replay
+from bench.longmem.replay import RETRIES, Setup, ask, replay
 from bench.longmem.scoring import Judge, dataset_score
 from bench.memory import price_request, request_blocks
+from bot.core.errors import ModelUnavailable
 from bot.core.llm import BaseLLM, ModelRequest, ModelResult
 
 log = logging.getLogger("personabot.eval")
@@ -157,9 +159,17 @@ async def _baseline(
     way: str, conv: Conversation, q: Question, models: Models, options: RunOptions
 ) -> tuple[ModelRequest, dict[str, Any]]:
     request = baseline_request(way, conv, q, options.setup, context_tokens=options.context_tokens)
-    started = time.perf_counter()
-    result = await models.answer.complete(request)
-    return request, _figures(request, result, time.perf_counter() - started, q.asked_at)
+    for attempt in range(RETRIES + 1):
+        started = time.perf_counter()
+        try:
+            result = await models.answer.complete(request)
+        except ModelUnavailable:
+            if attempt == RETRIES:
+                raise
+            await asyncio.sleep(2.0 * 2**attempt)
+            continue
+        return request, _figures(request, result, time.perf_counter() - started, q.asked_at)
+    raise AssertionError("unreachable")
 
 
 async def _conversation(

@@ -5,6 +5,7 @@ the report and the command line."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from bench.longmem.command import eval_memory
 from bench.longmem.datasets import DatasetError, load
 from bench.longmem.evidence import present
 from bench.longmem.replay import Setup, exchanges
@@ -26,9 +28,10 @@ from bench.longmem.scoring import (
     judge_request,
     token_f1,
 )
-from bot.app import cli
+from bot.app import cli, eval_commands
 from bot.llm.offline import OfflineLLM
 from memory.assemble import Budget
+from tests.fakes.openai_api import FakeOpenAIAPI
 from tests.fakes.reader_llm import KeywordJudge, ReaderLLM
 
 DATA = Path(__file__).parents[1] / "data" / "longmem"
@@ -221,3 +224,23 @@ def test_the_command_line_writes_json_markdown_and_results(
     assert "| personabot | 2 |" in capsys.readouterr().out
     missing = tmp_path / "nothing.json"
     assert cli.main(["eval", "memory", str(missing), "--provider", "offline"]) == 2
+
+
+async def test_a_local_model_through_an_openai_compatible_endpoint(tmp_path: Path) -> None:
+    """The flags reach the endpoint through the real SDK: every way's question and the judge."""
+    parser = argparse.ArgumentParser()
+    eval_commands.add_parser(parser.add_subparsers(dest="command"))
+    async with FakeOpenAIAPI(reply_text="Pixel") as api:
+        args = parser.parse_args(
+            ["eval", "memory", str(LOCOMO), "--provider", "openai", "--base-url", api.api_url,
+             "--model", "local-model", "--offline-memory", "--limit", "1",
+             "--out", str(tmp_path / "local.json")]
+        )  # fmt: skip
+        assert await eval_memory(args) == 0
+        models = {r.body["model"] for r in api.requests}
+        asked = [r for r in api.requests if r.last_user_text.endswith("Nora's parrot?")]
+    assert models == {"local-model"} and len(asked) == 4  # personabot and three baselines
+    assert len(api.requests) == 8  # and the judge's four verdicts
+    data = json.loads((tmp_path / "local.json").read_text(encoding="utf-8"))
+    assert data["questions"][0]["ways"]["personabot"]["answer"] == "Pixel"
+    assert data["summary"]["personabot"]["dataset_score"] == 1.0
