@@ -22,7 +22,7 @@ from bench.longmem.replay import Setup
 from bench.longmem.report import markdown, summary
 from bench.longmem.runner import Models, RunOptions, run
 from bench.longmem.scoring import JUDGE_PROMPT, JUDGE_SYSTEM, Judge
-from bot.app.build.policies import memory_policy
+from bot.app.build.policies import memory_policy, retention_policy
 from bot.app.build.registries import builtin_providers
 from bot.config import LLMSettings, Secrets, Settings, load_settings
 from bot.core.errors import ConfigError, PersonabotError
@@ -56,6 +56,7 @@ def setup_from(settings: Settings, args: argparse.Namespace) -> Setup:
         memory_model=args.memory_model or settings.memory.summary_model or model,
         extract_after_idle_seconds=policy.extract_after_idle_seconds,
         session_idle_seconds=idle * 60 if idle else None,
+        retention=retention_policy(settings),
     )
 
 

@@ -3,8 +3,9 @@
 The path is bench/memory.py's (and ``bot.app.build``'s): a SQLiteStore file, the Ingestor
 (with a session policy: a quiet gap past ``session_idle_seconds`` ends the chat session, as
 ``[sessions] idle_timeout_minutes`` does), Pipeline.run_turn, Memory.build, the background
-compaction into the rolling summary and Memory.extract_due after every gap past
-``extract_after_idle_seconds`` (what the sweep does in production), on a manual clock that
+compaction into the rolling summary, and after every gap past ``extract_after_idle_seconds``
+Memory.extract_due (what the sweep does in production) and the retention worker's pass
+(memory/retention/worker.py, ``[retention]``), on a manual clock that
 follows the dataset's session dates (turns inside a session are ``turn_spacing`` apart).
 
 The user side's messages are ingested; the bot side's turns are the chat model's answers
@@ -36,6 +37,7 @@ from bot.queue import Ingestor
 from bot.runtime.pipeline import BotProfile, Bots, Pipeline
 from bot.store.sqlite import SQLiteStore
 from memory.assemble import Budget, PersonaPin
+from memory.retention.worker import Retention, RetentionPolicy
 from memory.service import Memory, MemoryPolicy
 from memory.tokens import estimate_tokens
 
@@ -72,6 +74,9 @@ class Setup:
     extract_after_idle_seconds: float = 300.0
     session_idle_seconds: float | None = 3600.0
     turn_spacing: float = 30.0
+    # [retention] (production's defaults: closed sessions deleted 30 days after they closed);
+    # it runs after every quiet gap, as the hourly worker would have by then.
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
     def policy(self) -> MemoryPolicy:
         """The memory policy of the bot."""
@@ -91,6 +96,26 @@ class Setup:
             max_tokens=self.max_tokens,
             temperature=0.0,
         )
+
+
+class CountingLLM(BaseLLM):
+    """The memory model, its calls and input tokens counted by task (summary, extract): what
+    personabot's memory costs besides the answers (docs/memory-eval.md#what-the-numbers-mean)."""
+
+    name = "counting"
+
+    def __init__(self, inner: BaseLLM) -> None:
+        self._inner = inner
+        self.calls: dict[str, int] = {}
+        self.input_tokens: dict[str, int] = {}
+
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        """Count, then ask the memory model."""
+        task = request.purpose
+        self.calls[task] = self.calls.get(task, 0) + 1
+        tokens = sum(b.tokens for b in request_blocks(request))
+        self.input_tokens[task] = self.input_tokens.get(task, 0) + tokens
+        return await self._inner.complete(request)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +168,7 @@ class Runtime:
     memory: Memory
     pipeline: Pipeline
     ingestor: Ingestor
+    retention: Retention
     conversation: ConversationKey
 
 
@@ -178,8 +204,9 @@ def _wire(
         policy_for=lambda _bot: profile.queue,
         sessions=SessionPolicy(idle_seconds=setup.session_idle_seconds),
     )
+    retention = Retention(store=store, memory=memory, clock=clock, policy=setup.retention)
     key = ConversationKey("eval", f"chat-{conv.id}", None, BOT)
-    return Runtime(clock, chat, memory, pipeline, ingestor, key)
+    return Runtime(clock, chat, memory, pipeline, ingestor, retention, key)
 
 
 @contextlib.asynccontextmanager
@@ -216,6 +243,7 @@ async def _move_to(rt: Runtime, setup: Setup, when: float) -> None:
     if gap > setup.extract_after_idle_seconds:
         await rt.memory.extract_due([BOT])
         await rt.memory.wait_idle()
+        await rt.retention.run_once()
 
 
 async def _turn(

@@ -53,7 +53,19 @@ def way_figures(rows: Sequence[Mapping[str, Any]], way: str) -> dict[str, Any]:
         "evidence_questions": len(with_evidence),
         "evidence_in_prompt": _share([bool(f["evidence_in_prompt"]) for f in with_evidence]),
         "evidence_by_layer": layers,
+        "memory_input_tokens_per_question": _memory_tokens(rows) if way == "personabot" else None,
     }
+
+
+def _memory_tokens(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """The memory model's input tokens of the replays, spread over each conversation's
+    questions (a resumed run's later replays counted for the questions they served)."""
+    shares = []
+    for r in rows:
+        replay = r.get("replay") or {}
+        tokens = sum((replay.get("memory_input_tokens") or {}).values())
+        shares.append(tokens / max(1, int(replay.get("questions") or 1)))
+    return _mean(shares)
 
 
 def summary(rows: Sequence[Mapping[str, Any]], ways: Sequence[str]) -> dict[str, Any]:
@@ -74,9 +86,10 @@ def markdown(figures: Mapping[str, Mapping[str, Any]], title: str) -> str:
     lines = [f"## {title}", ""]
     head = (
         "| way | questions | judge accuracy | dataset score | input tokens | cost (no cache) "
-        "| cost (cached) | p50 latency s | evidence in prompt | window | summary | facts |"
+        "| cost (cached) | p50 latency s | evidence in prompt | window | summary | facts "
+        "| memory model tokens |"
     )
-    lines += [head, "|" + "---|" * 12]
+    lines += [head, "|" + "---|" * 13]
     for way, f in figures.items():
         layer = f["evidence_by_layer"]
         lines.append(
@@ -84,7 +97,8 @@ def markdown(figures: Mapping[str, Mapping[str, Any]], title: str) -> str:
             f"| {_num(f['dataset_score'], 3)} | {_num(f['input_tokens_mean'])} "
             f"| {_num(f['cost_uncached_mean'])} | {_num(f['cost_cached_mean'])} "
             f"| {_num(f['latency_p50_s'], 3)} | {_pct(f['evidence_in_prompt'])} "
-            f"| {_pct(layer['window'])} | {_pct(layer['summary'])} | {_pct(layer['facts'])} |"
+            f"| {_pct(layer['window'])} | {_pct(layer['summary'])} | {_pct(layer['facts'])} "
+            f"| {_num(f['memory_input_tokens_per_question'])} |"
         )
     categories = sorted({c for f in figures.values() for c in f["judge_accuracy_by_category"]})
     if categories:

@@ -24,7 +24,7 @@ from typing import Any
 from bench.longmem.baselines import BASELINES, DEFAULT_CONTEXT_TOKENS, baseline_request
 from bench.longmem.datasets import Conversation, Question
 from bench.longmem.evidence import find_evidence
-from bench.longmem.replay import RETRIES, Setup, ask, replay
+from bench.longmem.replay import RETRIES, CountingLLM, Setup, ask, replay
 from bench.longmem.scoring import Judge, dataset_score
 from bench.memory import price_request, request_blocks
 from bot.core.errors import ModelUnavailable
@@ -183,11 +183,18 @@ async def _conversation(
 ) -> None:
     snapshot = workdir / f"{conv.id}.sqlite3".replace("/", "_")
     now = 0.0
+    memory = CountingLLM(models.memory)
     if PERSONABOT in options.ways:
         started = time.perf_counter()
         until = min(q.asked_at for q in questions)
-        now = await replay(conv, options.setup, snapshot, memory_llm=models.memory, until=until)
+        now = await replay(conv, options.setup, snapshot, memory_llm=memory, until=until)
         progress(f"{conv.id}: replayed in {time.perf_counter() - started:.1f} s")
+    # The memory model's work of the replay, shared by the conversation's questions.
+    replayed = {
+        "memory_calls": dict(memory.calls),
+        "memory_input_tokens": dict(memory.input_tokens),
+        "questions": len(conv.questions),
+    }
     for q in questions:
         row: dict[str, Any] = {
             "question_id": q.id,
@@ -198,6 +205,7 @@ async def _conversation(
             "gold": q.answer,
             "abstain": q.abstain,
             "evidence_refs": list(q.evidence),
+            "replay": replayed,
             "ways": {},
         }
         for way in options.ways:
@@ -205,7 +213,7 @@ async def _conversation(
                 work = workdir / "question.sqlite3"
                 answered = await ask(
                     conv, q, options.setup, snapshot, work,
-                    now=now, memory_llm=models.memory, under_test=models.answer,
+                    now=now, memory_llm=memory, under_test=models.answer,
                 )  # fmt: skip
                 request = answered.request
                 figures = _figures(request, answered.result, answered.latency, answered.at)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 from bench.longmem.command import eval_memory
 from bench.longmem.datasets import DatasetError, load
 from bench.longmem.evidence import present
-from bench.longmem.replay import Setup, exchanges
+from bench.longmem.replay import Setup, exchanges, replay
 from bench.longmem.report import markdown, summary
 from bench.longmem.runner import Models, RunOptions, run
 from bench.longmem.scoring import (
@@ -31,6 +32,7 @@ from bench.longmem.scoring import (
 from bot.app import cli, eval_commands
 from bot.llm.offline import OfflineLLM
 from memory.assemble import Budget
+from memory.retention.worker import RetentionPolicy
 from tests.fakes.openai_api import FakeOpenAIAPI
 from tests.fakes.reader_llm import KeywordJudge, ReaderLLM
 
@@ -168,6 +170,9 @@ async def test_locomo_run_evidence_by_layer_and_baselines(tmp_path: Path) -> Non
     assert figures["no_memory"]["evidence_in_prompt"] == 0.0
     assert figures["window_only"]["evidence_by_layer"]["window"] == pytest.approx(1 / 5)
     assert figures["personabot"]["evidence_by_layer"]["facts"] > 0
+    assert figures["personabot"]["memory_input_tokens_per_question"] > 0  # extraction ran
+    assert q["q0"]["replay"]["memory_calls"]["extract"] >= 3  # after each quiet gap
+    assert figures["full_history"]["memory_input_tokens_per_question"] is None
     table = markdown(figures, "own set")
     assert "| full_history | 6 |" in table and "abstention" in table
 
@@ -181,6 +186,27 @@ async def test_one_long_session_keeps_early_turns_in_the_summary(tmp_path: Path)
     ours = row["ways"]["personabot"]
     assert "summary" in ours["layers"]
     assert "summary" in ours["evidence"]["D1:3"]
+
+
+def _messages(path: Path) -> int:
+    con = sqlite3.connect(path)
+    try:
+        return int(con.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
+    finally:
+        con.close()
+
+
+async def test_retention_runs_in_the_replay_and_user_memory_outlives_it(tmp_path: Path) -> None:
+    """Sessions closed over 30 days before the question are deleted by the retention worker;
+    the facts learned from them stay (the parrot test above answers from them)."""
+    [conv] = load(LOCOMO)
+    until = conv.questions[0].asked_at
+    kept, aged = tmp_path / "kept.sqlite3", tmp_path / "aged.sqlite3"
+    off = Setup(budget=SETUP.budget, retention=RetentionPolicy(days=0))
+    await replay(conv, off, kept, memory_llm=OfflineLLM(), until=until)
+    await replay(conv, SETUP, aged, memory_llm=OfflineLLM(), until=until)
+    assert _messages(kept) == 22  # 11 exchanges, the user's messages and the replies
+    assert 0 < _messages(aged) < _messages(kept)
 
 
 async def test_resume_skips_questions_already_done(tmp_path: Path) -> None:
