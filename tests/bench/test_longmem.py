@@ -33,6 +33,7 @@ from bot.app import cli, eval_commands
 from bot.llm.offline import OfflineLLM
 from memory.assemble import Budget
 from memory.retention.worker import RetentionPolicy
+from tests.fakes.messages_api import FakeMessagesAPI
 from tests.fakes.openai_api import FakeOpenAIAPI
 from tests.fakes.reader_llm import KeywordJudge, ReaderLLM
 
@@ -252,15 +253,19 @@ def test_the_command_line_writes_json_markdown_and_results(
     assert cli.main(["eval", "memory", str(missing), "--provider", "offline"]) == 2
 
 
-async def test_a_local_model_through_an_openai_compatible_endpoint(tmp_path: Path) -> None:
-    """The flags reach the endpoint through the real SDK: every way's question and the judge."""
+def _eval_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     eval_commands.add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["eval", "memory", *argv])
+
+
+async def test_a_local_model_through_an_openai_compatible_endpoint(tmp_path: Path) -> None:
+    """The flags reach the endpoint through the real SDK: every way's question and the judge."""
     async with FakeOpenAIAPI(reply_text="Pixel") as api:
-        args = parser.parse_args(
-            ["eval", "memory", str(LOCOMO), "--provider", "openai", "--base-url", api.api_url,
-             "--model", "local-model", "--offline-memory", "--limit", "1",
-             "--out", str(tmp_path / "local.json")]
+        args = _eval_args(
+            str(LOCOMO), "--provider", "openai", "--base-url", api.api_url,
+            "--model", "local-model", "--offline-memory", "--limit", "1",
+            "--out", str(tmp_path / "local.json"),
         )  # fmt: skip
         assert await eval_memory(args) == 0
         models = {r.body["model"] for r in api.requests}
@@ -270,3 +275,24 @@ async def test_a_local_model_through_an_openai_compatible_endpoint(tmp_path: Pat
     data = json.loads((tmp_path / "local.json").read_text(encoding="utf-8"))
     assert data["questions"][0]["ways"]["personabot"]["answer"] == "Pixel"
     assert data["summary"]["personabot"]["dataset_score"] == 1.0
+
+
+async def test_claude_through_the_messages_api_with_cache_breakpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The anthropic provider: the key from the environment, personabot's request with its
+    breakpoints, the judge's verdict read back."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    async with FakeMessagesAPI(reply_text="CORRECT") as api:
+        args = _eval_args(
+            str(LOCOMO), "--provider", "anthropic", "--base-url", api.base_url,
+            "--model", "claude-test", "--offline-memory", "--limit", "1",
+            "--ways", "personabot,no_memory", "--out", str(tmp_path / "claude.json"),
+        )  # fmt: skip
+        assert await eval_memory(args) == 0
+        ours = next(r for r in api.requests if "user_memory" in json.dumps(r.body))
+    assert ours.body["model"] == "claude-test"
+    assert ("system", 1) in ours.cache_breakpoints  # after the pin and the user memory
+    data = json.loads((tmp_path / "claude.json").read_text(encoding="utf-8"))
+    assert data["summary"]["personabot"]["judge_accuracy"] == 1.0
+    assert set(data["summary"]) == {"personabot", "no_memory"}
