@@ -98,6 +98,17 @@ class Setup:
         )
 
 
+class EvalOutlet(NullOutlet):
+    """bench/memory.py's outlet (replies counted, no typing) for a private chat, which is
+    already the private conversation of its one user."""
+
+    async def private_conversation(
+        self, conversation: ConversationKey, user_id: str
+    ) -> ConversationKey:
+        """The chat itself."""
+        return conversation
+
+
 class CountingLLM(BaseLLM):
     """The memory model, its calls and input tokens counted by task (summary, extract): what
     personabot's memory costs besides the answers (docs/memory-eval.md#what-the-numbers-mean)."""
@@ -189,7 +200,7 @@ def _wire(
         pin=setup.pin(conv),
         queue=QueuePolicy(debounce=DEBOUNCE, max_wait=8.0),
         memory=policy,
-        outlet=NullOutlet(),
+        outlet=EvalOutlet(),
     )
     bots = Bots({BOT: profile})
     memory = memory_on(store=store, llm=memory_llm, clock=clock, policy_for=lambda _bot: policy)
