@@ -163,6 +163,14 @@ def _locomo_text(turn: Mapping[str, Any]) -> str:
     return f"{text} [shares a photo: {caption}]" if caption else text
 
 
+def _refs(raw: Sequence[Any], known: set[str]) -> tuple[str, ...]:
+    """Evidence dia_ids that name a turn of the conversation: a few published entries hold
+    two ids in one string ("D8:6; D9:17") or name no turn at all; those are split or left out
+    (a question left with none counts as one without evidence)."""
+    refs = (r for item in raw for r in re.split(r"[;,\s]+", str(item)) if r)
+    return tuple(dict.fromkeys(r for r in refs if r in known))
+
+
 def read_locomo(data: Sequence[Mapping[str, Any]]) -> list[Conversation]:
     """LoCoMo samples as conversations (speaker_a is the user, speaker_b the bot)."""
     out = []
@@ -186,13 +194,14 @@ def read_locomo(data: Sequence[Mapping[str, Any]]) -> list[Conversation]:
         if not sessions:
             raise DatasetError(f"{where}: no sessions")
         asked = sessions[-1].start + LOCOMO_QUESTION_DELAY
+        known = {u.ref for s in sessions for u in s.utterances}
         questions = tuple(
             Question(
                 id=f"{sample.get('sample_id', i)}-q{j}",
                 text=str(_field(qa, "question", where)),
                 answer=str(qa.get("answer", "")),
                 category=LOCOMO_CATEGORIES.get(int(qa.get("category", 0)), "other"),
-                evidence=tuple(str(e) for e in qa.get("evidence") or ()),
+                evidence=_refs(qa.get("evidence") or (), known),
                 asked_at=asked,
             )
             for j, qa in enumerate(_field(sample, "qa", where))

@@ -81,6 +81,15 @@ def test_longmemeval_reader_takes_evidence_from_has_answer_turns() -> None:
     assert next(c for c in convs if c.id == "own_dog_abs").questions[0].abstain
 
 
+def test_locomo_evidence_ids_are_split_and_unknown_ones_left_out(tmp_path: Path) -> None:
+    data = json.loads(LOCOMO.read_text(encoding="utf-8"))
+    data[0]["qa"][0]["evidence"] = ["D1:3; D2:1", "D9:99"]
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps(data), encoding="utf-8")
+    [conv] = load(odd)
+    assert conv.questions[0].evidence == ("D1:3", "D2:1")
+
+
 def test_a_file_in_neither_format_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{"question": "?"}]), encoding="utf-8")
