@@ -189,11 +189,12 @@ async def _conversation(
         until = min(q.asked_at for q in questions)
         now = await replay(conv, options.setup, snapshot, memory_llm=memory, until=until)
         progress(f"{conv.id}: replayed in {time.perf_counter() - started:.1f} s")
-    # The memory model's work of the replay, shared by the conversation's questions.
+    # The memory model's work of this replay, shared by the questions it serves (a resumed
+    # run replays again for the questions left: each replay is counted once in all).
     replayed = {
         "memory_calls": dict(memory.calls),
         "memory_input_tokens": dict(memory.input_tokens),
-        "questions": len(conv.questions),
+        "questions": len(questions),
     }
     for q in questions:
         row: dict[str, Any] = {
