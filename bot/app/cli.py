@@ -11,7 +11,7 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from bot.app import persona_commands
+from bot.app import eval_commands, persona_commands
 from bot.app.logs import open_log_file, redact_text, setup_logging
 from bot.app.signals import EarlySignals
 from bot.config import (
@@ -56,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print the example configuration (every key, its default and what it does)",
     )
     persona_commands.add_parser(sub)
+    eval_commands.add_parser(sub)
     return parser
 
 
@@ -323,8 +324,11 @@ def _chat_log() -> TextIO | None:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "persona":  # works on files, not on a loaded configuration
-        return persona_commands.run(args)
+    # persona works on files, not on a loaded configuration; eval loads its own settings,
+    # with its flags on top.
+    own = {"persona": persona_commands.run, "eval": eval_commands.run}.get(args.command)
+    if own is not None:
+        return own(args)
     if args.command == "config" and args.config_command == "example":
         # What an installed wheel's operator starts from (docs/deploy.md): no checkout.
         sys.stdout.write(bundled_example_path().read_text(encoding="utf-8"))

@@ -1,0 +1,193 @@
+"""Did a question's evidence reach the prompt, and in which layer (docs/memory-eval.md#evidence).
+
+A captured request has three places memory can put a remembered turn (memory/assemble.py):
+the ``window`` (every message before the question), the ``summary`` (the system block holding
+``<conversation_summary>``) and the ``facts`` (the system block holding ``<user_memory>``).
+An evidence turn counts as present in a layer when its text is there verbatim, or a
+distinctive part of it: any run of ``SHINGLE`` consecutive words of it holding at least two
+words that are not stopwords (a fact the memory model kept as a fragment, "Leeds with my
+partner Sam", still counts). Text is compared as lower-case words, so JSON escaping and
+punctuation do not matter. A model that paraphrases in its summary is not credited: the
+figure is a lower bound for the summary and facts layers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from bot.core.llm import ModelRequest, TextBlock
+
+LAYERS: Final = ("window", "summary", "facts")
+SHINGLE: Final = 4
+_WORD: Final = re.compile(r"[a-z0-9]+")
+STOPWORDS: Final = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "if",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "for",
+        "with",
+        "by",
+        "from",
+        "as",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "am",
+        "i",
+        "me",
+        "my",
+        "we",
+        "our",
+        "you",
+        "your",
+        "he",
+        "she",
+        "it",
+        "its",
+        "they",
+        "them",
+        "their",
+        "this",
+        "that",
+        "these",
+        "those",
+        "so",
+        "do",
+        "did",
+        "does",
+        "have",
+        "has",
+        "had",
+        "not",
+        "no",
+        "yes",
+        "just",
+        "very",
+        "really",
+        "too",
+        "also",
+        "about",
+        "what",
+        "when",
+        "where",
+        "who",
+        "how",
+        "which",
+        "there",
+        "here",
+        "then",
+        "than",
+        "will",
+        "would",
+        "can",
+        "could",
+        "should",
+        "t",
+        "s",
+        "m",
+        "re",
+        "ve",
+        "ll",
+        "d",
+        "oh",
+        "hey",
+        "hi",
+    ]
+)
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words of ``text`` (letters and digits)."""
+    return _WORD.findall(text.lower())
+
+
+def _shingles(tokens: Sequence[str]) -> Iterable[tuple[str, ...]]:
+    if len(tokens) <= SHINGLE:
+        yield tuple(tokens)
+        return
+    for i in range(len(tokens) - SHINGLE + 1):
+        part = tuple(tokens[i : i + SHINGLE])
+        if sum(w not in STOPWORDS for w in part) >= 2:
+            yield part
+
+
+def _contains(haystack: Sequence[str], needle: tuple[str, ...]) -> bool:
+    n = len(needle)
+    if n == 0:
+        return False
+    first = needle[0]
+    return any(
+        haystack[i] == first and tuple(haystack[i : i + n]) == needle
+        for i in range(len(haystack) - n + 1)
+    )
+
+
+def present(evidence: str, layer_text: str) -> bool:
+    """Whether ``evidence`` (or a distinctive part of it) is in ``layer_text``."""
+    haystack = words(layer_text)
+    return any(_contains(haystack, s) for s in _shingles(words(evidence)))
+
+
+def layer_texts(request: ModelRequest) -> dict[str, str]:
+    """The request's text by layer: window messages, summary block, user-memory block."""
+    system = [b.text for b in request.system]
+    window = "\n".join(
+        b.text for m in request.messages[:-1] for b in m.blocks if isinstance(b, TextBlock)
+    )
+    return {
+        "window": window,
+        "summary": "\n".join(t for t in system if "<conversation_summary>" in t),
+        "facts": "\n".join(t for t in system if "<user_memory>" in t),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceFound:
+    """For each evidence ref, the layers it was found in (empty: not in the prompt)."""
+
+    by_ref: Mapping[str, tuple[str, ...]]
+
+    @property
+    def all_present(self) -> bool:
+        """Every evidence turn reached the prompt (False when there is no evidence)."""
+        return bool(self.by_ref) and all(self.by_ref.values())
+
+    def in_layer(self, layer: str) -> bool:
+        """Some evidence turn is in ``layer``."""
+        return any(layer in layers for layers in self.by_ref.values())
+
+    def to_json(self) -> dict[str, list[str]]:
+        """JSON-ready form."""
+        return {ref: list(layers) for ref, layers in self.by_ref.items()}
+
+
+def find_evidence(
+    request: ModelRequest, refs: Sequence[str], texts: Mapping[str, str]
+) -> EvidenceFound:
+    """Where each evidence turn (by ref, its text from ``texts``) is in the request."""
+    layers = layer_texts(request)
+    found = {}
+    for ref in refs:
+        text = texts.get(ref)
+        found[ref] = (
+            ()
+            if text is None
+            else tuple(name for name in LAYERS if layers[name] and present(text, layers[name]))
+        )
+    return EvidenceFound(found)

@@ -1,0 +1,246 @@
+"""One evaluation run: every conversation replayed, every question asked each way, scored,
+and appended to a JSONL file as soon as it is done (so ``--resume`` skips it next time).
+
+A line of the JSONL file is one question with every way's figures (``personabot`` and the
+baselines of bench/longmem/baselines.py): the answer, the latency of the model call, the
+request's estimated input tokens and its cost under Claude's prompt-cache rules (bench/memory.py
+``price_request``, on a cold cache: a question comes after a pause longer than the cache's
+5 minutes), where each evidence turn was found (bench/longmem/evidence.py), the dataset's
+score and the judge's verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.longmem.baselines import BASELINES, DEFAULT_CONTEXT_TOKENS, baseline_request
+from bench.longmem.datasets import Conversation, Question
+from bench.longmem.evidence import find_evidence
+from bench.longmem.replay import RETRIES, CountingLLM, Setup, ask, replay
+from bench.longmem.scoring import Judge, dataset_score
+from bench.memory import price_request, request_blocks
+from bot.core.errors import ModelUnavailable
+from bot.core.llm import BaseLLM, ModelRequest, ModelResult
+
+log = logging.getLogger("personabot.eval")
+
+PERSONABOT = "personabot"
+WAYS = (PERSONABOT, *BASELINES)
+
+
+@dataclass(frozen=True, slots=True)
+class Models:
+    """The model under test, the memory model (summaries, extraction) and the judge."""
+
+    answer: BaseLLM
+    memory: BaseLLM
+    judge: Judge | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """What to run."""
+
+    setup: Setup = field(default_factory=Setup)
+    ways: tuple[str, ...] = WAYS
+    limit: int | None = None  # questions in all
+    conversations: int | None = None
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    workdir: Path | None = None
+
+
+def done_ids(results: Path) -> set[str]:
+    """Question ids already in the JSONL file (a torn last line is ignored)."""
+    if not results.exists():
+        return set()
+    ids = set()
+    for line in results.read_text(encoding="utf-8").splitlines():
+        try:
+            ids.add(str(json.loads(line)["question_id"]))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    return ids
+
+
+def read_results(results: Path) -> list[dict[str, Any]]:
+    """Every complete line of the JSONL file, the last one of each question kept."""
+    rows: dict[str, dict[str, Any]] = {}
+    if results.exists():
+        for line in results.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+                rows[str(row["question_id"])] = row
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+    return list(rows.values())
+
+
+def _append(results: Path, row: dict[str, Any]) -> None:
+    results.parent.mkdir(parents=True, exist_ok=True)
+    torn = False
+    if results.exists() and results.stat().st_size:
+        with results.open("rb") as f:
+            f.seek(-1, 2)
+            torn = f.read(1) != b"\n"  # a line cut by an interruption: start a new one
+    with results.open("a", encoding="utf-8") as f:
+        f.write(("\n" if torn else "") + json.dumps(row, ensure_ascii=False) + "\n")
+        f.flush()
+
+
+@dataclass(slots=True)
+class Plan:
+    """Questions to ask per conversation (after --limit, --conversations and --resume)."""
+
+    items: list[tuple[Conversation, list[Question]]] = field(default_factory=list)
+
+    @property
+    def questions(self) -> int:
+        """How many questions in all."""
+        return sum(len(q) for _, q in self.items)
+
+
+def plan(conversations: Sequence[Conversation], options: RunOptions, done: set[str]) -> Plan:
+    """What is left to ask."""
+    out = Plan()
+    budget = options.limit
+    for conv in conversations[: options.conversations]:
+        if budget is not None and budget <= 0:
+            break
+        chosen = list(conv.questions[:budget] if budget is not None else conv.questions)
+        if budget is not None:
+            budget -= len(chosen)
+        left = [q for q in chosen if q.id not in done]
+        if left:
+            out.items.append((conv, left))
+    return out
+
+
+def _figures(
+    request: ModelRequest, result: ModelResult, latency: float, at: float
+) -> dict[str, Any]:
+    cost, _cache = price_request(request_blocks(request), {}, at)
+    return {
+        "answer": result.text,
+        "latency_s": round(latency, 4),
+        "input_tokens": cost.input_tokens,
+        "cost_uncached": cost.uncached_cost,
+        "cost_cached": round(cost.cost, 3),
+        "usage": {
+            "input_tokens": result.usage.input_tokens,
+            "output_tokens": result.usage.output_tokens,
+            "cache_read_input_tokens": result.usage.cache_read_input_tokens,
+            "cache_creation_input_tokens": result.usage.cache_creation_input_tokens,
+        },
+        "layers": list(request.layers),
+    }
+
+
+async def _score(
+    row: dict[str, Any], conv: Conversation, q: Question, request: ModelRequest, judge: Judge | None
+) -> None:
+    found = find_evidence(request, q.evidence, conv.texts())
+    row["evidence"] = found.to_json()
+    row["evidence_in_prompt"] = found.all_present if q.evidence else None
+    row["score"] = dataset_score(conv.dataset, row["answer"], q.answer, q.abstain)
+    row["judge"] = (
+        None if judge is None else await judge.grade(q.text, q.answer, row["answer"], q.abstain)
+    )
+
+
+async def _baseline(
+    way: str, conv: Conversation, q: Question, models: Models, options: RunOptions
+) -> tuple[ModelRequest, dict[str, Any]]:
+    request = baseline_request(way, conv, q, options.setup, context_tokens=options.context_tokens)
+    for attempt in range(RETRIES + 1):
+        started = time.perf_counter()
+        try:
+            result = await models.answer.complete(request)
+        except ModelUnavailable:
+            if attempt == RETRIES:
+                raise
+            await asyncio.sleep(2.0 * 2**attempt)
+            continue
+        return request, _figures(request, result, time.perf_counter() - started, q.asked_at)
+    raise AssertionError("unreachable")
+
+
+async def _conversation(
+    conv: Conversation,
+    questions: Sequence[Question],
+    models: Models,
+    options: RunOptions,
+    results: Path,
+    workdir: Path,
+    progress: Callable[[str], None],
+) -> None:
+    snapshot = workdir / f"{conv.id}.sqlite3".replace("/", "_")
+    now = 0.0
+    memory = CountingLLM(models.memory)
+    if PERSONABOT in options.ways:
+        started = time.perf_counter()
+        until = min(q.asked_at for q in questions)
+        now = await replay(conv, options.setup, snapshot, memory_llm=memory, until=until)
+        progress(f"{conv.id}: replayed in {time.perf_counter() - started:.1f} s")
+    # The memory model's work of this replay, shared by the questions it serves (a resumed
+    # run replays again for the questions left: each replay is counted once in all).
+    replayed = {
+        "memory_calls": dict(memory.calls),
+        "memory_input_tokens": dict(memory.input_tokens),
+        "questions": len(questions),
+    }
+    for q in questions:
+        row: dict[str, Any] = {
+            "question_id": q.id,
+            "conversation": conv.id,
+            "dataset": conv.dataset,
+            "category": q.category,
+            "question": q.text,
+            "gold": q.answer,
+            "abstain": q.abstain,
+            "evidence_refs": list(q.evidence),
+            "replay": replayed,
+            "ways": {},
+        }
+        for way in options.ways:
+            if way == PERSONABOT:
+                work = workdir / "question.sqlite3"
+                answered = await ask(
+                    conv, q, options.setup, snapshot, work,
+                    now=now, memory_llm=memory, under_test=models.answer,
+                )  # fmt: skip
+                request = answered.request
+                figures = _figures(request, answered.result, answered.latency, answered.at)
+            else:
+                request, figures = await _baseline(way, conv, q, models, options)
+            await _score(figures, conv, q, request, models.judge)
+            row["ways"][way] = figures
+        _append(results, row)
+        progress(f"{q.id}: done")
+
+
+async def run(
+    conversations: Sequence[Conversation],
+    models: Models,
+    options: RunOptions,
+    results: Path,
+    *,
+    resume: bool,
+    progress: Callable[[str], None] = lambda _line: None,
+) -> list[dict[str, Any]]:
+    """Ask what is left, appending each question to ``results``; return every row there."""
+    if not resume and results.exists():
+        results.unlink()
+    todo = plan(conversations, options, done_ids(results) if resume else set())
+    progress(f"{todo.questions} questions to ask in {len(todo.items)} conversations")
+    with tempfile.TemporaryDirectory(prefix="personabot-eval-", dir=options.workdir) as tmp:
+        for conv, questions in todo.items:
+            await _conversation(conv, questions, models, options, results, Path(tmp), progress)
+    return read_results(results)
