@@ -572,7 +572,17 @@ class DiscordAdapter(StreamingAdapter):
                 reference=reference,
                 file=upload,
             )
-        except DeliveryRefused as exc:
+        except AdapterError as exc:
+            # Refused, so nothing was posted: no Attach Files permission (403), a file over
+            # the upload limit (413) or one Discord will not take (400). The text goes
+            # instead; nothing here may lose a reply (docs/voices.md). Anything else (a
+            # network fault, a 5xx) is the send's failure, retried as any send is.
+            cause = exc.__cause__
+            refused = isinstance(exc, DeliveryRefused) or (
+                isinstance(cause, discord.HTTPException) and 400 <= cause.status < 500
+            )
+            if not refused:
+                raise
             log.warning("channel %d refused the voice file (%s); sending the text", channel_id, exc)
             await self._send_text(reply)
             return
