@@ -106,6 +106,7 @@ from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSetting
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
 from bot.core.events import ConversationKey, PlatformProblem, Reply, Voice, voiced
+from bot.core.menu import LocalizedMenu
 from bot.core.pacing import Pacer
 from bot.core.ports import InboundHandler, Preview, StreamSettings
 from bot.core.tasks import running
@@ -120,6 +121,8 @@ CAPTION_LIMIT: Final = 1024
 
 _TELEGRAM_ERRORS: Final = (TelegramAPIError, ClientDecodeError)
 _COMMAND_NAME = re.compile(r"^[a-z0-9_]{1,32}$")
+#: The ``language_code`` of each catalog's menu (two-letter ISO 639-1, as Telegram takes).
+MENU_LANGUAGES: Final = {"ru": "ru", "uk": "uk", "he": "he", "zh_Hans": "zh"}
 _SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 _REFUSALS: Final = REFUSALS
 _SEEN_UPDATES: Final = 2048
@@ -305,6 +308,10 @@ class TelegramAdapter(StreamingAdapter):
             self._accounts.voices,
         )
         await self._register_commands(handler.commands)
+        if isinstance(handler, LocalizedMenu):
+            # The menu in each language of the bot's personas (docs/i18n.md).
+            for code, menu in handler.localized_commands(MENU_LANGUAGES).items():
+                await self._register_commands(menu, code)
         await self._accounts.identify()  # never fatal: a persona without one uses the header
         dispatcher = self._dispatcher(handler)
         log.info("telegram bot %s is @%s", self.bot_key, self._rules.me.username)
@@ -335,15 +342,18 @@ class TelegramAdapter(StreamingAdapter):
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
 
-    async def _register_commands(self, commands: Sequence[tuple[str, str]]) -> None:
-        """``setMyCommands`` from the handler's commands (a failure is logged, not fatal)."""
+    async def _register_commands(
+        self, commands: Sequence[tuple[str, str]], language: str | None = None
+    ) -> None:
+        """``setMyCommands`` from the handler's commands, for the people whose app is in
+        ``language`` (None: everyone else); a failure is logged, not fatal."""
         menu = [
             BotCommand(command=name, description=description[:256])
             for name, description in commands
             if _COMMAND_NAME.match(name) and description
         ]
         try:
-            await self._bot.set_my_commands(menu)
+            await self._bot.set_my_commands(menu, language_code=language)
         except _TELEGRAM_ERRORS as exc:
             log.warning(
                 "telegram bot %s: setMyCommands failed: %s", self.bot_key, self._redact(str(exc))

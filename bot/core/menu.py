@@ -7,6 +7,7 @@ Plain frozen types and a Protocol, so the runtime (which knows the commands) and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, runtime_checkable
 
@@ -28,6 +29,8 @@ class CommandOption:
     choices: tuple[str, ...] = ()
     #: Whether the platform asks ``NativeMenu.suggest`` while the person types it.
     suggest: bool = False
+    #: The description in other languages: (platform locale, text) pairs (docs/i18n.md).
+    localized: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,8 @@ class NativeCommand:
     subcommands: tuple[NativeCommand, ...] = ()
     #: Whether its answers are for the asker's eyes only (about one person's own data).
     private: bool = False
+    #: The description in other languages: (platform locale, text) pairs (docs/i18n.md).
+    localized: tuple[tuple[str, str], ...] = ()
 
 
 #: The subcommand that stands for no word (``/reminders list`` -> ``/reminders``).
@@ -61,6 +66,19 @@ class Suggestion:
 
     label: str
     value: str
+
+
+@runtime_checkable
+class LocalizedMenu(Protocol):
+    """What an inbound handler offers a platform whose command menu has a version per
+    language (Telegram's ``setMyCommands`` with ``language_code``): docs/i18n.md."""
+
+    def localized_commands(
+        self, codes: Mapping[str, str]
+    ) -> dict[str, tuple[tuple[str, str], ...]]:
+        """(name, description) of every menu command in each language the bot's personas
+        use, keyed by the platform's code for it (``codes``: catalog -> platform code)."""
+        ...
 
 
 @runtime_checkable

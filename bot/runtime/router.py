@@ -116,6 +116,21 @@ class Router:
         """Names of the admin-only commands of any bot here (in no menu)."""
         return self._commands.admin_names()
 
+    def localized_commands_for(
+        self, bot: str, codes: Mapping[str, str]
+    ) -> dict[str, tuple[tuple[str, str], ...]]:
+        """``commands_for(bot)`` in each other language its personas use, keyed by the
+        platform's code for it (``codes``: catalog -> code; docs/i18n.md)."""
+        menus: dict[str, tuple[tuple[str, str], ...]] = {}
+        for texts in self._commands.languages.menu_languages(bot):
+            code = codes.get(texts.language)
+            if code is not None:
+                menus[code] = tuple(
+                    (spec.name, texts.finish(texts(spec.description)))
+                    for spec in self._commands.specs_for(bot)
+                )
+        return menus
+
     def admin_commands_for(self, bot: str) -> tuple[str, ...]:
         """Names of ``bot``'s admin-only commands (in no menu)."""
         return self._commands.admin_names(bot)
@@ -123,7 +138,11 @@ class Router:
     def native_commands_for(self, bot: str) -> tuple[NativeCommand, ...]:
         """Every command of ``bot`` as a native command (admin ones too: refused by the
         router to anyone else, as when typed)."""
-        return tuple(native_command(s, plugin=p) for s, p in self._commands.every_spec(bot))
+        catalogs = self._commands.languages.menu_languages(bot)
+        return tuple(
+            native_command(s, plugin=p, catalogs=catalogs)
+            for s, p in self._commands.every_spec(bot)
+        )
 
     async def suggest(
         self, asker: Inbound, command: str, option: str, typed: str
@@ -348,6 +367,12 @@ class BotHandler:
     def admin_commands(self) -> tuple[str, ...]:
         """Names of this bot's admin-only commands (in no menu)."""
         return self._router.admin_commands_for(self._bot)
+
+    def localized_commands(
+        self, codes: Mapping[str, str]
+    ) -> dict[str, tuple[tuple[str, str], ...]]:
+        """This bot's menu in its personas' other languages (``bot.core.menu.LocalizedMenu``)."""
+        return self._router.localized_commands_for(self._bot, codes)
 
     def rejected(self, platform: str, bot: str, kind: str) -> None:
         """Count an update an adapter could not read."""

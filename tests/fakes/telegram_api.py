@@ -47,6 +47,8 @@ Behaviour:
   ``caption`` (checked like a message's text, at most 1024 characters after parsing) and
   ``duration``; a private chat of a user in :attr:`FakeTelegramAPI.voice_forbidden` answers
   ``400 Bad Request: VOICE_MESSAGES_FORBIDDEN`` (their privacy setting), as Telegram does.
+* ``setMyCommands`` keeps one menu per ``language_code`` (two lowercase letters, else
+  ``400``), as Telegram does: :meth:`FakeTelegramAPI.commands`.
 * ``sendChatAction``, ``setMyCommands``, ``setWebhook``, ``deleteWebhook``, ``getWebhookInfo``
   and ``deleteMessage`` are answered and recorded.
 * :meth:`FakeTelegramAPI.fail_next` scripts errors per method (and optionally per token):
@@ -449,7 +451,8 @@ class _Account:
     poll_generation: int = 0
     webhook_url: str | None = None
     webhook_secret: str | None = None
-    commands: list[dict[str, Any]] = field(default_factory=list)
+    # setMyCommands' menus by language_code ("": the default one).
+    menus: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     outside: set[int] = field(default_factory=set)  # groups the bot is not a member of
 
 
@@ -512,9 +515,10 @@ class FakeTelegramAPI(FakeServer):
         """The bot user of a token."""
         return self._accounts[token].user
 
-    def commands(self, token: str) -> list[dict[str, Any]]:
-        """The commands last set with ``setMyCommands``."""
-        return list(self._accounts[token].commands)
+    def commands(self, token: str, language_code: str = "") -> list[dict[str, Any]]:
+        """The commands last set with ``setMyCommands`` for ``language_code`` ("": the
+        default menu, for every language without its own)."""
+        return list(self._accounts[token].menus.get(language_code, []))
 
     def polls_started(self, token: str) -> int:
         """How many ``getUpdates`` calls of the token arrived (a long poll counts at once)."""
@@ -1275,7 +1279,10 @@ def _set_my_commands(account: _Account, params: dict[str, Any]) -> bool:
             raise _ApiError(400, "Bad Request: BOT_COMMAND_INVALID")
         if not 1 <= len(str(command.get("description", ""))) <= 256:
             raise _ApiError(400, "Bad Request: BOT_COMMAND_DESCRIPTION_INVALID")
-    account.commands = list(commands)
+    language = str(params.get("language_code") or "")
+    if language and not re.fullmatch(r"[a-z]{2}", language):
+        raise _ApiError(400, "Bad Request: invalid language code specified")
+    account.menus[language] = list(commands)
     return True
 
 

@@ -70,10 +70,13 @@ def build_commands(
         exports=exports,
         extensions=extensions,
         plugin_timeout=parts.settings.tools.command_timeout_seconds,
+        languages=hosted.languages,
     )
     if agenda is not None:
         proactive = agenda.proactive
-        agenda_commands = AgendaCommands(store=store, clock=clock, proactive=proactive)
+        agenda_commands = AgendaCommands(
+            store=store, clock=clock, proactive=proactive, languages=hosted.languages
+        )
         checkins = any(proactive.checks_in(k) for k in hosted.profiles)
         for name, description, handler in agenda_commands.specs(checkins=checkins):
             commands.register(name, description, handler)
