@@ -153,7 +153,15 @@ class _GlobalRoutes:
         return dict(await self.http.upsert_global_command(self.app, payload))  # type: ignore[arg-type]
 
     async def edit(self, command_id: str, payload: JSON) -> JSON:
-        return dict(await self.http.edit_global_command(self.app, command_id, payload))
+        # Not http.edit_global_command: it drops every key but name, description and
+        # options, so a changed localization would never reach Discord.
+        route = Route(
+            "PATCH",
+            "/applications/{application_id}/commands/{command_id}",
+            application_id=self.app,
+            command_id=command_id,
+        )
+        return dict(await self.http.request(route, json=payload))
 
     async def delete(self, command_id: str) -> None:
         await self.http.delete_global_command(self.app, command_id)
@@ -178,7 +186,14 @@ class _GuildRoutes:
         return dict(await self.http.upsert_guild_command(self.app, self.guild, payload))
 
     async def edit(self, command_id: str, payload: JSON) -> JSON:
-        return dict(await self.http.edit_guild_command(self.app, self.guild, command_id, payload))
+        route = Route(  # the whole payload, as for the global scope
+            "PATCH",
+            "/applications/{application_id}/guilds/{guild_id}/commands/{command_id}",
+            application_id=self.app,
+            guild_id=self.guild,
+            command_id=command_id,
+        )
+        return dict(await self.http.request(route, json=payload))
 
     async def delete(self, command_id: str) -> None:
         await self.http.delete_guild_command(self.app, self.guild, command_id)

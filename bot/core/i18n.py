@@ -87,7 +87,7 @@ class Texts:
         ``str`` subclass (a refusal stays one)."""
         if not self.right_to_left or not text:
             return text
-        lines = (RLM + _LTR_RUN.sub(_isolated, line) for line in text.split("\n"))
+        lines = (_directed(line) for line in text.split("\n"))
         return type(text)("\n".join(lines))
 
 
@@ -96,11 +96,18 @@ RLM: Final = "\u200f"
 LRI: Final = "\u2066"
 PDI: Final = "\u2069"
 #: A left-to-right run: it starts with a Latin letter, a digit, ``/``, ``#`` or ``@`` and holds
-#: no right-to-left letter; it ends on a letter or digit (trailing punctuation stays in the
-#: right-to-left sentence).
+#: no right-to-left letter and no bracket; it ends on a letter or digit. Trailing punctuation
+#: and brackets stay in the right-to-left sentence, so "(UTC)" keeps both its brackets on the
+#: sentence's side and they mirror as a pair.
 _LTR_RUN: Final = re.compile(
-    r"[/#@A-Za-z0-9](?:[^\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff\n\u2066-\u2069]*[A-Za-z0-9_])?"
+    r"[/#@A-Za-z0-9]"
+    r"(?:[^\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff\n\u2066-\u2069()\[\]{}]*[A-Za-z0-9_])?"
 )
+
+
+def _directed(line: str) -> str:
+    # A line that starts with the mark was finished already (a notice inside an answer).
+    return line if line.startswith(RLM) else RLM + _LTR_RUN.sub(_isolated, line)
 
 
 def _isolated(match: re.Match[str]) -> str:

@@ -220,6 +220,8 @@ class TgUser:
     last_name: str | None = None
     username: str | None = None
     is_bot: bool = False
+    # The user's app language (IETF tag), as Telegram sends it; may be absent.
+    language_code: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``User`` object."""
@@ -228,6 +230,8 @@ class TgUser:
             data["last_name"] = self.last_name
         if self.username:
             data["username"] = self.username
+        if self.language_code:
+            data["language_code"] = self.language_code
         return data
 
 
