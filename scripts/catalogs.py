@@ -1,6 +1,6 @@
 """Message catalogs of personabot's built-in texts (docs/i18n.md#adding-a-text):
 
-    uv run python scripts/catalogs.py extract   # bot/ -> bot/locales/personabot.pot
+    uv run python scripts/catalogs.py extract   # bot/, memory/ -> bot/locales/personabot.pot
     uv run python scripts/catalogs.py update    # .pot -> each language's .po (new texts empty)
     uv run python scripts/catalogs.py compile   # each .po -> its .mo (committed)
 
@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCALES = ROOT / "bot" / "locales"
 TEMPLATE = LOCALES / "personabot.pot"
 DOMAIN = "personabot"
+#: Where built-in texts are written (adapters say nothing to people on their own).
+SOURCES = ("bot", "memory")
 
 
 def _babel(*args: str) -> None:
@@ -31,7 +33,7 @@ def _babel(*args: str) -> None:
 
 
 def extract() -> None:
-    """The marked texts of bot/ (``_``, ``N_``, ``ngettext``) into the template."""
+    """The marked texts of the sources (``_``, ``N_``, ``ngettext``) into the template."""
     _babel(
         "extract",
         "--no-location",
@@ -39,7 +41,7 @@ def extract() -> None:
         "--project=personabot",
         "-o",
         str(TEMPLATE),
-        str(ROOT / "bot"),
+        *(str(ROOT / source) for source in SOURCES),
     )
 
 

@@ -433,7 +433,7 @@ class Commands:
             await self._store.delete_state(session.key)
         _ = self._languages.for_inbound(inbound)
         cleared = _("This chat's saved choices were cleared too.")
-        return f"{report.describe()} {cleared}"
+        return f"{report.describe(_)} {cleared}"
 
     async def _export(self, inbound: Inbound, command: Command) -> str | None:
         # Off the inbound path: one file, built and sent by Exports (privately from a group).

@@ -15,6 +15,7 @@ from typing import Protocol
 from bot.core.clock import Clock
 from bot.core.errors import SelfCancelled
 from bot.core.events import ConversationKey, Inbound, UserKey
+from bot.core.i18n import N_
 from bot.core.menu import NativeCommand, Suggestion
 from bot.core.ports import Outlet
 from bot.core.scenes import SceneRules, addressed
@@ -46,7 +47,7 @@ class RouterStore(OutboxStore, LeaseStore, CommandRecordStore, Protocol):
 
 #: The answer to a native command whose answer comes by itself (``/export``'s file): the
 #: platform waits for one (docs/discord.md#7-commands).
-ANSWERS_LATER = "On it: the answer comes in a separate message."
+ANSWERS_LATER = N_("On it: the answer comes in a separate message.")
 
 
 @dataclasses.dataclass(slots=True)
@@ -308,7 +309,9 @@ class Router:
             return
         answer = await self._commands.handle(inbound, command)
         if answer is None and inbound.command_only:
-            answer = ANSWERS_LATER  # the platform waits for an answer to its native command
+            # The platform waits for an answer to its native command.
+            texts = self._commands.languages.for_inbound(inbound)
+            answer = texts.finish(texts(ANSWERS_LATER))
         if answer is not None:
             kind: Kind = "greeting" if command.name == "start" else "answer"
             private = isinstance(answer, Refusal) or command.name in PRIVATE_COMMANDS

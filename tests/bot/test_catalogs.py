@@ -17,7 +17,8 @@ from pydantic import ValidationError
 
 from bot.config import PersonaSettings
 from bot.core.i18n import SHIPPED, catalog_language, english, load_texts
-from scripts.catalogs import LOCALES, ROOT, TEMPLATE, compiled, po_files
+from memory.privacy import ForgetReport
+from scripts.catalogs import LOCALES, ROOT, SOURCES, TEMPLATE, compiled, po_files
 
 LRI, PDI, RLM = "\u2066", "\u2069", "\u200f"
 
@@ -62,10 +63,11 @@ def test_the_committed_mo_files_are_compiled_from_the_po_files() -> None:
 
 def _marked() -> Iterator[str]:
     keywords = {"_": None, "N_": None, "ngettext": (1, 2)}
-    for _file, _line, message, _comments, _context in extract_from_dir(
-        ROOT / "bot", keywords=keywords
-    ):
-        yield from _ids(message)
+    for source in SOURCES:
+        for _file, _line, message, _comments, _context in extract_from_dir(
+            ROOT / source, keywords=keywords
+        ):
+            yield from _ids(message)
 
 
 def test_the_template_holds_every_text_the_code_marks() -> None:
@@ -140,3 +142,11 @@ def test_a_persona_s_language_is_a_shipped_catalog_or_auto() -> None:
     with pytest.raises(ValidationError) as error:
         _persona("klingon")
     assert 'use one of en, ru, uk, he, zh_Hans or "auto"' in str(error.value)
+
+
+def test_the_forget_report_counts_in_the_person_s_language() -> None:
+    report = ForgetReport(items=3, erasure=None, reminders=5)
+    ukrainian = report.describe(load_texts("uk"))
+    assert ukrainian.startswith("Готово: я стер те, що пам’ятав про вас (3 записи),")
+    assert "Я видалив ваші нагадування (5 нагадувань)" in ukrainian
+    assert report.describe().startswith("Done: I erased what I remembered about you (3 things)")

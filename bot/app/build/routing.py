@@ -28,6 +28,7 @@ def build_exports(parts: Parts, memory: Memory, holder: str | None) -> Exports:
         build=lambda user, conversation: export_document(memory, user, conversation, defaults),
         policy=ExportPolicy(every_seconds=parts.settings.limits.export_every_minutes * 60),
         holder=holder,
+        languages=parts.hosted.languages,
         delivery=Delivery(
             store=parts.store,
             clock=parts.turn_clock,
