@@ -309,9 +309,13 @@ class TelegramAdapter(StreamingAdapter):
         )
         await self._register_commands(handler.commands)
         if isinstance(handler, LocalizedMenu):
-            # The menu in each language of the bot's personas (docs/i18n.md).
-            for code, menu in handler.localized_commands(MENU_LANGUAGES).items():
+            # The menu in each language of the bot's personas (docs/i18n.md); a language no
+            # persona uses any more loses its menu (its people get the default one).
+            menus = handler.localized_commands(MENU_LANGUAGES)
+            for code, menu in menus.items():
                 await self._register_commands(menu, code)
+            for code in sorted(set(MENU_LANGUAGES.values()) - set(menus)):
+                await self._unregister_commands(code)
         await self._accounts.identify()  # never fatal: a persona without one uses the header
         dispatcher = self._dispatcher(handler)
         log.info("telegram bot %s is @%s", self.bot_key, self._rules.me.username)
@@ -357,6 +361,15 @@ class TelegramAdapter(StreamingAdapter):
         except _TELEGRAM_ERRORS as exc:
             log.warning(
                 "telegram bot %s: setMyCommands failed: %s", self.bot_key, self._redact(str(exc))
+            )
+
+    async def _unregister_commands(self, language: str) -> None:
+        """``deleteMyCommands`` for ``language`` (a failure is logged, not fatal)."""
+        try:
+            await self._bot.delete_my_commands(language_code=language)
+        except _TELEGRAM_ERRORS as exc:
+            log.warning(
+                "telegram bot %s: deleteMyCommands failed: %s", self.bot_key, self._redact(str(exc))
             )
 
     def _dispatcher(self, handler: InboundHandler) -> Dispatcher:

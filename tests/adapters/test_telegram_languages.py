@@ -86,9 +86,14 @@ class Rig:
         return check
 
 
+#: A Hebrew menu an earlier run left (the persona spoke Hebrew then).
+STALE = [{"command": "help", "description": "רשימת הפקודות"}]
+
+
 @contextlib.asynccontextmanager
 async def running(store: BaseStore, language: str, **limits: Any) -> AsyncIterator[Rig]:
-    """Mira (persona ``language``) polling the fake API; one turn per person and hour."""
+    """Mira (persona ``language``) polling the fake API; one turn per person and hour. An
+    earlier run left a Hebrew menu."""
     persona = _persona(language)
     settings = Settings(
         queue=QueueSettings(
@@ -103,6 +108,7 @@ async def running(store: BaseStore, language: str, **limits: Any) -> AsyncIterat
     clock = ManualClock(T0)
     async with FakeTelegramAPI() as api:
         api.add_bot(TOKEN, "mira_bot", "Mira")
+        api.set_menu(TOKEN, STALE, "he")
         adapter = TelegramAdapter(bot_key=BOT, token=TOKEN, api_server=api.base_url)
         try:
             async with runtime(
@@ -140,6 +146,7 @@ async def test_a_ukrainian_persona_answers_notices_and_menus_in_ukrainian(
         assert _menu(rig.api, "uk")["help"] == "список команд"
         assert _menu(rig.api, "uk")["memory"] == "показати, що я про вас пам’ятаю"
         assert _menu(rig.api, "ru") == {}  # no persona of this bot speaks Russian
+        assert _menu(rig.api, "he") == {}  # none speaks Hebrew any more: its menu is gone
 
         # The persona's language wins over the person's own (Sasha's app is in English).
         answer = (await rig.ask(SASHA, "/help")).visible_text

@@ -48,7 +48,8 @@ Behaviour:
   ``duration``; a private chat of a user in :attr:`FakeTelegramAPI.voice_forbidden` answers
   ``400 Bad Request: VOICE_MESSAGES_FORBIDDEN`` (their privacy setting), as Telegram does.
 * ``setMyCommands`` keeps one menu per ``language_code`` (two lowercase letters, else
-  ``400``), as Telegram does: :meth:`FakeTelegramAPI.commands`.
+  ``400``), as Telegram does: :meth:`FakeTelegramAPI.commands`; ``deleteMyCommands`` removes
+  one (its people get the default menu).
 * ``sendChatAction``, ``setMyCommands``, ``setWebhook``, ``deleteWebhook``, ``getWebhookInfo``
   and ``deleteMessage`` are answered and recorded.
 * :meth:`FakeTelegramAPI.fail_next` scripts errors per method (and optionally per token):
@@ -523,6 +524,10 @@ class FakeTelegramAPI(FakeServer):
         """The commands last set with ``setMyCommands`` for ``language_code`` ("": the
         default menu, for every language without its own)."""
         return list(self._accounts[token].menus.get(language_code, []))
+
+    def set_menu(self, token: str, commands: list[dict[str, Any]], language_code: str) -> None:
+        """A menu as an earlier run of the bot left it (``setMyCommands``)."""
+        self._accounts[token].menus[language_code] = list(commands)
 
     def polls_started(self, token: str) -> int:
         """How many ``getUpdates`` calls of the token arrived (a long poll counts at once)."""
@@ -1059,6 +1064,7 @@ class FakeTelegramAPI(FakeServer):
             "editMessageText": self._edit_message_text,
             "sendChatAction": _send_chat_action,
             "setMyCommands": _set_my_commands,
+            "deleteMyCommands": _delete_my_commands,
             "setWebhook": _set_webhook,
             "deleteWebhook": _delete_webhook,
             "getWebhookInfo": lambda a, _: {
@@ -1287,6 +1293,11 @@ def _set_my_commands(account: _Account, params: dict[str, Any]) -> bool:
     if language and not re.fullmatch(r"[a-z]{2}", language):
         raise _ApiError(400, "Bad Request: invalid language code specified")
     account.menus[language] = list(commands)
+    return True
+
+
+def _delete_my_commands(account: _Account, params: dict[str, Any]) -> bool:
+    account.menus.pop(str(params.get("language_code") or ""), None)
     return True
 
 
