@@ -96,12 +96,12 @@ RLM: Final = "\u200f"
 LRI: Final = "\u2066"
 PDI: Final = "\u2069"
 #: A left-to-right run: it starts with a Latin letter, a digit, ``/``, ``#`` or ``@`` and holds
-#: no right-to-left letter and no bracket; it ends on a letter or digit. Trailing punctuation
-#: and brackets stay in the right-to-left sentence, so "(UTC)" keeps both its brackets on the
-#: sentence's side and they mirror as a pair.
+#: no right-to-left letter, no bracket and no markup character (``<>*```); it ends on a letter
+#: or digit. Trailing punctuation and brackets stay in the right-to-left sentence, so "(UTC)"
+#: keeps both its brackets on the sentence's side and they mirror as a pair.
 _LTR_RUN: Final = re.compile(
     r"[/#@A-Za-z0-9]"
-    r"(?:[^\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff\n\u2066-\u2069()\[\]{}]*[A-Za-z0-9_])?"
+    r"(?:[^\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff\n\u2066-\u2069()\[\]{}<>*`]*[A-Za-z0-9_])?"
 )
 
 
@@ -111,7 +111,8 @@ def _directed(line: str) -> str:
 
 
 def _isolated(match: re.Match[str]) -> str:
-    return f"{LRI}{match[0]}{PDI}"
+    # A run with a link is left as it is: marks inside it would break the address.
+    return match[0] if "://" in match[0] else f"{LRI}{match[0]}{PDI}"
 
 
 def english() -> Texts:

@@ -276,8 +276,11 @@ class Commands:
     async def handle(self, inbound: Inbound, command: Command) -> str | None:
         """Run a command; the text to answer with now, or None (it answers by itself)."""
         answer = await self._handle(inbound, command)
-        # Directional marks for a right-to-left language, wherever the text came from.
-        return None if answer is None else self._languages.for_inbound(inbound).finish(answer)
+        found = self._spec(inbound.conversation.bot, command.name)
+        if answer is None or (found is not None and found[1]):
+            return answer  # a plugin's answer is its own text (its markup is left alone)
+        # Directional marks for a right-to-left language (docs/i18n.md#shipped-languages).
+        return self._languages.for_inbound(inbound).finish(answer)
 
     async def _handle(self, inbound: Inbound, command: Command) -> str | None:
         _ = self._languages.for_inbound(inbound)

@@ -150,3 +150,9 @@ def test_the_forget_report_counts_in_the_person_s_language() -> None:
     assert ukrainian.startswith("Готово: я стер те, що пам’ятав про вас (3 записи),")
     assert "Я видалив ваші нагадування (5 нагадувань)" in ukrainian
     assert report.describe().startswith("Done: I erased what I remembered about you (3 things)")
+
+
+def test_right_to_left_marks_leave_a_link_alone() -> None:
+    hebrew = load_texts("he")
+    text = "ראו https://example.org/a ב־/help"
+    assert hebrew.finish(text) == f"{RLM}ראו https://example.org/a ב־{LRI}/help{PDI}"
