@@ -37,15 +37,17 @@ def pytest_configure(config: pytest.Config) -> None:
     Many tests start real ``personabot`` processes (and test workers, when ``-n`` is given):
     each one imports aiogram, discord.py and the Anthropic SDK. With ``PYTHONDONTWRITEBYTECODE``
     set (as on the CI machines), every process compiled them again, seconds of CPU each. The
-    processes inherit this environment: the first one writes its bytecode under one cache
-    folder (``PYTHONPYCACHEPREFIX``), the next ones read it. The folder is inside the checkout
-    (``.pytest_cache/``, ignored by git), never a shared temporary directory where another
-    user could leave bytecode of their own for our processes to run. What runs is the same
-    code; a changed source file is compiled again (Python checks its mtime).
+    libraries are compiled once when they are installed (``compile-bytecode`` in pyproject's
+    ``[tool.uv]``: ``uv sync`` writes their ``__pycache__``, several files at a time); the
+    processes the tests start inherit this environment, so the first one to import a module of
+    the checkout (the product, the tests with pytest's assertion rewriting) writes its
+    bytecode next to it, in ``__pycache__`` (ignored by git), and the next ones read it. No
+    ``PYTHONPYCACHEPREFIX``: with one set, Python looks for bytecode only under it and the
+    installed libraries' ``__pycache__`` went unread (every test worker compiled them again on
+    a fresh checkout: ~7 s of CPU each). What runs is the same code; a changed source file is
+    compiled again (Python checks its mtime).
     """
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    cache = config.rootpath / ".pytest_cache" / "bytecode"
-    os.environ.setdefault("PYTHONPYCACHEPREFIX", str(cache))
     # The controller of a run on several workers starts one process zygote for all of them
     # (tests/processes.py), before they start: its imports overlap with their collection.
     workers = config.getoption("numprocesses", None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,10 +85,12 @@ def test_every_relative_link_of_the_docs_lands() -> None:
     assert broken == []
 
 
-def test_the_test_processes_bytecode_cache_is_inside_the_checkout() -> None:
-    """Bytecode the test processes share lives in the checkout, not in a shared /tmp folder
-    another user of the machine could fill (tests/conftest.py)."""
-    root = Path(__file__).resolve().parent.parent
-    cache = Path(os.environ["PYTHONPYCACHEPREFIX"]).resolve()
-    assert cache.is_relative_to(root / ".pytest_cache"), cache
+def test_the_test_processes_reuse_the_installed_bytecode() -> None:
+    """The processes the tests start write the bytecode of what they compile and read what
+    ``uv sync`` compiled (tests/conftest.py): no cache prefix that hides the installed
+    libraries' ``__pycache__``, and the libraries are compiled at installation."""
     assert "PYTHONDONTWRITEBYTECODE" not in os.environ
+    assert "PYTHONPYCACHEPREFIX" not in os.environ
+    root = Path(__file__).resolve().parent.parent
+    uv = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["uv"]
+    assert uv.get("compile-bytecode") is True

@@ -51,8 +51,9 @@ from aiogram.exceptions import (
 from aiogram.methods import EditMessageText, SendChatAction, SendDocument, SendMessage
 from aiogram.methods.base import TelegramMethod, TelegramType
 from aiogram.types import (
-    BotCommand,
     BufferedInputFile,
+    CallbackQuery,
+    InlineKeyboardMarkup,
     Message,
     MessageGenerationStopped,
     ReplyParameters,
@@ -70,6 +71,7 @@ from adapters.telegram.accounts import (
     PersonaAccounts,
     unusable,
 )
+from adapters.telegram.buttons import ButtonSigner
 from adapters.telegram.format import (
     MESSAGE_LIMIT,
     Chunk,
@@ -88,7 +90,9 @@ from adapters.telegram.inbound import (
     to_inbound,
 )
 from adapters.telegram.media import TelegramMedia
+from adapters.telegram.menus import flat_menu, set_menus
 from adapters.telegram.pacing import TelegramPacer
+from adapters.telegram.presses import PressDesk
 from adapters.telegram.preview import (
     NOT_EDITABLE,
     NOT_MODIFIED,
@@ -103,10 +107,11 @@ from adapters.telegram.updates import GetRawUpdates, ParsedUpdate, parse_update
 from adapters.telegram.voice import send_voice, voice_caption
 from adapters.text import utf16_len
 from bot.config import BotSettings, PersonaSettings, Secrets, TelegramBotSettings
+from bot.core.choices import typed
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
 from bot.core.events import ConversationKey, PlatformProblem, Reply, Voice, voiced
-from bot.core.menu import LocalizedMenu
+from bot.core.menu import MenuSource
 from bot.core.pacing import Pacer
 from bot.core.ports import InboundHandler, Preview, StreamSettings
 from bot.core.tasks import running
@@ -114,15 +119,17 @@ from bot.core.tasks import running
 log = logging.getLogger("personabot.telegram")
 
 SECRET_HEADER: Final = "X-Telegram-Bot-Api-Secret-Token"
-ALLOWED_UPDATES: Final = ("message", "edited_message", "stopped_message_generation")
+ALLOWED_UPDATES: Final = (
+    "message",
+    "edited_message",
+    "stopped_message_generation",
+    "callback_query",  # presses of our buttons (adapters/telegram/presses.py)
+)
 #: Telegram's limit for a document's caption, in characters.
 CAPTION_LIMIT: Final = 1024
 
 
 _TELEGRAM_ERRORS: Final = (TelegramAPIError, ClientDecodeError)
-_COMMAND_NAME = re.compile(r"^[a-z0-9_]{1,32}$")
-#: The ``language_code`` of each catalog's menu (two-letter ISO 639-1, as Telegram takes).
-MENU_LANGUAGES: Final = {"ru": "ru", "uk": "uk", "he": "he", "zh_Hans": "zh"}
 _SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 _REFUSALS: Final = REFUSALS
 _SEEN_UPDATES: Final = 2048
@@ -219,6 +226,9 @@ class TelegramAdapter(StreamingAdapter):
         except TokenValidationError:
             raise ConfigError([f"telegram bot {bot_key!r}: the token is malformed"]) from None
         self._token = token
+        # Our buttons' callback data is signed with a key derived from the token (never the
+        # token itself): adapters/telegram/buttons.py.
+        self._signer = ButtonSigner(token)
         # A scene's persona accounts (send only): same API server, their own redacting
         # sessions, and this adapter's pacer (every send below draws from it).
         self._accounts = PersonaAccounts(
@@ -252,6 +262,13 @@ class TelegramAdapter(StreamingAdapter):
         self._pacer: Pacer[int] = pacer or TelegramPacer(clock=clock)
         self._previews = PreviewContext(self._bot, bot_key, self._redact, self._pacer)
         self._draftless: OrderedDict[int, None] = OrderedDict()  # chats that refused drafts
+        self._presses = PressDesk(
+            bot=self._bot,
+            bot_key=bot_key,
+            signer=self._signer,
+            now=self._session.now,
+            redact=self._redact,
+        )
         #: The port the webhook server listens on (known once it started; useful with port 0).
         self.webhook_port: int | None = None
 
@@ -307,15 +324,10 @@ class TelegramAdapter(StreamingAdapter):
             commands,
             self._accounts.voices,
         )
-        await self._register_commands(handler.commands)
-        if isinstance(handler, LocalizedMenu):
-            # The menu in each language of the bot's personas (docs/i18n.md); a language no
-            # persona uses any more loses its menu (its people get the default one).
-            menus = handler.localized_commands(MENU_LANGUAGES)
-            for code, menu in menus.items():
-                await self._register_commands(menu, code)
-            for code in sorted(set(MENU_LANGUAGES.values()) - set(menus)):
-                await self._unregister_commands(code)
+        # Every scope's menu, in each language of the bot's personas (adapters/telegram/
+        # menus.py; docs/i18n.md).
+        menu = handler.menu if isinstance(handler, MenuSource) else flat_menu(handler.commands)
+        await set_menus(self._bot, menu, bot_key=self.bot_key, redact=self._redact)
         await self._accounts.identify()  # never fatal: a persona without one uses the header
         dispatcher = self._dispatcher(handler)
         log.info("telegram bot %s is @%s", self.bot_key, self._rules.me.username)
@@ -346,32 +358,6 @@ class TelegramAdapter(StreamingAdapter):
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
 
-    async def _register_commands(
-        self, commands: Sequence[tuple[str, str]], language: str | None = None
-    ) -> None:
-        """``setMyCommands`` from the handler's commands, for the people whose app is in
-        ``language`` (None: everyone else); a failure is logged, not fatal."""
-        menu = [
-            BotCommand(command=name, description=description[:256])
-            for name, description in commands
-            if _COMMAND_NAME.match(name) and description
-        ]
-        try:
-            await self._bot.set_my_commands(menu, language_code=language)
-        except _TELEGRAM_ERRORS as exc:
-            log.warning(
-                "telegram bot %s: setMyCommands failed: %s", self.bot_key, self._redact(str(exc))
-            )
-
-    async def _unregister_commands(self, language: str) -> None:
-        """``deleteMyCommands`` for ``language`` (a failure is logged, not fatal)."""
-        try:
-            await self._bot.delete_my_commands(language_code=language)
-        except _TELEGRAM_ERRORS as exc:
-            log.warning(
-                "telegram bot %s: deleteMyCommands failed: %s", self.bot_key, self._redact(str(exc))
-            )
-
     def _dispatcher(self, handler: InboundHandler) -> Dispatcher:
         """An aiogram dispatcher whose only handlers turn messages into Inbound events."""
         dispatcher = Dispatcher(disable_fsm=True, name=f"personabot-{self.bot_key}")
@@ -389,8 +375,21 @@ class TelegramAdapter(StreamingAdapter):
 
         dispatcher.message.register(on_message)
         dispatcher.edited_message.register(on_edit)
+
+        async def on_press(callback_query: CallbackQuery, event_update: Update) -> None:
+            await self._pressed(handler, callback_query, event_update.update_id)
+
         dispatcher.stopped_message_generation.register(on_stop)
+        dispatcher.callback_query.register(on_press)
         return dispatcher
+
+    async def _pressed(self, handler: InboundHandler, query: CallbackQuery, update_id: int) -> None:
+        """A press of one of our buttons, handled once (a StoreError leaves it unacknowledged,
+        so it is taken again)."""
+        if self._was_handled(update_id):
+            return
+        await self._presses.handle(handler, query)
+        self._handled(update_id)
 
     async def _stopped(
         self, handler: InboundHandler, stopped: MessageGenerationStopped, update_id: int
@@ -681,6 +680,7 @@ class TelegramAdapter(StreamingAdapter):
         if not target.private and (reply.reply_to_platform_message_id or "").isdigit():
             reply_to = int(reply.reply_to_platform_message_id or "")
         edit = _message_number(reply.replaces)
+        markup, text = self._keyboard(target, reply)
         # A scene's line from its persona's own account (no preview to replace: scenes do
         # not stream, and another account could not edit this one's message anyway).
         account, line = None, reply.line
@@ -692,7 +692,7 @@ class TelegramAdapter(StreamingAdapter):
                 # its persona (bot.core.scenes.replied_to reads the header).
                 await self._send_text(target, line, reply_to, voice=reply.voice)
             else:
-                await self._send_text(target, reply.text, reply_to, edit)
+                await self._send_text(target, text, reply_to, edit, markup=markup)
             return
         unposted = await self._send_as(account, target, line, reply_to)
         if unposted is None:
@@ -704,6 +704,22 @@ class TelegramAdapter(StreamingAdapter):
         if unposted.notice is not None:
             await self._notify(target, unposted.notice)
 
+    def _keyboard(self, target: _Target, reply: Reply) -> tuple[InlineKeyboardMarkup | None, str]:
+        """The buttons of the reply's choices and the text to send with them; without
+        buttons (the asker is no Telegram user, the data would not fit), the text with the
+        typed commands (adapters/telegram/buttons.py)."""
+        choices = reply.choices
+        if choices is None:
+            return None, reply.text
+        markup = self._signer.keyboard(
+            target.chat_id, choices.asker, choices.items, self._session.now()
+        )
+        return markup, reply.text if markup is not None else typed(reply.text, choices.items)
+
+    def shows_choices(self, conversation: ConversationKey) -> bool:
+        """Every Telegram chat shows inline keyboards (``bot.core.ports.ShowsChoices``)."""
+        return True
+
     async def _send_text(
         self,
         target: _Target,
@@ -712,17 +728,20 @@ class TelegramAdapter(StreamingAdapter):
         edit: int | None = None,
         bot: Bot | None = None,
         voice: Voice | None = None,
+        markup: InlineKeyboardMarkup | None = None,
     ) -> None:
         """Send ``text`` as HTML chunks from ``bot`` (this account by default); with
         ``edit``, a streamed preview (docs/architecture.md#streaming) becomes the first;
-        with ``voice``, each chunk under the persona's bold name header."""
+        with ``voice``, each chunk under the persona's bold name header; ``markup`` (buttons)
+        under the last message."""
         # Nothing the bot says may notify anyone (the model may write "@name" or a mention link).
         chunks = _voiced_chunks(without_mentions(text), voice)
         try:
             for index, chunk in enumerate(chunks):
                 first = reply_to if index == 0 else None
+                last = markup if index == len(chunks) - 1 else None
                 await self._send_chunk(
-                    target, chunk, first, MESSAGE_LIMIT, edit if index == 0 else None, bot
+                    target, chunk, first, MESSAGE_LIMIT, edit if index == 0 else None, bot, last
                 )
         except TelegramBadRequest as exc:
             raise self._failure(target, exc) from exc
@@ -827,15 +846,16 @@ class TelegramAdapter(StreamingAdapter):
         limit: int,
         edit: int | None = None,
         bot: Bot | None = None,
+        markup: InlineKeyboardMarkup | None = None,
     ) -> None:
         """One chunk as HTML from ``bot`` (default: this account); as plain text if Telegram
         rejects the entities. With ``edit``, its first message is an edit of that message (a
-        preview) instead of a new one.
+        preview) instead of a new one; ``markup`` goes under its last message.
 
         Raises TelegramBadRequest for any other bad request (``send`` translates it).
         """
         try:
-            await self._deliver(target, chunk.html, "HTML", reply_to, edit, bot)
+            await self._deliver(target, chunk.html, "HTML", reply_to, edit, bot, markup)
             return
         except TelegramBadRequest as exc:
             problem = exc.message.lower()
@@ -846,14 +866,18 @@ class TelegramAdapter(StreamingAdapter):
                     target.chat_id,
                     self._redact(exc.message),
                 )
-                for part in plain_chunks(chunk.markdown, limit):
-                    await self._deliver(target, part, None, reply_to, edit, bot)
+                parts = plain_chunks(chunk.markdown, limit)
+                for index, part in enumerate(parts):
+                    last = markup if index == len(parts) - 1 else None
+                    await self._deliver(target, part, None, reply_to, edit, bot, last)
                     reply_to = edit = None
                 return
             if "message is too long" in problem and limit >= 512:
                 # Our measure disagreed with the server's (e.g. a self-hosted limit): halve.
-                for smaller in split_message(chunk.markdown, limit // 2):
-                    await self._send_chunk(target, smaller, reply_to, limit // 2, edit, bot)
+                halves = split_message(chunk.markdown, limit // 2)
+                for index, half in enumerate(halves):
+                    last = markup if index == len(halves) - 1 else None
+                    await self._send_chunk(target, half, reply_to, limit // 2, edit, bot, last)
                     reply_to = edit = None
                 return
             raise
@@ -866,10 +890,12 @@ class TelegramAdapter(StreamingAdapter):
         reply_to: int | None,
         edit: int | None = None,
         bot: Bot | None = None,
+        markup: InlineKeyboardMarkup | None = None,
     ) -> None:
         """``sendMessage`` from ``bot`` (default: this account; or, with ``edit``,
         ``editMessageText`` of this account's message, sent as a new message when it is
-        gone); a reply to a deleted message is sent without the reply."""
+        gone), with ``markup`` (buttons; never on an edit: a streamed reply asks no choice);
+        a reply to a deleted message is sent without the reply."""
         if edit is not None and await self._edit(target, edit, text, parse_mode):
             return
         reply = None
@@ -881,6 +907,7 @@ class TelegramAdapter(StreamingAdapter):
             parse_mode=parse_mode,
             message_thread_id=target.thread_id,
             reply_parameters=reply,
+            reply_markup=markup,
         )
         await self._call(method, target, bot=bot)
 

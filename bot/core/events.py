@@ -9,6 +9,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from bot.core.choices import Choices
 from bot.core.media import MediaRef, Quote, StoredMedia
 
 
@@ -26,7 +27,9 @@ NOT_SET: Final = NotSet.NOT_SET
 Role = Literal["user", "assistant"]
 #: What wrote an assistant message that no person's message asked for (docs/initiatives.md).
 MessageOrigin = Literal["initiative", "reminder"]
-InboundKind = Literal["message", "edit", "delete"]
+#: "press": a button of ours was pressed (docs/telegram.md#buttons); its text is the command
+#: the button stands for, and it is never stored as a message.
+InboundKind = Literal["message", "edit", "delete", "press"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +272,8 @@ class OutboxItem:
     reply_to_platform_message_id: str | None = None
     # A scene's line: the persona that wrote it (docs/scenes.md; None: not a scene's).
     persona: str | None = None
+    # A command answer's choices (buttons on Telegram; bot/core/choices.py).
+    choices: Choices | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +359,9 @@ class Reply:
     # For the asker's eyes only where the platform can show it so (an answer to a Discord
     # application command goes out ephemeral); elsewhere an ordinary message.
     private: bool = False
+    # Choices shown as buttons under the message (an outlet that ``ShowsChoices``; others
+    # get the typed commands in ``text``, bot/core/choices.py).
+    choices: Choices | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """A bot's commands as a platform shows them natively (Discord application commands): their
-options, and the suggestions an option offers while a person types (docs/discord.md#7-commands).
+options, and the suggestions an option offers while a person types (docs/discord.md#7-commands);
+and a bot's command menu by scope (Telegram's ``setMyCommands``, docs/telegram.md#menus).
 
 Plain frozen types and a Protocol, so the runtime (which knows the commands) and an adapter
 (which knows the platform) share them without knowing each other.
@@ -7,7 +8,6 @@ Plain frozen types and a Protocol, so the runtime (which knows the commands) and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, runtime_checkable
 
@@ -69,19 +69,6 @@ class Suggestion:
 
 
 @runtime_checkable
-class LocalizedMenu(Protocol):
-    """What an inbound handler offers a platform whose command menu has a version per
-    language (Telegram's ``setMyCommands`` with ``language_code``): docs/i18n.md."""
-
-    def localized_commands(
-        self, codes: Mapping[str, str]
-    ) -> dict[str, tuple[tuple[str, str], ...]]:
-        """(name, description) of every menu command in each language the bot's personas
-        use, keyed by the platform's code for it (``codes``: catalog -> platform code)."""
-        ...
-
-
-@runtime_checkable
 class NativeMenu(Protocol):
     """What an inbound handler offers a platform with native commands (the router's view of
     one bot); an adapter whose handler lacks it registers nothing."""
@@ -106,4 +93,58 @@ class NativeMenu(Protocol):
 
     async def record_commands(self, scope: str, commands: dict[str, str]) -> None:
         """Remember the commands this bot has created in ``scope`` now (replaces the record)."""
+        ...
+
+
+# ------------------------------------------------------------- menus by scope
+
+
+@dataclass(frozen=True, slots=True)
+class MenuEntry:
+    """One command of a menu.
+
+    ``private``: about one person's own data or settings (``/memory``, ``/forget``...): shown
+    in private chats only, where nobody else reads the answer (typed in a group it still
+    works). ``admin``: shown only to the bot's admins, in their private chats.
+    """
+
+    name: str
+    description: str
+    private: bool = False
+    admin: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CommandMenu:
+    """What a platform menu of one bot lists, for whom.
+
+    ``languages``: the same entries in each other language the bot's personas speak, keyed by
+    catalog (``uk``, ``zh_Hans``: docs/i18n.md), descriptions translated; a platform sets
+    every scope's menu once more per language (Telegram's ``language_code``).
+    """
+
+    entries: tuple[MenuEntry, ...]
+    admins: tuple[str, ...] = ()
+    languages: tuple[tuple[str, tuple[MenuEntry, ...]], ...] = ()
+
+    def translated(self) -> tuple[tuple[str, CommandMenu], ...]:
+        """The menu in each of ``languages`` (same scopes and admins)."""
+        return tuple((lang, CommandMenu(entries, self.admins)) for lang, entries in self.languages)
+
+    def everyone(self, *, group: bool) -> tuple[MenuEntry, ...]:
+        """The entries everyone sees in a private chat, or in a group."""
+        return tuple(e for e in self.entries if not e.admin and not (group and e.private))
+
+    def for_admins(self) -> tuple[MenuEntry, ...]:
+        """The entries an admin sees in their private chat: everyone's and the admins'."""
+        return self.entries
+
+
+@runtime_checkable
+class MenuSource(Protocol):
+    """An InboundHandler that tells its bot's command menu by scope (the router's)."""
+
+    @property
+    def menu(self) -> CommandMenu:
+        """Every command of the bot, which are private-only and admin-only, the admins."""
         ...

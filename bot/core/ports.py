@@ -6,7 +6,9 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from bot.core.choices import PressOutcome
 from bot.core.events import ConversationKey, Inbound, Reply
+from bot.core.i18n import Texts
 
 #: How a bot shows a reply while it is written (docs/architecture.md#streaming): ``auto`` =
 #: Telegram drafts in private chats, nothing elsewhere; ``draft`` = the same, Telegram only;
@@ -151,4 +153,30 @@ class InboundHandler(Protocol):
 
     def rejected(self, platform: str, bot: str, kind: str) -> None:
         """Count an update of ``kind`` the adapter could not read (already logged, skipped)."""
+        ...
+
+
+@runtime_checkable
+class ShowsChoices(Protocol):
+    """An outlet that shows a reply's ``choices`` as buttons (Telegram's inline keyboards);
+    to any other outlet Delivery sends the choices as typed commands in the text."""
+
+    def shows_choices(self, conversation: ConversationKey) -> bool:
+        """Whether a message to ``conversation`` can carry buttons."""
+        ...
+
+
+@runtime_checkable
+class PressHandler(Protocol):
+    """An InboundHandler that takes button presses (the router's; docs/telegram.md#buttons)."""
+
+    async def press(self, inbound: Inbound) -> PressOutcome:
+        """Run the command a verified press (``kind`` "press", by the person who asked)
+        stands for, through the access checks and middleware of a typed command, at most
+        once per message and command across processes; never stored, never for the model."""
+        ...
+
+    def texts(self, locale: str | None) -> Texts:
+        """The built-in texts a press's answer is in, for a person whose platform language
+        is ``locale`` (the persona's language, or theirs with ``auto``: docs/i18n.md)."""
         ...

@@ -6,12 +6,14 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Final
 
+from bot.core.choices import TYPED_LINE, Answer, Choice
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, Inbound, SessionInfo, UserKey, is_person
-from bot.core.i18n import N_
+from bot.core.i18n import N_, Texts
 from bot.core.menu import Suggestion
 from bot.core.tasks import within
 from bot.runtime.exports import Exports
@@ -61,6 +63,10 @@ PLUGIN_FAILED = N_("Sorry, /{name} failed. Please try again later.")
 #: channel) is no one person, so none of them may read, export or erase what "they" said.
 PERSONAL_COMMANDS = frozenset({"memory", "forget", "export"})
 
+#: Commands listed only in private chats' menus (docs/telegram.md#menus): about one person's
+#: data or settings, whose answers nobody else should read. Typed in a group they still work.
+PRIVATE_MENU = PERSONAL_COMMANDS | {"start", "reminders", "timezone"}
+
 #: Commands whose answers are for the asker's eyes only where a platform can show them so
 #: (Discord's ephemeral answers to application commands, docs/discord.md#7-commands).
 PRIVATE_COMMANDS = frozenset({"memory", "forget", "export", "stats", "reminders", "timezone"})
@@ -82,6 +88,18 @@ NOT_A_PERSON = N_(
     "/{name} is about one person's own data, and I cannot tell who wrote this (an anonymous "
     "admin or a channel): send it as yourself."
 )
+
+#: /forget's question (docs/privacy.md): nothing is erased before the asker confirms.
+FORGET_ASK = N_(
+    "Erase everything I remember about you, in every chat with me? This cannot be undone."
+)
+FORGET_ASK_MESSAGES = N_(
+    "Erase everything I remember about you, and the messages you wrote to me with my replies "
+    "to them, in every chat with me? This cannot be undone."
+)
+#: The words typed after /forget (the buttons' commands): never translated, like command names.
+FORGET_CONFIRM: Final = frozenset({"confirm", "yes"})
+FORGET_CANCEL: Final = frozenset({"cancel", "no"})
 
 GROUP_MEMORY_NOTE = N_(
     "In a group I show only what may come up in this group. For everything I keep about "
@@ -107,6 +125,14 @@ class PersonaChoice:
 
     id: str
     name: str
+
+
+def _typed_in(texts: Texts, choice: Choice) -> Choice:
+    """``choice`` with its typed-command line in ``texts``' language (where no buttons show:
+    bot/core/choices.py); as it was in English."""
+    line = texts(TYPED_LINE).format(command=choice.command, label=choice.label)
+    line = texts.finish(line)
+    return choice if line == choice.typed() else replace(choice, line=line)
 
 
 class Commands:
@@ -236,6 +262,12 @@ class Commands:
             specs += self._plugin_specs(bot).values()
         return tuple(spec.name for spec in specs if spec.admin)
 
+    def admin_specs(self, bot: str) -> tuple[CommandSpec, ...]:
+        """The admin-only commands of ``bot`` (for the admins' own menu)."""
+        specs = [s for s in self._specs.values() if self._offered(bot, s.name)]
+        specs += self._plugin_specs(bot).values()
+        return tuple(spec for spec in specs if spec.admin)
+
     def every_spec(self, bot: str) -> tuple[tuple[CommandSpec, bool], ...]:
         """Every command of ``bot``, admin ones included, and whether a plugin registered it
         (for native command menus: docs/discord.md#7-commands)."""
@@ -273,16 +305,25 @@ class Commands:
             return self._spec(bot, name) is not None
         return name in self._specs or name in self._global
 
-    async def handle(self, inbound: Inbound, command: Command) -> str | None:
-        """Run a command; the text to answer with now, or None (it answers by itself)."""
+    async def handle(self, inbound: Inbound, command: Command) -> str | Answer | None:
+        """Run a command; the text (or Answer with choices) to answer with now, or None (it
+        answers by itself)."""
         answer = await self._handle(inbound, command)
         found = self._spec(inbound.conversation.bot, command.name)
         if answer is None or (found is not None and found[1]):
             return answer  # a plugin's answer is its own text (its markup is left alone)
-        # Directional marks for a right-to-left language (docs/i18n.md#shipped-languages).
-        return self._languages.for_inbound(inbound).finish(answer)
+        # Directional marks for a right-to-left language (docs/i18n.md#shipped-languages);
+        # an Answer's text alike (its button labels are single runs and stay unmarked).
+        texts = self._languages.for_inbound(inbound)
+        if isinstance(answer, Answer):
+            return replace(
+                answer,
+                text=texts.finish(answer.text),
+                choices=tuple(_typed_in(texts, c) for c in answer.choices),
+            )
+        return texts.finish(answer)
 
-    async def _handle(self, inbound: Inbound, command: Command) -> str | None:
+    async def _handle(self, inbound: Inbound, command: Command) -> str | Answer | None:
         _ = self._languages.for_inbound(inbound)
         found = self._spec(inbound.conversation.bot, command.name)
         if found is None:
@@ -317,7 +358,7 @@ class Commands:
             # retry the same update forever): logged, and the person hears it failed.
             log.exception("plugin command /%s failed in %s", command.name, inbound.conversation)
             return Refusal(_(PLUGIN_FAILED).format(name=command.name))
-        if answer is not None and not isinstance(answer, str):
+        if answer is not None and not isinstance(answer, str | Answer):
             # The same bug in another shape (an int, a dict): sending it would raise in Delivery.
             log.error(
                 "plugin command /%s returned %s, not text or None",
@@ -372,7 +413,7 @@ class Commands:
             int(minutes) if minutes.is_integer() else 2,
         ).format(minutes=f"{minutes:g}")
 
-    async def _persona(self, inbound: Inbound, command: Command) -> str:
+    async def _persona(self, inbound: Inbound, command: Command) -> str | Answer:
         # Anyone in the chat may switch, as anyone may /new (docs/personas.md#several-personas):
         # the switch opens a new session, so what the old persona read stays in the old one.
         _ = self._languages.for_inbound(inbound)
@@ -385,7 +426,11 @@ class Commands:
         wanted = command.args.strip().casefold()
         if not wanted:
             lines = [f"{'> ' if c.id == current else '  '}{c.name} ({c.id})" for c in choices]
-            return _("Personas here (send /persona NAME to switch):") + "\n" + "\n".join(lines)
+            # Each other persona as a button (docs/telegram.md#buttons): the press is
+            # /persona ID, run as if typed.
+            buttons = tuple(Choice(c.name, f"/persona {c.id}") for c in choices if c.id != current)
+            text = _("Personas here (send /persona NAME to switch):") + "\n" + "\n".join(lines)
+            return Answer(text, buttons)
         chosen = next((c for c in choices if wanted in (c.id.casefold(), c.name.casefold())), None)
         if chosen is None:
             names = ", ".join(f"{c.name} ({c.id})" for c in choices)
@@ -425,8 +470,18 @@ class Commands:
             )
         return _("What I remember about you:") + "\n" + record.render(inbound.display_name) + note
 
-    async def _forget(self, inbound: Inbound, command: Command) -> str:
+    async def _forget(self, inbound: Inbound, command: Command) -> str | Answer:
         assert self._memory is not None
+        # Asked first, erased only on the asker's own confirmation (a button bound to them,
+        # docs/telegram.md#buttons, or /forget confirm typed by them).
+        word = command.args.strip().casefold()
+        _ = self._languages.for_inbound(inbound)
+        if word in FORGET_CANCEL:
+            return _("Nothing was erased.")
+        if word not in FORGET_CONFIRM:
+            ask = _(FORGET_ASK_MESSAGES if self._forget_deletes_messages else FORGET_ASK)
+            keep = Choice(_("No, keep it"), "/forget cancel")
+            return Answer(ask, (Choice(_("Yes, erase"), "/forget confirm"), keep))
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         # Memory (and, when enabled, messages, replies, outbox rows, summaries) in every chat;
         # the report says exactly what went and what stays (memory/privacy.py).
@@ -434,7 +489,6 @@ class Commands:
         session = await self._store.current_session(inbound.conversation)
         if session is not None:
             await self._store.delete_state(session.key)
-        _ = self._languages.for_inbound(inbound)
         cleared = _("This chat's saved choices were cleared too.")
         return f"{report.describe(_)} {cleared}"
 

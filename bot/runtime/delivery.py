@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
+from bot.core.choices import Choices, typed
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, DeliveryRefused
 from bot.core.events import (
@@ -40,7 +41,7 @@ from bot.core.events import (
     VoiceMessage,
     voiced,
 )
-from bot.core.ports import Outlet
+from bot.core.ports import Outlet, ShowsChoices
 from bot.core.tasks import persist
 from bot.core.visible import has_visible_text
 from bot.runtime.previews import PREVIEW_KEY, OnRecord
@@ -78,10 +79,12 @@ class Delivery:
         kind: Kind,
         reply_to: str | None = None,
         private: bool = False,
+        choices: Choices | None = None,
     ) -> bool:
         """Record a message that is not a model reply in the outbox, then deliver it; False
         if not sent (nothing visible to say, not hosted here, or the platform failed).
-        ``private``: for the asker's eyes only where the platform can (``Reply.private``)."""
+        ``private``: for the asker's eyes only where the platform can (``Reply.private``).
+        ``choices`` go with the row (buttons, or typed commands: ``_with_choices``)."""
         if not has_visible_text(text):
             # An operator's blank notice or greeting: the platforms refuse empty messages.
             log.debug("nothing visible to send as %s to %s", kind, conversation)
@@ -90,7 +93,7 @@ class Delivery:
             log.warning("%s to %s not sent: bot not hosted here", kind, conversation)
             return False
         item = await self.store.record_outbox(
-            conversation, text, self.clock.now(), reply_to=reply_to
+            conversation, text, self.clock.now(), reply_to=reply_to, choices=choices
         )
         return await self.deliver(item, kind=kind, private=private)
 
@@ -155,6 +158,8 @@ class Delivery:
             voice_message=voice_message if voice is None else None,
             private=private,
         )
+        if item.choices is not None:
+            reply = _with_choices(reply, item.choices, outlet)
         try:
             await outlet.send(reply)
         except DeliveryRefused as exc:
@@ -237,3 +242,11 @@ class Delivery:
             else:
                 await self.store.delete_state(item.session, PREVIEW_KEY)
         return sent
+
+
+def _with_choices(reply: Reply, choices: Choices, outlet: Outlet) -> Reply:
+    """``reply`` with its choices as buttons where the outlet shows them there, else with
+    the commands they stand for at the end of its text (docs/telegram.md#buttons)."""
+    if isinstance(outlet, ShowsChoices) and outlet.shows_choices(reply.conversation):
+        return replace(reply, choices=choices)
+    return replace(reply, text=typed(reply.text, choices.items))

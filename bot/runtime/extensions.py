@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from bot.core.choices import Answer
 from bot.core.events import Inbound
 from bot.runtime.tools import ToolRegistry, ToolSource
 from bot.runtime.turn_context import TurnContext
@@ -37,8 +38,9 @@ class Command:
     addressed_to: str | None = None
 
 
-#: A command's answer in the chat it came from; None when it answers later by itself.
-Handler = Callable[[Inbound, Command], Awaitable[str | None]]
+#: A command's answer in the chat it came from (an Answer: with choices, shown as buttons
+#: where the platform has them); None when it answers later by itself.
+Handler = Callable[[Inbound, Command], Awaitable[str | Answer | None]]
 
 
 @dataclass(frozen=True, slots=True)

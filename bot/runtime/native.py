@@ -29,6 +29,12 @@ BUILTIN_OPTIONS: Final[dict[str, tuple[CommandOption, ...]]] = {
         CommandOption("zone", N_("e.g. Europe/Berlin or UTC+2; clear forgets yours (empty: show)")),
     ),
     "checkins": (CommandOption("state", N_("on or off (empty: show)"), choices=("on", "off")),),
+    # /forget asks first (docs/telegram.md#buttons): confirm erases, cancel keeps.
+    "forget": (
+        CommandOption(
+            "answer", N_("confirm erases, cancel keeps (empty: ask)"), choices=("confirm", "cancel")
+        ),
+    ),
     "stop": (CommandOption("state", N_("off ends the mute"), choices=("off",)),),
 }
 

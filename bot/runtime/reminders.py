@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from bot.core.agenda import NewReminder, ZoneError, describe_local, zone_name
+from bot.core.choices import Answer, Choice
 from bot.core.clock import Clock
 from bot.core.events import Inbound, UserKey, is_person
 from bot.core.i18n import N_
@@ -135,7 +136,7 @@ def _asked_by(context: TurnContext, call: Mapping[str, object], person: UserKey)
         return False
 
 
-Handler = Callable[[Inbound, Command], Awaitable[str | None]]
+Handler = Callable[[Inbound, Command], Awaitable[str | Answer | None]]
 #: Reminder ids are 64-bit integers: a longer number names none (and would not fit a query).
 _MAX_ID_DIGITS: Final = 18
 
@@ -173,7 +174,7 @@ class AgendaCommands:
             )
         return specs
 
-    async def reminders(self, inbound: Inbound, command: Command) -> str:
+    async def reminders(self, inbound: Inbound, command: Command) -> str | Answer:
         _ = self.languages.for_inbound(inbound)
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         if not is_person(user.user_id):
@@ -213,13 +214,17 @@ class AgendaCommands:
         title = (
             _("Your reminders in this chat ({zone}):") if here else _("Your reminders ({zone}):")
         )
-        return (
-            title.format(zone=name)
-            + "\n"
-            + "\n".join(lines)
-            + "\n"
-            + _("/reminders cancel N cancels one.")
+        # A cancel button per reminder (docs/telegram.md#buttons; elsewhere the typed
+        # commands): pressing one takes only its own button away.
+        cancel = tuple(
+            Choice(
+                _("Cancel #{number}").format(number=r.id),
+                f"/reminders cancel {r.id}",
+                closes=False,
+            )
+            for r in waiting
         )
+        return Answer(title.format(zone=name) + "\n" + "\n".join(lines), cancel)
 
     async def suggest_reminders(self, inbound: Inbound, typed: str) -> tuple[Suggestion, ...]:
         """The asker's own waiting reminders whose number or text holds ``typed`` (in a group
@@ -265,7 +270,7 @@ class AgendaCommands:
             "Set yours with /timezone Europe/Berlin (or UTC+2)."
         ).format(zone=name, time=describe_local(now, tz))
 
-    async def checkins(self, inbound: Inbound, command: Command) -> str:
+    async def checkins(self, inbound: Inbound, command: Command) -> str | Answer:
         _ = self.languages.for_inbound(inbound)
         conversation = inbound.conversation
         wanted = command.args.strip().lower()
@@ -280,6 +285,9 @@ class AgendaCommands:
                 return _("Check-ins are allowed here, but this bot does not write first.")
             return _("Okay, I may write first in this chat after a while of silence.")
         state = await self.store.initiative_state(conversation)
+        # The toggle (docs/telegram.md#buttons; elsewhere the typed command).
         if state is None or state.enabled:
-            return _("Check-ins are on in this chat. Send /checkins on or /checkins off.")
-        return _("Check-ins are off in this chat. Send /checkins on or /checkins off.")
+            return Answer(
+                _("Check-ins are on in this chat."), (Choice(_("Turn off"), "/checkins off"),)
+            )
+        return Answer(_("Check-ins are off in this chat."), (Choice(_("Turn on"), "/checkins on"),))

@@ -12,18 +12,25 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Protocol
 
+from bot.core.choices import PRESS_MEMORY, Answer, Choices, PressOutcome
 from bot.core.clock import Clock
 from bot.core.errors import SelfCancelled
 from bot.core.events import ConversationKey, Inbound, UserKey
-from bot.core.i18n import N_
-from bot.core.menu import NativeCommand, Suggestion
+from bot.core.i18n import N_, Texts
+from bot.core.menu import CommandMenu, MenuEntry, NativeCommand, Suggestion
 from bot.core.ports import Outlet
 from bot.core.scenes import SceneRules, addressed
 from bot.core.tasks import cancelling
 from bot.metrics import Metrics
 from bot.queue import Ingestor
 from bot.runtime.access import AccessPolicy
-from bot.runtime.commands import PRIVATE_COMMANDS, Commands, Refusal, parse_command
+from bot.runtime.commands import (
+    PRIVATE_COMMANDS,
+    PRIVATE_MENU,
+    Commands,
+    Refusal,
+    parse_command,
+)
 from bot.runtime.delivery import Delivery, Kind
 from bot.runtime.extensions import Command, Extensions, Middleware
 from bot.runtime.native import native_command
@@ -34,6 +41,8 @@ from memory.service import Memory
 log = logging.getLogger("personabot.router")
 
 DAY = 86400.0
+#: How long a press's claim holds while its command runs (a crash mid-run frees it then).
+PRESS_RUN_SECONDS = 120.0
 # NUL (PostgreSQL text cannot hold it) and lone surrogates (no encoding can): a store refuses
 # them every time, and an update that is never stored blocks every later one behind it.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -117,24 +126,36 @@ class Router:
         """Names of the admin-only commands of any bot here (in no menu)."""
         return self._commands.admin_names()
 
-    def localized_commands_for(
-        self, bot: str, codes: Mapping[str, str]
-    ) -> dict[str, tuple[tuple[str, str], ...]]:
-        """``commands_for(bot)`` in each other language its personas use, keyed by the
-        platform's code for it (``codes``: catalog -> code; docs/i18n.md)."""
-        menus: dict[str, tuple[tuple[str, str], ...]] = {}
-        for texts in self._commands.languages.menu_languages(bot):
-            code = codes.get(texts.language)
-            if code is not None:
-                menus[code] = tuple(
-                    (spec.name, texts.finish(texts(spec.description)))
-                    for spec in self._commands.specs_for(bot)
-                )
-        return menus
-
     def admin_commands_for(self, bot: str) -> tuple[str, ...]:
         """Names of ``bot``'s admin-only commands (in no menu)."""
         return self._commands.admin_names(bot)
+
+    def menu_for(self, bot: str) -> CommandMenu:
+        """``bot``'s command menu by scope (docs/telegram.md#menus), and in each other
+        language its personas use (docs/i18n.md)."""
+        entries = [
+            MenuEntry(s.name, s.description, private=s.name in PRIVATE_MENU)
+            for s in self._commands.specs_for(bot)
+        ]
+        entries += [
+            MenuEntry(s.name, s.description, admin=True) for s in self._commands.admin_specs(bot)
+        ]
+        policy = self._access.get(bot)
+        admins = () if policy is None else tuple(sorted(policy.admins))
+        # A built-in description is in the catalogs; a plugin's comes out as written.
+        languages = tuple(
+            (
+                texts.language,
+                tuple(dataclasses.replace(e, description=_described(texts, e)) for e in entries),
+            )
+            for texts in self._commands.languages.menu_languages(bot)
+        )
+        return CommandMenu(tuple(entries), admins, languages)
+
+    def texts_for(self, bot: str, locale: str | None) -> Texts:
+        """The texts ``bot`` answers a person in (its default persona's language, or with
+        ``auto`` the person's platform language ``locale``)."""
+        return self._commands.languages.texts(bot, None, locale)
 
     def native_commands_for(self, bot: str) -> tuple[NativeCommand, ...]:
         """Every command of ``bot`` as a native command (admin ones too: refused by the
@@ -214,6 +235,9 @@ class Router:
 
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""
+        if inbound.kind == "press":  # never stored, whoever hands it over this way
+            await self.press(inbound)
+            return
         inbound = self._to_cast(_storable(inbound))
         policy = self._access.get(inbound.conversation.bot)
         if policy is not None and not _allowed(policy, inbound):
@@ -242,22 +266,26 @@ class Router:
             return dataclasses.replace(inbound, triggers_reply=True)
         return inbound
 
-    async def _through_middleware(self, inbound: Inbound) -> None:
-        """Run the bot's middleware chain around ``_route`` (docs/plugins.md#middleware)."""
+    async def _through_middleware(
+        self, inbound: Inbound, last: Callable[[Inbound], Awaitable[None]] | None = None
+    ) -> None:
+        """Run the bot's middleware chain around ``last`` (default ``_route``; a press has
+        its own, docs/plugins.md#middleware)."""
+        final = last or self._route
         bot = inbound.conversation.bot
         chain = self._middleware.get(bot)
         if chain is None:
             chain = self._extensions.for_bot(bot).middleware
             self._middleware[bot] = chain
         if not chain:
-            await self._route(inbound)
+            await final(inbound)
             return
         routed = False
 
         async def route(event: Inbound) -> None:
             nonlocal routed
             routed = True
-            await self._route(event)
+            await final(event)
 
         await _run_chain(_Chain(chain, route, self._clock, self._decide_seconds), 0, inbound)
         if inbound.kind == "delete" and not routed:
@@ -313,15 +341,82 @@ class Router:
             texts = self._commands.languages.for_inbound(inbound)
             answer = texts.finish(texts(ANSWERS_LATER))
         if answer is not None:
-            kind: Kind = "greeting" if command.name == "start" else "answer"
-            private = isinstance(answer, Refusal) or command.name in PRIVATE_COMMANDS
-            await self._delivery.send(
-                inbound.conversation, str(answer), kind=kind, reply_to=mid, private=private
-            )
+            await self._answer(inbound, command, answer)
         elif mid is not None:
             # It answered by itself (/export's file) or not at all: noted all the same, so a
             # redelivery (a retried batch, a Telegram update not confirmed yet) skips it.
             await self._store.record_ran(inbound.conversation, mid, self._clock.now())
+
+    async def _answer(self, inbound: Inbound, command: Command, answer: str | Answer) -> None:
+        """Send a command's answer through the outbox (its choices for the asker only)."""
+        kind: Kind = "greeting" if command.name == "start" else "answer"
+        mid, conversation = inbound.platform_message_id, inbound.conversation
+        private = isinstance(answer, Refusal) or command.name in PRIVATE_COMMANDS
+        if not isinstance(answer, Answer):
+            await self._delivery.send(
+                conversation, str(answer), kind=kind, reply_to=mid, private=private
+            )
+            return
+        choices = Choices(inbound.author_id, answer.choices) if answer.choices else None
+        await self._delivery.send(
+            conversation, answer.text, kind=kind, reply_to=mid, private=private, choices=choices
+        )
+
+    # ------------------------------------------------------------------ button presses
+
+    async def press(self, inbound: Inbound) -> PressOutcome:
+        """A verified button press (docs/telegram.md#buttons): the command it stands for, run
+        as a typed one (access lists, middleware, Commands), never stored and never for the
+        model, and at most once per message and command whatever the processes.
+
+        ``platform_message_id`` is the message that carries the buttons: the press's claim is
+        a lease named by it and the command, taken before the command runs and kept for
+        ``PRESS_MEMORY`` (longer than any button is accepted), so a second press (twice, from
+        two devices, in another process) finds it taken and runs nothing.
+        """
+        inbound = _storable(dataclasses.replace(inbound, kind="press", triggers_reply=True))
+        policy = self._access.get(inbound.conversation.bot)
+        if policy is not None and not _allowed(policy, inbound):
+            self._metrics.denied.labels(*self._metrics.labels(inbound.conversation)).inc()
+            return "refused"
+        outcome: PressOutcome = "dropped"
+
+        async def route(event: Inbound) -> None:
+            nonlocal outcome
+            outcome = await self._pressed(_storable(event))
+
+        await self._through_middleware(inbound, route)
+        return outcome
+
+    async def _pressed(self, inbound: Inbound) -> PressOutcome:
+        """Run a press that came through the middleware (which may not change its kind)."""
+        command = parse_command(inbound.text)
+        if command is None or inbound.platform_message_id is None:
+            # A middleware turned it into chatter: a press is never stored, never answered
+            # by the model.
+            log.warning("a press in %s is no command; dropped", inbound.conversation)
+            return "dropped"
+        await self._store_batch(_BATCH.get())  # what came before it, first
+        now = self._clock.now()
+        name = f"press:{inbound.conversation}:{inbound.platform_message_id}:{inbound.text}"
+        claim = await self._store.acquire_lease(name, "press", PRESS_RUN_SECONDS, now)
+        if claim is None:
+            log.info("/%s in %s pressed before; not run", command.name, inbound.conversation)
+            return "done"
+        try:
+            answer = await self._commands.handle(inbound, command)
+            if answer is not None:
+                await self._answer(inbound, command, answer)
+        except BaseException:
+            # Not done: a press handed over again (a store fault) may run it.
+            with contextlib.suppress(Exception):
+                await self._store.release_lease(claim)
+            raise
+        # Done: remembered for longer than any button is accepted. Should this write fail,
+        # the short claim still covers a second press now, and the answer went out.
+        with contextlib.suppress(Exception):
+            await self._store.renew_lease(claim, PRESS_MEMORY, self._clock.now())
+        return "ran"
 
     async def _delete(self, inbound: Inbound) -> None:
         removed = await self._ingestor.delete(inbound)
@@ -354,6 +449,10 @@ class Router:
             )
 
 
+def _described(texts: Texts, entry: MenuEntry) -> str:
+    return texts.finish(texts(entry.description))
+
+
 class BotHandler:
     """One bot's view of the router: the same handling, that bot's command menu."""
 
@@ -371,11 +470,15 @@ class BotHandler:
         """Names of this bot's admin-only commands (in no menu)."""
         return self._router.admin_commands_for(self._bot)
 
-    def localized_commands(
-        self, codes: Mapping[str, str]
-    ) -> dict[str, tuple[tuple[str, str], ...]]:
-        """This bot's menu in its personas' other languages (``bot.core.menu.LocalizedMenu``)."""
-        return self._router.localized_commands_for(self._bot, codes)
+    @property
+    def menu(self) -> CommandMenu:
+        """This bot's command menu by scope and language (``Router.menu_for``)."""
+        return self._router.menu_for(self._bot)
+
+    def texts(self, locale: str | None) -> Texts:
+        """The built-in texts this bot answers a person whose platform language is
+        ``locale`` in (``bot.core.ports.PressHandler``; docs/i18n.md)."""
+        return self._router.texts_for(self._bot, locale)
 
     def rejected(self, platform: str, bot: str, kind: str) -> None:
         """Count an update an adapter could not read."""
@@ -384,6 +487,10 @@ class BotHandler:
     async def stopped(self, conversation: ConversationKey, draft_id: int) -> None:
         """A person pressed a draft's stop button."""
         await self._router.stopped(conversation, draft_id)
+
+    async def press(self, inbound: Inbound) -> PressOutcome:
+        """A verified button press (``Router.press``)."""
+        return await self._router.press(inbound)
 
     async def __call__(self, inbound: Inbound) -> None:
         """Handle one message in arrival order."""

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, get_args
 
+from bot.core.choices import Choices
 from bot.core.events import (
     ConversationKey,
     DueTimer,
@@ -50,7 +51,7 @@ _ORIGINS: Final = frozenset(get_args(QuoteOrigin))
 _INT64: Final = (-(2**63), 2**63 - 1)
 OUTBOX_COLS: Final = (
     "o.id, c.bot, c.platform, c.chat_id, c.thread_id, s.session_no, o.text, o.reply_message_id, "
-    "o.created_at, o.attempts, o.reply_to, rm.persona"
+    "o.created_at, o.attempts, o.reply_to, rm.persona, o.choices"
 )
 # A non-transcript outbox row (reply_message_id 0: a command answer, notice, greeting or denied
 # reply) keeps its text only until it is sent or given up: an answer such as /memory's quotes
@@ -274,6 +275,7 @@ def outbox(row: Any) -> OutboxItem:
         attempts=int(row[9]),
         reply_to_platform_message_id=row[10],
         persona=row[11],
+        choices=Choices.loads(row[12]),
     )
 
 

@@ -28,6 +28,7 @@ from bot.core.agenda import (
     Reminder,
     ReminderStatus,
 )
+from bot.core.choices import Choices
 from bot.core.events import (
     Claims,
     ConversationKey,
@@ -588,12 +589,18 @@ class OutboxStore(Protocol):
 
     @abc.abstractmethod
     async def record_outbox(
-        self, conversation: ConversationKey, text: str, now: float, reply_to: str | None = None
+        self,
+        conversation: ConversationKey,
+        text: str,
+        now: float,
+        reply_to: str | None = None,
+        choices: Choices | None = None,
     ) -> OutboxItem:
         """An outbox row for a message that is not part of the transcript (a command answer,
         notice, greeting or denied reply): ``reply_message_id`` 0, in the conversation's open
-        session (the conversation and a session are created when missing). Its text is
-        cleared once the row is sent or failed. Empty text raises StoreError."""
+        session (the conversation and a session are created when missing). Its text (and its
+        ``choices``, bot/core/choices.py) is cleared once the row is sent or failed. Empty
+        text raises StoreError."""
 
     @abc.abstractmethod
     async def record_ran(

@@ -44,7 +44,7 @@ async def test_forget_inside_a_failed_batch_runs_once_and_keeps_what_it_said_it_
         await fault(True)
         ann = TgChat.private(ANN)
         api.push_message(TOKEN, ann, ANN, SECRET)  # one getUpdates answer: three updates
-        api.push_message(TOKEN, ann, ANN, "/forget")
+        api.push_message(TOKEN, ann, ANN, "/forget confirm")
         api.push_message(TOKEN, TgChat.private(CAROL), CAROL, FAULT_TEXT)
         await eventually(_logged(caplog, "not stored", times=2), what="two attempts")
         await fault(False)

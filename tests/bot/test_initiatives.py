@@ -309,7 +309,7 @@ async def test_forget_erases_reminders_and_the_time_zone_and_export_shows_them(
         assert [(r["about"], r["status"]) for r in exported["reminders"]] == [
             ("the dentist", "pending")
         ]
-        await h.say(C, "/forget")
+        await h.say(C, "/forget confirm")
         assert "I deleted 1 reminder of yours and your time zone setting" in _texts(h)[-1]
         assert await store.reminders(sasha, pending_only=False) == []
         assert await store.timezone_of(sasha) is None
@@ -358,7 +358,7 @@ async def test_check_ins_and_reminders_are_in_their_export_and_go_with_forget(
 
         # Kim's own reply and check-in, in Kim's chat; nothing written to Sasha.
         assert await kims() == [("77", None), ("77", "initiative")]
-        await h.say(C, "/forget")
+        await h.say(C, "/forget confirm")
         after = await h.memory.export_all(sasha)
         assert after["replies_to_you"] == [] and after["reminders"] == []
         assert await kims() == [("77", None), ("77", "initiative")]

@@ -185,7 +185,7 @@ async def test_memory_shown_by_a_command_does_not_outlive_forget_in_the_outbox(
         record = UserMemory(items=(fact,)).to_json()
         await store.set_user_memory(UserKey("telegram", "u1"), record, clock.now())
         await h.say(DM, "/memory")
-        await h.say(DM, "/forget")
+        await h.say(DM, "/forget confirm")
         assert "night train to Oslo" in h.outlet.texts()[0]
     assert all("Oslo" not in str(row) for row in await outbox(stores))
 

@@ -357,7 +357,8 @@ async def test_deletions_personabot_makes_are_not_gaps(
         await h.router(
             Inbound(SUPPORT, "u1", "Client", "", platform_message_id="oops", kind="delete")
         )
-        await h.say(SUPPORT, "/forget")  # erases the asker's messages and replies only to them
+        # Erases the asker's messages and replies only to them.
+        await h.say(SUPPORT, "/forget confirm")
         await h.say(SUPPORT, "still there?")
         await h.advance(2)
     assert "<gap_notice>" not in "\n".join(b.text for b in llm.requests[-1].system)
@@ -508,7 +509,7 @@ async def test_forget_dropping_the_summary_is_not_a_gap(
     llm = GatedLLM()
     gaps = GapPolicy("tell_user", TOLD, "refused")  # type: ignore[arg-type]
     async with harness(store, clock, llm, gap_policy=gaps, forget_deletes_messages=True) as h:
-        await h.say(SUPPORT, "/forget", author="u2")
+        await h.say(SUPPORT, "/forget confirm", author="u2")
         assert await store.get_summary(session) is None  # dropped with u2's messages
         await h.say(SUPPORT, "still there?")
         await h.advance(2)

@@ -22,6 +22,7 @@ import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 import tomlkit
 import tomlkit.items
 from packaging.requirements import Requirement
@@ -135,6 +136,10 @@ async def _service(unit: dict[str, str], env: dict[str, str]) -> AsyncIterator[P
     assert code == 0, log.read_text()
 
 
+# Two cold starts of the installed environment (config check, then the service), each
+# compiling what it imports: CPU-bound, ~30 s on a quiet 2-core machine, twice that when it
+# is loaded; no wait on time in it.
+@pytest.mark.timeout(150)
 async def test_the_installed_unit_runs_a_bot_that_answers(installed: Path) -> None:
     unit = _unit(installed)
     assert unit["ReadWritePaths"] == unit["WorkingDirectory"]

@@ -47,11 +47,20 @@ Behaviour:
   ``caption`` (checked like a message's text, at most 1024 characters after parsing) and
   ``duration``; a private chat of a user in :attr:`FakeTelegramAPI.voice_forbidden` answers
   ``400 Bad Request: VOICE_MESSAGES_FORBIDDEN`` (their privacy setting), as Telegram does.
-* ``setMyCommands`` keeps one menu per ``language_code`` (two lowercase letters, else
-  ``400``), as Telegram does: :meth:`FakeTelegramAPI.commands`; ``deleteMyCommands`` removes
-  one (its people get the default menu).
 * ``sendChatAction``, ``setMyCommands``, ``setWebhook``, ``deleteWebhook``, ``getWebhookInfo``
-  and ``deleteMessage`` are answered and recorded.
+  and ``deleteMessage`` are answered and recorded. ``setMyCommands`` keeps a list per
+  ``scope`` and ``language_code`` (two lowercase letters, else ``400``), as Telegram does
+  (:meth:`FakeTelegramAPI.menu` for names, :meth:`FakeTelegramAPI.commands` for the whole
+  list); ``deleteMyCommands`` removes the one of its scope and language (its people get the
+  scope's menu without a language, or the next scope's).
+* Inline keyboards: a ``sendMessage`` ``reply_markup`` is checked (``callback_data`` 1-64
+  bytes, else ``400 BUTTON_DATA_INVALID``) and kept on the message
+  (:meth:`FakeTelegramAPI.keyboard`). :meth:`FakeTelegramAPI.push_press` queues the
+  ``callback_query`` update of a press (of a button's data, or of any data: a forged press).
+  ``answerCallbackQuery`` takes each query once (a second answer or an unknown id is ``400
+  query is too old...``); :meth:`FakeTelegramAPI.press_answers` are the answers.
+  ``editMessageReplyMarkup`` replaces (or, without ``reply_markup``, takes away) a message's
+  keyboard (``400 message is not modified`` when it is the same).
 * :meth:`FakeTelegramAPI.fail_next` scripts errors per method (and optionally per token):
   ``429`` with ``retry_after``, ``400`` with a description, ``403``, ``5xx``...
 * Files: :meth:`FakeTelegramAPI.add_file` registers bytes under a new ``file_id``;
@@ -456,9 +465,10 @@ class _Account:
     poll_generation: int = 0
     webhook_url: str | None = None
     webhook_secret: str | None = None
-    # setMyCommands' menus by language_code ("": the default one).
-    menus: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     outside: set[int] = field(default_factory=set)  # groups the bot is not a member of
+    # setMyCommands' menus by (scope type, scope chat id, language code; "": none).
+    menus: dict[tuple[str, int | None, str], list[dict[str, Any]]] = field(default_factory=dict)
+    queries: dict[str, bool] = field(default_factory=dict)  # callback query id -> answered
 
 
 class _ApiError(Exception):
@@ -520,14 +530,38 @@ class FakeTelegramAPI(FakeServer):
         """The bot user of a token."""
         return self._accounts[token].user
 
-    def commands(self, token: str, language_code: str = "") -> list[dict[str, Any]]:
-        """The commands last set with ``setMyCommands`` for ``language_code`` ("": the
-        default menu, for every language without its own)."""
-        return list(self._accounts[token].menus.get(language_code, []))
+    def commands(
+        self,
+        token: str,
+        language_code: str = "",
+        scope: str = "default",
+        chat_id: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """The commands last set with ``setMyCommands`` for ``scope`` and ``language_code``
+        ("": the scope's menu for every language without its own; none set: empty)."""
+        return list(self._accounts[token].menus.get((scope, chat_id, language_code), []))
 
-    def set_menu(self, token: str, commands: list[dict[str, Any]], language_code: str) -> None:
+    def set_menu(
+        self,
+        token: str,
+        commands: list[dict[str, Any]],
+        language_code: str,
+        scope: str = "default",
+        chat_id: int | None = None,
+    ) -> None:
         """A menu as an earlier run of the bot left it (``setMyCommands``)."""
-        self._accounts[token].menus[language_code] = list(commands)
+        self._accounts[token].menus[(scope, chat_id, language_code)] = list(commands)
+
+    def menu(
+        self,
+        token: str,
+        scope: str = "default",
+        chat_id: int | None = None,
+        language: str | None = None,
+    ) -> list[str] | None:
+        """The command names set for a scope (and language); None when never set."""
+        found = self._accounts[token].menus.get((scope, chat_id, language or ""))
+        return None if found is None else [str(c["command"]) for c in found]
 
     def polls_started(self, token: str) -> int:
         """How many ``getUpdates`` calls of the token arrived (a long poll counts at once)."""
@@ -651,6 +685,51 @@ class FakeTelegramAPI(FakeServer):
         update = self.stop_update(chat, draft_id, thread_id)
         self.push(token, update)
         return update
+
+    def push_press(
+        self,
+        token: str,
+        chat: TgChat,
+        user: TgUser,
+        message_id: int,
+        *,
+        button: int = 0,
+        data: str | None = None,
+    ) -> dict[str, Any]:
+        """``user`` pressed button ``button`` (counted row by row) of the bot's message
+        ``message_id`` in ``chat``: queue the ``callback_query`` update, return it. ``data``
+        sends that data instead of the button's (a modified client: any data for any
+        message with a keyboard). The message in the update is as the chat shows it now."""
+        message = self._messages[(chat.id, message_id)]
+        if data is None:
+            buttons = [b for row in message["reply_markup"]["inline_keyboard"] for b in row]
+            data = str(buttons[button]["callback_data"])
+        query_id = f"q{next(self._update_ids)}"
+        self._accounts[token].queries[query_id] = False
+        self._users.add(user.id)
+        update = {
+            "update_id": next(self._update_ids),
+            "callback_query": {
+                "id": query_id,
+                "from": user.to_dict(),
+                "message": message,
+                "chat_instance": f"ci{chat.id}",
+                "data": data,
+            },
+        }
+        self.push(token, update)
+        return update
+
+    def keyboard(self, chat_id: int, message_id: int) -> list[list[str]] | None:
+        """The labels of a message's inline keyboard, row by row (None: it has none)."""
+        markup = self._messages[(chat_id, message_id)].get("reply_markup")
+        if not markup:
+            return None
+        return [[str(b["text"]) for b in row] for row in markup["inline_keyboard"]]
+
+    def press_answers(self, token: str | None = None) -> list[ApiCall]:
+        """Successful ``answerCallbackQuery`` calls, in order."""
+        return [c for c in self.calls_of("answerCallbackQuery", token) if c.ok]
 
     def push_raw(self, token: str, entry: Any) -> int:
         """Queue any JSON value as one entry of ``getUpdates`` (as a broken server or proxy
@@ -1065,6 +1144,8 @@ class FakeTelegramAPI(FakeServer):
             "sendChatAction": _send_chat_action,
             "setMyCommands": _set_my_commands,
             "deleteMyCommands": _delete_my_commands,
+            "answerCallbackQuery": _answer_callback_query,
+            "editMessageReplyMarkup": self._edit_message_reply_markup,
             "setWebhook": _set_webhook,
             "deleteWebhook": _delete_webhook,
             "getWebhookInfo": lambda a, _: {
@@ -1232,6 +1313,9 @@ class FakeTelegramAPI(FakeServer):
             message["is_topic_message"] = chat.is_forum
         if reply is not None and (chat_id, reply) in self._messages:
             message["reply_to_message"] = self._messages[(chat_id, reply)]
+        markup = params.get("reply_markup")
+        if markup is not None:
+            message["reply_markup"] = _checked_keyboard(markup)
         self._messages[(chat_id, message["message_id"])] = message
         self._sources[(chat_id, message["message_id"])] = _source(params)
         return message
@@ -1266,6 +1350,28 @@ class FakeTelegramAPI(FakeServer):
         self._sources[key] = _source(params)
         return message
 
+    def _edit_message_reply_markup(
+        self, account: _Account, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        key = (int(params["chat_id"]), int(params["message_id"]))
+        if key not in self._messages:
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        markup = params.get("reply_markup")
+        new = None if not markup else _checked_keyboard(markup)
+        message = dict(self._messages[key])
+        if new == message.get("reply_markup"):
+            raise _ApiError(
+                400,
+                "Bad Request: message is not modified: specified new message content and reply "
+                "markup are exactly the same as a current content and reply markup of the message",
+            )
+        if new is None:
+            message.pop("reply_markup", None)
+        else:
+            message["reply_markup"] = new
+        self._messages[key] = message
+        return message
+
     def _delete_message(self, account: _Account, params: dict[str, Any]) -> bool:
         key = (int(params["chat_id"]), int(params["message_id"]))
         if self._messages.pop(key, None) is None:
@@ -1280,6 +1386,32 @@ def _send_chat_action(account: _Account, params: dict[str, Any]) -> bool:
     return True
 
 
+def _answer_callback_query(account: _Account, params: dict[str, Any]) -> bool:
+    query = str(params.get("callback_query_id", ""))
+    if account.queries.get(query, True):
+        raise _ApiError(
+            400,
+            "Bad Request: query is too old and response timeout expired or query ID is invalid",
+        )
+    if len(str(params.get("text") or "")) > 200:
+        raise _ApiError(400, "Bad Request: MESSAGE_TOO_LONG")
+    account.queries[query] = True
+    return True
+
+
+def _checked_keyboard(markup: Any) -> dict[str, Any]:
+    """An inline keyboard as Telegram checks it (the data of each button: 1-64 bytes)."""
+    rows = markup.get("inline_keyboard") if isinstance(markup, dict) else None
+    if not isinstance(rows, list):
+        raise _ApiError(400, "Bad Request: can't parse reply keyboard markup JSON object")
+    for row in rows:
+        for button in row:
+            data = str(button.get("callback_data", ""))
+            if not 1 <= len(data.encode()) <= 64:
+                raise _ApiError(400, "Bad Request: BUTTON_DATA_INVALID")
+    return dict(markup)
+
+
 def _set_my_commands(account: _Account, params: dict[str, Any]) -> bool:
     commands = params.get("commands")
     if not isinstance(commands, list):
@@ -1289,16 +1421,24 @@ def _set_my_commands(account: _Account, params: dict[str, Any]) -> bool:
             raise _ApiError(400, "Bad Request: BOT_COMMAND_INVALID")
         if not 1 <= len(str(command.get("description", ""))) <= 256:
             raise _ApiError(400, "Bad Request: BOT_COMMAND_DESCRIPTION_INVALID")
-    language = str(params.get("language_code") or "")
-    if language and not re.fullmatch(r"[a-z]{2}", language):
-        raise _ApiError(400, "Bad Request: invalid language code specified")
-    account.menus[language] = list(commands)
+    account.menus[_menu_key(params)] = list(commands)
     return True
 
 
 def _delete_my_commands(account: _Account, params: dict[str, Any]) -> bool:
-    account.menus.pop(str(params.get("language_code") or ""), None)
+    account.menus.pop(_menu_key(params), None)
     return True
+
+
+def _menu_key(params: dict[str, Any]) -> tuple[str, int | None, str]:
+    """The (scope type, scope chat id, language code) a ``setMyCommands`` or
+    ``deleteMyCommands`` call names; ``language_code`` is two lowercase letters or none."""
+    scope = params.get("scope") if isinstance(params.get("scope"), dict) else {"type": "default"}
+    chat = scope.get("chat_id")
+    language = str(params.get("language_code") or "")
+    if language and not re.fullmatch(r"[a-z]{2}", language):
+        raise _ApiError(400, "Bad Request: invalid language code specified")
+    return str(scope.get("type")), None if chat is None else int(chat), language
 
 
 def _set_webhook(account: _Account, params: dict[str, Any]) -> bool:

@@ -49,7 +49,7 @@ async def test_forget_in_one_process_beats_an_extraction_in_another(
             api.reply_next(json.dumps(extracted))
             await post(http, a, "d1", "/new", "d1-1")  # A's sweep starts extracting
             await eventually(lambda: api.call_count == 2, 20, "A's extraction call")
-            await post(http, b, "d1", "/forget", "d1-2")
+            await post(http, b, "d1", "/forget confirm", "d1-2")
             await eventually(
                 lambda: any("Done: I erased" in str(r["text"]) for r in b.delivered()),
                 20,

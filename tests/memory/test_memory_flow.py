@@ -65,7 +65,7 @@ async def test_facts_cross_sessions_forget_erases_them_and_choices_stay_behind(
         assert "blue mug" not in first_of_s2
         await h.say(DM, "/memory", author="11", name="Ada")
         assert "occupation: nurse" in h.outlet.texts(DM)[-1]
-        await h.say(DM, "/forget", author="11", name="Ada")
+        await h.say(DM, "/forget confirm", author="11", name="Ada")
         await turn(h, DM, "do you know me?")
         after = system_text(llm.requests[-1])
         assert "nurse" not in after and "<user_memory>" not in after

@@ -99,7 +99,7 @@ async def test_forget_during_the_extraction_model_call_is_not_undone(
         await turn(h, DM, "I work as a nurse")
         await say(h, DM, "/new")  # the sweep starts extracting the closed session
         await until_called(extractor)
-        await say(h, DM, "/forget")
+        await say(h, DM, "/forget confirm")
         assert h.outlet.texts(DM)[-1].startswith("Done: I erased")
         extractor.release()
         await h.memory.wait_idle()
@@ -120,7 +120,7 @@ async def test_an_extraction_that_loses_to_forget_learns_only_what_came_after(
         assert session is not None
         running = asyncio.create_task(h.memory.extract(session.key, 0))
         await until_called(extractor)
-        await say(h, DM, "/forget")
+        await say(h, DM, "/forget confirm")
         await clock.advance(1)
         await turn(h, DM, "I live in Oslo")
         await release_until_done(extractor, running)  # type: ignore[arg-type]
@@ -265,7 +265,7 @@ async def test_forget_with_deletion_removes_every_copy_and_says_what_is_kept(
         assert summary is not None and "porridge" in summary.body  # quoted verbatim
         before = await store.user_data(ADA)
         assert len(before.messages) == 3 and len(before.replies) == 3
-        await say(h, DM, "/forget")
+        await say(h, DM, "/forget confirm")
         answer = h.outlet.texts(DM)[-1]
         assert "deleted 3 of your messages, 2 replies of mine that answered only you" in answer
         assert "1 conversation summary" in answer
@@ -295,7 +295,7 @@ async def test_forget_without_deletion_says_messages_are_kept(
 ) -> None:
     async with harness(store, clock, GatedLLM(), memory_llm=OfflineLLM()) as h:
         await turn(h, DM, "my name is Ada")
-        await say(h, DM, "/forget")
+        await say(h, DM, "/forget confirm")
         answer = h.outlet.texts(DM)[-1]
         assert "Kept: your messages in our chats" in answer
         assert (await store.user_data(ADA)).messages != ()
@@ -317,7 +317,7 @@ async def test_a_summary_folding_forgotten_messages_is_not_saved(
         for i in range(3):
             await turn(h, GROUP_A, f"secret number {i}")
         await until_called(summarizer)  # the window overflowed: compaction is running
-        await say(h, DM, "/forget")
+        await say(h, DM, "/forget confirm")
         summarizer.release()
         await h.memory.wait_idle()
         session = await store.current_session(GROUP_A)
@@ -369,7 +369,7 @@ async def test_erasure_reaches_other_bots_and_closed_sessions(
         await turn(h, DM, "a new secret")
         other_bot = ConversationKey("telegram", "11", None, "other")
         await h.ingestor.ingest(Inbound(other_bot, "11", "Ada", "to the other bot", "x1"))
-        await say(h, DM, "/forget")
+        await say(h, DM, "/forget confirm")
         assert "deleted 2 of your messages" in h.outlet.texts(DM)[-1]
         assert "1 message of yours still waiting for my answer" in h.outlet.texts(DM)[-1]
         left = [m.text for m in (await store.user_data(ADA)).messages]

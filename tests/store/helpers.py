@@ -63,3 +63,11 @@ async def delete_user_memory(store: StoreLifecycle, user: UserKey) -> bool:
             user.user_id,
         )
     return removed > 0
+
+
+async def outbox_rows(store: StoreLifecycle) -> list[tuple[str, str | None]]:
+    """Every outbox row's (text, choices) as stored, in order."""
+    sql = _sql(store)
+    async with sql._read() as db:
+        rows = await db.fetch("SELECT text, choices FROM outbox ORDER BY id")
+    return [(str(r[0]), r[1]) for r in rows]

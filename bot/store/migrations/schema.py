@@ -566,4 +566,13 @@ TEMPLATES: Final[tuple[tuple[int, str], ...]] = (
         );
         """,
     ),
+    (
+        23,
+        """
+        -- A command answer's choices (docs/telegram.md#buttons): JSON of the person they are
+        -- for and each choice's label and command, so a row re-sent by recovery after a crash
+        -- still has its buttons. Cleared with the text once the row is sent or given up.
+        ALTER TABLE outbox ADD COLUMN choices TEXT;
+        """,
+    ),
 )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.core.agenda import NewReminder
+from bot.core.choices import Choices
 from bot.core.events import (
     ClaimedTurn,
     Claims,
@@ -735,7 +736,12 @@ class QueuePart(SQLCore):
     # -- outbox -------------------------------------------------------------------------------
 
     async def record_outbox(
-        self, conversation: ConversationKey, text: str, now: float, reply_to: str | None = None
+        self,
+        conversation: ConversationKey,
+        text: str,
+        now: float,
+        reply_to: str | None = None,
+        choices: Choices | None = None,
     ) -> OutboxItem:
         refuse_blank(text)
         async with self._tx() as db:
@@ -744,12 +750,13 @@ class QueuePart(SQLCore):
             sid, number = await self._ensure_open(db, conv_id, now, None)
             outbox_id = await db.fetchval(
                 "INSERT INTO outbox (conversation_id, session_id, reply_message_id, text, "
-                "reply_to, created_at) VALUES ($1, $2, 0, $3, $4, $5) RETURNING id",
+                "reply_to, created_at, choices) VALUES ($1, $2, 0, $3, $4, $5, $6) RETURNING id",
                 conv_id,
                 sid,
                 text,
                 reply_to,
                 now,
+                None if choices is None else choices.dumps(),
             )
         return OutboxItem(
             id=int(outbox_id),
@@ -759,6 +766,7 @@ class QueuePart(SQLCore):
             reply_message_id=0,
             created_at=now,
             reply_to_platform_message_id=reply_to,
+            choices=choices,
         )
 
     async def record_ran(
@@ -822,8 +830,8 @@ class QueuePart(SQLCore):
     async def mark_sent(self, outbox_id: int, now: float) -> None:
         async with self._write() as db:
             await db.execute(
-                f"UPDATE outbox SET status = 'sent', finished_at = $1, text = {cols.FINISHED_TEXT} "
-                "WHERE id = $2",
+                "UPDATE outbox SET status = 'sent', finished_at = $1, "
+                f"text = {cols.FINISHED_TEXT}, choices = NULL WHERE id = $2",
                 now,
                 outbox_id,
             )
@@ -832,7 +840,7 @@ class QueuePart(SQLCore):
         async with self._write() as db:
             await db.execute(
                 "UPDATE outbox SET status = 'failed', finished_at = $1, failure = $2, "
-                f"text = {cols.FINISHED_TEXT} WHERE id = $3",
+                f"text = {cols.FINISHED_TEXT}, choices = NULL WHERE id = $3",
                 now,
                 reason[:500],
                 outbox_id,
