@@ -1,6 +1,6 @@
 """Message catalogs of personabot's built-in texts (docs/i18n.md#adding-a-text):
 
-    uv run python scripts/catalogs.py extract   # bot/, memory/ -> bot/locales/personabot.pot
+    uv run python scripts/catalogs.py extract   # bot/, memory/, adapters/ -> the .pot
     uv run python scripts/catalogs.py update    # .pot -> each language's .po (new texts empty)
     uv run python scripts/catalogs.py compile   # each .po -> its .mo (committed)
 
@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCALES = ROOT / "bot" / "locales"
 TEMPLATE = LOCALES / "personabot.pot"
 DOMAIN = "personabot"
-#: Where built-in texts are written (adapters say nothing to people on their own).
-SOURCES = ("bot", "memory")
+#: Where built-in texts are written (of the adapters, a Telegram button press's answers).
+SOURCES = ("bot", "memory", "adapters")
 
 
 def _babel(*args: str) -> None:

@@ -2,7 +2,8 @@
 Bot API) and the composition root's runtime on both stores. A persona's ``language`` puts
 ``/help``, ``/memory``, a limit notice and the command menu in its language; a Hebrew one's
 texts carry the directional marks that keep ``/help`` and a date in order; an operator's own
-text wins over every catalog; ``auto`` follows the person's ``language_code``.
+text wins over every catalog; ``auto`` follows the person's ``language_code``; /forget's
+question, its buttons and the answer to a press are in the persona's language.
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ async def running(store: BaseStore, language: str, **limits: Any) -> AsyncIterat
     async with FakeTelegramAPI() as api:
         api.add_bot(TOKEN, "mira_bot", "Mira")
         api.set_menu(TOKEN, STALE, "he")
+        api.set_menu(TOKEN, STALE, "he", scope="all_group_chats")
         adapter = TelegramAdapter(bot_key=BOT, token=TOKEN, api_server=api.base_url)
         try:
             async with runtime(
@@ -147,6 +149,12 @@ async def test_a_ukrainian_persona_answers_notices_and_menus_in_ukrainian(
         assert _menu(rig.api, "uk")["memory"] == "показати, що я про вас пам’ятаю"
         assert _menu(rig.api, "ru") == {}  # no persona of this bot speaks Russian
         assert _menu(rig.api, "he") == {}  # none speaks Hebrew any more: its menu is gone
+        assert rig.api.menu(TOKEN, "all_group_chats", language="he") is None  # in every scope
+        # Every scope once more in Ukrainian: a group's menu without the personal commands.
+        private = rig.api.commands(TOKEN, "uk", scope="all_private_chats")
+        assert {c["command"]: c["description"] for c in private}["help"] == "список команд"
+        group = rig.api.menu(TOKEN, "all_group_chats", language="uk")
+        assert group is not None and "help" in group and "memory" not in group
 
         # The persona's language wins over the person's own (Sasha's app is in English).
         answer = (await rig.ask(SASHA, "/help")).visible_text
@@ -207,3 +215,48 @@ async def test_auto_follows_the_person_s_telegram_language_else_english(
         assert _menu(rig.api, "ru")["help"] == "список команд"
         assert _menu(rig.api, "he")["help"] == f"{RLM}רשימת הפקודות"
         assert _menu(rig.api)["help"] == "list the commands"
+
+
+async def test_a_ukrainian_persona_s_forget_question_buttons_and_press_answers_are_ukrainian(
+    store: BaseStore,
+) -> None:
+    group = TgChat.supergroup(-1001234567892, "Tea club")
+    alex = TgUser(1005, "Alex", language_code="en")  # another member; his app is in English
+    async with running(store, "uk") as rig:
+        rig.api.push_message(TOKEN, group, SASHA, "/forget")
+        await rig.api.wait_for(lambda: rig.api.sent_messages(TOKEN, group.id), what="question")
+        question = rig.api.sent_messages(TOKEN, group.id)[0]
+        assert question.visible_text.startswith(
+            "Стерти все, що я про вас пам’ятаю, у всіх чатах зі мною?"
+        )
+        assert rig.api.keyboard(group.id, question.message_id) == [["Так, стерти", "Ні, залишити"]]
+
+        datas: list[str] = []  # each press's callback data, as the client sent it
+
+        async def pressed(user: TgUser, button: int, data: str | None = None) -> ApiCall:
+            before = len(rig.api.press_answers(TOKEN))
+            update = rig.api.push_press(
+                TOKEN, group, user, question.message_id, button=button, data=data
+            )
+            datas.append(update["callback_query"]["data"])
+            await rig.api.wait_for(
+                lambda: len(rig.api.press_answers(TOKEN)) > before, what="the press's answer"
+            )
+            return rig.api.press_answers(TOKEN)[-1]
+
+        # Another member's press: refused in the persona's language, nothing erased.
+        refusal = await pressed(alex, 0)
+        assert refusal.params.get("text") == "Ці кнопки для того, хто питав."
+        assert refusal.flag("show_alert")
+        # Sasha keeps it: the answer in Ukrainian; a second press of the settled question is
+        # "already done" in Ukrainian too.
+        first = await pressed(SASHA, 1)
+        assert first.params.get("text") is None  # it ran: its answer is the message
+        await rig.api.wait_for(
+            lambda: len(rig.api.sent_messages(TOKEN, group.id)) > 1, what="the answer"
+        )
+        assert rig.api.sent_messages(TOKEN, group.id)[1].visible_text == "Нічого не стерто."
+        assert rig.api.keyboard(group.id, question.message_id) is None
+        # The same button once more (an old client still showing it): already done.
+        again = await pressed(SASHA, 1, datas[-1])
+        assert again.params.get("text") == "Уже зроблено."
