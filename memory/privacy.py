@@ -20,6 +20,7 @@ from bot.core.events import (
     StoredSummary,
     UserData,
 )
+from bot.core.i18n import Texts, english
 from bot.core.media import Quote, StoredMedia
 
 
@@ -31,56 +32,83 @@ class ForgetReport:
     erasure: Erasure | None  # None: messages were kept (forget_deletes_messages is off)
     reminders: int = 0  # deleted with the time zone setting (docs/initiatives.md)
 
-    def describe(self) -> str:
-        """The answer to /forget: exactly what was removed, what is kept, and why."""
-        facts = _count(self.items, "thing", "things")
+    def describe(self, texts: Texts | None = None) -> str:
+        """The answer to /forget: exactly what was removed, what is kept, and why (in the
+        language of ``texts``; English without)."""
+        _ = texts or english()
+        facts = _.ngettext("{count} thing", "{count} things", self.items).format(count=self.items)
         lines = [
-            f"Done: I erased what I remembered about you ({facts}), and I will never learn "
-            "anything from what you said before now."
+            _(
+                "Done: I erased what I remembered about you ({facts}), and I will never learn "
+                "anything from what you said before now."
+            ).format(facts=facts)
         ]
+        reminders = _.ngettext("{count} reminder", "{count} reminders", self.reminders)
         lines.append(
-            f"I deleted {_count(self.reminders, 'reminder', 'reminders')} of yours and your "
-            "time zone setting."
+            _("I deleted {reminders} of yours and your time zone setting.").format(
+                reminders=reminders.format(count=self.reminders)
+            )
         )
         kept = []
         e = self.erasure
         if e is None:
             kept.append(
-                "your messages in our chats, and the conversation summaries that include "
-                "them, stay as conversation history until the retention policy deletes them "
-                "(this bot is set to keep them on /forget)"
+                _(
+                    "your messages in our chats, and the conversation summaries that include "
+                    "them, stay as conversation history until the retention policy deletes "
+                    "them (this bot is set to keep them on /forget)"
+                )
             )
         else:
             lines.append(
-                "In every chat with me on this platform I deleted "
-                f"{_count(e.messages, 'of your messages', 'of your messages')}, "
-                f"{_count(e.replies, 'reply of mine', 'replies of mine')} that answered only "
-                f"you, {_count(e.outbox, 'delivery record', 'delivery records')} of replies, "
-                f"and {_count(e.summaries, 'conversation summary', 'conversation summaries')} "
-                "that included you (what is left of those conversations is summarised again "
-                "when needed)."
+                _(
+                    "In every chat with me on this platform I deleted {messages}, {replies} "
+                    "that answered only you, {records} of replies, and {summaries} that "
+                    "included you (what is left of those conversations is summarised again "
+                    "when needed)."
+                ).format(
+                    messages=_.ngettext(
+                        "{count} of your messages", "{count} of your messages", e.messages
+                    ).format(count=e.messages),
+                    replies=_.ngettext(
+                        "{count} reply of mine", "{count} replies of mine", e.replies
+                    ).format(count=e.replies),
+                    records=_.ngettext(
+                        "{count} delivery record", "{count} delivery records", e.outbox
+                    ).format(count=e.outbox),
+                    summaries=_.ngettext(
+                        "{count} conversation summary",
+                        "{count} conversation summaries",
+                        e.summaries,
+                    ).format(count=e.summaries),
+                )
             )
             if e.shared_replies:
+                replies = _.ngettext(
+                    "{count} reply of mine", "{count} replies of mine", e.shared_replies
+                )
                 kept.append(
-                    f"{_count(e.shared_replies, 'reply of mine', 'replies of mine')} that also "
-                    "answered other people (they are part of their conversation too)"
+                    _(
+                        "{replies} that also answered other people (they are part of their "
+                        "conversation too)"
+                    ).format(replies=replies.format(count=e.shared_replies))
                 )
             if e.pending:
+                messages = _.ngettext("{count} message", "{count} messages", e.pending)
                 kept.append(
-                    f"{_count(e.pending, 'message', 'messages')} of yours still waiting for my "
-                    "answer"
+                    _("{messages} of yours still waiting for my answer").format(
+                        messages=messages.format(count=e.pending)
+                    )
                 )
         kept.append(
-            "the times and token counts of the model calls made for you, without any text, "
-            "for the usage limits, and the time of this request, so that earlier messages are "
-            "never learned from"
+            _(
+                "the times and token counts of the model calls made for you, without any text, "
+                "for the usage limits, and the time of this request, so that earlier messages "
+                "are never learned from"
+            )
         )
-        lines.append("Kept: " + "; ".join(kept) + ".")
+        lines.append(_("Kept: {items}.").format(items="; ".join(kept)))
         return " ".join(lines)
-
-
-def _count(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
 
 
 def _chat(c: ConversationKey) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
 import discord
+from discord.http import Route
 
 from bot.core.errors import AdapterError
 from bot.core.menu import CommandOption, NativeCommand, NativeMenu
@@ -36,11 +37,12 @@ INTEGER: Final = 4
 #: Discord error code: the bot was not invited with the ``applications.commands`` scope.
 MISSING_ACCESS: Final = 50001
 #: The keys of a command (and of its options) that a sync compares: what we send.
-_COMPARED: Final = ("type", "name", "description", "options")
+_COMPARED: Final = ("type", "name", "description", "description_localizations", "options")
 _OPTION_KEYS: Final = (
     "type",
     "name",
     "description",
+    "description_localizations",
     "required",
     "autocomplete",
     "choices",
@@ -48,11 +50,14 @@ _OPTION_KEYS: Final = (
 )
 
 JSON = dict[str, Any]
+#: Listing commands: the full localization dictionaries rather than one locale's text.
+_WITH_LOCALIZATIONS: Final = {"with_localizations": "true"}
 
 
 def command_payload(command: NativeCommand) -> JSON:
     """The JSON of one application command (chat input)."""
     payload: JSON = {"type": CHAT_INPUT, "name": command.name, "description": command.description}
+    _add_localizations(payload, command.localized)
     if command.subcommands:
         payload["options"] = [_subcommand(sub) for sub in command.subcommands]
     elif command.options:
@@ -62,6 +67,7 @@ def command_payload(command: NativeCommand) -> JSON:
 
 def _subcommand(command: NativeCommand) -> JSON:
     sub: JSON = {"type": SUB_COMMAND, "name": command.name, "description": command.description}
+    _add_localizations(sub, command.localized)
     if command.options:
         sub["options"] = [_option(option) for option in command.options]
     return sub
@@ -70,6 +76,7 @@ def _subcommand(command: NativeCommand) -> JSON:
 def _option(option: CommandOption) -> JSON:
     kind = INTEGER if option.kind == "integer" else STRING
     data: JSON = {"type": kind, "name": option.name, "description": option.description}
+    _add_localizations(data, option.localized)
     if option.required:
         data["required"] = True
     if option.choices:
@@ -79,6 +86,13 @@ def _option(option: CommandOption) -> JSON:
     elif option.suggest:
         data["autocomplete"] = True
     return data
+
+
+def _add_localizations(data: JSON, localized: tuple[tuple[str, str], ...]) -> None:
+    """Discord's ``description_localizations`` (locale -> text); names are never localized,
+    so a command is typed the same in every language (docs/i18n.md)."""
+    if localized:
+        data["description_localizations"] = dict(localized)
 
 
 def same_command(existing: Mapping[str, Any], wanted: JSON) -> bool:
@@ -131,13 +145,23 @@ class _GlobalRoutes:
     app: int
 
     async def list(self) -> list[JSON]:
-        return list(await self.http.get_global_commands(self.app))  # type: ignore[arg-type]
+        # with_localizations: the full dictionaries, to compare with what we would write.
+        route = Route("GET", "/applications/{application_id}/commands", application_id=self.app)
+        return list(await self.http.request(route, params=_WITH_LOCALIZATIONS))
 
     async def create(self, payload: JSON) -> JSON:
         return dict(await self.http.upsert_global_command(self.app, payload))  # type: ignore[arg-type]
 
     async def edit(self, command_id: str, payload: JSON) -> JSON:
-        return dict(await self.http.edit_global_command(self.app, command_id, payload))
+        # Not http.edit_global_command: it drops every key but name, description and
+        # options, so a changed localization would never reach Discord.
+        route = Route(
+            "PATCH",
+            "/applications/{application_id}/commands/{command_id}",
+            application_id=self.app,
+            command_id=command_id,
+        )
+        return dict(await self.http.request(route, json=payload))
 
     async def delete(self, command_id: str) -> None:
         await self.http.delete_global_command(self.app, command_id)
@@ -150,13 +174,26 @@ class _GuildRoutes:
     guild: int
 
     async def list(self) -> list[JSON]:
-        return list(await self.http.get_guild_commands(self.app, self.guild))  # type: ignore[arg-type]
+        route = Route(
+            "GET",
+            "/applications/{application_id}/guilds/{guild_id}/commands",
+            application_id=self.app,
+            guild_id=self.guild,
+        )
+        return list(await self.http.request(route, params=_WITH_LOCALIZATIONS))
 
     async def create(self, payload: JSON) -> JSON:
         return dict(await self.http.upsert_guild_command(self.app, self.guild, payload))
 
     async def edit(self, command_id: str, payload: JSON) -> JSON:
-        return dict(await self.http.edit_guild_command(self.app, self.guild, command_id, payload))
+        route = Route(  # the whole payload, as for the global scope
+            "PATCH",
+            "/applications/{application_id}/guilds/{guild_id}/commands/{command_id}",
+            application_id=self.app,
+            guild_id=self.guild,
+            command_id=command_id,
+        )
+        return dict(await self.http.request(route, json=payload))
 
     async def delete(self, command_id: str) -> None:
         await self.http.delete_guild_command(self.app, self.guild, command_id)

@@ -258,6 +258,8 @@ class InboundBuilder:
             kind=kind,
             media=media,
             quote=quote,
+            # A typed message carries no person's locale: a server's preferred one, if any.
+            locale=message.guild.preferred_locale.value if message.guild else None,
         )
 
     async def deletions(

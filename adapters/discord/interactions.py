@@ -294,6 +294,8 @@ class Interactions:
             triggers_reply=True,
             mentions_bot=True,
             command_only=True,
+            # The person's own Discord language (docs/i18n.md).
+            locale=interaction.locale.value,
         )
 
     def _remember(self, key: int, pending: Pending) -> None:

@@ -324,6 +324,8 @@ class TelegramAdapter(StreamingAdapter):
             commands,
             self._accounts.voices,
         )
+        # Every scope's menu, in each language of the bot's personas (adapters/telegram/
+        # menus.py; docs/i18n.md).
         menu = handler.menu if isinstance(handler, MenuSource) else flat_menu(handler.commands)
         await set_menus(self._bot, menu, bot_key=self.bot_key, redact=self._redact)
         await self._accounts.identify()  # never fatal: a persona without one uses the header

@@ -123,6 +123,8 @@ def to_inbound(message: Message, rules: InboundRules, *, edited: bool = False) -
         kind="edit" if edited else "message",
         media=media,
         quote=quote,
+        # The sender's Telegram app language (absent for channels and anonymous admins).
+        locale=message.from_user.language_code if message.from_user else None,
     )
 
 

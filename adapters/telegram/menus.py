@@ -14,15 +14,17 @@ admins, all group admins, that chat, all group chats, the default. So:
   (``/stats``, a scene's ``/stop``). An admin who never started the bot has no such chat yet:
   Telegram refuses that scope, which is logged and skipped.
 
-Each of them once more per language of the bot's personas (``CommandMenu.languages``), when
-there are any (none yet; the texts are English until the catalogs exist).
+Each of them once more per language of the bot's personas (``CommandMenu.languages``,
+docs/i18n.md) with the translated descriptions, under Telegram's ``language_code``; a language
+no persona uses any more loses its menu in every scope (``deleteMyCommands``), so its people
+get the scope's menu without a language.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from aiogram import Bot
@@ -44,6 +46,8 @@ log = logging.getLogger("personabot.telegram")
 _MAX_COMMANDS: Final = 100
 _ERRORS: Final = (TelegramAPIError, ClientDecodeError)
 _COMMAND_NAME: Final = re.compile(r"[a-z0-9_]{1,32}")
+#: The ``language_code`` of each catalog's menu (two-letter ISO 639-1, as Telegram takes).
+MENU_LANGUAGES: Final = {"ru": "ru", "uk": "uk", "he": "he", "zh_Hans": "zh"}
 
 
 def flat_menu(commands: Sequence[tuple[str, str]]) -> CommandMenu:
@@ -66,11 +70,20 @@ def scoped(menu: CommandMenu) -> list[tuple[BotCommandScopeUnion, Sequence[MenuE
 
 
 async def set_menus(
-    bot: Bot, menu: CommandMenu, *, bot_key: str, redact: Callable[[str], str]
+    bot: Bot,
+    menu: CommandMenu,
+    *,
+    bot_key: str,
+    redact: Callable[[str], str],
+    codes: Mapping[str, str] = MENU_LANGUAGES,
 ) -> None:
-    """``setMyCommands`` for every scope and language; each failure is logged, never fatal."""
-    for language in (None, *menu.languages):
-        for scope, entries in scoped(menu):
+    """``setMyCommands`` for every scope and language (``codes``: catalog -> Telegram's
+    code), then ``deleteMyCommands`` for every scope of each language in ``codes`` no
+    persona uses now; each failure is logged, never fatal."""
+    menus: list[tuple[str | None, CommandMenu]] = [(None, menu)]
+    menus += [(codes[lang], local) for lang, local in menu.translated() if lang in codes]
+    for language, local in menus:
+        for scope, entries in scoped(local):
             commands = [
                 BotCommand(command=e.name, description=e.description[:256])
                 for e in entries
@@ -79,13 +92,21 @@ async def set_menus(
             try:
                 await bot.set_my_commands(commands, scope=scope, language_code=language)
             except _ERRORS as exc:
-                log.warning(
-                    "telegram bot %s: setMyCommands (%s%s) failed: %s",
-                    bot_key,
-                    scope.type,
-                    "" if language is None else f", {language}",
-                    redact(str(exc)),
-                )
+                _failed("setMyCommands", bot_key, scope, language, redact(str(exc)))
+    used = {language for language, _ in menus}
+    for language in sorted(set(codes.values()) - used):
+        for scope, _entries in scoped(menu):
+            try:
+                await bot.delete_my_commands(scope=scope, language_code=language)
+            except _ERRORS as exc:
+                _failed("deleteMyCommands", bot_key, scope, language, redact(str(exc)))
+
+
+def _failed(
+    method: str, bot_key: str, scope: BotCommandScopeUnion, language: str | None, error: str
+) -> None:
+    where = scope.type if language is None else f"{scope.type}, {language}"
+    log.warning("telegram bot %s: %s (%s) failed: %s", bot_key, method, where, error)
 
 
 def _valid(entry: MenuEntry) -> bool:

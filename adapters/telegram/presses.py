@@ -33,21 +33,24 @@ from adapters.telegram.inbound import PLATFORM
 from bot.core.choices import PressOutcome
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey, Inbound
+from bot.core.i18n import N_, Texts, english
 from bot.core.ports import InboundHandler, PressHandler
 
 log = logging.getLogger("personabot.telegram")
 
-GARBLED: Final = "This button is not valid. Send the command again."
-EXPIRED: Final = "These buttons have expired. Send the command again."
-NOT_YOURS: Final = "These buttons are for the person who asked."
-TOO_OLD: Final = "This message is too old for its buttons. Send the command again."
-NOT_OURS: Final = "Nothing to do here."
-FAILED: Final = "That did not work. Please try again."
+# The answers are in the presser's language (the persona's, or theirs with ``auto``):
+# ``PressHandler.texts``, docs/i18n.md.
+GARBLED: Final = N_("This button is not valid. Send the command again.")
+EXPIRED: Final = N_("These buttons have expired. Send the command again.")
+NOT_YOURS: Final = N_("These buttons are for the person who asked.")
+TOO_OLD: Final = N_("This message is too old for its buttons. Send the command again.")
+NOT_OURS: Final = N_("Nothing to do here.")
+FAILED: Final = N_("That did not work. Please try again.")
 #: What the press's answer says for each outcome of the router ("" shows no text).
 ANSWERS: Final[dict[PressOutcome, str]] = {
     "ran": "",
-    "done": "Already done.",
-    "refused": "You cannot use this bot here.",
+    "done": N_("Already done."),
+    "refused": N_("You cannot use this bot here."),
     "dropped": "",
 }
 _ERRORS: Final = (TelegramAPIError, ClientDecodeError)
@@ -78,11 +81,16 @@ class PressDesk:
     async def handle(self, handler: InboundHandler, query: CallbackQuery) -> None:
         """Check one press, run its command through ``handler``, answer it."""
         message, data = query.message, query.data
+        texts = (
+            handler.texts(query.from_user.language_code)
+            if isinstance(handler, PressHandler)
+            else english()
+        )
         if message is None or data is None:  # an inline-mode message or a game: not ours
-            await self._answer(query, NOT_OURS)
+            await self._answer(query, texts, NOT_OURS)
             return
         if isinstance(message, InaccessibleMessage):
-            await self._answer(query, TOO_OLD)
+            await self._answer(query, texts, TOO_OLD)
             return
         verdict = self._signer.verify(message.chat.id, data, self._now())
         if verdict == "garbled":
@@ -91,25 +99,28 @@ class PressDesk:
                 self._bot_key,
                 message.chat.id,
             )
-            await self._answer(query, GARBLED, alert=True)
+            await self._answer(query, texts, GARBLED, alert=True)
             return
         if verdict == "expired":
-            await self._answer(query, EXPIRED)
+            await self._answer(query, texts, EXPIRED)
             await self._edit(message, None)
             return
         if str(query.from_user.id) != verdict.asker:
-            await self._answer(query, NOT_YOURS, alert=True)
+            await self._answer(query, texts, NOT_YOURS, alert=True)
             return
         if not isinstance(handler, PressHandler):
-            await self._answer(query, NOT_OURS)
+            await self._answer(query, texts, NOT_OURS)
             return
-        outcome = await self._run(handler.press(self._inbound(query, message, verdict)), query)
+        press = handler.press(self._inbound(query, message, verdict))
+        outcome = await self._run(press, query, texts)
         if outcome in ("ran", "done"):
             left = None if verdict.closes else without_button(message.reply_markup, data)
             if left != message.reply_markup:
                 await self._edit(message, left)
 
-    async def _run(self, press: Awaitable[PressOutcome], query: CallbackQuery) -> PressOutcome:
+    async def _run(
+        self, press: Awaitable[PressOutcome], query: CallbackQuery, texts: Texts
+    ) -> PressOutcome:
         """Run the press and answer the query with its outcome, or with no text once
         ``answer_within`` passed (the command's answer may wait for the chat's turn in the
         pacer; the client's spinner must not). A failure is answered too, then raised: a
@@ -121,17 +132,17 @@ class PressDesk:
             done, _ = await asyncio.wait({task}, timeout=self._answer_within)
             if not done:
                 answered = True
-                await self._answer(query, "")
+                await self._answer(query, texts, "")
             outcome = await task
         except asyncio.CancelledError:
             task.cancel()  # shutdown: the command with it (a press not done is taken again)
             raise
         except Exception as exc:
             if not answered:
-                await self._answer(query, "" if isinstance(exc, StoreError) else FAILED)
+                await self._answer(query, texts, "" if isinstance(exc, StoreError) else FAILED)
             raise
         if not answered:
-            await self._answer(query, ANSWERS[outcome])
+            await self._answer(query, texts, ANSWERS[outcome])
         return outcome
 
     def _inbound(self, query: CallbackQuery, message: Message, pressed: Pressed) -> Inbound:
@@ -151,12 +162,17 @@ class PressDesk:
             platform_message_id=str(message.message_id),
             is_private=message.chat.type == "private",
             kind="press",
+            locale=query.from_user.language_code,  # the presser's (docs/i18n.md)
         )
 
-    async def _answer(self, query: CallbackQuery, text: str, *, alert: bool = False) -> None:
-        """``answerCallbackQuery`` (a failure, e.g. too late, is only logged)."""
+    async def _answer(
+        self, query: CallbackQuery, texts: Texts, text: str, *, alert: bool = False
+    ) -> None:
+        """``answerCallbackQuery`` with ``text`` in ``texts``' language ("": no text); a
+        failure (e.g. too late) is only logged."""
+        shown = texts.finish(texts(text)) if text else None
         method = AnswerCallbackQuery(
-            callback_query_id=query.id, text=text or None, show_alert=alert or None
+            callback_query_id=query.id, text=shown, show_alert=alert or None
         )
         try:
             await self._bot(method)

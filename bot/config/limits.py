@@ -8,6 +8,7 @@ from typing import Final
 from pydantic import Field, field_validator, model_validator
 
 from bot.config.fields import PlatformId, Section, shown
+from bot.core.i18n import N_
 
 
 class QueueSettings(Section):
@@ -74,7 +75,8 @@ class LimitSettings(Section):
     user_dollars_per_day: float = Field(default=0.0, ge=0, le=1e9)
     max_input_chars: int = Field(default=8000, ge=100)
     export_every_minutes: float = Field(default=10, ge=0)
-    limit_message: str = (
+    # Built-in: translated into the persona's language; an operator's own text is kept.
+    limit_message: str = N_(
         "You've reached the message limit for now. You can continue after {until} (UTC); "
         "your messages are kept."
     )

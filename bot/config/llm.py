@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from bot.config.fields import EnvName, Section, shown
 from bot.config.plugins import NAME_PATTERN
+from bot.core.i18n import N_
 
 
 class PriceSettings(Section):
@@ -78,13 +79,15 @@ class LLMSettings(Section):
     timeout_seconds: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=2, ge=0, le=10)
     retry_max_seconds: float = Field(default=60.0, gt=0)
-    trouble_notice: str = "I'm having trouble thinking right now; I'll answer shortly."
+    # Built-in texts are translated into the persona's language (docs/i18n.md); an
+    # operator's own text is sent as written.
+    trouble_notice: str = N_("I'm having trouble thinking right now; I'll answer shortly.")
     # Sent (and recorded) instead of a reply without text, e.g. stop_reason "refusal".
     refusal_message: str = Field(
         default="I'd rather not answer that. Shall we talk about something else?", min_length=1
     )
     # Sent when the model rejects a turn for good (e.g. "prompt is too long"); "" = silent.
-    rejected_notice: str = (
+    rejected_notice: str = N_(
         "Sorry, I couldn't answer your last message (it was refused as too long or "
         "malformed). It is kept; please write it again in shorter parts, or send /new to "
         "start over."

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from bot.config.fields import Section
+from bot.core.i18n import N_
 
 
 class SessionSettings(Section):
@@ -45,11 +46,11 @@ class RetentionSettings(Section):
     interval_minutes: float = Field(default=60, gt=0)
     batch_size: int = Field(default=500, ge=1, le=1_000_000)
     forget_deletes_messages: bool = False
-    tell_user_message: str = (
+    tell_user_message: str = N_(
         "Some messages of this conversation (turns {turns}) are no longer available to me. "
         "If something from them matters, please tell me again."
     )
-    refuse_message: str = (
+    refuse_message: str = N_(
         "Part of this conversation (turns {turns}) is no longer available, so I can't "
         "continue it reliably. A human will take over; you can also send /new to start over."
     )

@@ -132,6 +132,24 @@ class PersonaSettings(Section):
     initiative: InitiativeSettings = InitiativeSettings()
     # Replies spoken as voice messages (docs/voices.md); None: text only.
     voice: VoiceSettings | None = None
+    # The language of personabot's own texts (command answers, notices, menus): a shipped
+    # catalog, or "auto" (the person's platform language, else English): docs/i18n.md.
+    language: str = "en"
+
+    @field_validator("language")
+    @classmethod
+    def _shipped_language(cls, value: str) -> str:
+        from bot.core.i18n import AUTO, SHIPPED, catalog_language
+
+        if value.strip().lower() == AUTO:
+            return AUTO
+        language = catalog_language(value)
+        if language is None:
+            raise ValueError(
+                f"{value!r}: no catalog for this language; use one of {', '.join(SHIPPED)} "
+                f'or "{AUTO}" (docs/i18n.md says how to add one)'
+            )
+        return language
 
     @field_validator("refusal_message")
     @classmethod

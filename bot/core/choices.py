@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from bot.core.i18n import N_
+
 #: How long a message's buttons may be pressed after it was sent: an older press is refused
 #: (send the command again). The router remembers a press for longer (``PRESS_MEMORY``), so
 #: no button still accepted can run its command a second time.
@@ -26,6 +28,10 @@ PRESS_MEMORY: Final = BUTTON_LIFETIME + 86400.0
 #: What became of a press handed to the router: its command ran (and answered), it was
 #: pressed before (nothing ran), the access lists refused it, or a middleware dropped it.
 PressOutcome = Literal["ran", "done", "refused", "dropped"]
+
+#: A choice as a typed command where no buttons show (translated by ``Commands.handle``,
+#: which keeps the result in ``Choice.line``: docs/i18n.md).
+TYPED_LINE: Final = N_("{command} - {label}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +45,13 @@ class Choice:
     label: str
     command: str
     closes: bool = True
+    #: The choice as a typed-command line in the answer's language, ready to show (RTL
+    #: marks included); empty: ``TYPED_LINE`` in English.
+    line: str = ""
+
+    def typed(self) -> str:
+        """The line that stands for this choice where no buttons show."""
+        return self.line or TYPED_LINE.format(command=self.command, label=self.label)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +70,7 @@ def typed(text: str, choices: Sequence[Choice]) -> str:
     """``text`` followed by one ``/command - label`` line per choice."""
     if not choices:
         return text
-    lines = "\n".join(f"{c.command} - {c.label}" for c in choices)
+    lines = "\n".join(c.typed() for c in choices)
     return f"{text}\n\n{lines}"
 
 
@@ -71,7 +84,8 @@ class Choices:
 
     def dumps(self) -> str:
         """The stored JSON."""
-        items = [[c.label, c.command, c.closes] for c in self.items]
+        # The line only when it is not the English default (rows stay as they were).
+        items = [[c.label, c.command, c.closes, *([c.line] if c.line else [])] for c in self.items]
         return json.dumps({"asker": self.asker, "items": items}, ensure_ascii=False)
 
     @classmethod
@@ -83,8 +97,8 @@ class Choices:
         try:
             data = json.loads(raw)
             items = tuple(
-                Choice(str(label), str(command), bool(closes))
-                for label, command, closes in data["items"]
+                Choice(str(label), str(command), bool(closes), str(line[0]) if line else "")
+                for label, command, closes, *line in data["items"]
             )
             asker = str(data["asker"])
         except (ValueError, TypeError, KeyError):

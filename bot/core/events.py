@@ -106,6 +106,10 @@ class Inbound:
     # A platform's native command (a Discord application command): run as a command, never
     # stored nor sent to the model, even when its text is no command (docs/discord.md#7-commands).
     command_only: bool = False
+    # The author's language as their platform reports it (Telegram's ``language_code``,
+    # Discord's interaction ``locale`` or the guild's preferred locale); may be forged or
+    # unknown: it only picks the catalog of built-in texts (docs/i18n.md).
+    locale: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

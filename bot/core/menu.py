@@ -29,6 +29,8 @@ class CommandOption:
     choices: tuple[str, ...] = ()
     #: Whether the platform asks ``NativeMenu.suggest`` while the person types it.
     suggest: bool = False
+    #: The description in other languages: (platform locale, text) pairs (docs/i18n.md).
+    localized: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,8 @@ class NativeCommand:
     subcommands: tuple[NativeCommand, ...] = ()
     #: Whether its answers are for the asker's eyes only (about one person's own data).
     private: bool = False
+    #: The description in other languages: (platform locale, text) pairs (docs/i18n.md).
+    localized: tuple[tuple[str, str], ...] = ()
 
 
 #: The subcommand that stands for no word (``/reminders list`` -> ``/reminders``).
@@ -114,14 +118,18 @@ class MenuEntry:
 class CommandMenu:
     """What a platform menu of one bot lists, for whom.
 
-    ``languages``: the language codes the bot's personas speak (a menu is set per language
-    too). No persona has a ``language`` yet: the catalogs of translated texts (issue 40 item
-    4) fill it; until then it is empty and every menu is the English one.
+    ``languages``: the same entries in each other language the bot's personas speak, keyed by
+    catalog (``uk``, ``zh_Hans``: docs/i18n.md), descriptions translated; a platform sets
+    every scope's menu once more per language (Telegram's ``language_code``).
     """
 
     entries: tuple[MenuEntry, ...]
     admins: tuple[str, ...] = ()
-    languages: tuple[str, ...] = ()
+    languages: tuple[tuple[str, tuple[MenuEntry, ...]], ...] = ()
+
+    def translated(self) -> tuple[tuple[str, CommandMenu], ...]:
+        """The menu in each of ``languages`` (same scopes and admins)."""
+        return tuple((lang, CommandMenu(entries, self.admins)) for lang, entries in self.languages)
 
     def everyone(self, *, group: bool) -> tuple[MenuEntry, ...]:
         """The entries everyone sees in a private chat, or in a group."""

@@ -8,6 +8,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from bot.core.choices import PressOutcome
 from bot.core.events import ConversationKey, Inbound, Reply
+from bot.core.i18n import Texts
 
 #: How a bot shows a reply while it is written (docs/architecture.md#streaming): ``auto`` =
 #: Telegram drafts in private chats, nothing elsewhere; ``draft`` = the same, Telegram only;
@@ -173,4 +174,9 @@ class PressHandler(Protocol):
         """Run the command a verified press (``kind`` "press", by the person who asked)
         stands for, through the access checks and middleware of a typed command, at most
         once per message and command across processes; never stored, never for the model."""
+        ...
+
+    def texts(self, locale: str | None) -> Texts:
+        """The built-in texts a press's answer is in, for a person whose platform language
+        is ``locale`` (the persona's language, or theirs with ``auto``: docs/i18n.md)."""
         ...

@@ -6,17 +6,19 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
-from bot.core.choices import Answer, Choice
+from bot.core.choices import TYPED_LINE, Answer, Choice
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, Inbound, SessionInfo, UserKey, is_person
+from bot.core.i18n import N_, Texts
 from bot.core.menu import Suggestion
 from bot.core.tasks import within
 from bot.runtime.exports import Exports
 from bot.runtime.extensions import Command, CommandSpec, Extensions, Handler
+from bot.runtime.languages import Languages
 from bot.store.contracts import SceneStore, SessionStore
 from memory.records import EVERY_PERSONA
 from memory.service import Memory
@@ -55,7 +57,7 @@ BUILTIN_COMMANDS = frozenset(
 )
 
 #: What a user sees when a plugin's command handler raised (the error is logged).
-PLUGIN_FAILED = "Sorry, /{name} failed. Please try again later."
+PLUGIN_FAILED = N_("Sorry, /{name} failed. Please try again later.")
 
 #: Commands about one person's own data: a collective author (a group's anonymous admins, a
 #: channel) is no one person, so none of them may read, export or erase what "they" said.
@@ -82,21 +84,24 @@ Suggester = Callable[[Inbound, str], Awaitable[tuple[Suggestion, ...]]]
 #: At most this many suggestions (Discord shows 25).
 SUGGESTIONS = 25
 
-NOT_A_PERSON = (
+NOT_A_PERSON = N_(
     "/{name} is about one person's own data, and I cannot tell who wrote this (an anonymous "
     "admin or a channel): send it as yourself."
 )
 
 #: /forget's question (docs/privacy.md): nothing is erased before the asker confirms.
-FORGET_ASK = "Erase everything I remember about you, in every chat with me? This cannot be undone."
-FORGET_ASK_MESSAGES = (
+FORGET_ASK = N_(
+    "Erase everything I remember about you, in every chat with me? This cannot be undone."
+)
+FORGET_ASK_MESSAGES = N_(
     "Erase everything I remember about you, and the messages you wrote to me with my replies "
     "to them, in every chat with me? This cannot be undone."
 )
+#: The words typed after /forget (the buttons' commands): never translated, like command names.
 FORGET_CONFIRM: Final = frozenset({"confirm", "yes"})
 FORGET_CANCEL: Final = frozenset({"cancel", "no"})
 
-GROUP_MEMORY_NOTE = (
+GROUP_MEMORY_NOTE = N_(
     "In a group I show only what may come up in this group. For everything I keep about "
     "you, send /memory in a private chat with me."
 )
@@ -122,6 +127,14 @@ class PersonaChoice:
     name: str
 
 
+def _typed_in(texts: Texts, choice: Choice) -> Choice:
+    """``choice`` with its typed-command line in ``texts``' language (where no buttons show:
+    bot/core/choices.py); as it was in English."""
+    line = texts(TYPED_LINE).format(command=choice.command, label=choice.label)
+    line = texts.finish(line)
+    return choice if line == choice.typed() else replace(choice, line=line)
+
+
 class Commands:
     """The chat commands of the bots of a process: built-in, then the plugins' (per bot)."""
 
@@ -141,8 +154,11 @@ class Commands:
         personas: Mapping[str, Sequence[PersonaChoice]] | None = None,
         scenes: Mapping[str, float] | None = None,
         scene_store: SceneStore | None = None,
+        languages: Languages | None = None,
     ) -> None:
         self._store = store
+        # The language of each answer: the bot's persona's, or the asker's (docs/i18n.md).
+        self._languages = languages or Languages()
         self._scene_store = scene_store
         # Bots whose personas speak together, with how long /stop mutes them (seconds).
         self._scenes = dict(scenes or {})
@@ -160,23 +176,28 @@ class Commands:
         self._suggesters: dict[tuple[str, str], Suggester] = {
             ("persona", "name"): self._personas_like
         }
-        self.register("start", "say hello", self._start)
-        self.register("new", "start a new conversation (forget this chat's context)", self._new)
-        self.register("reset", "same as /new", self._new)
+        # Descriptions are marked (N_) here and translated where shown (/help, menus).
+        self.register("start", N_("say hello"), self._start)
+        self.register("new", N_("start a new conversation (forget this chat's context)"), self._new)
+        self.register("reset", N_("same as /new"), self._new)
         if memory is not None:
-            self.register("memory", "show what I remember about you", self._show_memory)
-            self.register("forget", "erase what I remember about you", self._forget)
+            self.register("memory", N_("show what I remember about you"), self._show_memory)
+            self.register("forget", N_("erase what I remember about you"), self._forget)
             if exports is not None:
-                self.register("export", "send you everything stored about you", self._export)
+                self.register("export", N_("send you everything stored about you"), self._export)
         if any(len(c) > 1 for c in self._personas.values()):
-            self.register("persona", "list the personas or switch: /persona NAME", self._persona)
-        self.register("help", "list the commands", self._help)
+            self.register(
+                "persona", N_("list the personas or switch: /persona NAME"), self._persona
+            )
+        self.register("help", N_("list the commands"), self._help)
         if self._scenes and scene_store is not None:
             self.register(
-                "stop", "mute the scene (admins; /stop off ends it)", self._stop, admin=True
+                "stop", N_("mute the scene (admins; /stop off ends it)"), self._stop, admin=True
             )
         if usage_report is not None:
-            self.register("stats", "usage and cost today (admins only)", self._stats, admin=True)
+            self.register(
+                "stats", N_("usage and cost today (admins only)"), self._stats, admin=True
+            )
         self._extensions = extensions
         self._plugin: dict[str, dict[str, CommandSpec]] = {}
         for scope in (extensions, *extensions.per_bot.values()):
@@ -184,6 +205,11 @@ class Commands:
                 if spec.name in BUILTIN_COMMANDS:
                     raise ConfigError([f"command /{spec.name}: a built-in command's name"])
         self._global = {spec.name: spec for spec in extensions.commands}
+
+    @property
+    def languages(self) -> Languages:
+        """The languages of the bots' answers and menus."""
+        return self._languages
 
     def _plugin_specs(self, bot: str) -> dict[str, CommandSpec]:
         """The plugin commands of ``bot``: global ones, then its own (cached)."""
@@ -282,15 +308,34 @@ class Commands:
     async def handle(self, inbound: Inbound, command: Command) -> str | Answer | None:
         """Run a command; the text (or Answer with choices) to answer with now, or None (it
         answers by itself)."""
+        answer = await self._handle(inbound, command)
+        found = self._spec(inbound.conversation.bot, command.name)
+        if answer is None or (found is not None and found[1]):
+            return answer  # a plugin's answer is its own text (its markup is left alone)
+        # Directional marks for a right-to-left language (docs/i18n.md#shipped-languages);
+        # an Answer's text alike (its button labels are single runs and stay unmarked).
+        texts = self._languages.for_inbound(inbound)
+        if isinstance(answer, Answer):
+            return replace(
+                answer,
+                text=texts.finish(answer.text),
+                choices=tuple(_typed_in(texts, c) for c in answer.choices),
+            )
+        return texts.finish(answer)
+
+    async def _handle(self, inbound: Inbound, command: Command) -> str | Answer | None:
+        _ = self._languages.for_inbound(inbound)
         found = self._spec(inbound.conversation.bot, command.name)
         if found is None:
-            return Refusal(f"Unknown command /{command.name}. Send /help for the list.")
+            return Refusal(
+                _("Unknown command /{name}. Send /help for the list.").format(name=command.name)
+            )
         spec, plugin = found
         if not plugin and command.name in PERSONAL_COMMANDS and not is_person(inbound.author_id):
-            return Refusal(NOT_A_PERSON.format(name=command.name))
+            return Refusal(_(NOT_A_PERSON).format(name=command.name))
         if spec.admin and not self._is_admin(inbound.conversation.bot, inbound.author_id):
             log.info("admin command /%s refused to user %s", command.name, inbound.author_id)
-            return Refusal(f"/{command.name} is for the bot's admins.")
+            return Refusal(_("/{name} is for the bot's admins.").format(name=command.name))
         log.info("command /%s in %s", command.name, inbound.conversation)
         if not plugin:
             # Built-in: a store fault propagates, so the adapter retries the update.
@@ -307,12 +352,12 @@ class Commands:
                 inbound.conversation,
                 self._plugin_timeout,
             )
-            return Refusal(PLUGIN_FAILED.format(name=command.name))
+            return Refusal(_(PLUGIN_FAILED).format(name=command.name))
         except Exception:
             # A plugin's bug must not block the platform's update stream (polling would
             # retry the same update forever): logged, and the person hears it failed.
             log.exception("plugin command /%s failed in %s", command.name, inbound.conversation)
-            return Refusal(PLUGIN_FAILED.format(name=command.name))
+            return Refusal(_(PLUGIN_FAILED).format(name=command.name))
         if answer is not None and not isinstance(answer, str | Answer):
             # The same bug in another shape (an int, a dict): sending it would raise in Delivery.
             log.error(
@@ -320,7 +365,7 @@ class Commands:
                 command.name,
                 type(answer).__name__,
             )
-            return Refusal(PLUGIN_FAILED.format(name=command.name))
+            return Refusal(_(PLUGIN_FAILED).format(name=command.name))
         return answer
 
     async def _start(self, inbound: Inbound, command: Command) -> str:
@@ -333,34 +378,45 @@ class Commands:
         return self._greeting(session, inbound)
 
     async def _new(self, inbound: Inbound, command: Command) -> str:
+        _ = self._languages.for_inbound(inbound)
         session = await self._store.new_session(
             inbound.conversation, self._clock.now(), reason=command.name
         )
         if self._memory is not None:
             # The session just ended: learn from it now rather than at the next sweep.
             self._memory.schedule_sweep([inbound.conversation.bot])
-        return (
-            f"New session started (#{session.key.session_id}); earlier messages of this chat "
-            f"are no longer part of the conversation.\n{self._greeting(session, inbound)}"
-        )
+        started = _(
+            "New session started (#{number}); earlier messages of this chat are no longer "
+            "part of the conversation."
+        ).format(number=session.key.session_id)
+        return f"{started}\n{self._greeting(session, inbound)}"
 
     async def _stop(self, inbound: Inbound, command: Command) -> str:
         # The scene's mute (docs/scenes.md#loops), read before each line: a chain of lines
         # between personas stops before its next one. A status text, never in the
         # transcript. The conversation's, not its session's: /new does not end it.
         assert self._scene_store is not None  # registered only with it
+        _ = self._languages.for_inbound(inbound)
         conversation = inbound.conversation
         now = self._clock.now()
         if command.args.strip().casefold() == "off":
             await self._scene_store.mute_scene(conversation, None, now)
-            return "The scene may speak again."
+            return _("The scene may speak again.")
         seconds = self._scenes[conversation.bot]
         await self._scene_store.mute_scene(conversation, now + seconds, now)
-        return f"The scene is muted for {seconds / 60:g} minutes (/stop off ends it)."
+        minutes = seconds / 60
+        # A fraction of a minute takes the plural that "2" takes (English "1.5 minutes",
+        # Russian and Ukrainian the genitive singular).
+        return _.ngettext(
+            "The scene is muted for {minutes} minute (/stop off ends it).",
+            "The scene is muted for {minutes} minutes (/stop off ends it).",
+            int(minutes) if minutes.is_integer() else 2,
+        ).format(minutes=f"{minutes:g}")
 
     async def _persona(self, inbound: Inbound, command: Command) -> str | Answer:
         # Anyone in the chat may switch, as anyone may /new (docs/personas.md#several-personas):
         # the switch opens a new session, so what the old persona read stays in the old one.
+        _ = self._languages.for_inbound(inbound)
         conversation = inbound.conversation
         choices = self._personas.get(conversation.bot, ())
         session = await self._store.current_session(conversation)
@@ -373,14 +429,16 @@ class Commands:
             # Each other persona as a button (docs/telegram.md#buttons): the press is
             # /persona ID, run as if typed.
             buttons = tuple(Choice(c.name, f"/persona {c.id}") for c in choices if c.id != current)
-            text = "Personas here (send /persona NAME to switch):\n" + "\n".join(lines)
+            text = _("Personas here (send /persona NAME to switch):") + "\n" + "\n".join(lines)
             return Answer(text, buttons)
         chosen = next((c for c in choices if wanted in (c.id.casefold(), c.name.casefold())), None)
         if chosen is None:
             names = ", ".join(f"{c.name} ({c.id})" for c in choices)
-            return f"No persona {command.args.strip()!r} here. Choose one of: {names}."
+            return _("No persona {name} here. Choose one of: {names}.").format(
+                name=repr(command.args.strip()), names=names
+            )
         if chosen.id == current:
-            return f"{chosen.name} is already here."
+            return _("{name} is already here.").format(name=chosen.name)
         switched = await self._store.new_session(
             conversation, self._clock.now(), reason="persona", persona=chosen.id
         )
@@ -393,6 +451,7 @@ class Commands:
         # may appear in that group's prompt. The group note never says whether anything is
         # held back, so the group cannot tell whether the person talks to the bot privately.
         assert self._memory is not None
+        _ = self._languages.for_inbound(inbound)
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         if inbound.is_private:
             record = await self._memory.user_memory(user)  # only the person is there
@@ -401,27 +460,28 @@ class Commands:
             record = await self._memory.visible_memory(
                 user, inbound.conversation, private_chat=False, persona=EVERY_PERSONA
             )
-        note = "" if inbound.is_private else f"\n\n{GROUP_MEMORY_NOTE}"
+        note = "" if inbound.is_private else f"\n\n{_(GROUP_MEMORY_NOTE)}"
         if not record.items:
             if not inbound.is_private:
-                return "I have nothing about you to show in this group." + note
-            return (
+                return _("I have nothing about you to show in this group.") + note
+            return _(
                 "I don't keep any long-term memory about you yet. I learn what matters when a "
                 "conversation goes quiet for a while or ends (/new)."
             )
-        return "What I remember about you:\n" + record.render(inbound.display_name) + note
+        return _("What I remember about you:") + "\n" + record.render(inbound.display_name) + note
 
     async def _forget(self, inbound: Inbound, command: Command) -> str | Answer:
         assert self._memory is not None
         # Asked first, erased only on the asker's own confirmation (a button bound to them,
         # docs/telegram.md#buttons, or /forget confirm typed by them).
         word = command.args.strip().casefold()
+        _ = self._languages.for_inbound(inbound)
         if word in FORGET_CANCEL:
-            return "Nothing was erased."
+            return _("Nothing was erased.")
         if word not in FORGET_CONFIRM:
-            ask = FORGET_ASK_MESSAGES if self._forget_deletes_messages else FORGET_ASK
-            keep = Choice("No, keep it", "/forget cancel")
-            return Answer(ask, (Choice("Yes, erase", "/forget confirm"), keep))
+            ask = _(FORGET_ASK_MESSAGES if self._forget_deletes_messages else FORGET_ASK)
+            keep = Choice(_("No, keep it"), "/forget cancel")
+            return Answer(ask, (Choice(_("Yes, erase"), "/forget confirm"), keep))
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         # Memory (and, when enabled, messages, replies, outbox rows, summaries) in every chat;
         # the report says exactly what went and what stays (memory/privacy.py).
@@ -429,7 +489,8 @@ class Commands:
         session = await self._store.current_session(inbound.conversation)
         if session is not None:
             await self._store.delete_state(session.key)
-        return f"{report.describe()} This chat's saved choices were cleared too."
+        cleared = _("This chat's saved choices were cleared too.")
+        return f"{report.describe(_)} {cleared}"
 
     async def _export(self, inbound: Inbound, command: Command) -> str | None:
         # Off the inbound path: one file, built and sent by Exports (privately from a group).
@@ -441,10 +502,12 @@ class Commands:
         return await self._usage_report(inbound.conversation.bot)
 
     async def _help(self, inbound: Inbound, command: Command) -> str:
+        _ = self._languages.for_inbound(inbound)
         bot = inbound.conversation.bot
         admin = self._is_admin(bot, inbound.author_id)
         every = [s for s in self._specs.values() if self._offered(bot, s.name)]
         every += self._plugin_specs(bot).values()
         specs = [s for s in every if admin or not s.admin]
-        lines = [f"/{spec.name} - {spec.description}" for spec in specs]
-        return "Commands:\n" + "\n".join(lines)
+        # A built-in description is in the catalogs; a plugin's comes out as written.
+        lines = [f"/{spec.name} - {_(spec.description)}" for spec in specs]
+        return _("Commands:") + "\n" + "\n".join(lines)

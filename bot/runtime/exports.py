@@ -29,20 +29,23 @@ from typing import Final
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError
 from bot.core.events import Attachment, ConversationKey, Inbound, Lease, UserKey
+from bot.core.i18n import N_, Texts
 from bot.core.ports import Outlet
 from bot.runtime.delivery import Delivery
+from bot.runtime.languages import Languages
 from bot.store.contracts import LeaseStore
 
 log = logging.getLogger("personabot.exports")
 
-CAPTION: Final = "Your data export: everything I store about you, as JSON."
-SENT_PRIVATELY: Final = "I sent your data export to you in a private chat."
+# Marked here, translated where sent, in the asker's language (docs/i18n.md).
+CAPTION: Final = N_("Your data export: everything I store about you, as JSON.")
+SENT_PRIVATELY: Final = N_("I sent your data export to you in a private chat.")
 #: Per platform: what the person must do before the bot may write to them privately.
 PRIVATE_HINTS: Final = {
-    "telegram": "open a private chat with me and press Start",
-    "discord": "allow direct messages from members of this server",
+    "telegram": N_("open a private chat with me and press Start"),
+    "discord": N_("allow direct messages from members of this server"),
 }
-FAILED: Final = "Sorry, I couldn't prepare your export just now. Please try again later."
+FAILED: Final = N_("Sorry, I couldn't prepare your export just now. Please try again later.")
 
 Builder = Callable[[UserKey, ConversationKey], Awaitable[str]]
 
@@ -68,8 +71,10 @@ class Exports:
         policy: ExportPolicy | None = None,
         holder: str | None = None,
         delivery: Delivery,
+        languages: Languages | None = None,
     ) -> None:
         self._store = store
+        self._languages = languages or Languages()
         self._clock = clock
         self._outlet_for = outlet_for
         self._delivery = delivery
@@ -81,15 +86,16 @@ class Exports:
 
     async def request(self, inbound: Inbound) -> str | None:
         """Start an export for the author; the text to answer now (a refusal), or None."""
+        _ = self._languages.for_inbound(inbound)
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         outlet = self._outlet_for(inbound.conversation.bot)
         if outlet is None or self._closed:
-            return FAILED
+            return _(FAILED)
         lease = None
         if self._policy.every_seconds > 0:
             lease = await self._claim(user)
             if lease is None:
-                return await self._refusal(user)
+                return await self._refusal(user, _)
         task = asyncio.create_task(
             self._run(outlet, inbound, user, lease), name=f"export {user.platform}:{user.user_id}"
         )
@@ -106,15 +112,20 @@ class Exports:
             self._lease_name(user), self._holder, ttl, self._clock.now()
         )
 
-    async def _refusal(self, user: UserKey) -> str:
+    async def _refusal(self, user: UserKey, _: Texts) -> str:
         until = await self._store.lease_expires_at(self._lease_name(user))
         left = 0.0 if until is None else until - self._clock.now()
         minutes = max(1, math.ceil(left / 60))
         every = max(1, round(self._policy.every_seconds / 60))
-        return (
-            f"You can export your data once every {_minutes(every)}. "
-            f"Please try again in {_minutes(minutes)}."
-        )
+        once = _.ngettext(
+            "You can export your data once every {count} minute.",
+            "You can export your data once every {count} minutes.",
+            every,
+        ).format(count=every)
+        again = _.ngettext(
+            "Please try again in {count} minute.", "Please try again in {count} minutes.", minutes
+        ).format(count=minutes)
+        return f"{once} {again}"
 
     async def _run(
         self, outlet: Outlet, inbound: Inbound, user: UserKey, lease: Lease | None
@@ -135,6 +146,7 @@ class Exports:
     ) -> tuple[bool, str | None]:
         """Build the file and send it (privately); whether it was delivered, and what to say in
         the chat the command came from (never any data)."""
+        _ = self._languages.for_inbound(inbound)
         conversation = inbound.conversation
         started = time.monotonic()
         try:
@@ -143,26 +155,26 @@ class Exports:
                 target = await outlet.private_conversation(conversation, user.user_id)
             body = await self._build(user, conversation)
             attachment = Attachment(_filename(user, self._clock.now()), body.encode("utf-8"))
-            await self._delivery.send_file(target, CAPTION, attachment)
+            await self._delivery.send_file(target, _.finish(_(CAPTION)), attachment)
         except AdapterError as exc:
             log.warning("export for user %s not delivered: %s", user.user_id, exc)
             if inbound.is_private:
                 return False, None  # the private chat itself refused: nowhere to say it
-            hint = PRIVATE_HINTS.get(conversation.platform, "allow me to message you")
-            return False, (
-                f"I couldn't send your data export to you privately. Please {hint}, "
+            hint = PRIVATE_HINTS.get(conversation.platform, N_("allow me to message you"))
+            return False, _(
+                "I couldn't send your data export to you privately. Please {hint}, "
                 "then send /export again."
-            )
+            ).format(hint=_(hint))
         except Exception:
             log.exception("export for user %s failed", user.user_id)
-            return False, FAILED
+            return False, _(FAILED)
         log.info(
             "export for user %s sent (%d bytes, %.2fs)",
             user.user_id,
             len(attachment.data),
             time.monotonic() - started,
         )
-        return True, None if inbound.is_private else SENT_PRIVATELY
+        return True, None if inbound.is_private else _(SENT_PRIVATELY)
 
     async def _settle_limit(self, lease: Lease, delivered: bool) -> None:
         """Delivered: the person waits the full interval. Not delivered: they may retry now."""
@@ -177,6 +189,7 @@ class Exports:
     async def _tell(self, inbound: Inbound, text: str) -> None:
         """A short answer in the chat the command came from (quoting it in groups), through
         the outbox like every command answer (a failed send is logged by Delivery)."""
+        text = self._languages.for_inbound(inbound).finish(text)
         try:
             await self._delivery.send(
                 inbound.conversation, text, kind="answer", reply_to=inbound.platform_message_id
@@ -199,10 +212,6 @@ class Exports:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-
-
-def _minutes(count: int) -> str:
-    return f"{count} minute" if count == 1 else f"{count} minutes"
 
 
 def _filename(user: UserKey, now: float) -> str:

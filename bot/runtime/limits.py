@@ -8,11 +8,13 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from bot.core.clock import Clock
 from bot.core.events import Turn, UserKey
+from bot.core.i18n import N_, Texts
+from bot.runtime.languages import Languages
 from bot.store.contracts import LeaseStore, UsageStore
 
 log = logging.getLogger("personabot.limits")
@@ -32,7 +34,7 @@ class LimitPolicy:
     user_turns_per_hour: int = 0
     user_turns_per_day: int = 0
     bot_tokens_per_day: int = 0
-    message: str = "You've reached the message limit for now. You can continue after {until}."
+    message: str = N_("You've reached the message limit for now. You can continue after {until}.")
     # Input tokens (uncached + cache writes + cache reads) of replies and memory tasks charged
     # to one person per UTC day, over every bot of the store.
     user_input_tokens_per_day: int = 0
@@ -90,6 +92,8 @@ class Limits:
     clock: Clock
     policy: LimitPolicy
     is_admin: Callable[[str, str], bool]
+    #: The notice's language: the turn's persona's (docs/i18n.md).
+    languages: Languages = field(default_factory=Languages)
 
     async def admit(self, turn: Turn) -> Admission:
         """Check the bot's daily tokens, then each non-admin author's own limits: a limited
@@ -103,11 +107,14 @@ class Limits:
         people = [a for a in turn.authors if not self.is_admin(conversation.bot, a)]
         if not people:
             return Admission(True)
+        # The notices' language: the turn's persona's (docs/i18n.md).
+        texts = self.languages.texts(conversation.bot, turn.persona)
         spent = await self._bot_budget_spent(conversation.bot, now)
         if spent is not None:
             until = _day_start(now) + DAY
-            notice = await self._notice_once(f"budget:{conversation}", until, now)
-            return Admission(False, limit=spent, notices=() if notice is None else (notice,))
+            notice = await self._notice_once(f"budget:{conversation}", until, now, texts)
+            told = () if notice is None else (texts.finish(notice),)
+            return Admission(False, limit=spent, notices=told)
         granted: list[int] = []
         held: list[str] = []
         notices: list[str] = []
@@ -120,9 +127,9 @@ class Limits:
             held.append(author)
             limit = which
             log.info("user %s reached a %s limit until %s", author, which, _when(lifted))
-            notice = await self._notice_once(f"user:{user.platform}:{author}", lifted, now)
+            notice = await self._notice_once(f"user:{user.platform}:{author}", lifted, now, texts)
             if notice is not None:
-                notices.append(self._addressed(turn, author, notice))
+                notices.append(texts.finish(self._addressed(turn, author, notice)))
         answered = [a for a in turn.authors if a not in held]
         return Admission(
             bool(answered),
@@ -209,7 +216,7 @@ class Limits:
         for rid in admission.reservations:
             await self.store.release_turn(rid)
 
-    async def _notice_once(self, key: str, until: float, now: float) -> str | None:
+    async def _notice_once(self, key: str, until: float, now: float, texts: Texts) -> str | None:
         """The limit message, the first time this limit is hit in its period (a lease that
         lives until the limit lifts remembers it across processes)."""
         lease = await self.store.acquire_lease(
@@ -217,4 +224,5 @@ class Limits:
         )
         if lease is None:
             return None
-        return self.policy.message.format(until=_when(until))
+        # The built-in text is translated; an operator's own ([limits] message) is kept.
+        return texts(self.policy.message).format(until=_when(until))

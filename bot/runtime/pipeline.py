@@ -235,9 +235,11 @@ class Pipeline:
         gap_policy = self._policies.gaps
         if gaps and gap_policy.policy == "refuse":
             await self._trouble.count_gap(turn, gaps)
-            text = gap_policy.refuse_message.format(
+            texts = self._policies.languages.texts(conversation.bot, turn.persona)
+            text = texts(gap_policy.refuse_message).format(
                 first=gaps[0].first, last=gaps[-1].last, turns=describe(gaps)
             )
+            text = texts.finish(text)
             return await self._reply(replace(reply, refusal=text))
         return await self._admitted(reply, gaps)
 

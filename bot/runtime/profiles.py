@@ -12,6 +12,7 @@ from bot.core.events import QueuePolicy
 from bot.core.ports import Outlet, StreamSettings
 from bot.core.scenes import SceneRules
 from bot.core.visible import has_visible_text
+from bot.runtime.languages import Languages
 from memory.assemble import PersonaPin
 from memory.service import MemoryPolicy
 
@@ -108,6 +109,9 @@ class ReplyPolicies:
     gaps: GapPolicy = field(default_factory=GapPolicy)
     trouble_notice: str = ""
     retry_max_seconds: float = 60.0
+    #: The language of the notices (docs/i18n.md): each is looked up in the catalog of the
+    #: turn's persona, so a built-in text is translated and an operator's own is kept.
+    languages: Languages = field(default_factory=Languages)
 
 
 #: How one attempt at a reply ended (the metrics' label).

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from bot.core.agenda import NewReminder, ZoneError, describe_local, zone_name
 from bot.core.choices import Answer, Choice
 from bot.core.clock import Clock
 from bot.core.events import Inbound, UserKey, is_person
+from bot.core.i18n import N_
 from bot.core.menu import Suggestion
 from bot.runtime.extensions import Command, Extensions, TurnContext
 from bot.runtime.initiatives import REMIND_TOOL, Proactive
+from bot.runtime.languages import Languages
 from bot.runtime.tools import Effect, Tool, ToolError
 from bot.store.contracts import AgendaStore
 
@@ -146,60 +148,83 @@ class AgendaCommands:
     store: AgendaStore
     clock: Clock
     proactive: Proactive
+    #: The language of the answers (docs/i18n.md; Commands.handle adds directional marks).
+    languages: Languages = field(default_factory=Languages)
 
     def specs(self, *, checkins: bool) -> list[tuple[str, str, Handler]]:
         """(name, help, handler) of each command (``/checkins`` when a bot checks in)."""
         specs: list[tuple[str, str, Handler]] = [
-            ("timezone", "show or set your time zone (/timezone Europe/Berlin)", self.timezone),
+            (
+                "timezone",
+                N_("show or set your time zone (/timezone Europe/Berlin)"),
+                self.timezone,
+            ),
         ]
         if checkins:
             specs.append(
-                ("checkins", "let me write first after a silence, or not (on|off)", self.checkins)
+                (
+                    "checkins",
+                    N_("let me write first after a silence, or not (on|off)"),
+                    self.checkins,
+                )
             )
         if self.proactive.policy.reminders:
             specs.insert(
-                0, ("reminders", "list your reminders; /reminders cancel N", self.reminders)
+                0, ("reminders", N_("list your reminders; /reminders cancel N"), self.reminders)
             )
         return specs
 
     async def reminders(self, inbound: Inbound, command: Command) -> str | Answer:
+        _ = self.languages.for_inbound(inbound)
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         if not is_person(user.user_id):
-            return "/reminders is about one person's own reminders: send it as yourself."
+            return _("/reminders is about one person's own reminders: send it as yourself.")
         words = command.args.split()
         if words and words[0].lower() in {"cancel", "delete", "stop"}:
             if len(words) != 2 or not words[1].lstrip("#").isdecimal():
-                return "Which one? Send /reminders cancel N, with N from the list."
+                return _("Which one? Send /reminders cancel N, with N from the list.")
             if len(words[1].lstrip("#")) > _MAX_ID_DIGITS:  # past any id the store holds
-                return "You have no waiting reminder with that number."
+                return _("You have no waiting reminder with that number.")
             number = int(words[1].lstrip("#"))
             bot = inbound.conversation.bot
             if await self.store.cancel_reminder(user, number, self.clock.now(), bot=bot):
-                return f"Reminder #{number} cancelled."
-            return f"You have no waiting reminder #{number}."
+                return _("Reminder #{number} cancelled.").format(number=number)
+            return _("You have no waiting reminder #{number}.").format(number=number)
         if words:
-            return "Send /reminders to list them, or /reminders cancel N."
+            return _("Send /reminders to list them, or /reminders cancel N.")
         waiting = await self.store.reminders(user, bot=inbound.conversation.bot)
-        here = ""
+        here = False
         if not inbound.is_private:
             # A group reads the answer: only what was asked for in it, as /memory shows a
             # group only what its prompts may hold. The answer never says whether more wait
             # elsewhere, so the group cannot tell what the person set privately.
             waiting = [r for r in waiting if r.conversation == inbound.conversation]
-            here = " in this chat"
+            here = True
         if not waiting:
-            return (
-                f"You have no reminders waiting{here}. Ask me in a message to remind you of "
-                "something."
+            if here:
+                return _(
+                    "You have no reminders waiting in this chat. Ask me in a message to remind "
+                    "you of something."
+                )
+            return _(
+                "You have no reminders waiting. Ask me in a message to remind you of something."
             )
         tz, name = await self.proactive.zone_for(user)
         lines = [f"#{r.id} {describe_local(r.due_at, tz)}: {r.about}" for r in waiting]
+        title = (
+            _("Your reminders in this chat ({zone}):") if here else _("Your reminders ({zone}):")
+        )
         # A cancel button per reminder (docs/telegram.md#buttons; elsewhere the typed
         # commands): pressing one takes only its own button away.
         cancel = tuple(
-            Choice(f"Cancel #{r.id}", f"/reminders cancel {r.id}", closes=False) for r in waiting
+            Choice(
+                _("Cancel #{number}").format(number=r.id),
+                f"/reminders cancel {r.id}",
+                closes=False,
+            )
+            for r in waiting
         )
-        return Answer(f"Your reminders{here} ({name}):\n" + "\n".join(lines), cancel)
+        return Answer(title.format(zone=name) + "\n" + "\n".join(lines), cancel)
 
     async def suggest_reminders(self, inbound: Inbound, typed: str) -> tuple[Suggestion, ...]:
         """The asker's own waiting reminders whose number or text holds ``typed`` (in a group
@@ -219,44 +244,50 @@ class AgendaCommands:
         )
 
     async def timezone(self, inbound: Inbound, command: Command) -> str:
+        _ = self.languages.for_inbound(inbound)
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         if not is_person(user.user_id):
-            return "/timezone is about one person: send it as yourself."
+            return _("/timezone is about one person: send it as yourself.")
         wanted = command.args.strip()
         now = self.clock.now()
         if wanted.lower() in {"clear", "reset", "none"}:
             await self.store.set_timezone(user, None, now)
-            _, name = await self.proactive.zone_for(user)
-            return f"Your time zone is forgotten; I use {name} now."
+            _zone, name = await self.proactive.zone_for(user)
+            return _("Your time zone is forgotten; I use {zone} now.").format(zone=name)
         if wanted:
             try:
                 name = zone_name(wanted)
             except ZoneError as exc:
-                return f"I can't use that: {exc}."
+                return _("I can't use that: {problem}.").format(problem=exc)
             await self.store.set_timezone(user, name, now)
-            tz, _ = await self.proactive.zone_for(user)
-            return f"Your time zone is {name}; it is {describe_local(now, tz)} there."
+            tz, _name = await self.proactive.zone_for(user)
+            return _("Your time zone is {zone}; it is {time} there.").format(
+                zone=name, time=describe_local(now, tz)
+            )
         tz, name = await self.proactive.zone_for(user)
-        return (
-            f"I use {name} for you (it is {describe_local(now, tz)} there). "
+        return _(
+            "I use {zone} for you (it is {time} there). "
             "Set yours with /timezone Europe/Berlin (or UTC+2)."
-        )
+        ).format(zone=name, time=describe_local(now, tz))
 
     async def checkins(self, inbound: Inbound, command: Command) -> str | Answer:
+        _ = self.languages.for_inbound(inbound)
         conversation = inbound.conversation
         wanted = command.args.strip().lower()
         now = self.clock.now()
         if wanted in {"off", "no", "stop"}:
             await self.store.set_checkins(conversation, False, now)
-            return "Okay, I won't write first in this chat. /checkins on to allow it again."
+            return _("Okay, I won't write first in this chat. /checkins on to allow it again.")
         if wanted in {"on", "yes"}:
             await self.store.set_checkins(conversation, True, now)
             await self.proactive.replied(conversation)  # armed from now
             if not self.proactive.checks_in(conversation.bot):
-                return "Check-ins are allowed here, but this bot does not write first."
-            return "Okay, I may write first in this chat after a while of silence."
+                return _("Check-ins are allowed here, but this bot does not write first.")
+            return _("Okay, I may write first in this chat after a while of silence.")
         state = await self.store.initiative_state(conversation)
-        on = state is None or state.enabled
         # The toggle (docs/telegram.md#buttons; elsewhere the typed command).
-        toggle = Choice("Turn off", "/checkins off") if on else Choice("Turn on", "/checkins on")
-        return Answer(f"Check-ins are {'on' if on else 'off'} in this chat.", (toggle,))
+        if state is None or state.enabled:
+            return Answer(
+                _("Check-ins are on in this chat."), (Choice(_("Turn off"), "/checkins off"),)
+            )
+        return Answer(_("Check-ins are off in this chat."), (Choice(_("Turn on"), "/checkins on"),))

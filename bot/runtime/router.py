@@ -16,6 +16,7 @@ from bot.core.choices import PRESS_MEMORY, Answer, Choices, PressOutcome
 from bot.core.clock import Clock
 from bot.core.errors import SelfCancelled
 from bot.core.events import ConversationKey, Inbound, UserKey
+from bot.core.i18n import N_, Texts
 from bot.core.menu import CommandMenu, MenuEntry, NativeCommand, Suggestion
 from bot.core.ports import Outlet
 from bot.core.scenes import SceneRules, addressed
@@ -55,7 +56,7 @@ class RouterStore(OutboxStore, LeaseStore, CommandRecordStore, Protocol):
 
 #: The answer to a native command whose answer comes by itself (``/export``'s file): the
 #: platform waits for one (docs/discord.md#7-commands).
-ANSWERS_LATER = "On it: the answer comes in a separate message."
+ANSWERS_LATER = N_("On it: the answer comes in a separate message.")
 
 
 @dataclasses.dataclass(slots=True)
@@ -130,7 +131,8 @@ class Router:
         return self._commands.admin_names(bot)
 
     def menu_for(self, bot: str) -> CommandMenu:
-        """``bot``'s command menu by scope (docs/telegram.md#menus)."""
+        """``bot``'s command menu by scope (docs/telegram.md#menus), and in each other
+        language its personas use (docs/i18n.md)."""
         entries = [
             MenuEntry(s.name, s.description, private=s.name in PRIVATE_MENU)
             for s in self._commands.specs_for(bot)
@@ -140,14 +142,29 @@ class Router:
         ]
         policy = self._access.get(bot)
         admins = () if policy is None else tuple(sorted(policy.admins))
-        # languages: none yet (no persona has a `language`); the catalogs (issue 40 item 4)
-        # add the personas' languages here, and the adapters set a menu per language.
-        return CommandMenu(tuple(entries), admins)
+        # A built-in description is in the catalogs; a plugin's comes out as written.
+        languages = tuple(
+            (
+                texts.language,
+                tuple(dataclasses.replace(e, description=_described(texts, e)) for e in entries),
+            )
+            for texts in self._commands.languages.menu_languages(bot)
+        )
+        return CommandMenu(tuple(entries), admins, languages)
+
+    def texts_for(self, bot: str, locale: str | None) -> Texts:
+        """The texts ``bot`` answers a person in (its default persona's language, or with
+        ``auto`` the person's platform language ``locale``)."""
+        return self._commands.languages.texts(bot, None, locale)
 
     def native_commands_for(self, bot: str) -> tuple[NativeCommand, ...]:
         """Every command of ``bot`` as a native command (admin ones too: refused by the
         router to anyone else, as when typed)."""
-        return tuple(native_command(s, plugin=p) for s, p in self._commands.every_spec(bot))
+        catalogs = self._commands.languages.menu_languages(bot)
+        return tuple(
+            native_command(s, plugin=p, catalogs=catalogs)
+            for s, p in self._commands.every_spec(bot)
+        )
 
     async def suggest(
         self, asker: Inbound, command: str, option: str, typed: str
@@ -320,7 +337,9 @@ class Router:
             return
         answer = await self._commands.handle(inbound, command)
         if answer is None and inbound.command_only:
-            answer = ANSWERS_LATER  # the platform waits for an answer to its native command
+            # The platform waits for an answer to its native command.
+            texts = self._commands.languages.for_inbound(inbound)
+            answer = texts.finish(texts(ANSWERS_LATER))
         if answer is not None:
             await self._answer(inbound, command, answer)
         elif mid is not None:
@@ -430,6 +449,10 @@ class Router:
             )
 
 
+def _described(texts: Texts, entry: MenuEntry) -> str:
+    return texts.finish(texts(entry.description))
+
+
 class BotHandler:
     """One bot's view of the router: the same handling, that bot's command menu."""
 
@@ -449,8 +472,13 @@ class BotHandler:
 
     @property
     def menu(self) -> CommandMenu:
-        """This bot's command menu by scope (``Router.menu_for``)."""
+        """This bot's command menu by scope and language (``Router.menu_for``)."""
         return self._router.menu_for(self._bot)
+
+    def texts(self, locale: str | None) -> Texts:
+        """The built-in texts this bot answers a person whose platform language is
+        ``locale`` in (``bot.core.ports.PressHandler``; docs/i18n.md)."""
+        return self._router.texts_for(self._bot, locale)
 
     def rejected(self, platform: str, bot: str, kind: str) -> None:
         """Count an update an adapter could not read."""

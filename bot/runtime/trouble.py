@@ -94,9 +94,11 @@ class Trouble:
         told = await self._store.get_state(turn.session, GAP_TOLD_KEY)
         if told == describe(gaps):
             return
-        text = self._policies.gaps.tell_user_message.format(
+        texts = self._policies.languages.texts(turn.session.conversation.bot, turn.persona)
+        text = texts(self._policies.gaps.tell_user_message).format(
             first=gaps[0].first, last=gaps[-1].last, turns=describe(gaps)
         )
+        text = texts.finish(text)
         await self._parts.delivery.send(turn.session.conversation, text, kind="notice")
         await self._store.set_state(turn.session, GAP_TOLD_KEY, describe(gaps), self._clock.now())
 
@@ -114,9 +116,9 @@ class Trouble:
             if not await self.close_out(turn, lease, profile, f"rejected: {exc}", "rejected"):
                 return "fenced"
             if profile.rejected_notice:
-                await self._parts.delivery.send(
-                    conversation, profile.rejected_notice, kind="notice"
-                )
+                texts = self._policies.languages.texts(conversation.bot, turn.persona)
+                notice = texts.finish(texts(profile.rejected_notice))
+                await self._parts.delivery.send(conversation, notice, kind="notice")
             return "closed"
         # Not about this turn (authentication, permission, unknown model): park these
         # messages (they stay stored and pending; the next message's turn covers them again,
@@ -140,6 +142,8 @@ class Trouble:
         # conversation during the same outage does not notify again.
         if notice and await self._store.get_state(turn.session, TROUBLE_KEY) is NOT_SET:
             await self._store.set_state(turn.session, TROUBLE_KEY, "1", self._clock.now())
+            texts = self._policies.languages.texts(conversation.bot, turn.persona)
+            notice = texts.finish(texts(notice))
             await self._parts.delivery.send(conversation, notice, kind="notice")
         return "retry"
 

@@ -76,6 +76,21 @@ def test_the_doc_installs_the_wheel_alone_with_the_pinned_versions(installed: Pa
         assert Version(pins[name]) in spec.specifier, (name, pins[name], str(spec.specifier))
 
 
+def test_the_installed_wheel_speaks_every_shipped_language(installed: Path) -> None:
+    """The compiled catalogs are in the wheel (docs/i18n.md), read without Babel."""
+    python = installed / "srv" / "personabot" / "venv" / "bin" / "python"
+    probe = (
+        "from bot.core.i18n import SHIPPED, load_texts;"
+        "print('|'.join(load_texts(lang)('list the commands') for lang in SHIPPED))"
+    )
+    found = subprocess.run(
+        [python, "-c", probe], capture_output=True, text=True, check=True, env=env()
+    )
+    assert found.stdout.strip() == (
+        "list the commands|список команд|список команд|רשימת הפקודות|列出命令"
+    )
+
+
 def test_the_doc_config_and_the_unit_file_are_the_shipped_ones(installed: Path) -> None:
     (unit_block,) = blocks("ini")
     shipped = (ROOT / "deploy" / "personabot.service").read_text(encoding="utf-8")

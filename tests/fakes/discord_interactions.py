@@ -7,8 +7,10 @@ when the bot was invited without ``applications.commands``):
 * ``GET`` / ``POST /applications/{app}/commands`` and ``PATCH`` / ``DELETE
   /applications/{app}/commands/{id}``; the same under ``/applications/{app}/guilds/{guild}``.
   ``POST`` is Discord's upsert: a command of that name in that scope is overwritten (200),
-  else created (201). Names ``[-_a-z0-9]{1,32}``, descriptions 1-100 characters, at most 25
-  options: else 400 code 50035. Every write is in :attr:`FakeAppCommands.writes`.
+  else created (201); a listing leaves ``description_localizations`` out unless asked with
+  ``?with_localizations=true``, as Discord does. Names ``[-_a-z0-9]{1,32}``, descriptions
+  1-100 characters, at most 25 options: else 400 code 50035. Every write is in
+  :attr:`FakeAppCommands.writes`.
 * :meth:`FakeAppCommands.throttle_next_write` answers the next write 429 with ``retry_after``
   in its body (and ``Via``, as discord.py needs to tell it from a ban), changing nothing;
 * ``PUT`` (bulk overwrite) is recorded in :attr:`FakeAppCommands.bulk_overwrites` and refused
@@ -147,6 +149,8 @@ class FakeAppCommands:
         }
         if body.get("options"):
             command["options"] = body["options"]
+        if body.get("description_localizations"):
+            command["description_localizations"] = body["description_localizations"]
         if scope.startswith("guild:"):
             command["guild_id"] = scope.removeprefix("guild:")
         return command
@@ -162,9 +166,11 @@ class FakeAppCommands:
         *,
         interaction_type: int = 2,
         again: FakeInteraction | None = None,
+        locale: str = "en-US",
     ) -> FakeInteraction:
         """``user`` runs ``/name`` with ``options`` in a channel, thread or DM
-        (``INTERACTION_CREATE``); ``again``: that interaction delivered a second time."""
+        (``INTERACTION_CREATE``), their Discord language ``locale``; ``again``: that
+        interaction delivered a second time."""
         fake = self._fake
         if again is not None:
             await fake.dispatch("INTERACTION_CREATE", again.payload)
@@ -185,7 +191,7 @@ class FakeAppCommands:
             "version": 1,
             "channel_id": str(channel_id),
             "channel": channel,
-            "locale": "en-US",
+            "locale": locale,
             "app_permissions": "0",
             "attachment_size_limit": 10 * 1024 * 1024,
             "entitlements": [],
@@ -266,7 +272,11 @@ class FakeAppCommands:
         scope = self._scope_of(request)
         if isinstance(scope, web.Response):
             return scope
-        return _json(list(self.commands.get(scope, {}).values()))
+        listed = list(self.commands.get(scope, {}).values())
+        if request.query.get("with_localizations") != "true":
+            # As Discord: without the flag, localization dictionaries are left out.
+            listed = [_without_localizations(c) for c in listed]
+        return _json(listed)
 
     def _invalid(self, body: JSON) -> bool:
         name, description = body.get("name"), body.get("description")
@@ -417,3 +427,11 @@ class FakeAppCommands:
         at = asyncio.get_running_loop().time()
         await self._record(Answer(interaction.id, "followup", content, ephemeral, body=body, at=at))
         return _json(message)
+
+
+def _without_localizations(data: JSON) -> JSON:
+    """A command (or option) as listed without ``with_localizations``."""
+    out = {k: v for k, v in data.items() if k != "description_localizations"}
+    if isinstance(out.get("options"), list):
+        out["options"] = [_without_localizations(o) for o in out["options"]]
+    return out

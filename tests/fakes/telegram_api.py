@@ -49,8 +49,10 @@ Behaviour:
   ``400 Bad Request: VOICE_MESSAGES_FORBIDDEN`` (their privacy setting), as Telegram does.
 * ``sendChatAction``, ``setMyCommands``, ``setWebhook``, ``deleteWebhook``, ``getWebhookInfo``
   and ``deleteMessage`` are answered and recorded. ``setMyCommands`` keeps a list per
-  ``scope`` and ``language_code`` (:meth:`FakeTelegramAPI.menu`; :meth:`FakeTelegramAPI.commands`
-  is the default scope's).
+  ``scope`` and ``language_code`` (two lowercase letters, else ``400``), as Telegram does
+  (:meth:`FakeTelegramAPI.menu` for names, :meth:`FakeTelegramAPI.commands` for the whole
+  list); ``deleteMyCommands`` removes the one of its scope and language (its people get the
+  scope's menu without a language, or the next scope's).
 * Inline keyboards: a ``sendMessage`` ``reply_markup`` is checked (``callback_data`` 1-64
   bytes, else ``400 BUTTON_DATA_INVALID``) and kept on the message
   (:meth:`FakeTelegramAPI.keyboard`). :meth:`FakeTelegramAPI.push_press` queues the
@@ -228,6 +230,8 @@ class TgUser:
     last_name: str | None = None
     username: str | None = None
     is_bot: bool = False
+    # The user's app language (IETF tag), as Telegram sends it; may be absent.
+    language_code: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``User`` object."""
@@ -236,6 +240,8 @@ class TgUser:
             data["last_name"] = self.last_name
         if self.username:
             data["username"] = self.username
+        if self.language_code:
+            data["language_code"] = self.language_code
         return data
 
 
@@ -459,12 +465,9 @@ class _Account:
     poll_generation: int = 0
     webhook_url: str | None = None
     webhook_secret: str | None = None
-    commands: list[dict[str, Any]] = field(default_factory=list)
     outside: set[int] = field(default_factory=set)  # groups the bot is not a member of
-    # setMyCommands by (scope type, scope chat id, language code).
-    menus: dict[tuple[str, int | None, str | None], list[dict[str, Any]]] = field(
-        default_factory=dict
-    )
+    # setMyCommands' menus by (scope type, scope chat id, language code; "": none).
+    menus: dict[tuple[str, int | None, str], list[dict[str, Any]]] = field(default_factory=dict)
     queries: dict[str, bool] = field(default_factory=dict)  # callback query id -> answered
 
 
@@ -527,9 +530,27 @@ class FakeTelegramAPI(FakeServer):
         """The bot user of a token."""
         return self._accounts[token].user
 
-    def commands(self, token: str) -> list[dict[str, Any]]:
-        """The commands last set with ``setMyCommands``."""
-        return list(self._accounts[token].commands)
+    def commands(
+        self,
+        token: str,
+        language_code: str = "",
+        scope: str = "default",
+        chat_id: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """The commands last set with ``setMyCommands`` for ``scope`` and ``language_code``
+        ("": the scope's menu for every language without its own; none set: empty)."""
+        return list(self._accounts[token].menus.get((scope, chat_id, language_code), []))
+
+    def set_menu(
+        self,
+        token: str,
+        commands: list[dict[str, Any]],
+        language_code: str,
+        scope: str = "default",
+        chat_id: int | None = None,
+    ) -> None:
+        """A menu as an earlier run of the bot left it (``setMyCommands``)."""
+        self._accounts[token].menus[(scope, chat_id, language_code)] = list(commands)
 
     def menu(
         self,
@@ -539,7 +560,7 @@ class FakeTelegramAPI(FakeServer):
         language: str | None = None,
     ) -> list[str] | None:
         """The command names set for a scope (and language); None when never set."""
-        found = self._accounts[token].menus.get((scope, chat_id, language))
+        found = self._accounts[token].menus.get((scope, chat_id, language or ""))
         return None if found is None else [str(c["command"]) for c in found]
 
     def polls_started(self, token: str) -> int:
@@ -1122,6 +1143,7 @@ class FakeTelegramAPI(FakeServer):
             "editMessageText": self._edit_message_text,
             "sendChatAction": _send_chat_action,
             "setMyCommands": _set_my_commands,
+            "deleteMyCommands": _delete_my_commands,
             "answerCallbackQuery": _answer_callback_query,
             "editMessageReplyMarkup": self._edit_message_reply_markup,
             "setWebhook": _set_webhook,
@@ -1399,14 +1421,24 @@ def _set_my_commands(account: _Account, params: dict[str, Any]) -> bool:
             raise _ApiError(400, "Bad Request: BOT_COMMAND_INVALID")
         if not 1 <= len(str(command.get("description", ""))) <= 256:
             raise _ApiError(400, "Bad Request: BOT_COMMAND_DESCRIPTION_INVALID")
+    account.menus[_menu_key(params)] = list(commands)
+    return True
+
+
+def _delete_my_commands(account: _Account, params: dict[str, Any]) -> bool:
+    account.menus.pop(_menu_key(params), None)
+    return True
+
+
+def _menu_key(params: dict[str, Any]) -> tuple[str, int | None, str]:
+    """The (scope type, scope chat id, language code) a ``setMyCommands`` or
+    ``deleteMyCommands`` call names; ``language_code`` is two lowercase letters or none."""
     scope = params.get("scope") if isinstance(params.get("scope"), dict) else {"type": "default"}
     chat = scope.get("chat_id")
-    language = params.get("language_code") or None
-    key = (str(scope.get("type")), None if chat is None else int(chat), language)
-    account.menus[key] = list(commands)
-    if key == ("default", None, None):
-        account.commands = list(commands)
-    return True
+    language = str(params.get("language_code") or "")
+    if language and not re.fullmatch(r"[a-z]{2}", language):
+        raise _ApiError(400, "Bad Request: invalid language code specified")
+    return str(scope.get("type")), None if chat is None else int(chat), language
 
 
 def _set_webhook(account: _Account, params: dict[str, Any]) -> bool:

@@ -19,6 +19,7 @@ from bot.core.scenes import CastMember, SceneRules
 from bot.runtime.access import AccessPolicy
 from bot.runtime.commands import PersonaChoice
 from bot.runtime.initiatives import AgendaPolicy
+from bot.runtime.languages import Languages
 from bot.runtime.limits import LimitPolicy
 from bot.runtime.pipeline import NO_STREAM, BotProfile, GapPolicy
 from memory.assemble import Budget, PersonaPin
@@ -278,6 +279,8 @@ class Hosted:
     access: Mapping[str, AccessPolicy]
     #: Scene personas' voices, by (bot, persona id) (docs/scenes.md#platforms).
     voices: Mapping[tuple[str, str], Voice] = field(default_factory=dict)
+    #: Each bot's personas' languages and the catalogs (docs/i18n.md).
+    languages: Languages = field(default_factory=Languages)
 
     def voice_of(self, bot: str, persona: str) -> Voice | None:
         """The voice a scene's line of ``persona`` goes out in (None: the bot's own)."""
@@ -320,6 +323,15 @@ def hosted(
             if choice.id != persona.id
         },
         cast=cast,
+        languages=Languages(
+            {
+                key: tuple(
+                    (c.id, (persona if c.id == persona.id else settings.persona(c.id)).language)
+                    for c in cast[key]
+                )
+                for key, (persona, _) in bots.items()
+            }
+        ),
         defaults={b.key: b.default_persona for b in settings.bots}
         | {key: persona.id for key, (persona, _) in bots.items()},
         access={

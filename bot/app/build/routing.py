@@ -28,6 +28,7 @@ def build_exports(parts: Parts, memory: Memory, holder: str | None) -> Exports:
         build=lambda user, conversation: export_document(memory, user, conversation, defaults),
         policy=ExportPolicy(every_seconds=parts.settings.limits.export_every_minutes * 60),
         holder=holder,
+        languages=parts.hosted.languages,
         delivery=Delivery(
             store=parts.store,
             clock=parts.turn_clock,
@@ -70,10 +71,13 @@ def build_commands(
         exports=exports,
         extensions=extensions,
         plugin_timeout=parts.settings.tools.command_timeout_seconds,
+        languages=hosted.languages,
     )
     if agenda is not None:
         proactive = agenda.proactive
-        agenda_commands = AgendaCommands(store=store, clock=clock, proactive=proactive)
+        agenda_commands = AgendaCommands(
+            store=store, clock=clock, proactive=proactive, languages=hosted.languages
+        )
         checkins = any(proactive.checks_in(k) for k in hosted.profiles)
         for name, description, handler in agenda_commands.specs(checkins=checkins):
             commands.register(name, description, handler)

@@ -53,7 +53,11 @@ def build_spending(
 ) -> Spending:
     """Replies and memory tasks are charged and limited alike, on the turn clock."""
     limits = Limits(
-        store=store, clock=clock, policy=limit_policy(settings), is_admin=hosted.is_admin
+        store=store,
+        clock=clock,
+        policy=limit_policy(settings),
+        is_admin=hosted.is_admin,
+        languages=hosted.languages,
     )
     return Spending(limits, Accounting(store=store, clock=clock, metrics=metrics, limits=limits))
 

@@ -186,7 +186,10 @@ def build_pipeline(
         parts=_runtime_turn_parts(parts, memory, spending, bots.outlet_for, tools, cutoffs),
         bots=bots,
         policies=ReplyPolicies(
-            gap_policy(settings), settings.llm.trouble_notice, settings.llm.retry_max_seconds
+            gap_policy(settings),
+            settings.llm.trouble_notice,
+            settings.llm.retry_max_seconds,
+            parts.hosted.languages,
         ),
         limits=spending.limits,
         extensions=extensions,
