@@ -120,8 +120,9 @@ async def test_a_persona_removed_from_the_bot_leaves_its_chats_to_the_default(
     turns = [r for r in llm.requests if r.model.startswith("model-")]  # not memory's
     assert [r.model for r in turns] == ["model-orin", "model-mira"]
     assert turns[1].system[0].text.startswith("You are Mira.")
-    listing = texts[-2].splitlines()
-    assert listing[1:] == ["  Mira (mira)", "  Kai (kai)"]  # Orin is no choice any more
+    listing, typed = texts[-2].split("\n\n")  # the list, then the choices as commands
+    assert listing.splitlines()[1:] == ["  Mira (mira)", "  Kai (kai)"]  # Orin is no choice
+    assert "orin" not in typed and "/persona kai" in typed
     assert texts[-1] == "Hi, I'm Kai."
 
 
