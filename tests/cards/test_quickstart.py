@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import tomlkit
 
 from tests.adapters.test_telegram_e2e import _env
@@ -122,6 +123,10 @@ async def _running(args: Sequence[str], cwd: Path, env: dict[str, str]) -> Async
     assert code == 0, (cwd / "err.log").read_text()
 
 
+# Three cold starts of the console script (exec'd, no zygote: the recipe's own commands),
+# config check and run importing every library: CPU-bound, ~20 s on a quiet 2-core machine,
+# three times that on a loaded one; nothing in it waits on time.
+@pytest.mark.timeout(150)
 async def test_the_five_command_recipe_runs_a_telegram_bot_from_a_card(tmp_path: Path) -> None:
     """Issue 18 acceptance: from a downloaded card to a running Telegram bot in five commands.
     The import creates personabot.toml with the persona and a Telegram bot reading

@@ -433,12 +433,15 @@ async def test_a_middleware_that_passes_a_message_on_after_its_batch_ended_loses
     ``call_next`` later would have added its message to the batch after the batch was stored
     (and acknowledged): the message was lost. It is stored on its own instead."""
     later: list[asyncio.Task[None]] = []
+    # The middleware passes the message on once the test has looked at the stored batch (a
+    # fixed delay was shorter than that look on a loaded machine).
+    go_on = asyncio.Event()
 
     def extend(app: App) -> None:
         @app.middleware
         async def deferred(event: Inbound, call_next: CallNext) -> None:
             async def pass_on() -> None:
-                await asyncio.sleep(0.05)
+                await go_on.wait()
                 await call_next(event)
 
             later.append(asyncio.ensure_future(pass_on()))
@@ -447,6 +450,7 @@ async def test_a_middleware_that_passes_a_message_on_after_its_batch_ended_loses
         async with h.router.batch():
             await h.router(Inbound(DM, "11", "Ann", "held back", "d1", True))
         assert await _stored(store) == []  # the batch had nothing to store
+        go_on.set()
         await asyncio.wait_for(later[0], timeout=5)
         assert await _stored(store) == [("11", "held back")]
 
