@@ -10,6 +10,10 @@ ours that changed, deletes only a command this bot recorded as its own earlier (
 with nothing changed makes no write at all. Each request goes through discord.py's HTTP
 client, which waits out a 429 for its ``retry_after`` and retries; the requests go one at a
 time, so a sync never bursts.
+
+A sync also visits every scope where the record says we created commands but the policy no
+longer syncs (``"global"`` switched to ``"guilds"`` or back, a server dropped from
+``guilds``) and deletes ours there, nothing else.
 """
 
 from __future__ import annotations
@@ -182,10 +186,16 @@ async def sync_commands(
         if policy == "global"
         else [(f"guild:{g}", _GuildRoutes(client.http, app, g)) for g in guilds]
     )
+    # Scopes we once synced and no longer do: nothing wanted there, so ours are deleted.
+    synced = {scope for scope, _ in scopes}
+    for scope in await menu.command_scopes():
+        if scope not in synced and (routes := _routes_of(scope, client.http, app)) is not None:
+            scopes.append((scope, routes))
     reports = []
     for scope, routes in scopes:
+        wanted_here = wanted if scope in synced else []
         try:
-            reports.append(await _sync_scope(scope, routes, menu, wanted))
+            reports.append(await _sync_scope(scope, routes, menu, wanted_here))
         except discord.HTTPException as exc:
             if exc.code == MISSING_ACCESS:
                 log.error(
@@ -196,6 +206,14 @@ async def sync_commands(
             else:
                 log.error("Discord commands in %s not synced: %s", scope, exc)
     return reports
+
+
+def _routes_of(scope: str, http: discord.http.HTTPClient, app: int) -> _Routes | None:
+    """The routes of a recorded scope (``global``, ``guild:<id>``); None for a malformed one."""
+    if scope == "global":
+        return _GlobalRoutes(http, app)
+    guild = scope.removeprefix("guild:")
+    return _GuildRoutes(http, app, int(guild)) if guild.isdigit() else None
 
 
 async def _written(routes: _Routes, payload: JSON, command_id: str | None) -> str | None:

@@ -163,6 +163,10 @@ class Router:
         """The native commands ``bot`` recorded as its own in ``scope``."""
         return await self._store.registered_commands(bot, scope)
 
+    async def command_scopes(self, bot: str) -> tuple[str, ...]:
+        """The scopes where ``bot`` recorded native commands."""
+        return await self._store.command_scopes(bot)
+
     async def record_commands(self, bot: str, scope: str, commands: dict[str, str]) -> None:
         """Record the native commands ``bot`` has in ``scope`` now."""
         await self._store.record_commands(bot, scope, commands)
@@ -482,6 +486,10 @@ class BotHandler:
     async def registered_commands(self, scope: str) -> dict[str, str]:
         """The native commands this bot recorded as its own in ``scope``."""
         return await self._router.registered_commands(self._bot, scope)
+
+    async def command_scopes(self) -> tuple[str, ...]:
+        """The scopes where this bot recorded native commands."""
+        return await self._router.command_scopes(self._bot)
 
     async def record_commands(self, scope: str, commands: dict[str, str]) -> None:
         """Record the native commands this bot has in ``scope`` now."""
