@@ -13,7 +13,10 @@ time, so a sync never bursts.
 
 A sync also visits every scope where the record says we created commands but the policy no
 longer syncs (``"global"`` switched to ``"guilds"`` or back, a server dropped from
-``guilds``) and deletes ours there, nothing else.
+``guilds``) and deletes ours there, nothing else. Each command created is recorded right
+after Discord made it, so a sync cut short (a store fault, a Discord 5xx, a network drop, a
+stop during a 429 wait) leaves nothing of ours unrecorded but, at most, the one command
+whose own record failed.
 """
 
 from __future__ import annotations
@@ -234,13 +237,17 @@ async def _written(routes: _Routes, payload: JSON, command_id: str | None) -> st
 async def _sync_scope(
     scope: str, routes: _Routes, menu: NativeMenu, wanted: list[JSON]
 ) -> SyncReport:
-    """One scope: create, edit, delete only ours; record what is ours now."""
+    """One scope: create, edit, delete only ours; record what is ours now. The record is
+    rewritten after each create, not once at the end: a sync cut short after Discord made
+    a command must not leave it unrecorded, or every later sync takes it for someone
+    else's (never updated, never deleted)."""
     existing = {
         str(c["name"]): c
         for c in await routes.list()
         if isinstance(c, dict) and c.get("type", CHAT_INPUT) == CHAT_INPUT and "name" in c
     }
     recorded = await menu.registered_commands(scope)
+    record = dict(recorded)  # what the store holds as ours in this scope, kept current
     ours: dict[str, str] = {}
     created: list[str] = []
     edited: list[str] = []
@@ -256,6 +263,9 @@ async def _sync_scope(
             if written is not None:
                 ours[name] = written
                 (created if found is None else edited).append(name)
+                if record.get(name) != written:
+                    record[name] = written
+                    await menu.record_commands(scope, record)
             elif found is not None:
                 ours[name] = str(found["id"])  # still ours, as it was
         else:
@@ -274,7 +284,7 @@ async def _sync_scope(
             with contextlib.suppress(discord.NotFound):
                 await routes.delete(command_id)
             deleted.append(name)
-    if ours != recorded:
+    if ours != record:
         await menu.record_commands(scope, ours)
     report = SyncReport(scope, tuple(created), tuple(edited), tuple(deleted), tuple(foreign))
     log.info(

@@ -221,18 +221,31 @@ async def test_commands_created_by_a_sync_cut_short_stay_ours(tmp_path: Path) ->
     discord.py waits out a 429), the commands it made are no longer known as its own. The
     next start with the plugin's help changed takes its own /roll for someone else's
     ("not made by this bot"): never updated, and never deleted once the plugin is gone,
-    so every member keeps a dead /roll in the menu."""
+    so every member keeps a dead /roll in the menu.
+
+    (Fix 40: the store refuses only the record of /zap, the command created after /roll.
+    As first written it refused every record for the whole start, so no way of recording
+    could ever keep /roll known; a sync now records each command right after Discord made
+    it, and what is cut short after /roll's record must not lose it.)"""
     db = tmp_path / "bot.sqlite3"
+
+    def plugin(help_text: str = "roll dice: /roll 2d6") -> Extensions:
+        async def zap(inbound: Inbound, command: Command) -> str:
+            return "zapped"
+
+        return Extensions(commands=(*_roll(help_text).commands, CommandSpec("zap", "zap", zap)))
+
     async with FakeDiscord(token=TOKEN) as fake:
         async with _started(fake, f"sqlite:///{db}"):  # the schema
             pass
-        _sql(db, _REFUSE_RECORD)
-        async with _started(fake, f"sqlite:///{db}", extensions=_roll()):
+        _sql(db, _REFUSE_RECORD.replace(" BEGIN", " WHEN NEW.name = 'zap' BEGIN"))
+        async with _started(fake, f"sqlite:///{db}", extensions=plugin()):
             pass
         assert "roll" in fake.app_commands.scope("global")
+        assert "zap" in fake.app_commands.scope("global")
         _sql(db, "DROP TRIGGER review_refuse")
         writes = len(fake.app_commands.writes)
-        async with _started(fake, f"sqlite:///{db}", extensions=_roll("roll any dice")):
+        async with _started(fake, f"sqlite:///{db}", extensions=plugin("roll any dice")):
             pass
         assert [(w.method, w.name) for w in fake.app_commands.writes[writes:]] == [
             ("PATCH", "roll")
