@@ -378,7 +378,7 @@ class Commands:
         chosen = next((c for c in choices if wanted in (c.id.casefold(), c.name.casefold())), None)
         if chosen is None:
             names = ", ".join(f"{c.name} ({c.id})" for c in choices)
-            return f"No persona {command.args.strip()!r} here. Choose one of: {names}."
+            return Refusal(f"No persona {command.args.strip()!r} here. Choose one of: {names}.")
         if chosen.id == current:
             return f"{chosen.name} is already here."
         switched = await self._store.new_session(

@@ -19,6 +19,7 @@ from bot.core.choices import Answer, Choice
 from bot.core.clock import Clock
 from bot.core.events import Inbound, UserKey, is_person
 from bot.core.menu import Suggestion
+from bot.runtime.commands import Refusal
 from bot.runtime.extensions import Command, Extensions, TurnContext
 from bot.runtime.initiatives import REMIND_TOOL, Proactive
 from bot.runtime.tools import Effect, Tool, ToolError
@@ -165,20 +166,20 @@ class AgendaCommands:
     async def reminders(self, inbound: Inbound, command: Command) -> str | Answer:
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         if not is_person(user.user_id):
-            return "/reminders is about one person's own reminders: send it as yourself."
+            return Refusal("/reminders is about one person's own reminders: send it as yourself.")
         words = command.args.split()
         if words and words[0].lower() in {"cancel", "delete", "stop"}:
             if len(words) != 2 or not words[1].lstrip("#").isdecimal():
-                return "Which one? Send /reminders cancel N, with N from the list."
+                return Refusal("Which one? Send /reminders cancel N, with N from the list.")
             if len(words[1].lstrip("#")) > _MAX_ID_DIGITS:  # past any id the store holds
-                return "You have no waiting reminder with that number."
+                return Refusal("You have no waiting reminder with that number.")
             number = int(words[1].lstrip("#"))
             bot = inbound.conversation.bot
             if await self.store.cancel_reminder(user, number, self.clock.now(), bot=bot):
                 return f"Reminder #{number} cancelled."
-            return f"You have no waiting reminder #{number}."
+            return Refusal(f"You have no waiting reminder #{number}.")
         if words:
-            return "Send /reminders to list them, or /reminders cancel N."
+            return Refusal("Send /reminders to list them, or /reminders cancel N.")
         waiting = await self.store.reminders(user, bot=inbound.conversation.bot)
         here = ""
         if not inbound.is_private:
@@ -221,7 +222,7 @@ class AgendaCommands:
     async def timezone(self, inbound: Inbound, command: Command) -> str:
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         if not is_person(user.user_id):
-            return "/timezone is about one person: send it as yourself."
+            return Refusal("/timezone is about one person: send it as yourself.")
         wanted = command.args.strip()
         now = self.clock.now()
         if wanted.lower() in {"clear", "reset", "none"}:
@@ -232,7 +233,7 @@ class AgendaCommands:
             try:
                 name = zone_name(wanted)
             except ZoneError as exc:
-                return f"I can't use that: {exc}."
+                return Refusal(f"I can't use that: {exc}.")
             await self.store.set_timezone(user, name, now)
             tz, _ = await self.proactive.zone_for(user)
             return f"Your time zone is {name}; it is {describe_local(now, tz)} there."
