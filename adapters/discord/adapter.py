@@ -195,11 +195,13 @@ class DiscordAdapter(StreamingAdapter):
 
     async def _sync(self, menu: NativeMenu) -> None:
         """Register the bot's commands as application commands (docs/discord.md#sync); a
-        failure is logged and the bot serves on (typed commands keep working)."""
+        failure is logged and the bot serves on (typed commands keep working); a store fault
+        too: the commands created before it are recorded already (``_sync_scope``), and
+        what the task raised would come out of ``run()`` at shutdown instead."""
         try:
             client = await self._logged_in_client()
             await sync_commands(client, menu, self._sync_policy, self._command_guilds)
-        except (AdapterError, discord.HTTPException, *_NETWORK_ERRORS) as exc:
+        except (AdapterError, StoreError, discord.HTTPException, *_NETWORK_ERRORS) as exc:
             log.error("Discord commands of %s not synced: %s", self.bot_key, exc)
 
     @property

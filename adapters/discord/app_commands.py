@@ -10,6 +10,13 @@ ours that changed, deletes only a command this bot recorded as its own earlier (
 with nothing changed makes no write at all. Each request goes through discord.py's HTTP
 client, which waits out a 429 for its ``retry_after`` and retries; the requests go one at a
 time, so a sync never bursts.
+
+A sync also visits every scope where the record says we created commands but the policy no
+longer syncs (``"global"`` switched to ``"guilds"`` or back, a server dropped from
+``guilds``) and deletes ours there, nothing else. Each command created is recorded right
+after Discord made it, so a sync cut short (a store fault, a Discord 5xx, a network drop, a
+stop during a 429 wait) leaves nothing of ours unrecorded but, at most, the one command
+whose own record failed.
 """
 
 from __future__ import annotations
@@ -219,10 +226,16 @@ async def sync_commands(
         if policy == "global"
         else [(f"guild:{g}", _GuildRoutes(client.http, app, g)) for g in guilds]
     )
+    # Scopes we once synced and no longer do: nothing wanted there, so ours are deleted.
+    synced = {scope for scope, _ in scopes}
+    for scope in await menu.command_scopes():
+        if scope not in synced and (routes := _routes_of(scope, client.http, app)) is not None:
+            scopes.append((scope, routes))
     reports = []
     for scope, routes in scopes:
+        wanted_here = wanted if scope in synced else []
         try:
-            reports.append(await _sync_scope(scope, routes, menu, wanted))
+            reports.append(await _sync_scope(scope, routes, menu, wanted_here))
         except discord.HTTPException as exc:
             if exc.code == MISSING_ACCESS:
                 log.error(
@@ -233,6 +246,14 @@ async def sync_commands(
             else:
                 log.error("Discord commands in %s not synced: %s", scope, exc)
     return reports
+
+
+def _routes_of(scope: str, http: discord.http.HTTPClient, app: int) -> _Routes | None:
+    """The routes of a recorded scope (``global``, ``guild:<id>``); None for a malformed one."""
+    if scope == "global":
+        return _GlobalRoutes(http, app)
+    guild = scope.removeprefix("guild:")
+    return _GuildRoutes(http, app, int(guild)) if guild.isdigit() else None
 
 
 async def _written(routes: _Routes, payload: JSON, command_id: str | None) -> str | None:
@@ -253,13 +274,17 @@ async def _written(routes: _Routes, payload: JSON, command_id: str | None) -> st
 async def _sync_scope(
     scope: str, routes: _Routes, menu: NativeMenu, wanted: list[JSON]
 ) -> SyncReport:
-    """One scope: create, edit, delete only ours; record what is ours now."""
+    """One scope: create, edit, delete only ours; record what is ours now. The record is
+    rewritten after each create, not once at the end: a sync cut short after Discord made
+    a command must not leave it unrecorded, or every later sync takes it for someone
+    else's (never updated, never deleted)."""
     existing = {
         str(c["name"]): c
         for c in await routes.list()
         if isinstance(c, dict) and c.get("type", CHAT_INPUT) == CHAT_INPUT and "name" in c
     }
     recorded = await menu.registered_commands(scope)
+    record = dict(recorded)  # what the store holds as ours in this scope, kept current
     ours: dict[str, str] = {}
     created: list[str] = []
     edited: list[str] = []
@@ -275,6 +300,9 @@ async def _sync_scope(
             if written is not None:
                 ours[name] = written
                 (created if found is None else edited).append(name)
+                if record.get(name) != written:
+                    record[name] = written
+                    await menu.record_commands(scope, record)
             elif found is not None:
                 ours[name] = str(found["id"])  # still ours, as it was
         else:
@@ -293,7 +321,7 @@ async def _sync_scope(
             with contextlib.suppress(discord.NotFound):
                 await routes.delete(command_id)
             deleted.append(name)
-    if ours != recorded:
+    if ours != record:
         await menu.record_commands(scope, ours)
     report = SyncReport(scope, tuple(created), tuple(edited), tuple(deleted), tuple(foreign))
     log.info(

@@ -91,6 +91,10 @@ class NativeMenu(Protocol):
         as recorded by ``record_commands`` (docs/discord.md#sync)."""
         ...
 
+    async def command_scopes(self) -> tuple[str, ...]:
+        """Every scope where this bot has recorded commands (``global``, ``guild:<id>``)."""
+        ...
+
     async def record_commands(self, scope: str, commands: dict[str, str]) -> None:
         """Remember the commands this bot has created in ``scope`` now (replaces the record)."""
         ...

@@ -434,8 +434,10 @@ class Commands:
         chosen = next((c for c in choices if wanted in (c.id.casefold(), c.name.casefold())), None)
         if chosen is None:
             names = ", ".join(f"{c.name} ({c.id})" for c in choices)
-            return _("No persona {name} here. Choose one of: {names}.").format(
-                name=repr(command.args.strip()), names=names
+            return Refusal(
+                _("No persona {name} here. Choose one of: {names}.").format(
+                    name=repr(command.args.strip()), names=names
+                )
             )
         if chosen.id == current:
             return _("{name} is already here.").format(name=chosen.name)

@@ -20,6 +20,7 @@ from bot.core.clock import Clock
 from bot.core.events import Inbound, UserKey, is_person
 from bot.core.i18n import N_
 from bot.core.menu import Suggestion
+from bot.runtime.commands import Refusal
 from bot.runtime.extensions import Command, Extensions, TurnContext
 from bot.runtime.initiatives import REMIND_TOOL, Proactive
 from bot.runtime.languages import Languages
@@ -178,20 +179,22 @@ class AgendaCommands:
         _ = self.languages.for_inbound(inbound)
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         if not is_person(user.user_id):
-            return _("/reminders is about one person's own reminders: send it as yourself.")
+            return Refusal(
+                _("/reminders is about one person's own reminders: send it as yourself.")
+            )
         words = command.args.split()
         if words and words[0].lower() in {"cancel", "delete", "stop"}:
             if len(words) != 2 or not words[1].lstrip("#").isdecimal():
-                return _("Which one? Send /reminders cancel N, with N from the list.")
+                return Refusal(_("Which one? Send /reminders cancel N, with N from the list."))
             if len(words[1].lstrip("#")) > _MAX_ID_DIGITS:  # past any id the store holds
-                return _("You have no waiting reminder with that number.")
+                return Refusal(_("You have no waiting reminder with that number."))
             number = int(words[1].lstrip("#"))
             bot = inbound.conversation.bot
             if await self.store.cancel_reminder(user, number, self.clock.now(), bot=bot):
                 return _("Reminder #{number} cancelled.").format(number=number)
-            return _("You have no waiting reminder #{number}.").format(number=number)
+            return Refusal(_("You have no waiting reminder #{number}.").format(number=number))
         if words:
-            return _("Send /reminders to list them, or /reminders cancel N.")
+            return Refusal(_("Send /reminders to list them, or /reminders cancel N."))
         waiting = await self.store.reminders(user, bot=inbound.conversation.bot)
         here = False
         if not inbound.is_private:
@@ -247,7 +250,7 @@ class AgendaCommands:
         _ = self.languages.for_inbound(inbound)
         user = UserKey(inbound.conversation.platform, inbound.author_id)
         if not is_person(user.user_id):
-            return _("/timezone is about one person: send it as yourself.")
+            return Refusal(_("/timezone is about one person: send it as yourself."))
         wanted = command.args.strip()
         now = self.clock.now()
         if wanted.lower() in {"clear", "reset", "none"}:
@@ -258,7 +261,7 @@ class AgendaCommands:
             try:
                 name = zone_name(wanted)
             except ZoneError as exc:
-                return _("I can't use that: {problem}.").format(problem=exc)
+                return Refusal(_("I can't use that: {problem}.").format(problem=exc))
             await self.store.set_timezone(user, name, now)
             tz, _name = await self.proactive.zone_for(user)
             return _("Your time zone is {zone}; it is {time} there.").format(

@@ -43,6 +43,9 @@ log = logging.getLogger("personabot.router")
 DAY = 86400.0
 #: How long a press's claim holds while its command runs (a crash mid-run frees it then).
 PRESS_RUN_SECONDS = 120.0
+#: How long a command's claim (``Router._command``) is kept once it ran: the answer's outbox
+#: row (``answered``) covers a later redelivery; this covers the moments around it.
+COMMAND_MEMORY = 3600.0
 # NUL (PostgreSQL text cannot hold it) and lone surrogates (no encoding can): a store refuses
 # them every time, and an update that is never stored blocks every later one behind it.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -179,6 +182,10 @@ class Router:
     async def registered_commands(self, bot: str, scope: str) -> dict[str, str]:
         """The native commands ``bot`` recorded as its own in ``scope``."""
         return await self._store.registered_commands(bot, scope)
+
+    async def command_scopes(self, bot: str) -> tuple[str, ...]:
+        """The scopes where ``bot`` recorded native commands."""
+        return await self._store.command_scopes(bot)
 
     async def record_commands(self, bot: str, scope: str, commands: dict[str, str]) -> None:
         """Record the native commands ``bot`` has in ``scope`` now."""
@@ -335,17 +342,44 @@ class Router:
                 "/%s in %s already answered; not run again", command.name, inbound.conversation
             )
             return
-        answer = await self._commands.handle(inbound, command)
-        if answer is None and inbound.command_only:
-            # The platform waits for an answer to its native command.
-            texts = self._commands.languages.for_inbound(inbound)
-            answer = texts.finish(texts(ANSWERS_LATER))
-        if answer is not None:
-            await self._answer(inbound, command, answer)
-        elif mid is not None:
-            # It answered by itself (/export's file) or not at all: noted all the same, so a
-            # redelivery (a retried batch, a Telegram update not confirmed yet) skips it.
-            await self._store.record_ran(inbound.conversation, mid, self._clock.now())
+        # The answer is recorded only once the command ran: while it runs, the same message
+        # seen by another process (two sessions of a shard during a deploy, a redelivery)
+        # finds this claim taken and runs nothing; as a press does (``_pressed``).
+        claim = None
+        if mid is not None:
+            name = f"command:{inbound.conversation}:{mid}"
+            claim = await self._store.acquire_lease(
+                name, "command", PRESS_RUN_SECONDS, self._clock.now()
+            )
+            if claim is None:
+                log.info(
+                    "/%s in %s is run by another process; not run again",
+                    command.name,
+                    inbound.conversation,
+                )
+                return
+        try:
+            answer = await self._commands.handle(inbound, command)
+            if answer is None and inbound.command_only:
+                # The platform waits for an answer to its native command.
+                texts = self._commands.languages.for_inbound(inbound)
+                answer = texts.finish(texts(ANSWERS_LATER))
+            if answer is not None:
+                await self._answer(inbound, command, answer)
+            elif mid is not None:
+                # It answered by itself (/export's file) or not at all: noted all the same, so
+                # a redelivery (a retried batch, a Telegram update not confirmed yet) skips it.
+                await self._store.record_ran(inbound.conversation, mid, self._clock.now())
+        except BaseException:
+            # Not done (a store fault): the update handed over again may run it.
+            if claim is not None:
+                with contextlib.suppress(Exception):
+                    await self._store.release_lease(claim)
+            raise
+        if claim is not None:
+            # Done, and recorded: kept a while all the same (retention prunes it later).
+            with contextlib.suppress(Exception):
+                await self._store.renew_lease(claim, COMMAND_MEMORY, self._clock.now())
 
     async def _answer(self, inbound: Inbound, command: Command, answer: str | Answer) -> None:
         """Send a command's answer through the outbox (its choices for the asker only)."""
@@ -510,6 +544,10 @@ class BotHandler:
     async def registered_commands(self, scope: str) -> dict[str, str]:
         """The native commands this bot recorded as its own in ``scope``."""
         return await self._router.registered_commands(self._bot, scope)
+
+    async def command_scopes(self) -> tuple[str, ...]:
+        """The scopes where this bot recorded native commands."""
+        return await self._router.command_scopes(self._bot)
 
     async def record_commands(self, scope: str, commands: dict[str, str]) -> None:
         """Record the native commands this bot has in ``scope`` now."""

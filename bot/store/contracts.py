@@ -679,6 +679,11 @@ class CommandRecordStore(Protocol):
         platform's command id."""
 
     @abc.abstractmethod
+    async def command_scopes(self, bot: str) -> tuple[str, ...]:
+        """Every scope where ``bot`` has recorded commands (a sync also visits those it no
+        longer syncs, to remove its own there)."""
+
+    @abc.abstractmethod
     async def record_commands(self, bot: str, scope: str, commands: Mapping[str, str]) -> None:
         """Replace what ``bot`` has recorded in ``scope`` with ``commands``."""
 

@@ -28,12 +28,12 @@ DAY = 86400.0
 LEASE = "retention"
 
 #: Leases that only mark something as done until they expire (a button's press, the denied
-#: reply of the day, an export's or a limit notice's period, a draft's stop request). Each
-#: name holds a message, a chat or a person's id: without this they stayed forever, one row
-#: per press, chat and person (a person's id even after /forget). Leases that fence or are
-#: claimed (``turn:`` rows PostgreSQL's claim locks, the elections, the jobs, this worker's)
-#: keep their rows: their tokens must keep growing.
-MARKER_LEASES = ("press:", "denied:", "export:", "limit-notice:", "stop:")
+#: reply of the day, an export's or a limit notice's period, a draft's stop request, a
+#: command that ran). Each name holds a message, a chat or a person's id: without this they
+#: stayed forever, one row per press, chat and person (a person's id even after /forget).
+#: Leases that fence or are claimed (``turn:`` rows PostgreSQL's claim locks, the elections,
+#: the jobs, this worker's) keep their rows: their tokens must keep growing.
+MARKER_LEASES = ("press:", "denied:", "export:", "limit-notice:", "stop:", "command:")
 #: How long after its expiry a marker lease is deleted: clocks of processes (and the
 #: database's, which PostgreSQL's leases follow) never disagree by that much.
 MARKER_GRACE = DAY

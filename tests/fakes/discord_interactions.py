@@ -390,7 +390,8 @@ class FakeAppCommands:
         }
         if not ephemeral:
             fake.messages.setdefault(interaction.channel_id, []).append(message)
-            await fake.dispatch("MESSAGE_CREATE", message)
+            if fake._current is not None and not fake._current.closed:  # as a message send
+                await fake.dispatch("MESSAGE_CREATE", message)
         return message
 
     async def _edit_original(self, request: web.Request) -> web.Response:

@@ -22,6 +22,17 @@ async def test_a_record_is_replaced_whole_and_kept_apart_per_bot_and_scope(
     assert await store.registered_commands("mira", "guild:5") == {}
 
 
+async def test_the_scopes_with_a_record_are_listed_per_bot(store: BaseStore) -> None:
+    """A sync visits them all, also the scopes its policy no longer covers."""
+    await store.record_commands("mira", "global", {"new": "11"})
+    await store.record_commands("mira", "guild:5", {"new": "21"})
+    await store.record_commands("orin", "guild:7", {"help": "31"})
+    assert await store.command_scopes("mira") == ("global", "guild:5")
+    await store.record_commands("mira", "global", {})
+    assert await store.command_scopes("mira") == ("guild:5",)
+    assert await store.command_scopes("ada") == ()
+
+
 async def test_another_process_reads_the_record(stores: StoreFactory) -> None:
     async with stores.new() as one, stores.new() as other:
         await one.record_commands("mira", "global", {"new": "11"})

@@ -9,7 +9,7 @@ from bot.store.sql.core import SQLCore
 
 
 class CommandsPart(SQLCore):
-    """registered_commands, record_commands."""
+    """registered_commands, command_scopes, record_commands."""
 
     async def registered_commands(self, bot: str, scope: str) -> dict[str, str]:
         async with self._read() as db:
@@ -19,6 +19,13 @@ class CommandsPart(SQLCore):
                 scope,
             )
         return {str(r[0]): str(r[1]) for r in rows}
+
+    async def command_scopes(self, bot: str) -> tuple[str, ...]:
+        async with self._read() as db:
+            rows = await db.fetch(
+                "SELECT DISTINCT scope FROM platform_commands WHERE bot = $1 ORDER BY scope", bot
+            )
+        return tuple(str(r[0]) for r in rows)
 
     async def record_commands(self, bot: str, scope: str, commands: Mapping[str, str]) -> None:
         """One transaction: a process that reads meanwhile sees the old record or the new."""
