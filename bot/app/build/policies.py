@@ -160,7 +160,7 @@ def retention_policy(settings: Settings) -> RetentionPolicy:
 def prices(settings: Settings) -> dict[str, Price]:
     """The model prices of [llm.prices], for the cost metrics."""
     return {
-        m: Price(p.input, p.output, p.cache_write, p.cache_read)
+        m: Price(p.input, p.output, p.cache_write, p.cache_read, p.cache_write_1h)
         for m, p in settings.llm.prices.items()
     }
 
