@@ -70,6 +70,8 @@ class Budget:
     max_input_chars: int = 8000
     # The new turn's share of prompt_tokens at most: a turn over it is cut, visibly.
     turn_tokens: int = 4000
+    # Whether a prompt that only appends asks for 1-hour cache entries (``cache_ttl``).
+    cache_hour: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +368,8 @@ def cache_ttl(
     """
     # The window drops a leading assistant message (it starts with a user): one less shown
     # than the history holds is not a cut.
+    if not budget.cache_hour:
+        return "5m"
     shown = min(len(history), 2 * budget.window_messages)
     if (summarised and len(window) <= budget.window_messages) or len(window) < shown - 1:
         return "5m"

@@ -9,7 +9,10 @@ prompt's breakpoints live alike, so a 1-hour one never follows a 5-minute one.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
+from bot.app.build.policies import memory_policy
+from bot.config import load_settings
 from bot.core.llm import ModelRequest, TextBlock
 from memory.assemble import Budget, Participant, assemble
 from memory.records import Summary
@@ -84,3 +87,18 @@ def test_a_window_the_budget_cuts_asks_for_five_minute_entries_and_keeps_what_fi
     shown = len(request.messages) - 1
     assert 4 < shown < 8  # cut by the budget, not by the count
     assert _ttls(request) == ["5m", "5m", "5m"]
+
+
+def test_cache_hour_false_in_the_config_keeps_every_entry_at_five_minutes(tmp_path: Path) -> None:
+    path = tmp_path / "personabot.toml"
+    path.write_text(
+        '[memory]\ncache_hour = false\n[[personas]]\nid = "mira"\nname = "Mira"\n'
+        'system = "You are Mira."\nfirst_message = ["Hi."]\n',
+        encoding="utf-8",
+    )
+    settings = load_settings(path)
+    budget = memory_policy(settings, settings.persona()).budget
+    summary = Summary(1, 10, user_said=("my cat is called Biscuit",))
+    history = [m for m in _history(16) if m.turn > 10]
+    assert _ttls(_prompt(history, summary, replace(budget, window_messages=4))) == ["5m"] * 3
+    assert memory_policy(load_settings(None), settings.persona()).budget.cache_hour is True

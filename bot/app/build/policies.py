@@ -96,6 +96,7 @@ def memory_policy(
             memory_tokens=memory.user_memory_budget_tokens,
             max_input_chars=settings.limits.max_input_chars,
             turn_tokens=settings.queue_for(persona).max_turn_tokens,
+            cache_hour=memory.cache_hour,
         ),
         summary_model=memory.summary_model or persona.model,
         summary_provider=settings.routes(persona).tasks.provider,
