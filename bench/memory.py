@@ -12,7 +12,15 @@ replies of 40-80 words, gaps of seconds to hours between turns) is run three way
    ModelRequest of each turn.
 
 Every request is priced under Claude's prompt-cache pricing (see ``price_request``), with and
-without caching. Then ``Memory.build`` is timed on stores holding 100, 10,000 and 100,000
+without caching: each breakpoint's entry lives its TTL, 5 minutes (written 1.25x) or 1 hour
+(written 2x), and is read at 0.1x. personabot's prompts ask for 1-hour entries when they only
+append to the previous prompt and 5-minute ones when their prefix is new anyway (after a fold;
+``cache_ttl`` in memory/assemble.py); the two baselines use 5-minute entries, as a client that
+only turns caching on does. The second table says why each personabot prompt's prefix differed
+from the one before: a pause over an hour, a changed layer, a pause of 5 minutes to an hour
+(served by the 1-hour entries), or nothing but the new exchange.
+
+Then ``Memory.build`` is timed on stores holding 100, 10,000 and 100,000
 messages (bulk-filled through a second sqlite3 connection, with a summary and a user memory).
 
 Usage (always as a module, so that ``memory`` is the package and not this file)::
@@ -60,6 +68,7 @@ from bot.core.clock import ManualClock
 from bot.core.events import ConversationKey, Inbound, QueuePolicy, Reply, Turn
 from bot.core.llm import (
     BaseLLM,
+    CacheTTL,
     ContentBlock,
     ImageBlock,
     ModelRequest,
@@ -184,37 +193,51 @@ def params_from(args: argparse.Namespace) -> Params:
 
 @dataclass(frozen=True, slots=True)
 class Pricing:
-    """Claude's prompt-cache pricing, relative to the base input price per token."""
+    """Claude's prompt-cache pricing, relative to the base input price per token: a 5-minute
+    entry is written at ``write``, a 1-hour one at ``write_1h``, either read at ``read``."""
 
     base: float = 1.0
     write: float = 1.25
     read: float = 0.1
     ttl_seconds: float = 300.0
     min_cacheable_tokens: int = 1024
+    write_1h: float = 2.0
+    ttl_1h_seconds: float = 3600.0
+
+    def lifetime(self, ttl: CacheTTL) -> float:
+        """Seconds an entry of that TTL lives unused."""
+        return self.ttl_1h_seconds if ttl == "1h" else self.ttl_seconds
+
+    def write_price(self, ttl: CacheTTL) -> float:
+        """The price of a token written to an entry of that TTL."""
+        return self.write_1h if ttl == "1h" else self.write
 
 
 @dataclass(frozen=True, slots=True)
 class Block:
     """One content block of a request: role ("system", "user", "assistant"), text, tokens,
-    and whether a cache breakpoint follows it. An image block's ``text`` is its content key
-    (media type and a hash of its bytes: see ``image_block``)."""
+    whether a cache breakpoint follows it and its TTL. An image block's ``text`` is its
+    content key (media type and a hash of its bytes: see ``image_block``)."""
 
     role: str
     text: str
     tokens: int
     breakpoint: bool = False
     kind: Literal["text", "image"] = "text"
+    ttl: CacheTTL = "5m"
 
 
 @dataclass(frozen=True, slots=True)
 class TurnCost:
-    """Tokens of one request by how they are billed, and the effective cost with caching."""
+    """Tokens of one request by how they are billed, and the effective cost with caching
+    (``write_tokens`` counts every write; ``write_1h_tokens`` the part to 1-hour entries)."""
 
     input_tokens: int
     read_tokens: int
     write_tokens: int
     plain_tokens: int
     cost: float
+    write_1h_tokens: int = 0
 
     @property
     def uncached_cost(self) -> float:
@@ -222,12 +245,13 @@ class TurnCost:
         return float(self.input_tokens)
 
 
-Cache = Mapping[bytes, float]  # prefix digest -> expiry time (simulated seconds)
+#: prefix digest -> (expiry time in simulated seconds, lifetime in seconds)
+Cache = Mapping[bytes, tuple[float, float]]
 
 
-def block(role: str, text: str, breakpoint: bool = False) -> Block:
+def block(role: str, text: str, breakpoint: bool = False, ttl: CacheTTL = "5m") -> Block:
     """A block whose tokens are ``estimate_tokens(text)`` (the count used for all three ways)."""
-    return Block(role, text, estimate_tokens(text), breakpoint)
+    return Block(role, text, estimate_tokens(text), breakpoint, ttl=ttl)
 
 
 def image_block(role: str, image: ImageBlock) -> Block:
@@ -242,7 +266,7 @@ def image_block(role: str, image: ImageBlock) -> Block:
 def content_block(role: str, content: ContentBlock) -> Block:
     """A captured text or image block as a priced block (tool blocks are not benchmarked)."""
     if isinstance(content, TextBlock):
-        return block(role, content.text, content.cache)
+        return block(role, content.text, content.cache, content.ttl)
     if isinstance(content, ImageBlock):
         return image_block(role, content)
     raise TypeError(f"no price for a {type(content).__name__} block")
@@ -263,24 +287,30 @@ def prefix_keys(blocks: Sequence[Block]) -> list[bytes]:
 
 def price_request(
     blocks: Sequence[Block], cache: Cache, now: float, pricing: Pricing = Pricing()
-) -> tuple[TurnCost, dict[bytes, float]]:
+) -> tuple[TurnCost, dict[bytes, tuple[float, float]]]:
     """Price one request and return the cache as it is afterwards (the input is not changed).
 
     The model: a cache entry is the content (roles and texts, cache flags ignored) of a prefix
     ending at a breakpoint of the request that wrote it, of at least ``min_cacheable_tokens``;
-    it lives ``ttl_seconds`` after its last use. Here, with ``last`` the last breakpoint:
+    it lives its breakpoint's TTL (5 minutes, or 1 hour) after its last use. Here, with
+    ``last`` the last breakpoint:
 
     - read (``read`` x): the longest prefix ending at or before ``last`` equal to a live entry
       (entries are looked up at every block boundary, as the provider looks back);
-    - written (``write`` x): from there up to ``last``, stored as one entry per breakpoint of
-      at least ``min_cacheable_tokens`` -- nothing is read or written when the prefix up to
-      ``last`` is shorter than that (or when there is no breakpoint);
+    - written: from there up to ``last``, stored as one entry per breakpoint of at least
+      ``min_cacheable_tokens``; each stretch is priced at the TTL of the breakpoint that ends
+      it (``write`` x for 5 minutes, ``write_1h`` x for 1 hour: with 1-hour breakpoints first,
+      as the API requires, that is its rule "1-hour writes from the hit to the last 1-hour
+      breakpoint, 5-minute writes from there to the last breakpoint"); a breakpoint under the
+      minimum stores nothing and its tokens go with the next one's stretch -- nothing is read
+      or written when the prefix up to ``last`` is shorter than that (or when there is no
+      breakpoint);
     - plain (``base`` x): everything after ``last``.
 
     Use refreshes: the entry read and every live entry that is a prefix of it (that content
-    was served from the cache too) live ``ttl_seconds`` from ``now``, like the entries written.
+    was served from the cache too) live their own TTL from ``now``, like the entries written.
     """
-    live = {key: expiry for key, expiry in cache.items() if expiry > now}
+    live = {key: entry for key, entry in cache.items() if entry[0] > now}
     ends = list(itertools.accumulate(b.tokens for b in blocks))
     total = ends[-1] if ends else 0
     marks = [i for i, b in enumerate(blocks) if b.breakpoint]
@@ -290,24 +320,31 @@ def price_request(
     keys = prefix_keys(blocks[: last + 1])
     hit = next((i for i in range(last, -1, -1) if keys[i] in live), -1)
     read = ends[hit] if hit >= 0 else 0
-    write = ends[last] - read
     plain = total - ends[last]
-    expiry = now + pricing.ttl_seconds
     for i in range(hit + 1):
         if keys[i] in live:
-            live[keys[i]] = expiry
+            lifetime = live[keys[i]][1]
+            live[keys[i]] = (now + lifetime, lifetime)
+    written = {"5m": 0, "1h": 0}
+    start = read
     for i in marks:
         if i > hit and ends[i] >= pricing.min_cacheable_tokens:
-            live[keys[i]] = expiry
-    cost = read * pricing.read + write * pricing.write + plain * pricing.base
-    return TurnCost(total, read, write, plain, cost), live
+            ttl = blocks[i].ttl
+            written[ttl] += ends[i] - start
+            start = ends[i]
+            lifetime = pricing.lifetime(ttl)
+            live[keys[i]] = (now + lifetime, lifetime)
+    cost = read * pricing.read + plain * pricing.base
+    cost += written["5m"] * pricing.write + written["1h"] * pricing.write_1h
+    write = written["5m"] + written["1h"]
+    return TurnCost(total, read, write, plain, cost, written["1h"]), live
 
 
 def price_conversation(
     requests: Sequence[tuple[float, Sequence[Block]]], pricing: Pricing = Pricing()
 ) -> list[TurnCost]:
     """Price requests made at the given times, in order, against one provider cache."""
-    cache: dict[bytes, float] = {}
+    cache: dict[bytes, tuple[float, float]] = {}
     costs = []
     for now, blocks in requests:
         cost, cache = price_request(blocks, cache, now, pricing)
@@ -328,6 +365,13 @@ def self_check() -> list[str]:
     A request of 600 tokens in all is never cached: 600.
     Refresh on use: T1 at 0, T2 at 250 (reads T1's entry, which now lives until 550), then
     T1's content again at 500 -> read 1100 -> 110.
+
+    1-hour entries (written 2x): H1 t=0: [S 1100 bp 1h][u1 100 bp]: 1100 x 2 + 100 x 1.25
+    -> 2325. H2 t=1800: [S bp 1h][u1][a1 50][u2 80 bp]: the 5-minute entry is gone, the
+    1-hour one lives -> reads 1100, writes 230 -> 110 + 287.5 = 397.5; S now lives until
+    5400, so H1 again at 5300 reads it -> 110 + 125 = 235. A 1-hour stretch after a
+    5-minute hit: H1 at 0, then at 20 [S bp 1h][u1][a1 bp 1h][u2 bp]: reads 1200, writes a1
+    for an hour (50 x 2) and u2 (80 x 1.25) -> 120 + 100 + 100 = 320.
     """
     s = Block("system", "S", 1000, True)
     u1, a1, u2 = Block("user", "u1", 100), Block("assistant", "a1", 50), Block("user", "u2", 80)
@@ -339,6 +383,12 @@ def self_check() -> list[str]:
     tiny = [Block("system", "s", 500, True), Block("user", "u", 100, True)]
     refreshed = price_conversation([(0.0, t1), (250.0, t2), (500.0, t1)])
     third = on_time[2]
+    long = Block("system", "S", 1100, True, ttl="1h")
+    h1 = [long, Block("user", "u1", 100, True)]
+    h2 = [long, u1, a1, Block("user", "u2", 80, True)]
+    h5 = [long, u1, Block("assistant", "a1", 50, True, ttl="1h"), Block("user", "u2", 80, True)]
+    hour = price_conversation([(0.0, h1), (1800.0, h2), (5300.0, h1)])
+    after_hit = price_conversation([(0.0, h1), (20.0, h5)])[1]
     checks: dict[str, tuple[Sequence[float], Sequence[float]]] = {
         "costs of the 3 turns": ([c.cost for c in on_time], [1375.0, 272.5, 238.0]),
         "total with caching": ([sum(c.cost for c in on_time)], [1885.5]),
@@ -350,6 +400,11 @@ def self_check() -> list[str]:
         "turn 3 after expiry": ([late[2].cost], [1652.5]),
         "600 tokens in all": ([price_request(tiny, {}, 0.0)[0].cost], [600.0]),
         "refresh on use": ([refreshed[2].cost], [110.0]),
+        "1-hour prefix after 30 min, refreshed": ([c.cost for c in hour], [2325.0, 397.5, 235.0]),
+        "1-hour write after a 5-minute hit": (
+            [after_hit.cost, after_hit.write_1h_tokens],
+            [320.0, 50],
+        ),
     }
     return [
         f"{name}: got {list(got)}, expected {list(want)}"
@@ -817,12 +872,16 @@ def _tagged(request: ModelRequest, tag: str) -> str | None:
     return next((b.text for b in request.system if tag in b.text), None)
 
 
-def prefix_cause(previous: Call | None, call: Call, ttl: float) -> str:
-    """Why this personabot request's prefix differs from the previous one (first match)."""
+def prefix_cause(previous: Call | None, call: Call, ttl: float, long_ttl: float = 3600.0) -> str:
+    """Why this personabot request's prefix differs from the previous one (first match): a
+    pause longer than the longest TTL (``long_ttl``), a layer that changed, else a pause longer
+    than the short TTL (``ttl``: the prefix is stable, only 1-hour entries can serve it) or
+    nothing but the new exchange appended."""
     if previous is None:
         return "first turn"
-    if call.at - previous.at > ttl:
-        return "cache expired (gap > 5 min)"
+    gap = call.at - previous.at
+    if gap > long_ttl:
+        return "cache expired (gap > 1 h)"
     before, now = previous.request, call.request
     if _tagged(before, "<user_memory>") != _tagged(now, "<user_memory>"):
         return "user memory changed"
@@ -830,6 +889,8 @@ def prefix_cause(previous: Call | None, call: Call, ttl: float) -> str:
         return "summary changed (compaction)"
     if before.messages[0].text != now.messages[0].text:
         return "window start moved"
+    if gap > ttl:
+        return "appended after a pause of 5 min - 1 h"
     return "appended (prefix stable)"
 
 
@@ -1175,8 +1236,8 @@ def cost_table(totals: Mapping[str, Totals], turns: int) -> str:
         for way, t in totals.items()
     ]
     title = (
-        f"1. Effective input cost of {turns} turns (base price = 1.0 per token; "
-        "write 1.25x, read 0.1x, TTL 5 min, min 1,024 tokens)"
+        f"1. Effective input cost of {turns} turns (base price = 1.0 per token; write 1.25x "
+        "for 5 min, 2x for 1 h, read 0.1x, min 1,024 tokens)"
     )
     return format_table(headers, rows, title)
 

@@ -51,7 +51,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from bench._report import configure_logging, environment, format_table, positive_int, write_json
 from bench._report import utc_timestamp as _now
@@ -286,21 +286,25 @@ def blocks(body: Mapping[str, Any], *, tools_cached: bool) -> list[Block]:
     for tool in tools:
         text = _json(tool)
         mark = tools_cached and "cache_control" in tool
-        out.append(Block("tools", text, estimate_tokens(text), mark))
+        out.append(Block("tools", text, estimate_tokens(text), mark, ttl=_ttl(tool)))
     if tools:
         out.append(Block("system", "(the tool-use system prompt)", TOOL_PROMPT_TOKENS))
     for system in body.get("system") or []:
-        out.append(
-            Block(
-                "system", system["text"], estimate_tokens(system["text"]), "cache_control" in system
-            )
-        )
+        text = system["text"]
+        mark = "cache_control" in system
+        out.append(Block("system", text, estimate_tokens(text), mark, ttl=_ttl(system)))
     for message in body["messages"]:
         content = message["content"]
         for part in [{"type": "text", "text": content}] if isinstance(content, str) else content:
             text = part["text"] if part["type"] == "text" else _json(part)
-            out.append(Block(message["role"], text, estimate_tokens(text), "cache_control" in part))
+            mark = "cache_control" in part
+            out.append(Block(message["role"], text, estimate_tokens(text), mark, ttl=_ttl(part)))
     return out
+
+
+def _ttl(part: Mapping[str, Any]) -> Literal["5m", "1h"]:
+    """The lifetime a block's breakpoint asked for (5 minutes unless it says an hour)."""
+    return "1h" if (part.get("cache_control") or {}).get("ttl") == "1h" else "5m"
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,12 +344,24 @@ class Priced:
 def price(calls: Sequence[Call], tool_count: int, turns: int, layout: str) -> Priced:
     """Every call priced against one shared cache, in dollars of the model's price table."""
     settings = DEFAULT_PRICES[MODEL]
-    table = Price(settings.input, settings.output, settings.cache_write, settings.cache_read)
+    table = Price(
+        settings.input,
+        settings.output,
+        settings.cache_write,
+        settings.cache_read,
+        settings.cache_write_1h,
+    )
     requests = [(c.at, blocks(c.body, tools_cached=layout == "after")) for c in calls]
     costs = price_conversation(requests)
     per_call: list[dict[str, Any]] = []
     for call, (_, sent), cost in zip(calls, requests, costs, strict=True):
-        usage = Usage(cost.plain_tokens, call.output_tokens, cost.write_tokens, cost.read_tokens)
+        usage = Usage(
+            cost.plain_tokens,
+            call.output_tokens,
+            cost.write_tokens,
+            cost.read_tokens,
+            cost.write_1h_tokens,
+        )
         per_call.append(
             {
                 "at": round(call.at - START, 1),

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from bot.core.events import StoredMessage, Turn
-from bot.core.llm import ChatMessage, ContentBlock, ModelRequest, TextBlock
+from bot.core.llm import CacheTTL, ChatMessage, ContentBlock, ModelRequest, TextBlock
 from memory.content import spoken
 from memory.lorebook import LORE_HEADER, LoreSelection, select
 from memory.macros import MacroContext, expand, speaker_name
@@ -70,6 +70,8 @@ class Budget:
     max_input_chars: int = 8000
     # The new turn's share of prompt_tokens at most: a turn over it is cut, visibly.
     turn_tokens: int = 4000
+    # Whether a prompt that only appends asks for 1-hour cache entries (``cache_ttl``).
+    cache_hour: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,13 +189,16 @@ def assemble(
     note_text = None if note is None else context_block(note)
     new = _new_turn(pin, turn, budget, history, private, images, note_text, gap_notice)
     fitted = _fit_context(new, budget, history, participants, summary, images, gap_notice)
-    messages, turn_text = _conversation(fitted.window, fitted.images, new.blocks, new.text)
+    ttl = cache_ttl(
+        history, fitted.window, budget, summarised=summary is not None, at=turn.first_pending_at
+    )
+    messages, turn_text = _conversation(fitted.window, fitted.images, new.blocks, new.text, ttl)
     fitted = replace(fitted, turn=turn_text)
     request = ModelRequest(
         model=pin.model,
         provider=pin.provider,
         fallback=pin.fallback,
-        system=_system_blocks(new.pin, fitted.memory, fitted.summary, gap_notice),
+        system=_system_blocks(new.pin, fitted.memory, fitted.summary, gap_notice, ttl),
         messages=messages,
         max_tokens=pin.max_tokens,
         temperature=pin.temperature,
@@ -340,11 +345,49 @@ def _cut_to_room(
     return memory_text, summary_text
 
 
+def cache_ttl(
+    history: Sequence[StoredMessage],
+    window: Sequence[StoredMessage],
+    budget: Budget,
+    *,
+    summarised: bool,
+    at: float,
+) -> CacheTTL:
+    """How long this request's cache entries should live (docs/architecture.md#prompt).
+
+    A request that only appends to the previous turn's prompt writes little (the new
+    exchange): it asks for 1-hour entries (written at 2x instead of 1.25x), so that a person
+    who answers after 5 minutes to an hour still finds the whole prefix cached (read at 0.1x)
+    instead of paying for all of it again. A request whose prefix is new anyway writes all of
+    it: just after a fold (a summary and the window at its shortest, ``window_messages``
+    messages), while the budget cuts the window's start every turn, or when the turn (pending
+    since ``at``) comes over an hour after the newest message, so every entry has expired. It
+    asks for 5-minute entries, at 1.25x: if the person answers within 5 minutes, that next
+    request writes its own few new tokens for an hour and the whole prefix then lives an hour
+    with them.
+    """
+    # The window drops a leading assistant message (it starts with a user): one less shown
+    # than the history holds is not a cut.
+    if not budget.cache_hour:
+        return "5m"
+    shown = min(len(history), 2 * budget.window_messages)
+    if (summarised and len(window) <= budget.window_messages) or len(window) < shown - 1:
+        return "5m"
+    if history and at - history[-1].created_at > _CACHE_HOUR:
+        return "5m"
+    return "1h"
+
+
+#: A 1-hour entry's lifetime: after a longer pause nothing of the prefix is cached any more.
+_CACHE_HOUR: Final = 3600.0
+
+
 def _conversation(
     window: Sequence[StoredMessage],
     images: Mapping[int, ShownImage],
     turn_blocks: tuple[ContentBlock, ...],
     turn_text: str,
+    ttl: CacheTTL = "5m",
 ) -> tuple[tuple[ChatMessage, ...], str]:
     """The window as chat messages with a cache breakpoint on its last one, then the new
     turn's message; and the new turn's text, a trailing user run of the window folded in."""
@@ -364,7 +407,7 @@ def _conversation(
         last = messages[-1]
         *head, tail = last.blocks
         assert isinstance(tail, TextBlock)
-        messages[-1] = ChatMessage(last.role, (*head, replace(tail, cache=True)))
+        messages[-1] = ChatMessage(last.role, (*head, replace(tail, cache=True, ttl=ttl)))
     messages.append(ChatMessage("user", turn_blocks))
     return tuple(messages), turn_text
 
@@ -504,18 +547,23 @@ def _cost(text: str | None) -> int:
 
 
 def _system_blocks(
-    pin_text: str, memory_text: str | None, summary_text: str | None, gap: str | None
+    pin_text: str,
+    memory_text: str | None,
+    summary_text: str | None,
+    gap: str | None,
+    ttl: CacheTTL = "5m",
 ) -> tuple[TextBlock, ...]:
-    """Pin (+memory) with a breakpoint, summary with a breakpoint, then the gap notice."""
+    """Pin (+memory) with a breakpoint, summary with a breakpoint, then the gap notice; the
+    breakpoints live ``ttl``, as the window's (1-hour ones must come before 5-minute ones)."""
     blocks: list[TextBlock] = []
     if memory_text:
         blocks.append(TextBlock(pin_text))
-        blocks.append(TextBlock(f"{DATA_NOTE}\n{memory_text}", cache=True))
+        blocks.append(TextBlock(f"{DATA_NOTE}\n{memory_text}", cache=True, ttl=ttl))
     else:
-        blocks.append(TextBlock(pin_text, cache=True))
+        blocks.append(TextBlock(pin_text, cache=True, ttl=ttl))
     if summary_text:
         note = "" if memory_text else f"{DATA_NOTE}\n"
-        blocks.append(TextBlock(f"{note}{summary_text}", cache=True))
+        blocks.append(TextBlock(f"{note}{summary_text}", cache=True, ttl=ttl))
     if gap:
         blocks.append(TextBlock(f"<gap_notice>\n{tag_safe(gap)}\n</gap_notice>"))
     return tuple(blocks)

@@ -15,20 +15,28 @@ from bot.core.i18n import N_
 
 
 class PriceSettings(Section):
-    """Dollars per million tokens of one model. Cache writes and reads default to 1.25x and
-    0.1x of input (Anthropic's 5-minute cache); set them for other providers' rules (0 for a
-    local model, whose tokens cost nothing)."""
+    """Dollars per million tokens of one model. Cache writes default to 1.25x of input (a
+    5-minute entry) and 2x (``cache_write_1h``, a 1-hour entry), reads to 0.1x: Anthropic's
+    prices; set them for other providers' rules (0 for a local model, whose tokens cost
+    nothing)."""
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
     cache_write: float | None = Field(default=None, ge=0)
     cache_read: float | None = Field(default=None, ge=0)
+    cache_write_1h: float | None = Field(default=None, ge=0)
 
 
 DEFAULT_PRICES: dict[str, PriceSettings] = {
-    "claude-opus-5-5": PriceSettings(input=5.0, output=25.0, cache_write=6.25, cache_read=0.5),
-    "claude-sonnet-5-5": PriceSettings(input=3.0, output=15.0, cache_write=3.75, cache_read=0.3),
-    "claude-haiku-5-5": PriceSettings(input=1.0, output=5.0, cache_write=1.25, cache_read=0.1),
+    "claude-opus-5-5": PriceSettings(
+        input=5.0, output=25.0, cache_write=6.25, cache_read=0.5, cache_write_1h=10.0
+    ),
+    "claude-sonnet-5-5": PriceSettings(
+        input=3.0, output=15.0, cache_write=3.75, cache_read=0.3, cache_write_1h=6.0
+    ),
+    "claude-haiku-5-5": PriceSettings(
+        input=1.0, output=5.0, cache_write=1.25, cache_read=0.1, cache_write_1h=2.0
+    ),
 }
 
 

@@ -34,6 +34,9 @@ class MemorySettings(Section):
     share_across_groups: bool = False
     extract_after_idle_minutes: float = Field(default=5.0, ge=0)
     sweep_interval_seconds: float = Field(default=30.0, gt=0)
+    # 1-hour prompt-cache entries for prompts that only append (docs/architecture.md#prompt);
+    # false: 5-minute entries only (e.g. a gateway that refuses the "ttl" field).
+    cache_hour: bool = True
 
 
 class RetentionSettings(Section):

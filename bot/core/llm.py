@@ -14,13 +14,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+#: How long a prompt-cache entry lives unused: Anthropic's 5 minutes (writes 1.25x the input
+#: price) or 1 hour (writes 2x); reads cost 0.1x either way (docs/architecture.md#prompt).
+CacheTTL = Literal["5m", "1h"]
+
 
 @dataclass(frozen=True, slots=True)
 class TextBlock:
-    """A block of text; ``cache`` marks a prompt-cache breakpoint after this block."""
+    """A block of text; ``cache`` marks a prompt-cache breakpoint after this block, ``ttl``
+    how long its entry lives (a provider that cannot choose ignores it; Anthropic requires
+    every 1h breakpoint to come before every 5m one: bot/llm/anthropic.py sees to it)."""
 
     text: str
     cache: bool = False
+    ttl: CacheTTL = "5m"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +154,9 @@ class Usage:
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    # The part of cache_creation_input_tokens written to 1-hour entries (priced 2x, not
+    # 1.25x); the stored token counts keep the total only, the charge prices the split.
+    cache_creation_1h_input_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         """The usage of both calls."""
@@ -155,6 +165,7 @@ class Usage:
             self.output_tokens + other.output_tokens,
             self.cache_creation_input_tokens + other.cache_creation_input_tokens,
             self.cache_read_input_tokens + other.cache_read_input_tokens,
+            self.cache_creation_1h_input_tokens + other.cache_creation_1h_input_tokens,
         )
 
     @property
@@ -170,23 +181,27 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class Price:
-    """Dollars per million tokens of one model: uncached input, output, cache writes and
-    cache reads (``[llm.prices]``; writes and reads default to 1.25x and 0.1x of input,
-    Anthropic's 5-minute cache)."""
+    """Dollars per million tokens of one model: uncached input, output, cache writes (5-minute
+    and 1-hour entries) and cache reads (``[llm.prices]``; they default to 1.25x, 2x and 0.1x
+    of input, Anthropic's prices)."""
 
     input: float
     output: float
     cache_write: float | None = None
     cache_read: float | None = None
+    cache_write_1h: float | None = None
 
     def cost(self, usage: Usage) -> float:
-        """Dollars of ``usage``."""
+        """Dollars of ``usage`` (its 1-hour cache writes at the 1-hour price)."""
         write = self.input * 1.25 if self.cache_write is None else self.cache_write
+        write_1h = self.input * 2.0 if self.cache_write_1h is None else self.cache_write_1h
         read = self.input * 0.1 if self.cache_read is None else self.cache_read
+        long = min(usage.cache_creation_1h_input_tokens, usage.cache_creation_input_tokens)
         return (
             usage.input_tokens * self.input
             + usage.output_tokens * self.output
-            + usage.cache_creation_input_tokens * write
+            + (usage.cache_creation_input_tokens - long) * write
+            + long * write_1h
             + usage.cache_read_input_tokens * read
         ) / 1_000_000
 

@@ -44,14 +44,23 @@ def split(usage: Usage, by: Mapping[str, int]) -> list[tuple[str | None, Usage]]
     total = sum(by.values())
     if not by or total <= 0:
         return [(None, usage)]
+    # The 5-minute and 1-hour cache writes are split apart, so that no share holds more
+    # 1-hour writes than writes (each share is then priced as its part of the call).
+    long = min(usage.cache_creation_1h_input_tokens, usage.cache_creation_input_tokens)
     fields = (
         usage.input_tokens,
         usage.output_tokens,
-        usage.cache_creation_input_tokens,
+        usage.cache_creation_input_tokens - long,
         usage.cache_read_input_tokens,
+        long,
     )
     people = sorted(by, key=lambda p: -by[p])
     shares = {p: [value * by[p] // total for value in fields] for p in people}
     for i, value in enumerate(fields):
         shares[people[0]][i] += value - sum(s[i] for s in shares.values())  # the remainder
-    return [(p, Usage(*shares[p])) for p in people]
+    return [(p, _usage(*shares[p])) for p in people]
+
+
+def _usage(inp: int, out: int, short: int, read: int, long: int) -> Usage:
+    """A share's usage from its split fields (writes: 5-minute + 1-hour)."""
+    return Usage(inp, out, short + long, read, long)

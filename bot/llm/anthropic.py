@@ -46,6 +46,7 @@ from bot.core.errors import (
 from bot.core.llm import (
     MAX_BREAKPOINTS,
     BaseLLM,
+    CacheTTL,
     ChatMessage,
     ContentBlock,
     ImageBlock,
@@ -66,6 +67,13 @@ log = logging.getLogger("personabot.llm")
 
 _MAX_DETAIL = 500
 _EPHEMERAL: CacheControlEphemeralParam = {"type": "ephemeral"}
+_HOUR: CacheControlEphemeralParam = {"type": "ephemeral", "ttl": "1h"}
+
+
+def _control(ttl: CacheTTL) -> CacheControlEphemeralParam:
+    """A breakpoint's ``cache_control``: the 5-minute default as it always was sent (no
+    ``ttl`` key), a 1-hour one with ``"ttl": "1h"``."""
+    return _HOUR if ttl == "1h" else _EPHEMERAL
 
 
 def _blocks(blocks: tuple[TextBlock, ...]) -> list[TextBlockParam]:
@@ -73,9 +81,34 @@ def _blocks(blocks: tuple[TextBlock, ...]) -> list[TextBlockParam]:
     for block in blocks:
         param: TextBlockParam = {"type": "text", "text": block.text}
         if block.cache:
-            param["cache_control"] = _EPHEMERAL
+            param["cache_control"] = _control(block.ttl)
         out.append(param)
     return out
+
+
+def _hour_first(
+    tools: list[ToolParam], system: list[TextBlockParam], messages: list[MessageParam]
+) -> None:
+    """Every breakpoint before the last 1-hour one made 1-hour too (in place).
+
+    The API refuses a 1-hour breakpoint after a 5-minute one, in its cache order tools ->
+    system -> messages. So the tools' breakpoint, and a tool loop's or an image's 5-minute
+    one placed before the prompt's last 1-hour breakpoint, live an hour as well: the prefix
+    they end is part of that hour-long entry anyway (docs/architecture.md#prompt)."""
+    points: list[dict[str, object]] = [
+        cast(dict[str, object], p) for p in (*tools, *system) if "cache_control" in p
+    ]
+    for message in messages:
+        content = message["content"]
+        if not isinstance(content, str):
+            points += [
+                cast(dict[str, object], b)
+                for b in content
+                if isinstance(b, dict) and "cache_control" in b
+            ]
+    last = max((i for i, p in enumerate(points) if p["cache_control"] == _HOUR), default=0)
+    for point in points[:last]:
+        point["cache_control"] = _HOUR
 
 
 _ImageType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
@@ -194,11 +227,14 @@ _BROKEN: tuple[type[Exception], ...] = (
 def _result(response: Message, how: str) -> ModelResult:
     """Our result of a whole answer (of ``create``, or a stream's final message)."""
     raw = response.usage
+    # The writes split by lifetime (absent from older answers: then all count as 5-minute).
+    split = raw.cache_creation
     usage = Usage(
         input_tokens=raw.input_tokens or 0,
         output_tokens=raw.output_tokens or 0,
         cache_creation_input_tokens=raw.cache_creation_input_tokens or 0,
         cache_read_input_tokens=raw.cache_read_input_tokens or 0,
+        cache_creation_1h_input_tokens=(split.ephemeral_1h_input_tokens or 0) if split else 0,
     )
     # May be empty (e.g. stop_reason "refusal"): callers must never record or send that.
     text = "".join(b.text for b in response.content if isinstance(b, SDKTextBlock))
@@ -206,7 +242,8 @@ def _result(response: Message, how: str) -> ModelResult:
     if not any(isinstance(b, ToolUse) for b in content):
         content = ()  # a text answer is its text alone, as before tools existed
     log.debug(
-        "anthropic %s: model=%s stop=%s tool_uses=%d in=%d out=%d cache_write=%d cache_read=%d",
+        "anthropic %s: model=%s stop=%s tool_uses=%d in=%d out=%d cache_write=%d (1h %d) "
+        "cache_read=%d",
         how,
         response.model,
         response.stop_reason,
@@ -214,6 +251,7 @@ def _result(response: Message, how: str) -> ModelResult:
         usage.input_tokens,
         usage.output_tokens,
         usage.cache_creation_input_tokens,
+        usage.cache_creation_1h_input_tokens,
         usage.cache_read_input_tokens,
     )
     return ModelResult(
@@ -301,6 +339,7 @@ class AnthropicLLM(BaseLLM):
             len(request.tools),
         )
         tools = _tools(request)
+        _hour_first(tools, system, messages)
         # Only a request offering tools names a choice: a text-only request stays as it was.
         no_tools: ToolChoiceNoneParam = {"type": "none"}
         must: ToolChoiceAnyParam = {"type": "any"}

@@ -9,10 +9,10 @@ ModelUnavailable, never a partial result (docs/architecture.md#streaming).
 
 What the wire format cannot say is decided here:
 
-* Prompt-cache breakpoints (``cache`` on a block) are Anthropic's and are not sent; an endpoint
-  that caches by itself reports ``prompt_tokens_details.cached_tokens``, counted as cache reads
-  and left out of ``input_tokens`` (as Anthropic's usage counts them, so ``Usage.total`` is
-  every token once).
+* Prompt-cache breakpoints (``cache`` and ``ttl`` on a block) are Anthropic's and are not
+  sent; an endpoint that caches by itself reports ``prompt_tokens_details.cached_tokens``,
+  counted as cache reads and left out of ``input_tokens`` (as Anthropic's usage counts them,
+  so ``Usage.total`` is every token once).
 * An endpoint that reports no usage (or only zeros for an answer that has text) is charged by
   the local estimate (bot/core/tokens.py): a model that says nothing is never free.
 * Tool-call arguments that are not a JSON object (a small local model's broken JSON) become

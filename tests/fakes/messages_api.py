@@ -36,6 +36,11 @@ Behaviour of ``POST /v1/messages``:
   invalid_request_error``. :attr:`RecordedRequest.images` gives what arrived (decoded bytes,
   media type, pixel size), and the reply's ``input_tokens`` grow by each image's cost
   (``memory.tokens.image_tokens``), so benchmarks see what images cost.
+* Cache breakpoints are checked like the real API checks them: more than 4, a ``ttl`` other
+  than ``5m`` or ``1h``, or a 1-hour breakpoint after a 5-minute one (in the order tools ->
+  system -> messages) is answered ``400 invalid_request_error``;
+  :attr:`RecordedRequest.cache_ttls` gives each breakpoint's lifetime in that order. A
+  ``usage`` may hold the API's nested ``cache_creation`` object (the writes by lifetime).
 * Otherwise a request that matches a rule (:meth:`answer_when`: a predicate on the
   :class:`RecordedRequest`, an answer or a function making one, an extra delay) gets that
   rule's answer; rules stay until :meth:`clear_rules`, and the first match wins. They answer
@@ -263,6 +268,17 @@ class RecordedRequest:
         return points
 
     @property
+    def cache_ttls(self) -> list[str]:
+        """Each breakpoint's lifetime (``"5m"`` when no ``ttl`` is given), in prompt order."""
+        return [str(c.get("ttl", "5m")) for c in self._cache_controls]
+
+    @property
+    def _cache_controls(self) -> list[dict[str, Any]]:
+        blocks = [*self.tools, *self.system_blocks]
+        blocks += [b for m in self.messages for b in m["content"]]
+        return [b["cache_control"] for b in blocks if "cache_control" in b]
+
+    @property
     def tools(self) -> list[dict[str, Any]]:
         """The ``tools`` field (tool definitions offered to the model)."""
         return list(self.body.get("tools", []))
@@ -347,7 +363,7 @@ class CannedReply:
     """A scripted successful answer (see :meth:`FakeMessagesAPI.reply_next`)."""
 
     text: str | None = None
-    usage: dict[str, int | None] | None = None
+    usage: dict[str, int | dict[str, int] | None] | None = None
     stop_reason: str | None = None
     model: str | None = None
     content: list[dict[str, Any]] | None = None
@@ -497,6 +513,21 @@ def _as_blocks(content: Any) -> list[dict[str, Any]]:
     return [dict(b) for b in content]
 
 
+def _cache_error(recorded: RecordedRequest) -> str | None:
+    """The real API's answer to breakpoints it refuses (None: they are fine)."""
+    ttls = recorded.cache_ttls
+    if len(ttls) > 4:
+        return f"A maximum of 4 blocks with cache_control may be provided. Found {len(ttls)}."
+    if bad := sorted(set(ttls) - {"5m", "1h"}):
+        return f"cache_control.ttl: Input should be '5m' or '1h' (got {bad[0]!r})"
+    if "5m" in ttls and "1h" in ttls[ttls.index("5m") :]:
+        return (
+            "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control "
+            "block (the order is tools, system, messages)"
+        )
+    return None
+
+
 def _tool_protocol_error(recorded: RecordedRequest) -> str | None:
     """What the real API would refuse about tool blocks and empty text, or None."""
     messages = recorded.messages
@@ -593,7 +624,7 @@ class FakeMessagesAPI(FakeServer):
         self,
         *,
         reply_text: str | None = None,
-        usage: Mapping[str, int | None] | None = None,
+        usage: Mapping[str, int | dict[str, int] | None] | None = None,
         latency: float = 0.0,
         shutdown_timeout: float = 0.5,
         notice_disconnects: bool = False,
@@ -604,7 +635,7 @@ class FakeMessagesAPI(FakeServer):
         # real API's might, and scripted answers are consumed as before.
         self.handler_cancellation = notice_disconnects
         self.reply_text = reply_text
-        self.usage: dict[str, int | None] = dict(
+        self.usage: dict[str, int | dict[str, int] | None] = dict(
             usage
             or {
                 "input_tokens": 10,
@@ -662,7 +693,7 @@ class FakeMessagesAPI(FakeServer):
         self,
         text: str | None = None,
         *,
-        usage: Mapping[str, int | None] | None = None,
+        usage: Mapping[str, int | dict[str, int] | None] | None = None,
         stop_reason: str | None = None,
         model: str | None = None,
         content: list[dict[str, Any]] | None = None,
@@ -684,7 +715,7 @@ class FakeMessagesAPI(FakeServer):
         *,
         text: str | None = None,
         calls: list[tuple[str, Mapping[str, Any]]] | None = None,
-        usage: Mapping[str, int | None] | None = None,
+        usage: Mapping[str, int | dict[str, int] | None] | None = None,
     ) -> list[str]:
         """Queue one answer asking for tool calls (``stop_reason`` ``"tool_use"``).
 
@@ -703,7 +734,7 @@ class FakeMessagesAPI(FakeServer):
         *,
         text: str | None = None,
         calls: list[tuple[str, Mapping[str, Any]]] | None = None,
-        usage: Mapping[str, int | None] | None = None,
+        usage: Mapping[str, int | dict[str, int] | None] | None = None,
     ) -> CannedReply:
         """The answer :meth:`tool_use_next` queues, with fresh ids, for a rule to give."""
         content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
@@ -848,7 +879,8 @@ class FakeMessagesAPI(FakeServer):
         if sampling and self.reject_sampling_params and recorded.api_version >= "2026-10-21":
             detail = f"{sampling[0]}: Extra inputs are not permitted"
             return self._error(CannedError(400, "invalid_request_error", detail))
-        if problem := _tool_protocol_error(recorded) or _image_error(recorded):
+        problem = _tool_protocol_error(recorded) or _image_error(recorded)
+        if problem := problem or _cache_error(recorded):
             return self._error(CannedError(400, "invalid_request_error", problem))
         step = await self._next_step(recorded)
         if isinstance(step, CannedError):
@@ -864,7 +896,8 @@ class FakeMessagesAPI(FakeServer):
         }
         if images := recorded.images:  # as the real API bills them (input, never cached here)
             seen = sum(image_tokens(i.width, i.height) for i in images)
-            usage["input_tokens"] = (usage["input_tokens"] or 0) + seen
+            billed = usage["input_tokens"]
+            usage["input_tokens"] = (billed if isinstance(billed, int) else 0) + seen
         stopped: str | None = None
         if step.content is not None:
             content = step.content

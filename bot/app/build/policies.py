@@ -97,6 +97,7 @@ def memory_policy(
             memory_tokens=memory.user_memory_budget_tokens,
             max_input_chars=settings.limits.max_input_chars,
             turn_tokens=settings.queue_for(persona).max_turn_tokens,
+            cache_hour=memory.cache_hour,
         ),
         summary_model=memory.summary_model or persona.model,
         summary_provider=settings.routes(persona).tasks.provider,
@@ -161,7 +162,7 @@ def retention_policy(settings: Settings) -> RetentionPolicy:
 def prices(settings: Settings) -> dict[str, Price]:
     """The model prices of [llm.prices], for the cost metrics."""
     return {
-        m: Price(p.input, p.output, p.cache_write, p.cache_read)
+        m: Price(p.input, p.output, p.cache_write, p.cache_read, p.cache_write_1h)
         for m, p in settings.llm.prices.items()
     }
 
