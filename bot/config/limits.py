@@ -84,6 +84,14 @@ class LimitSettings(Section):
     @field_validator("limit_message")
     @classmethod
     def _limit_shown(cls, text: str) -> str:
+        # Filled with .format(until=...) when a person hits a limit: a placeholder the bot
+        # does not fill failed the turn then (KeyError), and the person heard nothing.
+        try:
+            text.format(until="2026-01-01 12:00")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"bad placeholder ({exc}); use {{until}} (double braces for a literal brace)"
+            ) from None
         return shown(text)
 
 

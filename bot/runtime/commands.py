@@ -30,9 +30,15 @@ _COMMAND = re.compile(
 )
 
 
+#: Invisible direction controls (marks, embeddings, isolates): a right-to-left answer wraps
+#: each command it shows in isolates (bot/core/i18n.py ``finish``), and a person who copies
+#: the command sends them back. A command never needs one.
+_BIDI_CONTROLS = re.compile("[\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 def parse_command(text: str) -> Command | None:
     """``/name[@bot] args`` -> Command; anything else -> None."""
-    match = _COMMAND.match(text.strip())
+    match = _COMMAND.match(_BIDI_CONTROLS.sub("", text).strip())
     if match is None:
         return None
     return Command(match["name"].lower(), (match["args"] or "").strip(), match["bot"])
