@@ -108,6 +108,22 @@ class PressDesk:
         if str(query.from_user.id) != verdict.asker:
             await self._answer(query, texts, NOT_YOURS, alert=True)
             return
+        markup = message.reply_markup
+        if markup is not None and data not in {
+            button.callback_data for row in markup.inline_keyboard for button in row
+        }:
+            # The data verifies (chat and asker) but is none of this message's buttons: a
+            # modified client sending the data of another of the asker's keyboards here. It
+            # must not act on this message (nor take its keyboard away). Without a keyboard
+            # (settled already) the press goes on: it can only be "already done" or run what
+            # the asker could type.
+            log.warning(
+                "telegram bot %s: a press in chat %s with data of another message; refused",
+                self._bot_key,
+                message.chat.id,
+            )
+            await self._answer(query, texts, GARBLED, alert=True)
+            return
         if not isinstance(handler, PressHandler):
             await self._answer(query, texts, NOT_OURS)
             return

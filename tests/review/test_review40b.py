@@ -16,6 +16,8 @@ from bot.store.base import BaseStore
 from tests.adapters import test_telegram_buttons as buttons_rig
 from tests.adapters import test_telegram_languages as languages_rig
 from tests.adapters.test_telegram_buttons import (
+    ALEX,
+    GROUP,
     MIRA,
     ORIN,
     PRIVATE,
@@ -81,3 +83,24 @@ async def test_a_hebrew_typed_command_copied_back_with_its_isolates_runs(
         await settle(rig.store)
         left = await rig.store.reminders(user)
         assert first.id not in [r.id for r in left], rig.texts(PRIVATE)[-1]
+
+
+@ADAPTER_ONLY
+async def test_a_member_cannot_clear_another_member_s_question_with_her_own_data(
+    store: BaseStore,
+) -> None:
+    """In a group, Alex asked /forget (his keyboard: yes / no). Sasha, with a modified client,
+    sends the callback data of her own /persona button (valid: her chat, her id) for Alex's
+    message. The data verifies (it names no message), so it runs as a press of Alex's
+    message: the persona switches and Alex's question loses its keyboard (a decisive press
+    takes it away), and the press is remembered under Alex's message. Data that is not one of
+    the pressed message's own buttons should be refused and Alex's keyboard left alone."""
+    async with fake_api() as rig, serving(rig, store):
+        question = await rig.command(GROUP, ALEX, "/forget")
+        assert rig.api.keyboard(GROUP.id, question.message_id) == [["Yes, erase", "No, keep it"]]
+        listing = await rig.command(GROUP, SASHA, "/persona")
+        hers = buttons_rig._data(rig, GROUP, listing)
+        await rig.press(GROUP, SASHA, question, data=hers)
+        assert rig.api.keyboard(GROUP.id, question.message_id) == [["Yes, erase", "No, keep it"]]
+        session = await rig.store.current_session(buttons_rig.key(GROUP))
+        assert session is None or session.persona in (None, "mira")
