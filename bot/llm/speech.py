@@ -13,15 +13,14 @@ Operator guide: docs/voices.md.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Final
 
 import aiohttp
-from yarl import URL
 
 from bot.core.errors import ConfigError, SpeechFailed
 from bot.core.speech import MEDIA_TYPES, Speech, VoiceRequest, audio_problem, ogg_opus_duration
+from bot.llm.audio_http import endpoint, error_detail
 
 __all__ = ["MAX_AUDIO_BYTES", "OpenAISpeech"]
 
@@ -29,8 +28,6 @@ log = logging.getLogger("personabot.speech")
 
 #: A longer answer is not a voice message (Telegram takes 50 MB; a minute of Opus is ~250 kB).
 MAX_AUDIO_BYTES: Final = 20 * 1024 * 1024
-_MAX_DETAIL: Final = 200
-_REDACTED: Final = "[redacted]"
 
 
 class OpenAISpeech:
@@ -49,7 +46,7 @@ class OpenAISpeech:
         timeout_seconds: float = 60.0,
         session: aiohttp.ClientSession | None = None,
     ) -> None:
-        self._url = _endpoint(base_url)
+        self._url = endpoint(base_url, key="voice.url", path="audio/speech")
         if not timeout_seconds > 0:
             raise ConfigError([f"voice.timeout_seconds: {timeout_seconds} is not positive"])
         self._api_key = api_key.strip() if api_key and api_key.strip() else None
@@ -130,7 +127,9 @@ class OpenAISpeech:
     def _status_error(self, response: aiohttp.ClientResponse, data: bytes) -> str:
         status = response.status
         head = f"{status} {response.reason or ''}".strip()
-        detail = self._detail(data.decode(response.charset or "utf-8", errors="replace"))
+        detail = error_detail(
+            data.decode(response.charset or "utf-8", errors="replace"), self._api_key
+        )
         head += f": {detail}" if detail else ""
         if 300 <= status < 400:
             return f"the speech server redirected ({head}): set voice.url to the final address"
@@ -142,36 +141,6 @@ class OpenAISpeech:
                 f"speech not found at {self._url.path} (check voice.url and voice.model) ({head})"
             )
         return f"the speech server failed ({head})"
-
-    def _detail(self, text: str) -> str:
-        """The server's error message on one line, without the key, at most 200 characters."""
-        message = text
-        try:
-            data = json.loads(text)
-        except ValueError:
-            pass
-        else:
-            # OpenAI: {"error": {"message"}}; others: {"error": "..."}, FastAPI {"detail"}.
-            if isinstance(data, dict):
-                found = data.get("error", data.get("detail", data.get("message")))
-                if isinstance(found, dict):
-                    found = found.get("message", found)
-                if found is not None:
-                    message = found if isinstance(found, str) else json.dumps(found)
-        if self._api_key:  # redacted before it is cut: a cut key would no longer match
-            message = message.replace(self._api_key, _REDACTED)
-        one_line = " ".join(message.split())
-        return one_line if len(one_line) <= _MAX_DETAIL else one_line[: _MAX_DETAIL - 1] + "…"
-
-
-def _endpoint(base_url: str) -> URL:
-    """``{base_url}/audio/speech``, with or without a trailing slash on ``base_url``."""
-    url = URL(base_url.strip())
-    if url.scheme not in ("http", "https") or not url.host:
-        raise ConfigError([f"voice.url: {base_url!r} is not an http(s) URL"])
-    if url.query_string or url.fragment:
-        raise ConfigError(["voice.url: must not have a query or fragment"])
-    return url.with_path(url.path.rstrip("/") + "/audio/speech")
 
 
 async def _read_bounded(response: aiohttp.ClientResponse) -> bytes:

@@ -24,9 +24,9 @@ from pathlib import PurePosixPath
 from typing import Final
 
 import aiohttp
-from yarl import URL
 
 from bot.core.errors import ConfigError, MediaError, MediaRejected, MediaUnavailable
+from bot.llm.audio_http import MAX_DETAIL, endpoint, error_detail, redacted
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -40,10 +40,8 @@ log = logging.getLogger("personabot.transcription")
 
 #: OpenAI's upload limit (25 MB); self-hosted servers are often more generous.
 DEFAULT_MAX_BYTES: Final = 25 * 1024 * 1024
-_MAX_DETAIL: Final = 200
 #: A transcript of the largest upload is a few hundred kB: more is not a transcript.
 _MAX_RESPONSE_BYTES: Final = 4 * 1024 * 1024
-_REDACTED: Final = "[redacted]"
 _TRANSIENT_4XX: Final = frozenset({408, 425, 429})
 #: Servers (OpenAI first) pick the decoder from the file name's extension, so a name without
 #: one gets it from the media type; Telegram voice notes are ``audio/ogg`` (Opus).
@@ -125,7 +123,7 @@ class OpenAITranscriber:
         max_bytes: int = DEFAULT_MAX_BYTES,
         session: aiohttp.ClientSession | None = None,
     ) -> None:
-        self._url = _endpoint(base_url)
+        self._url = endpoint(base_url, key="transcription.url", path="audio/transcriptions")
         problems = []
         if not model.strip():
             problems.append("transcription.model: empty")
@@ -265,7 +263,7 @@ class OpenAITranscriber:
         if status >= 500 or status in _TRANSIENT_4XX:
             return MediaUnavailable(f"the transcription server failed ({head})")
         if 300 <= status < 400:
-            target = self._redact(response.headers.get("Location", "?"))[:_MAX_DETAIL]
+            target = self._redact(response.headers.get("Location", "?"))[:MAX_DETAIL]
             return MediaRejected(
                 f"the transcription server redirected ({status}) to {target}: "
                 "set transcription.url to the final address"
@@ -281,36 +279,10 @@ class OpenAITranscriber:
         return MediaRejected(f"the transcription server refused the audio ({head})")
 
     def _detail(self, text: str) -> str:
-        """The server's error message, on one line, without the key, at most 200 characters."""
-        message = text
-        try:
-            data = json.loads(text)
-        except ValueError:
-            pass
-        else:
-            # OpenAI: {"error": {"message"}}; whisper.cpp: {"error": "..."}; FastAPI: {"detail"}.
-            if isinstance(data, dict):
-                found = data.get("error", data.get("detail", data.get("message")))
-                if isinstance(found, dict):
-                    found = found.get("message", found)
-                if found is not None:
-                    message = found if isinstance(found, str) else json.dumps(found)
-        # Redact before cutting: a cut key would no longer match.
-        one_line = " ".join(self._redact(message).split())
-        return one_line if len(one_line) <= _MAX_DETAIL else one_line[: _MAX_DETAIL - 1] + "…"
+        return error_detail(text, self._api_key)
 
     def _redact(self, text: str) -> str:
-        return text.replace(self._api_key, _REDACTED) if self._api_key else text
-
-
-def _endpoint(base_url: str) -> URL:
-    """``{base_url}/audio/transcriptions``, with or without a trailing slash on ``base_url``."""
-    url = URL(base_url.strip())
-    if url.scheme not in ("http", "https") or not url.host:
-        raise ConfigError([f"transcription.url: {base_url!r} is not an http(s) URL"])
-    if url.query_string or url.fragment:
-        raise ConfigError(["transcription.url: must not have a query or fragment"])
-    return url.with_path(url.path.rstrip("/") + "/audio/transcriptions")
+        return redacted(text, self._api_key)
 
 
 def _filename(filename: str, media_type: str) -> str:
