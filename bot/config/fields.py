@@ -3,6 +3,7 @@ value (platform ids, environment variable names, messages the bot sends)."""
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
@@ -40,3 +41,19 @@ def shown(text: str) -> str:
     if text and not has_visible_text(text):
         raise ValueError('only blank or invisible characters; write a message, or "" for none')
     return text
+
+
+def base_url(url: str, *, example: str, none: str = "") -> str:
+    """An OpenAI-compatible server's base URL ("" for none), as the audio clients build on
+    it (bot/llm/audio_http.py): http(s), a host, no query or fragment. ``example`` shows a
+    good one; ``none`` ends the scheme message (e.g. ', or "" for none')."""
+    if not url:
+        return url
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"must be an http:// or https:// URL{none}")
+    parts = urllib.parse.urlsplit(url)
+    if not parts.hostname:
+        raise ValueError(f"must name a host, e.g. {example}")
+    if parts.query or parts.fragment:
+        raise ValueError("must not have a query or fragment")
+    return url

@@ -4,12 +4,11 @@ images it is shown) and ``[transcription]`` (who turns voice notes into text).""
 from __future__ import annotations
 
 import re
-import urllib.parse
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from bot.config.fields import EnvName, Section, shown
+from bot.config.fields import EnvName, Section, base_url, shown
 from bot.config.plugins import NAME_PATTERN
 from bot.core.i18n import N_
 
@@ -198,14 +197,5 @@ class TranscriptionConfig(Section):
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        if not url:
-            return url
-        if not url.startswith(("http://", "https://")):
-            raise ValueError('must be an http:// or https:// URL, or "" for none')
         # What the client refuses at start (bot/llm/transcription.py), said here already.
-        parts = urllib.parse.urlsplit(url)
-        if not parts.hostname:
-            raise ValueError("must name a host, e.g. http://127.0.0.1:8000/v1")
-        if parts.query or parts.fragment:
-            raise ValueError("must not have a query or fragment")
-        return url
+        return base_url(url, example="http://127.0.0.1:8000/v1", none=', or "" for none')

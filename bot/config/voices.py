@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from bot.config.fields import EnvName, Section
+from bot.config.fields import EnvName, Section, base_url
 from bot.config.plugins import NAME_PATTERN
 
 #: ``voice-notes``: a reply to a turn with a voice or video note is spoken; ``always``: every
@@ -48,15 +48,8 @@ class VoiceSettings(Section):
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        if not url:
-            return url
-        if not url.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL, e.g. https://api.openai.com/v1")
+        base_url(url, example="http://127.0.0.1:8880/v1", none=", e.g. https://api.openai.com/v1")
         parts = urllib.parse.urlsplit(url)
-        if not parts.hostname:
-            raise ValueError("must name a host, e.g. http://127.0.0.1:8880/v1")
-        if parts.query or parts.fragment:
-            raise ValueError("must not have a query or fragment")
         if parts.username or parts.password:
             raise ValueError(
                 "must not hold credentials: put the key in the environment and name its "
