@@ -94,12 +94,7 @@ class PressDesk:
             return
         verdict = self._signer.verify(message.chat.id, data, self._now())
         if verdict == "garbled":
-            log.warning(
-                "telegram bot %s: a press in chat %s with data that is not ours; refused",
-                self._bot_key,
-                message.chat.id,
-            )
-            await self._answer(query, texts, GARBLED, alert=True)
+            await self._garbled(query, texts, message, "data that is not ours")
             return
         if verdict == "expired":
             await self._answer(query, texts, EXPIRED)
@@ -117,12 +112,7 @@ class PressDesk:
             # must not act on this message (nor take its keyboard away). Without a keyboard
             # (settled already) the press goes on: it can only be "already done" or run what
             # the asker could type.
-            log.warning(
-                "telegram bot %s: a press in chat %s with data of another message; refused",
-                self._bot_key,
-                message.chat.id,
-            )
-            await self._answer(query, texts, GARBLED, alert=True)
+            await self._garbled(query, texts, message, "data of another message")
             return
         if not isinstance(handler, PressHandler):
             await self._answer(query, texts, NOT_OURS)
@@ -133,6 +123,19 @@ class PressDesk:
             left = None if verdict.closes else without_button(message.reply_markup, data)
             if left != message.reply_markup:
                 await self._edit(message, left)
+
+    async def _garbled(
+        self, query: CallbackQuery, texts: Texts, message: Message, what: str
+    ) -> None:
+        """Refuse a press whose data must not act here (logged: a modified client, or data
+        made up)."""
+        log.warning(
+            "telegram bot %s: a press in chat %s with %s; refused",
+            self._bot_key,
+            message.chat.id,
+            what,
+        )
+        await self._answer(query, texts, GARBLED, alert=True)
 
     async def _run(
         self, press: Awaitable[PressOutcome], query: CallbackQuery, texts: Texts
