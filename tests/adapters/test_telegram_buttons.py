@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
-import asyncpg
 import pytest
 
 from adapters.telegram.adapter import TelegramAdapter
@@ -39,6 +37,7 @@ from tests.backends import StoreFactory
 from tests.bot.test_initiatives import T0, Scripted
 from tests.fakes.telegram_api import ApiCall, FakeTelegramAPI, TgChat, TgUser
 from tests.harness import settle
+from tests.store.helpers import insert_fault
 
 TOKEN = "123456789:AAHtest-Mira-buttons-0123456789abcdef"
 BOT = "mira-telegram"
@@ -327,33 +326,9 @@ async def test_one_press_in_two_processes_at_once_runs_once(stores: StoreFactory
         assert len([t for t in rig.texts(PRIVATE) if t.startswith(ERASED)]) == 1
 
 
-_SQLITE_FAULT = (
-    "CREATE TRIGGER press_fault BEFORE INSERT ON leases WHEN NEW.name LIKE 'press:%' "
-    "BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
-)
-_PG_FAULT = (
-    "CREATE FUNCTION press_fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "IF NEW.name LIKE 'press:%' THEN RAISE EXCEPTION 'injected fault'; END IF; RETURN NEW; "
-    "END $$; CREATE TRIGGER press_fault BEFORE INSERT ON leases FOR EACH ROW "
-    "EXECUTE FUNCTION press_fault()"
-)
-
-
 async def _press_fault(stores: StoreFactory, on: bool) -> None:
     """Make the store refuse (True) or take again (False) a press's claim."""
-    if not stores.dsn:
-        db = sqlite3.connect(stores.path, isolation_level=None)
-        try:
-            db.execute(_SQLITE_FAULT if on else "DROP TRIGGER press_fault")
-        finally:
-            db.close()
-        return
-    conn = await asyncpg.connect(stores.dsn)
-    try:
-        off = "DROP TRIGGER press_fault ON leases; DROP FUNCTION press_fault()"
-        await conn.execute(_PG_FAULT if on else off)
-    finally:
-        await conn.close()
+    await insert_fault(stores, "leases", on, when="NEW.name LIKE 'press:%'")
 
 
 async def test_a_press_during_a_store_fault_is_answered_and_runs_once_the_store_is_back(

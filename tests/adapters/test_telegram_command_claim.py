@@ -4,42 +4,18 @@ again runs it as soon as the store is back, not once the claim ran out; on both 
 
 from __future__ import annotations
 
-import sqlite3
-
-import asyncpg
 import pytest
 
 from bot.core.events import UserKey
 from bot.runtime.router import PRESS_RUN_SECONDS
 from tests.adapters.test_telegram_buttons import PRIVATE, SASHA, TOKEN, fake_api, serving
 from tests.backends import StoreFactory
-
-_SQLITE_FAULT = (
-    "CREATE TRIGGER answer_fault BEFORE INSERT ON outbox "
-    "BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
-)
-_PG_FAULT = (
-    "CREATE FUNCTION answer_fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "RAISE EXCEPTION 'injected fault'; END $$; CREATE TRIGGER answer_fault BEFORE INSERT "
-    "ON outbox FOR EACH ROW EXECUTE FUNCTION answer_fault()"
-)
+from tests.store.helpers import insert_fault
 
 
 async def _answer_fault(stores: StoreFactory, on: bool) -> None:
     """Make the store refuse (True) or take again (False) every answer's outbox row."""
-    if not stores.dsn:
-        db = sqlite3.connect(stores.path, isolation_level=None)
-        try:
-            db.execute(_SQLITE_FAULT if on else "DROP TRIGGER answer_fault")
-        finally:
-            db.close()
-        return
-    conn = await asyncpg.connect(stores.dsn)
-    try:
-        off = "DROP TRIGGER answer_fault ON outbox; DROP FUNCTION answer_fault()"
-        await conn.execute(_PG_FAULT if on else off)
-    finally:
-        await conn.close()
+    await insert_fault(stores, "outbox", on)
 
 
 async def test_a_command_cut_short_by_a_store_fault_runs_again_once_the_store_is_back(

@@ -4,13 +4,17 @@ it runs on both backends and inside the store's transactions; the product never 
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
+
+import asyncpg
 
 from bot.core.events import ConversationKey, SessionInfo, UserKey
 from bot.core.media import StoredMedia
 from bot.store import cols
 from bot.store.contracts import StoreLifecycle
 from bot.store.sql.core import SQLCore
+from tests.backends import StoreFactory
 
 
 def _sql(store: StoreLifecycle) -> SQLCore:
@@ -71,3 +75,34 @@ async def outbox_rows(store: StoreLifecycle) -> list[tuple[str, str | None]]:
     async with sql._read() as db:
         rows = await db.fetch("SELECT text, choices FROM outbox ORDER BY id")
     return [(str(r[0]), r[1]) for r in rows]
+
+
+async def insert_fault(stores: StoreFactory, table: str, on: bool, when: str = "TRUE") -> None:
+    """Make the store's database refuse (``on``) or take again (not ``on``) inserts into
+    ``table`` whose new row meets ``when`` (SQL on ``NEW``), as a failing database would:
+    a trigger, on SQLite or PostgreSQL. One fault per table at a time."""
+    name = f"{table}_fault"
+    if not stores.dsn:
+        db = sqlite3.connect(stores.path, isolation_level=None)
+        try:
+            db.execute(
+                f"CREATE TRIGGER {name} BEFORE INSERT ON {table} WHEN {when} "
+                "BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
+                if on
+                else f"DROP TRIGGER {name}"
+            )
+        finally:
+            db.close()
+        return
+    conn = await asyncpg.connect(stores.dsn)
+    try:
+        await conn.execute(
+            f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF {when} THEN RAISE EXCEPTION 'injected fault'; END IF; RETURN NEW; END $$; "
+            f"CREATE TRIGGER {name} BEFORE INSERT ON {table} FOR EACH ROW "
+            f"EXECUTE FUNCTION {name}()"
+            if on
+            else f"DROP TRIGGER {name} ON {table}; DROP FUNCTION {name}()"
+        )
+    finally:
+        await conn.close()
