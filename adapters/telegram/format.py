@@ -35,7 +35,10 @@ _MENTION = re.compile(r"(?<![^\W_])@")
 _WORD_JOINER: Final = "\u2060"
 _BARE_URL = re.compile(r"https?://[^\s<>()\[\]`*]*[^\s<>()\[\]`*.,;:!?'\"]")
 _LANGUAGE = re.compile(r"^[\w+#.-]{1,32}$")
-_SPECIAL = re.compile(r"[`*_~\[]|https?://")
+_SPECIAL = re.compile(r"[`*_~\[\\]|https?://")
+# CommonMark's backslash escapes: a backslash before ASCII punctuation shows that character
+# as written (bot/core/markup.literal escapes names and values the bot quotes this way).
+_ESCAPABLE: Final = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 _MAX_NESTING: Final = 3
 _TAGS: Final = {"*": ("b", "i"), "_": ("b", "i"), "~": ("s", "s")}
 
@@ -218,7 +221,10 @@ class _Inline:
         return escape(char), index + 1
 
     def _atom(self, source: str) -> str:
-        """A code span, a link or a bare URL: never searched for emphasis markers."""
+        """A code span, a link, a bare URL or an escaped character: never searched for
+        emphasis markers."""
+        if source.startswith("\\"):
+            return escape(source[1:])
         if source.startswith("`"):
             ticks = _run_length(source, 0)
             inner = source[ticks:-ticks]
@@ -303,8 +309,12 @@ def _run_length(text: str, index: int) -> int:
 
 
 def _atom_end(text: str, index: int) -> int | None:
-    """End of a code span, link or bare URL starting at ``index``; None if none starts there."""
+    """End of a code span, link, bare URL or escaped character starting at ``index``; None
+    if none starts there."""
     char = text[index]
+    if char == "\\":
+        escaped = index + 1 < len(text) and text[index + 1] in _ESCAPABLE
+        return index + 2 if escaped else None
     if char == "`":
         ticks = _run_length(text, index)
         fence = "`" * ticks

@@ -55,6 +55,14 @@ def catalog_language(tag: str | None) -> str | None:
     return base if base in SHIPPED else None
 
 
+class Verbatim(str):
+    """Text shown as written, never finished with directional marks: a persona's greeting
+    is the persona's own words in the persona's own language (docs/i18n.md), so an English
+    persona's greeting on a Hebrew bot is not laid out right to left."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Texts:
     """The built-in texts of one language: ``texts("English text")`` is its translation."""
@@ -85,7 +93,7 @@ class Texts:
         isolated (LRI...PDI), so ``/reminders cancel N`` and ``2026-12-06 15:00`` read in
         their own order inside the sentence. Other languages: unchanged. Keeps the type of a
         ``str`` subclass (a refusal stays one)."""
-        if not self.right_to_left or not text:
+        if not self.right_to_left or not text or isinstance(text, Verbatim):
             return text
         lines = (_directed(line) for line in text.split("\n"))
         return type(text)("\n".join(lines))

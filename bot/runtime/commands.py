@@ -13,7 +13,8 @@ from bot.core.choices import TYPED_LINE, Answer, Choice
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, Inbound, SessionInfo, UserKey, is_person
-from bot.core.i18n import N_, Texts
+from bot.core.i18n import N_, Texts, Verbatim
+from bot.core.markup import literal
 from bot.core.menu import Suggestion
 from bot.core.tasks import within
 from bot.runtime.exports import Exports
@@ -381,7 +382,7 @@ class Commands:
         session = await self._store.current_session(inbound.conversation)
         if session is None:
             session = await self._store.open_session(inbound.conversation, self._clock.now())
-        return self._greeting(session, inbound)
+        return Verbatim(self._greeting(session, inbound))
 
     async def _new(self, inbound: Inbound, command: Command) -> str:
         _ = self._languages.for_inbound(inbound)
@@ -395,7 +396,8 @@ class Commands:
             "New session started (#{number}); earlier messages of this chat are no longer "
             "part of the conversation."
         ).format(number=session.key.session_id)
-        return f"{started}\n{self._greeting(session, inbound)}"
+        # The bot's line in the bot's language, the greeting as the persona wrote it.
+        return Verbatim(f"{_.finish(started)}\n{self._greeting(session, inbound)}")
 
     async def _stop(self, inbound: Inbound, command: Command) -> str:
         # The scene's mute (docs/scenes.md#loops), read before each line: a chain of lines
@@ -431,7 +433,11 @@ class Commands:
         current = session.persona or choices[0].id
         wanted = command.args.strip().casefold()
         if not wanted:
-            lines = [f"{'> ' if c.id == current else '  '}{c.name} ({c.id})" for c in choices]
+            # Names as written: the listing is Markdown, the buttons plain (bot/core/markup.py).
+            lines = [
+                f"{'> ' if c.id == current else '  '}{literal(c.name)} ({literal(c.id)})"
+                for c in choices
+            ]
             # Each other persona as a button (docs/telegram.md#buttons): the press is
             # /persona ID, run as if typed.
             buttons = tuple(Choice(c.name, f"/persona {c.id}") for c in choices if c.id != current)
@@ -439,20 +445,20 @@ class Commands:
             return Answer(text, buttons)
         chosen = next((c for c in choices if wanted in (c.id.casefold(), c.name.casefold())), None)
         if chosen is None:
-            names = ", ".join(f"{c.name} ({c.id})" for c in choices)
+            names = ", ".join(f"{literal(c.name)} ({literal(c.id)})" for c in choices)
             return Refusal(
                 _("No persona {name} here. Choose one of: {names}.").format(
-                    name=repr(command.args.strip()), names=names
+                    name=literal(repr(command.args.strip())), names=names
                 )
             )
         if chosen.id == current:
-            return _("{name} is already here.").format(name=chosen.name)
+            return _("{name} is already here.").format(name=literal(chosen.name))
         switched = await self._store.new_session(
             conversation, self._clock.now(), reason="persona", persona=chosen.id
         )
         if self._memory is not None:
             self._memory.schedule_sweep([conversation.bot])  # learn from the session that ended
-        return self._greeting(switched, inbound)
+        return Verbatim(self._greeting(switched, inbound))
 
     async def _show_memory(self, inbound: Inbound, command: Command) -> str:
         # Only ever the asker's own record, whoever else is in the chat; in a group only what

@@ -17,6 +17,7 @@ from adapters.telegram.format import (
     without_mentions,
 )
 from adapters.text import utf16_len
+from bot.core.markup import literal
 from tests.fakes.telegram_api import EntityParseError, parse_telegram_html
 
 
@@ -146,3 +147,28 @@ def test_no_rendered_reply_can_notify_anyone(text: str) -> None:
         visible = parse_telegram_html(chunk.html)
         assert not re.search(r"(?<![\w@])@\w", visible)
     assert without_mentions(text).replace("\u2060", "") == text.replace("\u2060", "")
+
+
+@pytest.mark.parametrize(
+    ("markdown", "html"),
+    [
+        (r"\*not italic\* and \_x\_", "*not italic* and _x_"),
+        (r"\[x](https://y.org) \`z\`", "[x](https://y.org) `z`"),
+        # A backslash before anything but ASCII punctuation is a backslash.
+        (r"C:\Users and a \ alone\\", r"C:\Users and a \ alone" + "\\"),
+    ],
+)
+def test_backslash_escapes_show_the_character(markdown: str, html: str) -> None:
+    """CommonMark's backslash escapes, as Discord shows them: the bot quotes names this way."""
+    assert render_html(markdown) == html
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab _*~`[]()#>-+|\\\n:/@&<.1h"), max_size=40))
+@example("# - *Co* [x](https://y.org) ```")
+def test_a_quoted_name_reads_as_written(text: str) -> None:
+    """Whatever an operator names a persona, the bot's answer quoting it (literal) shows those
+    very characters in Telegram, with no formatting added."""
+    rendered = render_html(literal(text))
+    assert "<" not in rendered.replace("&lt;", ""), rendered
+    assert parse_telegram_html(rendered) == text
