@@ -111,7 +111,7 @@ from bot.core.choices import typed
 from bot.core.clock import Clock
 from bot.core.errors import AdapterError, ConfigError, DeliveryRefused, StoreError
 from bot.core.events import ConversationKey, PlatformProblem, Reply, Voice, voiced
-from bot.core.menu import MenuSource
+from bot.core.menu import MenuSource, NativeMenu
 from bot.core.pacing import Pacer
 from bot.core.ports import InboundHandler, Preview, StreamSettings
 from bot.core.tasks import running
@@ -327,7 +327,8 @@ class TelegramAdapter(StreamingAdapter):
         # Every scope's menu, in each language of the bot's personas (adapters/telegram/
         # menus.py; docs/i18n.md).
         menu = handler.menu if isinstance(handler, MenuSource) else flat_menu(handler.commands)
-        await set_menus(self._bot, menu, bot_key=self.bot_key, redact=self._redact)
+        records = handler if isinstance(handler, NativeMenu) else None
+        await set_menus(self._bot, menu, bot_key=self.bot_key, redact=self._redact, records=records)
         await self._accounts.identify()  # never fatal: a persona without one uses the header
         dispatcher = self._dispatcher(handler)
         log.info("telegram bot %s is @%s", self.bot_key, self._rules.me.username)

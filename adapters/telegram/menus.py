@@ -12,7 +12,10 @@ admins, all group admins, that chat, all group chats, the default. So:
   that person, so the group's menu does not offer them (typed, they still work);
 - ``chat`` of each admin's private chat: everyone's commands and the admin-only ones
   (``/stats``, a scene's ``/stop``). An admin who never started the bot has no such chat yet:
-  Telegram refuses that scope, which is logged and skipped.
+  Telegram refuses that scope, which is logged and skipped. Each chat given a menu is recorded
+  in the store (``platform_commands``, scope ``telegram-chat:<id>``), so a person taken off
+  ``admins`` loses that menu, in every language, at the next start (Telegram cannot list the
+  chats that have one).
 
 Each of them once more per language of the bot's personas (``CommandMenu.languages``,
 docs/i18n.md) with the translated descriptions, under Telegram's ``language_code``; a language
@@ -38,7 +41,8 @@ from aiogram.types import (
     BotCommandScopeUnion,
 )
 
-from bot.core.menu import CommandMenu, MenuEntry
+from bot.core.errors import StoreError
+from bot.core.menu import CommandMenu, MenuEntry, NativeMenu
 
 log = logging.getLogger("personabot.telegram")
 
@@ -48,6 +52,8 @@ _ERRORS: Final = (TelegramAPIError, ClientDecodeError)
 _COMMAND_NAME: Final = re.compile(r"[a-z0-9_]{1,32}")
 #: The ``language_code`` of each catalog's menu (two-letter ISO 639-1, as Telegram takes).
 MENU_LANGUAGES: Final = {"ru": "ru", "uk": "uk", "he": "he", "zh_Hans": "zh"}
+#: The record of a chat given its own menu (an admin's private chat).
+_CHAT_SCOPE: Final = "telegram-chat:"
 
 
 def flat_menu(commands: Sequence[tuple[str, str]]) -> CommandMenu:
@@ -76,12 +82,16 @@ async def set_menus(
     bot_key: str,
     redact: Callable[[str], str],
     codes: Mapping[str, str] = MENU_LANGUAGES,
+    records: NativeMenu | None = None,
 ) -> None:
     """``setMyCommands`` for every scope and language (``codes``: catalog -> Telegram's
     code), then ``deleteMyCommands`` for every scope of each language in ``codes`` no
-    persona uses now; each failure is logged, never fatal."""
+    persona uses now, and (with ``records``, the store's record of chats given a menu) for
+    every language of each chat recorded earlier that has no menu of its own now; each
+    failure is logged, never fatal."""
     menus: list[tuple[str | None, CommandMenu]] = [(None, menu)]
     menus += [(codes[lang], local) for lang, local in menu.translated() if lang in codes]
+    chats: set[int] = set()  # the chats given their own menu now
     for language, local in menus:
         for scope, entries in scoped(local):
             commands = [
@@ -93,13 +103,54 @@ async def set_menus(
                 await bot.set_my_commands(commands, scope=scope, language_code=language)
             except _ERRORS as exc:
                 _failed("setMyCommands", bot_key, scope, language, redact(str(exc)))
+            else:
+                if isinstance(scope, BotCommandScopeChat) and isinstance(scope.chat_id, int):
+                    chats.add(scope.chat_id)
     used = {language for language, _ in menus}
     for language in sorted(set(codes.values()) - used):
         for scope, _entries in scoped(menu):
-            try:
-                await bot.delete_my_commands(scope=scope, language_code=language)
-            except _ERRORS as exc:
-                _failed("deleteMyCommands", bot_key, scope, language, redact(str(exc)))
+            await _delete(bot, scope, language, bot_key, redact)
+    if records is not None:
+        await _forget_chats(bot, records, chats, [None, *codes.values()], bot_key, redact)
+
+
+async def _forget_chats(
+    bot: Bot,
+    records: NativeMenu,
+    chats: set[int],
+    languages: Sequence[str | None],
+    bot_key: str,
+    redact: Callable[[str], str],
+) -> None:
+    """Record the chats given a menu now; delete the menus of those recorded before and not
+    given one now (an admin no longer), in every language. A store fault is logged: the
+    menus stay as they are until a start that can read and write the record."""
+    try:
+        for kept in sorted(chats):
+            await records.record_commands(f"{_CHAT_SCOPE}{kept}", {"menu": ""})
+        for recorded in await records.command_scopes():
+            chat = recorded.removeprefix(_CHAT_SCOPE)
+            if recorded == chat or not chat.isdecimal() or int(chat) in chats:
+                continue  # not a chat's record (Discord's scopes), or a chat kept
+            scope = BotCommandScopeChat(chat_id=int(chat))
+            for language in languages:
+                await _delete(bot, scope, language, bot_key, redact)
+            await records.record_commands(recorded, {})
+    except StoreError as exc:
+        log.warning("telegram bot %s: the record of chat menus failed: %s", bot_key, exc)
+
+
+async def _delete(
+    bot: Bot,
+    scope: BotCommandScopeUnion,
+    language: str | None,
+    bot_key: str,
+    redact: Callable[[str], str],
+) -> None:
+    try:
+        await bot.delete_my_commands(scope=scope, language_code=language)
+    except _ERRORS as exc:
+        _failed("deleteMyCommands", bot_key, scope, language, redact(str(exc)))
 
 
 def _failed(

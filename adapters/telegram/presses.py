@@ -13,13 +13,19 @@ Invariants:
 - the press reaches the router as an ``Inbound`` of kind ``press`` whose text is the command;
   the router runs it once per message and command (``Router.press``), never stores it;
 - after a press that ran (or ran before), its keyboard is taken away (``closes``) or loses the
-  pressed button, so the chat shows the question settled.
+  pressed button, so the chat shows the question settled. Each press carries the message as
+  the client had it, so two quick presses both carry the full keyboard: the keyboard sent is
+  the one the press carried without *every* button pressed on that message in this process,
+  computed and sent under that message's lock, so the last edit is never one that puts an
+  earlier press's button back (two processes editing one message at once are not ordered).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -28,7 +34,7 @@ from aiogram.exceptions import ClientDecodeError, TelegramAPIError
 from aiogram.methods import AnswerCallbackQuery, EditMessageReplyMarkup
 from aiogram.types import CallbackQuery, InaccessibleMessage, InlineKeyboardMarkup, Message
 
-from adapters.telegram.buttons import ButtonSigner, Pressed, without_button
+from adapters.telegram.buttons import ButtonSigner, Pressed, without_buttons
 from adapters.telegram.inbound import PLATFORM
 from bot.core.choices import PressOutcome
 from bot.core.errors import StoreError
@@ -56,6 +62,8 @@ ANSWERS: Final[dict[PressOutcome, str]] = {
 _ERRORS: Final = (TelegramAPIError, ClientDecodeError)
 #: Seconds (real time) a press's answer waits for its outcome before it goes without text.
 ANSWER_WITHIN: Final = 1.0
+#: Messages whose pressed buttons a desk remembers (the most recently pressed).
+PRESSED_MEMORY: Final = 1024
 
 
 class PressDesk:
@@ -77,6 +85,12 @@ class PressDesk:
         self._signer = signer
         self._now = now
         self._redact = redact
+        # (chat, message) -> the data of its buttons pressed here; and each message's lock
+        # while its keyboard is being edited (module docstring).
+        self._pressed: OrderedDict[tuple[int, int], set[str]] = OrderedDict()
+        self._editing: weakref.WeakValueDictionary[tuple[int, int], asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
 
     async def handle(self, handler: InboundHandler, query: CallbackQuery) -> None:
         """Check one press, run its command through ``handler``, answer it."""
@@ -120,7 +134,19 @@ class PressDesk:
         press = handler.press(self._inbound(query, message, verdict))
         outcome = await self._run(press, query, texts)
         if outcome in ("ran", "done"):
-            left = None if verdict.closes else without_button(message.reply_markup, data)
+            await self._settle(message, data, closes=verdict.closes)
+
+    async def _settle(self, message: Message, data: str, *, closes: bool) -> None:
+        """Take the pressed button (or, ``closes``, the keyboard) off the message."""
+        key = (message.chat.id, message.message_id)
+        pressed = self._pressed.setdefault(key, set())
+        pressed.add(data)
+        self._pressed.move_to_end(key)
+        while len(self._pressed) > PRESSED_MEMORY:
+            self._pressed.popitem(last=False)
+        lock = self._editing.setdefault(key, asyncio.Lock())
+        async with lock:
+            left = None if closes else without_buttons(message.reply_markup, pressed)
             if left != message.reply_markup:
                 await self._edit(message, left)
 

@@ -68,12 +68,13 @@ def test_made_up_data_is_refused(junk: str) -> None:
     assert SIGNER.verify(-100123, junk, NOW) == "garbled"
 
 
-def test_old_data_expires_and_data_from_the_future_is_refused() -> None:
+def test_old_data_expires_and_data_dated_ahead_is_still_ours() -> None:
+    """A host of the bot whose clock runs ahead wrote it: verified by its MAC, it is valid."""
     data = SIGNER.data(5, "5", Choice("Yes", "/forget confirm"), NOW)
     assert data is not None
     assert isinstance(SIGNER.verify(5, data, NOW + BUTTON_LIFETIME - 1), Pressed)
     assert SIGNER.verify(5, data, NOW + BUTTON_LIFETIME + 1) == "expired"
-    assert SIGNER.verify(5, data, NOW - 3600) == "garbled"
+    assert isinstance(SIGNER.verify(5, data, NOW - 3600), Pressed)
 
 
 def test_what_cannot_be_a_button_is_none() -> None:

@@ -180,17 +180,21 @@ async def test_an_admin_removed_from_the_config_loses_the_admin_menu(
     """The operator takes an admin off ``admins`` and restarts: that person's private chat
     still lists /stats (the chat scope set for them as admin is never set again nor
     deleted), in English and in every language of the bot."""
+    ukrainian = ORIN.model_copy(update={"language": "uk"})
+    config = settings().model_copy(update={"personas": [MIRA, ukrainian]})
+    admin = int(buttons_rig.ADMIN)
     async with fake_api() as rig:
-        async with stores.new() as first, serving(rig, first):
-            admin_menu = rig.api.menu(TOKEN, "chat", int(buttons_rig.ADMIN))
-            assert admin_menu is not None and "stats" in admin_menu
-        config = settings()
+        async with stores.new() as first, serving(rig, first, config):
+            for language in (None, "uk"):
+                admin_menu = rig.api.menu(TOKEN, "chat", admin, language)
+                assert admin_menu is not None and "stats" in admin_menu, language
         config = config.model_copy(
             update={"bots": [config.bots[0].model_copy(update={"admins": []})]}
         )
         async with stores.new() as second, serving(rig, second, config):
-            left = rig.api.menu(TOKEN, "chat", int(buttons_rig.ADMIN))
-            assert left is None or "stats" not in left, left
+            for language in (None, "uk"):
+                left = rig.api.menu(TOKEN, "chat", admin, language)
+                assert left is None or "stats" not in left, (language, left)
 
 
 @ADAPTER_ONLY
