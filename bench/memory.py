@@ -48,7 +48,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -148,6 +148,8 @@ class Params:
     builds: int
     seed: int
     quick: bool
+    # The prompt's window and budget under test (default: personabot's defaults).
+    budget: Budget
     out: Path
 
 
@@ -171,6 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", type=_sizes, help="stored history sizes (default 100,10000,100000)")
     p.add_argument("--builds", type=positive_int, help="timed builds per size (default 200)")
     p.add_argument("--seed", type=int, default=7, help="seed of the scripted conversation")
+    p.add_argument(
+        "--window-messages", type=positive_int, help="messages kept after a fold (default 24)"
+    )
+    p.add_argument(
+        "--window-max",
+        type=positive_int,
+        help="messages the window grows to before a fold (default twice --window-messages)",
+    )
+    p.add_argument("--prompt-tokens", type=positive_int, help="prompt budget (default 6000)")
     p.add_argument("--out", type=Path, default=Path("bench/results/memory.json"))
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v INFO, -vv DEBUG")
     return p
@@ -185,6 +196,23 @@ def params_from(args: argparse.Namespace) -> Params:
         seed=args.seed,
         quick=args.quick,
         out=args.out,
+        budget=budget_from(args),
+    )
+
+
+def budget_from(args: argparse.Namespace) -> Budget:
+    """personabot's default budget with the window and prompt budget given on the command
+    line ([memory] window_messages, window_max_messages, prompt_budget_tokens)."""
+    default = Budget()
+    window = args.window_messages or default.window_messages
+    most = args.window_max or 0
+    if most and most <= window:
+        raise SystemExit(f"--window-max ({most}) must be more than the window ({window})")
+    return replace(
+        default,
+        window_messages=window,
+        window_max_messages=most,
+        prompt_tokens=args.prompt_tokens or default.prompt_tokens,
     )
 
 
@@ -734,10 +762,13 @@ class NullOutlet:
         yield
 
 
-def memory_policy() -> MemoryPolicy:
-    """personabot's defaults (config.example.toml): window 24, budgets 6000/800/600, 5 min."""
+def memory_policy(budget: Budget | None = None) -> MemoryPolicy:
+    """personabot's defaults (config.example.toml): window 24, budgets 6000/800/600, 5 min;
+    ``budget`` in place of the default budget."""
     return MemoryPolicy(
-        budget=Budget(), summary_model="bench-memory-model", extract_after_idle_seconds=300.0
+        budget=budget or Budget(),
+        summary_model="bench-memory-model",
+        extract_after_idle_seconds=300.0,
     )
 
 
@@ -764,11 +795,11 @@ class Runtime:
     policy: MemoryPolicy
 
 
-def wire(store: SQLiteStore, memory_llm: BaseLLM) -> Runtime:
+def wire(store: SQLiteStore, memory_llm: BaseLLM, budget: Budget | None = None) -> Runtime:
     """Store, memory, pipeline and ingestor as ``bot.app.build`` wires them, on a manual clock."""
     clock = ManualClock(start=START)
     llm = ScriptedLLM(clock)
-    policy = memory_policy()
+    policy = memory_policy(budget)
     profile = BotProfile(
         key=BOT,
         pin=PIN,
@@ -810,13 +841,16 @@ async def play_turn(rt: Runtime, turn: ScriptTurn) -> int:
     return learned
 
 
-async def run_personabot(script: Sequence[ScriptTurn], workdir: Path) -> PersonabotRun:
-    """Play the script through the real pipeline on a fresh SQLite file."""
+async def run_personabot(
+    script: Sequence[ScriptTurn], workdir: Path, budget: Budget | None = None
+) -> PersonabotRun:
+    """Play the script through the real pipeline on a fresh SQLite file (``budget``: the
+    prompt's, default personabot's)."""
     started = time.perf_counter()
     memory_llm = MemoryTaskLLM()
     extractions = 0
     async with SQLiteStore(path=workdir / "conversation.sqlite3") as store:
-        rt = wire(store, memory_llm)
+        rt = wire(store, memory_llm, budget)
         try:
             for turn in script:
                 extractions += await play_turn(rt, turn)
@@ -1324,7 +1358,7 @@ def payload(
 ) -> dict[str, Any]:
     """Everything measured, as JSON-ready data."""
     totals = {way: asdict(Totals.of(c)) for way, c in costs.items()}
-    policy = memory_policy()
+    policy = memory_policy(params.budget)
     return {
         "benchmark": "memory",
         "timestamp": utc_timestamp(),
@@ -1365,7 +1399,7 @@ async def measure(params: Params) -> tuple[list[ScriptTurn], PersonabotRun, list
     """Run the conversation through personabot, then time assembly at each size."""
     script = make_script(params.turns, params.seed)
     with tempfile.TemporaryDirectory(prefix="personabot-bench-memory-") as tmp:
-        run = await run_personabot(script, Path(tmp))
+        run = await run_personabot(script, Path(tmp), params.budget)
         texts = fill_texts(script)
         timings = await assembly_timings(params.sizes, params.builds, texts, Path(tmp))
     return script, run, timings

@@ -63,7 +63,12 @@ CONTEXT_CHARS: Final = 4000
 class Budget:
     """Window length and token budgets of the whole prompt and of its layers."""
 
+    # The messages kept verbatim after a fold; the window grows to ``fold_at`` messages, then
+    # the oldest are folded into the summary down to ``window_messages`` (memory/compaction.py).
     window_messages: int = 24
+    # Where the window is folded (0: twice ``window_messages``). Later folds rewrite the cached
+    # prefix less often but every prompt reads more (docs/architecture.md#prompt).
+    window_max_messages: int = 0
     prompt_tokens: int = 6000
     summary_tokens: int = 800
     memory_tokens: int = 600
@@ -72,6 +77,11 @@ class Budget:
     turn_tokens: int = 4000
     # Whether a prompt that only appends asks for 1-hour cache entries (``cache_ttl``).
     cache_hour: bool = True
+
+    @property
+    def fold_at(self) -> int:
+        """The window's most messages: more after the summary are folded into it."""
+        return self.window_max_messages or 2 * self.window_messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,9 +314,7 @@ def _fit_context(
     # The data note goes before the memory or summary block; counted even if both are cut.
     fixed += _cost(DATA_NOTE)
     layers_cost = _cost(memory_text) + _cost(summary_text)
-    window = _fit_window(
-        history, budget.window_messages * 2, budget.prompt_tokens - fixed - layers_cost
-    )
+    window = _fit_window(history, budget.fold_at, budget.prompt_tokens - fixed - layers_cost)
     room = budget.prompt_tokens - fixed - sum(_text_cost(m) for m in window)
     memory_text, summary_text = _cut_to_room(participants, summary, memory_text, summary_text, room)
     # An image whose message left the window is not shown (its text stand-in says so).
@@ -370,7 +378,7 @@ def cache_ttl(
     # than the history holds is not a cut.
     if not budget.cache_hour:
         return "5m"
-    shown = min(len(history), 2 * budget.window_messages)
+    shown = min(len(history), budget.fold_at)
     if (summarised and len(window) <= budget.window_messages) or len(window) < shown - 1:
         return "5m"
     if history and at - history[-1].created_at > _CACHE_HOUR:

@@ -56,11 +56,11 @@ class Compaction:
     async def compact(self, session: SessionKey, *, through_turn: int | None = None) -> int:
         """Fold the oldest history into the summary; return the number of chunks folded.
 
-        Window overflow: once more than twice ``window_messages`` messages lie after the
-        summary, the oldest are folded in one chunk down to ``window_messages``. The prompt
-        prefix (summary + start of the window) then stays identical, and cached, for
-        ``window_messages`` turns between two compactions, and the summary model runs once
-        per ``window_messages`` messages instead of every few turns.
+        Window overflow: once more than ``Budget.fold_at`` messages (twice ``window_messages``
+        unless ``window_max_messages`` says) lie after the summary, the oldest are folded in
+        one chunk down to ``window_messages``. The prompt prefix (summary + start of the
+        window) then stays identical, and cached, until the next fold, and the summary model
+        runs once per ``fold_at - window_messages`` messages instead of every few turns.
 
         ``through_turn`` (retention in message mode): fold at least up to that turn.
         """
@@ -81,8 +81,9 @@ class Compaction:
             return folded
 
     async def _overflowing(self, session: SessionKey, policy: MemoryPolicy) -> bool:
-        """Whether more than twice the window lies after the summary (read without the lease)."""
-        return await self.store.count_unsummarised(session) > 2 * policy.budget.window_messages
+        """Whether more than ``fold_at`` messages lie after the summary (read without the
+        lease)."""
+        return await self.store.count_unsummarised(session) > policy.budget.fold_at
 
     async def _fold_next(
         self, session: SessionKey, policy: MemoryPolicy, through_turn: int | None
@@ -94,7 +95,7 @@ class Compaction:
         count = await self.store.count_history(session, after_turn=after)
         if through_turn is not None and after < through_turn:
             size = min(2 * window, count)
-        elif through_turn is None and count > 2 * window:
+        elif through_turn is None and count > policy.budget.fold_at:
             size = count - window
         else:
             return False

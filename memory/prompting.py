@@ -207,12 +207,10 @@ class PromptBuilder:
     async def _window(
         self, session: SessionKey, summary: Summary | None, policy: MemoryPolicy
     ) -> list[StoredMessage]:
-        """The history after ``summary``: at most twice the window (compaction folds the rest
-        into the summary; docs/architecture.md#prompt, "Keeping the summary")."""
+        """The history after ``summary``: at most ``fold_at`` messages (compaction folds the
+        rest into the summary; docs/architecture.md#prompt, "Keeping the summary")."""
         after = 0 if summary is None else summary.last_turn
-        return await self.store.history(
-            session, policy.budget.window_messages * 2, after_turn=after
-        )
+        return await self.store.history(session, policy.budget.fold_at, after_turn=after)
 
     async def _participants(self, turn: Turn, persona: str | None) -> list[Participant]:
         """The turn's authors (each by the name of their first message of it)."""

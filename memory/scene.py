@@ -212,9 +212,9 @@ CHUNK_TURNS: Final = 8
 def _fit(
     transcript: Sequence[StoredMessage], names: Mapping[str, str], budget: Budget, room: int
 ) -> list[StoredMessage]:
-    """The newest messages that fit ``room`` (at most twice the window), starting at a turn
+    """The newest messages that fit ``room`` (at most ``fold_at`` messages), starting at a turn
     that is a multiple of ``CHUNK_TURNS`` (the cache); the newest message always."""
-    limit = budget.window_messages * 2
+    limit = budget.fold_at
     window = list(transcript)
     if not window or not limit:
         return window[-1:] if window and limit else []

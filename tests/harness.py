@@ -238,6 +238,7 @@ def harness_settings(
         ),
         memory=MemorySettings.model_construct(
             window_messages=budget.window_messages,
+            window_max_messages=budget.window_max_messages or None,
             prompt_budget_tokens=budget.prompt_tokens,
             summary_budget_tokens=budget.summary_tokens,
             user_memory_budget_tokens=budget.memory_tokens,

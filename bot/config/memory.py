@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from bot.config.fields import Section
 from bot.core.i18n import N_
@@ -23,6 +23,10 @@ class MemorySettings(Section):
     """What the model sees of the conversation (docs/architecture.md#prompt)."""
 
     window_messages: int = Field(default=24, ge=2, le=10_000)
+    # Where the window is folded into the summary (unset: twice window_messages): larger folds
+    # less often, so a cached prompt prefix lives longer, and every prompt is longer
+    # (docs/architecture.md#prompt, "Keeping the summary").
+    window_max_messages: int | None = Field(default=None, ge=3, le=20_000)
     prompt_budget_tokens: int = Field(default=6000, ge=256)
     summary_budget_tokens: int = Field(default=800, ge=50)
     user_memory_budget_tokens: int = Field(default=600, ge=50)
@@ -37,6 +41,18 @@ class MemorySettings(Section):
     # 1-hour prompt-cache entries for prompts that only append (docs/architecture.md#prompt);
     # false: 5-minute entries only (e.g. a gateway that refuses the "ttl" field).
     cache_hour: bool = True
+
+    @model_validator(mode="after")
+    def _fold_after_the_window(self) -> MemorySettings:
+        if self.window_max_messages is not None and (
+            self.window_max_messages <= self.window_messages
+        ):
+            raise ValueError(
+                f"window_max_messages ({self.window_max_messages}) must be more than "
+                f"window_messages ({self.window_messages}): the window grows to it, then is "
+                "folded down to window_messages"
+            )
+        return self
 
 
 class RetentionSettings(Section):

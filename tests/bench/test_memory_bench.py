@@ -59,3 +59,19 @@ async def test_the_scripted_conversation_is_cheaper_and_the_window_keeps_the_rec
         shown = [m.text for m in call.request.messages[:-1]]
         recent = said[max(0, 2 * n - window) : 2 * n]
         assert shown[len(shown) - len(recent) :] == recent, f"turn {n + 1}"
+
+
+def test_the_window_and_budget_under_test_come_from_the_command_line() -> None:
+    """--window-messages, --window-max and --prompt-tokens measure an operator's choice; a
+    fold point not above the kept window is refused, as the config refuses it."""
+    parser = bench.build_parser()
+    params = bench.params_from(
+        parser.parse_args(
+            ["--window-messages", "12", "--window-max", "48", "--prompt-tokens", "7000"]
+        )
+    )
+    assert (params.budget.window_messages, params.budget.fold_at) == (12, 48)
+    assert params.budget.prompt_tokens == 7000
+    assert bench.params_from(parser.parse_args([])).budget == bench.memory_policy().budget
+    with pytest.raises(SystemExit, match="must be more than the window"):
+        bench.params_from(parser.parse_args(["--window-max", "24"]))

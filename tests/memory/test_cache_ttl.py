@@ -11,8 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from bot.app.build.policies import memory_policy
 from bot.config import load_settings
+from bot.core.errors import ConfigError
 from bot.core.llm import ModelRequest, TextBlock
 from memory.assemble import Budget, Participant, assemble
 from memory.records import Summary
@@ -102,3 +105,23 @@ def test_cache_hour_false_in_the_config_keeps_every_entry_at_five_minutes(tmp_pa
     history = [m for m in _history(16) if m.turn > 10]
     assert _ttls(_prompt(history, summary, replace(budget, window_messages=4))) == ["5m"] * 3
     assert memory_policy(load_settings(None), settings.persona()).budget.cache_hour is True
+
+
+def test_window_max_messages_reaches_the_budget_and_must_exceed_the_window(
+    tmp_path: Path,
+) -> None:
+    """[memory] window_max_messages goes into the prompt's budget; one not above
+    window_messages is refused at load with what to change."""
+    path = tmp_path / "personabot.toml"
+    persona = (
+        '[[personas]]\nid = "mira"\nname = "Mira"\nsystem = "You are Mira."\n'
+        'first_message = ["Hi."]\n'
+    )
+    path.write_text(f"[memory]\nwindow_max_messages = 72\n{persona}", encoding="utf-8")
+    settings = load_settings(path)
+    assert memory_policy(settings, settings.persona()).budget.fold_at == 72
+    defaults = load_settings(None)
+    assert memory_policy(defaults, defaults.persona()).budget.fold_at == 48
+    path.write_text(f"[memory]\nwindow_max_messages = 24\n{persona}", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"window_max_messages \(24\) must be more than"):
+        load_settings(path)

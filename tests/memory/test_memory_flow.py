@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 
@@ -192,3 +193,25 @@ async def test_export_sends_the_askers_data_only(store: BaseStore, clock: Manual
     assert data["user"] == {"platform": "telegram", "id": "11"}
     assert [i["value"] for i in data["memory"]["items"]] == ["Ada"]
     assert [m["text"] for m in data["messages"]] == ["my name is Ada"]
+
+
+@pytest.mark.parametrize(("window_max", "longest"), [(0, 8), (12, 12)])
+async def test_the_window_grows_to_window_max_messages_then_is_folded_to_window_messages(
+    store: BaseStore, clock: ManualClock, window_max: int, longest: int
+) -> None:
+    """[memory] window_max_messages: the window grows to it (default twice window_messages),
+    then the oldest messages are folded into the summary down to window_messages; the
+    summary model runs once per fold."""
+    budget = Budget(window_messages=4, window_max_messages=window_max, prompt_tokens=6000)
+    policy = MemoryPolicy(budget=budget, summary_model="m", extract_after_idle_seconds=3600)
+    llm = GatedLLM(answer=lambda r: "Noted.")
+    async with harness(store, clock, llm, memory_llm=OfflineLLM(), memory_policy=policy) as h:
+        for i in range(1, 21):
+            await turn(h, DM, f"message {i}")
+            await h.memory.wait_idle()
+        # The window's messages before each new turn: it starts after the summary.
+        shown = [len(r.messages) - 1 for r in llm.requests]
+        assert max(shown) == longest, shown
+        after_folds = [n for prev, n in itertools.pairwise(shown) if n < prev]
+        assert after_folds and set(after_folds) == {4}, shown
+        assert "message 1" in system_text(llm.requests[-1])  # folded, not lost
