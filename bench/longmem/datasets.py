@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -132,18 +132,55 @@ def longmemeval_time(text: str) -> float:
 
 
 def load(path: Path) -> list[Conversation]:
-    """Read either dataset from ``path``, telling them apart by their fields."""
+    """Read either dataset from ``path``, telling them apart by their fields; anything not in
+    the published format (a field of the wrong type, a date that is no date, an id used
+    twice) is a DatasetError naming where, before any model call."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DatasetError(f"{path}: {exc}") from exc
-    if not isinstance(data, list) or not data or not isinstance(data[0], dict):
-        raise DatasetError(f"{path}: expected a JSON list of samples")
+    if not isinstance(data, list) or not data or not all(isinstance(d, dict) for d in data):
+        raise DatasetError(f"{path}: expected a JSON list of samples (objects)")
     if "conversation" in data[0]:
-        return read_locomo(data)
-    if "haystack_sessions" in data[0]:
-        return read_longmemeval(data)
-    raise DatasetError(f"{path}: neither LoCoMo (conversation, qa) nor LongMemEval (haystack_*)")
+        reader = read_locomo
+    elif "haystack_sessions" in data[0]:
+        reader = read_longmemeval
+    else:
+        raise DatasetError(
+            f"{path}: neither LoCoMo (conversation, qa) nor LongMemEval (haystack_*)"
+        )
+    try:
+        conversations = reader(data)
+    except DatasetError as exc:
+        raise DatasetError(f"{path}: {exc}") from exc
+    _unique(conversations, path)
+    return conversations
+
+
+def _unique(conversations: Sequence[Conversation], path: Path) -> None:
+    """Conversation and question ids name a replay's store and a result line: one each."""
+    for kind, ids in (
+        ("sample", [c.id for c in conversations]),
+        ("question", [q.id for c in conversations for q in c.questions]),
+    ):
+        seen: set[str] = set()
+        for one in ids:
+            if one in seen:
+                raise DatasetError(f"{path}: {kind} id {one!r} appears twice")
+            seen.add(one)
+
+
+def _checked(
+    where: str, read: Callable[[Mapping[str, Any], int], Conversation], item: Any, i: int
+) -> Conversation:
+    """``read(item, i)``, with a field of the wrong type or value as a DatasetError naming
+    where."""
+    try:
+        return read(item, i)
+    except DatasetError as exc:
+        raise DatasetError(f"{where}: {exc}") from exc
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+        raise DatasetError(f"{where}: {type(exc).__name__}: {exc}") from exc
 
 
 def _field(item: Mapping[str, Any], key: str, where: str) -> Any:
@@ -173,84 +210,112 @@ def _refs(raw: Sequence[Any], known: set[str]) -> tuple[str, ...]:
 
 def read_locomo(data: Sequence[Mapping[str, Any]]) -> list[Conversation]:
     """LoCoMo samples as conversations (speaker_a is the user, speaker_b the bot)."""
-    out = []
-    for i, sample in enumerate(data):
-        where = f"sample {sample.get('sample_id', i)}"
-        conv = _field(sample, "conversation", where)
-        user, bot = str(_field(conv, "speaker_a", where)), str(_field(conv, "speaker_b", where))
-        sessions = []
-        for n in _session_numbers(conv):
-            turns = conv[f"session_{n}"] or []
-            start = locomo_time(str(_field(conv, f"session_{n}_date_time", where)))
-            utterances = tuple(
-                Utterance(
-                    "user" if t.get("speaker") == user else "assistant",
-                    _locomo_text(t),
-                    str(_field(t, "dia_id", f"{where} session {n}")),
-                )
-                for t in turns
-            )
-            sessions.append(DatasetSession(f"session_{n}", start, utterances))
-        if not sessions:
-            raise DatasetError(f"{where}: no sessions")
-        asked = sessions[-1].start + LOCOMO_QUESTION_DELAY
-        known = {u.ref for s in sessions for u in s.utterances}
-        questions = tuple(
-            Question(
-                id=f"{sample.get('sample_id', i)}-q{j}",
-                text=str(_field(qa, "question", where)),
-                answer=str(qa.get("answer", "")),
-                category=LOCOMO_CATEGORIES.get(int(qa.get("category", 0)), "other"),
-                evidence=_refs(qa.get("evidence") or (), known),
-                asked_at=asked,
-            )
-            for j, qa in enumerate(_field(sample, "qa", where))
-        )
-        out.append(
-            Conversation(
-                str(sample.get("sample_id", i)), "locomo", user, bot, tuple(sessions), questions
+    return [
+        _checked(f"sample {sample.get('sample_id', i)}", _locomo_sample, sample, i)
+        for i, sample in enumerate(data)
+    ]
+
+
+def _locomo_sample(sample: Mapping[str, Any], i: int) -> Conversation:
+    sample_id = str(sample.get("sample_id", i))
+    conv = _field(sample, "conversation", "the sample")
+    user, bot = (
+        str(_field(conv, "speaker_a", "conversation")),
+        str(_field(conv, "speaker_b", "conversation")),
+    )
+    sessions = []
+    for n in _session_numbers(conv):
+        turns = conv[f"session_{n}"] or []
+        if not isinstance(turns, list):
+            raise DatasetError(f"session_{n} is not a list of turns")
+        start = locomo_time(str(_field(conv, f"session_{n}_date_time", "conversation")))
+        sessions.append(
+            DatasetSession(
+                f"session_{n}", start, tuple(_locomo_turn(t, user, bot, n) for t in turns)
             )
         )
-    return out
+    if not sessions:
+        raise DatasetError("no sessions")
+    # Replayed in date order (a file whose numbers and dates disagree is replayed as dated);
+    # the questions come a day after the latest session.
+    sessions.sort(key=lambda s: s.start)
+    asked = sessions[-1].start + LOCOMO_QUESTION_DELAY
+    known = {u.ref for s in sessions for u in s.utterances}
+    questions = tuple(
+        Question(
+            id=f"{sample_id}-q{j}",
+            text=str(_field(qa, "question", f"qa {j}")),
+            answer=str(qa.get("answer", "")),
+            category=_locomo_category(qa.get("category", 0), j),
+            evidence=_refs(qa.get("evidence") or (), known),
+            asked_at=asked,
+        )
+        for j, qa in enumerate(_field(sample, "qa", "the sample"))
+    )
+    return Conversation(sample_id, "locomo", user, bot, tuple(sessions), questions)
+
+
+def _locomo_turn(turn: Mapping[str, Any], user: str, bot: str, n: int) -> Utterance:
+    """One turn; a speaker who is neither side is refused rather than guessed (a user's own
+    words replayed as the bot's would never be learned about the user)."""
+    ref = str(_field(turn, "dia_id", f"session_{n}"))
+    speaker = turn.get("speaker")
+    if speaker not in (user, bot):
+        raise DatasetError(
+            f"session_{n} turn {ref}: speaker {speaker!r} is neither {user!r} nor {bot!r}"
+        )
+    return Utterance("user" if speaker == user else "assistant", _locomo_text(turn), ref)
+
+
+def _locomo_category(raw: Any, j: int) -> str:
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        raise DatasetError(f"qa {j}: category {raw!r} is not a number 1-5")
+    try:
+        number = int(raw)
+    except ValueError:
+        raise DatasetError(f"qa {j}: category {raw!r} is not a number 1-5") from None
+    return LOCOMO_CATEGORIES.get(number, "other")
 
 
 def read_longmemeval(data: Sequence[Mapping[str, Any]]) -> list[Conversation]:
     """LongMemEval instances as conversations, one question each (sessions in date order)."""
-    out = []
-    for i, item in enumerate(data):
-        qid = str(_field(item, "question_id", f"instance {i}"))
-        where = f"question {qid}"
-        ids = _field(item, "haystack_session_ids", where)
-        dates = _field(item, "haystack_dates", where)
-        bodies = _field(item, "haystack_sessions", where)
-        if not len(ids) == len(dates) == len(bodies):
-            raise DatasetError(f"{where}: haystack ids, dates and sessions differ in length")
-        sessions = []
-        evidence = []
-        for sid, date, body in zip(ids, dates, bodies, strict=True):
-            utterances = []
-            for k, turn in enumerate(body):
-                ref = f"{sid}:{k}"
-                role = str(_field(turn, "role", where))
-                if role not in ("user", "assistant"):
-                    raise DatasetError(f"{where}: session {sid} turn {k}: role {role!r}")
-                utterances.append(Utterance(role, str(turn.get("content", "")), ref))  # type: ignore[arg-type]
-                if turn.get("has_answer"):
-                    evidence.append(ref)
-            sessions.append(
-                DatasetSession(str(sid), longmemeval_time(str(date)), tuple(utterances))
-            )
-        sessions.sort(key=lambda s: s.start)  # the oracle file is not sorted
-        category = "abstention" if qid.endswith("_abs") else str(item.get("question_type", ""))
-        question = Question(
-            id=qid,
-            text=str(_field(item, "question", where)),
-            answer=str(_field(item, "answer", where)),
-            category=category,
-            evidence=tuple(evidence),
-            asked_at=longmemeval_time(str(_field(item, "question_date", where))),
-        )
-        out.append(
-            Conversation(qid, "longmemeval", "User", "Assistant", tuple(sessions), (question,))
-        )
-    return out
+    return [
+        _checked(f"question {item.get('question_id', i)}", _longmemeval_item, item, i)
+        for i, item in enumerate(data)
+    ]
+
+
+def _longmemeval_item(item: Mapping[str, Any], i: int) -> Conversation:
+    qid = str(_field(item, "question_id", f"instance {i}"))
+    where = "the instance"
+    ids = _field(item, "haystack_session_ids", where)
+    dates = _field(item, "haystack_dates", where)
+    bodies = _field(item, "haystack_sessions", where)
+    if not len(ids) == len(dates) == len(bodies):
+        raise DatasetError("haystack ids, dates and sessions differ in length")
+    if not bodies:
+        raise DatasetError("no sessions")
+    sessions = []
+    evidence = []
+    for sid, date, body in zip(ids, dates, bodies, strict=True):
+        utterances = []
+        for k, turn in enumerate(body):
+            ref = f"{sid}:{k}"
+            role = str(_field(turn, "role", where))
+            if role not in ("user", "assistant"):
+                raise DatasetError(f"session {sid} turn {k}: role {role!r}")
+            utterances.append(Utterance(role, str(turn.get("content", "")), ref))  # type: ignore[arg-type]
+            if turn.get("has_answer"):
+                evidence.append(ref)
+        sessions.append(DatasetSession(str(sid), longmemeval_time(str(date)), tuple(utterances)))
+    sessions.sort(key=lambda s: s.start)  # the oracle file is not sorted
+    category = "abstention" if qid.endswith("_abs") else str(item.get("question_type", ""))
+    question = Question(
+        id=qid,
+        text=str(_field(item, "question", where)),
+        answer=str(_field(item, "answer", where)),
+        category=category,
+        evidence=tuple(evidence),
+        asked_at=longmemeval_time(str(_field(item, "question_date", where))),
+    )
+    return Conversation(qid, "longmemeval", "User", "Assistant", tuple(sessions), (question,))

@@ -68,6 +68,11 @@ def test_the_doc_installs_the_wheel_alone_with_the_pinned_versions(installed: Pa
     # ..: bin/personabot; the .pth appends site-packages/personabot to sys.path (at the end).
     assert tops == {"personabot", "personabot-0.1.0.dist-info", "personabot-names.pth", ".."}
     assert not any((site / name).exists() for name in ("bot", "adapters", "memory"))
+    # Compiled at install (the doc's --compile-bytecode): the service may not write the venv
+    # (ProtectSystem=strict), so it would compile everything it imports at every start.
+    for module in ("discord/ext/tasks/__init__.py", "aiogram/utils/i18n/core.py"):
+        source = site / module
+        assert list(source.parent.glob(f"__pycache__/{source.stem}.cpython-*.pyc")), module
     # The constraints file pins every runtime dependency within pyproject's ranges.
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     for spec in map(Requirement, declared):
