@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -20,7 +21,7 @@ from bench._report import configure_logging, environment, utc_timestamp, write_j
 from bench.longmem.datasets import DatasetError, load
 from bench.longmem.replay import Setup
 from bench.longmem.report import markdown, summary
-from bench.longmem.runner import Models, RunOptions, run
+from bench.longmem.runner import Models, RunOptions, result_rows, run
 from bench.longmem.scoring import JUDGE_PROMPT, JUDGE_SYSTEM, Judge
 from bot.app.build.policies import memory_policy, retention_policy
 from bot.app.build.registries import builtin_providers
@@ -32,8 +33,39 @@ from bot.llm.offline import OfflineLLM
 DEFAULT_SESSION_IDLE_MINUTES = 60.0
 
 
+class UsageError(PersonabotError):
+    """Options that would lose results or fail after the run (exit 2, before any call)."""
+
+
+def check_outputs(out: Path, md: Path, results: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse, before any model call, outputs that could not be written after a paid run or
+    would overwrite each other, and an earlier run's results that a run without --resume
+    would delete."""
+    if out.suffix in (".jsonl", ".md"):
+        raise UsageError(
+            f"--out {out}: name the JSON result (e.g. eval.json); the Markdown table and the "
+            "per-question .jsonl are written next to it"
+        )
+    named = {"--out": out, "the Markdown table": md, "--results": results}
+    if len({p.resolve() for p in named.values()}) < len(named):
+        raise UsageError(f"--out {out} and --results {results} must be different files")
+    for what, path in named.items():
+        if path.is_dir():
+            raise UsageError(f"{what} {path} is a directory; name a file")
+        folder = next((p for p in (path.parent, *path.parent.parents) if p.exists()), Path("."))
+        if not os.access(path if path.exists() else folder, os.W_OK):
+            raise UsageError(f"{what} {path} cannot be written")
+    if results.exists() and results.stat().st_size and not (resume or overwrite):
+        raise UsageError(
+            f"{results} holds an earlier run's results: --resume goes on from them, "
+            "--overwrite deletes them and starts over"
+        )
+
+
 def _llm(settings: LLMSettings, secrets: Secrets, **overrides: Any) -> BaseLLM:
     update = {k: v for k, v in overrides.items() if v is not None}
+    if update.get("provider", settings.provider) != settings.provider and "base_url" not in update:
+        update["base_url"] = None  # [llm]'s endpoint is another provider's
     llm = settings.model_copy(update=update)
     factory = builtin_providers().get(llm.provider)
     if factory is None:
@@ -74,6 +106,9 @@ def models_from(settings: Settings, args: argparse.Namespace, setup: Setup) -> M
     judge = None
     if not args.no_judge:
         same = args.judge_provider is None and args.judge_base_url is None
+        # A judge of another provider talks to that provider's own endpoint (and key): the
+        # endpoint and key under test are another API's.
+        other = args.judge_provider not in (None, args.provider)
         judge_llm = (
             answer
             if same
@@ -81,8 +116,8 @@ def models_from(settings: Settings, args: argparse.Namespace, setup: Setup) -> M
                 settings.llm,
                 secrets,
                 provider=args.judge_provider or args.provider,
-                base_url=args.judge_base_url or args.base_url,
-                api_key_env=args.api_key_env,
+                base_url=args.judge_base_url or (None if other else args.base_url),
+                api_key_env=None if other else args.api_key_env,
             )
         )
         judge = Judge(judge_llm, args.judge_model or setup.answer_model)
@@ -126,8 +161,10 @@ async def eval_memory(args: argparse.Namespace) -> int:
         conversations=args.conversations,
         context_tokens=args.context_tokens,
     )
-    conversations = load(args.dataset)
     results = args.results or args.out.with_suffix(".jsonl")
+    md = args.out.with_suffix(".md")
+    check_outputs(args.out, md, results, resume=args.resume, overwrite=args.overwrite)
+    conversations = load(args.dataset)
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -137,14 +174,20 @@ async def eval_memory(args: argparse.Namespace) -> int:
             conversations, models, options, results, resume=args.resume, progress=progress
         )
     finally:
-        for llm in {id(m): m for m in (models.answer, models.memory)}.values():
+        judge = None if models.judge is None else models.judge.llm
+        for llm in {id(m): m for m in (models.answer, models.memory, judge) if m}.values():
             closing = getattr(llm, "aclose", None)
             if closing is not None:
                 await closing()
+    others = len(result_rows(results)) - len(rows)
+    if others:
+        progress(
+            f"{others} rows of {results} are no questions of this run (another dataset, "
+            "--limit or --conversations): left out of the report"
+        )
     data = payload(args, setup, options, rows)
     write_json(args.out, data)
     table = markdown(data["summary"], f"Memory eval: {Path(args.dataset).name}")
-    md = args.out.with_suffix(".md")
     md.write_text(table, encoding="utf-8")
     print(table)
     print(f"JSON: {args.out}  Markdown: {md}  per question: {results}", file=sys.stderr)
@@ -157,6 +200,9 @@ def run_memory_eval(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(eval_memory(args))
     except DatasetError as exc:
+        print(f"personabot eval: {exc}", file=sys.stderr)
+        return 2
+    except UsageError as exc:
         print(f"personabot eval: {exc}", file=sys.stderr)
         return 2
     except ConfigError as exc:

@@ -4,10 +4,12 @@ A captured request has three places memory can put a remembered turn (memory/ass
 the ``window`` (every message before the question), the ``summary`` (the system block holding
 ``<conversation_summary>``) and the ``facts`` (the system block holding ``<user_memory>``).
 An evidence turn counts as present in a layer when its text is there verbatim, or a
-distinctive part of it: any run of ``SHINGLE`` consecutive words of it holding at least two
-words that are not stopwords (a fact the memory model kept as a fragment, "Leeds with my
-partner Sam", still counts). Text is compared as lower-case words, so JSON escaping and
-punctuation do not matter. A model that paraphrases in its summary is not credited: the
+distinctive part of it: any run of ``SHINGLE`` consecutive words of it holding at least
+``DISTINCT`` words that are not stopwords (a fact the memory model kept as a fragment, "Leeds
+with my partner Sam", still counts; a common phrase such as "it was last week" does not).
+Text is compared as lower-case words of any script, each Chinese or Japanese character a word
+of its own (those scripts do not space words), so JSON escaping and punctuation do not
+matter. A model that paraphrases in its summary is not credited: the
 figure is a lower bound for the summary and facts layers.
 """
 
@@ -21,8 +23,11 @@ from typing import Final
 from bot.core.llm import ModelRequest, TextBlock
 
 LAYERS: Final = ("window", "summary", "facts")
-SHINGLE: Final = 4
-_WORD: Final = re.compile(r"[a-z0-9]+")
+SHINGLE: Final = 5
+DISTINCT: Final = 3
+# Han, kana: one character a word; any other letters and digits in runs.
+_CJK: Final = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_WORD: Final = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
 STOPWORDS: Final = frozenset(
     [
         "a",
@@ -113,7 +118,8 @@ STOPWORDS: Final = frozenset(
 
 
 def words(text: str) -> list[str]:
-    """Lower-case words of ``text`` (letters and digits)."""
+    """Lower-case words of ``text`` (letters and digits of any script; a CJK character
+    alone)."""
     return _WORD.findall(text.lower())
 
 
@@ -123,7 +129,7 @@ def _shingles(tokens: Sequence[str]) -> Iterable[tuple[str, ...]]:
         return
     for i in range(len(tokens) - SHINGLE + 1):
         part = tuple(tokens[i : i + SHINGLE])
-        if sum(w not in STOPWORDS for w in part) >= 2:
+        if sum(w not in STOPWORDS for w in part) >= DISTINCT:
             yield part
 
 

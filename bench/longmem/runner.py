@@ -16,21 +16,23 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.longmem.baselines import BASELINES, DEFAULT_CONTEXT_TOKENS, baseline_request
 from bench.longmem.datasets import Conversation, Question
 from bench.longmem.evidence import find_evidence
 from bench.longmem.replay import RETRIES, CountingLLM, Setup, ask, replay
-from bench.longmem.scoring import Judge, dataset_score
+from bench.longmem.scoring import Judge, dataset_score, verdict
 from bench.memory import price_request, request_blocks
 from bot.core.errors import ModelUnavailable
 from bot.core.llm import BaseLLM, ModelRequest, ModelResult
 
 log = logging.getLogger("personabot.eval")
+
+_T = TypeVar("_T")
 
 PERSONABOT = "personabot"
 WAYS = (PERSONABOT, *BASELINES)
@@ -57,21 +59,9 @@ class RunOptions:
     workdir: Path | None = None
 
 
-def done_ids(results: Path) -> set[str]:
-    """Question ids already in the JSONL file (a torn last line is ignored)."""
-    if not results.exists():
-        return set()
-    ids = set()
-    for line in results.read_text(encoding="utf-8").splitlines():
-        try:
-            ids.add(str(json.loads(line)["question_id"]))
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue
-    return ids
-
-
-def read_results(results: Path) -> list[dict[str, Any]]:
-    """Every complete line of the JSONL file, the last one of each question kept."""
+def result_rows(results: Path) -> dict[str, dict[str, Any]]:
+    """Every complete line of the JSONL file by question id, the last one of each question
+    kept (a torn last line, cut by an interruption, is ignored)."""
     rows: dict[str, dict[str, Any]] = {}
     if results.exists():
         for line in results.read_text(encoding="utf-8").splitlines():
@@ -80,7 +70,12 @@ def read_results(results: Path) -> list[dict[str, Any]]:
                 rows[str(row["question_id"])] = row
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue
-    return list(rows.values())
+    return rows
+
+
+def read_results(results: Path) -> list[dict[str, Any]]:
+    """Every complete line of the JSONL file, the last one of each question kept."""
+    return list(result_rows(results).values())
 
 
 def _append(results: Path, row: dict[str, Any]) -> None:
@@ -107,8 +102,13 @@ class Plan:
         return sum(len(q) for _, q in self.items)
 
 
-def plan(conversations: Sequence[Conversation], options: RunOptions, done: set[str]) -> Plan:
-    """What is left to ask."""
+def plan(
+    conversations: Sequence[Conversation],
+    options: RunOptions,
+    done: Mapping[str, Collection[str]],
+) -> Plan:
+    """What is left to ask: the questions the options select (--conversations, --limit)
+    with a way not yet asked (``done``: question id -> the ways its earlier row has)."""
     out = Plan()
     budget = options.limit
     for conv in conversations[: options.conversations]:
@@ -117,7 +117,7 @@ def plan(conversations: Sequence[Conversation], options: RunOptions, done: set[s
         chosen = list(conv.questions[:budget] if budget is not None else conv.questions)
         if budget is not None:
             budget -= len(chosen)
-        left = [q for q in chosen if q.id not in done]
+        left = [q for q in chosen if set(options.ways) - set(done.get(q.id, ()))]
         if left:
             out.items.append((conv, left))
     return out
@@ -150,26 +150,36 @@ async def _score(
     row["evidence"] = found.to_json()
     row["evidence_in_prompt"] = found.all_present if q.evidence else None
     row["score"] = dataset_score(conv.dataset, row["answer"], q.answer, q.abstain)
-    row["judge"] = (
-        None if judge is None else await judge.grade(q.text, q.answer, row["answer"], q.abstain)
-    )
+    row["judge"] = row["judge_answer"] = None
+    if judge is not None:
+        answer = await retried(lambda: judge.ask(q.text, q.answer, row["answer"], q.abstain))
+        row["judge"], row["judge_answer"] = verdict(answer), answer
 
 
 async def _baseline(
     way: str, conv: Conversation, q: Question, models: Models, options: RunOptions
 ) -> tuple[ModelRequest, dict[str, Any]]:
     request = baseline_request(way, conv, q, options.setup, context_tokens=options.context_tokens)
-    for attempt in range(RETRIES + 1):
-        started = time.perf_counter()
+    timed: list[float] = []
+
+    async def call() -> ModelResult:
+        timed.append(time.perf_counter())  # the latency is the last attempt's
+        return await models.answer.complete(request)
+
+    result = await retried(call)
+    return request, _figures(request, result, time.perf_counter() - timed[-1], q.asked_at)
+
+
+async def retried(call: Callable[[], Awaitable[_T]]) -> _T:
+    """``call()``, again after a pause while the model is unavailable (after the SDK's own
+    retries), ``RETRIES`` times: a run of hours outlives a short outage. Answers and the
+    judge alike (a judge that fails would drop the question's paid answers)."""
+    for attempt in range(RETRIES):
         try:
-            result = await models.answer.complete(request)
+            return await call()
         except ModelUnavailable:
-            if attempt == RETRIES:
-                raise
-            await asyncio.sleep(2.0 * 2**attempt)
-            continue
-        return request, _figures(request, result, time.perf_counter() - started, q.asked_at)
-    raise AssertionError("unreachable")
+            await asyncio.sleep(2.0 * 2**attempt)  # the endpoint is real: wait for real
+    return await call()
 
 
 async def _conversation(
@@ -180,11 +190,16 @@ async def _conversation(
     results: Path,
     workdir: Path,
     progress: Callable[[str], None],
+    earlier: Mapping[str, dict[str, Any]],
 ) -> None:
     snapshot = workdir / f"{conv.id}.sqlite3".replace("/", "_")
     now = 0.0
     memory = CountingLLM(models.memory)
-    if PERSONABOT in options.ways:
+    # A resumed question keeps the ways its earlier row has and is asked the others.
+    missing = {
+        q.id: [w for w in options.ways if w not in _ways_of(earlier, q.id)] for q in questions
+    }
+    if any(PERSONABOT in ways for ways in missing.values()):
         started = time.perf_counter()
         until = min(q.asked_at for q in questions)
         now = await replay(conv, options.setup, snapshot, memory_llm=memory, until=until)
@@ -197,6 +212,7 @@ async def _conversation(
         "questions": len(questions),
     }
     for q in questions:
+        prior = earlier.get(q.id, {})
         row: dict[str, Any] = {
             "question_id": q.id,
             "conversation": conv.id,
@@ -206,10 +222,10 @@ async def _conversation(
             "gold": q.answer,
             "abstain": q.abstain,
             "evidence_refs": list(q.evidence),
-            "replay": replayed,
-            "ways": {},
+            "replay": replayed if PERSONABOT in missing[q.id] else prior.get("replay", replayed),
+            "ways": dict(_ways_of(earlier, q.id)),
         }
-        for way in options.ways:
+        for way in missing[q.id]:
             if way == PERSONABOT:
                 work = workdir / "question.sqlite3"
                 answered = await ask(
@@ -226,6 +242,11 @@ async def _conversation(
         progress(f"{q.id}: done")
 
 
+def _ways_of(rows: Mapping[str, dict[str, Any]], question: str) -> dict[str, Any]:
+    ways = rows.get(question, {}).get("ways")
+    return ways if isinstance(ways, dict) else {}
+
+
 async def run(
     conversations: Sequence[Conversation],
     models: Models,
@@ -235,12 +256,33 @@ async def run(
     resume: bool,
     progress: Callable[[str], None] = lambda _line: None,
 ) -> list[dict[str, Any]]:
-    """Ask what is left, appending each question to ``results``; return every row there."""
+    """Ask what is left, appending each question to ``results``; return the rows of the
+    questions this run's options select, in their order.
+
+    Resumed, a row of ``results`` counts only for a question of this run (same id, same
+    dataset): rows of another dataset or outside --limit stay in the file and out of the
+    report; a question asked fewer ways than this run's is asked the others.
+    """
     if not resume and results.exists():
         results.unlink()
-    todo = plan(conversations, options, done_ids(results) if resume else set())
+    selected = {
+        q.id: conv.dataset for conv, qs in plan(conversations, options, {}).items for q in qs
+    }
+    earlier = {
+        qid: row
+        for qid, row in (result_rows(results) if resume else {}).items()
+        if selected.get(qid) == row.get("dataset")
+    }
+    todo = plan(conversations, options, {qid: _ways_of(earlier, qid) for qid in earlier})
     progress(f"{todo.questions} questions to ask in {len(todo.items)} conversations")
     with tempfile.TemporaryDirectory(prefix="personabot-eval-", dir=options.workdir) as tmp:
         for conv, questions in todo.items:
-            await _conversation(conv, questions, models, options, results, Path(tmp), progress)
-    return read_results(results)
+            await _conversation(
+                conv, questions, models, options, results, Path(tmp), progress, earlier
+            )
+    rows = result_rows(results)
+    return [
+        rows[qid]
+        for qid, dataset in selected.items()
+        if rows.get(qid, {}).get("dataset") == dataset
+    ]

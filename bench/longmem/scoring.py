@@ -94,13 +94,25 @@ class Judge:
     llm: BaseLLM
     model: str
 
-    async def grade(self, question: str, gold: str, response: str, abstain: bool) -> bool:
-        """Whether the judge says CORRECT."""
-        result = await self.llm.complete(
-            judge_request(self.model, question, gold, response, abstain)
-        )
-        verdict = result.text.strip().upper()
-        return verdict.startswith("CORRECT")
+    async def grade(self, question: str, gold: str, response: str, abstain: bool) -> bool | None:
+        """Whether the judge says CORRECT (None: its answer says neither)."""
+        return verdict(await self.ask(question, gold, response, abstain))
+
+    async def ask(self, question: str, gold: str, response: str, abstain: bool) -> str:
+        """The judge's answer as it wrote it."""
+        request = judge_request(self.model, question, gold, response, abstain)
+        return (await self.llm.complete(request)).text
+
+
+#: The verdict's word, however a model wraps it ("**CORRECT**", "Verdict: WRONG").
+_VERDICT: Final = re.compile(r"\b(CORRECT|INCORRECT|WRONG)\b", re.IGNORECASE)
+
+
+def verdict(answer: str) -> bool | None:
+    """The judge's first verdict word: CORRECT is True, WRONG or INCORRECT False; None when
+    it wrote neither (reported as unjudged, not as wrong)."""
+    found = _VERDICT.search(answer)
+    return None if found is None else found.group(1).upper() == "CORRECT"
 
 
 def abstains(answer: str) -> bool:

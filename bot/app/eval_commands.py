@@ -65,6 +65,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--conversations", type=_positive, default=None, help="conversations")
     p.add_argument("--resume", action="store_true", help="skip questions already in --results")
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over, deleting an earlier run's --results (refused without it)",
+    )
+    p.add_argument(
         "--results", type=Path, default=None, help="JSONL per question (default OUT.jsonl)"
     )
     p.add_argument(
