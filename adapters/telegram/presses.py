@@ -58,6 +58,8 @@ ANSWERS: Final[dict[PressOutcome, str]] = {
     "done": N_("Already done."),
     "refused": N_("You cannot use this bot here."),
     "dropped": "",
+    # Being run by another process (or one that died running it: then it runs here soon).
+    "pending": "",
 }
 _ERRORS: Final = (TelegramAPIError, ClientDecodeError)
 #: Seconds (real time) a press's answer waits for its outcome before it goes without text.

@@ -27,7 +27,7 @@ PRESS_MEMORY: Final = BUTTON_LIFETIME + 86400.0
 
 #: What became of a press handed to the router: its command ran (and answered), it was
 #: pressed before (nothing ran), the access lists refused it, or a middleware dropped it.
-PressOutcome = Literal["ran", "done", "refused", "dropped"]
+PressOutcome = Literal["ran", "done", "refused", "dropped", "pending"]
 
 #: A choice as a typed command where no buttons show (translated by ``Commands.handle``,
 #: which keeps the result in ``Choice.line``: docs/i18n.md).

@@ -32,8 +32,15 @@ async def running(work: Coroutine[Any, Any, None], *, name: str) -> AsyncIterato
         yield
     finally:
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             await task
+        except asyncio.CancelledError:
+            # The work's own cancellation ends here; the caller's, should it come while
+            # this waits for the work, goes on: swallowed, the caller (an adapter's consumer
+            # being stopped) would go on running and never stop.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
 
 
 class Background:

@@ -10,19 +10,20 @@ import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from typing import Protocol
+from typing import Literal, Protocol
 
 from bot.core.choices import PRESS_MEMORY, Answer, Choices, PressOutcome
 from bot.core.clock import Clock
 from bot.core.errors import SelfCancelled
-from bot.core.events import ConversationKey, Inbound, UserKey
+from bot.core.events import ConversationKey, Inbound, Lease, UserKey
 from bot.core.i18n import N_, Texts
 from bot.core.menu import CommandMenu, MenuEntry, NativeCommand, Suggestion
 from bot.core.ports import Outlet
 from bot.core.scenes import SceneRules, addressed
-from bot.core.tasks import cancelling
+from bot.core.tasks import Background, cancelling
 from bot.metrics import Metrics
 from bot.queue import Ingestor
+from bot.queue import lease as leases
 from bot.runtime.access import AccessPolicy
 from bot.runtime.commands import (
     PRIVATE_COMMANDS,
@@ -41,8 +42,10 @@ from memory.service import Memory
 log = logging.getLogger("personabot.router")
 
 DAY = 86400.0
-#: How long a press's claim holds while its command runs (a crash mid-run frees it then).
-PRESS_RUN_SECONDS = 120.0
+#: How long a press's or command's claim holds unrenewed while its command runs: renewed
+#: every third of it while the process lives, so a process that dies mid-command frees it
+#: this soon, and the update redelivered after a restart runs (``Router._claim``).
+CLAIM_SECONDS = 15.0
 #: How long a command's claim (``Router._command``) is kept once it ran: the answer's outbox
 #: row (``answered``) covers a later redelivery; this covers the moments around it.
 COMMAND_MEMORY = 3600.0
@@ -97,7 +100,10 @@ class Router:
         middleware_timeout: float = 10.0,
         stops: StopSignals | None = None,
         scenes: Mapping[str, SceneRules] | None = None,
+        later: Background | None = None,
     ) -> None:
+        # Work that outlives an event: a claim held by a run elsewhere (``_elsewhere``).
+        self._later = later
         self._stops = stops
         # Bots whose personas speak together: naming one of them asks for a reply.
         self._scenes = dict(scenes or {})
@@ -348,28 +354,32 @@ class Router:
         claim = None
         if mid is not None:
             name = f"command:{inbound.conversation}:{mid}"
-            claim = await self._store.acquire_lease(
-                name, "command", PRESS_RUN_SECONDS, self._clock.now()
-            )
-            if claim is None:
+            taken = await self._claim(name, "command")
+            if taken == "elsewhere":
+                self._elsewhere(name, lambda: self._command(inbound, command))
+                return
+            if taken == "done":
                 log.info(
-                    "/%s in %s is run by another process; not run again",
+                    "/%s in %s was run by another process; not run again",
                     command.name,
                     inbound.conversation,
                 )
                 return
+            claim = taken
         try:
-            answer = await self._commands.handle(inbound, command)
-            if answer is None and inbound.command_only:
-                # The platform waits for an answer to its native command.
-                texts = self._commands.languages.for_inbound(inbound)
-                answer = texts.finish(texts(ANSWERS_LATER))
-            if answer is not None:
-                await self._answer(inbound, command, answer)
-            elif mid is not None:
-                # It answered by itself (/export's file) or not at all: noted all the same, so
-                # a redelivery (a retried batch, a Telegram update not confirmed yet) skips it.
-                await self._store.record_ran(inbound.conversation, mid, self._clock.now())
+            async with self._holding(claim):
+                answer = await self._commands.handle(inbound, command)
+                if answer is None and inbound.command_only:
+                    # The platform waits for an answer to its native command.
+                    texts = self._commands.languages.for_inbound(inbound)
+                    answer = texts.finish(texts(ANSWERS_LATER))
+                if answer is not None:
+                    await self._answer(inbound, command, answer)
+                elif mid is not None:
+                    # It answered by itself (/export's file) or not at all: noted all the
+                    # same, so a redelivery (a retried batch, a Telegram update not confirmed
+                    # yet) skips it.
+                    await self._store.record_ran(inbound.conversation, mid, self._clock.now())
         except BaseException:
             # Not done (a store fault): the update handed over again may run it.
             if claim is not None:
@@ -431,16 +441,23 @@ class Router:
             log.warning("a press in %s is no command; dropped", inbound.conversation)
             return "dropped"
         await self._store_batch(_BATCH.get())  # what came before it, first
-        now = self._clock.now()
+        return await self._press_once(inbound, command)
+
+    async def _press_once(self, inbound: Inbound, command: Command) -> PressOutcome:
+        """Run a press's command unless it ran (or runs) already (``_claim``)."""
         name = f"press:{inbound.conversation}:{inbound.platform_message_id}:{inbound.text}"
-        claim = await self._store.acquire_lease(name, "press", PRESS_RUN_SECONDS, now)
-        if claim is None:
+        claim = await self._claim(name, "press")
+        if claim == "elsewhere":
+            self._elsewhere(name, lambda: self._press_once(inbound, command))
+            return "pending"
+        if claim == "done":
             log.info("/%s in %s pressed before; not run", command.name, inbound.conversation)
             return "done"
         try:
-            answer = await self._commands.handle(inbound, command)
-            if answer is not None:
-                await self._answer(inbound, command, answer)
+            async with self._holding(claim):
+                answer = await self._commands.handle(inbound, command)
+                if answer is not None:
+                    await self._answer(inbound, command, answer)
         except BaseException:
             # Not done: a press handed over again (a store fault) may run it.
             with contextlib.suppress(Exception):
@@ -451,6 +468,49 @@ class Router:
         with contextlib.suppress(Exception):
             await self._store.renew_lease(claim, PRESS_MEMORY, self._clock.now())
         return "ran"
+
+    async def _claim(self, name: str, holder: str) -> Lease | Literal["done", "elsewhere"]:
+        """The claim to run a press or a command once; "done" when it ran already (its
+        claim was kept for ``PRESS_MEMORY`` / ``COMMAND_MEMORY``, far past
+        ``CLAIM_SECONDS``); "elsewhere" while it is held for a run: another process is
+        running it (and renews it) or died running it (``_after_elsewhere``)."""
+        now = self._clock.now()
+        claim = await self._store.acquire_lease(name, holder, CLAIM_SECONDS, now)
+        if claim is not None:
+            return claim
+        expires = await self._store.lease_expires_at(name)
+        return "done" if expires is not None and expires - now > CLAIM_SECONDS else "elsewhere"
+
+    def _elsewhere(self, name: str, run: Callable[[], Awaitable[object]]) -> None:
+        """A claim held by a run elsewhere: watched in the background (``_after_elsewhere``)
+        rather than waited for here, which would hold up every later event of the batch."""
+        log.info("%s is being run elsewhere; run here if that run never ends", name)
+        if self._later is not None:
+            self._later.start(self._after_elsewhere(name, run), name=f"after {name}")
+
+    async def _after_elsewhere(self, name: str, run: Callable[[], Awaitable[object]]) -> None:
+        """Once the claim is kept as done, nothing; once it comes free (that run failed, or
+        its process died: its claim is no longer renewed), ``run`` here. So an update
+        redelivered after a crash mid-command is answered, within ``CLAIM_SECONDS``, instead
+        of skipped and acknowledged."""
+        while True:
+            await self._clock.sleep(CLAIM_SECONDS / 3)
+            expires = await self._store.lease_expires_at(name)
+            now = self._clock.now()
+            if expires is not None and expires - now > CLAIM_SECONDS:
+                return
+            if expires is None or expires <= now:
+                await run()
+                return
+
+    @contextlib.asynccontextmanager
+    async def _holding(self, claim: Lease | None) -> AsyncIterator[None]:
+        """Renew ``claim`` while the body runs (``CLAIM_SECONDS``)."""
+        if claim is None:
+            yield
+            return
+        async with leases.renewing(self._store, claim, ttl=CLAIM_SECONDS, clock=self._clock):
+            yield
 
     async def _delete(self, inbound: Inbound) -> None:
         removed = await self._ingestor.delete(inbound)

@@ -6,6 +6,7 @@ from bot.app.build.parts import Parts
 from bot.app.build.policies import greeting_of, prices
 from bot.app.build.turns import Agenda
 from bot.core.events import Inbound, SessionInfo
+from bot.core.tasks import Background
 from bot.queue import Ingestor
 from bot.runtime.commands import Commands, export_document
 from bot.runtime.delivery import Delivery
@@ -92,6 +93,8 @@ def build_router(
     exports: Exports,
     pipeline: Pipeline,
     plugged: tuple[Extensions, Agenda | None],
+    *,
+    later: Background | None = None,
 ) -> Router:
     """Each inbound event: access check, middleware, commands at once, the rest ingested.
     ``plugged``: the plugins' extensions and the agenda, whose commands join the built-in."""
@@ -109,6 +112,7 @@ def build_router(
         extensions=extensions,
         middleware_timeout=parts.settings.tools.command_timeout_seconds,
         stops=pipeline.stops,
+        later=later,
         scenes={
             key: profile.scene
             for key, profile in parts.hosted.profiles.items()

@@ -19,6 +19,7 @@ from bot.app.build.stores import open_store
 from bot.app.build.turns import build_agenda, build_pipeline, build_queue
 from bot.app.health import HealthServer
 from bot.config import PersonaSettings, Settings
+from bot.core import tasks
 from bot.core.clock import Clock, SystemClock
 from bot.core.events import ConversationKey
 from bot.core.llm import BaseLLM
@@ -149,7 +150,12 @@ async def runtime(
         exports = build_exports(parts, memory, seams.holder)
         # Exports still on the wire get the shutdown grace, at most 5 seconds.
         exits.push_async_callback(exports.aclose, min(5.0, settings.queue.shutdown_grace_seconds))
-        router = build_router(parts, ingestor, memory, exports, pipeline, (extensions, agenda))
+        # The router's work that outlives an event (a command claimed by a run elsewhere).
+        later = tasks.Background()
+        exits.push_async_callback(later.aclose)
+        router = build_router(
+            parts, ingestor, memory, exports, pipeline, (extensions, agenda), later=later
+        )
         if seams.background:
             await pipeline.recover_outbox(older_than=clock.now())
         details = None if servers is None else servers.status
