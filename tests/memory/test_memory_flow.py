@@ -116,6 +116,9 @@ async def test_malformed_extraction_keeps_the_previous_record(
         assert "not updated (kept as it was)" in caplog.text
 
 
+# SQLite only: what it proves is the memory's (folds, budget, recall over 300 turns), not the
+# store's, and its 300 turns cost ~10 s a backend; the stores' part is tested on both.
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 async def test_300_turns_stay_under_budget_and_remember_turn_3(
     store: BaseStore, clock: ManualClock
 ) -> None:
