@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import importlib.metadata
 import json
@@ -15,6 +14,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+# The benchmarks' argparse types are the CLI's (re-exported: every bench imports them here).
+from bot.app.argtypes import non_negative_float as non_negative_float
+from bot.app.argtypes import positive_float as positive_float
+from bot.app.argtypes import positive_int as positive_int
 
 
 def _cell(value: object) -> str:
@@ -109,27 +113,3 @@ def configure_logging(verbosity: int) -> None:
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a number > 0."""
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """argparse type: a number >= 0."""
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value

@@ -199,10 +199,7 @@ def run_memory_eval(args: argparse.Namespace) -> int:
     configure_logging(args.verbose)
     try:
         return asyncio.run(eval_memory(args))
-    except DatasetError as exc:
-        print(f"personabot eval: {exc}", file=sys.stderr)
-        return 2
-    except UsageError as exc:
+    except (DatasetError, UsageError) as exc:
         print(f"personabot eval: {exc}", file=sys.stderr)
         return 2
     except ConfigError as exc:

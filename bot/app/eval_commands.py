@@ -10,6 +10,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from bot.app.argtypes import non_negative_float, positive_int
+
 WAYS = ("personabot", "full_history", "window_only", "no_memory")
 
 
@@ -19,20 +21,6 @@ def _ways(text: str) -> tuple[str, ...]:
     if bad or not ways:
         raise argparse.ArgumentTypeError(f"ways are a comma list of {', '.join(WAYS)}")
     return ways
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _minutes(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
 
 
 def add_parser(sub: Any) -> None:
@@ -61,8 +49,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--judge-base-url", default=None, help="the judge's endpoint")
     p.add_argument("--no-judge", action="store_true", help="dataset metric only")
     p.add_argument("--ways", type=_ways, default=WAYS, help="comma list (default: all four)")
-    p.add_argument("--limit", type=_positive, default=None, help="questions in all")
-    p.add_argument("--conversations", type=_positive, default=None, help="conversations")
+    p.add_argument("--limit", type=positive_int, default=None, help="questions in all")
+    p.add_argument("--conversations", type=positive_int, default=None, help="conversations")
     p.add_argument("--resume", action="store_true", help="skip questions already in --results")
     p.add_argument(
         "--overwrite",
@@ -75,10 +63,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--out", type=Path, default=Path("bench/results/longmem.json"), help="JSON result file"
     )
-    p.add_argument("--context-tokens", type=_positive, default=120_000, help="full history's limit")
+    p.add_argument(
+        "--context-tokens", type=positive_int, default=120_000, help="full history's limit"
+    )
     p.add_argument(
         "--session-idle-minutes",
-        type=_minutes,
+        type=non_negative_float,
         default=None,
         help="a pause this long ends a chat session (default: [sessions], else 60; 0: never)",
     )
