@@ -160,6 +160,7 @@ async def eval_memory(args: argparse.Namespace) -> int:
         limit=args.limit,
         conversations=args.conversations,
         context_tokens=args.context_tokens,
+        retry_pause=args.retry_pause,
     )
     results = args.results or args.out.with_suffix(".jsonl")
     md = args.out.with_suffix(".md")

@@ -45,6 +45,8 @@ BOT: Final = "longmem"
 #: Times a question's turn is run again after the model was unavailable (the pipeline's own
 #: retry re-arms the conversation's timer; the SDK client has retried already).
 RETRIES: Final = 3
+#: Seconds before the first retry of a call the endpoint could not serve (then doubled).
+RETRY_PAUSE: Final = 2.0
 USER_ID: Final = "u-eval"
 DEBOUNCE: Final = 1.5
 #: The user message played when a dataset session opens with the bot side (a reply needs a turn).
@@ -330,6 +332,7 @@ async def ask(
     now: float,
     memory_llm: BaseLLM,
     under_test: BaseLLM,
+    retry_pause: float = RETRY_PAUSE,
 ) -> Answered:
     """Ask ``question`` on a copy of the replayed store, at its date, through the pipeline."""
     copy_store(snapshot, work)
@@ -345,7 +348,7 @@ async def ask(
             outcome = await rt.pipeline.run_turn(rt.conversation)
             if outcome != "retry":  # the model was unavailable: the turn stays pending
                 break
-            await asyncio.sleep(2.0 * 2**attempt)  # the endpoint is real: wait for real
+            await asyncio.sleep(retry_pause * 2**attempt)  # the endpoint is real: wait for real
             await rt.clock.advance(60.0 * 2**attempt)  # past the re-armed timer
         if outcome != "sent" or not rt.chat.answered:
             raise EvalError(f"question {question.id}: the turn ended {outcome!r}")

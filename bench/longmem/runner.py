@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from bench.longmem.baselines import BASELINES, DEFAULT_CONTEXT_TOKENS, baseline_request
 from bench.longmem.datasets import Conversation, Question
 from bench.longmem.evidence import find_evidence
-from bench.longmem.replay import RETRIES, CountingLLM, Setup, ask, replay
+from bench.longmem.replay import RETRIES, RETRY_PAUSE, CountingLLM, Setup, ask, replay
 from bench.longmem.scoring import Judge, dataset_score, verdict
 from bench.memory import price_request, request_blocks
 from bot.core.errors import ModelUnavailable
@@ -57,6 +57,7 @@ class RunOptions:
     conversations: int | None = None
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
     workdir: Path | None = None
+    retry_pause: float = RETRY_PAUSE  # seconds before the first retry (then doubled)
 
 
 def result_rows(results: Path) -> dict[str, dict[str, Any]]:
@@ -144,7 +145,12 @@ def _figures(
 
 
 async def _score(
-    row: dict[str, Any], conv: Conversation, q: Question, request: ModelRequest, judge: Judge | None
+    row: dict[str, Any],
+    conv: Conversation,
+    q: Question,
+    request: ModelRequest,
+    judge: Judge | None,
+    pause: float,
 ) -> None:
     found = find_evidence(request, q.evidence, conv.texts())
     row["evidence"] = found.to_json()
@@ -152,7 +158,7 @@ async def _score(
     row["score"] = dataset_score(conv.dataset, row["answer"], q.answer, q.abstain)
     row["judge"] = row["judge_answer"] = None
     if judge is not None:
-        answer = await retried(lambda: judge.ask(q.text, q.answer, row["answer"], q.abstain))
+        answer = await retried(lambda: judge.ask(q.text, q.answer, row["answer"], q.abstain), pause)
         row["judge"], row["judge_answer"] = verdict(answer), answer
 
 
@@ -166,11 +172,11 @@ async def _baseline(
         timed.append(time.perf_counter())  # the latency is the last attempt's
         return await models.answer.complete(request)
 
-    result = await retried(call)
+    result = await retried(call, options.retry_pause)
     return request, _figures(request, result, time.perf_counter() - timed[-1], q.asked_at)
 
 
-async def retried(call: Callable[[], Awaitable[_T]]) -> _T:
+async def retried(call: Callable[[], Awaitable[_T]], pause: float = RETRY_PAUSE) -> _T:
     """``call()``, again after a pause while the model is unavailable (after the SDK's own
     retries), ``RETRIES`` times: a run of hours outlives a short outage. Answers and the
     judge alike (a judge that fails would drop the question's paid answers)."""
@@ -178,7 +184,7 @@ async def retried(call: Callable[[], Awaitable[_T]]) -> _T:
         try:
             return await call()
         except ModelUnavailable:
-            await asyncio.sleep(2.0 * 2**attempt)  # the endpoint is real: wait for real
+            await asyncio.sleep(pause * 2**attempt)  # the endpoint is real: wait for real
     return await call()
 
 
@@ -231,12 +237,13 @@ async def _conversation(
                 answered = await ask(
                     conv, q, options.setup, snapshot, work,
                     now=now, memory_llm=memory, under_test=models.answer,
+                    retry_pause=options.retry_pause,
                 )  # fmt: skip
                 request = answered.request
                 figures = _figures(request, answered.result, answered.latency, answered.at)
             else:
                 request, figures = await _baseline(way, conv, q, models, options)
-            await _score(figures, conv, q, request, models.judge)
+            await _score(figures, conv, q, request, models.judge, options.retry_pause)
             row["ways"][way] = figures
         _append(results, row)
         progress(f"{q.id}: done")

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bot.app.argtypes import non_negative_float, positive_int
+from bot.app.argtypes import non_negative_float, positive_float, positive_int
 
 WAYS = ("personabot", "full_history", "window_only", "no_memory")
 
@@ -71,6 +71,12 @@ def add_parser(sub: Any) -> None:
         type=non_negative_float,
         default=None,
         help="a pause this long ends a chat session (default: [sessions], else 60; 0: never)",
+    )
+    p.add_argument(
+        "--retry-pause",
+        type=positive_float,
+        default=2.0,
+        help="seconds before retrying a call the endpoint could not serve (doubled each time)",
     )
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v INFO, -vv DEBUG")
 

@@ -335,6 +335,7 @@ async def test_a_judge_call_survives_the_outage_an_answer_call_survives(tmp_path
         args = _eval_args(
             str(LOCOMO), "--provider", "openai", "--base-url", api.api_url,
             "--offline-memory", "--ways", "personabot", "--limit", "1", "--out", str(out),
+            "--retry-pause", "0.01",
         )  # fmt: skip
         started = time.perf_counter()
         rc: int | str
