@@ -14,7 +14,7 @@ from typing import Literal, Protocol
 
 from bot.core.choices import PRESS_MEMORY, Answer, Choices, PressOutcome
 from bot.core.clock import Clock
-from bot.core.errors import SelfCancelled
+from bot.core.errors import SelfCancelled, StoreError
 from bot.core.events import ConversationKey, Inbound, Lease, UserKey
 from bot.core.i18n import N_, Texts
 from bot.core.menu import CommandMenu, MenuEntry, NativeCommand, Suggestion
@@ -479,7 +479,7 @@ class Router:
         if claim is not None:
             return claim
         expires = await self._store.lease_expires_at(name)
-        return "done" if expires is not None and expires - now > CLAIM_SECONDS else "elsewhere"
+        return "done" if _kept_done(expires, now) else "elsewhere"
 
     def _elsewhere(self, name: str, run: Callable[[], Awaitable[object]]) -> None:
         """A claim held by a run elsewhere: watched in the background (``_after_elsewhere``)
@@ -495,13 +495,17 @@ class Router:
         of skipped and acknowledged."""
         while True:
             await self._clock.sleep(CLAIM_SECONDS / 3)
-            expires = await self._store.lease_expires_at(name)
-            now = self._clock.now()
-            if expires is not None and expires - now > CLAIM_SECONDS:
-                return
-            if expires is None or expires <= now:
-                await run()
-                return
+            try:
+                expires = await self._store.lease_expires_at(name)
+                now = self._clock.now()
+                if _kept_done(expires, now):
+                    return
+                if expires is None or expires <= now:
+                    await run()  # takes the claim, or finds it taken again and watches anew
+                    return
+            except StoreError as exc:
+                # The store failing for a moment (the run gave its claim back): look again.
+                log.warning("%s: the store failed (%s); looking again", name, exc)
 
     @contextlib.asynccontextmanager
     async def _holding(self, claim: Lease | None) -> AsyncIterator[None]:
@@ -690,6 +694,14 @@ async def _run_chain(chain: _Chain, index: int, inbound: Inbound) -> None:
         return
     if inner is not None:
         raise inner
+
+
+def _kept_done(expires: float | None, now: float) -> bool:
+    """Whether a claim expiring at ``expires`` is kept as done (for ``PRESS_MEMORY`` or
+    ``COMMAND_MEMORY``) rather than held for a run (``CLAIM_SECONDS``, renewed). Told apart
+    with a wide margin: PostgreSQL's leases expire on the database's clock, which may run
+    seconds ahead of this host's."""
+    return expires is not None and expires - now > 10 * CLAIM_SECONDS
 
 
 class _Undecided(Exception):

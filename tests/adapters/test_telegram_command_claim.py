@@ -4,6 +4,7 @@ again runs it as soon as the store is back, not once the claim ran out; on both 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -94,3 +95,45 @@ async def test_a_press_redelivered_after_its_process_died_mid_run_erases(
         assert answer.params.get("text") is None  # not "Already done."
         await rig.until(lambda: any(t.startswith(ERASED) for t in rig.texts(PRIVATE)), "erased")
         assert sum(t.startswith(ERASED) for t in rig.texts(PRIVATE)) == 1
+
+
+async def test_a_claim_on_a_store_clock_ahead_is_still_a_run_not_done(
+    stores: StoreFactory,
+) -> None:
+    """PostgreSQL's leases expire on the database's clock, which may run seconds ahead of the
+    host's: a running claim then seems to have more than CLAIM_SECONDS left. It is still a
+    run (here, of a process that died), not a press done: the press is not answered
+    "Already done." and erases once the claim runs out."""
+    async with fake_api() as rig, stores.new() as store, serving(rig, store):
+        question = await rig.command(PRIVATE, SASHA, "/forget")
+        name = f"press:{key(PRIVATE)}:{question.message_id}:/forget confirm"
+        ahead = CLAIM_SECONDS + 5.0  # renewed just now by a store whose clock is 5 s ahead
+        assert await store.acquire_lease(name, "press", ahead, rig.clock.now())
+        answer = await rig.press(PRIVATE, SASHA, question)
+        assert answer.params.get("text") is None  # not "Already done."
+        await rig.until(lambda: any(t.startswith(ERASED) for t in rig.texts(PRIVATE)), "erased")
+
+
+async def test_a_store_fault_while_the_watcher_runs_the_command_is_tried_again(
+    stores: StoreFactory,
+) -> None:
+    """The command redelivered after a crash waits in the background for the dead claim;
+    when it runs, the store refuses its answer for a while: the watcher looks again and
+    answers once the store is back (it ended for good, and the acknowledged command was
+    never answered)."""
+    async with fake_api() as rig, stores.new() as store, serving(rig, store):
+        await rig.command(PRIVATE, SASHA, "/help")
+        before = len(rig.texts(PRIVATE))
+        mid = 9002
+        name = f"command:{key(PRIVATE)}:{mid}"
+        assert await store.acquire_lease(name, "command", CLAIM_SECONDS, rig.clock.now())
+        await _answer_fault(stores, True)
+        rig.api.push_message(TOKEN, PRIVATE, SASHA, "/timezone Europe/Berlin", message_id=mid)
+        await rig.until(lambda: rig.api.pending_updates(TOKEN) == 0, "the acknowledgement")
+        for _ in range(2 * int(CLAIM_SECONDS)):  # past the dead claim: the run is refused
+            await rig.clock.advance(1.0)
+            await asyncio.sleep(0.01)
+        await _answer_fault(stores, False)
+        await rig.until(lambda: len(rig.texts(PRIVATE)) > before, "the answer")
+        answers = rig.texts(PRIVATE)[before:]
+        assert len(answers) == 1 and answers[0].startswith("Your time zone is Europe/Berlin")
