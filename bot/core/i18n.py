@@ -114,8 +114,17 @@ _LTR_RUN: Final = re.compile(
 
 
 def _directed(line: str) -> str:
-    # A line that starts with the mark was finished already (a notice inside an answer).
-    return line if line.startswith(RLM) else RLM + _LTR_RUN.sub(_isolated, line)
+    # The mark goes after a list item's indent and bullet, which must open the line for
+    # Markdown to show it as a list (Telegram's renderer, Discord); a line whose text starts
+    # with the mark was finished already (a notice inside an answer).
+    item = _LIST_ITEM.match(line)
+    assert item is not None  # the pattern matches any line
+    head, text = item.group(1, 2)
+    return line if text.startswith(RLM) else head + RLM + _LTR_RUN.sub(_isolated, text)
+
+
+#: A line's indent and list bullet, if any, and the rest (always matches).
+_LIST_ITEM: Final = re.compile(r"(\s*(?:[-*+]\s+)?)(.*)", re.DOTALL)
 
 
 def _isolated(match: re.Match[str]) -> str:

@@ -317,8 +317,10 @@ class Commands:
         answers by itself)."""
         answer = await self._handle(inbound, command)
         found = self._spec(inbound.conversation.bot, command.name)
-        if answer is None or (found is not None and found[1]):
-            return answer  # a plugin's answer is its own text (its markup is left alone)
+        if answer is None or (found is not None and found[1] and not isinstance(answer, Refusal)):
+            # A plugin's answer is its own text (its markup is left alone); the refusals
+            # around it (admins only, the plugin failed) are the bot's.
+            return answer
         # Directional marks for a right-to-left language (docs/i18n.md#shipped-languages);
         # an Answer's text alike (its button labels are single runs and stay unmarked).
         texts = self._languages.for_inbound(inbound)

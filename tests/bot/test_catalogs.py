@@ -15,6 +15,7 @@ from babel.messages.extract import extract_from_dir
 from babel.messages.pofile import read_po
 from pydantic import ValidationError
 
+from adapters.telegram.format import render_html
 from bot.config import PersonaSettings
 from bot.core.i18n import SHIPPED, catalog_language, english, load_texts
 from memory.privacy import ForgetReport
@@ -156,3 +157,13 @@ def test_right_to_left_marks_leave_a_link_alone() -> None:
     hebrew = load_texts("he")
     text = "ראו https://example.org/a ב־/help"
     assert hebrew.finish(text) == f"{RLM}ראו https://example.org/a ב־{LRI}/help{PDI}"
+
+
+def test_right_to_left_list_items_stay_list_items() -> None:
+    """The mark goes after a list item's bullet: Markdown needs "- " to open the line, so a
+    /stats or /memory list on a Hebrew bot still shows as a list (Telegram's "•")."""
+    hebrew = load_texts("he")
+    finished = hebrew.finish("סיכום:\n- תורות: 3\n  * עוד")
+    assert finished == f"{RLM}סיכום:\n- {RLM}תורות: {LRI}3{PDI}\n  * {RLM}עוד"
+    assert hebrew.finish(finished) == finished  # finished once
+    assert render_html(finished).splitlines()[1] == f"• {RLM}תורות: {LRI}3{PDI}"

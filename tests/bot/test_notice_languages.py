@@ -13,8 +13,9 @@ from bot.config.llm import LLMSettings
 from bot.config.memory import RetentionSettings
 from bot.core.clock import ManualClock
 from bot.core.errors import ModelUnavailable
-from bot.core.events import ConversationKey
+from bot.core.events import ConversationKey, Inbound
 from bot.core.i18n import LRI, PDI, RLM
+from bot.runtime.extensions import Command, CommandSpec, Extensions
 from bot.runtime.pipeline import GapPolicy
 from bot.store.base import BaseStore
 from bot.store.sqlite import SQLiteStore
@@ -66,3 +67,22 @@ async def test_the_gap_notice_of_a_hebrew_persona_reads_right_to_left(
             f"{RLM}חלק מההודעות בשיחה הזו (תורות {LRI}1-28{PDI}) כבר אינן זמינות לי. "
             "אם היה בהן משהו חשוב, ספרו לי שוב בבקשה."
         )
+
+
+async def test_a_plugin_command_s_refusal_on_a_hebrew_bot_reads_right_to_left(
+    store: BaseStore, clock: ManualClock
+) -> None:
+    """The bot's own refusal around a plugin's command ("/secret is for the bot's admins")
+    is the bot's text: marked right to left like every built-in answer (a line opening with
+    /secret would otherwise lay out left to right); the plugin's own answers are left alone."""
+
+    async def secret(inbound: Inbound, command: Command) -> str:
+        return "42"
+
+    persona = PERSONA.model_copy(update={"language": "he"})
+    plugin = Extensions(commands=(CommandSpec("secret", "a secret", secret, admin=True),))
+    async with harness(store, clock, GatedLLM(), persona=persona, extensions=plugin) as h:
+        await h.say(DM, "/secret")
+        await h.advance(2, step=0.5)
+        (refusal,) = h.outlet.texts()
+        assert refusal.startswith(f"{RLM}{LRI}/secret{PDI}"), repr(refusal)
