@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from aiogram import Bot
-from aiogram.exceptions import ClientDecodeError, TelegramAPIError
+from aiogram.exceptions import ClientDecodeError, TelegramAPIError, TelegramBadRequest
 from aiogram.types import (
     BotCommand,
     BotCommandScopeAllGroupChats,
@@ -111,31 +111,37 @@ async def set_menus(
         for scope, _entries in scoped(menu):
             await _delete(bot, scope, language, bot_key, redact)
     if records is not None:
-        await _forget_chats(bot, records, chats, [None, *codes.values()], bot_key, redact)
+        admins = {s.chat_id for s, _ in scoped(menu) if isinstance(s, BotCommandScopeChat)}
+        await _forget_chats(bot, records, (chats, admins), [None, *codes.values()], bot_key, redact)
 
 
 async def _forget_chats(
     bot: Bot,
     records: NativeMenu,
-    chats: set[int],
+    chats: tuple[set[int], set[int | str]],
     languages: Sequence[str | None],
     bot_key: str,
     redact: Callable[[str], str],
 ) -> None:
-    """Record the chats given a menu now; delete the menus of those recorded before and not
-    given one now (an admin no longer), in every language. A store fault is logged: the
-    menus stay as they are until a start that can read and write the record."""
+    """Record the chats given a menu now (``chats``: those set, and every admin's); delete
+    the menus of the chats recorded before that are no admin's now, in every language, and
+    forget a chat only once each delete is done (a failure keeps it for the next start; an
+    admin whose menu failed to be set this time is still an admin). A store fault is logged:
+    the menus stay as they are until a start that can read and write the record."""
+    given, admins = chats
     try:
-        for kept in sorted(chats):
+        for kept in sorted(given):
             await records.record_commands(f"{_CHAT_SCOPE}{kept}", {"menu": ""})
         for recorded in await records.command_scopes():
             chat = recorded.removeprefix(_CHAT_SCOPE)
-            if recorded == chat or not chat.isdecimal() or int(chat) in chats:
-                continue  # not a chat's record (Discord's scopes), or a chat kept
+            if recorded == chat or not chat.isdecimal() or int(chat) in admins:
+                continue  # not a chat's record (Discord's scopes), or an admin's
             scope = BotCommandScopeChat(chat_id=int(chat))
-            for language in languages:
-                await _delete(bot, scope, language, bot_key, redact)
-            await records.record_commands(recorded, {})
+            deleted = [
+                await _delete(bot, scope, language, bot_key, redact) for language in languages
+            ]
+            if all(deleted):
+                await records.record_commands(recorded, {})
     except StoreError as exc:
         log.warning("telegram bot %s: the record of chat menus failed: %s", bot_key, exc)
 
@@ -146,11 +152,17 @@ async def _delete(
     language: str | None,
     bot_key: str,
     redact: Callable[[str], str],
-) -> None:
+) -> bool:
+    """``deleteMyCommands``; whether that scope's list is gone (a chat Telegram refuses,
+    400, has none to delete); a failure is logged."""
     try:
         await bot.delete_my_commands(scope=scope, language_code=language)
+    except TelegramBadRequest:
+        return True
     except _ERRORS as exc:
         _failed("deleteMyCommands", bot_key, scope, language, redact(str(exc)))
+        return False
+    return True
 
 
 def _failed(

@@ -216,3 +216,18 @@ async def test_a_member_cannot_clear_another_member_s_question_with_her_own_data
         assert rig.api.keyboard(GROUP.id, question.message_id) == [["Yes, erase", "No, keep it"]]
         session = await rig.store.current_session(buttons_rig.key(GROUP))
         assert session is None or session.persona in (None, "mira")
+
+
+@ADAPTER_ONLY
+async def test_an_admin_s_menu_survives_a_start_whose_menu_calls_fail(
+    stores: StoreFactory,
+) -> None:
+    """A restart while Telegram refuses setMyCommands for a moment (5xx): the admin is still
+    an admin, so the admin menu set before is not deleted as if they had been removed."""
+    admin = int(buttons_rig.ADMIN)
+    async with fake_api() as rig:
+        async with stores.new() as first, serving(rig, first):
+            assert "stats" in (rig.api.menu(TOKEN, "chat", admin) or [])
+        rig.api.fail_next("setMyCommands", status=500, times=100)
+        async with stores.new() as second, serving(rig, second):
+            assert "stats" in (rig.api.menu(TOKEN, "chat", admin) or [])
