@@ -236,10 +236,6 @@ class Pricing:
         """Seconds an entry of that TTL lives unused."""
         return self.ttl_1h_seconds if ttl == "1h" else self.ttl_seconds
 
-    def write_price(self, ttl: CacheTTL) -> float:
-        """The price of a token written to an entry of that TTL."""
-        return self.write_1h if ttl == "1h" else self.write
-
 
 @dataclass(frozen=True, slots=True)
 class Block:

@@ -85,7 +85,7 @@ def setup_from(settings: Settings, args: argparse.Namespace) -> Setup:
     return Setup(
         budget=policy.budget,
         answer_model=model,
-        memory_model=args.memory_model or settings.memory.summary_model or model,
+        memory_model=args.memory_model or settings.memory_for(persona).summary_model or model,
         extract_after_idle_seconds=policy.extract_after_idle_seconds,
         session_idle_seconds=idle * 60 if idle else None,
         retention=retention_policy(settings),
@@ -108,7 +108,7 @@ def models_from(settings: Settings, args: argparse.Namespace, setup: Setup) -> M
         same = args.judge_provider is None and args.judge_base_url is None
         # A judge of another provider talks to that provider's own endpoint (and key): the
         # endpoint and key under test are another API's.
-        other = args.judge_provider not in (None, args.provider)
+        other = args.judge_provider not in (None, args.provider or settings.llm.provider)
         judge_llm = (
             answer
             if same
@@ -141,7 +141,10 @@ def payload(
             "judge_model": None if args.no_judge else (args.judge_model or setup.answer_model),
             "judge_system": JUDGE_SYSTEM,
             "judge_prompt": JUDGE_PROMPT,
-            "pricing": "bench/memory.py Pricing: write 1.25x, read 0.1x, cold cache",
+            "pricing": (
+                "bench/memory.py Pricing: write 1.25x (5-minute entries) or 2x (1-hour), "
+                "read 0.1x, cold cache"
+            ),
         },
         "environment": environment(),
         "summary": summary(rows, options.ways),
@@ -152,6 +155,11 @@ def payload(
 async def eval_memory(args: argparse.Namespace) -> int:
     """The run of ``personabot eval memory`` (parsed arguments); returns the exit code."""
     settings = load_settings(args.config)
+    results = args.results or args.out.with_suffix(".jsonl")
+    md = args.out.with_suffix(".md")
+    # Refused before any client is made (nothing to close) and any model call.
+    check_outputs(args.out, md, results, resume=args.resume, overwrite=args.overwrite)
+    conversations = load(args.dataset)
     setup = setup_from(settings, args)
     models = models_from(settings, args, setup)
     options = RunOptions(
@@ -162,10 +170,6 @@ async def eval_memory(args: argparse.Namespace) -> int:
         context_tokens=args.context_tokens,
         retry_pause=args.retry_pause,
     )
-    results = args.results or args.out.with_suffix(".jsonl")
-    md = args.out.with_suffix(".md")
-    check_outputs(args.out, md, results, resume=args.resume, overwrite=args.overwrite)
-    conversations = load(args.dataset)
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

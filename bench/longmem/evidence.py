@@ -174,10 +174,6 @@ class EvidenceFound:
         """Every evidence turn reached the prompt (False when there is no evidence)."""
         return bool(self.by_ref) and all(self.by_ref.values())
 
-    def in_layer(self, layer: str) -> bool:
-        """Some evidence turn is in ``layer``."""
-        return any(layer in layers for layers in self.by_ref.values())
-
     def to_json(self) -> dict[str, list[str]]:
         """JSON-ready form."""
         return {ref: list(layers) for ref, layers in self.by_ref.items()}

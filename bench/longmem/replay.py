@@ -346,7 +346,7 @@ async def ask(
         await rt.clock.advance(DEBOUNCE)
         for attempt in range(RETRIES + 1):
             outcome = await rt.pipeline.run_turn(rt.conversation)
-            if outcome != "retry":  # the model was unavailable: the turn stays pending
+            if outcome != "retry" or attempt == RETRIES:  # "retry": the model was unavailable
                 break
             await asyncio.sleep(retry_pause * 2**attempt)  # the endpoint is real: wait for real
             await rt.clock.advance(60.0 * 2**attempt)  # past the re-armed timer

@@ -4,8 +4,8 @@ and appended to a JSONL file as soon as it is done (so ``--resume`` skips it nex
 A line of the JSONL file is one question with every way's figures (``personabot`` and the
 baselines of bench/longmem/baselines.py): the answer, the latency of the model call, the
 request's estimated input tokens and its cost under Claude's prompt-cache rules (bench/memory.py
-``price_request``, on a cold cache: a question comes after a pause longer than the cache's
-5 minutes), where each evidence turn was found (bench/longmem/evidence.py), the dataset's
+``price_request``, on a cold cache: a question comes after a pause, so its prefix is written,
+not read), where each evidence turn was found (bench/longmem/evidence.py), the dataset's
 score and the judge's verdict.
 """
 

@@ -3,7 +3,7 @@
 
 A command handler may return an :class:`Answer` instead of plain text. Each :class:`Choice`
 stands for a command a person could type (``/forget confirm``), so a platform without
-buttons shows the text with those commands (:meth:`Answer.typed`), and a button press on
+buttons shows the text with those commands (:func:`typed`), and a button press on
 Telegram runs that very command through the router, with the same access checks as typed.
 The outbox keeps a message's choices with it (:class:`Choices`, migration 23), so a message
 sent again by recovery after a crash still has its buttons.
@@ -60,10 +60,6 @@ class Answer:
 
     text: str
     choices: tuple[Choice, ...] = ()
-
-    def typed(self) -> str:
-        """The text with each choice as a command to send (platforms without buttons)."""
-        return typed(self.text, self.choices)
 
 
 def typed(text: str, choices: Sequence[Choice]) -> str:

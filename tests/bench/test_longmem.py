@@ -259,7 +259,9 @@ def test_the_command_line_writes_json_markdown_and_results(
     assert len(out.with_suffix(".jsonl").read_text(encoding="utf-8").splitlines()) == 2
     assert "| personabot | 2 |" in capsys.readouterr().out
     missing = tmp_path / "nothing.json"
-    assert cli.main(["eval", "memory", str(missing), "--provider", "offline"]) == 2
+    elsewhere = ["--out", str(tmp_path / "other.json")]
+    assert cli.main(["eval", "memory", str(missing), "--provider", "offline", *elsewhere]) == 2
+    assert "nothing.json" in capsys.readouterr().err  # the dataset named, not the outputs
 
 
 def _eval_args(*argv: str) -> argparse.Namespace:
@@ -305,3 +307,27 @@ async def test_claude_through_the_messages_api_with_cache_breakpoints(
     data = json.loads((tmp_path / "claude.json").read_text(encoding="utf-8"))
     assert data["summary"]["personabot"]["judge_accuracy"] == 1.0
     assert set(data["summary"]) == {"personabot", "no_memory"}
+
+
+async def test_a_judge_of_the_configured_provider_uses_the_endpoint_given_on_the_line(
+    tmp_path: Path,
+) -> None:
+    """[llm] is an OpenAI-compatible endpoint; the run names another one with --base-url (no
+    --provider) and --judge-provider openai, the configured provider: the judge is that same
+    provider, so it follows --base-url too, not [llm]'s endpoint."""
+    async with FakeOpenAIAPI(reply_text="CORRECT") as given, FakeOpenAIAPI() as configured:
+        config = tmp_path / "personabot.toml"
+        config.write_text(
+            f'[llm]\nprovider = "openai"\nbase_url = "{configured.api_url}"\n'
+            '[[personas]]\nid = "mira"\nname = "Mira"\nsystem = "You are Mira."\n'
+            'first_message = ["Hi."]\n',
+            encoding="utf-8",
+        )
+        args = _eval_args(
+            str(LOCOMO), "--config", str(config), "--base-url", given.api_url,
+            "--judge-provider", "openai", "--offline-memory", "--ways", "no_memory",
+            "--limit", "1", "--out", str(tmp_path / "eval.json"),
+        )  # fmt: skip
+        assert await eval_memory(args) == 0
+        assert configured.requests == []
+        assert len(given.requests) == 2  # the answer and the verdict
