@@ -30,7 +30,7 @@ from bench.longmem.datasets import Conversation, Question, Utterance
 from bench.memory import NullOutlet, request_blocks
 from bot.app.build import memory_on, turn_parts
 from bot.core.clock import ManualClock
-from bot.core.errors import PersonabotError
+from bot.core.errors import ModelUnavailable, PersonabotError
 from bot.core.events import ConversationKey, Inbound, QueuePolicy, SessionPolicy
 from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.queue import Ingestor
@@ -128,6 +128,22 @@ class CountingLLM(BaseLLM):
         self.calls[task] = self.calls.get(task, 0) + 1
         tokens = sum(b.tokens for b in request_blocks(request))
         self.input_tokens[task] = self.input_tokens.get(task, 0) + tokens
+        return await self._inner.complete(request)
+
+
+class _Sealable(BaseLLM):
+    """The memory model of a question's copy of the store: refuses calls once ``sealed``."""
+
+    name = "sealable"
+
+    def __init__(self, inner: BaseLLM) -> None:
+        self._inner = inner
+        self.sealed = False
+
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        """The memory model's answer, or ModelUnavailable once sealed (not asked)."""
+        if self.sealed:
+            raise ModelUnavailable("not asked: the question's copy of the store is thrown away")
         return await self._inner.complete(request)
 
 
@@ -336,10 +352,14 @@ async def ask(
 ) -> Answered:
     """Ask ``question`` on a copy of the replayed store, at its date, through the pipeline."""
     copy_store(snapshot, work)
+    memory = _Sealable(memory_llm)
     async with _runtime(
-        work, setup, conv, start=now, memory_llm=memory_llm, under_test=under_test
+        work, setup, conv, start=now, memory_llm=memory, under_test=under_test
     ) as rt:
         await _move_to(rt, setup, question.asked_at)
+        # What the memory learns before the question counts; what the question's own turn
+        # would start (a summary once the window is full) is lost with the copy: never paid.
+        memory.sealed = True
         await rt.ingestor.ingest(
             Inbound(rt.conversation, USER_ID, conv.user_name, question.text, f"q-{question.id}")
         )

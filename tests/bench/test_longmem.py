@@ -331,3 +331,26 @@ async def test_a_judge_of_the_configured_provider_uses_the_endpoint_given_on_the
         assert await eval_memory(args) == 0
         assert configured.requests == []
         assert len(given.requests) == 2  # the answer and the verdict
+
+
+async def test_a_question_s_own_turn_starts_no_paid_memory_work(tmp_path: Path) -> None:
+    """Each question is asked on a copy of the replayed store, thrown away after: a summary
+    its turn would start (the window full) is never asked of the memory model, whose every
+    call is then the replay's, as reported."""
+    config = tmp_path / "personabot.toml"
+    config.write_text(
+        '[memory]\nwindow_messages = 5\n[[personas]]\nid = "mira"\nname = "Mira"\n'
+        'system = "You are Mira."\nfirst_message = ["Hi."]\n',
+        encoding="utf-8",
+    )
+    async with FakeOpenAIAPI(reply_text="Pixel") as api:
+        args = _eval_args(
+            str(LOCOMO), "--config", str(config), "--provider", "openai",
+            "--base-url", api.api_url, "--ways", "personabot", "--no-judge", "--limit", "4",
+            "--session-idle-minutes", "0", "--out", str(tmp_path / "eval.json"),
+        )  # fmt: skip
+        assert await eval_memory(args) == 0
+        data = json.loads((tmp_path / "eval.json").read_text(encoding="utf-8"))
+        replayed = data["questions"][0]["replay"]["memory_calls"]
+        assert sum(replayed.values()) > 0  # the replay's own summaries
+        assert len(api.requests) == len(data["questions"]) + sum(replayed.values())
