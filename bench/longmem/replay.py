@@ -30,7 +30,7 @@ from bench.longmem.datasets import Conversation, Question, Utterance
 from bench.memory import NullOutlet, request_blocks
 from bot.app.build import memory_on, turn_parts
 from bot.core.clock import ManualClock
-from bot.core.errors import ModelUnavailable, PersonabotError
+from bot.core.errors import ModelError, ModelUnavailable, PersonabotError
 from bot.core.events import ConversationKey, Inbound, QueuePolicy, SessionPolicy
 from bot.core.llm import BaseLLM, ModelRequest, ModelResult, Usage
 from bot.queue import Ingestor
@@ -121,14 +121,21 @@ class CountingLLM(BaseLLM):
         self._inner = inner
         self.calls: dict[str, int] = {}
         self.input_tokens: dict[str, int] = {}
+        # Calls the memory model failed: personabot's memory then kept what it had (the
+        # summary, the facts), so its figures are weaker than they would be; reported.
+        self.failures: dict[str, int] = {}
 
     async def complete(self, request: ModelRequest) -> ModelResult:
-        """Count, then ask the memory model."""
+        """Count, then ask the memory model (a failure counted, and raised as it came)."""
         task = request.purpose
         self.calls[task] = self.calls.get(task, 0) + 1
         tokens = sum(b.tokens for b in request_blocks(request))
         self.input_tokens[task] = self.input_tokens.get(task, 0) + tokens
-        return await self._inner.complete(request)
+        try:
+            return await self._inner.complete(request)
+        except ModelError:
+            self.failures[task] = self.failures.get(task, 0) + 1
+            raise
 
 
 class _Sealable(BaseLLM):

@@ -210,11 +210,17 @@ async def _conversation(
         until = min(q.asked_at for q in questions)
         now = await replay(conv, options.setup, snapshot, memory_llm=memory, until=until)
         progress(f"{conv.id}: replayed in {time.perf_counter() - started:.1f} s")
+        if memory.failures:
+            progress(
+                f"{conv.id}: the memory model failed {sum(memory.failures.values())} times "
+                "while replaying (its memory kept what it had: personabot's figures are weaker)"
+            )
     # The memory model's work of this replay, shared by the questions it serves (a resumed
     # run replays again for the questions left: each replay is counted once in all).
     replayed = {
         "memory_calls": dict(memory.calls),
         "memory_input_tokens": dict(memory.input_tokens),
+        "memory_failures": dict(memory.failures),
         "questions": len(questions),
     }
     for q in questions:

@@ -85,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     """Run an ``eval`` action (the harness of a checkout)."""
     try:
         from bench.longmem.command import run_memory_eval
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != "bench":
+            raise  # a real import error inside the harness: its traceback, not "no checkout"
         print(
             f"personabot eval: needs a checkout of personabot (bench/ is not installed: {exc})",
             flush=True,

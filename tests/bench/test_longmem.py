@@ -354,3 +354,28 @@ async def test_a_question_s_own_turn_starts_no_paid_memory_work(tmp_path: Path) 
         replayed = data["questions"][0]["replay"]["memory_calls"]
         assert sum(replayed.values()) > 0  # the replay's own summaries
         assert len(api.requests) == len(data["questions"]) + sum(replayed.values())
+
+
+async def test_the_memory_model_failing_during_the_replay_is_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The memory model (here the endpoint under test) refuses a summary while the history is
+    replayed: personabot's memory keeps what it had and the run goes on, and the result says
+    so (per question, and on the console), instead of weaker figures with no trace."""
+    config = tmp_path / "personabot.toml"
+    config.write_text(
+        '[memory]\nwindow_messages = 5\n[[personas]]\nid = "mira"\nname = "Mira"\n'
+        'system = "You are Mira."\nfirst_message = ["Hi."]\n',
+        encoding="utf-8",
+    )
+    async with FakeOpenAIAPI(reply_text="Pixel") as api:
+        api.fail_next(status=400)  # the replay's first memory call
+        args = _eval_args(
+            str(LOCOMO), "--config", str(config), "--provider", "openai",
+            "--base-url", api.api_url, "--ways", "personabot", "--no-judge", "--limit", "1",
+            "--session-idle-minutes", "0", "--out", str(tmp_path / "eval.json"),
+        )  # fmt: skip
+        assert await eval_memory(args) == 0
+    data = json.loads((tmp_path / "eval.json").read_text(encoding="utf-8"))
+    assert sum(data["questions"][0]["replay"]["memory_failures"].values()) == 1
+    assert "the memory model failed 1 times while replaying" in capsys.readouterr().err
