@@ -133,21 +133,33 @@ def _shingles(tokens: Sequence[str]) -> Iterable[tuple[str, ...]]:
             yield part
 
 
-def _contains(haystack: Sequence[str], needle: tuple[str, ...]) -> bool:
-    n = len(needle)
-    if n == 0:
-        return False
-    first = needle[0]
-    return any(
-        haystack[i] == first and tuple(haystack[i : i + n]) == needle
-        for i in range(len(haystack) - n + 1)
-    )
+class _Layer:
+    """A layer's words, read once for all the evidence looked for in it: its runs of
+    ``SHINGLE`` words in a set (a fragment is one lookup), the words for shorter evidence."""
+
+    def __init__(self, text: str) -> None:
+        self.words = words(text)
+        self.runs = {
+            tuple(self.words[i : i + SHINGLE]) for i in range(len(self.words) - SHINGLE + 1)
+        }
+
+    def holds(self, needle: tuple[str, ...]) -> bool:
+        if len(needle) == SHINGLE:
+            return needle in self.runs
+        n, haystack = len(needle), self.words
+        return n > 0 and any(
+            haystack[i] == needle[0] and tuple(haystack[i : i + n]) == needle
+            for i in range(len(haystack) - n + 1)
+        )
 
 
 def present(evidence: str, layer_text: str) -> bool:
     """Whether ``evidence`` (or a distinctive part of it) is in ``layer_text``."""
-    haystack = words(layer_text)
-    return any(_contains(haystack, s) for s in _shingles(words(evidence)))
+    return _present(words(evidence), _Layer(layer_text))
+
+
+def _present(evidence: Sequence[str], layer: _Layer) -> bool:
+    return any(layer.holds(s) for s in _shingles(evidence))
 
 
 def layer_texts(request: ModelRequest) -> dict[str, str]:
@@ -183,13 +195,12 @@ def find_evidence(
     request: ModelRequest, refs: Sequence[str], texts: Mapping[str, str]
 ) -> EvidenceFound:
     """Where each evidence turn (by ref, its text from ``texts``) is in the request."""
-    layers = layer_texts(request)
+    layers = {name: _Layer(text) for name, text in layer_texts(request).items() if text}
     found = {}
     for ref in refs:
         text = texts.get(ref)
-        found[ref] = (
-            ()
-            if text is None
-            else tuple(name for name in LAYERS if layers[name] and present(text, layers[name]))
+        said = [] if text is None else words(text)
+        found[ref] = tuple(
+            name for name in LAYERS if name in layers and _present(said, layers[name])
         )
     return EvidenceFound(found)
