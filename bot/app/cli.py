@@ -173,8 +173,8 @@ def summary(settings: Settings, app: App | None = None) -> str:
         ),
         f"  queue: debounce {q.debounce_seconds}s, max wait {q.max_wait_seconds}s, "
         f"lease {q.lease_seconds}s, {q.max_concurrent_turns} concurrent turns",
-        f"  memory: window {m.window_messages}-{m.window_max_messages or 2 * m.window_messages}"
-        f" messages, budget {m.prompt_budget_tokens} tokens",
+        f"  memory: window {m.window_messages}-{m.fold_at} messages, "
+        f"budget {m.prompt_budget_tokens} tokens",
         f"  personas ({len(settings.personas)}):",
     ]
     for p in settings.personas:

@@ -42,6 +42,12 @@ class MemorySettings(Section):
     # false: 5-minute entries only (e.g. a gateway that refuses the "ttl" field).
     cache_hour: bool = True
 
+    @property
+    def fold_at(self) -> int:
+        """The window's most messages before a fold (``window_max_messages``, else twice
+        ``window_messages``): ``memory.assemble.Budget.fold_at``."""
+        return self.window_max_messages or 2 * self.window_messages
+
     @model_validator(mode="after")
     def _fold_after_the_window(self) -> MemorySettings:
         if self.window_max_messages is not None and (

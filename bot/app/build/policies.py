@@ -92,7 +92,7 @@ def memory_policy(
     return MemoryPolicy(
         budget=Budget(
             window_messages=memory.window_messages,
-            window_max_messages=memory.window_max_messages or 0,
+            window_max_messages=memory.fold_at,
             prompt_tokens=memory.prompt_budget_tokens,
             summary_tokens=memory.summary_budget_tokens,
             memory_tokens=memory.user_memory_budget_tokens,
